@@ -1,0 +1,155 @@
+# apf: one non-recursive Makefile (DESIGN.md section 1).
+#
+#   make            build/apf and build/libapf.a
+#   make deps       install the Debian packages apf needs (apt-get, when missing)
+#   make demo       deps + build + the main job on the built-in default
+#   make test       deps + build + the whole suite; last line "N passed, N failed"
+#   make check      the suite under AddressSanitizer + UBSan + LeakSanitizer
+#   make bench      benchmarks; each figure also as "RESULT <bench> <metric> <value>"
+#   make fuzz       libFuzzer targets for every parser (clang)
+#   make install    binary, libapf.a, public headers, pkg-config file, workloads
+#   make manifests  signed example entries of the baselines
+#
+# Sources are found by wildcard, so a new file under pkg/<concept>/ or
+# cmd/apf/ needs no edit here. CUDA sources (*.cu) are built when nvcc is found.
+
+BUILD   ?= build
+PREFIX  ?= /usr/local
+CC      ?= cc
+PYTHON  ?= /usr/bin/python3
+OPT     ?= -O2
+SAN     ?=
+
+CPPFLAGS_APF := -D_GNU_SOURCE -Ipkg -Iinclude -I. -DAPF_SOURCE_DIR='"$(CURDIR)"'
+CFLAGS_APF   := -std=c17 $(OPT) -g -fPIC -pthread -Wall -Wextra -Werror -MMD -MP
+LDFLAGS_APF  := -pthread
+LIBS         := -larchive -lzstd -lcrypto -lgit2 -linih -ljansson -lopenblas \
+                -lseccomp -lz -lm -ldl
+
+ifeq ($(SAN),1)
+CFLAGS_APF  += -fsanitize=address,undefined -fno-omit-frame-pointer \
+               -fno-sanitize-recover=all
+LDFLAGS_APF += -fsanitize=address,undefined
+endif
+
+NVCC := $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
+ifneq ($(NVCC),)
+ifneq ($(APF_NO_CUDA),1)
+CU_SRC := $(wildcard pkg/*/*/*.cu pkg/*/*.cu)
+endif
+endif
+
+LIB_SRC  := $(wildcard pkg/*/*.c pkg/*/*/*.c workloads/*/*.c verify/*.c)
+CMD_SRC  := $(wildcard cmd/apf/*.c)
+UNIT_SRC := $(wildcard tests/unit/test_*.c)
+UNIT_LIB := $(wildcard tests/unit/lib/*.c)
+BENCH_SRC:= $(wildcard bench/*/*.c)
+
+LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/version.o \
+            $(CU_SRC:%.cu=$(BUILD)/obj/%.o)
+CMD_OBJ  := $(CMD_SRC:%.c=$(BUILD)/obj/%.o)
+UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
+UNIT_LIB_OBJ := $(UNIT_LIB:%.c=$(BUILD)/obj/%.o)
+BENCH_BIN:= $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
+
+ifneq ($(CU_SRC),)
+CPPFLAGS_APF += -DAPF_HAVE_CUDA -I/usr/local/cuda/include
+LIBS += -L/usr/local/cuda/lib64 -lcudart -lcublas -lcudnn -lstdc++
+endif
+
+.PHONY: all deps demo test check bench fuzz install manifests clean unit-tests
+.DEFAULT_GOAL := all
+
+all: $(BUILD)/apf $(BUILD)/libapf.a
+
+$(BUILD)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS_APF) $(CFLAGS_APF) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/obj/%.o: %.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) -O3 -std=c++17 -Ipkg -Iinclude -Xcompiler -fPIC,-Wall \
+	    -gencode arch=compute_90,code=sm_90 -gencode arch=compute_80,code=sm_80 \
+	    -c $< -o $@
+
+# The build id names the source revision; regenerated when HEAD moves.
+$(BUILD)/gen/version.c: FORCE
+	@mkdir -p $(dir $@)
+	@id=$$(git describe --always --dirty --abbrev=12 2>/dev/null || echo unknown); \
+	 new="const char apf_build_id[] = \"$$id\";"; \
+	 [ -f $@ ] && [ "$$(cat $@)" = "$$new" ] || echo "$$new" > $@
+$(BUILD)/obj/version.o: $(BUILD)/gen/version.c
+	$(CC) $(CFLAGS_APF) -c $< -o $@
+FORCE:
+
+$(BUILD)/libapf.a: $(LIB_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/apf: $(CMD_OBJ) $(BUILD)/libapf.a
+	$(CC) $(LDFLAGS_APF) $(LDFLAGS) -o $@ $(CMD_OBJ) $(BUILD)/libapf.a $(LIBS)
+
+$(BUILD)/tests/%: tests/unit/%.c $(UNIT_LIB_OBJ) $(BUILD)/libapf.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS_APF) -Itests/unit/lib $(CFLAGS_APF) $(CFLAGS) \
+	    $(LDFLAGS_APF) -o $@ $< $(UNIT_LIB_OBJ) $(BUILD)/libapf.a $(LIBS) -lcmocka
+
+$(BUILD)/bench/%: bench/%.c $(BUILD)/libapf.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS_APF) $(CFLAGS_APF) $(CFLAGS) $(LDFLAGS_APF) -o $@ $< \
+	    $(BUILD)/libapf.a $(LIBS)
+
+unit-tests: $(UNIT_BIN)
+
+deps:
+	@scripts/deps.sh build test
+
+test: deps
+	@$(MAKE) --no-print-directory all unit-tests
+	@$(PYTHON) tests/run.py --build $(BUILD)
+
+check: deps
+	@$(MAKE) --no-print-directory BUILD=build/san SAN=1 all unit-tests
+	@ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:halt_on_error=1 \
+	 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	 $(PYTHON) tests/run.py --build build/san --sanitized
+
+bench:
+	@scripts/deps.sh build bench
+	@$(MAKE) --no-print-directory all $(BENCH_BIN)
+	@scripts/bench.sh $(BUILD)
+
+demo: deps
+	@$(MAKE) --no-print-directory all
+	@scripts/demo.sh $(BUILD)
+
+FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
+fuzz:
+	@scripts/deps.sh build
+	@$(MAKE) --no-print-directory BUILD=build/fuzz CC=clang \
+	    CFLAGS="-fsanitize=fuzzer-no-link,address" all
+	@mkdir -p build/fuzz/bin
+	@for f in $(FUZZ_SRC); do n=$$(basename $$f .c); \
+	  clang $(CPPFLAGS_APF) -std=c17 -g -O1 -fsanitize=fuzzer,address \
+	    -o build/fuzz/bin/$$n $$f build/fuzz/libapf.a $(LIBS) || exit 1; done
+	@scripts/fuzz.sh build/fuzz/bin
+
+manifests: all
+	@scripts/manifests.sh $(BUILD)
+
+install: all
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/pkgconfig \
+	    $(DESTDIR)$(PREFIX)/include/apf $(DESTDIR)$(PREFIX)/share/apf
+	install -m 755 $(BUILD)/apf $(DESTDIR)$(PREFIX)/bin/apf
+	install -m 644 $(BUILD)/libapf.a $(DESTDIR)$(PREFIX)/lib/libapf.a
+	install -m 644 include/apf/*.h $(DESTDIR)$(PREFIX)/include/apf/
+	for h in pkg/*/*.h; do d=$(DESTDIR)$(PREFIX)/include/apf/$$(dirname $${h#pkg/}); \
+	  install -d $$d && install -m 644 $$h $$d/; done
+	cp -R workloads $(DESTDIR)$(PREFIX)/share/apf/
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(shell sed -n 's/.*APF_VERSION "\(.*\)"/\1/p' pkg/base/base.h)|' \
+	    -e 's|@LIBS@|$(LIBS)|' scripts/apf.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/apf.pc
+
+clean:
+	rm -rf build
+
+-include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

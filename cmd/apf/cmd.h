@@ -1,0 +1,71 @@
+/*
+ * cmd.h: what every subcommand file shares: the command table entry, the one
+ * option parser, error reporting and the progress line.
+ *
+ * Each subcommand lives in cmd/apf/<name>.c as `int cmd_<name>(argc, argv)`
+ * and returns the process exit code; nothing below cmd/ calls exit().
+ */
+#ifndef APF_CMD_H
+#define APF_CMD_H
+
+#include <stdio.h>
+
+#include "base/base.h"
+
+struct apf_command {
+	const char *name;
+	int (*run)(int argc, char **argv);
+	const char *summary;
+};
+
+enum apf_opt_type { OPT_FLAG, OPT_STRING, OPT_INT };
+
+/* One option: value is int* (FLAG, set to 1), const char** (STRING) or
+ * long* (INT). The table ends with an entry whose name is NULL. */
+struct apf_opt {
+	const char *name;
+	char short_name;
+	enum apf_opt_type type;
+	void *value;
+	const char *arg;
+	const char *help;
+};
+
+/* How a command is called: "pack SUBMISSION_DIR -w WORKLOAD[,...] ...",
+ * a one-line summary, and optional paragraphs printed after the options. */
+struct apf_usage {
+	const char *synopsis;
+	const char *summary;
+	const char *details;
+	int min_args, max_args; /* positional arguments; max -1 = unbounded */
+};
+
+/* Parses argv[1..] (argv[0] is the command name). Positional arguments are
+ * compacted into argv[1..*nargs]. Returns 0 to go on, 1 when --help was
+ * printed (exit 0), or APF_EUSAGE with the message set. */
+int opts_parse(const char *cmd, const struct apf_usage *usage,
+	       const struct apf_opt *opts, int argc, char **argv, int *nargs);
+void opts_print_usage(FILE *f, const char *cmd, const struct apf_usage *usage,
+		      const struct apf_opt *opts);
+
+/* Prints "apf: <message>" for status and returns its exit code. */
+int cmd_fail(int status);
+/* Standard start of every command: parses, handles --help and usage errors.
+ * Returns -1 to go on, else the exit code to return. */
+int cmd_start(const char *cmd, const struct apf_usage *usage,
+	      const struct apf_opt *opts, int argc, char **argv, int *nargs);
+
+/* A one-line progress display on stderr, only when stdout and stderr are
+ * terminals; progress_done() clears it. */
+void progress_show(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void progress_done(void);
+int progress_enabled(void);
+
+int cmd_keygen(int argc, char **argv);
+int cmd_hash(int argc, char **argv);
+int cmd_env(int argc, char **argv);
+int cmd_pack(int argc, char **argv);
+int cmd_inspect(int argc, char **argv);
+int cmd_verify(int argc, char **argv);
+
+#endif

@@ -1,0 +1,61 @@
+/*
+ * main.c: the apf command-line tool. A table maps each subcommand to its
+ * cmd_<name> function in cmd/apf/<name>.c; this file only dispatches and
+ * answers --help and --version.
+ */
+#include "cmd.h"
+
+#include <locale.h>
+#include <string.h>
+
+extern const char apf_build_id[];
+
+static const struct apf_command commands[] = {
+	{"hash", cmd_hash, "print the tree digest of a directory or file"},
+};
+
+#define NCOMMANDS (sizeof commands / sizeof commands[0])
+
+static void print_help(FILE *f)
+{
+	fprintf(f, "usage: apf <command> [options] [arguments]\n\n"
+		   "apf packs, runs, verifies and scores training-algorithm "
+		   "benchmark entries\nso that a result can be trusted without "
+		   "rerunning it.\n\ncommands:\n");
+	for (size_t i = 0; i < NCOMMANDS; i++)
+		fprintf(f, "  %-10s %s\n", commands[i].name,
+			commands[i].summary);
+	fprintf(f, "\n'apf <command> --help' describes a command. "
+		   "Exit codes: 0 ok, 1 verification failed,\n2 usage or input "
+		   "error, 3 run stopped abnormally.\n");
+}
+
+int main(int argc, char **argv)
+{
+	setlocale(LC_ALL, "C");
+	if (argc < 2) {
+		print_help(stderr);
+		return 2;
+	}
+	const char *name = argv[1];
+	if (!strcmp(name, "--help") || !strcmp(name, "-h")) {
+		print_help(stdout);
+		return 0;
+	}
+	if (!strcmp(name, "--version") || !strcmp(name, "version")) {
+		printf("apf %s (%s)\n", APF_VERSION, apf_build_id);
+		return 0;
+	}
+	if (!strcmp(name, "help") && argc >= 3) {
+		name = argv[2];
+		char *help_argv[] = {argv[2], "--help", NULL};
+		for (size_t i = 0; i < NCOMMANDS; i++)
+			if (!strcmp(commands[i].name, name))
+				return commands[i].run(2, help_argv);
+	}
+	for (size_t i = 0; i < NCOMMANDS; i++)
+		if (!strcmp(commands[i].name, name))
+			return commands[i].run(argc - 1, argv + 1);
+	apf_error(APF_EUSAGE, name, "unknown command (see 'apf --help')");
+	return cmd_fail(APF_EUSAGE);
+}

@@ -1,0 +1,204 @@
+/*
+ * opts.c: the option parser every subcommand uses, so each takes options the
+ * same way (--name VALUE, --name=VALUE, -n VALUE, -- ends options) and prints
+ * the same kind of usage.
+ */
+#include "cmd.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+void opts_print_usage(FILE *f, const char *cmd, const struct apf_usage *usage,
+		      const struct apf_opt *opts)
+{
+	(void)cmd;
+	fprintf(f, "usage: apf %s\n\n%s\n", usage->synopsis, usage->summary);
+	if (opts && opts[0].name) {
+		fprintf(f, "\noptions:\n");
+		for (const struct apf_opt *o = opts; o->name; o++) {
+			char left[64];
+			if (o->short_name)
+				snprintf(left, sizeof left, "-%c, --%s%s%s",
+					 o->short_name, o->name,
+					 o->arg ? " " : "", o->arg ? o->arg : "");
+			else
+				snprintf(left, sizeof left, "    --%s%s%s",
+					 o->name, o->arg ? " " : "",
+					 o->arg ? o->arg : "");
+			fprintf(f, "  %-26s %s\n", left, o->help);
+		}
+	}
+	fprintf(f, "  %-26s %s\n", "-h, --help", "show this help");
+	if (usage->details)
+		fprintf(f, "\n%s\n", usage->details);
+}
+
+static const struct apf_opt *find_long(const struct apf_opt *opts,
+				       const char *name, size_t len)
+{
+	for (const struct apf_opt *o = opts; o && o->name; o++)
+		if (strlen(o->name) == len && !strncmp(o->name, name, len))
+			return o;
+	return NULL;
+}
+
+static const struct apf_opt *find_short(const struct apf_opt *opts, char c)
+{
+	for (const struct apf_opt *o = opts; o && o->name; o++)
+		if (o->short_name == c)
+			return o;
+	return NULL;
+}
+
+static int set_value(const char *cmd, const struct apf_opt *o,
+		     const char *value)
+{
+	switch (o->type) {
+	case OPT_FLAG:
+		*(int *)o->value = 1;
+		return 0;
+	case OPT_STRING:
+		*(const char **)o->value = value;
+		return 0;
+	case OPT_INT: {
+		char *end;
+		errno = 0;
+		long v = strtol(value, &end, 10);
+		if (errno || end == value || *end)
+			return apf_error(APF_EUSAGE, cmd,
+					 "--%s: expected an integer, got '%s'",
+					 o->name, value);
+		*(long *)o->value = v;
+		return 0;
+	}
+	}
+	return APF_EINTERNAL;
+}
+
+int opts_parse(const char *cmd, const struct apf_usage *usage,
+	       const struct apf_opt *opts, int argc, char **argv, int *nargs)
+{
+	int npos = 0, only_pos = 0;
+	for (int i = 1; i < argc; i++) {
+		char *a = argv[i];
+		if (only_pos || a[0] != '-' || a[1] == 0) {
+			argv[1 + npos++] = a;
+			continue;
+		}
+		if (!strcmp(a, "--")) {
+			only_pos = 1;
+			continue;
+		}
+		if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+			opts_print_usage(stdout, cmd, usage, opts);
+			return 1;
+		}
+		const struct apf_opt *o;
+		const char *inline_val = NULL;
+		if (a[1] == '-') {
+			const char *name = a + 2, *eq = strchr(name, '=');
+			size_t len = eq ? (size_t)(eq - name) : strlen(name);
+			o = find_long(opts, name, len);
+			if (!o)
+				return apf_error(APF_EUSAGE, cmd,
+						 "unknown option '--%.*s' (see "
+						 "'apf %s --help')",
+						 (int)len, name, cmd);
+			if (eq)
+				inline_val = eq + 1;
+		} else {
+			o = find_short(opts, a[1]);
+			if (!o)
+				return apf_error(APF_EUSAGE, cmd,
+						 "unknown option '-%c' (see "
+						 "'apf %s --help')",
+						 a[1], cmd);
+			if (a[2])
+				inline_val = a + 2;
+		}
+		if (o->type == OPT_FLAG) {
+			if (inline_val)
+				return apf_error(APF_EUSAGE, cmd,
+						 "--%s takes no value", o->name);
+			set_value(cmd, o, NULL);
+			continue;
+		}
+		if (!inline_val) {
+			if (i + 1 >= argc)
+				return apf_error(APF_EUSAGE, cmd,
+						 "--%s needs a value (%s)",
+						 o->name, o->arg ? o->arg : "");
+			inline_val = argv[++i];
+		}
+		int rc = set_value(cmd, o, inline_val);
+		if (rc)
+			return rc;
+	}
+	*nargs = npos;
+	if (npos < usage->min_args)
+		return apf_error(APF_EUSAGE, cmd,
+				 "missing argument (usage: apf %s)",
+				 usage->synopsis);
+	if (usage->max_args >= 0 && npos > usage->max_args)
+		return apf_error(APF_EUSAGE, cmd,
+				 "unexpected argument '%s' (usage: apf %s)",
+				 argv[1 + usage->max_args], usage->synopsis);
+	return 0;
+}
+
+int cmd_fail(int status)
+{
+	fflush(stdout);
+	progress_done();
+	fprintf(stderr, "apf: %s\n", apf_error_message());
+	return apf_exit_code(status);
+}
+
+int cmd_start(const char *cmd, const struct apf_usage *usage,
+	      const struct apf_opt *opts, int argc, char **argv, int *nargs)
+{
+	int rc = opts_parse(cmd, usage, opts, argc, argv, nargs);
+	if (rc == 1)
+		return 0;
+	if (rc)
+		return cmd_fail(rc);
+	return -1;
+}
+
+/* ---- progress line ------------------------------------------------------- */
+
+static int progress_state = -1; /* -1 unknown, 0 off, 1 on */
+static int progress_shown;
+
+int progress_enabled(void)
+{
+	if (progress_state < 0)
+		progress_state = isatty(STDOUT_FILENO) && isatty(STDERR_FILENO);
+	return progress_state;
+}
+
+void progress_show(const char *fmt, ...)
+{
+	if (!progress_enabled())
+		return;
+	char line[256];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(line, sizeof line, fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "\r%s\033[K", line);
+	fflush(stderr);
+	progress_shown = 1;
+}
+
+void progress_done(void)
+{
+	if (progress_shown) {
+		fprintf(stderr, "\r\033[K");
+		fflush(stderr);
+		progress_shown = 0;
+	}
+}

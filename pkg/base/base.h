@@ -1,0 +1,113 @@
+/*
+ * base: the conventions every part of libapf shares.
+ *
+ * Errors. Every libapf function returns 0 or a negative APF_E* code. The
+ * function that detects a failure records one message with apf_error(); callers
+ * that add context wrap it with apf_error_prefix(). The message reads
+ * "<what>: <why>" and the CLI prints it as "apf: <what>: <why>". The message
+ * is thread-local, so worker threads report through their own return codes and
+ * the caller copies the message across (apf_error_take / apf_error_restore).
+ *
+ * Crash-safe files. Anything that must survive a crash is written through
+ * apf_atomic_*: a temporary file in the target's directory, fsync, rename,
+ * fsync of the directory. A reader therefore sees the old file or the new one,
+ * never a torn one. Every write, fsync and rename in here passes through one
+ * fault-injection point (APF_FAULT=op:N in the environment, or
+ * apf_fault_set()) so tests can fail the Nth operation and check that nothing
+ * half-written is left behind.
+ */
+#ifndef APF_BASE_H
+#define APF_BASE_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#define APF_VERSION "0.1.0"
+
+enum apf_status {
+	APF_OK = 0,
+	APF_EVERIFY = -1,   /* a verification failed: exit 1 */
+	APF_EUSAGE = -2,    /* bad command line: exit 2 */
+	APF_EINPUT = -3,    /* missing, malformed or refused input: exit 2 */
+	APF_EIO = -4,       /* the system refused an I/O operation: exit 2 */
+	APF_ENOMEM = -5,    /* out of memory: exit 2 */
+	APF_EABORT = -6,    /* a run stopped abnormally: exit 3 */
+	APF_EINTERNAL = -7, /* a broken invariant inside apf: exit 3 */
+};
+
+/* Records "<what>: <why>" and returns code, so callers write
+ * `return apf_error(APF_EINPUT, path, "not a directory");`. */
+int apf_error(int code, const char *what, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+/* Same, with errno's text as the reason: "<what>: <why>: <strerror>". */
+int apf_error_errno(int code, int errnum, const char *what, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+/* Prepends "<what>: " to the current message; returns code. */
+int apf_error_prefix(int code, const char *what);
+const char *apf_error_message(void);
+void apf_error_clear(void);
+/* Moves the calling thread's message into buf (for handing across threads). */
+void apf_error_take(char *buf, size_t size);
+void apf_error_restore(int code, const char *message);
+/* The process exit code of DESIGN.md section 2 for a status. */
+int apf_exit_code(int status);
+const char *apf_status_name(int status);
+
+/* Fault injection: op is "write", "fsync" or "rename". */
+void apf_fault_set(const char *op, long nth);
+int apf_fault_check(const char *op);
+
+/* Atomic file replacement. */
+typedef struct apf_atomic apf_atomic;
+enum { APF_ATOMIC_NOREPLACE = 1 }; /* commit fails if the target exists */
+int apf_atomic_open(apf_atomic **out, const char *path, mode_t mode, int flags);
+int apf_atomic_fd(const apf_atomic *af);
+const char *apf_atomic_tmp_path(const apf_atomic *af);
+int apf_atomic_write(apf_atomic *af, const void *buf, size_t len);
+/* fsync, rename over the target, fsync the directory; frees af either way. */
+int apf_atomic_commit(apf_atomic *af);
+/* Removes the temporary; frees af. Safe with NULL. */
+void apf_atomic_abort(apf_atomic *af);
+
+int apf_file_write(const char *path, const void *buf, size_t len, mode_t mode,
+		   int flags);
+/* Reads a whole file, NUL-terminated; refuses files over max bytes. */
+int apf_file_read(const char *path, size_t max, char **out, size_t *len);
+/* write(2) until done, retrying on EINTR, through the fault point. */
+int apf_write_all(int fd, const void *buf, size_t len, const char *what);
+int apf_fsync_dir(const char *dir);
+/* mkdir -p with the given mode for created directories. */
+int apf_mkdirs(const char *path, mode_t mode);
+/* rm -r that never follows symlinks; ENOENT is not an error. */
+int apf_remove_tree(const char *path);
+
+/* Growable byte buffer, always NUL-terminated. */
+typedef struct apf_buf {
+	char *data;
+	size_t len, cap;
+} apf_buf;
+int apf_buf_append(apf_buf *b, const void *data, size_t len);
+int apf_buf_puts(apf_buf *b, const char *s);
+int apf_buf_printf(apf_buf *b, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+void apf_buf_free(apf_buf *b);
+
+void apf_hex(char *out, const uint8_t *in, size_t n); /* out gets 2n+1 */
+int apf_unhex(uint8_t *out, const char *in, size_t n); /* exactly 2n hex chars */
+int apf_is_hex_digest(const char *s);                   /* 64 lowercase hex */
+/* Valid UTF-8 without NUL, newline or other C0 controls. */
+int apf_utf8_path_ok(const char *s);
+
+/* $APF_HOME, else ~/.config/apf. Caller frees. */
+char *apf_home(void);
+char *apf_path_join(const char *a, const char *b);
+char *apf_strdup(const char *s);
+void *apf_calloc(size_t n, size_t size);
+/* Monotonic clock in nanoseconds. */
+uint64_t apf_now_ns(void);
+/* Online CPUs usable by this process (sched affinity). */
+int apf_cpu_count(void);
+
+#endif

@@ -1,0 +1,134 @@
+/*
+ * error.c: the one place that formats error messages, and the map from status
+ * codes to the exit codes of DESIGN.md section 2.
+ */
+#include "base/base.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#define MSG_MAX 1024
+
+static _Thread_local char msg[MSG_MAX];
+
+/* Errors are one line: any newline a cause brought in becomes a space. */
+static void flatten(char *s)
+{
+	for (; *s; s++)
+		if (*s == '\n' || *s == '\r')
+			*s = ' ';
+}
+
+/* Bounded concatenation: messages longer than MSG_MAX are cut, by design. */
+static void join(char *dst, const char *const *parts, int n)
+{
+	size_t len = 0;
+	for (int i = 0; i < n; i++) {
+		const char *p = i > 0 ? ": " : "";
+		for (int pass = 0; pass < 2; pass++, p = parts[i])
+			for (; p && *p && len + 1 < MSG_MAX; p++)
+				dst[len++] = *p;
+	}
+	dst[len] = 0;
+}
+
+static int vset(int code, int errnum, const char *what, const char *fmt,
+		va_list ap)
+{
+	char why[MSG_MAX];
+	vsnprintf(why, sizeof why, fmt, ap);
+	const char *parts[] = {what, why, errnum ? strerror(errnum) : NULL};
+	join(msg, parts, errnum ? 3 : 2);
+	flatten(msg);
+	return code;
+}
+
+int apf_error(int code, const char *what, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vset(code, 0, what, fmt, ap);
+	va_end(ap);
+	return code;
+}
+
+int apf_error_errno(int code, int errnum, const char *what, const char *fmt,
+		    ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vset(code, errnum, what, fmt, ap);
+	va_end(ap);
+	return code;
+}
+
+int apf_error_prefix(int code, const char *what)
+{
+	char old[MSG_MAX];
+	memcpy(old, msg, sizeof old);
+	const char *parts[] = {what, old[0] ? old : apf_status_name(code)};
+	join(msg, parts, 2);
+	flatten(msg);
+	return code;
+}
+
+const char *apf_error_message(void)
+{
+	return msg[0] ? msg : "unknown error";
+}
+
+void apf_error_clear(void)
+{
+	msg[0] = 0;
+}
+
+void apf_error_take(char *buf, size_t size)
+{
+	snprintf(buf, size, "%s", msg);
+	msg[0] = 0;
+}
+
+void apf_error_restore(int code, const char *message)
+{
+	(void)code;
+	snprintf(msg, sizeof msg, "%s", message);
+}
+
+int apf_exit_code(int status)
+{
+	switch (status) {
+	case APF_OK:
+		return 0;
+	case APF_EVERIFY:
+		return 1;
+	case APF_EUSAGE:
+	case APF_EINPUT:
+	case APF_EIO:
+	case APF_ENOMEM:
+		return 2;
+	default:
+		return 3;
+	}
+}
+
+const char *apf_status_name(int status)
+{
+	switch (status) {
+	case APF_OK:
+		return "ok";
+	case APF_EVERIFY:
+		return "verification failed";
+	case APF_EUSAGE:
+		return "usage error";
+	case APF_EINPUT:
+		return "bad input";
+	case APF_EIO:
+		return "I/O error";
+	case APF_ENOMEM:
+		return "out of memory";
+	case APF_EABORT:
+		return "stopped abnormally";
+	default:
+		return "internal error";
+	}
+}

@@ -1,0 +1,202 @@
+/*
+ * util.c: small helpers every package uses: a growable buffer, hex, UTF-8
+ * path checks, $APF_HOME, the monotonic clock and the usable CPU count.
+ */
+#include "base/base.h"
+
+#include <pwd.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+int apf_buf_append(apf_buf *b, const void *data, size_t len)
+{
+	if (b->len + len + 1 > b->cap) {
+		size_t cap = b->cap ? b->cap : 256;
+		while (cap < b->len + len + 1)
+			cap *= 2;
+		char *p = realloc(b->data, cap);
+		if (!p)
+			return APF_ENOMEM;
+		b->data = p;
+		b->cap = cap;
+	}
+	if (len)
+		memcpy(b->data + b->len, data, len);
+	b->len += len;
+	b->data[b->len] = 0;
+	return 0;
+}
+
+int apf_buf_puts(apf_buf *b, const char *s)
+{
+	return apf_buf_append(b, s, strlen(s));
+}
+
+int apf_buf_printf(apf_buf *b, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	int n = vsnprintf(NULL, 0, fmt, ap);
+	va_end(ap);
+	if (n < 0)
+		return APF_EINTERNAL;
+	if (apf_buf_append(b, NULL, 0) != 0)
+		return APF_ENOMEM;
+	size_t need = b->len + (size_t)n + 1;
+	if (need > b->cap) {
+		size_t cap = b->cap;
+		while (cap < need)
+			cap *= 2;
+		char *p = realloc(b->data, cap);
+		if (!p)
+			return APF_ENOMEM;
+		b->data = p;
+		b->cap = cap;
+	}
+	va_start(ap, fmt);
+	vsnprintf(b->data + b->len, (size_t)n + 1, fmt, ap);
+	va_end(ap);
+	b->len += (size_t)n;
+	return 0;
+}
+
+void apf_buf_free(apf_buf *b)
+{
+	free(b->data);
+	b->data = NULL;
+	b->len = b->cap = 0;
+}
+
+void apf_hex(char *out, const uint8_t *in, size_t n)
+{
+	static const char digits[] = "0123456789abcdef";
+	for (size_t i = 0; i < n; i++) {
+		out[2 * i] = digits[in[i] >> 4];
+		out[2 * i + 1] = digits[in[i] & 15];
+	}
+	out[2 * n] = 0;
+}
+
+static int hexval(char c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	if (c >= 'a' && c <= 'f')
+		return c - 'a' + 10;
+	return -1;
+}
+
+int apf_unhex(uint8_t *out, const char *in, size_t n)
+{
+	if (strlen(in) != 2 * n)
+		return APF_EINPUT;
+	for (size_t i = 0; i < n; i++) {
+		int hi = hexval(in[2 * i]), lo = hexval(in[2 * i + 1]);
+		if (hi < 0 || lo < 0)
+			return APF_EINPUT;
+		out[i] = (uint8_t)(hi << 4 | lo);
+	}
+	return 0;
+}
+
+int apf_is_hex_digest(const char *s)
+{
+	if (!s || strlen(s) != 64)
+		return 0;
+	for (int i = 0; i < 64; i++)
+		if (hexval(s[i]) < 0)
+			return 0;
+	return 1;
+}
+
+int apf_utf8_path_ok(const char *s)
+{
+	const unsigned char *p = (const unsigned char *)s;
+	while (*p) {
+		unsigned c = *p;
+		int extra;
+		unsigned min;
+		if (c < 0x20 || c == 0x7f)
+			return 0;
+		if (c < 0x80) {
+			p++;
+			continue;
+		} else if ((c & 0xe0) == 0xc0) {
+			extra = 1, min = 0x80, c &= 0x1f;
+		} else if ((c & 0xf0) == 0xe0) {
+			extra = 2, min = 0x800, c &= 0x0f;
+		} else if ((c & 0xf8) == 0xf0) {
+			extra = 3, min = 0x10000, c &= 0x07;
+		} else {
+			return 0;
+		}
+		p++;
+		for (int i = 0; i < extra; i++, p++) {
+			if ((*p & 0xc0) != 0x80)
+				return 0;
+			c = c << 6 | (*p & 0x3f);
+		}
+		/* Overlong forms, surrogates and values past U+10FFFF. */
+		if (c < min || c > 0x10ffff || (c >= 0xd800 && c <= 0xdfff))
+			return 0;
+	}
+	return 1;
+}
+
+char *apf_strdup(const char *s)
+{
+	return s ? strdup(s) : NULL;
+}
+
+void *apf_calloc(size_t n, size_t size)
+{
+	return calloc(n ? n : 1, size ? size : 1);
+}
+
+char *apf_path_join(const char *a, const char *b)
+{
+	apf_buf p = {0};
+	size_t la = strlen(a);
+	if (apf_buf_printf(&p, "%s%s%s", a, la && a[la - 1] == '/' ? "" : "/",
+			   b) != 0) {
+		apf_buf_free(&p);
+		return NULL;
+	}
+	return p.data;
+}
+
+char *apf_home(void)
+{
+	const char *h = getenv("APF_HOME");
+	if (h && *h)
+		return apf_strdup(h);
+	const char *home = getenv("HOME");
+	if (!home || !*home) {
+		struct passwd *pw = getpwuid(getuid());
+		home = pw ? pw->pw_dir : "/";
+	}
+	return apf_path_join(home, ".config/apf");
+}
+
+uint64_t apf_now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+int apf_cpu_count(void)
+{
+	cpu_set_t set;
+	if (sched_getaffinity(0, sizeof set, &set) == 0) {
+		int n = CPU_COUNT(&set);
+		if (n > 0)
+			return n;
+	}
+	long n = sysconf(_SC_NPROCESSORS_ONLN);
+	return n > 0 ? (int)n : 1;
+}

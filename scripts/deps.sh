@@ -1,0 +1,44 @@
+#!/bin/sh
+# Installs the Debian packages apf needs, with apt-get, when they are missing.
+# Usage: scripts/deps.sh GROUP...   (groups: build, test, bench)
+set -eu
+
+build="gcc make pkg-config git libarchive-dev libssl-dev libgit2-dev libinih-dev
+libjansson-dev libopenblas-dev libseccomp-dev zlib1g-dev libzstd-dev"
+test="libcmocka-dev python3 python3-jsonschema openssl zstd dataset-fashion-mnist
+util-linux iproute2"
+bench="python3-torch coreutils"
+
+want=""
+for g in "$@"; do
+	case "$g" in
+	build) want="$want $build" ;;
+	test) want="$want $test" ;;
+	bench) want="$want $bench" ;;
+	*) echo "apf: deps: unknown group '$g'" >&2; exit 2 ;;
+	esac
+done
+
+missing=""
+for p in $want; do
+	if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed"; then
+		missing="$missing $p"
+	fi
+done
+[ -z "$missing" ] && exit 0
+
+echo "apf: deps: installing$missing" >&2
+if [ "$(id -u)" -eq 0 ]; then
+	sudo=""
+elif command -v sudo >/dev/null 2>&1; then
+	sudo="sudo"
+else
+	echo "apf: deps: missing packages:$missing (run as root or install them)" >&2
+	exit 2
+fi
+export DEBIAN_FRONTEND=noninteractive
+# shellcheck disable=SC2086
+if ! $sudo apt-get install -y -q --no-install-recommends $missing >/dev/null; then
+	$sudo apt-get update -q >/dev/null
+	$sudo apt-get install -y -q --no-install-recommends $missing >/dev/null
+fi

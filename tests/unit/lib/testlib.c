@@ -1,0 +1,55 @@
+/*
+ * testlib.c: helpers for the unit tests (see testlib.h).
+ */
+#include "testlib.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "base/base.h"
+
+char *testlib_tmpdir(void)
+{
+	const char *t = getenv("TMPDIR");
+	char *p = apf_path_join(t && *t ? t : "/tmp", "apf-test-XXXXXX");
+	assert_non_null(p);
+	assert_non_null(mkdtemp(p));
+	return p;
+}
+
+void testlib_tmpdir_free(char *dir)
+{
+	if (!dir)
+		return;
+	apf_remove_tree(dir);
+	free(dir);
+}
+
+void testlib_write(const char *dir, const char *rel, const void *data,
+		   size_t len, int mode)
+{
+	char *path = apf_path_join(dir, rel);
+	char *slash = strrchr(path, '/');
+	*slash = 0;
+	assert_int_equal(apf_mkdirs(path, 0755), 0);
+	*slash = '/';
+	FILE *f = fopen(path, "wb");
+	assert_non_null(f);
+	assert_int_equal(fwrite(data, 1, len, f), len);
+	fclose(f);
+	assert_int_equal(chmod(path, (mode_t)mode), 0);
+	free(path);
+}
+
+void testlib_write_str(const char *dir, const char *rel, const char *s)
+{
+	testlib_write(dir, rel, s, strlen(s), 0644);
+}
+
+const char *testlib_root(void)
+{
+	return APF_SOURCE_DIR;
+}
