@@ -72,15 +72,13 @@ $(BUILD)/obj/%.o: %.cu
 	    -gencode arch=compute_90,code=sm_90 -gencode arch=compute_80,code=sm_80 \
 	    -c $< -o $@
 
-# The build id names the source revision; regenerated when HEAD moves.
-$(BUILD)/gen/version.c: FORCE
-	@mkdir -p $(dir $@)
-	@id=$$(git describe --always --dirty --abbrev=12 2>/dev/null || echo unknown); \
-	 new="const char apf_build_id[] = \"$$id\";"; \
-	 [ -f $@ ] && [ "$$(cat $@)" = "$$new" ] || echo "$$new" > $@
+# The build id names the source revision. version.c is rewritten (at parse
+# time) only when the id changes, so an unchanged tree relinks nothing.
+BUILD_ID := $(shell git describe --always --dirty --abbrev=12 2>/dev/null || echo unknown)
+$(shell mkdir -p $(BUILD)/gen; v='const char apf_build_id[] = "$(BUILD_ID)";'; \
+  [ "$$(cat $(BUILD)/gen/version.c 2>/dev/null)" = "$$v" ] || echo "$$v" > $(BUILD)/gen/version.c)
 $(BUILD)/obj/version.o: $(BUILD)/gen/version.c
-	$(CC) $(CFLAGS_APF) -c $< -o $@
-FORCE:
+	$(CC) $(CFLAGS_APF) $(CFLAGS) -c $< -o $@
 
 $(BUILD)/libapf.a: $(LIB_OBJ)
 	@rm -f $@
