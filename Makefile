@@ -125,7 +125,7 @@ FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
 fuzz:
 	@scripts/deps.sh build
 	@$(MAKE) --no-print-directory BUILD=build/fuzz CC=clang \
-	    CFLAGS="-fsanitize=fuzzer-no-link,address" all
+	    CFLAGS="-fsanitize=fuzzer-no-link,address" build/fuzz/libapf.a
 	@mkdir -p build/fuzz/bin
 	@for f in $(FUZZ_SRC); do n=$$(basename $$f .c); \
 	  clang $(CPPFLAGS_APF) -std=c17 -g -O1 -fsanitize=fuzzer,address \
