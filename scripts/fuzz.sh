@@ -10,7 +10,7 @@
 # status is non-zero when any target found a crash, leak or timeout.
 set -eu
 
-dir=${1:?usage: scripts/fuzz.sh FUZZ_BINARY_DIR}
+dir=$(cd "${1:?usage: scripts/fuzz.sh FUZZ_BINARY_DIR}" && pwd)
 secs=${FUZZ_SECONDS:-60}
 jobs=${FUZZ_JOBS:-1}
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -32,9 +32,13 @@ for bin in "$dir"/fuzz_*; do
 		/usr/bin/python3 "$seeds" "$corpus"
 	fi
 	echo "fuzz: $name for ${secs}s ($(ls "$corpus" | wc -l) inputs in corpus)"
-	if ! "$bin" -max_total_time="$secs" -timeout=20 -rss_limit_mb=2048 \
-		-jobs="$jobs" -workers="$jobs" -print_final_stats=1 \
-		-artifact_prefix="$crashes/" "$corpus" >"$work/$name.log" 2>&1; then
+	par=""
+	[ "$jobs" -gt 1 ] && par="-jobs=$jobs -workers=$jobs"
+	# From $work, where libFuzzer's per-job logs land.
+	# shellcheck disable=SC2086
+	if ! (cd "$work" && "$bin" -max_total_time="$secs" -timeout=20 \
+		-rss_limit_mb=2048 $par -print_final_stats=1 \
+		-artifact_prefix="$crashes/" "$corpus") >"$work/$name.log" 2>&1; then
 		echo "fuzz: $name FAILED; see $work/$name.log and $crashes/" >&2
 		status=1
 	fi
