@@ -11,7 +11,9 @@
 extern const char apf_build_id[];
 
 static const struct apf_command commands[] = {
+	{"keygen", cmd_keygen, "generate an Ed25519 signing key pair"},
 	{"hash", cmd_hash, "print the tree digest of a directory or file"},
+	{"env", cmd_env, "print this machine's environment record"},
 };
 
 #define NCOMMANDS (sizeof commands / sizeof commands[0])
