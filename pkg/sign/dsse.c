@@ -83,8 +83,17 @@ int apf_base64_decode(const char *in, size_t len, uint8_t **out, size_t *outlen)
 	int n = padded ? EVP_DecodeBlock(buf, (unsigned char *)norm,
 					 (int)padded)
 		       : 0;
+	int canonical = 0;
+	if (n >= 0 && (size_t)n >= pad) {
+		/* Refuse non-zero padding bits: one byte string, one encoding. */
+		apf_buf again = {0};
+		canonical = apf_base64_encode(buf, (size_t)n - pad, &again) == 0 &&
+			    again.len == padded &&
+			    memcmp(again.data, norm, padded) == 0;
+		apf_buf_free(&again);
+	}
 	free(norm);
-	if (n < 0 || (size_t)n < pad) {
+	if (!canonical) {
 		free(buf);
 		return apf_error(APF_EINPUT, "base64", "malformed");
 	}
