@@ -57,24 +57,58 @@ static char *strip_credentials(const char *url)
 	return out;
 }
 
+struct remote_pick {
+	char *name, *url;
+};
+
+/* remote.*.url entries: keeps the alphabetically first remote's. */
+static int first_remote(const git_config_entry *e, void *payload)
+{
+	struct remote_pick *p = payload;
+	size_t n = strlen(e->name);
+	if (strncmp(e->name, "remote.", 7) || n < 12 ||
+	    strcmp(e->name + n - 4, ".url"))
+		return 0;
+	if (p->name && strcmp(e->name, p->name) >= 0)
+		return 0;
+	char *name = apf_strdup(e->name), *url = apf_strdup(e->value);
+	if (!name || !url) {
+		free(name);
+		free(url);
+		return 0;
+	}
+	free(p->name);
+	free(p->url);
+	p->name = name;
+	p->url = url;
+	return 0;
+}
+
+/* The configured URL of "origin", else of the alphabetically first remote.
+ * Read from the config directly: libgit2 1.5's git_remote_lookup leaks in
+ * its insteadOf regex matching, and the URL as configured is what we want
+ * to record anyway. */
 static json_t *remote_url(git_repository *repo)
 {
-	git_remote *remote = NULL;
-	if (git_remote_lookup(&remote, repo, "origin") != 0) {
-		git_strarray names = {0};
-		if (git_remote_list(&names, repo) == 0 && names.count > 0)
-			git_remote_lookup(&remote, repo, names.strings[0]);
-		git_strarray_dispose(&names);
-	}
+	git_config *cfg = NULL;
 	json_t *out = json_null();
-	if (remote) {
-		const char *url = git_remote_url(remote);
-		char *clean = url ? strip_credentials(url) : NULL;
-		if (clean)
-			out = json_string(clean);
-		free(clean);
-		git_remote_free(remote);
+	if (git_repository_config_snapshot(&cfg, repo) != 0) {
+		git_error_clear();
+		return out;
 	}
+	const char *url = NULL;
+	struct remote_pick pick = {0};
+	if (git_config_get_string(&url, cfg, "remote.origin.url") != 0) {
+		git_config_foreach(cfg, first_remote, &pick);
+		url = pick.url;
+	}
+	char *clean = url ? strip_credentials(url) : NULL;
+	if (clean)
+		out = json_string(clean);
+	free(clean);
+	free(pick.name);
+	free(pick.url);
+	git_config_free(cfg);
 	git_error_clear();
 	return out;
 }
