@@ -17,6 +17,7 @@ static const struct apf_command commands[] = {
 	{"pack", cmd_pack, "pack a submission into a signed entry (.apf)"},
 	{"inspect", cmd_inspect, "show what an entry holds"},
 	{"verify", cmd_verify, "verify an entry's signature and contents"},
+	{"plan", cmd_plan, "print the trials a run will execute"},
 };
 
 #define NCOMMANDS (sizeof commands / sizeof commands[0])

@@ -64,6 +64,10 @@ int apf_entry_extract(apf_entry **out, const char *path, const char *dest,
 /* Reads the manifest without requiring a trusted signature (it must still
  * parse); signature_trusted says whether kr verified it. */
 int apf_entry_inspect(apf_entry **out, const char *path, const apf_keyring *kr);
+/* Reads one submission file (path relative to the submission) from a
+ * verified entry, checking it against the manifest again. */
+int apf_entry_read_file(const apf_entry *e, const char *rel, size_t max,
+			char **out, size_t *len);
 void apf_entry_free(apf_entry *e);
 
 #endif

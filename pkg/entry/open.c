@@ -285,3 +285,53 @@ int apf_entry_extract(apf_entry **out, const char *path, const char *dest,
 	}
 	return 0;
 }
+
+int apf_entry_read_file(const apf_entry *e, const char *rel, size_t max,
+			char **out, size_t *len)
+{
+	*out = NULL;
+	const struct apf_manifest_file *f = apf_manifest_find_file(e->manifest, rel);
+	if (!f || f->type != 'f')
+		return apf_error(APF_EINPUT, e->path, "%s: no such file in the entry",
+				 rel);
+	if (f->size > max)
+		return apf_error(APF_EINPUT, rel, "larger than %zu bytes", max);
+	apf_archive_reader *r;
+	int rc = apf_archive_reader_open(&r, e->path, NULL);
+	apf_buf b = {0};
+	int found = 0;
+	while (!rc && !found) {
+		struct apf_archive_member m;
+		int more = apf_archive_next(r, &m);
+		if (more <= 0) {
+			rc = more;
+			break;
+		}
+		if (strncmp(m.name, APF_SUBMISSION_PREFIX,
+			    strlen(APF_SUBMISSION_PREFIX)) ||
+		    strcmp(m.name + strlen(APF_SUBMISSION_PREFIX), rel))
+			continue;
+		found = 1;
+		rc = read_member(r, max, &b);
+	}
+	apf_archive_reader_close(r);
+	if (!rc && !found)
+		rc = apf_error(APF_EVERIFY, e->path, "%s: missing from the archive",
+			       rel);
+	char hex[65];
+	if (!rc)
+		rc = apf_sha256_hex(b.data ? b.data : "", b.len, hex);
+	if (!rc && strcmp(hex, f->sha256))
+		rc = apf_error(APF_EVERIFY, rel,
+			       "changed since the entry was verified");
+	if (rc) {
+		apf_buf_free(&b);
+		return rc;
+	}
+	if (!b.data && apf_buf_append(&b, "", 0))
+		return apf_error(APF_ENOMEM, rel, "out of memory");
+	*out = b.data;
+	if (len)
+		*len = b.len;
+	return 0;
+}

@@ -162,6 +162,8 @@ static int read_pem(const char *path, apf_buf *out, int check_private_mode)
 			rc = apf_error(APF_ENOMEM, path, "out of memory");
 	fclose(f);
 	OPENSSL_cleanse(chunk, sizeof chunk);
+	if (!rc && out->len == 0)
+		rc = apf_error(APF_EINPUT, path, "empty file, not a PEM key");
 	return rc;
 }
 

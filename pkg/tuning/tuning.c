@@ -292,3 +292,50 @@ int apf_hparams_from_json(const json_t *j, apf_hparams *out)
 	}
 	return 0;
 }
+
+void apf_plan_free(apf_plan *p)
+{
+	if (!p)
+		return;
+	for (size_t i = 0; i < p->n; i++)
+		apf_hparams_free(&p->units[i].hp);
+	free(p->units);
+	free(p);
+}
+
+int apf_plan_build(apf_plan **out, char *const *workloads, size_t nworkloads,
+		   long studies, long trials, uint32_t seed,
+		   const apf_search_space *space)
+{
+	*out = NULL;
+	if (studies < 1 || trials < 1)
+		return apf_error(APF_EINPUT, "plan", "no studies or trials");
+	apf_plan *p = apf_calloc(1, sizeof *p);
+	size_t n = nworkloads * (size_t)studies * (size_t)trials;
+	if (p)
+		p->units = apf_calloc(n, sizeof *p->units);
+	if (!p || !p->units) {
+		free(p);
+		return apf_error(APF_ENOMEM, "plan", "out of memory");
+	}
+	int rc = 0;
+	for (size_t w = 0; !rc && w < nworkloads; w++)
+		for (long s = 0; !rc && s < studies; s++)
+			for (long t = 0; !rc && t < trials; t++) {
+				struct apf_plan_unit *u = &p->units[p->n++];
+				u->workload = workloads[w];
+				u->study = s;
+				u->trial = t;
+				/* The same draws for every workload: a study
+				 * tunes the algorithm, not each workload. */
+				if (space)
+					rc = apf_tuning_draw(space, seed, s, t,
+							     &u->hp);
+			}
+	if (rc) {
+		apf_plan_free(p);
+		return rc;
+	}
+	*out = p;
+	return 0;
+}

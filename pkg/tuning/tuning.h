@@ -68,6 +68,25 @@ void apf_hparams_free(apf_hparams *h);
 json_t *apf_hparams_to_json(const apf_hparams *h);
 int apf_hparams_from_json(const json_t *j, apf_hparams *out);
 
+/* The trials a run executes: every workload x study x trial, in that
+ * order, each with its draw (no hyperparameters when space is NULL, as in
+ * self-tuning, where the submission uses its own defaults). */
+struct apf_plan_unit {
+	const char *workload; /* borrowed from the caller's names */
+	long study, trial;    /* 0-based */
+	apf_hparams hp;
+};
+
+typedef struct apf_plan {
+	struct apf_plan_unit *units;
+	size_t n;
+} apf_plan;
+
+int apf_plan_build(apf_plan **out, char *const *workloads, size_t nworkloads,
+		   long studies, long trials, uint32_t seed,
+		   const apf_search_space *space);
+void apf_plan_free(apf_plan *p);
+
 /* The Halton radical inverse of index in a prime base (exposed for tests). */
 double apf_halton(uint64_t index, unsigned base);
 

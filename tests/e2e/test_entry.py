@@ -340,3 +340,34 @@ class KeygenAndCli(ApfCase):
         env = json.loads(self.ok("env", "--json").out)
         jsonschema.Draft202012Validator(schema["$defs"]["environment"]).validate(env)
         self.assertEqual(env["cpu"]["cores"], len(os.sched_getaffinity(0)))
+
+
+class Plan(ApfCase):
+    def test_plan_is_fixed_by_the_entry(self):
+        sub = self.make_submission()
+        entry = self.pack(sub)
+        a = json.loads(self.ok("plan", entry, "--json").out)
+        b = json.loads(self.ok("plan", entry, "--json").out)
+        self.assertEqual(a, b)
+        self.assertEqual(len(a["units"]), 2 * 3)  # studies x trials, one workload
+        lrs = [u["hparams"]["learning_rate"] for u in a["units"]]
+        self.assertEqual(len(set(lrs)), len(lrs))
+        self.assertTrue(all(1e-4 <= x <= 1e-2 for x in lrs))
+        # Another seed draws other points; the same seed on another pack
+        # (another machine) draws the same ones.
+        c = json.loads(self.ok("plan", self.pack(sub, "c.apf", "--seed", "7"), "--json").out)
+        self.assertNotEqual([u["hparams"] for u in c["units"]], [u["hparams"] for u in a["units"]])
+        d = json.loads(self.ok("plan", self.pack(sub, "d.apf", "--seed", "7"), "--json").out)
+        self.assertEqual(c["units"], d["units"])
+        text = self.ok("plan", entry).out
+        self.assertIn("2 studies x 3 trials", text)
+
+    def test_self_tuning_plan_has_no_search(self):
+        entry = self.pack(self.make_submission(name="st", ruleset="self"))
+        p = json.loads(self.ok("plan", entry, "--json").out)
+        self.assertEqual(p["trials"], 1)
+        self.assertEqual(p["budget_multiplier"], 1.5)
+        self.assertTrue(all(u["hparams"] == {} for u in p["units"]))
+        self.ok("keygen", "-o", self.path("other"), "--no-trust")
+        self.fails(1, "plan", entry, "--key", self.path("other.pub.pem"), match="signature")
+        self.fails(2, "plan", entry, "--key", os.devnull, match="empty")
