@@ -7,7 +7,8 @@
  * AlgoPerf version the targets file names (0.5 or 0.6), else algoperf-0.6.
  * Warnings (skipped trials, unexpected study counts) go to stderr; the table
  * or the JSON to stdout; --csv and --svg files are written atomically, and
- * only once everything has been computed.
+ * only once everything has been computed. A failure prints one line and
+ * nothing else.
  */
 #include "cmd.h"
 
@@ -100,6 +101,11 @@ int cmd_score(int argc, char **argv)
 	}
 	if (!rc)
 		rc = apf_score_compute(&res, logs, targets, heldout, rules);
+	if (!rc && csv)
+		rc = write_file(csv, res, apf_score_format_csv);
+	if (!rc && svg)
+		rc = write_file(svg, res, apf_score_format_svg);
+	/* Warnings only once nothing can fail, so a failure is one line. */
 	if (!rc) {
 		const apf_score_rules *vr = apf_score_rules_for_version(version);
 		if (vr && strncmp(rules->name, "algoperf-", 9) == 0 && vr != rules)
@@ -111,10 +117,6 @@ int cmd_score(int argc, char **argv)
 			fprintf(stderr, "apf: score: warning: %s\n",
 				res->warnings[i]);
 	}
-	if (!rc && csv)
-		rc = write_file(csv, res, apf_score_format_csv);
-	if (!rc && svg)
-		rc = write_file(svg, res, apf_score_format_svg);
 	if (!rc) {
 		apf_buf b = {0};
 		rc = json ? apf_score_format_json(res, &b)

@@ -153,8 +153,6 @@ static int read_header(struct csv *c, apf_buf *f, const char *metric_col,
 		if (rc)
 			break;
 		const char *name = f->data ? f->data : "";
-		if (n == 0 && !strncmp(name, "\xef\xbb\xbf", 3))
-			name += 3;
 		for (long i = 0; i < n; i++)
 			if (!strcmp(names[i], name)) {
 				rc = apf_error(APF_EINPUT, c->name,
@@ -221,6 +219,8 @@ int apf_score_parse_trial(const char *text, size_t len, const char *name,
 	int rc = apf_buf_printf(&col, "validation/%s", target->metric)
 			 ? apf_error(APF_ENOMEM, name, "out of memory")
 			 : 0;
+	if (len >= 3 && !memcmp(text, "\xef\xbb\xbf", 3))
+		c.p += 3;
 	/* Leading blank lines, as pandas skips them. */
 	while (!rc && c.p < c.end && blank_from(c.p, c.end)) {
 		const char *nl = memchr(c.p, '\n', (size_t)(c.end - c.p));
