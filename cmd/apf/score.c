@@ -1,7 +1,7 @@
 /*
  * score.c: `apf score DIR... [--rules R] [--targets F] [--heldout F]
- * [--svg F] [--csv F] [--json]`: performance profiles and benchmark scores
- * from AlgoPerf's logs or apf runs (DESIGN.md section 8).
+ * [--svg F] [--csv F] [--self-tuning] [--json]`: performance profiles and
+ * benchmark scores from AlgoPerf's logs or apf runs (DESIGN.md section 8).
  *
  * The rules default to apf when any input is an apf run, else to the
  * AlgoPerf version the targets file names (0.5 or 0.6), else algoperf-0.6.
@@ -33,7 +33,7 @@ int cmd_score(int argc, char **argv)
 {
 	const char *rules_name = NULL, *targets_path = NULL,
 		   *heldout_path = NULL, *svg = NULL, *csv = NULL;
-	int json = 0;
+	int json = 0, self_tuning = 0;
 	const struct apf_opt opts[] = {
 		{"rules", 'r', OPT_STRING, &rules_name, "R",
 		 "apf, algoperf-0.5 or algoperf-0.6"},
@@ -45,13 +45,15 @@ int cmd_score(int argc, char **argv)
 		 "write the performance-profile plot"},
 		{"csv", 0, OPT_STRING, &csv, "FILE",
 		 "write submission,score,<times...> rows"},
+		{"self-tuning", 0, OPT_FLAG, &self_tuning, NULL,
+		 "the submissions follow the self-tuning ruleset"},
 		{"json", 0, OPT_FLAG, &json, NULL,
 		 "print JSON instead of the table"},
 		{0},
 	};
 	const struct apf_usage usage = {
 		"score RUN_DIR|LOG_DIR ... [--rules R] [--targets FILE] "
-		"[--heldout FILE] [--svg FILE] [--csv FILE] [--json]",
+		"[--heldout FILE] [--svg FILE] [--csv FILE] [--self-tuning] [--json]",
 		"Score submissions: time-to-target per trial, the best trial per "
 		"study, the median\nover studies, performance profiles over the "
 		"base workloads, and the benchmark\nscore (the profile's "
@@ -99,6 +101,11 @@ int cmd_score(int argc, char **argv)
 		else if (!(rules = apf_score_rules_for_version(version)))
 			rules = apf_score_rules_get("algoperf-0.6");
 	}
+	apf_score_rules self;
+	if (!rc && self_tuning) {
+		apf_score_rules_self(rules, &self);
+		rules = &self;
+	}
 	if (!rc)
 		rc = apf_score_compute(&res, logs, targets, heldout, rules);
 	if (!rc && csv)
@@ -108,7 +115,8 @@ int cmd_score(int argc, char **argv)
 	/* Warnings only once nothing can fail, so a failure is one line. */
 	if (!rc) {
 		const apf_score_rules *vr = apf_score_rules_for_version(version);
-		if (vr && strncmp(rules->name, "algoperf-", 9) == 0 && vr != rules)
+		if (vr && strncmp(rules->name, "algoperf-", 9) == 0 &&
+		    strcmp(vr->name, rules->name))
 			fprintf(stderr,
 				"apf: score: warning: scoring with %s but the "
 				"targets are AlgoPerf %s's\n",

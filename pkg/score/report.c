@@ -91,9 +91,15 @@ static int table(const apf_score_result *r, apf_buf *out, size_t from,
 
 int apf_score_format_table(const apf_score_result *r, apf_buf *out)
 {
-	int rc = apf_buf_printf(out, "rules: %s\n  %s\ntargets: %s\n",
-				r->rules->name, r->rules->summary,
-				r->targets_source);
+	int rc = apf_buf_printf(out, "rules: %s\n  %s\n", r->rules->name,
+				r->rules->summary);
+	if (!rc && r->rules->self_tuning)
+		rc = apf_buf_printf(out, "  self-tuning ruleset: one trial per "
+					 "study, runtime budget x%g of external "
+					 "tuning's\n",
+				    r->rules->self_tuning_budget);
+	if (!rc)
+		rc = apf_buf_printf(out, "targets: %s\n", r->targets_source);
 	if (!rc && r->nvar)
 		rc = apf_buf_printf(out, "held-out variants: %s\n",
 				    r->heldout_source);
@@ -200,6 +206,11 @@ int apf_score_format_json(const apf_score_result *r, apf_buf *out)
 			  json_string(r->rules->best == APF_SCORE_BEST_FIRST_EVAL
 					      ? "first-eval"
 					      : "min-time"));
+	bad = bad || jset(root, "ruleset",
+			  json_string(r->rules->self_tuning ? "self-tuning"
+							    : "external"));
+	bad = bad || jset(root, "self_tuning_budget",
+			  json_real(r->rules->self_tuning_budget));
 	bad = bad || jset(root, "targets", json_string(r->targets_source));
 	bad = bad || jset(root, "heldout",
 			  r->heldout_source ? json_string(r->heldout_source)

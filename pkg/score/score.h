@@ -67,8 +67,12 @@ typedef struct apf_score_rules {
 	int studies;                /* studies per workload the rules expect */
 	int trials;                 /* trials per study (external tuning) */
 	/* Self-tuning runtime budget as a multiple of the external-tuning one
-	 * (v0.5: 3, v0.6: 1.5); it applies to self-tuning submissions. */
+	 * (v0.5: 3, v0.6: 1.5). The runner enforces it; the scorer reports
+	 * it, as the logs end at the budget. */
 	double self_tuning_budget;
+	/* Scoring self-tuning submissions: one trial per study is expected
+	 * (a copy of the rules with this set; see apf_score_rules_self). */
+	int self_tuning;
 	/* With no held-out list, AlgoPerf's scorer treats every non-base
 	 * workload found in the logs as a held-out variant of the base whose
 	 * name it contains; apf ignores such workloads instead. */
@@ -81,6 +85,8 @@ typedef struct apf_score_rules {
 
 /* NULL when the name is unknown. */
 const apf_score_rules *apf_score_rules_get(const char *name);
+/* The self-tuning ruleset's variant of r, written to out. */
+void apf_score_rules_self(const apf_score_rules *r, apf_score_rules *out);
 /* The rules for an AlgoPerf benchmark_version ("0.5", "0.6"), else NULL. */
 const apf_score_rules *apf_score_rules_for_version(const char *version);
 /* +1 when higher is better, -1 when lower is, 0 when the rules don't say. */
@@ -259,7 +265,8 @@ typedef struct apf_score_result {
 } apf_score_result;
 
 /* Reads the trials the scoring needs and computes everything. heldout may
- * be NULL (then a targets file's held-out list applies, if any). */
+ * be NULL (then a targets file's held-out list applies, if any). The result
+ * points into logs: free it first. */
 int apf_score_compute(apf_score_result **out, apf_score_logs *logs,
 		      apf_score_targets *targets,
 		      const apf_score_heldout *heldout,

@@ -36,15 +36,15 @@ static const apf_score_rules rule_sets[] = {
 	{"apf",
 	 "apf: the fastest trial of each study; held-out rules when variants "
 	 "are drawn",
-	 APF_SCORE_BEST_MIN_TIME, 0, 0, 1.5, 0, min_v06, max_all},
+	 APF_SCORE_BEST_MIN_TIME, 0, 0, 1.5, 0, 0, min_v06, max_all},
 	{"algoperf-0.5",
 	 "AlgoPerf v0.5 scorer: per study the trial that met the target at the "
 	 "earliest eval; 5 studies x 5 trials; held-out variants",
-	 APF_SCORE_BEST_FIRST_EVAL, 5, 5, 3.0, 1, min_v05, max_all},
+	 APF_SCORE_BEST_FIRST_EVAL, 5, 5, 3.0, 0, 1, min_v05, max_all},
 	{"algoperf-0.6",
 	 "AlgoPerf v0.6 scorer: per study the trial that met the target at the "
 	 "earliest eval; 3 studies x 5 trials; no held-out workloads",
-	 APF_SCORE_BEST_FIRST_EVAL, 3, 5, 1.5, 1, min_v06, max_all},
+	 APF_SCORE_BEST_FIRST_EVAL, 3, 5, 1.5, 0, 1, min_v06, max_all},
 };
 
 const apf_score_rules *apf_score_rules_get(const char *name)
@@ -53,6 +53,13 @@ const apf_score_rules *apf_score_rules_get(const char *name)
 		if (!strcmp(rule_sets[i].name, name))
 			return &rule_sets[i];
 	return NULL;
+}
+
+void apf_score_rules_self(const apf_score_rules *r, apf_score_rules *out)
+{
+	*out = *r;
+	out->self_tuning = 1;
+	out->trials = r->trials ? 1 : 0;
 }
 
 const apf_score_rules *apf_score_rules_for_version(const char *version)

@@ -268,8 +268,23 @@ class ApfRuns(unittest.TestCase):
         p = apf("score", self.runs, "--rules", "algoperf-0.6", "--json",
                 env=self.env)
         self.assertEqual(p.returncode, 0, p.stderr)
-        subs = {s["name"]: s for s in json.loads(p.stdout)["submissions"]}
+        r = json.loads(p.stdout)
+        subs = {s["name"]: s for s in r["submissions"]}
         self.assertEqual(subs["adamw"]["raw_times"]["tiny_cls"], 8.5)
+        self.assertEqual(r["ruleset"], "external")
+        self.assertIn("adamw: tiny_cls: 2 studies with logs; algoperf-0.6 "
+                      "expects 3", p.stderr)
+        self.assertIn("adamw: tiny_cls: 2 studies with other than 5 logged "
+                      "trials", p.stderr)
+
+    def test_self_tuning_expects_one_trial_per_study(self):
+        p = apf("score", self.runs, "--rules", "algoperf-0.5",
+                "--self-tuning", env=self.env)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("self-tuning ruleset: one trial per study, runtime "
+                      "budget x3 of external tuning's", p.stdout)
+        self.assertIn("adamw: tiny_cls: 1 study with other than 1 logged "
+                      "trials", p.stderr)
 
     def test_each_argument_may_be_a_submission(self):
         p = apf("score", os.path.join(self.runs, "sgd"),
