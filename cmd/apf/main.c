@@ -18,6 +18,7 @@ static const struct apf_command commands[] = {
 	{"inspect", cmd_inspect, "show what an entry holds"},
 	{"verify", cmd_verify, "verify an entry's signature and contents"},
 	{"plan", cmd_plan, "print the trials a run will execute"},
+	{"score", cmd_score, "performance profiles and benchmark scores"},
 };
 
 #define NCOMMANDS (sizeof commands / sizeof commands[0])
