@@ -62,9 +62,13 @@ endif
 
 all: $(BUILD)/apf $(BUILD)/libapf.a
 
+# V=1 shows the full commands.
+Q := $(if $(V),,@)
+
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS_APF) $(CFLAGS_APF) $(CFLAGS) -c $< -o $@
+	@$(if $(Q),echo "  CC      $<")
+	$(Q)$(CC) $(CPPFLAGS_APF) $(CFLAGS_APF) $(CFLAGS) -c $< -o $@
 
 $(BUILD)/obj/%.o: %.cu
 	@mkdir -p $(dir $@)
@@ -78,23 +82,26 @@ BUILD_ID := $(shell git describe --always --dirty --abbrev=12 2>/dev/null || ech
 $(shell mkdir -p $(BUILD)/gen; v='const char apf_build_id[] = "$(BUILD_ID)";'; \
   [ "$$(cat $(BUILD)/gen/version.c 2>/dev/null)" = "$$v" ] || echo "$$v" > $(BUILD)/gen/version.c)
 $(BUILD)/obj/version.o: $(BUILD)/gen/version.c
-	$(CC) $(CFLAGS_APF) $(CFLAGS) -c $< -o $@
+	$(Q)$(CC) $(CFLAGS_APF) $(CFLAGS) -c $< -o $@
 
 $(BUILD)/libapf.a: $(LIB_OBJ)
 	@rm -f $@
-	ar rcs $@ $^
+	@$(if $(Q),echo "  AR      $@")
+	$(Q)ar rcs $@ $^
 
 $(BUILD)/apf: $(CMD_OBJ) $(BUILD)/libapf.a
-	$(CC) $(LDFLAGS_APF) $(LDFLAGS) -o $@ $(CMD_OBJ) $(BUILD)/libapf.a $(LIBS)
+	@$(if $(Q),echo "  LINK    $@")
+	$(Q)$(CC) $(LDFLAGS_APF) $(LDFLAGS) -o $@ $(CMD_OBJ) $(BUILD)/libapf.a $(LIBS)
 
 $(BUILD)/tests/%: tests/unit/%.c $(UNIT_LIB_OBJ) $(BUILD)/libapf.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS_APF) -Itests/unit/lib $(CFLAGS_APF) $(CFLAGS) \
+	@$(if $(Q),echo "  TEST    $@")
+	$(Q)$(CC) $(CPPFLAGS_APF) -Itests/unit/lib $(CFLAGS_APF) $(CFLAGS) \
 	    $(LDFLAGS_APF) -o $@ $< $(UNIT_LIB_OBJ) $(BUILD)/libapf.a $(LIBS) -lcmocka
 
 $(BUILD)/bench/%: bench/%.c $(BUILD)/libapf.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS_APF) $(CFLAGS_APF) $(CFLAGS) $(LDFLAGS_APF) -o $@ $< \
+	$(Q)$(CC) $(CPPFLAGS_APF) $(CFLAGS_APF) $(CFLAGS) $(LDFLAGS_APF) -o $@ $< \
 	    $(BUILD)/libapf.a $(LIBS)
 
 unit-tests: $(UNIT_BIN)
