@@ -20,7 +20,7 @@ static char *write_log(const char *dir, int n)
 	assert_apf_ok(apf_runlog_create(&l, path));
 	for (int i = 0; i < n; i++) {
 		json_t *f = json_pack("{s:i, s:s, s:f}", "step", i, "note",
-				      "caf\xc3\xa9 \"quoted\"", 0.5 * i);
+				      "caf\xc3\xa9 \"quoted\"", "loss", 0.5 * i);
 		assert_apf_ok(apf_runlog_append(l, 1000 + (uint64_t)i,
 						i % 3 ? "step_block" : "eval", f,
 						i % 3 == 0));
