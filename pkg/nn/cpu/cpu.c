@@ -19,7 +19,7 @@
 /* Convolutions run im2col over chunks of the batch whose column matrix stays
  * under this many floats: small enough to stay in the last-level cache, large
  * enough that each GEMM is efficient. */
-#define CONV_CHUNK_FLOATS ((size_t)1 << 20)
+#define CONV_CHUNK_FLOATS ((size_t)1 << 22)
 
 /* ---- memory -------------------------------------------------------------- */
 
@@ -141,21 +141,24 @@ static void im2col(float *col, const float *inp, int nb, int H, int W, int C,
 		   int K, int S, int P)
 {
 	int OH = conv_out(H, K, S, P), OW = conv_out(W, K, S, P);
-	size_t csz = (size_t)C * sizeof(float);
 	for (int b = 0; b < nb; b++)
 		for (int oh = 0; oh < OH; oh++)
 			for (int ow = 0; ow < OW; ow++) {
 				for (int kh = 0; kh < K; kh++) {
 					int ih = oh * S - P + kh;
+					int row_ok = ih >= 0 && ih < H;
 					for (int kw = 0; kw < K; kw++) {
 						int iw = ow * S - P + kw;
-						if (ih < 0 || ih >= H || iw < 0 ||
-						    iw >= W)
-							memset(col, 0, csz);
-						else
-							memcpy(col,
-							       inp + (((size_t)b * H + ih) * W + iw) * C,
-							       csz);
+						/* A plain loop, not memcpy: C is
+						 * often 1 to 64 floats. */
+						if (row_ok && iw >= 0 && iw < W) {
+							const float *x = inp + (((size_t)b * H + ih) * W + iw) * C;
+							for (int c = 0; c < C; c++)
+								col[c] = x[c];
+						} else {
+							for (int c = 0; c < C; c++)
+								col[c] = 0.0f;
+						}
 						col += C;
 					}
 				}
@@ -172,10 +175,10 @@ static void col2im(float *dinp, const float *dcol, int nb, int H, int W, int C,
 			for (int ow = 0; ow < OW; ow++)
 				for (int kh = 0; kh < K; kh++) {
 					int ih = oh * S - P + kh;
+					int row_ok = ih >= 0 && ih < H;
 					for (int kw = 0; kw < K; kw++) {
 						int iw = ow * S - P + kw;
-						if (ih >= 0 && ih < H && iw >= 0 &&
-						    iw < W) {
+						if (row_ok && iw >= 0 && iw < W) {
 							float *d = dinp + (((size_t)b * H + ih) * W + iw) * C;
 							for (int c = 0; c < C; c++)
 								d[c] += dcol[c];
@@ -467,35 +470,49 @@ static void activation_forward(apf_backend *be, int act, float *out,
 	}
 }
 
+/* One loop per activation and per write mode (no branch inside), so each
+ * vectorises; `dinp` is never read when writing (it may hold anything). */
+#define ACT_LOOP(expr)                                                        \
+	do {                                                                  \
+		if (accum)                                                    \
+			for (size_t i = 0; i < n; i++)                        \
+				dinp[i] += (expr);                            \
+		else                                                          \
+			for (size_t i = 0; i < n; i++)                        \
+				dinp[i] = (expr);                             \
+	} while (0)
+
+static inline float gelu_grad(float x)
+{
+	float t = tanhf(GELU_K * (x + GELU_C * x * x * x));
+	float du = GELU_K * (1.0f + 3.0f * GELU_C * x * x);
+	return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du;
+}
+
+static inline float silu_grad(float x)
+{
+	float sg = 1.0f / (1.0f + expf(-x));
+	return sg * (1.0f + x * (1.0f - sg));
+}
+
 static void activation_backward(apf_backend *be, int act, float *dinp,
 				const float *dout, const float *inp,
 				const float *out, size_t n, int accum)
 {
 	(void)be;
-	for (size_t i = 0; i < n; i++) {
-		float x = inp[i], g;
-		switch (act) {
-		case APF_ACT_RELU:
-			g = x > 0.0f ? dout[i] : 0.0f;
-			break;
-		case APF_ACT_GELU: {
-			float u = GELU_K * (x + GELU_C * x * x * x);
-			float t = tanhf(u);
-			float du = GELU_K * (1.0f + 3.0f * GELU_C * x * x);
-			g = dout[i] * (0.5f * (1.0f + t) +
-				       0.5f * x * (1.0f - t * t) * du);
-			break;
-		}
-		case APF_ACT_SILU: {
-			float s = 1.0f / (1.0f + expf(-x));
-			g = dout[i] * s * (1.0f + x * (1.0f - s));
-			break;
-		}
-		default: /* tanh */
-			g = dout[i] * (1.0f - out[i] * out[i]);
-			break;
-		}
-		dinp[i] = accum ? dinp[i] + g : g;
+	switch (act) {
+	case APF_ACT_RELU:
+		ACT_LOOP(inp[i] > 0.0f ? dout[i] : 0.0f);
+		break;
+	case APF_ACT_GELU:
+		ACT_LOOP(dout[i] * gelu_grad(inp[i]));
+		break;
+	case APF_ACT_SILU:
+		ACT_LOOP(dout[i] * silu_grad(inp[i]));
+		break;
+	case APF_ACT_TANH:
+		ACT_LOOP(dout[i] * (1.0f - out[i] * out[i]));
+		break;
 	}
 }
 
