@@ -104,7 +104,7 @@ int apf_workload_fit(apf_workload *wl, const struct apf_fit_opts *o,
 		rc = be->sync(be);
 		train_ns += apf_now_ns() - t0;
 		res->steps_done = step + 1;
-		int last = step + 1 == o->steps;
+		int last = step + 1 == o->steps && o->eval_every >= 0;
 		if (rc || !(last || (o->eval_every > 0 &&
 				     (step + 1) % o->eval_every == 0)))
 			continue;

@@ -211,7 +211,7 @@ struct apf_fit_opts {
 	long steps;
 	int batch;
 	struct apf_adamw adamw;
-	long eval_every;      /* 0: only at the end */
+	long eval_every;      /* 0: only at the end; < 0: never */
 	unsigned eval_splits; /* bit mask; 0: validation */
 	/* Called after each evaluation; non-zero stops the loop. */
 	int (*on_eval)(void *user, long step, double seconds,
