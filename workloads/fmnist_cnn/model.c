@@ -91,8 +91,8 @@ static int resnet_build(apf_net **out, apf_backend *be,
 	apf_model_string(w, variant, "norm", "batchnorm", &norm);
 	struct cfg c = {apf_activation_parse(act_name), -1, (float)momentum};
 	if (!c.act)
-		return apf_error(APF_EINPUT, w->name,
-				 "[model] activation: '%s' (relu, gelu, silu, "
+		return apf_error(APF_EINPUT, "[model] activation",
+				 "'%s' (relu, gelu, silu, "
 				 "tanh)",
 				 act_name);
 	if (!strcmp(norm, "none"))
@@ -102,8 +102,8 @@ static int resnet_build(apf_net **out, apf_backend *be,
 	else if (!strcmp(norm, "layernorm"))
 		c.norm = 2;
 	else
-		return apf_error(APF_EINPUT, w->name,
-				 "[model] norm: '%s' (batchnorm, layernorm, "
+		return apf_error(APF_EINPUT, "[model] norm",
+				 "'%s' (batchnorm, layernorm, "
 				 "none)",
 				 norm);
 	apf_net *net;

@@ -41,8 +41,8 @@ static int parse_widths(const apf_workload_spec *w, const char *variant,
 		errno = 0;
 		long x = strtol(p, &end, 10);
 		if (end == p || errno || x < 1 || x > 65536 || *n == MAX_HIDDEN)
-			return apf_error(APF_EINPUT, w->name,
-					 "[model] hidden: expected up to %d "
+			return apf_error(APF_EINPUT, "[model] hidden",
+					 "expected up to %d "
 					 "widths in [1, 65536] separated by "
 					 "commas, got '%s'",
 					 MAX_HIDDEN, v);
@@ -53,8 +53,8 @@ static int parse_widths(const apf_workload_spec *w, const char *variant,
 		if (*p == ',')
 			p++;
 		else if (*p)
-			return apf_error(APF_EINPUT, w->name,
-					 "[model] hidden: unexpected '%s'", p);
+			return apf_error(APF_EINPUT, "[model] hidden",
+					 "unexpected '%s'", p);
 	}
 	return 0;
 }
@@ -74,14 +74,14 @@ static int mlp_build(apf_net **out, apf_backend *be, const apf_workload_spec *w,
 				      &dropout);
 	int act = apf_activation_parse(act_name);
 	if (!rc && !act)
-		rc = apf_error(APF_EINPUT, w->name,
-			       "[model] activation: '%s' (relu, gelu, silu, "
+		rc = apf_error(APF_EINPUT, "[model] activation",
+			       "'%s' (relu, gelu, silu, "
 			       "tanh)",
 			       act_name);
 	int use_ln = !strcmp(norm, "layernorm"), use_bn = !strcmp(norm, "batchnorm");
 	if (!rc && !use_ln && !use_bn && strcmp(norm, "none"))
-		rc = apf_error(APF_EINPUT, w->name,
-			       "[model] norm: '%s' (none, layernorm, batchnorm)",
+		rc = apf_error(APF_EINPUT, "[model] norm",
+			       "'%s' (none, layernorm, batchnorm)",
 			       norm);
 	apf_net *net = NULL;
 	if (!rc)
