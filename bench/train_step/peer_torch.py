@@ -5,12 +5,13 @@ several repetitions of a fixed number of steps).
 
     peer_torch.py {mlp|cnn} BATCH THREADS STEPS REPS
 
-Prints one line: `samples_per_s <median>`. The models mirror
+Prints `samples_per_s <median>` and `peak_rss_mib <this process's peak>`. The models mirror
 workloads/fmnist_mlp (784-1024-1024-10, ReLU) and workloads/fmnist_cnn (the
 small ResNet: stem, three stages of one basic block at 16-32-64 channels,
 batch norm, global average pool, linear head), in channels-last layout as
 apf computes them.
 """
+import resource
 import statistics
 import sys
 import time
@@ -86,6 +87,7 @@ def main():
             step()
         rates.append(steps * batch / (time.perf_counter() - t0))
     print(f"samples_per_s {statistics.median(rates):.1f}")
+    print(f"peak_rss_mib {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.1f}")
 
 
 if __name__ == "__main__":
