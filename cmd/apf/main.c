@@ -19,6 +19,7 @@ static const struct apf_command commands[] = {
 	{"verify", cmd_verify, "verify an entry's signature and contents"},
 	{"plan", cmd_plan, "print the trials a run will execute"},
 	{"score", cmd_score, "performance profiles and benchmark scores"},
+	{"workloads", cmd_workloads, "list workloads, variants, targets and budgets"},
 };
 
 #define NCOMMANDS (sizeof commands / sizeof commands[0])
