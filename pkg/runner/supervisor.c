@@ -163,18 +163,46 @@ static int copy_file(const char *from, const char *to)
 	return rc;
 }
 
-static int create_run_dir(struct run *r)
+static int log_run_start(struct run *r, const json_t *drift)
 {
-	if (mkdir(r->run_dir, 0755) != 0)
-		return apf_error_errno(errno == EEXIST ? APF_EINPUT : APF_EIO,
-				       errno, r->run_dir,
-				       errno == EEXIST
-					       ? "exists (add --resume to continue "
-						 "it, or choose another -o)"
-					       : "create");
-	char *entry_copy = apf_path_join(r->run_dir, "entry.apf");
-	char *rj = apf_path_join(r->run_dir, "run.json");
-	char *logp = apf_path_join(r->run_dir, "log.jsonl");
+	json_t *f = json_pack("{s:s, s:s, s:s, s:b, s:s, s:i}", "run_json_sha256",
+			      r->run_json_sha256, "entry_sha256",
+			      r->entry->file_digest, "manifest_sha256",
+			      r->entry->manifest_digest, "sealed", r->sealed,
+			      "device", r->device, "threads", r->threads);
+	int rc = apf_runlog_append(r->log, apf_now_ns(), "run_start", f, 0);
+	json_decref(f);
+	if (!rc && drift && json_array_size(drift)) {
+		f = json_pack("{s:b, s:O}", "allowed", 1, "fields", drift);
+		rc = apf_runlog_append(r->log, apf_now_ns(), "env_drift", f, 0);
+		json_decref(f);
+	}
+	if (!rc && !r->sealed) {
+		f = json_pack("{s:s}", "reason",
+			      "--unsealed: no namespaces; the path checks can "
+			      "race, and the host is visible");
+		rc = apf_runlog_append(r->log, apf_now_ns(), "unsealed", f, 0);
+		json_decref(f);
+	}
+	return rc ? rc : apf_runlog_sync(r->log);
+}
+
+/* The directory is made whole under a temporary name and renamed into
+ * place, so a crash leaves either no run directory or one with run.json,
+ * the entry and a log holding run_start. */
+static int create_run_dir(struct run *r, const json_t *drift)
+{
+	apf_buf tmp = {0};
+	apf_buf_printf(&tmp, "%s.tmp.XXXXXX", r->run_dir);
+	if (!tmp.data || !mkdtemp(tmp.data)) {
+		int e = errno;
+		apf_buf_free(&tmp);
+		return apf_error_errno(APF_EIO, e, r->run_dir, "create");
+	}
+	chmod(tmp.data, 0755);
+	char *entry_copy = apf_path_join(tmp.data, "entry.apf");
+	char *rj = apf_path_join(tmp.data, "run.json");
+	char *logp = apf_path_join(tmp.data, "log.jsonl");
 	json_t *j = run_json(r);
 	char *text = j ? json_dumps(j, JSON_INDENT(2)) : NULL;
 	int rc = text ? 0 : apf_error(APF_ENOMEM, "run.json", "out of memory");
@@ -191,11 +219,32 @@ static int create_run_dir(struct run *r)
 	}
 	if (!rc)
 		rc = apf_runlog_create(&r->log, logp);
+	if (!rc)
+		rc = log_run_start(r, drift);
+	if (!rc && rename(tmp.data, r->run_dir) != 0)
+		rc = apf_error_errno(errno == EEXIST || errno == ENOTEMPTY
+					     ? APF_EINPUT
+					     : APF_EIO,
+				     errno, r->run_dir, "create");
+	if (!rc) {
+		char *parent = apf_strdup(r->run_dir);
+		char *slash = parent ? strrchr(parent, '/') : NULL;
+		if (slash)
+			*slash = 0;
+		rc = apf_fsync_dir(slash ? parent : ".");
+		free(parent);
+	}
+	if (rc) {
+		apf_runlog_close(r->log);
+		r->log = NULL;
+		apf_remove_tree(tmp.data);
+	}
 	free(text);
 	json_decref(j);
 	free(entry_copy);
 	free(rj);
 	free(logp);
+	apf_buf_free(&tmp);
 	return rc;
 }
 
@@ -335,30 +384,6 @@ static int scan_log(struct run *r)
 
 /* ---- the run ------------------------------------------------------------------ */
 
-static int log_run_start(struct run *r, const json_t *drift)
-{
-	json_t *f = json_pack("{s:s, s:s, s:s, s:b, s:s, s:i}", "run_json_sha256",
-			      r->run_json_sha256, "entry_sha256",
-			      r->entry->file_digest, "manifest_sha256",
-			      r->entry->manifest_digest, "sealed", r->sealed,
-			      "device", r->device, "threads", r->threads);
-	int rc = apf_runlog_append(r->log, apf_now_ns(), "run_start", f, 0);
-	json_decref(f);
-	if (!rc && drift && json_array_size(drift)) {
-		f = json_pack("{s:b, s:O}", "allowed", 1, "fields", drift);
-		rc = apf_runlog_append(r->log, apf_now_ns(), "env_drift", f, 0);
-		json_decref(f);
-	}
-	if (!rc && !r->sealed) {
-		f = json_pack("{s:s}", "reason",
-			      "--unsealed: no namespaces; the path checks can "
-			      "race, and the host is visible");
-		rc = apf_runlog_append(r->log, apf_now_ns(), "unsealed", f, 0);
-		json_decref(f);
-	}
-	return rc ? rc : apf_runlog_sync(r->log);
-}
-
 static int selected(const struct run *r, const struct apf_plan_unit *u)
 {
 	const struct apf_run_opts *o = r->o;
@@ -424,7 +449,6 @@ static int prepare(struct run *r)
 		return apf_error(APF_EINPUT, "run",
 				 "--device %s: this apf is built for the cpu only",
 				 r->device);
-	r->threads = o->threads > 0 ? o->threads : apf_cpu_count();
 	r->sealed = !o->unsealed;
 	/* 1. the entry */
 	apf_keyring *kr = NULL;
@@ -453,6 +477,16 @@ static int prepare(struct run *r)
 	apf_keyring_free(kr);
 	if (!rc)
 		rc = apf_entry_plan(r->entry, &r->plan);
+	if (!rc) {
+		/* Threads: as recorded in the entry, so a CPU trial computes
+		 * bit for bit what the submitter's machine did. */
+		json_int_t rec = json_integer_value(json_object_get(
+			json_object_get(r->entry->manifest->environment, "blas"),
+			"threads"));
+		r->threads = o->threads > 0 ? o->threads
+			     : rec > 0	    ? (int)rec
+					    : apf_cpu_count();
+	}
 	if (!rc) {
 		r->states = apf_calloc(r->plan->n, sizeof *r->states);
 		if (!r->states)
@@ -533,6 +567,14 @@ int apf_run(const struct apf_run_opts *o)
 				       n, n == 1 ? "" : "s", n == 1 ? "s" : "",
 				       d.text.data);
 	}
+	size_t nsel = 0;
+	for (size_t i = 0; !rc && i < r.plan->n; i++)
+		nsel += selected(&r, &r.plan->units[i]);
+	if (!rc && nsel == 0)
+		rc = apf_error(APF_EUSAGE, "run",
+			       "no unit of the plan matches --workload/--study/"
+			       "--trial (see apf plan)");
+	int fresh = 0;
 	if (!rc) {
 		int created = 0;
 		rc = apf_key_open_signing(&r.key, o->key_path, &created);
@@ -550,8 +592,10 @@ int apf_run(const struct apf_run_opts *o)
 		else if (o->resume)
 			rc = apf_error(APF_EINPUT, r.run_dir,
 				       "no such run directory to resume");
-		else
-			rc = create_run_dir(&r);
+		else {
+			rc = create_run_dir(&r, d.fields);
+			fresh = 1;
+		}
 	}
 	if (!rc)
 		rc = scan_log(&r);
@@ -567,14 +611,7 @@ int apf_run(const struct apf_run_opts *o)
 				       "--resume",
 				       name);
 		}
-	size_t nsel = 0;
-	for (size_t i = 0; !rc && i < r.plan->n; i++)
-		nsel += selected(&r, &r.plan->units[i]);
-	if (!rc && nsel == 0)
-		rc = apf_error(APF_EUSAGE, "run",
-			       "no unit of the plan matches --workload/--study/"
-			       "--trial (see apf plan)");
-	if (!rc)
+	if (!rc && !fresh)
 		rc = log_run_start(&r, d.fields);
 	struct sigaction sa = {0}, old_int, old_term;
 	sa.sa_handler = on_signal;

@@ -466,6 +466,8 @@ static int trial_died(struct unit *u, const char *error_line)
 		apf_sandbox_kill(u->sb);
 		apf_sandbox_wait(u->sb, -1, &end);
 	}
+	if (end.outcome == APF_SANDBOX_MEMORY_LIMIT)
+		return fault(u, "memory", end.reason);
 	if (error_line && end.outcome == APF_SANDBOX_EXITED)
 		return end_trial(u, "error", 1, error_line);
 	if (end.outcome == APF_SANDBOX_EXITED)
@@ -871,6 +873,28 @@ int unit_run(struct run *r, size_t index)
 	size_t restore_len = 0;
 	if (!rc)
 		rc = start_records(&u, &restore_eval);
+	if (!rc && restore_eval > 0) {
+		/* The CSV may lag the log by the eval the crash interrupted. */
+		char *csv = apf_path_join(u.dir, "eval_measurements.csv");
+		rc = files_write_csv(csv, u.st->rows);
+		free(csv);
+		/* The eval resumed from may already have ended the trial. */
+		json_t *last = json_array_get(u.st->rows,
+					      json_array_size(u.st->rows) - 1);
+		const char *stop =
+			u.sub_ns >= u.budget_ns ? "budget"
+			: json_is_true(json_object_get(last, "validation_target_met")) &&
+					json_is_true(json_object_get(last, "test_target_met"))
+				? "targets"
+			: u.spec->max_steps > 0 && u.global_step >= u.spec->max_steps
+				? "max_steps"
+				: NULL;
+		if (!rc && stop) {
+			rc = end_trial(&u, stop, 0, NULL);
+			cleanup(&u);
+			return rc;
+		}
+	}
 	if (!rc && restore_eval > 0)
 		rc = load_checkpoint(&u, &restore, &restore_len);
 	char detail[600] = "";
