@@ -149,16 +149,8 @@ int apf_sandbox_normalize(char *out, size_t size, const char *path)
 	return 0;
 }
 
-int apf_sandbox_policy_add(apf_sandbox *sb, const char *prefix, int access)
+static int policy_add_one(apf_sandbox *sb, const char *norm, int access)
 {
-	char norm[PATH_MAX];
-	if (access != APF_SANDBOX_READ && access != APF_SANDBOX_WRITE)
-		return apf_error(APF_EINPUT, "sandbox", "path %s: access must be "
-				 "read or write", prefix ? prefix : "(null)");
-	if (apf_sandbox_normalize(norm, sizeof norm, prefix) < 0)
-		return apf_error(APF_EINPUT, "sandbox",
-				 "path %s: not an absolute path",
-				 prefix ? prefix : "(null)");
 	for (size_t i = 0; i < sb->npolicy; i++)
 		if (!strcmp(sb->policy[i].prefix, norm)) {
 			sb->policy[i].access |= access;
@@ -178,6 +170,31 @@ int apf_sandbox_policy_add(apf_sandbox *sb, const char *prefix, int access)
 	sb->policy[sb->npolicy++] = (struct policy_entry){copy, strlen(copy),
 							 access};
 	return 0;
+}
+
+int apf_sandbox_policy_add(apf_sandbox *sb, const char *prefix, int access)
+{
+	char norm[PATH_MAX];
+	if (access != APF_SANDBOX_READ && access != APF_SANDBOX_WRITE)
+		return apf_error(APF_EINPUT, "sandbox", "path %s: access must be "
+				 "read or write", prefix ? prefix : "(null)");
+	if (apf_sandbox_normalize(norm, sizeof norm, prefix) < 0)
+		return apf_error(APF_EINPUT, "sandbox",
+				 "path %s: not an absolute path",
+				 prefix ? prefix : "(null)");
+	int rc = policy_add_one(sb, norm, access);
+	/* Paths are checked where they lead. Unsealed, the program's view is
+	 * ours, so a prefix that passes through a symlink (/lib64 on a
+	 * merged-/usr system, /etc/localtime) is added where it leads too -
+	 * except under /proc, where "self" would be the supervisor. */
+	if (rc == 0 && sb->mode == APF_SANDBOX_UNSEALED &&
+	    strncmp(norm, "/proc/", 6) != 0) {
+		char *real = realpath(norm, NULL);
+		if (real && strcmp(real, norm) != 0)
+			rc = policy_add_one(sb, real, access);
+		free(real);
+	}
+	return rc;
 }
 
 /* What ordinary programs read at start-up (the dynamic loader's cache, the
@@ -697,19 +714,20 @@ static void tcall(struct text *t, pid_t tid, const char *name,
 
 struct decision {
 	enum apf_sandbox_verdict verdict;
-	int err; /* REFUSED, FAULT: the errno the call fails with */
+	int err;        /* REFUSED, FAULT: the errno the call fails with */
+	int first_exec; /* this is the program's own execve */
 };
 
-static const struct decision ALLOW = {APF_SANDBOX_ALLOWED, 0};
+static const struct decision ALLOW = {APF_SANDBOX_ALLOWED, 0, 0};
 
 static struct decision refuse(int err)
 {
-	return (struct decision){APF_SANDBOX_REFUSED, err};
+	return (struct decision){APF_SANDBOX_REFUSED, err, 0};
 }
 
 static struct decision fault(void)
 {
-	return (struct decision){APF_SANDBOX_FAULT, EPERM};
+	return (struct decision){APF_SANDBOX_FAULT, EPERM, 0};
 }
 
 static int open_writes(uint64_t f)
@@ -1060,8 +1078,7 @@ static struct decision decide(apf_sandbox *sb, const struct seccomp_notif *req,
 		struct decision d = handle_path(&w, s, a, &pt);
 		if (d.verdict == APF_SANDBOX_FAULT)
 			tput(t, "%s", call);
-		if (first)
-			sb->exec_done = 1;
+		d.first_exec = first;
 		return d;
 	}
 	case SC_PATH:
@@ -1120,6 +1137,8 @@ int apf_sandbox_notify_handle(apf_sandbox *sb, apf_sandbox_event *ev)
 		return 0;
 	}
 	ev->verdict = d.verdict;
+	if (d.first_exec)
+		sb->exec_done = 1;
 	if (d.verdict == APF_SANDBOX_FAULT)
 		apf_sandbox_record_fault(sb, ev->text);
 	else if (d.verdict == APF_SANDBOX_ALLOWED)

@@ -350,6 +350,32 @@ static void sealed_read_only_mount_refuses_writes_even_if_policy_allows(void **s
 	run_free(&r);
 }
 
+/* The sandbox's root and the machine-wide parts of /proc are read-only
+ * mounts: with the policy out of the way, the kernel still refuses. (The
+ * helper only opens, never writes, so a failure here changes nothing.) */
+static void sealed_root_and_proc_sys_are_read_only(void **state)
+{
+	(void)state;
+	require_sealed();
+	static const char *const targets[] = {
+		"/planted", "/proc/sys/vm/drop_caches", "/proc/sysrq-trigger",
+	};
+	for (size_t i = 0; i < sizeof targets / sizeof targets[0]; i++) {
+		if (i > 0 && access(targets[i], F_OK) != 0)
+			continue; /* this kernel has no such file */
+		struct run r;
+		run_init(&r, SEALED);
+		add_path(&r, "/", APF_SANDBOX_WRITE);
+		run_action(&r, "write", targets[i], NULL, NULL);
+		assert_outcome(&r, APF_SANDBOX_EXITED);
+		const char *v = value(&r, "write");
+		assert_non_null(v);
+		if (strcmp(v, strerror(EROFS)) != 0)
+			fail_msg("opening %s for writing: %s", targets[i], v);
+		run_free(&r);
+	}
+}
+
 static void sealed_network_is_a_lone_loopback_that_is_down(void **state)
 {
 	(void)state;
@@ -925,6 +951,7 @@ int main(void)
 		cmocka_unit_test(outcome_names_are_stable),
 		cmocka_unit_test(sealed_program_sees_only_its_mounts),
 		cmocka_unit_test(sealed_read_only_mount_refuses_writes_even_if_policy_allows),
+		cmocka_unit_test(sealed_root_and_proc_sys_are_read_only),
 		cmocka_unit_test(sealed_network_is_a_lone_loopback_that_is_down),
 		cmocka_unit_test(sealed_loopback_connect_fails_in_the_sandbox_netns),
 		cmocka_unit_test(sealed_program_is_pid_ones_child),
