@@ -4,9 +4,10 @@
  * lines. With "wait" first, it prints "ready" and waits for one byte on
  * stdin before acting, so the test can lock the sandbox in between.
  *
- * Built without sanitizers: AddressSanitizer reserves terabytes of address
- * space (which RLIMIT_AS forbids), calls personality() at start-up and
- * ptrace()s itself for the leak check - all of which the sandbox refuses.
+ * Built without sanitizers (see the Makefile): under RLIMIT_AS,
+ * AddressSanitizer cannot reserve its shadow memory, and LeakSanitizer's
+ * exit-time check reads /proc/<parent>/task from a cloned tracer and
+ * ptrace()s - faults, as they should be.
  */
 #include <dirent.h>
 #include <errno.h>
