@@ -1048,8 +1048,17 @@ static struct decision decide(apf_sandbox *sb, const struct seccomp_notif *req,
 	}
 	case SC_CLONE3:
 		if (locked) {
-			tput(t, "clone3() creates a process or thread in the "
-				"locked phase");
+			/* A fault whatever the flags; they only name it. */
+			uint64_t f;
+			if (a[1] >= sizeof f && read_mem(w.tid, a[0], &f, sizeof f) == 0) {
+				tput(t, "clone3(");
+				tclone_flags(t, f, 0);
+				tput(t, ") creates a %s in the locked phase",
+				     f & CLONE_THREAD ? "thread" : "process");
+			} else {
+				tput(t, "clone3() creates a process or thread in "
+					"the locked phase");
+			}
 			return fault();
 		}
 		/* Its flags are in memory the caller could change after we
