@@ -195,6 +195,10 @@ static void reset_signals(void)
 	syscall(SYS_rt_sigprocmask, SIG_SETMASK, &none, NULL, 8);
 }
 
+/* fork() with namespaces and a pidfd. clone3 first; where it is refused
+ * with ENOSYS (container runtimes' default seccomp profiles do that), clone,
+ * which takes the same flags and returns the pidfd through its parent_tid
+ * argument - the third on every architecture. */
 static pid_t clone_child(uint64_t flags, int *pidfd)
 {
 	struct clone_args a;
@@ -205,7 +209,11 @@ static pid_t clone_child(uint64_t flags, int *pidfd)
 		a.pidfd = (uint64_t)(uintptr_t)pidfd;
 	}
 	a.exit_signal = SIGCHLD;
-	return (pid_t)syscall(SYS_clone3, &a, sizeof a);
+	long pid = syscall(SYS_clone3, &a, sizeof a);
+	if (pid < 0 && errno == ENOSYS)
+		pid = syscall(SYS_clone, (unsigned long)(a.flags | SIGCHLD), NULL,
+			      pidfd, NULL, NULL);
+	return (pid_t)pid;
 }
 
 static int set_attr(const char *path, uint64_t set, int recursive)
@@ -1001,7 +1009,11 @@ static int spawn(apf_sandbox **out, const struct apf_sandbox_config *cfg,
 	drain_messages(sb);
 	sb->ended = 1;
 	if (sb->setup_error[0])
-		rc = apf_error(APF_EABORT, "sandbox", "%s", sb->setup_error);
+		rc = apf_error(APF_EABORT, "sandbox", "%s%s", sb->setup_error,
+			       !strncmp(sb->setup_error, "mount /proc", 11)
+				       ? " (in a container, a /proc with masked "
+					 "parts forbids a fresh one)"
+				       : "");
 	else if (r == -ETIMEDOUT)
 		rc = apf_error(APF_EABORT, "sandbox",
 			       "setting up took more than %d s", SETUP_TIMEOUT_MS / 1000);

@@ -239,6 +239,13 @@ int main(int argc, char **argv)
 	} else if (!strcmp(a, "nr")) {
 		long r = syscall(atol(arg), 0, 0, 0, 0, 0, 0);
 		out("nr", "%ld %s", r, r < 0 ? strerror(errno) : "");
+	} else if (!strcmp(a, "bigfile")) {
+		static char block[64 << 10];
+		int fd = open(arg, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+		for (int i = 0; fd >= 0 && i < 32; i++)
+			if (write(fd, block, sizeof block) < 0)
+				break;
+		out("bigfile", "%s", fd < 0 ? strerror(errno) : "written");
 	} else if (!strcmp(a, "oom")) {
 		oom(1);
 	} else if (!strcmp(a, "oom-exit")) {
