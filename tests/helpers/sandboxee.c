@@ -239,6 +239,10 @@ int main(int argc, char **argv)
 	} else if (!strcmp(a, "nr")) {
 		long r = syscall(atol(arg), 0, 0, 0, 0, 0, 0);
 		out("nr", "%ld %s", r, r < 0 ? strerror(errno) : "");
+	} else if (!strcmp(a, "linkwrite")) {
+		int r = symlink(arg, argc > 3 ? argv[3] : "");
+		out("symlink", "%s", r < 0 ? strerror(errno) : "ok");
+		out("write", "%s", open_result(argv[3], O_WRONLY | O_CREAT | O_TRUNC));
 	} else if (!strcmp(a, "bigfile")) {
 		static char block[64 << 10];
 		int fd = open(arg, O_WRONLY | O_CREAT | O_TRUNC, 0644);
