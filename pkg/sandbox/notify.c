@@ -82,13 +82,26 @@ static void tquote(struct text *t, const char *s)
 
 /* ---- the caller's memory ------------------------------------------------ */
 
+/* process_vm_readv, or /proc/<tid>/mem where a container's seccomp profile
+ * refuses that syscall (the kernel's access check is the same). */
 static int read_mem(pid_t tid, uint64_t addr, void *buf, size_t len)
 {
 	struct iovec local = {buf, len};
 	struct iovec remote = {(void *)(uintptr_t)addr, len};
 	ssize_t n = process_vm_readv(tid, &local, 1, &remote, 1, 0);
+	if (n < 0 && (errno == ENOSYS || errno == EPERM)) {
+		char path[64];
+		snprintf(path, sizeof path, "/proc/%d/mem", (int)tid);
+		int fd = open(path, O_RDONLY | O_CLOEXEC);
+		if (fd < 0)
+			return -errno;
+		n = pread(fd, buf, len, (off_t)addr);
+		int err = errno;
+		close(fd);
+		errno = err;
+	}
 	if (n < 0)
-		return -errno;
+		return errno == EIO ? -EFAULT : -errno;
 	return (size_t)n == len ? 0 : -EFAULT;
 }
 
@@ -1155,6 +1168,8 @@ int apf_sandbox_notify_handle(apf_sandbox *sb, apf_sandbox_event *ev)
 	else if (!ev->text[0])
 		snprintf(ev->text, sizeof ev->text, "%s refused: %s", ev->name,
 			 strerror(d.err));
+	if (d.verdict == APF_SANDBOX_REFUSED)
+		memcpy(sb->refusal, ev->text, sizeof sb->refusal);
 	struct seccomp_notif_resp *resp = sb->resp;
 	memset(resp, 0, sb->resp_size);
 	resp->id = req->id;

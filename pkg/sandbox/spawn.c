@@ -1049,16 +1049,20 @@ int apf_sandbox_probe(enum apf_sandbox_mode mode)
 		return rc;
 	apf_sandbox_end end;
 	rc = apf_sandbox_wait(sb, 10000, &end);
-	if (rc == 0) {
-		apf_sandbox_free(sb);
+	char refusal[APF_SANDBOX_TEXT_MAX];
+	memcpy(refusal, sb->refusal, sizeof refusal);
+	apf_sandbox_free(sb);
+	if (rc == 0)
 		return apf_error(APF_EABORT, "sandbox",
 				 "the probe did not finish within 10 s");
-	}
-	apf_sandbox_free(sb);
 	if (rc < 0)
 		return rc;
+	/* The probe's one notified call fails only if the supervisor could
+	 * not read the program's memory: say so. */
 	if (end.outcome != APF_SANDBOX_EXITED || end.exit_code != 0)
-		return apf_error(APF_EABORT, "sandbox", "probe: %s", end.reason);
+		return apf_error(APF_EABORT, "sandbox", "probe: %s%s%s%s",
+				 end.reason, refusal[0] ? " (" : "", refusal,
+				 refusal[0] ? ")" : "");
 	return 0;
 }
 
