@@ -1063,7 +1063,8 @@ static struct decision decide(apf_sandbox *sb, const struct seccomp_notif *req,
 		if (locked) {
 			/* A fault whatever the flags; they only name it. */
 			uint64_t f;
-			if (a[1] >= sizeof f && read_mem(w.tid, a[0], &f, sizeof f) == 0) {
+			if (a[1] >= sizeof f &&
+			    read_mem(w.tid, a[0], &f, sizeof f) == 0) {
 				tput(t, "clone3(");
 				tclone_flags(t, f, 0);
 				tput(t, ") creates a %s in the locked phase",

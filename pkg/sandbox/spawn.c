@@ -292,8 +292,10 @@ static void protect_proc(int chan)
 			continue; /* not in this kernel's /proc */
 		if (mount(parts[i], parts[i], NULL, MS_BIND | MS_REC, NULL) < 0)
 			child_fail(chan, "bind mount", parts[i] + 8, errno);
-		int err = set_attr(parts[i], MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID |
-						MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC, 1);
+		int err = set_attr(parts[i],
+				   MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID |
+					   MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC,
+				   1);
 		if (err)
 			child_fail(chan, "mount_setattr", parts[i] + 8, err);
 	}
@@ -692,7 +694,8 @@ static int plan_build(struct plan *p, const struct apf_sandbox_config *cfg,
 					 "mount %s: access must be read or write",
 					 m->source ? m->source : "(null)");
 		if (!m->source)
-			return apf_error(APF_EINPUT, "sandbox", "mount without a source");
+			return apf_error(APF_EINPUT, "sandbox",
+					 "mount without a source");
 		char *real = realpath(m->source, NULL);
 		if (!real) {
 			if (m->optional && errno == ENOENT)
@@ -1016,7 +1019,8 @@ static int spawn(apf_sandbox **out, const struct apf_sandbox_config *cfg,
 				       : "");
 	else if (r == -ETIMEDOUT)
 		rc = apf_error(APF_EABORT, "sandbox",
-			       "setting up took more than %d s", SETUP_TIMEOUT_MS / 1000);
+			       "setting up took more than %d s",
+			       SETUP_TIMEOUT_MS / 1000);
 	else if (r < 0)
 		rc = apf_error(APF_EABORT, "sandbox", "setup channel: %s",
 			       strerror(-r));
@@ -1359,8 +1363,9 @@ static void classify(apf_sandbox *sb, const siginfo_t *si)
 		e->signal = si->si_code == CLD_EXITED ? 0 : si->si_status;
 		snprintf(e->reason, sizeof e->reason,
 			 "the sandbox's init ended unexpectedly (%s)",
-			 si->si_code == CLD_EXITED ? "exited"
-						   : signame(si->si_status, sn, sizeof sn));
+			 si->si_code == CLD_EXITED
+				 ? "exited"
+				 : signame(si->si_status, sn, sizeof sn));
 	} else if (e->signal == SIGSYS) {
 		e->outcome = APF_SANDBOX_FAULTED;
 		snprintf(e->reason, sizeof e->reason,

@@ -345,7 +345,7 @@ static void sealed_program_sees_only_its_mounts(void **state)
 	run_free(&r);
 }
 
-static void sealed_read_only_mount_refuses_writes_even_if_policy_allows(void **state)
+static void sealed_read_only_mount_refuses_writes_despite_policy(void **state)
 {
 	(void)state;
 	require_sealed();
@@ -528,7 +528,8 @@ static void reading_a_key_outside_the_policy_is_a_named_fault(void **state)
 	require_sealed();
 	struct run r;
 	run_init(&r, SEALED);
-	testlib_write_str(r.tmp, "keys/default.key.pem", "-----BEGIN PRIVATE KEY-----\n");
+	testlib_write_str(r.tmp, "keys/default.key.pem",
+			  "-----BEGIN PRIVATE KEY-----\n");
 	char key[PATH_MAX + 32], want[PATH_MAX + 64];
 	fmt(key, sizeof key, "%s/keys/default.key.pem", r.tmp);
 	run_action(&r, "read", key, NULL, NULL);
@@ -720,7 +721,10 @@ static void compiler_runs_in_setup_and_its_output_runs(void **state)
 	run_init(&r, SEALED);
 	testlib_write_str(r.tmp, "src/hello.c",
 			  "#include <stdio.h>\n"
-			  "int main(void) { puts(\"hello from the sandbox\"); return 0; }\n");
+			  "int main(void) {\n"
+			  "\tputs(\"hello from the sandbox\");\n"
+			  "\treturn 0;\n"
+			  "}\n");
 	char src[PATH_MAX + 8];
 	fmt(src, sizeof src, "%s/src", r.tmp);
 	add_mount(&r, src, "/src", APF_SANDBOX_READ, 0);
@@ -815,7 +819,8 @@ static void allocation_past_rlimit_as_is_memory_limit(void **state)
 		run_action(&r, actions[i], NULL, NULL, NULL);
 		assert_outcome(&r, APF_SANDBOX_MEMORY_LIMIT);
 		assert_non_null(strstr(r.end.reason, "memory limit exceeded"));
-		assert_non_null(strstr(r.end.reason, i == 0 ? "SIGABRT" : "exit code 3"));
+		assert_non_null(strstr(r.end.reason,
+				       i == 0 ? "SIGABRT" : "exit code 3"));
 		assert_int_equal(r.end.memory_limit, 128ull << 20);
 		assert_true(r.end.peak_vm >= (112ull << 20));
 		run_free(&r);
@@ -972,7 +977,8 @@ static void probe_answers_with_a_reason(void **state)
 		int rc = apf_sandbox_probe((enum apf_sandbox_mode)mode);
 		if (rc != 0) {
 			assert_int_equal(rc, APF_EABORT);
-			assert_int_equal(strncmp(apf_error_message(), "sandbox: ", 9), 0);
+			assert_int_equal(
+				strncmp(apf_error_message(), "sandbox: ", 9), 0);
 			assert_true(strlen(apf_error_message()) > 12);
 			assert_null(strchr(apf_error_message(), '\n'));
 		}
@@ -1033,7 +1039,7 @@ int main(void)
 		cmocka_unit_test(bad_configurations_are_refused),
 		cmocka_unit_test(outcome_names_are_stable),
 		cmocka_unit_test(sealed_program_sees_only_its_mounts),
-		cmocka_unit_test(sealed_read_only_mount_refuses_writes_even_if_policy_allows),
+		cmocka_unit_test(sealed_read_only_mount_refuses_writes_despite_policy),
 		cmocka_unit_test(sealed_root_and_proc_sys_are_read_only),
 		cmocka_unit_test(sealed_network_is_a_lone_loopback_that_is_down),
 		cmocka_unit_test(sealed_loopback_connect_fails_in_the_sandbox_netns),
