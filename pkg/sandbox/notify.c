@@ -234,11 +234,28 @@ static const struct apf_sandbox_path defaults[] = {
 	{"/dev/full", APF_SANDBOX_WRITE},
 };
 
+/* glibc asks nscd before reading /etc/passwd for any user lookup. Sealed,
+ * there is no nscd, so the attempt is harmless and not worth a fault;
+ * unsealed, the host's nscd would resolve names - and so reach the network
+ * - for the program. */
+static const struct apf_sandbox_path sealed_defaults[] = {
+	{"/run/nscd/socket", APF_SANDBOX_WRITE},
+	{"/var/run/nscd/socket", APF_SANDBOX_WRITE},
+};
+
 int apf_sandbox_policy_defaults(apf_sandbox *sb)
 {
 	for (size_t i = 0; i < sizeof defaults / sizeof defaults[0]; i++) {
 		int rc = apf_sandbox_policy_add(sb, defaults[i].prefix,
 						defaults[i].access);
+		if (rc < 0)
+			return rc;
+	}
+	for (size_t i = 0; sb->mode == APF_SANDBOX_SEALED &&
+			   i < sizeof sealed_defaults / sizeof sealed_defaults[0];
+	     i++) {
+		int rc = apf_sandbox_policy_add(sb, sealed_defaults[i].prefix,
+						sealed_defaults[i].access);
 		if (rc < 0)
 			return rc;
 	}

@@ -136,7 +136,10 @@ struct apf_sandbox_limits {
 	 * than it uses, so a GPU trial needs 0 here. */
 	uint64_t address_space;
 	uint64_t open_files;    /* RLIMIT_NOFILE; 0: 256 */
-	uint64_t processes;     /* RLIMIT_NPROC; 0: 256 */
+	/* RLIMIT_NPROC, processes and threads (a BLAS thread pool counts);
+	 * 0: 1024. Sealed only: unsealed, it would count the user's every
+	 * process on the host. */
+	uint64_t processes;
 	uint64_t file_size;     /* RLIMIT_FSIZE bytes; 0: unlimited */
 	uint64_t cpu_seconds;   /* RLIMIT_CPU; 0: unlimited */
 	/* Processes and threads the supervisor lets the sandbox create in the

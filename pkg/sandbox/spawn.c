@@ -671,7 +671,8 @@ static int plan_build(struct plan *p, const struct apf_sandbox_config *cfg,
 
 	p->rl_as.rlim_cur = p->rl_as.rlim_max = lim(cfg->limits.address_space, 0);
 	p->rl_nofile.rlim_cur = p->rl_nofile.rlim_max = (rlim_t)nofile;
-	p->rl_nproc.rlim_cur = p->rl_nproc.rlim_max = lim(cfg->limits.processes, 256);
+	p->rl_nproc.rlim_cur = p->rl_nproc.rlim_max =
+		lim(cfg->limits.processes, 1024);
 	p->rl_fsize.rlim_cur = p->rl_fsize.rlim_max = lim(cfg->limits.file_size, 0);
 	p->rl_cpu.rlim_cur = p->rl_cpu.rlim_max = lim(cfg->limits.cpu_seconds, 0);
 	sb->memory_limit = cfg->limits.address_space;
