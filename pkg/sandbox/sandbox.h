@@ -73,7 +73,9 @@
  * every one of its threads is stopped; apf_sandbox_cont resumes them. In the
  * locked phase the program cannot create processes or threads, and locking
  * fails (as a fault) while any other process is alive in the sandbox, so the
- * program's thread group is the whole trial.
+ * program's thread group is the whole trial. Lock when the program is
+ * waiting for the runner's go, after anything that starts threads lazily (a
+ * BLAS or OpenMP pool: make one call first) has started them.
  *
  * How it ended (apf_sandbox_end): exit code; crash with its signal; the
  * sandbox fault that killed it; killed by the runner; memory limit (an
