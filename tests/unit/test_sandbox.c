@@ -705,6 +705,79 @@ static void locking_with_a_process_left_over_is_a_fault(void **state)
 	run_free(&r);
 }
 
+/* 1 if a live process remains with this pid namespace (sealed) or in this
+ * process group (unsealed). Zombies are dead: who reaps them is the host's
+ * init's business. */
+static int sandbox_remains(enum apf_sandbox_mode mode, ino_t ns, pid_t pgrp)
+{
+	DIR *d = opendir("/proc");
+	assert_non_null(d);
+	struct dirent *de;
+	int found = 0;
+	while (!found && (de = readdir(d))) {
+		char path[300], buf[512];
+		if (de->d_name[0] < '0' || de->d_name[0] > '9')
+			continue;
+		fmt(path, sizeof path, "/proc/%s/stat", de->d_name);
+		int fd = open(path, O_RDONLY | O_CLOEXEC);
+		ssize_t n = fd >= 0 ? read(fd, buf, sizeof buf - 1) : -1;
+		if (fd >= 0)
+			close(fd);
+		if (n <= 0)
+			continue;
+		buf[n] = 0;
+		char state;
+		int ppid, pg;
+		if (sscanf(strrchr(buf, ')') + 1, " %c %d %d", &state, &ppid,
+			   &pg) != 3 || state == 'Z' || state == 'X')
+			continue;
+		if (mode == SEALED) {
+			struct stat st;
+			fmt(path, sizeof path, "/proc/%s/ns/pid", de->d_name);
+			found = stat(path, &st) == 0 && st.st_ino == ns;
+		} else {
+			found = pg == pgrp;
+		}
+	}
+	closedir(d);
+	return found;
+}
+
+/* What the program started in its setup phase ends with it. */
+static void leftover_processes_end_with_the_program(void **state)
+{
+	(void)state;
+	for (int mode = SEALED; mode <= UNSEALED; mode++) {
+		if (mode == SEALED)
+			require_sealed();
+		else
+			require_unsealed();
+		struct run r;
+		run_init(&r, (enum apf_sandbox_mode)mode);
+		run_args(&r, "daemon", NULL, NULL, NULL);
+		assert_apf_ok(run_spawn(&r));
+		assert_true(pump_until(&r, "forked", 10));
+		pid_t pid = apf_sandbox_pid(r.sb);
+		char path[64];
+		struct stat st;
+		fmt(path, sizeof path, "/proc/%d/ns/pid", (int)pid);
+		assert_int_equal(stat(path, &st), 0);
+		assert_true(sandbox_remains((enum apf_sandbox_mode)mode, st.st_ino,
+					    pid));
+		assert_int_equal(write(r.in_w, "g", 1), 1);
+		finish(&r);
+		assert_outcome(&r, APF_SANDBOX_EXITED);
+		/* Killed processes linger for a moment before they are gone. */
+		uint64_t deadline = apf_now_ns() + 2000000000ull;
+		while (sandbox_remains((enum apf_sandbox_mode)mode, st.st_ino, pid) &&
+		       apf_now_ns() < deadline)
+			usleep(1000);
+		assert_false(sandbox_remains((enum apf_sandbox_mode)mode, st.st_ino,
+					     pid));
+		run_free(&r);
+	}
+}
+
 /* ---- what setup allows -------------------------------------------------- */
 
 static void compiler_runs_in_setup_and_its_output_runs(void **state)
@@ -1053,6 +1126,7 @@ int main(void)
 		cmocka_unit_test(mount_is_a_named_fault),
 		cmocka_unit_test(syscall_newer_than_the_filter_is_a_named_fault),
 		cmocka_unit_test(locking_with_a_process_left_over_is_a_fault),
+		cmocka_unit_test(leftover_processes_end_with_the_program),
 		cmocka_unit_test(compiler_runs_in_setup_and_its_output_runs),
 		cmocka_unit_test(stop_freezes_every_thread_and_cont_resumes_them),
 		cmocka_unit_test(allocation_past_rlimit_as_is_memory_limit),
