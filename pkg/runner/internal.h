@@ -72,6 +72,8 @@ struct unit_args {
 	int64_t step_hint;
 	double budget_s;
 	uint64_t arena_bytes;
+	int64_t stop_at;           /* trial only: report an eval at this step
+				      (a replay); 0: when the supervisor asks */
 };
 int unit_args_parse(struct unit_args *a, int argc, char **argv);
 /* Appends the arguments to an argv under construction. */
@@ -125,6 +127,7 @@ struct run {
 	const char *device;
 	struct unit_state *states; /* one per plan unit */
 	int interrupted;          /* SIGINT/SIGTERM arrived */
+	int audit;                /* verifying: write nothing into run_dir */
 	size_t completed, failed;
 };
 
@@ -135,6 +138,27 @@ void unit_name(const struct apf_plan_unit *u, char *out, size_t size);
 /* Runs one unit to its end (or resumes it); logs everything. A failed
  * trial returns 0: it is a result. */
 int unit_run(struct run *r, size_t index);
+
+/* Replays one eval interval of a unit (apf verify --replay): from the
+ * arena bytes `from` (checkpoint k, at from_step, with the submission time
+ * and metrics of eval k handed to the trial as the run did), runs the
+ * submission in the sandbox up to to_step, and compares the arena with
+ * `expect` (checkpoint k+1). Returns 0 with why empty when identical, 0
+ * with why naming the first difference, or an error. */
+struct replay_spec {
+	const void *from, *expect;
+	size_t from_len, expect_len;
+	int64_t from_step, to_step, eval_index;
+	uint64_t sub_ns;
+	const json_t *metrics;
+};
+int unit_replay(struct run *r, size_t index, const struct replay_spec *rs,
+		char *why, size_t size);
+
+/* Re-evaluates a checkpoint in a clean evaluator process and compares
+ * with the logged metrics; why names the first difference (empty: equal). */
+int unit_reeval(struct run *r, size_t index, const void *ckpt, size_t len,
+		const json_t *logged, char *why, size_t size);
 
 /* files.c: the run directory's files. */
 int files_sign_head(struct run *r);

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "tuning/tuning.h"
@@ -28,7 +29,10 @@ int chan_send(int fd, const char *fmt, ...)
 	line[n++] = '\n';
 	const char *p = line;
 	while (n > 0) {
-		ssize_t w = write(fd, p, (size_t)n);
+		/* A peer that died must be an error here, not a SIGPIPE. */
+		ssize_t w = send(fd, p, (size_t)n, MSG_NOSIGNAL);
+		if (w < 0 && errno == ENOTSOCK)
+			w = write(fd, p, (size_t)n);
 		if (w < 0 && errno == EINTR)
 			continue;
 		if (w < 0)
@@ -180,6 +184,8 @@ int unit_args_parse(struct unit_args *a, int argc, char **argv)
 			a->budget_s = strtod(v, NULL);
 		else if (!strcmp(k, "arena-bytes"))
 			a->arena_bytes = strtoull(v, NULL, 10);
+		else if (!strcmp(k, "stop-at"))
+			a->stop_at = strtoll(v, NULL, 10);
 		else
 			return apf_error(APF_EUSAGE, "runner",
 					 "unknown option --%s", k);
@@ -219,6 +225,8 @@ int unit_args_to_argv(const struct unit_args *a, int trial, char **argv,
 		ADD("max-steps", "%lld", (long long)a->max_steps);
 		ADD("step-hint", "%lld", (long long)a->step_hint);
 		ADD("budget-s", "%.17g", a->budget_s);
+		if (a->stop_at > 0)
+			ADD("stop-at", "%lld", (long long)a->stop_at);
 	}
 #undef ADD
 	if (!storage->data)

@@ -77,6 +77,23 @@ int apf_runner_evaluate_arena(struct apf_workload *wl,
 			      const struct apf_workload_spec *spec,
 			      const void *arena, size_t bytes, json_t **out);
 
+/* Audits for the verifier (checks 4 and 5 of DESIGN.md section 7). Opening
+ * extracts the run's own entry.apf (its signer trusted by entry_key, or the
+ * trusted directory), rebuilds the plan and checks the workloads here match
+ * the manifest. Both checks run the same code as the runner: re-evaluation
+ * in a clean evaluator process, replay of the submission in the sandbox.
+ * `eval` records are the log's eval objects. Each returns 0 with why empty
+ * when the result matches the log bit for bit, 0 with why naming the first
+ * difference, or an error. */
+typedef struct apf_audit apf_audit;
+int apf_audit_open(apf_audit **out, const char *run_dir, const char *entry_key);
+int apf_audit_reeval(apf_audit *a, const char *unit, const json_t *eval,
+		     char *why, size_t size);
+/* Replays the interval between two consecutive evals of a unit. */
+int apf_audit_replay(apf_audit *a, const char *unit, const json_t *from,
+		     const json_t *to, char *why, size_t size);
+void apf_audit_close(apf_audit *a);
+
 /* The hidden subcommands the supervisor starts. */
 int apf_runner_trial_main(int argc, char **argv);
 int apf_runner_eval_main(int argc, char **argv);

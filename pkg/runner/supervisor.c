@@ -647,3 +647,131 @@ int apf_run(const struct apf_run_opts *o)
 	run_free(&r);
 	return rc;
 }
+
+/* ---- audits: re-evaluation and replay for the verifier ------------------------- */
+
+struct apf_audit {
+	struct apf_run_opts o;
+	struct run r;
+	char *entry_path;
+};
+
+int apf_audit_open(apf_audit **out, const char *run_dir, const char *entry_key)
+{
+	*out = NULL;
+	apf_audit *a = apf_calloc(1, sizeof *a);
+	if (!a)
+		return apf_error(APF_ENOMEM, "audit", "out of memory");
+	a->entry_path = apf_path_join(run_dir, "entry.apf");
+	char *rj = apf_path_join(run_dir, "run.json"), *text = NULL;
+	int rc = a->entry_path && rj ? apf_file_read(rj, 1 << 24, &text, NULL)
+				     : apf_error(APF_ENOMEM, "audit", "out of memory");
+	json_t *j = rc ? NULL : json_loads(text, 0, NULL);
+	if (!rc && !j)
+		rc = apf_error(APF_EINPUT, rj, "not valid JSON");
+	a->o.entry = a->entry_path;
+	a->o.trust_key = entry_key;
+	a->o.threads = (int)json_integer_value(json_object_get(j, "threads"));
+	a->o.device = json_string_value(json_object_get(j, "device"));
+	a->o.study = a->o.trial = -1;
+	/* Replay sealed where the kernel allows it; an auditor's machine that
+	 * refuses namespaces still replays, with the filter. */
+	a->o.unsealed = apf_sandbox_probe(APF_SANDBOX_SEALED) != 0;
+	apf_error_clear();
+	a->r.o = &a->o;
+	a->r.audit = 1;
+	if (!rc)
+		rc = prepare(&a->r);
+	a->r.run_dir = rc ? NULL : apf_strdup(run_dir);
+	free(text);
+	free(rj);
+	if (!rc) {
+		/* The device string lives in j; keep what prepare copied. */
+		a->o.device = a->r.device = "cpu";
+	}
+	json_decref(j);
+	if (rc) {
+		apf_audit_close(a);
+		return rc;
+	}
+	*out = a;
+	return 0;
+}
+
+void apf_audit_close(apf_audit *a)
+{
+	if (!a)
+		return;
+	run_free(&a->r);
+	free(a->entry_path);
+	free(a);
+}
+
+static int audit_unit(apf_audit *a, const char *unit, size_t *index)
+{
+	long i = unit_index(&a->r, unit);
+	if (i < 0)
+		return apf_error(APF_EVERIFY, unit, "not a unit of the entry's plan");
+	*index = (size_t)i;
+	return 0;
+}
+
+static int read_ckpt(apf_audit *a, const char *unit, const json_t *eval,
+		     char **data, size_t *len)
+{
+	const char *file = json_string_value(
+		json_object_get(json_object_get(eval, "checkpoint"), "file"));
+	if (!file || strstr(file, ".."))
+		return apf_error(APF_EVERIFY, unit, "an eval names no checkpoint");
+	apf_buf p = {0};
+	apf_buf_printf(&p, "%s/%s/%s", a->r.run_dir, unit, file);
+	int rc = apf_file_read(p.data, 1u << 31, data, len);
+	apf_buf_free(&p);
+	return rc;
+}
+
+int apf_audit_reeval(apf_audit *a, const char *unit, const json_t *eval,
+		     char *why, size_t size)
+{
+	size_t index = 0;
+	char *data = NULL;
+	size_t len = 0;
+	int rc = audit_unit(a, unit, &index);
+	if (!rc)
+		rc = read_ckpt(a, unit, eval, &data, &len);
+	if (!rc)
+		rc = unit_reeval(&a->r, index, data, len,
+				 json_object_get(eval, "metrics"), why, size);
+	free(data);
+	return rc;
+}
+
+int apf_audit_replay(apf_audit *a, const char *unit, const json_t *from,
+		     const json_t *to, char *why, size_t size)
+{
+	size_t index = 0;
+	char *f = NULL, *t = NULL;
+	size_t flen = 0, tlen = 0;
+	int rc = audit_unit(a, unit, &index);
+	if (!rc)
+		rc = read_ckpt(a, unit, from, &f, &flen);
+	if (!rc)
+		rc = read_ckpt(a, unit, to, &t, &tlen);
+	if (!rc) {
+		struct replay_spec rs = {
+			.from = f,
+			.expect = t,
+			.from_len = flen,
+			.expect_len = tlen,
+			.from_step = json_integer_value(json_object_get(from, "global_step")),
+			.to_step = json_integer_value(json_object_get(to, "global_step")),
+			.eval_index = json_integer_value(json_object_get(from, "index")),
+			.sub_ns = (uint64_t)json_integer_value(
+				json_object_get(from, "accumulated_submission_ns")),
+			.metrics = json_object_get(from, "metrics")};
+		rc = unit_replay(&a->r, index, &rs, why, size);
+	}
+	free(f);
+	free(t);
+	return rc;
+}

@@ -87,6 +87,7 @@ static int parse_go(struct tp *t, const char *line)
 		return apf_error(APF_EABORT, "trial", "malformed go");
 	apf_trial_set_submission_time(t->trial, (double)ns / 1e9);
 	if (idx > 0) {
+		apf_trial_arena(t->trial)->evals = idx;
 		apf_eval_results ev = {idx,
 				       apf_trial_global_step(t->trial),
 				       v[0],
@@ -189,6 +190,8 @@ static int train(struct tp *t)
 		const char *why = complete ? "complete"
 				  : t->a.max_steps > 0 && step >= t->a.max_steps
 					  ? "max_steps"
+				  : t->a.stop_at > 0 && step >= t->a.stop_at
+					  ? "due"
 				  : __atomic_load_n(&t->ctl->eval_requested,
 						    __ATOMIC_ACQUIRE)
 					  ? "due"

@@ -70,6 +70,10 @@ struct unit {
 
 static int record(struct unit *u, const char *event, json_t *fields, int sync)
 {
+	if (u->r->audit) { /* an auditor's replay logs nothing */
+		json_decref(fields);
+		return 0;
+	}
 	json_object_set_new(fields, "unit", json_string(u->name));
 	/* "unit" first: move it to the front for readability. */
 	json_t *ordered = json_object();
@@ -161,7 +165,8 @@ static void base_config(struct unit *u, struct apf_sandbox_config *c,
 
 static int open_log_file(struct unit *u, const char *name)
 {
-	char *p = apf_path_join(u->dir, name);
+	/* An auditor's replay writes nothing into the run directory. */
+	char *p = apf_path_join(u->r->audit ? u->work : u->dir, name);
 	int fd = p ? open(p, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644) : -1;
 	free(p);
 	return fd;
@@ -218,7 +223,9 @@ static int build(struct unit *u, char *detail, size_t size)
 			 BUILD_TIMEOUT_MS / 1000);
 	} else if (end.outcome != APF_SANDBOX_EXITED || end.exit_code != 0) {
 		/* The last line of the build's output says why. */
-		char *log = apf_path_join(u->dir, "build.log"), *text = NULL;
+		char *log = apf_path_join(u->r->audit ? u->work : u->dir,
+					  "build.log"),
+		     *text = NULL;
 		size_t len = 0;
 		if (log && apf_file_read(log, 1 << 20, &text, &len) == 0 && len) {
 			while (len && text[len - 1] == '\n')
@@ -276,13 +283,19 @@ static int spawn_evaluator(struct unit *u, struct unit_args *a)
 	int logfd = open_log_file(u, "evaluator.log");
 	pid_t pid = rc ? -1 : fork();
 	if (pid == 0) {
-		/* Child: only async-signal-safe calls until exec. */
+		/* Child: only async-signal-safe calls until exec. Descriptors
+		 * go up out of the way first, so none lands on another's
+		 * target, and dup2 clears close-on-exec on the copies. */
 		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		dup2(u->arena_fd, FD_ARENA);
-		dup2(sv[1], FD_CHANNEL);
-		if (logfd >= 0) {
-			dup2(logfd, 1);
-			dup2(logfd, 2);
+		int arena = fcntl(u->arena_fd, F_DUPFD_CLOEXEC, 100);
+		int chan = fcntl(sv[1], F_DUPFD_CLOEXEC, 100);
+		int log = logfd >= 0 ? fcntl(logfd, F_DUPFD_CLOEXEC, 100) : -1;
+		if (arena < 0 || chan < 0 || dup2(arena, FD_ARENA) < 0 ||
+		    dup2(chan, FD_CHANNEL) < 0)
+			_exit(126);
+		if (log >= 0) {
+			dup2(log, 1);
+			dup2(log, 2);
 		}
 		execv(u->r->exe, argv);
 		_exit(127);
@@ -672,7 +685,8 @@ static int prepare(struct unit *u)
 	u->scratch = u->work ? apf_path_join(u->work, "scratch") : NULL;
 	u->so = u->work ? apf_path_join(u->work, "submission.so") : NULL;
 	u->hparams = u->work ? apf_path_join(u->work, "hparams.json") : NULL;
-	char *ck = u->dir ? apf_path_join(u->dir, "ckpt") : NULL;
+	char *ck = u->dir ? apf_path_join(r->audit ? u->work : u->dir, "ckpt")
+			  : NULL;
 	int rc = ck && u->scratch && u->so && u->hparams
 			 ? 0
 			 : apf_error(APF_ENOMEM, "run", "out of memory");
@@ -722,7 +736,7 @@ static int prepare(struct unit *u)
 	json_decref(hp);
 	if (!text)
 		return apf_error(APF_ENOMEM, "run", "out of memory");
-	char *pub = apf_path_join(u->dir, "hparams.json");
+	char *pub = apf_path_join(r->audit ? u->work : u->dir, "hparams.json");
 	apf_buf b2 = {0};
 	apf_buf_printf(&b2, "%s\n", text);
 	rc = apf_file_write(pub, b2.data, b2.len, 0644, 0);
@@ -1036,6 +1050,213 @@ int unit_run(struct run *r, size_t index)
 		if (apf_sandbox_wait(u.sb, 3000, &end) != 1)
 			apf_sandbox_kill(u.sb);
 	}
+	cleanup(&u);
+	return rc;
+}
+
+/* ---- replay (apf verify --replay) ------------------------------------------------ */
+
+/* Names the first difference between two arenas of the same layout. */
+static void diff_arenas(const void *got, const void *want, size_t n, char *why,
+			size_t size)
+{
+	const struct apf_arena_header *g = got, *w = want;
+	const char *gb = got, *wb = want;
+	if (memcmp(got, want, APF_ARENA_HEADER)) {
+		if (g->global_step != w->global_step)
+			snprintf(why, size, "header: global step %lld, the "
+					    "checkpoint has %lld",
+				 (long long)g->global_step,
+				 (long long)w->global_step);
+		else if (g->data_epoch != w->data_epoch ||
+			 g->data_index != w->data_index)
+			snprintf(why, size, "header: the data position differs");
+		else
+			snprintf(why, size, "header: differs (slots or sizes)");
+		return;
+	}
+	struct part {
+		const char *name;
+		uint64_t off, bytes;
+	} parts[2 + APF_ARENA_MAX_SLOTS];
+	size_t np = 0;
+	parts[np++] = (struct part){"parameters", w->params_offset,
+					 w->params_floats * sizeof(float)};
+	parts[np++] = (struct part){"model state", w->state_offset,
+					 w->state_floats * sizeof(float)};
+	for (uint32_t i = 0; i < w->nslots; i++)
+		parts[np++] = (struct part){
+			w->slots[i].name, w->slots[i].offset,
+			w->slots[i].n * (w->slots[i].kind == APF_SLOT_SCALAR
+						 ? sizeof(double)
+						 : sizeof(float))};
+	for (size_t p = 0; p < np; p++) {
+		if (parts[p].off + parts[p].bytes > n ||
+		    !memcmp(gb + parts[p].off, wb + parts[p].off, parts[p].bytes))
+			continue;
+		size_t k = 0;
+		while (k < parts[p].bytes &&
+		       gb[parts[p].off + k] == wb[parts[p].off + k])
+			k++;
+		snprintf(why, size, "%s%s differ%s from byte %zu on",
+			 p >= 2 ? "slot " : "", parts[p].name,
+			 p >= 2 ? "s" : "", k);
+		return;
+	}
+	snprintf(why, size, "padding between sections differs");
+}
+
+int unit_replay(struct run *r, size_t index, const struct replay_spec *rs,
+		char *why, size_t size)
+{
+	struct unit u = {0};
+	u.r = r;
+	u.index = index;
+	u.pu = &r->plan->units[index];
+	u.st = &r->states[index];
+	u.time_to_target_ns = -1;
+	why[0] = 0;
+	int rc = prepare(&u);
+	char detail[600] = "";
+	if (!rc)
+		rc = build(&u, detail, sizeof detail);
+	if (!rc && detail[0])
+		rc = apf_error(APF_EINPUT, "replay", "%s", detail);
+	if (!rc && (rs->from_len > u.capacity || rs->expect_len > u.capacity))
+		rc = apf_error(APF_EVERIFY, "replay",
+			       "a checkpoint is larger than the model's arena");
+	if (!rc)
+		rc = make_arena(&u, rs->from, rs->from_len);
+	u.global_step = rs->from_step;
+	u.sub_ns = rs->sub_ns;
+	u.evals = rs->eval_index;
+	struct unit_args a = {
+		.workloads_dir = r->workloads_dir,
+		.workload = u.pu->workload,
+		.variant = "base",
+		.seed = r->entry->manifest->tuning.seed,
+		.study = (uint32_t)u.pu->study,
+		.trial = (uint32_t)u.pu->trial + 1,
+		.threads = r->threads,
+		.device = r->device,
+		.so = u.so,
+		.hparams = u.hparams,
+		.max_steps = u.spec ? u.spec->max_steps : 0,
+		.step_hint = u.spec ? u.spec->max_steps : 0,
+		.budget_s = (double)u.budget_ns / 1e9,
+		.arena_bytes = u.capacity,
+		.stop_at = rs->to_step};
+	if (!rc)
+		rc = spawn_trial(&u, &a);
+	char line[LINE_MAX_BYTES];
+	uint64_t deadline = apf_now_ns() + 30ull * 60 * 1000000000;
+	int state = 0;
+	while (!rc && state < 3) {
+		int w = await_trial(&u, line, sizeof line, deadline, 0);
+		if (w < 0) {
+			rc = w;
+		} else if (w == 2) {
+			rc = apf_error(APF_EVERIFY, "replay", "the trial ended: %s",
+				       u.fault);
+		} else if (w == 0) {
+			rc = apf_error(APF_EVERIFY, "replay",
+				       "no report within 30 minutes");
+		} else if (!strncmp(line, "error ", 6)) {
+			rc = apf_error(APF_EVERIFY, "replay", "%s", line + 6);
+		} else if (state == 0 && !strcmp(line, "lock")) {
+			rc = apf_sandbox_set_phase(u.sb, APF_SANDBOX_LOCKED);
+			if (!rc)
+				rc = chan_send(u.chan_fd, "locked");
+			state = 1;
+		} else if (state == 1 && !strncmp(line, "ready ", 6)) {
+			rc = send_go(&u, rs->metrics);
+			state = 2;
+		} else if (state == 2 && !strncmp(line, "eval ", 5)) {
+			long long step = 0;
+			sscanf(line + 5, "%lld", &step);
+			rc = apf_sandbox_stop(u.sb);
+			if (!rc && step != rs->to_step)
+				snprintf(why, size,
+					 "the replay reported step %lld, the "
+					 "log step %lld",
+					 step, (long long)rs->to_step);
+			else if (!rc) {
+				const struct apf_arena_header *h = u.arena_view;
+				if (h->used != rs->expect_len)
+					snprintf(why, size,
+						 "the arena holds %llu bytes, "
+						 "the checkpoint %zu",
+						 (unsigned long long)h->used,
+						 rs->expect_len);
+				else if (memcmp(u.arena_view, rs->expect,
+						rs->expect_len))
+					diff_arenas(u.arena_view, rs->expect,
+						    rs->expect_len, why, size);
+			}
+			apf_sandbox_kill(u.sb);
+			state = 3;
+		} else {
+			rc = apf_error(APF_EVERIFY, "replay", "unexpected '%.40s'",
+				       line);
+		}
+	}
+	cleanup(&u);
+	return rc;
+}
+
+/* ---- re-evaluation (apf verify --reeval) ------------------------------------------ */
+
+int unit_reeval(struct run *r, size_t index, const void *ckpt, size_t len,
+		const json_t *logged, char *why, size_t size)
+{
+	struct unit u = {0};
+	u.r = r;
+	u.index = index;
+	u.pu = &r->plan->units[index];
+	u.st = &r->states[index];
+	why[0] = 0;
+	int rc = prepare(&u);
+	if (!rc && len > u.capacity)
+		rc = apf_error(APF_EVERIFY, "reeval",
+			       "the checkpoint is larger than the model's arena");
+	if (!rc)
+		rc = make_arena(&u, ckpt, len);
+	struct unit_args a = {.workloads_dir = r->workloads_dir,
+			      .workload = u.pu->workload,
+			      .variant = "base",
+			      .seed = r->entry->manifest->tuning.seed,
+			      .study = (uint32_t)u.pu->study,
+			      .trial = (uint32_t)u.pu->trial + 1,
+			      .threads = r->threads,
+			      .device = r->device,
+			      .arena_bytes = u.capacity};
+	if (!rc)
+		rc = spawn_evaluator(&u, &a);
+	json_t *m = NULL;
+	char err[600] = "";
+	if (!rc)
+		rc = evaluate(&u, &m, err, sizeof err);
+	if (!rc && !m)
+		rc = apf_error(APF_EVERIFY, "reeval", "%s", err);
+	const char *key;
+	json_t *v;
+	json_object_foreach((json_t *)logged, key, v)
+	{
+		if (rc || why[0])
+			break;
+		json_t *w = json_object_get(m, key);
+		/* Bit-exact on the CPU: the logged numbers were printed with
+		 * 17 significant digits and parse back to the same double. */
+		if (!w || !json_equal(v, w) ||
+		    (json_is_real(v) && json_real_value(v) != json_real_value(w)))
+			snprintf(why, size, "%s: re-evaluated %.17g, logged %.17g",
+				 key, w ? json_number_value(w) : NAN,
+				 json_number_value(v));
+	}
+	if (!rc && !why[0] && json_object_size(m) != json_object_size(logged))
+		snprintf(why, size, "the logged metrics are not the evaluator's "
+				    "set");
+	json_decref(m);
 	cleanup(&u);
 	return rc;
 }
