@@ -371,3 +371,26 @@ class Plan(ApfCase):
         self.ok("keygen", "-o", self.path("other"), "--no-trust")
         self.fails(1, "plan", entry, "--key", self.path("other.pub.pem"), match="signature")
         self.fails(2, "plan", entry, "--key", os.devnull, match="empty")
+
+
+class ExampleManifests(ApfCase):
+    """make manifests' committed entries verify with the committed key and
+    match the schema."""
+
+    def test_examples_verify_with_their_public_key(self):
+        import glob
+        import jsonschema
+        d = os.path.join(apftest.ROOT, "manifests", "examples")
+        entries = sorted(glob.glob(os.path.join(d, "*.apf")))
+        if not entries:
+            self.skipTest("no example entries (make manifests writes them)")
+        with open(os.path.join(apftest.ROOT, "manifests", "entry.schema.json")) as f:
+            schema = jsonschema.Draft202012Validator(json.load(f))
+        pub = os.path.join(d, "signing.pub.pem")
+        for e in entries:
+            r = self.ok("verify", e, "--key", pub)
+            self.assertIn("verified", r.out)
+            st = json.loads(self.ok("inspect", e, "--json", "--key", pub).out)
+            schema.validate(st["statement"])
+            self.assertEqual({w["name"] for w in st["statement"]["predicate"]["workloads"]},
+                             {"fmnist_mlp", "fmnist_cnn"})
