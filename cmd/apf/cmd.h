@@ -68,5 +68,6 @@ int cmd_pack(int argc, char **argv);
 int cmd_inspect(int argc, char **argv);
 int cmd_verify(int argc, char **argv);
 int cmd_workloads(int argc, char **argv);
+int cmd_train(int argc, char **argv);
 
 #endif

@@ -12,6 +12,7 @@ extern const char apf_build_id[];
 
 static const struct apf_command commands[] = {
 	{"hash", cmd_hash, "print the tree digest of a directory or file"},
+	{"train", cmd_train, "train a workload with the reference AdamW (development)"},
 	{"workloads", cmd_workloads, "list workloads, variants, targets and budgets"},
 };
 
