@@ -44,6 +44,7 @@ CMD_SRC  := $(wildcard cmd/apf/*.c)
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
 UNIT_LIB := $(wildcard tests/unit/lib/*.c)
 BENCH_SRC:= $(wildcard bench/*/*.c)
+HELPER_SRC := $(wildcard tests/helpers/*.c)
 
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/version.o \
             $(CU_SRC:%.cu=$(BUILD)/obj/%.o)
@@ -51,6 +52,7 @@ CMD_OBJ  := $(CMD_SRC:%.c=$(BUILD)/obj/%.o)
 UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 UNIT_LIB_OBJ := $(UNIT_LIB:%.c=$(BUILD)/obj/%.o)
 BENCH_BIN:= $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
+HELPER_BIN := $(HELPER_SRC:tests/helpers/%.c=$(BUILD)/tests/helpers/%)
 
 ifneq ($(CU_SRC),)
 CPPFLAGS_APF += -DAPF_HAVE_CUDA -I/usr/local/cuda/include
@@ -62,9 +64,13 @@ endif
 
 all: $(BUILD)/apf $(BUILD)/libapf.a
 
+# V=1 shows the full commands.
+Q := $(if $(V),,@)
+
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS_APF) $(CFLAGS_APF) $(CFLAGS) -c $< -o $@
+	@$(if $(Q),echo "  CC      $<")
+	$(Q)$(CC) $(CPPFLAGS_APF) $(CFLAGS_APF) $(CFLAGS) -c $< -o $@
 
 $(BUILD)/obj/%.o: %.cu
 	@mkdir -p $(dir $@)
@@ -78,26 +84,39 @@ BUILD_ID := $(shell git describe --always --dirty --abbrev=12 2>/dev/null || ech
 $(shell mkdir -p $(BUILD)/gen; v='const char apf_build_id[] = "$(BUILD_ID)";'; \
   [ "$$(cat $(BUILD)/gen/version.c 2>/dev/null)" = "$$v" ] || echo "$$v" > $(BUILD)/gen/version.c)
 $(BUILD)/obj/version.o: $(BUILD)/gen/version.c
-	$(CC) $(CFLAGS_APF) $(CFLAGS) -c $< -o $@
+	$(Q)$(CC) $(CFLAGS_APF) $(CFLAGS) -c $< -o $@
 
 $(BUILD)/libapf.a: $(LIB_OBJ)
 	@rm -f $@
-	ar rcs $@ $^
+	@$(if $(Q),echo "  AR      $@")
+	$(Q)ar rcs $@ $^
 
 $(BUILD)/apf: $(CMD_OBJ) $(BUILD)/libapf.a
-	$(CC) $(LDFLAGS_APF) $(LDFLAGS) -o $@ $(CMD_OBJ) $(BUILD)/libapf.a $(LIBS)
+	@$(if $(Q),echo "  LINK    $@")
+	$(Q)$(CC) $(LDFLAGS_APF) $(LDFLAGS) -o $@ $(CMD_OBJ) $(BUILD)/libapf.a $(LIBS)
 
 $(BUILD)/tests/%: tests/unit/%.c $(UNIT_LIB_OBJ) $(BUILD)/libapf.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS_APF) -Itests/unit/lib $(CFLAGS_APF) $(CFLAGS) \
+	@$(if $(Q),echo "  TEST    $@")
+	$(Q)$(CC) $(CPPFLAGS_APF) -Itests/unit/lib $(CFLAGS_APF) $(CFLAGS) \
 	    $(LDFLAGS_APF) -o $@ $< $(UNIT_LIB_OBJ) $(BUILD)/libapf.a $(LIBS) -lcmocka
 
 $(BUILD)/bench/%: bench/%.c $(BUILD)/libapf.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS_APF) $(CFLAGS_APF) $(CFLAGS) $(LDFLAGS_APF) -o $@ $< \
+	$(Q)$(CC) $(CPPFLAGS_APF) $(CFLAGS_APF) $(CFLAGS) $(LDFLAGS_APF) -o $@ $< \
 	    $(BUILD)/libapf.a $(LIBS)
 
-unit-tests: $(UNIT_BIN)
+# Programs the unit tests run inside the sandbox (tests/helpers/*.c). Never
+# sanitized, not even by make check: AddressSanitizer reserves terabytes of
+# address space, calls personality() and ptrace()s itself for the leak check,
+# which RLIMIT_AS and the sandbox's seccomp filter refuse.
+$(BUILD)/tests/helpers/%: tests/helpers/%.c
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  HELPER  $@")
+	$(Q)$(CC) -std=c17 -D_GNU_SOURCE -O1 -g -Wall -Wextra -Werror -pthread \
+	    -o $@ $<
+
+unit-tests: $(UNIT_BIN) $(HELPER_BIN)
 
 deps:
 	@scripts/deps.sh build test
@@ -125,7 +144,7 @@ FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
 fuzz:
 	@scripts/deps.sh build
 	@$(MAKE) --no-print-directory BUILD=build/fuzz CC=clang \
-	    CFLAGS="-fsanitize=fuzzer-no-link,address" all
+	    CFLAGS="-fsanitize=fuzzer-no-link,address" build/fuzz/libapf.a
 	@mkdir -p build/fuzz/bin
 	@for f in $(FUZZ_SRC); do n=$$(basename $$f .c); \
 	  clang $(CPPFLAGS_APF) -std=c17 -g -O1 -fsanitize=fuzzer,address \

@@ -8,6 +8,7 @@
 #ifndef APF_CMD_H
 #define APF_CMD_H
 
+#include <stdint.h>
 #include <stdio.h>
 
 #include "base/base.h"
@@ -61,12 +62,20 @@ void progress_show(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void progress_done(void);
 int progress_enabled(void);
 
+/* "12.3 MiB" */
+const char *human_bytes(uint64_t n, char buf[32]);
+/* An apf_hash_progress_fn that draws the progress line. */
+void hash_progress(void *user, uint64_t done, uint64_t total, size_t files,
+		   size_t nfiles);
+
 int cmd_keygen(int argc, char **argv);
 int cmd_hash(int argc, char **argv);
 int cmd_env(int argc, char **argv);
 int cmd_pack(int argc, char **argv);
 int cmd_inspect(int argc, char **argv);
 int cmd_verify(int argc, char **argv);
+int cmd_plan(int argc, char **argv);
+int cmd_score(int argc, char **argv);
 int cmd_workloads(int argc, char **argv);
 int cmd_train(int argc, char **argv);
 

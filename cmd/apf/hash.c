@@ -12,14 +12,6 @@
 
 #include "hash/hash.h"
 
-static void show_progress(void *user, uint64_t done, uint64_t total,
-			  size_t files, size_t nfiles)
-{
-	(void)user;
-	progress_show("hashing %.1f / %.1f MiB, %zu / %zu files",
-		      done / 1048576.0, total / 1048576.0, files, nfiles);
-}
-
 int cmd_hash(int argc, char **argv)
 {
 	int list = 0;
@@ -66,7 +58,7 @@ int cmd_hash(int argc, char **argv)
 		return 0;
 	}
 	apf_tree *t;
-	struct apf_tree_opts topts = {.progress = show_progress};
+	struct apf_tree_opts topts = {.progress = hash_progress};
 	rc = apf_tree_hash(&t, path, &topts);
 	progress_done();
 	if (rc)

@@ -11,7 +11,14 @@
 extern const char apf_build_id[];
 
 static const struct apf_command commands[] = {
+	{"keygen", cmd_keygen, "generate an Ed25519 signing key pair"},
 	{"hash", cmd_hash, "print the tree digest of a directory or file"},
+	{"env", cmd_env, "print this machine's environment record"},
+	{"pack", cmd_pack, "pack a submission into a signed entry (.apf)"},
+	{"inspect", cmd_inspect, "show what an entry holds"},
+	{"verify", cmd_verify, "verify an entry's signature and contents"},
+	{"plan", cmd_plan, "print the trials a run will execute"},
+	{"score", cmd_score, "performance profiles and benchmark scores"},
 	{"train", cmd_train, "train a workload with the reference AdamW (development)"},
 	{"workloads", cmd_workloads, "list workloads, variants, targets and budgets"},
 };

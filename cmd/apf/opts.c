@@ -202,3 +202,28 @@ void progress_done(void)
 		progress_shown = 0;
 	}
 }
+
+const char *human_bytes(uint64_t n, char buf[32])
+{
+	static const char *const unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+	double v = (double)n;
+	int u = 0;
+	while (v >= 1024 && u < 4) {
+		v /= 1024;
+		u++;
+	}
+	if (u == 0)
+		snprintf(buf, 32, "%llu B", (unsigned long long)n);
+	else
+		snprintf(buf, 32, "%.1f %s", v, unit[u]);
+	return buf;
+}
+
+void hash_progress(void *user, uint64_t done, uint64_t total, size_t files,
+		   size_t nfiles)
+{
+	(void)user;
+	char a[32], b[32];
+	progress_show("hashing %s / %s, %zu / %zu files", human_bytes(done, a),
+		      human_bytes(total, b), files, nfiles);
+}

@@ -355,7 +355,8 @@ int apf_tree_hash(apf_tree **out, const char *root,
 		free(w.v);
 	}
 	if (!rc) {
-		qsort(t->entries, t->n, sizeof *t->entries, cmp_path);
+		if (t->n)
+			qsort(t->entries, t->n, sizeof *t->entries, cmp_path);
 		for (size_t i = 0; i < t->n; i++)
 			t->bytes += t->entries[i].size;
 		rc = hash_parallel(t, rootfd, root, opts);
@@ -387,7 +388,8 @@ int apf_tree_listing(const apf_tree *t, apf_buf *out)
 
 int apf_tree_finish(apf_tree *t)
 {
-	qsort(t->entries, t->n, sizeof *t->entries, cmp_path);
+	if (t->n)
+		qsort(t->entries, t->n, sizeof *t->entries, cmp_path);
 	t->bytes = 0;
 	for (size_t i = 0; i < t->n; i++) {
 		t->bytes += t->entries[i].size;
@@ -407,6 +409,8 @@ int apf_tree_finish(apf_tree *t)
 const apf_tree_entry *apf_tree_find(const apf_tree *t, const char *path)
 {
 	apf_tree_entry key = {.path = (char *)path};
+	if (!t->n)
+		return NULL;
 	return bsearch(&key, t->entries, t->n, sizeof key, cmp_path);
 }
 

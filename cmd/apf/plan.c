@@ -1,0 +1,146 @@
+/*
+ * plan.c: `apf plan ENTRY.apf [--json]`: the trials `apf run` will execute
+ * for a verified entry - every workload x study x trial - with the
+ * hyperparameters each one draws.
+ */
+#include "cmd.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "entry/entry.h"
+#include "tuning/tuning.h"
+
+/* The entry's plan: verified entry, its search space checked against the
+ * manifest's digest. */
+static int load_plan(const apf_entry *e, apf_plan **out)
+{
+	const apf_manifest *m = e->manifest;
+	apf_search_space *space = NULL;
+	int rc = 0;
+	if (!strcmp(m->tuning.ruleset, "external")) {
+		char *text;
+		size_t len;
+		char hex[65];
+		rc = apf_entry_read_file(e, "tuning_search_space.ini", 1 << 20,
+					 &text, &len);
+		if (!rc)
+			rc = apf_sha256_hex(text, len, hex);
+		if (!rc && strcmp(hex, m->tuning.search_space_digest))
+			rc = apf_error(APF_EVERIFY, e->path,
+				       "tuning_search_space.ini differs from the "
+				       "manifest's search-space digest");
+		if (!rc)
+			rc = apf_search_space_parse(&space, text,
+						    "tuning_search_space.ini");
+		free(text);
+	}
+	char **names = NULL;
+	if (!rc) {
+		names = apf_calloc(m->nworkloads, sizeof *names);
+		for (size_t i = 0; names && i < m->nworkloads; i++)
+			names[i] = m->workloads[i].name;
+		if (!names)
+			rc = apf_error(APF_ENOMEM, "plan", "out of memory");
+	}
+	if (!rc)
+		rc = apf_plan_build(out, names, m->nworkloads, m->tuning.studies,
+				    m->tuning.trials, m->tuning.seed, space);
+	free(names);
+	apf_search_space_free(space);
+	return rc;
+}
+
+static void print_text(const apf_entry *e, const apf_plan *p)
+{
+	const apf_manifest *m = e->manifest;
+	printf("plan for %s: %s tuning (%s), %ld studies x %ld trials, seed %u, "
+	       "budget x%g\n",
+	       e->path, m->tuning.ruleset, m->tuning.rules, m->tuning.studies,
+	       m->tuning.trials, m->tuning.seed, m->tuning.budget_multiplier);
+	printf("%-16s %5s %5s", "workload", "study", "trial");
+	size_t ndims = p->n ? p->units[0].hp.n : 0;
+	for (size_t d = 0; d < ndims; d++)
+		printf("  %-14s", p->units[0].hp.names[d]);
+	if (!ndims)
+		printf("  (self-tuning: the submission's own defaults)");
+	printf("\n");
+	for (size_t i = 0; i < p->n; i++) {
+		const struct apf_plan_unit *u = &p->units[i];
+		printf("%-16s %5ld %5ld", u->workload, u->study, u->trial);
+		for (size_t d = 0; d < u->hp.n; d++) {
+			if (u->hp.words[d])
+				printf("  %-14s", u->hp.words[d]);
+			else
+				printf("  %-14.6g", u->hp.values[d]);
+		}
+		printf("\n");
+	}
+}
+
+static void print_json(const apf_entry *e, const apf_plan *p)
+{
+	const apf_manifest *m = e->manifest;
+	json_t *units = json_array();
+	for (size_t i = 0; i < p->n; i++) {
+		const struct apf_plan_unit *u = &p->units[i];
+		json_array_append_new(
+			units, json_pack("{s:s, s:I, s:I, s:o}", "workload",
+					 u->workload, "study", (json_int_t)u->study,
+					 "trial", (json_int_t)u->trial, "hparams",
+					 apf_hparams_to_json(&u->hp)));
+	}
+	json_t *o = json_pack("{s:s, s:s, s:s, s:s, s:I, s:I, s:I, s:f, s:o}",
+			      "entry", e->path, "manifest_sha256",
+			      e->manifest_digest, "ruleset", m->tuning.ruleset,
+			      "rules", m->tuning.rules, "studies",
+			      (json_int_t)m->tuning.studies, "trials",
+			      (json_int_t)m->tuning.trials, "seed",
+			      (json_int_t)m->tuning.seed, "budget_multiplier",
+			      m->tuning.budget_multiplier, "units", units);
+	char *s = o ? json_dumps(o, JSON_INDENT(2)) : NULL;
+	if (s)
+		printf("%s\n", s);
+	free(s);
+	json_decref(o);
+}
+
+int cmd_plan(int argc, char **argv)
+{
+	int as_json = 0;
+	const char *key_path = NULL;
+	const struct apf_opt opts[] = {
+		{"json", 0, OPT_FLAG, &as_json, NULL, "print the plan as JSON"},
+		{"key", 0, OPT_STRING, &key_path, "PUB.pem",
+		 "trust only this public key (default: $APF_HOME/trusted/)"},
+		{0},
+	};
+	const struct apf_usage usage = {
+		"plan ENTRY.apf [--json]",
+		"Print the trials `apf run` executes for a verified entry: every "
+		"workload x study\nx trial, with the hyperparameters each draws "
+		"from the search space (seeded\nHalton points, the same on every "
+		"machine).",
+		NULL, 1, 1};
+	int nargs, rc = cmd_start("plan", &usage, opts, argc, argv, &nargs);
+	if (rc >= 0)
+		return rc;
+	apf_keyring *kr = NULL;
+	apf_entry *e = NULL;
+	apf_plan *p = NULL;
+	rc = apf_keyring_default(&kr, key_path);
+	if (!rc)
+		rc = apf_entry_verify(&e, argv[1], kr);
+	if (!rc)
+		rc = load_plan(e, &p);
+	if (!rc && as_json)
+		print_json(e, p);
+	else if (!rc)
+		print_text(e, p);
+	apf_plan_free(p);
+	apf_entry_free(e);
+	apf_keyring_free(kr);
+	return rc ? cmd_fail(rc) : 0;
+}

@@ -1,0 +1,143 @@
+/*
+ * score.c: `apf score DIR... [--rules R] [--targets F] [--heldout F]
+ * [--svg F] [--csv F] [--self-tuning] [--json]`: performance profiles and
+ * benchmark scores from AlgoPerf's logs or apf runs (DESIGN.md section 8).
+ *
+ * The rules default to apf when any input is an apf run, else to the
+ * AlgoPerf version the targets file names (0.5 or 0.6), else algoperf-0.6.
+ * Warnings (skipped trials, unexpected study counts) go to stderr; the table
+ * or the JSON to stdout; --csv and --svg files are written atomically, and
+ * only once everything has been computed. A failure prints one line and
+ * nothing else.
+ */
+#include "cmd.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "score/score.h"
+
+static int write_file(const char *path, const apf_score_result *r,
+		      int (*format)(const apf_score_result *, apf_buf *))
+{
+	apf_buf b = {0};
+	int rc = format(r, &b);
+	if (!rc)
+		rc = apf_file_write(path, b.data, b.len, 0644, 0);
+	apf_buf_free(&b);
+	return rc;
+}
+
+int cmd_score(int argc, char **argv)
+{
+	const char *rules_name = NULL, *targets_path = NULL,
+		   *heldout_path = NULL, *svg = NULL, *csv = NULL;
+	int json = 0, self_tuning = 0;
+	const struct apf_opt opts[] = {
+		{"rules", 'r', OPT_STRING, &rules_name, "R",
+		 "apf, algoperf-0.5 or algoperf-0.6"},
+		{"targets", 't', OPT_STRING, &targets_path, "FILE",
+		 "AlgoPerf's workload_targets JSON"},
+		{"heldout", 0, OPT_STRING, &heldout_path, "FILE",
+		 "held-out variants: AlgoPerf's list or an apf draw"},
+		{"svg", 0, OPT_STRING, &svg, "FILE",
+		 "write the performance-profile plot"},
+		{"csv", 0, OPT_STRING, &csv, "FILE",
+		 "write submission,score,<times...> rows"},
+		{"self-tuning", 0, OPT_FLAG, &self_tuning, NULL,
+		 "the submissions follow the self-tuning ruleset"},
+		{"json", 0, OPT_FLAG, &json, NULL,
+		 "print JSON instead of the table"},
+		{0},
+	};
+	const struct apf_usage usage = {
+		"score RUN_DIR|LOG_DIR ... [--rules R] [--targets FILE] "
+		"[--heldout FILE] [--svg FILE] [--csv FILE] [--self-tuning] [--json]",
+		"Score submissions: time-to-target per trial, the best trial per "
+		"study, the median\nover studies, performance profiles over the "
+		"base workloads, and the benchmark\nscore (the profile's "
+		"integral over tau in [1, 4], divided by 3).",
+		"Each DIR is a submission (AlgoPerf's "
+		"study_<k>/<workload>_<framework>/trial_<n>/\nlogs, or an apf "
+		"run holding run.json) or a directory of submissions. Targets\n"
+		"come from --targets, else from each workload's workload.ini "
+		"under\n$APF_WORKLOADS_DIR (or the installed workloads). Rules: "
+		"apf takes each study's\nfastest trial; algoperf-0.5 and "
+		"algoperf-0.6 reproduce AlgoPerf's published\nscorer (the trial "
+		"that met the target at the earliest eval; v0.5: 5 studies and\n"
+		"held-out variants, v0.6: 3 studies and none). Default: apf for "
+		"apf runs, else\nthe targets file's benchmark version.",
+		1, -1};
+	int nargs, rc = cmd_start("score", &usage, opts, argc, argv, &nargs);
+	if (rc >= 0)
+		return rc;
+	const apf_score_rules *rules = NULL;
+	if (rules_name && !(rules = apf_score_rules_get(rules_name))) {
+		apf_error(APF_EUSAGE, "score",
+			  "--rules: unknown rules '%s' (apf, algoperf-0.5, "
+			  "algoperf-0.6)",
+			  rules_name);
+		return cmd_fail(APF_EUSAGE);
+	}
+	apf_score_logs *logs = NULL;
+	apf_score_targets *targets = NULL;
+	apf_score_heldout *heldout = NULL;
+	apf_score_result *res = NULL;
+	rc = apf_score_logs_new(&logs);
+	for (int i = 1; !rc && i <= nargs; i++)
+		rc = apf_score_logs_add(logs, argv[i]);
+	if (!rc)
+		rc = targets_path
+			     ? apf_score_targets_load_json(&targets, targets_path)
+			     : apf_score_targets_from_workloads(&targets, NULL);
+	if (!rc && heldout_path)
+		rc = apf_score_heldout_load(&heldout, heldout_path);
+	const char *version = targets ? apf_score_targets_version(targets)
+				      : NULL;
+	if (!rc && !rules) {
+		if (apf_score_logs_have_apf_run(logs))
+			rules = apf_score_rules_get("apf");
+		else if (!(rules = apf_score_rules_for_version(version)))
+			rules = apf_score_rules_get("algoperf-0.6");
+	}
+	apf_score_rules self;
+	if (!rc && self_tuning) {
+		apf_score_rules_self(rules, &self);
+		rules = &self;
+	}
+	if (!rc)
+		rc = apf_score_compute(&res, logs, targets, heldout, rules);
+	if (!rc && csv)
+		rc = write_file(csv, res, apf_score_format_csv);
+	if (!rc && svg)
+		rc = write_file(svg, res, apf_score_format_svg);
+	/* Warnings only once nothing can fail, so a failure is one line. */
+	if (!rc) {
+		const apf_score_rules *vr = apf_score_rules_for_version(version);
+		if (vr && strncmp(rules->name, "algoperf-", 9) == 0 &&
+		    strcmp(vr->name, rules->name))
+			fprintf(stderr,
+				"apf: score: warning: scoring with %s but the "
+				"targets are AlgoPerf %s's\n",
+				rules->name, version);
+		for (size_t i = 0; i < res->nwarnings; i++)
+			fprintf(stderr, "apf: score: warning: %s\n",
+				res->warnings[i]);
+	}
+	if (!rc) {
+		apf_buf b = {0};
+		rc = json ? apf_score_format_json(res, &b)
+			  : apf_score_format_table(res, &b);
+		if (!rc && fwrite(b.data, 1, b.len, stdout) != b.len)
+			rc = apf_error_errno(APF_EIO, errno, "stdout", "write");
+		if (!rc && fflush(stdout) != 0)
+			rc = apf_error_errno(APF_EIO, errno, "stdout", "write");
+		apf_buf_free(&b);
+	}
+	apf_score_result_free(res);
+	apf_score_heldout_free(heldout);
+	apf_score_targets_free(targets);
+	apf_score_logs_free(logs);
+	return rc ? cmd_fail(rc) : 0;
+}

@@ -1,0 +1,622 @@
+/*
+ * score.c: the scoring steps of score.h, and apf_score_compute, which runs
+ * them over the logs.
+ *
+ * Floating point follows AlgoPerf's numpy code where it can matter at the
+ * fourth decimal: tau is numpy.linspace(1, 4, 100) bit for bit (i * step +
+ * 1, the last point exactly 4), a ratio that comes out NaN keeps the time it
+ * came from (pandas' DataFrame.update skips NaN), and the median of an even
+ * count is the mean of the two middle values.
+ */
+#include "score/score.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+long apf_score_first_hit(const double *v, size_t n, int direction,
+			 double target)
+{
+	for (size_t i = 0; i < n; i++) {
+		/* NaN compares false both ways, so it never meets a target. */
+		if (direction > 0 ? v[i] >= target : v[i] <= target)
+			return (long)i;
+	}
+	return -1;
+}
+
+int apf_score_study_best(const struct apf_score_trial *trials, size_t n,
+			 enum apf_score_best best, double *time)
+{
+	int chosen = -1;
+	for (size_t i = 0; i < n; i++) {
+		const struct apf_score_trial *t = &trials[i];
+		if (t->hit < 0)
+			continue;
+		if (chosen < 0) {
+			chosen = (int)i;
+			continue;
+		}
+		const struct apf_score_trial *c = &trials[chosen];
+		/* Strict comparisons: a tie keeps the earlier (lower-numbered)
+		 * trial. */
+		if (best == APF_SCORE_BEST_FIRST_EVAL ? t->hit < c->hit
+						      : t->time < c->time)
+			chosen = (int)i;
+	}
+	*time = chosen < 0 ? INFINITY : trials[chosen].time;
+	return chosen;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return (x > y) - (x < y);
+}
+
+double apf_score_median(const double *v, size_t n)
+{
+	if (n == 0)
+		return NAN;
+	double *s = malloc(n * sizeof *s);
+	if (!s)
+		return NAN;
+	for (size_t i = 0; i < n; i++) {
+		if (isnan(v[i])) {
+			free(s);
+			return NAN;
+		}
+		s[i] = v[i];
+	}
+	qsort(s, n, sizeof *s, cmp_double);
+	double m = n % 2 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2.0;
+	free(s);
+	return m;
+}
+
+void apf_score_heldout_rules(double *t, size_t nsub, size_t ncols,
+			     const size_t *var_col, const size_t *base_col,
+			     size_t nvar)
+{
+	/* 1. A variant only counts where its base met its target. */
+	for (size_t v = 0; v < nvar; v++)
+		for (size_t s = 0; s < nsub; s++) {
+			double b = t[s * ncols + base_col[v]];
+			if (isinf(b) || isnan(b))
+				t[s * ncols + var_col[v]] = INFINITY;
+		}
+	/* 2. Over 4x the best of its column is no better than missing. */
+	for (size_t c = 0; c < ncols; c++) {
+		double best = NAN;
+		for (size_t s = 0; s < nsub; s++) {
+			double x = t[s * ncols + c];
+			if (!isnan(x) && (isnan(best) || x < best))
+				best = x;
+		}
+		for (size_t s = 0; s < nsub; s++)
+			if (t[s * ncols + c] > APF_SCORE_TAU_MAX * best)
+				t[s * ncols + c] = INFINITY;
+	}
+	/* 3. A base only counts where its variant met its target. */
+	for (size_t v = 0; v < nvar; v++)
+		for (size_t s = 0; s < nsub; s++) {
+			double x = t[s * ncols + var_col[v]];
+			if (isinf(x) || isnan(x))
+				t[s * ncols + base_col[v]] = INFINITY;
+		}
+}
+
+void apf_score_taus(double tau[APF_SCORE_POINTS])
+{
+	const double step = (APF_SCORE_TAU_MAX - APF_SCORE_TAU_MIN) /
+			    (APF_SCORE_POINTS - 1);
+	for (int i = 0; i < APF_SCORE_POINTS; i++) {
+		/* volatile: no fused multiply-add, as numpy does two steps. */
+		volatile double p = (double)i * step;
+		tau[i] = p + APF_SCORE_TAU_MIN;
+	}
+	tau[APF_SCORE_POINTS - 1] = APF_SCORE_TAU_MAX;
+}
+
+void apf_score_profile(const double *t, size_t nsub, size_t nbase,
+		       double *ratio, double *rho)
+{
+	double tau[APF_SCORE_POINTS];
+	apf_score_taus(tau);
+	for (size_t c = 0; c < nbase; c++) {
+		double best = NAN;
+		for (size_t s = 0; s < nsub; s++) {
+			double x = t[s * nbase + c];
+			if (!isnan(x) && (isnan(best) || x < best))
+				best = x;
+		}
+		for (size_t s = 0; s < nsub; s++) {
+			double x = t[s * nbase + c], r = x / best;
+			ratio[s * nbase + c] = isnan(r) ? x : r;
+		}
+	}
+	for (size_t s = 0; s < nsub; s++)
+		for (int i = 0; i < APF_SCORE_POINTS; i++) {
+			size_t k = 0;
+			for (size_t c = 0; c < nbase; c++)
+				k += ratio[s * nbase + c] <= tau[i];
+			rho[s * APF_SCORE_POINTS + i] =
+				nbase ? (double)k / (double)nbase : 0;
+		}
+}
+
+double apf_score_integrate(const double *y, const double *x, size_t n)
+{
+	if (n < 2 || x[n - 1] == x[0])
+		return 0;
+	double sum = 0;
+	for (size_t i = 0; i + 1 < n; i++)
+		sum += (x[i + 1] - x[i]) * (y[i + 1] + y[i]) / 2.0;
+	return sum / (x[n - 1] - x[0]);
+}
+
+/* ---- compute -------------------------------------------------------------- */
+
+void apf_score_result_free(apf_score_result *r)
+{
+	if (!r)
+		return;
+	for (size_t i = 0; i < r->nbase + r->nvar; i++)
+		free(r->workloads ? r->workloads[i] : NULL);
+	for (size_t i = 0; i < r->nvar; i++)
+		free(r->variant_base ? r->variant_base[i] : NULL);
+	for (size_t i = 0; i < r->nwarnings; i++)
+		free(r->warnings[i]);
+	free(r->warnings);
+	free(r->workloads);
+	free(r->variant_base);
+	free(r->sub);
+	free(r->raw);
+	free(r->final);
+	free(r->ratio);
+	free(r->rho);
+	free(r->score);
+	free(r->targets_source);
+	free(r->heldout_source);
+	free(r);
+}
+
+static int warn(apf_score_result *r, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+static int warn(apf_score_result *r, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	int n = vsnprintf(NULL, 0, fmt, ap);
+	va_end(ap);
+	char *msg = n < 0 ? NULL : malloc((size_t)n + 1);
+	char **nw = msg ? realloc(r->warnings, (r->nwarnings + 1) * sizeof *nw)
+			: NULL;
+	if (!nw) {
+		free(msg);
+		return apf_error(APF_ENOMEM, "score", "out of memory");
+	}
+	r->warnings = nw;
+	va_start(ap, fmt);
+	vsnprintf(msg, (size_t)n + 1, fmt, ap);
+	va_end(ap);
+	r->warnings[r->nwarnings++] = msg;
+	return 0;
+}
+
+/* A growable list of workload names, for the columns. */
+struct names {
+	char **v;
+	size_t n;
+};
+
+static long names_find(const struct names *l, const char *s)
+{
+	for (size_t i = 0; i < l->n; i++)
+		if (!strcmp(l->v[i], s))
+			return (long)i;
+	return -1;
+}
+
+static int names_add(struct names *l, const char *s)
+{
+	if (names_find(l, s) >= 0)
+		return 0;
+	char **nv = realloc(l->v, (l->n + 1) * sizeof *nv);
+	if (!nv)
+		return APF_ENOMEM;
+	l->v = nv;
+	if (!(l->v[l->n] = apf_strdup(s)))
+		return APF_ENOMEM;
+	l->n++;
+	return 0;
+}
+
+static void names_free(struct names *l)
+{
+	for (size_t i = 0; i < l->n; i++)
+		free(l->v[i]);
+	free(l->v);
+	l->v = NULL;
+	l->n = 0;
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Reads every trial of a workload and takes the per-study bests and the
+ * median over studies. */
+static int time_workload(struct apf_score_workload *w,
+			 const struct apf_score_target *target,
+			 const apf_score_rules *rules)
+{
+	double *per_study = apf_calloc(w->nstudies, sizeof *per_study);
+	if (!per_study)
+		return apf_error(APF_ENOMEM, w->name, "out of memory");
+	for (size_t i = 0; i < w->nstudies; i++) {
+		struct apf_score_study *s = &w->studies[i];
+		for (size_t j = 0; j < s->ntrials; j++) {
+			int rc = apf_score_read_trial(&s->trials[j], target);
+			if (rc) {
+				free(per_study);
+				return rc;
+			}
+		}
+		s->best = apf_score_study_best(s->trials, s->ntrials,
+					       rules->best, &s->time);
+		per_study[i] = s->time;
+	}
+	w->time = apf_score_median(per_study, w->nstudies);
+	w->read = 1;
+	free(per_study);
+	return 0;
+}
+
+static struct apf_score_workload *
+sub_workload(const struct apf_score_submission *s, const char *name)
+{
+	for (size_t i = 0; i < s->nw; i++)
+		if (!strcmp(s->w[i].name, name))
+			return &s->w[i];
+	return NULL;
+}
+
+/* Appends a variant and its base, keeping the two lists aligned. */
+static int pair_add(struct names *var, struct names *var_base,
+		    const char *v, const char *b)
+{
+	if (names_find(var, v) >= 0)
+		return 0;
+	char **nv = realloc(var->v, (var->n + 1) * sizeof *nv);
+	if (!nv)
+		return APF_ENOMEM;
+	var->v = nv;
+	char **nb = realloc(var_base->v, (var_base->n + 1) * sizeof *nb);
+	if (!nb)
+		return APF_ENOMEM;
+	var_base->v = nb;
+	var->v[var->n] = apf_strdup(v);
+	var_base->v[var_base->n] = apf_strdup(b);
+	if (!var->v[var->n] || !var_base->v[var_base->n]) {
+		free(var->v[var->n]);
+		free(var_base->v[var_base->n]);
+		return APF_ENOMEM;
+	}
+	var->n++;
+	var_base->n++;
+	return 0;
+}
+
+/* Which workloads are base workloads, and which held-out variants count. */
+static int choose_columns(apf_score_result *r, apf_score_logs *logs,
+			  apf_score_targets *targets,
+			  const apf_score_heldout *heldout,
+			  const apf_score_rules *rules, struct names *base,
+			  struct names *var, struct names *var_base)
+{
+	size_t nb, nh;
+	const char *const *tb = apf_score_targets_base(targets, &nb);
+	const char *const *th = apf_score_targets_heldout(targets, &nh);
+	/* The named variants: from the held-out file given, else from the
+	 * targets file's own list. */
+	const char *hsource = heldout ? heldout->source
+			      : nh    ? apf_score_targets_source(targets)
+				      : NULL;
+	size_t nnamed = heldout ? heldout->n : nh;
+	struct names ignored = {0};
+	int rc = 0;
+
+	/* Base workloads: the targets file's list, else every workload in
+	 * the logs that is neither named as a variant nor a variant by its
+	 * workload.ini, plus the bases of drawn variants. */
+	for (size_t i = 0; !rc && i < nb; i++)
+		rc = names_add(base, tb[i]) ? APF_ENOMEM : 0;
+	for (size_t i = 0; !rc && !nb && i < logs->n; i++)
+		for (size_t j = 0; !rc && j < logs->s[i].nw; j++) {
+			const char *name = logs->s[i].w[j].name, *b = NULL;
+			int named = 0;
+			for (size_t k = 0; k < nnamed && !named; k++)
+				named = !strcmp(name, heldout
+							      ? heldout->v[k].variant
+							      : th[k]);
+			if (named)
+				continue;
+			struct apf_score_target tg;
+			rc = apf_score_targets_find(targets, rules, name, &tg,
+						    &b);
+			if (rc)
+				return rc;
+			if (!b && names_add(base, name))
+				rc = APF_ENOMEM;
+		}
+	for (size_t i = 0; !rc && !nb && heldout && i < heldout->n; i++)
+		if (heldout->v[i].base && names_add(base, heldout->v[i].base))
+			rc = APF_ENOMEM;
+	if (rc)
+		goto nomem;
+	if (!nb)
+		qsort(base->v, base->n, sizeof *base->v, cmp_str);
+
+	for (size_t i = 0; i < nnamed; i++) {
+		const char *v = heldout ? heldout->v[i].variant : th[i];
+		const char *b = heldout && heldout->v[i].base
+					? heldout->v[i].base
+					: apf_score_base_of(
+						  v, (const char *const *)base->v,
+						  base->n);
+		if (names_find(base, v) >= 0)
+			return apf_error(APF_EINPUT, hsource,
+					 "%s is a base workload, not a held-out "
+					 "variant",
+					 v);
+		if (!b || names_find(base, b) < 0)
+			return apf_error(APF_EINPUT, hsource,
+					 "held-out variant %s: %s is not a base "
+					 "workload",
+					 v, b ? b : "its base");
+		if (pair_add(var, var_base, v, b))
+			goto nomem;
+	}
+	/* Other workloads in the logs. AlgoPerf's scorer, given no held-out
+	 * list, scores each as a variant of the base its name contains; apf
+	 * leaves them out. */
+	for (size_t i = 0; i < logs->n; i++)
+		for (size_t j = 0; j < logs->s[i].nw; j++) {
+			const char *name = logs->s[i].w[j].name;
+			if (names_find(base, name) >= 0 ||
+			    names_find(var, name) >= 0 ||
+			    names_find(&ignored, name) >= 0)
+				continue;
+			const char *b = apf_score_base_of(
+				name, (const char *const *)base->v, base->n);
+			if (rules->variants_from_logs && !hsource && b) {
+				if (pair_add(var, var_base, name, b) ||
+				    warn(r,
+					 "%s: scored as a held-out variant of "
+					 "%s, as AlgoPerf's scorer does when "
+					 "no held-out list is given",
+					 name, b))
+					goto nomem;
+			} else if (names_add(&ignored, name) ||
+				   warn(r,
+					"%s: neither a base workload nor a "
+					"held-out variant%s; ignored",
+					name,
+					b && !hsource
+						? " (pass --heldout to score "
+						  "variants)"
+						: "")) {
+				goto nomem;
+			}
+		}
+	names_free(&ignored);
+	if (var->n) {
+		const char *src = hsource ? hsource : "variants found in the logs";
+		if (!(r->heldout_source = apf_strdup(src)))
+			return apf_error(APF_ENOMEM, "score", "out of memory");
+	}
+	return 0;
+nomem:
+	names_free(&ignored);
+	return apf_error(APF_ENOMEM, "score", "out of memory");
+}
+
+static int warn_counts(apf_score_result *r, const struct apf_score_submission *s,
+		       const struct apf_score_workload *w,
+		       const apf_score_rules *rules)
+{
+	if (w->skipped &&
+	    warn(r, "%s: %s: %zu trial director%s without "
+		    "eval_measurements.csv; skipped",
+		 s->name, w->dir_name, w->skipped, w->skipped == 1 ? "y" : "ies"))
+		return APF_ENOMEM;
+	if (!rules->studies)
+		return 0;
+	if (w->nstudies != (size_t)rules->studies &&
+	    warn(r, "%s: %s: %zu stud%s with logs; %s expects %d", s->name,
+		 w->dir_name, w->nstudies, w->nstudies == 1 ? "y" : "ies",
+		 rules->name, rules->studies))
+		return APF_ENOMEM;
+	size_t odd = 0;
+	for (size_t i = 0; i < w->nstudies; i++)
+		odd += w->studies[i].ntrials != (size_t)rules->trials;
+	if (odd && warn(r, "%s: %s: %zu stud%s with other than %d logged "
+			   "trials",
+			s->name, w->dir_name, odd,
+			odd == 1 ? "y" : "ies", rules->trials))
+		return APF_ENOMEM;
+	return 0;
+}
+
+static double score_of(const apf_score_result *r, size_t i)
+{
+	return r->score[i];
+}
+
+int apf_score_compute(apf_score_result **out, apf_score_logs *logs,
+		      apf_score_targets *targets,
+		      const apf_score_heldout *heldout,
+		      const apf_score_rules *rules)
+{
+	*out = NULL;
+	apf_score_result *r = apf_calloc(1, sizeof *r);
+	if (!r)
+		return apf_error(APF_ENOMEM, "score", "out of memory");
+	r->rules = rules;
+	struct names base = {0}, var = {0}, var_base = {0};
+	int rc = 0;
+	if (!logs->n) {
+		rc = apf_error(APF_EINPUT, "score", "no submissions to score");
+		goto fail;
+	}
+	if (!(r->targets_source = apf_strdup(apf_score_targets_source(targets))))
+		goto nomem;
+	rc = choose_columns(r, logs, targets, heldout, rules, &base, &var,
+			    &var_base);
+	if (rc)
+		goto fail;
+	if (!base.n) {
+		rc = apf_error(APF_EINPUT, "score",
+			       "no base workloads to score");
+		goto fail;
+	}
+	size_t ncols = base.n + var.n, nsub = logs->n;
+	r->nsub = nsub;
+	r->nbase = base.n;
+	r->nvar = var.n;
+	r->workloads = apf_calloc(ncols, sizeof *r->workloads);
+	r->variant_base = apf_calloc(var.n, sizeof *r->variant_base);
+	r->sub = apf_calloc(nsub, sizeof *r->sub);
+	r->raw = apf_calloc(nsub * ncols, sizeof *r->raw);
+	r->final = apf_calloc(nsub * ncols, sizeof *r->final);
+	r->ratio = apf_calloc(nsub * base.n, sizeof *r->ratio);
+	r->rho = apf_calloc(nsub * APF_SCORE_POINTS, sizeof *r->rho);
+	r->score = apf_calloc(nsub, sizeof *r->score);
+	if (!r->workloads || !r->variant_base || !r->sub || !r->raw ||
+	    !r->final || !r->ratio || !r->rho || !r->score)
+		goto nomem;
+	for (size_t c = 0; c < ncols; c++) {
+		r->workloads[c] = c < base.n ? base.v[c] : var.v[c - base.n];
+		if (c >= base.n)
+			r->variant_base[c - base.n] = var_base.v[c - base.n];
+	}
+	/* The result owns the strings now. */
+	free(base.v);
+	free(var.v);
+	free(var_base.v);
+	base = var = var_base = (struct names){0};
+
+	for (size_t s = 0; s < nsub; s++) {
+		struct apf_score_submission *sub = &logs->s[s];
+		r->sub[s] = sub;
+		if (sub->stray &&
+		    warn(r, "%s: %zu trial director%s directly in a study "
+			    "(outside any workload); ignored",
+			 sub->name, sub->stray, sub->stray == 1 ? "y" : "ies"))
+			goto nomem;
+		for (size_t c = 0; c < ncols; c++) {
+			struct apf_score_workload *w =
+				sub_workload(sub, r->workloads[c]);
+			r->raw[s * ncols + c] = NAN;
+			if (!w)
+				continue;
+			struct apf_score_target tg;
+			rc = apf_score_targets_find(targets, rules, w->name,
+						    &tg, NULL);
+			if (!rc && !w->read)
+				rc = time_workload(w, &tg, rules);
+			if (rc)
+				goto fail;
+			if (warn_counts(r, sub, w, rules))
+				goto nomem;
+			r->raw[s * ncols + c] = w->time;
+		}
+	}
+	memcpy(r->final, r->raw, nsub * ncols * sizeof *r->raw);
+	if (r->nvar) {
+		size_t *vc = apf_calloc(r->nvar, sizeof *vc);
+		size_t *bc = apf_calloc(r->nvar, sizeof *bc);
+		if (!vc || !bc) {
+			free(vc);
+			free(bc);
+			goto nomem;
+		}
+		for (size_t v = 0; v < r->nvar; v++) {
+			vc[v] = r->nbase + v;
+			for (size_t c = 0; c < r->nbase; c++)
+				if (!strcmp(r->workloads[c],
+					    r->variant_base[v]))
+					bc[v] = c;
+		}
+		apf_score_heldout_rules(r->final, nsub, ncols, vc, bc, r->nvar);
+		free(vc);
+		free(bc);
+	}
+	/* The profile is over the base columns only. */
+	double *bt = apf_calloc(nsub * r->nbase, sizeof *bt);
+	if (!bt)
+		goto nomem;
+	for (size_t s = 0; s < nsub; s++)
+		memcpy(&bt[s * r->nbase], &r->final[s * ncols],
+		       r->nbase * sizeof *bt);
+	apf_score_profile(bt, nsub, r->nbase, r->ratio, r->rho);
+	free(bt);
+	apf_score_taus(r->tau);
+	for (size_t s = 0; s < nsub; s++)
+		r->score[s] = apf_score_integrate(&r->rho[s * APF_SCORE_POINTS],
+						  r->tau, APF_SCORE_POINTS);
+	for (size_t c = 0; c < r->nbase; c++) {
+		size_t have = 0;
+		for (size_t s = 0; s < nsub; s++)
+			have += !isnan(r->raw[s * ncols + c]);
+		if (!have && warn(r, "%s: no submission has logs for this base "
+				     "workload",
+				  r->workloads[c]))
+			goto nomem;
+	}
+	/* Rank: score, then name; rows of every table move together. */
+	for (size_t i = 1; i < nsub; i++)
+		for (size_t j = i; j > 0; j--) {
+			double a = score_of(r, j - 1), b = score_of(r, j);
+			if (a > b || (a == b && strcmp(r->sub[j - 1]->name,
+						       r->sub[j]->name) <= 0))
+				break;
+			const struct apf_score_submission *ts = r->sub[j];
+			r->sub[j] = r->sub[j - 1];
+			r->sub[j - 1] = ts;
+			double tsc = r->score[j];
+			r->score[j] = r->score[j - 1];
+			r->score[j - 1] = tsc;
+			struct {
+				double *p;
+				size_t w;
+			} rows[] = {{r->raw, ncols},
+				    {r->final, ncols},
+				    {r->ratio, r->nbase},
+				    {r->rho, APF_SCORE_POINTS}};
+			for (size_t k = 0; k < 4; k++)
+				for (size_t c = 0; c < rows[k].w; c++) {
+					double *x = &rows[k].p[j * rows[k].w + c];
+					double *y =
+						&rows[k].p[(j - 1) * rows[k].w + c];
+					double t = *x;
+					*x = *y;
+					*y = t;
+				}
+		}
+	*out = r;
+	return 0;
+nomem:
+	rc = apf_error(APF_ENOMEM, "score", "out of memory");
+fail:
+	names_free(&base);
+	names_free(&var);
+	names_free(&var_base);
+	apf_score_result_free(r);
+	return rc;
+}

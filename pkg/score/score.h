@@ -1,0 +1,288 @@
+/*
+ * score: time-to-target, performance profiles and benchmark scores
+ * (DESIGN.md section 8), from AlgoPerf's own logs or from apf runs.
+ *
+ * Inputs. A submission is either an AlgoPerf log directory
+ *
+ *     <submission>/study_<k>/<workload>_<jax|pytorch>/trial_<n>/eval_measurements.csv
+ *
+ * or an apf run directory (it holds run.json; DESIGN.md 3.6)
+ *
+ *     <run>/study_<k>/<workload>/trial_<n>/eval_measurements.csv
+ *
+ * whose submission name is run.json's string "submission", else the
+ * directory's name. A held-out variant of base workload B is the workload
+ * named B_<variant> (AlgoPerf's convention, kept for apf runs). Targets come
+ * from AlgoPerf's workload_targets JSON or from workloads/<name>/workload.ini
+ * ([workload] metric, direction, validation_target; a [variant.<v>] may set
+ * its own validation_target).
+ *
+ * Pipeline, each step a function below so tests can check it alone:
+ *   1. per trial: the first eval whose validation metric meets the target
+ *      (NaN and empty values never do) and the submission time there;
+ *   2. per study: the best trial (rules decide which, see apf_score_best);
+ *      a study in which no trial met the target is infinite; a study
+ *      directory without any logged trial does not count at all;
+ *   3. per workload: the median over studies, infinities included (an even
+ *      count averages the two middle values, so inf + x gives inf);
+ *   4. held-out rules, when there are held-out variants: a variant is
+ *      infinite if its base is infinite or missing; then every time over 4x
+ *      the per-workload best is infinite; then a base is infinite if any of
+ *      its variants is infinite or missing;
+ *   5. ratio r = t / (best t over submissions) per base workload; missing or
+ *      infinite times never count;
+ *   6. rho(tau) = share of base workloads with r <= tau, every base workload
+ *      weighted equally (one missing from a submission's logs counts as
+ *      missed); tau = numpy.linspace(1, 4, 100) bit for bit;
+ *   7. score = trapezoid integral of rho over tau, divided by 3.
+ *
+ * Times are seconds; INFINITY means the target was missed, NAN that there
+ * are no logs for it (AlgoPerf's scorer uses the same two values).
+ */
+#ifndef APF_SCORE_H
+#define APF_SCORE_H
+
+#include <stddef.h>
+
+#include "base/base.h"
+
+#define APF_SCORE_TAU_MIN 1.0
+#define APF_SCORE_TAU_MAX 4.0
+#define APF_SCORE_POINTS 100
+
+/* Which trial of a study counts. */
+enum apf_score_best {
+	/* AlgoPerf's scorer: the trial that met the target at the smallest
+	 * eval index (not the smallest time); ties go to the lowest trial
+	 * number (AlgoPerf takes the first in directory-listing order). */
+	APF_SCORE_BEST_FIRST_EVAL,
+	/* apf: the smallest time-to-target. */
+	APF_SCORE_BEST_MIN_TIME,
+};
+
+typedef struct apf_score_rules {
+	const char *name;           /* apf, algoperf-0.5, algoperf-0.6 */
+	const char *summary;        /* one line for reports */
+	enum apf_score_best best;
+	int studies;                /* studies per workload the rules expect */
+	int trials;                 /* trials per study (external tuning) */
+	/* Self-tuning runtime budget as a multiple of the external-tuning one
+	 * (v0.5: 3, v0.6: 1.5). The runner enforces it; the scorer reports
+	 * it, as the logs end at the budget. */
+	double self_tuning_budget;
+	/* Scoring self-tuning submissions: one trial per study is expected
+	 * (a copy of the rules with this set; see apf_score_rules_self). */
+	int self_tuning;
+	/* With no held-out list, AlgoPerf's scorer treats every non-base
+	 * workload found in the logs as a held-out variant of the base whose
+	 * name it contains; apf ignores such workloads instead. */
+	int variants_from_logs;
+	/* Metrics whose direction the rules know (AlgoPerf's targets file names
+	 * a metric but not its direction): NULL-terminated name prefixes. */
+	const char *const *minimize;
+	const char *const *maximize;
+} apf_score_rules;
+
+/* NULL when the name is unknown. */
+const apf_score_rules *apf_score_rules_get(const char *name);
+/* The self-tuning ruleset's variant of r, written to out. */
+void apf_score_rules_self(const apf_score_rules *r, apf_score_rules *out);
+/* The rules for an AlgoPerf benchmark_version ("0.5", "0.6"), else NULL. */
+const apf_score_rules *apf_score_rules_for_version(const char *version);
+/* +1 when higher is better, -1 when lower is, 0 when the rules don't say. */
+int apf_score_metric_direction(const apf_score_rules *r, const char *metric);
+
+/* ---- targets -------------------------------------------------------------- */
+
+struct apf_score_target {
+	const char *metric;  /* the column is validation/<metric> */
+	int direction;       /* +1 max, -1 min */
+	double validation;   /* validation target */
+};
+
+typedef struct apf_score_targets apf_score_targets;
+
+/* AlgoPerf's workload_targets JSON: benchmark_version, base_workloads,
+ * held_out_workloads, workloads.<name>.{target_metric_name,
+ * validation_target_value}. It names no directions: the rules know them. */
+int apf_score_targets_load_json(apf_score_targets **out, const char *path);
+/* Targets from workloads/<name>/workload.ini under dir (NULL: the workloads
+ * directory of apf_workloads_dir()), read on first use. */
+int apf_score_targets_from_workloads(apf_score_targets **out,
+				     const char *dir);
+void apf_score_targets_free(apf_score_targets *t);
+/* The target of a workload (without framework suffix); *base is set to
+ * the base workload's name when workload.ini targets know the workload as a
+ * variant, else NULL. */
+int apf_score_targets_find(apf_score_targets *t, const apf_score_rules *rules,
+			   const char *workload, struct apf_score_target *out,
+			   const char **base);
+/* The file or directory the targets came from. */
+const char *apf_score_targets_source(const apf_score_targets *t);
+/* benchmark_version of a JSON file; NULL for workload.ini targets. */
+const char *apf_score_targets_version(const apf_score_targets *t);
+/* The base and held-out workloads a JSON file names (n = 0 when it names
+ * none, and always for workload.ini targets). */
+const char *const *apf_score_targets_base(const apf_score_targets *t,
+					  size_t *n);
+const char *const *apf_score_targets_heldout(const apf_score_targets *t,
+					     size_t *n);
+
+/* ---- held-out variants ---------------------------------------------------- */
+
+struct apf_score_variant {
+	char *base;    /* NULL until resolved, for AlgoPerf's list form */
+	char *variant; /* full workload name, B_<variant> */
+};
+
+typedef struct apf_score_heldout {
+	char *source;
+	char *seed;    /* an apf draw's seed, else NULL */
+	struct apf_score_variant *v;
+	size_t n;
+} apf_score_heldout;
+
+/* AlgoPerf's held-out JSON (an array of variant workload names) or an apf
+ * draw ({"seed": "...", "draws": [{"base": B, "variant": V}, ...]}, V being
+ * the variant's name or the full workload name B_<V>). */
+int apf_score_heldout_load(apf_score_heldout **out, const char *path);
+/* A list made in memory; base may be NULL (resolved by name later). */
+int apf_score_heldout_new(apf_score_heldout **out, const char *source);
+int apf_score_heldout_add(apf_score_heldout *h, const char *base,
+			  const char *variant);
+void apf_score_heldout_free(apf_score_heldout *h);
+/* The base of a variant name: the longest base B with name = B_..., else
+ * the first base contained in the name (AlgoPerf's rule); NULL if none. */
+const char *apf_score_base_of(const char *variant, const char *const *bases,
+			      size_t nbases);
+
+/* ---- logs ----------------------------------------------------------------- */
+
+struct apf_score_trial {
+	int number;     /* n of trial_<n> */
+	char *csv;      /* its eval_measurements.csv */
+	long evals;     /* rows read; -1 before reading */
+	long hit;       /* first eval index meeting the target; -1 if none */
+	double time;    /* submission time at hit; INFINITY if none */
+};
+
+struct apf_score_study {
+	int number;     /* k of study_<k> */
+	struct apf_score_trial *trials; /* sorted by number */
+	size_t ntrials;
+	int best;       /* index into trials of the chosen trial, -1 if none */
+	double time;    /* the study's time-to-target, INFINITY if missed */
+};
+
+struct apf_score_workload {
+	char *name;      /* without framework suffix */
+	char *dir_name;  /* as found, e.g. wmt_jax */
+	struct apf_score_study *studies; /* sorted by number */
+	size_t nstudies;
+	size_t skipped;  /* trial directories without eval_measurements.csv */
+	int read;        /* trials have been read */
+	double time;     /* median over studies; NAN if no study has logs */
+};
+
+struct apf_score_submission {
+	char *name;
+	char *path;
+	int apf_run;
+	struct apf_score_workload *w; /* sorted by name */
+	size_t nw;
+	size_t stray;    /* trial_* directories directly under a study */
+};
+
+typedef struct apf_score_logs {
+	struct apf_score_submission *s;
+	size_t n;
+} apf_score_logs;
+
+int apf_score_logs_new(apf_score_logs **out);
+/* Adds the submission at path, or each submission directory inside path.
+ * Only walks directories; CSVs are read by apf_score_compute. */
+int apf_score_logs_add(apf_score_logs *l, const char *path);
+void apf_score_logs_free(apf_score_logs *l);
+/* True when any submission is an apf run. */
+int apf_score_logs_have_apf_run(const apf_score_logs *l);
+
+/* ---- one eval_measurements.csv ------------------------------------------- */
+
+/* Reads the columns validation/<metric> and score (else
+ * accumulated_submission_time) of an eval_measurements.csv and finds the
+ * first eval meeting the target. Errors name the file and line. */
+int apf_score_read_trial(struct apf_score_trial *trial,
+			 const struct apf_score_target *target);
+/* The same over a CSV text; name is used in errors. */
+int apf_score_parse_trial(const char *text, size_t len, const char *name,
+			  const struct apf_score_target *target, long *evals,
+			  long *hit, double *time);
+
+/* ---- the steps ------------------------------------------------------------ */
+
+/* First index whose value meets target in direction; -1 when none does. */
+long apf_score_first_hit(const double *v, size_t n, int direction,
+			 double target);
+/* Chooses a study's trial (trials sorted by number, hit/time filled);
+ * returns its index or -1, and the study's time (INFINITY if none met). */
+int apf_score_study_best(const struct apf_score_trial *trials, size_t n,
+			 enum apf_score_best best, double *time);
+/* Median with numpy's semantics: NaN in, NaN out; NAN when n is 0. */
+double apf_score_median(const double *v, size_t n);
+/* The held-out rules in place. t is nsub rows by ncols columns; variant i
+ * is column var_col[i] and its base column base_col[i]. */
+void apf_score_heldout_rules(double *t, size_t nsub, size_t ncols,
+			     const size_t *var_col, const size_t *base_col,
+			     size_t nvar);
+/* numpy.linspace(1, 4, 100). */
+void apf_score_taus(double tau[APF_SCORE_POINTS]);
+/* Ratios (nsub x nbase, NAN where not counted) of the times t (nsub x nbase)
+ * to the per-column best, and the profiles rho (nsub x APF_SCORE_POINTS). */
+void apf_score_profile(const double *t, size_t nsub, size_t nbase,
+		       double *ratio, double *rho);
+/* Trapezoid integral of y over x divided by the range of x. */
+double apf_score_integrate(const double *y, const double *x, size_t n);
+
+/* ---- the result ----------------------------------------------------------- */
+
+typedef struct apf_score_result {
+	const apf_score_rules *rules;
+	char *targets_source;
+	char *heldout_source;   /* NULL when no held-out rules applied */
+	size_t nsub;
+	const struct apf_score_submission **sub; /* ranked: score, then name */
+	size_t nbase, nvar;
+	char **workloads;       /* nbase base workloads, then nvar variants */
+	char **variant_base;    /* for each variant, its base */
+	double *raw;            /* nsub x (nbase + nvar) medians */
+	double *final;          /* the same after the held-out rules */
+	double *ratio;          /* nsub x nbase */
+	double tau[APF_SCORE_POINTS];
+	double *rho;            /* nsub x APF_SCORE_POINTS */
+	double *score;          /* nsub */
+	char **warnings;
+	size_t nwarnings;
+} apf_score_result;
+
+/* Reads the trials the scoring needs and computes everything. heldout may
+ * be NULL (then a targets file's held-out list applies, if any). The result
+ * points into logs: free it first. */
+int apf_score_compute(apf_score_result **out, apf_score_logs *logs,
+		      apf_score_targets *targets,
+		      const apf_score_heldout *heldout,
+		      const apf_score_rules *rules);
+void apf_score_result_free(apf_score_result *r);
+
+/* ---- reports -------------------------------------------------------------- */
+
+/* A text table: rank, submission, score, per-workload times. */
+int apf_score_format_table(const apf_score_result *r, apf_buf *out);
+/* submission,score,<base workloads...>,<variants...>; inf where missed,
+ * empty where there are no logs. */
+int apf_score_format_csv(const apf_score_result *r, apf_buf *out);
+/* Times as numbers, "inf" when missed, null when there are no logs. */
+int apf_score_format_json(const apf_score_result *r, apf_buf *out);
+/* The performance-profile plot. */
+int apf_score_format_svg(const apf_score_result *r, apf_buf *out);
+
+#endif

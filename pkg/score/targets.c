@@ -1,0 +1,611 @@
+/*
+ * targets.c: the rule sets, the targets (AlgoPerf's workload_targets JSON or
+ * the workloads' own workload.ini), and held-out variant lists.
+ *
+ * The AlgoPerf rule sets record what the published scorer
+ * (scoring/performance_profile.py of mlcommons/algorithmic-efficiency, v0.5
+ * and v0.6) does, as facts: which trial of a study counts, how many studies
+ * and trials it expects, which metric names it minimises or maximises (it
+ * matches "validation/<name>" as a substring, i.e. by prefix of the metric
+ * name), and that v0.6 added "ppl" for finewebedu_lm. v0.6 also dropped the
+ * held-out workloads and went from 5 to 3 studies; the self-tuning budget
+ * went from 3x to 1.5x the external one.
+ */
+#include "score/score.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "workload/workload.h"
+
+static const char *const min_v05[] = {"ce_loss", "error_rate", "ctc_loss",
+				      "wer",     "l1_loss",    "loss",
+				      NULL};
+static const char *const min_v06[] = {"ce_loss", "error_rate", "ctc_loss",
+				      "wer",     "l1_loss",    "loss",
+				      "ppl",     NULL};
+static const char *const max_all[] = {"mean_average_precision", "ssim",
+				      "accuracy", "bleu", NULL};
+
+static const apf_score_rules rule_sets[] = {
+	{"apf",
+	 "apf: the fastest trial of each study; held-out rules when variants "
+	 "are drawn",
+	 APF_SCORE_BEST_MIN_TIME, 0, 0, 1.5, 0, 0, min_v06, max_all},
+	{"algoperf-0.5",
+	 "AlgoPerf v0.5 scorer: per study the trial that met the target at the "
+	 "earliest eval; 5 studies x 5 trials; held-out variants",
+	 APF_SCORE_BEST_FIRST_EVAL, 5, 5, 3.0, 0, 1, min_v05, max_all},
+	{"algoperf-0.6",
+	 "AlgoPerf v0.6 scorer: per study the trial that met the target at the "
+	 "earliest eval; 3 studies x 5 trials; no held-out workloads",
+	 APF_SCORE_BEST_FIRST_EVAL, 3, 5, 1.5, 0, 1, min_v06, max_all},
+};
+
+const apf_score_rules *apf_score_rules_get(const char *name)
+{
+	for (size_t i = 0; i < sizeof rule_sets / sizeof rule_sets[0]; i++)
+		if (!strcmp(rule_sets[i].name, name))
+			return &rule_sets[i];
+	return NULL;
+}
+
+void apf_score_rules_self(const apf_score_rules *r, apf_score_rules *out)
+{
+	*out = *r;
+	out->self_tuning = 1;
+	out->trials = r->trials ? 1 : 0;
+}
+
+const apf_score_rules *apf_score_rules_for_version(const char *version)
+{
+	if (!version)
+		return NULL;
+	if (!strcmp(version, "0.5") || !strncmp(version, "0.5.", 4))
+		return &rule_sets[1];
+	if (!strcmp(version, "0.6") || !strncmp(version, "0.6.", 4))
+		return &rule_sets[2];
+	return NULL;
+}
+
+int apf_score_metric_direction(const apf_score_rules *r, const char *metric)
+{
+	for (const char *const *m = r->minimize; *m; m++)
+		if (!strncmp(metric, *m, strlen(*m)))
+			return -1;
+	for (const char *const *m = r->maximize; *m; m++)
+		if (!strncmp(metric, *m, strlen(*m)))
+			return 1;
+	return 0;
+}
+
+/* ---- targets -------------------------------------------------------------- */
+
+struct entry {
+	char *workload;
+	char *metric;
+	int direction;      /* 0: from the rules */
+	double validation;
+	char *base;         /* workload.ini variants: their base */
+};
+
+struct apf_score_targets {
+	char *source;
+	char *version;
+	int from_workloads;
+	char *dir;          /* workloads directory, once known */
+	char **base, **heldout;
+	size_t nbase, nheldout;
+	struct entry *e;
+	size_t n;
+};
+
+static void free_strings(char **v, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		free(v[i]);
+	free(v);
+}
+
+void apf_score_targets_free(apf_score_targets *t)
+{
+	if (!t)
+		return;
+	for (size_t i = 0; i < t->n; i++) {
+		free(t->e[i].workload);
+		free(t->e[i].metric);
+		free(t->e[i].base);
+	}
+	free(t->e);
+	free_strings(t->base, t->nbase);
+	free_strings(t->heldout, t->nheldout);
+	free(t->source);
+	free(t->version);
+	free(t->dir);
+	free(t);
+}
+
+const char *apf_score_targets_source(const apf_score_targets *t)
+{
+	return t->source;
+}
+
+const char *apf_score_targets_version(const apf_score_targets *t)
+{
+	return t->version;
+}
+
+const char *const *apf_score_targets_base(const apf_score_targets *t,
+					  size_t *n)
+{
+	*n = t->nbase;
+	return (const char *const *)t->base;
+}
+
+const char *const *apf_score_targets_heldout(const apf_score_targets *t,
+					     size_t *n)
+{
+	*n = t->nheldout;
+	return (const char *const *)t->heldout;
+}
+
+static int add_entry(apf_score_targets *t, const char *workload,
+		     const char *metric, int direction, double validation,
+		     const char *base)
+{
+	struct entry *ne = realloc(t->e, (t->n + 1) * sizeof *ne);
+	if (!ne)
+		return apf_error(APF_ENOMEM, t->source, "out of memory");
+	t->e = ne;
+	struct entry *e = &t->e[t->n];
+	e->workload = apf_strdup(workload);
+	e->metric = apf_strdup(metric);
+	e->base = base ? apf_strdup(base) : NULL;
+	e->direction = direction;
+	e->validation = validation;
+	if (!e->workload || !e->metric || (base && !e->base)) {
+		free(e->workload);
+		free(e->metric);
+		free(e->base);
+		return apf_error(APF_ENOMEM, t->source, "out of memory");
+	}
+	t->n++;
+	return 0;
+}
+
+static int string_list(apf_score_targets *t, json_t *root, const char *key,
+		       char ***out, size_t *n)
+{
+	*out = NULL;
+	*n = 0;
+	json_t *a = json_object_get(root, key);
+	if (!a)
+		return 0;
+	if (!json_is_array(a))
+		return apf_error(APF_EINPUT, t->source,
+				 "\"%s\": expected an array of workload names",
+				 key);
+	size_t k = json_array_size(a);
+	char **v = apf_calloc(k, sizeof *v);
+	if (!v)
+		return apf_error(APF_ENOMEM, t->source, "out of memory");
+	for (size_t i = 0; i < k; i++) {
+		json_t *s = json_array_get(a, i);
+		if (!json_is_string(s)) {
+			free_strings(v, i);
+			return apf_error(APF_EINPUT, t->source,
+					 "\"%s\"[%zu]: expected a workload name",
+					 key, i);
+		}
+		if (!(v[i] = apf_strdup(json_string_value(s)))) {
+			free_strings(v, i);
+			return apf_error(APF_ENOMEM, t->source,
+					 "out of memory");
+		}
+	}
+	*out = v;
+	*n = k;
+	return 0;
+}
+
+static const struct entry *find_entry(const apf_score_targets *t,
+				      const char *workload)
+{
+	for (size_t i = 0; i < t->n; i++)
+		if (!strcmp(t->e[i].workload, workload))
+			return &t->e[i];
+	return NULL;
+}
+
+static int parse_targets_json(apf_score_targets *t, json_t *root)
+{
+	if (!json_is_object(root))
+		return apf_error(APF_EINPUT, t->source,
+				 "not a JSON object (expected AlgoPerf's "
+				 "workload_targets JSON)");
+	json_t *ws = json_object_get(root, "workloads");
+	if (!json_is_object(ws))
+		return apf_error(APF_EINPUT, t->source,
+				 "no \"workloads\" object (expected AlgoPerf's "
+				 "workload_targets JSON)");
+	json_t *v = json_object_get(root, "benchmark_version");
+	if (v && !json_is_string(v))
+		return apf_error(APF_EINPUT, t->source,
+				 "\"benchmark_version\": expected a string");
+	if (v && !(t->version = apf_strdup(json_string_value(v))))
+		return apf_error(APF_ENOMEM, t->source, "out of memory");
+	const char *name;
+	json_t *w;
+	json_object_foreach(ws, name, w) {
+		json_t *m = json_object_get(w, "target_metric_name");
+		json_t *val = json_object_get(w, "validation_target_value");
+		if (!json_is_object(w) || !json_is_string(m) ||
+		    !json_string_length(m) || !json_is_number(val))
+			return apf_error(APF_EINPUT, t->source,
+					 "workloads.%s: expected "
+					 "\"target_metric_name\" (a string) and "
+					 "\"validation_target_value\" (a number)",
+					 name);
+		double target = json_number_value(val);
+		if (!isfinite(target))
+			return apf_error(APF_EINPUT, t->source,
+					 "workloads.%s: the target is not finite",
+					 name);
+		int rc = add_entry(t, name, json_string_value(m), 0, target,
+				   NULL);
+		if (rc)
+			return rc;
+	}
+	int rc = string_list(t, root, "base_workloads", &t->base, &t->nbase);
+	if (!rc)
+		rc = string_list(t, root, "held_out_workloads", &t->heldout,
+				 &t->nheldout);
+	for (size_t i = 0; !rc && i < t->nbase + t->nheldout; i++) {
+		const char *n = i < t->nbase ? t->base[i]
+					     : t->heldout[i - t->nbase];
+		if (!find_entry(t, n))
+			rc = apf_error(APF_EINPUT, t->source,
+				       "workload %s is listed but has no entry "
+				       "in \"workloads\"",
+				       n);
+	}
+	return rc;
+}
+
+int apf_score_targets_load_json(apf_score_targets **out, const char *path)
+{
+	*out = NULL;
+	apf_score_targets *t = apf_calloc(1, sizeof *t);
+	if (!t || !(t->source = apf_strdup(path))) {
+		free(t);
+		return apf_error(APF_ENOMEM, path, "out of memory");
+	}
+	json_error_t err;
+	json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &err);
+	int rc;
+	if (!root) {
+		struct stat st;
+		if (stat(path, &st) != 0)
+			rc = apf_error_errno(APF_EINPUT, errno, path,
+					     "cannot read");
+		else
+			rc = apf_error(APF_EINPUT, path, "line %d: %s",
+				       err.line, err.text);
+	} else {
+		rc = parse_targets_json(t, root);
+	}
+	json_decref(root);
+	if (rc) {
+		apf_score_targets_free(t);
+		return rc;
+	}
+	*out = t;
+	return 0;
+}
+
+int apf_score_targets_from_workloads(apf_score_targets **out,
+				     const char *dir)
+{
+	*out = NULL;
+	apf_score_targets *t = apf_calloc(1, sizeof *t);
+	if (!t)
+		return apf_error(APF_ENOMEM, "targets", "out of memory");
+	t->from_workloads = 1;
+	if (dir && !(t->dir = apf_strdup(dir))) {
+		free(t);
+		return apf_error(APF_ENOMEM, "targets", "out of memory");
+	}
+	t->source = apf_strdup(dir ? dir : "workloads");
+	if (!t->source) {
+		apf_score_targets_free(t);
+		return apf_error(APF_ENOMEM, "targets", "out of memory");
+	}
+	*out = t;
+	return 0;
+}
+
+static int has_ini(const char *dir, const char *name, size_t len)
+{
+	apf_buf p = {0};
+	struct stat st;
+	int yes = apf_buf_printf(&p, "%s/%.*s/workload.ini", dir, (int)len,
+				 name) == 0 &&
+		  stat(p.data, &st) == 0 && S_ISREG(st.st_mode);
+	apf_buf_free(&p);
+	return yes;
+}
+
+static int valid_name(const char *s)
+{
+	if (!*s)
+		return 0;
+	for (; *s; s++)
+		if (!((*s >= 'a' && *s <= 'z') || (*s >= '0' && *s <= '9') ||
+		      *s == '_' || *s == '-'))
+			return 0;
+	return 1;
+}
+
+/* Loads a workload, or a variant B_<v> of base B, from workload.ini. */
+static int load_from_workloads(apf_score_targets *t, const char *workload)
+{
+	if (!t->dir) {
+		int rc = apf_workloads_dir(&t->dir);
+		if (rc)
+			return apf_error_prefix(rc, workload);
+		free(t->source);
+		if (!(t->source = apf_strdup(t->dir)))
+			return apf_error(APF_ENOMEM, workload, "out of memory");
+	}
+	if (!valid_name(workload))
+		return apf_error(APF_EINPUT, workload,
+				 "not a workload name (lowercase letters, "
+				 "digits, _ and -)");
+	size_t len = strlen(workload);
+	const char *variant = NULL;
+	if (!has_ini(t->dir, workload, len)) {
+		/* The longest base first: a_b_c is a_b's variant c before
+		 * a's variant b_c. */
+		for (len = strlen(workload); len > 0; len--)
+			if (workload[len - 1] == '_' && len > 1 &&
+			    has_ini(t->dir, workload, len - 1)) {
+				len--;
+				variant = workload + len + 1;
+				break;
+			}
+		if (!variant)
+			return apf_error(APF_EINPUT, workload,
+					 "no target: %s/%s/workload.ini does "
+					 "not exist (set APF_WORKLOADS_DIR, or "
+					 "pass --targets FILE)",
+					 t->dir, workload);
+	}
+	char *dir = strndup(workload, len);
+	char *path = dir ? apf_path_join(t->dir, dir) : NULL;
+	apf_workload_spec *w = NULL;
+	int rc = path ? apf_workload_spec_load_dir(&w, path)
+		      : apf_error(APF_ENOMEM, workload, "out of memory");
+	if (!rc) {
+		double target = w->validation_target;
+		if (variant) {
+			const struct apf_workload_variant *v =
+				apf_workload_variant(w, variant);
+			if (!v)
+				rc = apf_error(APF_EINPUT, workload,
+					       "no target: %s/workload.ini has "
+					       "no [variant.%s]",
+					       path, variant);
+			else
+				target = v->validation_target;
+		}
+		if (!rc)
+			rc = add_entry(t, workload, w->metric, w->direction,
+				       target, variant ? dir : NULL);
+	}
+	apf_workload_spec_free(w);
+	free(path);
+	free(dir);
+	return rc;
+}
+
+int apf_score_targets_find(apf_score_targets *t, const apf_score_rules *rules,
+			   const char *workload, struct apf_score_target *out,
+			   const char **base)
+{
+	const struct entry *e = find_entry(t, workload);
+	if (!e && t->from_workloads) {
+		int rc = load_from_workloads(t, workload);
+		if (rc)
+			return rc;
+		e = find_entry(t, workload);
+	}
+	if (!e)
+		return apf_error(APF_EINPUT, workload,
+				 "no target for this workload in %s",
+				 t->source);
+	out->metric = e->metric;
+	out->validation = e->validation;
+	out->direction = e->direction;
+	if (base)
+		*base = e->base;
+	if (!out->direction) {
+		out->direction = apf_score_metric_direction(rules, e->metric);
+		if (!out->direction)
+			return apf_error(APF_EINPUT, workload,
+					 "%s: the rules %s do not know whether "
+					 "metric '%s' is to be minimised or "
+					 "maximised",
+					 t->source, rules->name, e->metric);
+	}
+	return 0;
+}
+
+/* ---- held-out lists ------------------------------------------------------- */
+
+int apf_score_heldout_new(apf_score_heldout **out, const char *source)
+{
+	*out = apf_calloc(1, sizeof **out);
+	if (!*out || !((*out)->source = apf_strdup(source))) {
+		free(*out);
+		*out = NULL;
+		return apf_error(APF_ENOMEM, source, "out of memory");
+	}
+	return 0;
+}
+
+void apf_score_heldout_free(apf_score_heldout *h)
+{
+	if (!h)
+		return;
+	for (size_t i = 0; i < h->n; i++) {
+		free(h->v[i].base);
+		free(h->v[i].variant);
+	}
+	free(h->v);
+	free(h->seed);
+	free(h->source);
+	free(h);
+}
+
+int apf_score_heldout_add(apf_score_heldout *h, const char *base,
+			  const char *variant)
+{
+	apf_buf full = {0};
+	int rc = 0;
+	/* An apf draw may name the variant alone ("gelu" of "mlp") or the
+	 * whole workload ("mlp_gelu"). */
+	if (base && !(strncmp(variant, base, strlen(base)) == 0 &&
+		      variant[strlen(base)] == '_'))
+		rc = apf_buf_printf(&full, "%s_%s", base, variant);
+	else
+		rc = apf_buf_puts(&full, variant);
+	if (rc)
+		return apf_error(APF_ENOMEM, h->source, "out of memory");
+	for (size_t i = 0; i < h->n; i++)
+		if (!strcmp(h->v[i].variant, full.data)) {
+			rc = apf_error(APF_EINPUT, h->source,
+				       "variant %s is listed twice", full.data);
+			apf_buf_free(&full);
+			return rc;
+		}
+	struct apf_score_variant *nv = realloc(h->v, (h->n + 1) * sizeof *nv);
+	if (!nv) {
+		apf_buf_free(&full);
+		return apf_error(APF_ENOMEM, h->source, "out of memory");
+	}
+	h->v = nv;
+	h->v[h->n].variant = full.data;
+	h->v[h->n].base = base ? apf_strdup(base) : NULL;
+	if (base && !h->v[h->n].base) {
+		apf_buf_free(&full);
+		return apf_error(APF_ENOMEM, h->source, "out of memory");
+	}
+	h->n++;
+	return 0;
+}
+
+static int parse_heldout(apf_score_heldout *h, json_t *root)
+{
+	if (json_is_array(root)) {
+		size_t i;
+		json_t *v;
+		json_array_foreach(root, i, v) {
+			if (!json_is_string(v) || !json_string_length(v))
+				return apf_error(APF_EINPUT, h->source,
+						 "[%zu]: expected a workload "
+						 "name",
+						 i);
+			int rc = apf_score_heldout_add(h, NULL,
+						       json_string_value(v));
+			if (rc)
+				return rc;
+		}
+		return 0;
+	}
+	json_t *draws = json_is_object(root) ? json_object_get(root, "draws")
+					     : NULL;
+	if (!json_is_array(draws))
+		return apf_error(APF_EINPUT, h->source,
+				 "expected AlgoPerf's held-out list (an array "
+				 "of workload names) or an apf draw "
+				 "({\"seed\": ..., \"draws\": [...]})");
+	json_t *seed = json_object_get(root, "seed");
+	if (seed && !json_is_string(seed))
+		return apf_error(APF_EINPUT, h->source,
+				 "\"seed\": expected a string");
+	if (seed && !(h->seed = apf_strdup(json_string_value(seed))))
+		return apf_error(APF_ENOMEM, h->source, "out of memory");
+	size_t i;
+	json_t *d;
+	json_array_foreach(draws, i, d) {
+		json_t *b = json_object_get(d, "base");
+		json_t *v = json_object_get(d, "variant");
+		if (!json_is_string(b) || !json_string_length(b) ||
+		    !json_is_string(v) || !json_string_length(v))
+			return apf_error(APF_EINPUT, h->source,
+					 "draws[%zu]: expected {\"base\": "
+					 "\"<workload>\", \"variant\": "
+					 "\"<variant>\"}",
+					 i);
+		int rc = apf_score_heldout_add(h, json_string_value(b),
+					       json_string_value(v));
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+int apf_score_heldout_load(apf_score_heldout **out, const char *path)
+{
+	*out = NULL;
+	apf_score_heldout *h;
+	int rc = apf_score_heldout_new(&h, path);
+	if (rc)
+		return rc;
+	json_error_t err;
+	json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &err);
+	if (!root) {
+		struct stat st;
+		if (stat(path, &st) != 0)
+			rc = apf_error_errno(APF_EINPUT, errno, path,
+					     "cannot read");
+		else
+			rc = apf_error(APF_EINPUT, path, "line %d: %s",
+				       err.line, err.text);
+	} else {
+		rc = parse_heldout(h, root);
+	}
+	json_decref(root);
+	if (rc) {
+		apf_score_heldout_free(h);
+		return rc;
+	}
+	*out = h;
+	return 0;
+}
+
+const char *apf_score_base_of(const char *variant, const char *const *bases,
+			      size_t nbases)
+{
+	const char *best = NULL;
+	size_t best_len = 0;
+	for (size_t i = 0; i < nbases; i++) {
+		size_t n = strlen(bases[i]);
+		if (n > best_len && !strncmp(variant, bases[i], n) &&
+		    variant[n] == '_') {
+			best = bases[i];
+			best_len = n;
+		}
+	}
+	if (best)
+		return best;
+	for (size_t i = 0; i < nbases; i++)
+		if (strcmp(variant, bases[i]) && strstr(variant, bases[i]))
+			return bases[i];
+	return NULL;
+}

@@ -1,0 +1,390 @@
+/*
+ * env.c: capturing, validating and comparing the environment record.
+ *
+ * Everything is read from the running system (uname, /proc, /etc/os-release,
+ * OpenBLAS's own report, NVIDIA's management library when it is installed),
+ * never from what a user claims, except the container image digest, which
+ * only the container's launcher knows ($APF_IMAGE_DIGEST).
+ */
+#include "sysinfo/sysinfo.h"
+
+#include <cblas.h>
+#include <dlfcn.h>
+#include <gnu/libc-version.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/utsname.h>
+
+#ifdef APF_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#include <cudnn.h>
+#endif
+
+extern const char apf_build_id[];
+
+static const char *const cpu_flags[] = {
+	"avx",	    "avx2",	   "fma",	  "f16c",     "avx512f",
+	"avx512bw", "avx512vl",	   "avx512_bf16", "avx512_fp16", "amx_bf16",
+	"amx_tile", "sha_ni",	   NULL};
+
+/* The value of "key : value" from the first matching line of a /proc file. */
+static char *proc_field(const char *path, const char *key)
+{
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return NULL;
+	char line[8192];
+	char *out = NULL;
+	size_t klen = strlen(key);
+	while (!out && fgets(line, sizeof line, f)) {
+		if (strncmp(line, key, klen))
+			continue;
+		char *p = line + klen;
+		while (*p == ' ' || *p == '\t')
+			p++;
+		if (*p != ':')
+			continue;
+		p++;
+		while (*p == ' ' || *p == '\t')
+			p++;
+		p[strcspn(p, "\n")] = 0;
+		out = apf_strdup(p);
+	}
+	fclose(f);
+	return out;
+}
+
+static char *os_release(void)
+{
+	FILE *f = fopen("/etc/os-release", "r");
+	if (!f)
+		return apf_strdup("unknown");
+	char line[1024];
+	char *out = NULL;
+	while (!out && fgets(line, sizeof line, f)) {
+		if (strncmp(line, "PRETTY_NAME=", 12))
+			continue;
+		char *v = line + 12;
+		v[strcspn(v, "\n")] = 0;
+		size_t n = strlen(v);
+		if (n >= 2 && (v[0] == '"' || v[0] == '\'') && v[n - 1] == v[0]) {
+			v[n - 1] = 0;
+			v++;
+		}
+		out = apf_strdup(v);
+	}
+	fclose(f);
+	return out ? out : apf_strdup("unknown");
+}
+
+static json_t *cpu_record(void)
+{
+	char *model = proc_field("/proc/cpuinfo", "model name");
+	char *flags = proc_field("/proc/cpuinfo", "flags");
+	json_t *fl = json_array();
+	for (const char *const *want = cpu_flags; *want && flags; want++) {
+		size_t n = strlen(*want);
+		for (const char *p = flags; (p = strstr(p, *want)); p += n)
+			if ((p == flags || p[-1] == ' ') &&
+			    (p[n] == ' ' || p[n] == 0)) {
+				json_array_append_new(fl, json_string(*want));
+				break;
+			}
+	}
+	json_t *cpu = json_pack("{s:s, s:i, s:o}", "model",
+				model ? model : "unknown", "cores",
+				(json_int_t)apf_cpu_count(), "flags", fl);
+	free(model);
+	free(flags);
+	return cpu;
+}
+
+static json_int_t memory_bytes(void)
+{
+	char *v = proc_field("/proc/meminfo", "MemTotal");
+	json_int_t kb = v ? strtoll(v, NULL, 10) : 0;
+	free(v);
+	return kb * 1024;
+}
+
+int apf_blas_threads(void)
+{
+	return openblas_get_num_threads();
+}
+
+static json_t *blas_record(void)
+{
+	const char *config = openblas_get_config();
+	char version[64] = "unknown";
+	if (config && !strncmp(config, "OpenBLAS ", 9))
+		sscanf(config + 9, "%63s", version);
+	return json_pack("{s:s, s:s, s:s, s:s, s:i}", "name", "OpenBLAS",
+			 "version", version, "config", config ? config : "",
+			 "core", openblas_get_corename(), "threads",
+			 (json_int_t)openblas_get_num_threads());
+}
+
+/* NVIDIA's management library, when a driver is installed. Loaded at run
+ * time so apf runs (and records "no GPU") on machines without one. */
+typedef struct {
+	unsigned long long total, free, used;
+} nvml_memory;
+
+static void gpu_records(json_t **gpus, json_t **cuda)
+{
+	*gpus = json_array();
+	*cuda = json_null();
+	char driver[96] = "";
+	void *h = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+	if (h) {
+		int (*init)(void) = (int (*)(void))dlsym(h, "nvmlInit_v2");
+		int (*shutdown)(void) = (int (*)(void))dlsym(h, "nvmlShutdown");
+		int (*drv)(char *, unsigned) =
+			(int (*)(char *, unsigned))dlsym(h,
+				"nvmlSystemGetDriverVersion");
+		int (*count)(unsigned *) =
+			(int (*)(unsigned *))dlsym(h, "nvmlDeviceGetCount_v2");
+		int (*handle)(unsigned, void **) = (int (*)(unsigned, void **))
+			dlsym(h, "nvmlDeviceGetHandleByIndex_v2");
+		int (*name)(void *, char *, unsigned) =
+			(int (*)(void *, char *, unsigned))dlsym(
+				h, "nvmlDeviceGetName");
+		int (*mem)(void *, nvml_memory *) =
+			(int (*)(void *, nvml_memory *))dlsym(
+				h, "nvmlDeviceGetMemoryInfo");
+		if (init && shutdown && drv && count && handle && name && mem &&
+		    init() == 0) {
+			unsigned n = 0;
+			if (drv(driver, sizeof driver) != 0)
+				driver[0] = 0;
+			if (count(&n) != 0)
+				n = 0;
+			for (unsigned i = 0; i < n; i++) {
+				void *dev;
+				char nm[256] = "unknown";
+				nvml_memory m = {0};
+				if (handle(i, &dev) != 0)
+					continue;
+				name(dev, nm, sizeof nm);
+				mem(dev, &m);
+				json_array_append_new(
+					*gpus, json_pack("{s:s, s:I}", "name", nm,
+							 "memory_bytes",
+							 (json_int_t)m.total));
+			}
+			shutdown();
+		}
+		dlclose(h);
+	}
+	json_t *runtime = json_null(), *cudnn = json_null();
+#ifdef APF_HAVE_CUDA
+	int rv = 0;
+	if (cudaRuntimeGetVersion(&rv) == cudaSuccess) {
+		char s[32];
+		snprintf(s, sizeof s, "%d.%d", rv / 1000, (rv % 1000) / 10);
+		runtime = json_string(s);
+	}
+	size_t dv = cudnnGetVersion();
+	if (dv) {
+		char s[32];
+		snprintf(s, sizeof s, "%zu.%zu.%zu", dv / 10000,
+			 (dv % 10000) / 100, dv % 100);
+		cudnn = json_string(s);
+	}
+#endif
+	if (driver[0] || !json_is_null(runtime) || !json_is_null(cudnn)) {
+		json_decref(*cuda);
+		*cuda = json_pack("{s:o, s:o, s:o}", "driver",
+				  driver[0] ? json_string(driver) : json_null(),
+				  "runtime", runtime, "cudnn", cudnn);
+	} else {
+		json_decref(runtime);
+		json_decref(cudnn);
+	}
+}
+
+int apf_env_capture(json_t **out)
+{
+	*out = NULL;
+	struct utsname u;
+	char kernel[512] = "unknown";
+	if (uname(&u) == 0)
+		snprintf(kernel, sizeof kernel, "%s %s %s", u.sysname, u.release,
+			 u.machine);
+	char libc[64];
+	snprintf(libc, sizeof libc, "glibc %s", gnu_get_libc_version());
+#ifdef __clang__
+	const char *compiler = "clang " __clang_version__;
+#else
+	const char *compiler = "gcc " __VERSION__;
+#endif
+	char *os = os_release();
+	const char *image = getenv("APF_IMAGE_DIGEST");
+	json_t *gpus, *cuda;
+	gpu_records(&gpus, &cuda);
+	json_t *env = json_pack(
+		"{s:{s:s, s:s}, s:s, s:s, s:s, s:s, s:o, s:I, s:o, s:o, s:o, s:o}",
+		"apf", "version", APF_VERSION, "build", apf_build_id,
+		"compiler", compiler, "libc", libc, "kernel", kernel, "os",
+		os ? os : "unknown", "cpu", cpu_record(), "memory_bytes",
+		memory_bytes(), "blas", blas_record(), "gpus", gpus, "cuda",
+		cuda, "image_digest",
+		image && *image ? json_string(image) : json_null());
+	free(os);
+	if (!env)
+		return apf_error(APF_ENOMEM, "environment", "out of memory");
+	*out = env;
+	return 0;
+}
+
+/* ---- validation ------------------------------------------------------------ */
+
+enum kind { K_STR, K_INT, K_OBJ, K_ARR, K_STR_OR_NULL, K_OBJ_OR_NULL };
+
+struct field {
+	const char *name;
+	enum kind kind;
+};
+
+static int check_fields(const json_t *o, const char *where,
+			const struct field *fields)
+{
+	if (!json_is_object(o))
+		return apf_error(APF_EINPUT, "environment", "%s: not an object",
+				 where);
+	const char *key;
+	json_t *v;
+	json_object_foreach((json_t *)o, key, v)
+	{
+		const struct field *f = fields;
+		while (f->name && strcmp(f->name, key))
+			f++;
+		if (!f->name)
+			return apf_error(APF_EINPUT, "environment",
+					 "%s: unexpected field '%s'", where, key);
+	}
+	for (const struct field *f = fields; f->name; f++) {
+		json_t *x = json_object_get(o, f->name);
+		int ok;
+		switch (f->kind) {
+		case K_STR:
+			ok = json_is_string(x);
+			break;
+		case K_INT:
+			ok = json_is_integer(x) && json_integer_value(x) >= 0;
+			break;
+		case K_OBJ:
+			ok = json_is_object(x);
+			break;
+		case K_ARR:
+			ok = json_is_array(x);
+			break;
+		case K_STR_OR_NULL:
+			ok = json_is_string(x) || json_is_null(x);
+			break;
+		default:
+			ok = json_is_object(x) || json_is_null(x);
+			break;
+		}
+		if (!ok)
+			return apf_error(APF_EINPUT, "environment",
+					 "%s.%s: missing or of the wrong type",
+					 where, f->name);
+	}
+	return 0;
+}
+
+int apf_env_validate(const json_t *env)
+{
+	static const struct field top[] = {
+		{"apf", K_OBJ},	       {"compiler", K_STR},
+		{"libc", K_STR},       {"kernel", K_STR},
+		{"os", K_STR},	       {"cpu", K_OBJ},
+		{"memory_bytes", K_INT}, {"blas", K_OBJ},
+		{"gpus", K_ARR},       {"cuda", K_OBJ_OR_NULL},
+		{"image_digest", K_STR_OR_NULL}, {NULL, 0}};
+	static const struct field apf[] = {
+		{"version", K_STR}, {"build", K_STR}, {NULL, 0}};
+	static const struct field cpu[] = {
+		{"model", K_STR}, {"cores", K_INT}, {"flags", K_ARR}, {NULL, 0}};
+	static const struct field blas[] = {
+		{"name", K_STR},   {"version", K_STR}, {"config", K_STR},
+		{"core", K_STR},   {"threads", K_INT}, {NULL, 0}};
+	static const struct field gpu[] = {
+		{"name", K_STR}, {"memory_bytes", K_INT}, {NULL, 0}};
+	static const struct field cuda[] = {{"driver", K_STR_OR_NULL},
+					    {"runtime", K_STR_OR_NULL},
+					    {"cudnn", K_STR_OR_NULL},
+					    {NULL, 0}};
+	int rc = check_fields(env, "environment", top);
+	if (!rc)
+		rc = check_fields(json_object_get(env, "apf"), "apf", apf);
+	if (!rc)
+		rc = check_fields(json_object_get(env, "cpu"), "cpu", cpu);
+	if (!rc)
+		rc = check_fields(json_object_get(env, "blas"), "blas", blas);
+	if (!rc && !json_is_null(json_object_get(env, "cuda")))
+		rc = check_fields(json_object_get(env, "cuda"), "cuda", cuda);
+	size_t i;
+	json_t *v;
+	json_array_foreach(json_object_get(env, "gpus"), i, v)
+	{
+		if (!rc)
+			rc = check_fields(v, "gpus[]", gpu);
+	}
+	json_array_foreach(json_object_get(json_object_get(env, "cpu"), "flags"),
+			   i, v)
+	{
+		if (!rc && !json_is_string(v))
+			rc = apf_error(APF_EINPUT, "environment",
+				       "cpu.flags: not a list of strings");
+	}
+	return rc;
+}
+
+/* ---- comparison ------------------------------------------------------------ */
+
+static int compare_at(const json_t *a, const json_t *b, const char *path,
+		      apf_env_diff_fn diff, void *user)
+{
+	if (json_is_object(a) && json_is_object(b)) {
+		int n = 0;
+		const char *key;
+		json_t *v;
+		json_object_foreach((json_t *)a, key, v)
+		{
+			char sub[256];
+			snprintf(sub, sizeof sub, "%s%s%s", path, *path ? "." : "",
+				 key);
+			const json_t *w = json_object_get(b, key);
+			n += compare_at(v, w ? w : json_null(), sub, diff, user);
+		}
+		json_object_foreach((json_t *)b, key, v)
+		{
+			if (json_object_get(a, key))
+				continue;
+			char sub[256];
+			snprintf(sub, sizeof sub, "%s%s%s", path, *path ? "." : "",
+				 key);
+			n += compare_at(json_null(), v, sub, diff, user);
+		}
+		return n;
+	}
+	if (json_equal((json_t *)a, (json_t *)b))
+		return 0;
+	if (diff) {
+		char *x = json_dumps(a, JSON_COMPACT | JSON_ENCODE_ANY);
+		char *y = json_dumps(b, JSON_COMPACT | JSON_ENCODE_ANY);
+		diff(user, path, x ? x : "?", y ? y : "?");
+		free(x);
+		free(y);
+	}
+	return 1;
+}
+
+int apf_env_compare(const json_t *expected, const json_t *actual,
+		    apf_env_diff_fn diff, void *user)
+{
+	return compare_at(expected, actual, "", diff, user);
+}

@@ -1,0 +1,121 @@
+"""Shared helpers for the end-to-end tests: run the real apf binary in a
+private $APF_HOME, build small submissions, and rewrite entry archives the
+way an attacker who knows the format would."""
+import hashlib
+import os
+import shutil
+import struct
+import subprocess
+import tempfile
+import unittest
+
+ROOT = os.environ.get("APF_ROOT") or os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+APF = os.environ.get("APF_BIN") or os.path.join(ROOT, "build", "apf")
+TEST_WORKLOADS = os.path.join(ROOT, "tests", "data", "workloads")
+
+TRAILER_MAGIC = 0x184D2A5A
+
+
+class Result:
+    def __init__(self, rc, out, err):
+        self.rc, self.out, self.err = rc, out, err
+
+    def __repr__(self):
+        return f"rc={self.rc}\nstdout={self.out[-2000:]}\nstderr={self.err[-2000:]}"
+
+
+class ApfCase(unittest.TestCase):
+    """A test case with its own temporary directory and $APF_HOME."""
+
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="apf-e2e-")
+        self.home = os.path.join(self.tmp, "home")
+        self.env = dict(os.environ)
+        self.env["APF_HOME"] = self.home
+        self.env["APF_WORKLOADS_DIR"] = TEST_WORKLOADS
+        self.env["SOURCE_DATE_EPOCH"] = "1700000000"
+        self.env.pop("APF_FAULT", None)
+
+    def tearDown(self):
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def apf(self, *args, env=None, cwd=None, input=None, timeout=600):
+        e = dict(self.env)
+        if env:
+            e.update(env)
+        p = subprocess.run([APF, *args], env=e, cwd=cwd or self.tmp,
+                           capture_output=True, text=True, input=input,
+                           timeout=timeout, errors="replace")
+        return Result(p.returncode, p.stdout, p.stderr)
+
+    def ok(self, *args, **kw):
+        r = self.apf(*args, **kw)
+        self.assertEqual(r.rc, 0, r)
+        return r
+
+    def fails(self, code, *args, match=None, **kw):
+        """Runs apf expecting exit status `code` and one `apf: ...` line."""
+        r = self.apf(*args, **kw)
+        self.assertEqual(r.rc, code, r)
+        lines = [l for l in r.err.splitlines() if l.strip()]
+        self.assertTrue(lines and lines[-1].startswith("apf: "), r)
+        self.assertNotIn("Sanitizer", r.err, r)
+        if match:
+            self.assertIn(match, lines[-1], r)
+        return r
+
+    def path(self, *parts):
+        return os.path.join(self.tmp, *parts)
+
+    def write(self, rel, data, mode=0o644):
+        p = self.path(rel)
+        os.makedirs(os.path.dirname(p), exist_ok=True)
+        with open(p, "wb" if isinstance(data, bytes) else "w") as f:
+            f.write(data)
+        os.chmod(p, mode)
+        return p
+
+    def make_submission(self, name="sub", ruleset="external", extra=None):
+        """A small but real submission directory."""
+        d = self.path(name)
+        self.write(f"{name}/submission.ini",
+                   f"[submission]\nname = {name}\nauthors = A. Author, B. Author\n"
+                   f"ruleset = {ruleset}\n\n[tuning]\nstudies = 2\n"
+                   f"trials = {3 if ruleset == 'external' else 1}\n")
+        self.write(f"{name}/submission.c", "/* optimizer */\nint apf_abi_version = 1;\n")
+        self.write(f"{name}/tools/run.sh", "#!/bin/sh\necho hi\n", 0o755)
+        if ruleset == "external":
+            self.write(f"{name}/tuning_search_space.ini",
+                       "[learning_rate]\nmin = 1e-4\nmax = 1e-2\nscaling = log\n")
+        for rel, data in (extra or {}).items():
+            self.write(f"{name}/{rel}", data)
+        return d
+
+    def pack(self, sub, out="entry.apf", *extra):
+        self.ok("pack", sub, "-w", "tiny", "-o", self.path(out), *extra)
+        return self.path(out)
+
+
+def split_entry(data):
+    """Returns (zstd frame bytes, trailer bytes) of an entry file."""
+    return data[:-44], data[-44:]
+
+
+def trailer_for(body):
+    return struct.pack("<II", TRAILER_MAGIC, 36) + b"apf1" + hashlib.sha256(body).digest()
+
+
+def decompress(frame):
+    return subprocess.run(["zstd", "-dc"], input=frame, capture_output=True, check=True).stdout
+
+
+def compress(tar_bytes):
+    return subprocess.run(["zstd", "-q", "-c", "--no-progress"], input=tar_bytes,
+                          capture_output=True, check=True).stdout
+
+
+def reseal(tar_bytes):
+    """An entry with a correct integrity trailer around an altered tar, as an
+    attacker who knows the format would make it."""
+    frame = compress(tar_bytes)
+    return frame + trailer_for(frame)

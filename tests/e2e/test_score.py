@@ -1,0 +1,394 @@
+"""apf score end to end: the published AlgoPerf v0.5 leaderboard reproduced
+from its logs, the CSV and SVG a person would use, apf run directories with
+workload.ini targets and a held-out draw, and clear one-line errors (exit 2)
+for bad input, leaving no half-written output behind.
+
+The AlgoPerf data (shared/data/algoperf_v05_external.tar.zst and the
+leaderboard in its README.md) is looked for at ../shared/data beside the
+source tree (where CI has it) and at /work/shared/data.
+"""
+import csv
+import io
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import unittest
+import xml.etree.ElementTree as ET
+
+ROOT = os.environ.get(
+    "APF_ROOT", os.path.dirname(os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__)))))
+APF = os.environ.get("APF_BIN", os.path.join(ROOT, "build", "apf"))
+ARCHIVE = "algoperf_v05_external.tar.zst"
+SVG_NS = "{http://www.w3.org/2000/svg}"
+
+
+def data_dir():
+    for d in (os.path.join(ROOT, "..", "shared", "data"), "/work/shared/data"):
+        if os.path.isfile(os.path.join(d, ARCHIVE)):
+            return os.path.abspath(d)
+    return None
+
+
+def published_leaderboard(readme):
+    """The | submission | score | rows of the data README."""
+    rows = {}
+    with open(readme, encoding="utf-8") as f:
+        for line in f:
+            m = re.match(r"^\|\s*([A-Za-z0-9_]+)\s*\|\s*([0-9]+\.[0-9]{4})\s*\|\s*$",
+                         line)
+            if m:
+                rows[m.group(1)] = m.group(2)
+    return rows
+
+
+def apf(*args, env=None):
+    return subprocess.run([APF, *args], capture_output=True, text=True,
+                          env=env, timeout=300)
+
+
+@unittest.skipUnless(data_dir(), "AlgoPerf v0.5 logs not found at "
+                     "../shared/data or /work/shared/data")
+class AlgoPerfV05Leaderboard(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.data = data_dir()
+        cls.tmp = tempfile.mkdtemp(prefix="apf-score-")
+        subprocess.run(["tar", "--zstd", "-xf",
+                        os.path.join(cls.data, ARCHIVE), "-C", cls.tmp],
+                       check=True)
+        cls.logs = os.path.join(cls.tmp, "previous_leaderboards", "algoperf_v05",
+                                "logs", "external_tuning")
+        cls.targets = os.path.join(cls.tmp, "scoring",
+                                   "workload_targets_v05.json")
+        cls.heldout = os.path.join(cls.tmp, "scoring", "algoperf_v05",
+                                   "held_out_workloads_algoperf_v05.json")
+        cls.published = published_leaderboard(
+            os.path.join(cls.data, "README.md"))
+        cls.csv = os.path.join(cls.tmp, "scores.csv")
+        cls.svg = os.path.join(cls.tmp, "profiles.svg")
+        cls.proc = apf("score", cls.logs, "--rules", "algoperf-0.5",
+                      "--targets", cls.targets, "--heldout", cls.heldout,
+                      "--csv", cls.csv, "--svg", cls.svg, "--json")
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def result(self):
+        self.assertEqual(self.proc.returncode, 0, self.proc.stderr)
+        return json.loads(self.proc.stdout)
+
+    def test_every_published_score_to_4_decimals(self):
+        self.assertEqual(len(self.published), 11)
+        got = {s["name"]: s["score"] for s in self.result()["submissions"]}
+        self.assertEqual(set(got), set(self.published))
+        for name, want in self.published.items():
+            self.assertEqual(f"{got[name]:.4f}", want, name)
+
+    def test_held_out_rules_and_workloads(self):
+        r = self.result()
+        self.assertEqual(r["rules"], "algoperf-0.5")
+        self.assertEqual(r["best_trial"], "first-eval")
+        self.assertEqual(len(r["base_workloads"]), 8)
+        self.assertEqual(len(r["heldout_variants"]), 6)
+        self.assertIn({"base": "criteo1tb", "variant": "criteo1tb_embed_init"},
+                      r["heldout_variants"])
+        caspr = next(s for s in r["submissions"] if s["name"] == "caspr_adaptive")
+        # No wmt_glu_tanh logs at all: its wmt target was met, without credit.
+        self.assertIsNone(caspr["times"]["wmt_glu_tanh"])
+        self.assertIsInstance(caspr["raw_times"]["wmt"], float)
+        self.assertEqual(caspr["times"]["wmt"], "inf")
+        self.assertEqual(len(caspr["profile"]), 100)
+        self.assertEqual(r["tau"][0], 1.0)
+        self.assertEqual(r["tau"][-1], 4.0)
+
+    def test_csv_rows(self):
+        self.result()
+        with open(self.csv, newline="") as f:
+            rows = list(csv.reader(f))
+        self.assertEqual(rows[0][:2], ["submission", "score"])
+        self.assertEqual(len(rows[0]), 2 + 8 + 6)
+        self.assertEqual(len(rows), 1 + 11)
+        by_name = {row[0]: row for row in rows[1:]}
+        for name, want in self.published.items():
+            self.assertEqual(f"{float(by_name[name][1]):.4f}", want)
+        ip = rows[0].index("imagenet_resnet")
+        self.assertEqual(by_name["shampoo_submission"][ip], "inf")
+        self.assertGreater(float(by_name["generalized_adam"][ip]), 0)
+
+    def test_svg_profile_plot(self):
+        self.result()
+        root = ET.parse(self.svg).getroot()
+        self.assertEqual(root.tag, SVG_NS + "svg")
+        paths = root.findall(f".//{SVG_NS}path")
+        self.assertEqual(len(paths), 11)
+        self.assertEqual({p.get("data-submission") for p in paths},
+                         set(self.published))
+        self.assertEqual(len({p.get("stroke") for p in paths}), 11)
+        texts = " ".join(t.text or "" for t in root.iter(SVG_NS + "text"))
+        self.assertIn("shampoo_submission (0.7784)", texts)
+        self.assertIn("Performance profiles", texts)
+        for tick in ("1.0", "2.5", "4.0", "0.2"):
+            self.assertIn(tick, texts.split())
+
+    def test_fastest_trial_rule_differs(self):
+        # The published scorer takes the trial that met the target at the
+        # earliest eval; taking the fastest moves lawa_ema by 0.005.
+        p = apf("score", self.logs, "--rules", "apf", "--targets",
+                self.targets, "--heldout", self.heldout, "--json")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        got = {s["name"]: s["score"] for s in json.loads(p.stdout)["submissions"]}
+        self.assertEqual(f"{got['lawa_ema']:.4f}", "0.3434")
+        self.assertNotEqual(f"{got['lawa_ema']:.4f}", self.published["lawa_ema"])
+
+    def test_table_defaults_to_the_targets_version(self):
+        p = apf("score", self.logs, "--targets", self.targets, "--heldout",
+                self.heldout)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("rules: algoperf-0.5", p.stdout)
+        line = next(l for l in p.stdout.splitlines()
+                    if " shampoo_submission " in l and "0.7784" in l)
+        self.assertTrue(line.lstrip().startswith("1 "), line)
+        # What the scorer skipped is said on stderr, one line each.
+        self.assertIn("apf: score: warning: schedule_free_adamw: 18 trial "
+                      "directories directly in a study", p.stderr)
+
+
+def write(path, text):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        f.write(text)
+
+
+WORKLOAD_INI = """[workload]
+name = tiny_cls
+model = mlp
+loss = cross_entropy
+metric = accuracy
+direction = max
+validation_target = 0.8
+test_target = 0.78
+[dataset]
+name = tiny
+path = data
+[model]
+hidden = 8
+[budget.cpu]
+max_runtime_s = 60
+eval_period_s = 1
+[variant.wide]
+hidden = 32
+validation_target = 0.7
+"""
+
+HEADER = ("accumulated_eval_time,accumulated_logging_time,"
+          "accumulated_submission_time,global_step,preemption_count,score,"
+          "total_duration,train/accuracy,validation/accuracy,test/accuracy,"
+          "validation/num_examples,test/num_examples\n")
+
+
+def evals(rows):
+    """rows: (score, validation accuracy) pairs as AlgoPerf columns."""
+    out = HEADER
+    for i, (t, acc) in enumerate(rows):
+        out += f"1.0,0.1,{t},{i + 1},0,{t},{t + 2},{acc},{acc},{acc},100,100\n"
+    return out
+
+
+class ApfRuns(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="apf-score-")
+        self.env = dict(os.environ,
+                        APF_WORKLOADS_DIR=os.path.join(self.tmp, "workloads"))
+        write(os.path.join(self.tmp, "workloads", "tiny_cls", "workload.ini"),
+              WORKLOAD_INI)
+        runs = os.path.join(self.tmp, "runs")
+        # Run a: named by run.json; two studies, the fastest trial of
+        # study 0 is trial 2.
+        a = os.path.join(runs, "run-a")
+        write(os.path.join(a, "run.json"),
+              json.dumps({"submission": "adamw", "plan": {"studies": 2}}))
+        write(os.path.join(a, "study_0/tiny_cls/trial_1/eval_measurements.csv"),
+              evals([(1.0, 0.5), (9.0, 0.85)]))
+        write(os.path.join(a, "study_0/tiny_cls/trial_2/eval_measurements.csv"),
+              evals([(1.0, 0.5), (2.0, 0.6), (6.0, 0.81)]))
+        write(os.path.join(a, "study_1/tiny_cls/trial_1/eval_measurements.csv"),
+              evals([(8.0, 0.82)]))
+        write(os.path.join(a, "study_0/tiny_cls_wide/trial_1/eval_measurements.csv"),
+              evals([(3.0, 0.72)]))
+        # Run b: run.json without a name; slower, and no variant logs.
+        b = os.path.join(runs, "sgd")
+        write(os.path.join(b, "run.json"), "{}")
+        write(os.path.join(b, "study_0/tiny_cls/trial_1/eval_measurements.csv"),
+              evals([(4.0, 0.9)]))
+        self.runs = runs
+        self.draw = os.path.join(self.tmp, "draw.json")
+        write(self.draw, json.dumps({"seed": "00ff", "draws": [
+            {"base": "tiny_cls", "variant": "wide"}]}))
+
+    def tearDown(self):
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def test_apf_rules_by_default_with_workload_ini_targets(self):
+        p = apf("score", self.runs, "--json", env=self.env)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        r = json.loads(p.stdout)
+        self.assertEqual(r["rules"], "apf")
+        self.assertEqual(r["base_workloads"], ["tiny_cls"])
+        subs = {s["name"]: s for s in r["submissions"]}
+        self.assertEqual(set(subs), {"adamw", "sgd"})
+        # adamw: median of study bests 6 and 8.
+        self.assertEqual(subs["adamw"]["times"]["tiny_cls"], 7.0)
+        self.assertEqual(subs["sgd"]["times"]["tiny_cls"], 4.0)
+        self.assertEqual(subs["sgd"]["score"], 1.0)
+        self.assertEqual(subs["adamw"]["kind"], "apf-run")
+        self.assertIn("tiny_cls_wide: neither a base workload nor a held-out "
+                      "variant (pass --heldout", p.stderr)
+
+    def test_held_out_draw_takes_credit_from_a_missing_variant(self):
+        p = apf("score", self.runs, "--heldout", self.draw, "--json",
+                env=self.env)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        r = json.loads(p.stdout)
+        self.assertEqual(r["heldout_variants"],
+                         [{"base": "tiny_cls", "variant": "tiny_cls_wide"}])
+        subs = {s["name"]: s for s in r["submissions"]}
+        self.assertEqual(subs["sgd"]["times"]["tiny_cls"], "inf")
+        self.assertEqual(subs["sgd"]["raw_times"]["tiny_cls"], 4.0)
+        self.assertEqual(subs["sgd"]["score"], 0.0)
+        self.assertEqual(subs["adamw"]["score"], 1.0)
+        self.assertEqual(r["submissions"][0]["name"], "adamw")
+
+    def test_algoperf_rules_on_apf_runs(self):
+        # Study 0: trial 1 met the target at eval 1, trial 2 at eval 2.
+        p = apf("score", self.runs, "--rules", "algoperf-0.6", "--json",
+                env=self.env)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        r = json.loads(p.stdout)
+        subs = {s["name"]: s for s in r["submissions"]}
+        self.assertEqual(subs["adamw"]["raw_times"]["tiny_cls"], 8.5)
+        self.assertEqual(r["ruleset"], "external")
+        self.assertIn("adamw: tiny_cls: 2 studies with logs; algoperf-0.6 "
+                      "expects 3", p.stderr)
+        self.assertIn("adamw: tiny_cls: 2 studies with other than 5 logged "
+                      "trials", p.stderr)
+
+    def test_self_tuning_expects_one_trial_per_study(self):
+        p = apf("score", self.runs, "--rules", "algoperf-0.5",
+                "--self-tuning", env=self.env)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("self-tuning ruleset: one trial per study, runtime "
+                      "budget x3 of external tuning's", p.stdout)
+        self.assertIn("adamw: tiny_cls: 1 study with other than 1 logged "
+                      "trials", p.stderr)
+
+    def test_each_argument_may_be_a_submission(self):
+        p = apf("score", os.path.join(self.runs, "sgd"),
+                os.path.join(self.runs, "run-a"), "--csv",
+                os.path.join(self.tmp, "out.csv"), env=self.env)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        with open(os.path.join(self.tmp, "out.csv")) as f:
+            rows = list(csv.reader(f))
+        self.assertEqual(rows[0], ["submission", "score", "tiny_cls"])
+        self.assertEqual(rows[1][:2], ["sgd", "1.000000"])
+        self.assertIn("rules: apf", p.stdout)
+
+
+class BadInput(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="apf-score-")
+        self.targets = os.path.join(self.tmp, "targets.json")
+        write(self.targets, json.dumps({
+            "benchmark_version": "0.5", "base_workloads": ["w"],
+            "held_out_workloads": [],
+            "workloads": {"w": {"target_metric_name": "accuracy",
+                                "validation_target_value": 0.8}}}))
+        self.sub = os.path.join(self.tmp, "logs", "sub")
+        self.csv = os.path.join(self.sub, "study_0", "w_jax", "trial_1",
+                                "eval_measurements.csv")
+        write(self.csv, "score,validation/accuracy\n1,0.5\n2,0.9\n")
+
+    def tearDown(self):
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def assert_fails(self, p, *parts):
+        self.assertEqual(p.returncode, 2, p.stdout + p.stderr)
+        lines = p.stderr.splitlines()
+        self.assertEqual(len(lines), 1, p.stderr)
+        self.assertTrue(lines[0].startswith("apf: "), lines[0])
+        for part in parts:
+            self.assertIn(part, lines[0])
+        self.assertEqual(p.stdout, "")
+
+    def test_good_input_scores(self):
+        p = apf("score", self.sub, "--targets", self.targets)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("sub", p.stdout)
+
+    def test_missing_directory(self):
+        missing = os.path.join(self.tmp, "nope")
+        self.assert_fails(apf("score", missing, "--targets", self.targets),
+                          missing, "No such file or directory")
+
+    def test_directory_without_logs(self):
+        empty = os.path.join(self.tmp, "empty")
+        os.mkdir(empty)
+        self.assert_fails(apf("score", empty, "--targets", self.targets),
+                          "no submission logs here")
+
+    def test_malformed_csvs_name_file_and_line(self):
+        cases = [
+            ("score,validation/accuracy\n1,0.5\n2,zero\n",
+             "line 3: column 'validation/accuracy': 'zero' is not a number"),
+            ("score,validation/accuracy\n1,\"0.5\n", "line 2: quoted field "
+             "never closed"),
+            ("score,validation/loss\n1,0.5\n", "line 1: no column "
+             "'validation/accuracy'"),
+            ("score,validation/accuracy\n1,0.5,3\n", "line 2: more fields"),
+            ("", "empty file"),
+        ]
+        out = os.path.join(self.tmp, "out.csv")
+        for text, want in cases:
+            with self.subTest(want=want):
+                write(self.csv, text)
+                self.assert_fails(apf("score", self.sub, "--targets",
+                                      self.targets, "--csv", out),
+                                  self.csv, want)
+                # Nothing half-written: no output file, no temporary.
+                self.assertEqual(sorted(os.listdir(self.tmp)),
+                                 ["logs", "targets.json"])
+
+    def test_bad_options_and_files(self):
+        self.assert_fails(apf("score", self.sub, "--rules", "algoperf-9"),
+                          "unknown rules 'algoperf-9'")
+        self.assert_fails(apf("score", self.sub, "--targets",
+                              os.path.join(self.tmp, "none.json")),
+                          "none.json", "No such file")
+        write(os.path.join(self.tmp, "broken.json"), "{\"workloads\": [")
+        self.assert_fails(apf("score", self.sub, "--targets",
+                              os.path.join(self.tmp, "broken.json")),
+                          "broken.json: line")
+        self.assert_fails(apf("score", self.sub, "--targets", self.targets,
+                              "--heldout", self.targets),
+                          "expected AlgoPerf's held-out list")
+        self.assert_fails(apf("score"), "missing argument")
+        self.assert_fails(apf("score", self.sub, "--targets", self.targets,
+                              "--svg", os.path.join(self.tmp, "no", "x.svg")),
+                          "x.svg")
+
+    def test_no_target_for_a_workload(self):
+        env = dict(os.environ, APF_WORKLOADS_DIR=self.tmp)
+        self.assert_fails(apf("score", self.sub, env=env), "w: no target")
+
+    def test_help(self):
+        p = apf("score", "--help")
+        self.assertEqual(p.returncode, 0)
+        self.assertIn("--heldout FILE", p.stdout)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,744 @@
+/*
+ * test_score.c: the scoring steps on hand-computed cases (medians with
+ * infinite studies, metric direction, the best trial under each rule set,
+ * each held-out penalty step, ties, missing logs, the trapezoid score), the
+ * eval_measurements.csv reader and its errors, and the whole pipeline over
+ * small AlgoPerf-style logs and apf runs written here.
+ */
+#include "testlib.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "score/score.h"
+
+/* h is the tau grid's step: numpy.linspace(1, 4, 100). */
+#define H (3.0 / 99.0)
+
+static void median_takes_infinite_studies_in(void **state)
+{
+	(void)state;
+	const double odd[] = {3, INFINITY, 1};
+	assert_true(apf_score_median(odd, 3) == 3);
+	const double odd_inf[] = {INFINITY, 2, INFINITY};
+	assert_true(isinf(apf_score_median(odd_inf, 3)));
+	const double even[] = {5, 1, INFINITY, 3};
+	assert_true(apf_score_median(even, 4) == 4);
+	/* The two middle values average, so one infinity among two wins. */
+	const double even_inf[] = {1, INFINITY};
+	assert_true(isinf(apf_score_median(even_inf, 2)));
+	const double two[] = {2, 1};
+	assert_true(apf_score_median(two, 2) == 1.5);
+	const double nan_in[] = {1, NAN, 2};
+	assert_true(isnan(apf_score_median(nan_in, 3)));
+	assert_true(isnan(apf_score_median(NULL, 0)));
+}
+
+static void first_hit_follows_metric_direction(void **state)
+{
+	(void)state;
+	const double acc[] = {0.5, NAN, 0.79, 0.8, 0.95};
+	assert_int_equal(apf_score_first_hit(acc, 5, 1, 0.8), 3);
+	assert_int_equal(apf_score_first_hit(acc, 5, 1, 0.99), -1);
+	const double loss[] = {2.0, NAN, 0.6, 0.4};
+	assert_int_equal(apf_score_first_hit(loss, 4, -1, 0.6), 2);
+	/* The same values read as "higher is better" meet at once. */
+	assert_int_equal(apf_score_first_hit(loss, 4, 1, 0.6), 0);
+	const double nans[] = {NAN, NAN};
+	assert_int_equal(apf_score_first_hit(nans, 2, -1, 1e9), -1);
+	assert_int_equal(apf_score_first_hit(nans, 2, 1, -1e9), -1);
+}
+
+static void rules_know_metric_directions(void **state)
+{
+	(void)state;
+	const apf_score_rules *v05 = apf_score_rules_get("algoperf-0.5");
+	const apf_score_rules *v06 = apf_score_rules_get("algoperf-0.6");
+	const apf_score_rules *apf = apf_score_rules_get("apf");
+	assert_non_null(v05);
+	assert_non_null(v06);
+	assert_non_null(apf);
+	assert_null(apf_score_rules_get("algoperf-0.4"));
+	assert_ptr_equal(apf_score_rules_for_version("0.5"), v05);
+	assert_ptr_equal(apf_score_rules_for_version("0.6.1"), v06);
+	assert_null(apf_score_rules_for_version("1.0"));
+	assert_int_equal(apf_score_metric_direction(v05, "wer"), -1);
+	assert_int_equal(apf_score_metric_direction(v05, "ctc_loss"), -1);
+	assert_int_equal(apf_score_metric_direction(v05, "loss"), -1);
+	assert_int_equal(apf_score_metric_direction(v05, "accuracy"), 1);
+	assert_int_equal(apf_score_metric_direction(v05, "ssim"), 1);
+	assert_int_equal(apf_score_metric_direction(v05, "bleu"), 1);
+	assert_int_equal(apf_score_metric_direction(v05, "mean_average_precision"),
+			 1);
+	/* v0.6 added perplexity (finewebedu_lm); v0.5 does not know it. */
+	assert_int_equal(apf_score_metric_direction(v05, "ppl"), 0);
+	assert_int_equal(apf_score_metric_direction(v06, "ppl"), -1);
+	assert_int_equal(apf_score_metric_direction(v06, "f1"), 0);
+	assert_int_equal(v05->studies, 5);
+	assert_int_equal(v06->studies, 3);
+	assert_true(v05->self_tuning_budget == 3.0);
+	assert_true(v06->self_tuning_budget == 1.5);
+	assert_int_equal(v05->best, APF_SCORE_BEST_FIRST_EVAL);
+	assert_int_equal(apf->best, APF_SCORE_BEST_MIN_TIME);
+}
+
+static void best_trial_depends_on_the_rules(void **state)
+{
+	(void)state;
+	/* Sorted by trial number, as the log walker leaves them. */
+	const struct apf_score_trial t[] = {
+		{.number = 1, .hit = 3, .time = 30},
+		{.number = 2, .hit = 2, .time = 40},
+		{.number = 3, .hit = 2, .time = 35},
+		{.number = 4, .hit = -1, .time = INFINITY},
+	};
+	double time;
+	/* AlgoPerf: the earliest eval index (2), the lower trial of the two. */
+	assert_int_equal(apf_score_study_best(t, 4, APF_SCORE_BEST_FIRST_EVAL,
+					      &time),
+			 1);
+	assert_true(time == 40);
+	/* apf: the smallest time. */
+	assert_int_equal(apf_score_study_best(t, 4, APF_SCORE_BEST_MIN_TIME,
+					      &time),
+			 0);
+	assert_true(time == 30);
+	/* No trial met the target: the study is infinite. */
+	assert_int_equal(apf_score_study_best(&t[3], 1,
+					      APF_SCORE_BEST_MIN_TIME, &time),
+			 -1);
+	assert_true(isinf(time));
+	assert_int_equal(apf_score_study_best(t, 0, APF_SCORE_BEST_FIRST_EVAL,
+					      &time),
+			 -1);
+	assert_true(isinf(time));
+}
+
+/* Columns: base b (0), variant v of b (1). Rows are submissions. */
+static void heldout_variant_inf_when_base_inf_or_missing(void **state)
+{
+	(void)state;
+	const size_t vc[] = {1}, bc[] = {0};
+	double t[] = {
+		10,       20, /* both met: untouched */
+		INFINITY, 20, /* base missed: variant inf, then base stays inf */
+		NAN,      20, /* base missing: variant inf */
+	};
+	apf_score_heldout_rules(t, 3, 2, vc, bc, 1);
+	assert_true(t[0] == 10 && t[1] == 20);
+	assert_true(isinf(t[2]) && isinf(t[3]));
+	/* Step 3 then turns the missing base into inf: the same no credit. */
+	assert_true(isinf(t[4]) && isinf(t[5]));
+}
+
+static void heldout_over_four_times_the_best_is_inf(void **state)
+{
+	(void)state;
+	/* No variants: only step 2 acts. 41 > 4 x 10, 40 is not. */
+	double t[] = {10, 41, 40, NAN};
+	apf_score_heldout_rules(t, 4, 1, NULL, NULL, 0);
+	assert_true(t[0] == 10);
+	assert_true(isinf(t[1]));
+	assert_true(t[2] == 40);
+	assert_true(isnan(t[3]));
+	/* A variant over 4x its best costs its base the credit (step 3). */
+	const size_t vc[] = {1}, bc[] = {0};
+	double u[] = {10, 10, 11, 50};
+	apf_score_heldout_rules(u, 2, 2, vc, bc, 1);
+	assert_true(u[0] == 10 && u[1] == 10);
+	assert_true(isinf(u[2]) && isinf(u[3]));
+}
+
+static void heldout_base_inf_when_variant_inf_or_missing(void **state)
+{
+	(void)state;
+	const size_t vc[] = {1}, bc[] = {0};
+	double t[] = {
+		10, 20,       /* fine */
+		12, INFINITY, /* variant missed */
+		11, NAN,      /* variant not run */
+	};
+	apf_score_heldout_rules(t, 3, 2, vc, bc, 1);
+	assert_true(t[0] == 10 && t[1] == 20);
+	assert_true(isinf(t[2]));
+	assert_true(isinf(t[4]) && isnan(t[5]));
+}
+
+static void taus_are_numpy_linspace(void **state)
+{
+	(void)state;
+	double tau[APF_SCORE_POINTS];
+	apf_score_taus(tau);
+	assert_true(tau[0] == 1.0);
+	assert_true(tau[APF_SCORE_POINTS - 1] == 4.0);
+	volatile double p = 33.0 * (3.0 / 99.0);
+	assert_true(tau[33] == p + 1.0);
+	for (int i = 1; i < APF_SCORE_POINTS; i++)
+		assert_true(tau[i] > tau[i - 1]);
+}
+
+static void trapezoid_score_of_known_profiles(void **state)
+{
+	(void)state;
+	/* y = x over [0, 2]: integral 2, divided by the range 2. */
+	const double x[] = {0, 1, 2}, y[] = {0, 1, 2};
+	assert_true(fabs(apf_score_integrate(y, x, 3) - 1.0) < 1e-15);
+	/* Ratios 1 and 2.5 over two workloads: rho is 0.5 below 2.5 and 1
+	 * from there. The jump falls midway between grid points 49 and 50,
+	 * so the trapezoid is exact: (0.5 * 1.5 + 1 * 1.5) / 3 = 0.75. */
+	const double t[] = {10, 25, 10, 10};
+	double ratio[4], rho[2 * APF_SCORE_POINTS], tau[APF_SCORE_POINTS];
+	apf_score_taus(tau);
+	/* Row 1 sets the best times (10, 10). */
+	apf_score_profile(t, 2, 2, ratio, rho);
+	assert_true(ratio[0] == 1 && ratio[1] == 2.5);
+	assert_true(rho[0] == 0.5 && rho[49] == 0.5 && rho[50] == 1.0);
+	assert_true(fabs(apf_score_integrate(rho, tau, APF_SCORE_POINTS) -
+			 0.75) < 1e-12);
+	assert_true(fabs(apf_score_integrate(&rho[APF_SCORE_POINTS], tau,
+					     APF_SCORE_POINTS) -
+			 1.0) < 1e-12);
+}
+
+static void ties_between_submissions_share_the_credit(void **state)
+{
+	(void)state;
+	/* Two submissions equal on both workloads, a third 2x slower on one
+	 * (ratio 2 sits between grid points 32 and 34: 1 + 33h rounds to
+	 * just below or above 2, so count points instead of trusting it). */
+	const double t[] = {10, 20, 10, 20, 10, 40};
+	double ratio[6], rho[3 * APF_SCORE_POINTS], tau[APF_SCORE_POINTS];
+	apf_score_taus(tau);
+	apf_score_profile(t, 3, 2, ratio, rho);
+	for (int i = 0; i < APF_SCORE_POINTS; i++)
+		assert_true(rho[i] == 1.0 && rho[APF_SCORE_POINTS + i] == 1.0);
+	double s0 = apf_score_integrate(rho, tau, APF_SCORE_POINTS);
+	double s1 = apf_score_integrate(&rho[APF_SCORE_POINTS], tau,
+					APF_SCORE_POINTS);
+	assert_true(s0 == 1.0 && s1 == 1.0);
+	assert_true(ratio[5] == 2.0);
+	int below = 0;
+	for (int i = 0; i < APF_SCORE_POINTS; i++)
+		below += tau[i] < 2.0;
+	double s2 = apf_score_integrate(&rho[2 * APF_SCORE_POINTS], tau,
+					APF_SCORE_POINTS);
+	/* below-1 intervals at 0.5, one mixed (0.75), the rest at 1. */
+	double want = ((below - 1) * 0.5 + 0.75 + (99 - below) * 1.0) * H / 3;
+	assert_true(fabs(s2 - want) < 1e-12);
+}
+
+static void missing_logs_get_no_credit(void **state)
+{
+	(void)state;
+	/* Submission 1 has no logs for workload 2; nobody has workload 3. */
+	const double t[] = {10, 20, NAN, 10, NAN, NAN};
+	double ratio[6], rho[2 * APF_SCORE_POINTS], tau[APF_SCORE_POINTS];
+	apf_score_taus(tau);
+	apf_score_profile(t, 2, 3, ratio, rho);
+	assert_true(isnan(ratio[4]) && isnan(ratio[5]) && isnan(ratio[2]));
+	/* Every base workload weighs 1/3, counted or not. */
+	assert_true(fabs(apf_score_integrate(rho, tau, APF_SCORE_POINTS) -
+			 2.0 / 3) < 1e-12);
+	assert_true(fabs(apf_score_integrate(&rho[APF_SCORE_POINTS], tau,
+					     APF_SCORE_POINTS) -
+			 1.0 / 3) < 1e-12);
+}
+
+/* ---- the CSV reader --------------------------------------------------- */
+
+static const struct apf_score_target acc80 = {"accuracy", 1, 0.8};
+
+static void csv_reads_quotes_crlf_bom_and_nan(void **state)
+{
+	(void)state;
+	const char *text =
+		"\xef\xbb\xbf\"accumulated_submission_time\",score,"
+		"\"note\",\"validation/accuracy\"\r\n"
+		"1,10,\"a,\"\"b\"\"\",0.5\r\n"
+		"\r\n"
+		"2,20,\"two\nlines\",\r\n"
+		"3,25,x,NaN\r\n"
+		"4,30,,nan\r\n"
+		"5,35\r\n"
+		"6,40,y,\" 0.85 \"\r\n"
+		"7,45,z,0.9\r\n";
+	long evals, hit;
+	double time;
+	assert_apf_ok(apf_score_parse_trial(text, strlen(text), "t.csv",
+					    &acc80, &evals, &hit, &time));
+	assert_int_equal(evals, 7);
+	assert_int_equal(hit, 5);
+	/* score, not accumulated_submission_time. */
+	assert_true(time == 40);
+	/* Lower is better: 0.5 meets 0.6 at once. */
+	const struct apf_score_target min = {"accuracy", -1, 0.6};
+	assert_apf_ok(apf_score_parse_trial(text, strlen(text), "t.csv", &min,
+					    &evals, &hit, &time));
+	assert_int_equal(hit, 0);
+	assert_true(time == 10);
+	/* Only accumulated_submission_time: it is the time. */
+	const char *acc_only = "accumulated_submission_time,validation/accuracy\n"
+			       "7,0.1\n8,0.81\n";
+	assert_apf_ok(apf_score_parse_trial(acc_only, strlen(acc_only), "a.csv",
+					    &acc80, &evals, &hit, &time));
+	assert_int_equal(hit, 1);
+	assert_true(time == 8);
+	/* A header alone: no eval, no hit. */
+	const char *header = "score,validation/accuracy\n";
+	assert_apf_ok(apf_score_parse_trial(header, strlen(header), "h.csv",
+					    &acc80, &evals, &hit, &time));
+	assert_int_equal(evals, 0);
+	assert_int_equal(hit, -1);
+	assert_true(isinf(time));
+}
+
+static void expect_csv_error(const char *text, const char *message)
+{
+	long evals, hit;
+	double time;
+	assert_int_equal(apf_score_parse_trial(text, strlen(text), "bad.csv",
+					       &acc80, &evals, &hit, &time),
+			 APF_EINPUT);
+	if (strcmp(apf_error_message(), message))
+		fail_msg("got '%s', want '%s'", apf_error_message(), message);
+}
+
+static void csv_errors_name_file_and_line(void **state)
+{
+	(void)state;
+	expect_csv_error("", "bad.csv: empty file (no header line)");
+	expect_csv_error("\n\n", "bad.csv: empty file (no header line)");
+	expect_csv_error("score,validation/loss\n1,2\n",
+			 "bad.csv: line 1: no column 'validation/accuracy' "
+			 "(the target metric)");
+	expect_csv_error("global_step,validation/accuracy\n1,0.9\n",
+			 "bad.csv: line 1: no time column ('score' or "
+			 "'accumulated_submission_time')");
+	expect_csv_error("score,score,validation/accuracy\n",
+			 "bad.csv: line 1: column 'score' appears twice");
+	expect_csv_error("score,validation/accuracy\n1,0.5\n2,abc\n",
+			 "bad.csv: line 3: column 'validation/accuracy': "
+			 "'abc' is not a number");
+	expect_csv_error("score,validation/accuracy\n1x,0.5\n",
+			 "bad.csv: line 2: column 'score': '1x' is not a "
+			 "number");
+	expect_csv_error("score,validation/accuracy\n1,0.5,7\n",
+			 "bad.csv: line 2: more fields than the 2 columns of "
+			 "the header");
+	expect_csv_error("score,validation/accuracy\n1,\"0.5\n",
+			 "bad.csv: line 2: quoted field never closed");
+	expect_csv_error("score,validation/accuracy\n1,0\"5\n",
+			 "bad.csv: line 2: quote inside an unquoted field");
+	expect_csv_error("score,validation/accuracy\n1,\"0.5\"x\n",
+			 "bad.csv: line 2: text after a closing quote");
+	/* A quoted newline moves the lines after it. */
+	expect_csv_error("score,n,validation/accuracy\n1,\"a\nb\",0.5\n2,,zz\n",
+			 "bad.csv: line 4: column 'validation/accuracy': 'zz' "
+			 "is not a number");
+	expect_csv_error("score,validation/accuracy\n,0.9\n",
+			 "bad.csv: line 2: no time at the first eval that "
+			 "meets the target");
+	expect_csv_error("score,validation/accuracy\n-1,0.1\n",
+			 "bad.csv: line 2: negative time -1");
+}
+
+/* ---- the pipeline --------------------------------------------------- */
+
+static void write_trial(const char *root, const char *rel, const char *rows)
+{
+	char *text;
+	assert_true(asprintf(&text, "global_step,score,validation/%s\n%s",
+			     strstr(rel, "wb") ? "loss" : "accuracy",
+			     rows) > 0);
+	char *path;
+	assert_true(asprintf(&path, "%s/eval_measurements.csv", rel) > 0);
+	testlib_write_str(root, path, text);
+	free(path);
+	free(text);
+}
+
+static const struct apf_score_submission *by_name(const apf_score_result *r,
+						  const char *name, size_t *i)
+{
+	for (*i = 0; *i < r->nsub; (*i)++)
+		if (!strcmp(r->sub[*i]->name, name))
+			return r->sub[*i];
+	fail_msg("no submission %s", name);
+	return NULL;
+}
+
+/* AlgoPerf layout, two submissions. s1/wa: study 0's trial 2 is faster
+ * (12 s) but trial 1 met the target at an earlier eval (50 s); study 1
+ * missed; study 2 met at 30 s with equality. s1/wb (a loss) only in study
+ * 0, at 20 s. s2/wa: 25 s and 40 s; s2 has no wb logs. */
+static char *algoperf_logs(void)
+{
+	char *root = testlib_tmpdir();
+	write_trial(root, "logs/s1/study_0/wa_jax/trial_1", "1,50,0.9\n");
+	write_trial(root, "logs/s1/study_0/wa_jax/trial_2",
+		    "1,5,0.1\n2,12,0.9\n");
+	write_trial(root, "logs/s1/study_1/wa_jax/trial_1", "1,10,0.79\n");
+	write_trial(root, "logs/s1/study_2/wa_jax/trial_1", "1,30,0.8\n");
+	write_trial(root, "logs/s1/study_0/wb_jax/trial_1",
+		    "1,10,0.6\n2,20,0.4\n");
+	write_trial(root, "logs/s2/study_0/wa_pytorch/trial_1", "1,25,0.85\n");
+	write_trial(root, "logs/s2/study_1/wa_pytorch/trial_1", "1,40,0.85\n");
+	/* A trial directory without its CSV, and one outside a workload. */
+	testlib_write_str(root, "logs/s2/study_1/wa_pytorch/trial_2/x", "");
+	testlib_write_str(root, "logs/s2/study_1/trial_3/eval_measurements.csv",
+			  "score\n");
+	testlib_write_str(root, "targets.json",
+			  "{\"benchmark_version\": \"0.5\",\n"
+			  " \"base_workloads\": [\"wa\", \"wb\"],\n"
+			  " \"held_out_workloads\": [],\n"
+			  " \"workloads\": {\n"
+			  "  \"wa\": {\"target_metric_name\": \"accuracy\",\n"
+			  "          \"validation_target_value\": 0.8},\n"
+			  "  \"wb\": {\"target_metric_name\": \"loss\",\n"
+			  "          \"validation_target_value\": 0.5}}}\n");
+	return root;
+}
+
+struct scored {
+	apf_score_logs *logs; /* the result points into it */
+	apf_score_result *r;
+};
+
+static void scored_free(struct scored *s)
+{
+	apf_score_result_free(s->r);
+	apf_score_logs_free(s->logs);
+}
+
+/* Scores root/logs_rel; targets from root/targets_rel or root/workloads. */
+static int score_dir(struct scored *out, const char *root,
+		     const char *logs_rel, const char *targets_rel,
+		     const char *heldout_rel, const char *rules)
+{
+	apf_score_targets *targets;
+	apf_score_heldout *heldout = NULL;
+	char *p = apf_path_join(root, logs_rel);
+	assert_apf_ok(apf_score_logs_new(&out->logs));
+	assert_apf_ok(apf_score_logs_add(out->logs, p));
+	free(p);
+	p = apf_path_join(root, targets_rel ? targets_rel : "workloads");
+	if (targets_rel)
+		assert_apf_ok(apf_score_targets_load_json(&targets, p));
+	else
+		assert_apf_ok(apf_score_targets_from_workloads(&targets, p));
+	free(p);
+	if (heldout_rel) {
+		p = apf_path_join(root, heldout_rel);
+		assert_apf_ok(apf_score_heldout_load(&heldout, p));
+		free(p);
+	}
+	out->r = NULL;
+	int rc = apf_score_compute(&out->r, out->logs, targets, heldout,
+				   apf_score_rules_get(rules));
+	apf_score_targets_free(targets);
+	apf_score_heldout_free(heldout);
+	return rc;
+}
+
+static int has_warning(const apf_score_result *r, const char *part)
+{
+	for (size_t i = 0; i < r->nwarnings; i++)
+		if (strstr(r->warnings[i], part))
+			return 1;
+	return 0;
+}
+
+static void pipeline_algoperf_rules_take_earliest_eval(void **state)
+{
+	(void)state;
+	char *root = algoperf_logs();
+	struct scored s;
+	assert_apf_ok(score_dir(&s, root, "logs", "targets.json", NULL,
+				"algoperf-0.5"));
+	apf_score_result *r = s.r;
+	assert_int_equal(r->nsub, 2);
+	assert_int_equal(r->nbase, 2);
+	assert_int_equal(r->nvar, 0);
+	assert_string_equal(r->workloads[0], "wa");
+	size_t i1, i2;
+	by_name(r, "s1", &i1);
+	by_name(r, "s2", &i2);
+	/* s1/wa: median of {50, inf, 30}; s2/wa: (25 + 40) / 2. */
+	assert_true(r->raw[i1 * 2 + 0] == 50);
+	assert_true(r->raw[i1 * 2 + 1] == 20);
+	assert_true(r->raw[i2 * 2 + 0] == 32.5);
+	assert_true(isnan(r->raw[i2 * 2 + 1]));
+	/* s2: wa at ratio 1, wb missing: 0.5 flat. s1: wb at 1, wa at
+	 * 50 / 32.5 = 1.538 (between grid points 17 and 18): 17 intervals
+	 * at 0.5, one at 0.75, 81 at 1. */
+	assert_true(fabs(r->score[i2] - 0.5) < 1e-12);
+	assert_true(fabs(r->score[i1] - 90.25 / 99) < 1e-12);
+	assert_int_equal(i1, 0); /* ranked first */
+	assert_true(has_warning(r, "s2: wa_pytorch: 1 trial directory without "
+				   "eval_measurements.csv"));
+	assert_true(has_warning(r, "s2: 1 trial directory directly in a study"));
+	assert_true(has_warning(r, "s1: wb_jax: 1 study with logs; "
+				   "algoperf-0.5 expects 5"));
+	scored_free(&s);
+	testlib_tmpdir_free(root);
+}
+
+static void pipeline_apf_rules_take_fastest_trial(void **state)
+{
+	(void)state;
+	char *root = algoperf_logs();
+	struct scored s;
+	assert_apf_ok(score_dir(&s, root, "logs", "targets.json", NULL, "apf"));
+	apf_score_result *r = s.r;
+	size_t i1, i2;
+	by_name(r, "s1", &i1);
+	by_name(r, "s2", &i2);
+	/* s1/wa: median of {12, inf, 30}. */
+	assert_true(r->raw[i1 * 2 + 0] == 30);
+	assert_true(fabs(r->score[i1] - 1.0) < 1e-12);
+	/* s2/wa at 32.5 / 30 = 1.083 (between points 2 and 3). */
+	assert_true(fabs(r->score[i2] - 48.25 / 99) < 1e-12);
+	/* apf's rules expect no study count. */
+	assert_false(has_warning(r, "expects"));
+	scored_free(&s);
+	testlib_tmpdir_free(root);
+}
+
+static void pipeline_reports_parse(void **state)
+{
+	(void)state;
+	char *root = algoperf_logs();
+	struct scored s;
+	assert_apf_ok(score_dir(&s, root, "logs", "targets.json", NULL,
+				"algoperf-0.5"));
+	apf_buf b = {0};
+	assert_apf_ok(apf_score_format_csv(s.r, &b));
+	assert_string_equal(b.data, "submission,score,wa,wb\n"
+				    "s1,0.911616,50.000000,20.000000\n"
+				    "s2,0.500000,32.500000,\n");
+	apf_buf_free(&b);
+	assert_apf_ok(apf_score_format_table(s.r, &b));
+	assert_non_null(strstr(b.data, "   1  s1          0.9116  50.0  20.0\n"));
+	assert_non_null(strstr(b.data, "   2  s2          0.5000  32.5     -\n"));
+	apf_buf_free(&b);
+	assert_apf_ok(apf_score_format_json(s.r, &b));
+	assert_non_null(strstr(b.data, "\"rules\": \"algoperf-0.5\""));
+	assert_non_null(strstr(b.data, "\"wb\": null"));
+	apf_buf_free(&b);
+	assert_apf_ok(apf_score_format_svg(s.r, &b));
+	assert_non_null(strstr(b.data, "data-submission=\"s1\""));
+	apf_buf_free(&b);
+	scored_free(&s);
+	testlib_tmpdir_free(root);
+}
+
+/* apf runs, targets from workload.ini, a held-out draw. */
+static char *apf_runs(void)
+{
+	char *root = testlib_tmpdir();
+	testlib_write_str(root, "workloads/wa/workload.ini",
+			  "[workload]\nname = wa\nmodel = mlp\n"
+			  "loss = cross_entropy\nmetric = accuracy\n"
+			  "direction = max\nvalidation_target = 0.8\n"
+			  "test_target = 0.8\n"
+			  "[dataset]\nname = d\npath = data\n"
+			  "[model]\nwidth = 4\n"
+			  "[budget.cpu]\nmax_runtime_s = 60\n"
+			  "eval_period_s = 1\n"
+			  "[variant.big]\nwidth = 8\nvalidation_target = 0.7\n");
+	testlib_write_str(root, "runs/r1/run.json",
+			  "{\"submission\": \"alpha\", \"plan\": {}}");
+	write_trial(root, "runs/r1/study_0/wa/trial_1", "1,10,0.85\n");
+	/* 0.75 meets the variant's own target (0.7), not the base's. */
+	write_trial(root, "runs/r1/study_0/wa_big/trial_1", "1,20,0.75\n");
+	testlib_write_str(root, "runs/r2/run.json", "{}");
+	write_trial(root, "runs/r2/study_0/wa/trial_1", "1,8,0.85\n");
+	testlib_write_str(root, "draw.json",
+			  "{\"seed\": \"abc\", \"draws\": "
+			  "[{\"base\": \"wa\", \"variant\": \"big\"}]}");
+	return root;
+}
+
+static void pipeline_apf_runs_with_heldout_draw(void **state)
+{
+	(void)state;
+	char *root = apf_runs();
+	struct scored s;
+	assert_apf_ok(score_dir(&s, root, "runs", NULL, "draw.json", "apf"));
+	apf_score_result *r = s.r;
+	assert_int_equal(r->nbase, 1);
+	assert_int_equal(r->nvar, 1);
+	assert_string_equal(r->workloads[1], "wa_big");
+	assert_string_equal(r->variant_base[0], "wa");
+	size_t ia, i2;
+	by_name(r, "alpha", &ia);
+	by_name(r, "r2", &i2);
+	assert_true(r->sub[ia]->apf_run);
+	assert_true(r->raw[ia * 2 + 1] == 20);
+	/* r2 was faster on wa but never ran the variant: no credit. */
+	assert_true(r->raw[i2 * 2 + 0] == 8);
+	assert_true(isinf(r->final[i2 * 2 + 0]));
+	assert_true(fabs(r->score[ia] - 1.0) < 1e-12);
+	assert_true(r->score[i2] == 0);
+	scored_free(&s);
+
+	/* Without the draw, apf leaves the variant out, and says so. */
+	assert_apf_ok(score_dir(&s, root, "runs", NULL, NULL, "apf"));
+	r = s.r;
+	assert_int_equal(r->nvar, 0);
+	by_name(r, "r2", &i2);
+	assert_true(fabs(r->score[i2] - 1.0) < 1e-12);
+	assert_true(has_warning(r, "wa_big: neither a base workload nor a "
+				   "held-out variant (pass --heldout"));
+	scored_free(&s);
+	testlib_tmpdir_free(root);
+}
+
+static void pipeline_algoperf_takes_variants_from_logs(void **state)
+{
+	(void)state;
+	/* AlgoPerf's scorer, given no held-out list, treats every non-base
+	 * workload as a variant of the base its name contains. */
+	char *root = algoperf_logs();
+	write_trial(root, "logs/s1/study_0/wa_big_jax/trial_1", "1,5,0.9\n");
+	testlib_write_str(root, "targets2.json",
+			  "{\"base_workloads\": [\"wa\", \"wb\"],\n"
+			  " \"workloads\": {\n"
+			  "  \"wa\": {\"target_metric_name\": \"accuracy\",\n"
+			  "          \"validation_target_value\": 0.8},\n"
+			  "  \"wa_big\": {\"target_metric_name\": \"accuracy\",\n"
+			  "          \"validation_target_value\": 0.8},\n"
+			  "  \"wb\": {\"target_metric_name\": \"loss\",\n"
+			  "          \"validation_target_value\": 0.5}}}\n");
+	struct scored s;
+	assert_apf_ok(score_dir(&s, root, "logs", "targets2.json", NULL,
+				"algoperf-0.6"));
+	assert_int_equal(s.r->nvar, 1);
+	size_t i2;
+	by_name(s.r, "s2", &i2);
+	/* s2 has no wa_big logs: its wa loses the credit. */
+	assert_true(isinf(s.r->final[i2 * 3 + 0]));
+	assert_true(s.r->score[i2] == 0);
+	assert_true(has_warning(s.r, "wa_big: scored as a held-out variant"));
+	scored_free(&s);
+	testlib_tmpdir_free(root);
+}
+
+static void pipeline_input_errors(void **state)
+{
+	(void)state;
+	char *root = algoperf_logs();
+	apf_score_logs *logs;
+	assert_apf_ok(apf_score_logs_new(&logs));
+	char *p = apf_path_join(root, "nope");
+	assert_int_equal(apf_score_logs_add(logs, p), APF_EINPUT);
+	assert_non_null(strstr(apf_error_message(), "cannot read: No such file"));
+	free(p);
+	p = apf_path_join(root, "targets.json");
+	assert_int_equal(apf_score_logs_add(logs, p), APF_EINPUT);
+	assert_non_null(strstr(apf_error_message(), "not a directory"));
+	free(p);
+	assert_int_equal(apf_score_logs_add(logs, root), APF_EINPUT);
+	assert_non_null(strstr(apf_error_message(), "no submission logs here"));
+	/* The same submission twice. */
+	p = apf_path_join(root, "logs/s1");
+	assert_apf_ok(apf_score_logs_add(logs, p));
+	assert_int_equal(apf_score_logs_add(logs, p), APF_EINPUT);
+	assert_non_null(strstr(apf_error_message(), "names must be unique"));
+	free(p);
+	apf_score_logs_free(logs);
+
+	/* A malformed CSV fails the scoring, naming the file and line. */
+	testlib_write_str(root, "logs/s2/study_0/wa_pytorch/trial_1/"
+				"eval_measurements.csv",
+			  "score,validation/accuracy\n1,0.5\n2,oops\n");
+	struct scored s;
+	assert_int_equal(score_dir(&s, root, "logs", "targets.json", NULL,
+				   "algoperf-0.5"),
+			 APF_EINPUT);
+	assert_non_null(strstr(apf_error_message(),
+			       "wa_pytorch/trial_1/eval_measurements.csv: line "
+			       "3: column 'validation/accuracy': 'oops'"));
+	assert_null(s.r);
+	apf_score_logs_free(s.logs);
+
+	/* A metric the rules cannot orient. */
+	testlib_write_str(root, "t3.json",
+			  "{\"base_workloads\": [\"wa\"], \"workloads\": "
+			  "{\"wa\": {\"target_metric_name\": \"ppl\", "
+			  "\"validation_target_value\": 3}}}");
+	assert_int_equal(score_dir(&s, root, "logs/s1", "t3.json", NULL,
+				   "algoperf-0.5"),
+			 APF_EINPUT);
+	assert_non_null(strstr(apf_error_message(),
+			       "do not know whether metric 'ppl'"));
+	apf_score_logs_free(s.logs);
+
+	/* Malformed targets and held-out files. */
+	apf_score_targets *t;
+	testlib_write_str(root, "bad.json", "{\"workloads\": {\"wa\": 3}}");
+	p = apf_path_join(root, "bad.json");
+	assert_int_equal(apf_score_targets_load_json(&t, p), APF_EINPUT);
+	assert_non_null(strstr(apf_error_message(), "workloads.wa: expected"));
+	apf_score_heldout *h;
+	assert_int_equal(apf_score_heldout_load(&h, p), APF_EINPUT);
+	assert_non_null(strstr(apf_error_message(), "an apf draw"));
+	free(p);
+	testlib_write_str(root, "trunc.json", "{\"workloads\": ");
+	p = apf_path_join(root, "trunc.json");
+	assert_int_equal(apf_score_targets_load_json(&t, p), APF_EINPUT);
+	assert_non_null(strstr(apf_error_message(), "trunc.json: line 1:"));
+	free(p);
+	testlib_tmpdir_free(root);
+}
+
+static void base_of_variants(void **state)
+{
+	(void)state;
+	const char *const bases[] = {"imagenet_resnet", "imagenet", "wmt",
+				     "mlp"};
+	assert_string_equal(apf_score_base_of("imagenet_resnet_gelu", bases, 4),
+			    "imagenet_resnet");
+	assert_string_equal(apf_score_base_of("wmt_glu_tanh", bases, 4), "wmt");
+	/* AlgoPerf's fallback: the first base the name contains. */
+	assert_string_equal(apf_score_base_of("fmnist_mlp2", bases, 4), "mlp");
+	assert_null(apf_score_base_of("ogbg_silu", bases, 4));
+	apf_score_heldout *h;
+	assert_apf_ok(apf_score_heldout_new(&h, "draw"));
+	assert_apf_ok(apf_score_heldout_add(h, "mlp", "gelu"));
+	assert_apf_ok(apf_score_heldout_add(h, "wmt", "wmt_post_ln"));
+	assert_string_equal(h->v[0].variant, "mlp_gelu");
+	assert_string_equal(h->v[1].variant, "wmt_post_ln");
+	assert_int_equal(apf_score_heldout_add(h, "mlp", "mlp_gelu"),
+			 APF_EINPUT);
+	apf_score_heldout_free(h);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(median_takes_infinite_studies_in),
+		cmocka_unit_test(first_hit_follows_metric_direction),
+		cmocka_unit_test(rules_know_metric_directions),
+		cmocka_unit_test(best_trial_depends_on_the_rules),
+		cmocka_unit_test(heldout_variant_inf_when_base_inf_or_missing),
+		cmocka_unit_test(heldout_over_four_times_the_best_is_inf),
+		cmocka_unit_test(heldout_base_inf_when_variant_inf_or_missing),
+		cmocka_unit_test(taus_are_numpy_linspace),
+		cmocka_unit_test(trapezoid_score_of_known_profiles),
+		cmocka_unit_test(ties_between_submissions_share_the_credit),
+		cmocka_unit_test(missing_logs_get_no_credit),
+		cmocka_unit_test(csv_reads_quotes_crlf_bom_and_nan),
+		cmocka_unit_test(csv_errors_name_file_and_line),
+		cmocka_unit_test(pipeline_algoperf_rules_take_earliest_eval),
+		cmocka_unit_test(pipeline_apf_rules_take_fastest_trial),
+		cmocka_unit_test(pipeline_reports_parse),
+		cmocka_unit_test(pipeline_apf_runs_with_heldout_draw),
+		cmocka_unit_test(pipeline_algoperf_takes_variants_from_logs),
+		cmocka_unit_test(pipeline_input_errors),
+		cmocka_unit_test(base_of_variants),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

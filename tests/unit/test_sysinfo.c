@@ -1,0 +1,182 @@
+/*
+ * test_sysinfo.c: the environment record validates and compares field by
+ * field; git provenance of a directory outside git, a clean checkout, every
+ * kind of dirtiness, credentials in remotes, and a repository owned by
+ * another user.
+ */
+#include "testlib.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "sysinfo/sysinfo.h"
+
+static void run(const char *dir, const char *cmd)
+{
+	apf_buf b = {0};
+	apf_buf_printf(&b,
+		       "cd '%s' && GIT_CONFIG_GLOBAL=/dev/null "
+		       "GIT_AUTHOR_NAME=t GIT_AUTHOR_EMAIL=t@t "
+		       "GIT_COMMITTER_NAME=t GIT_COMMITTER_EMAIL=t@t %s "
+		       ">/dev/null 2>&1",
+		       dir, cmd);
+	if (system(b.data) != 0)
+		fail_msg("command failed: %s", b.data);
+	apf_buf_free(&b);
+}
+
+struct seen_fields {
+	int n;
+	char fields[2][64];
+};
+
+static void diff(void *user, const char *f, const char *a, const char *b)
+{
+	struct seen_fields *seen = user;
+	(void)a;
+	(void)b;
+	if (seen->n < 2)
+		snprintf(seen->fields[seen->n], 64, "%s", f);
+	seen->n++;
+}
+
+static void env_record_validates_and_compares(void **state)
+{
+	(void)state;
+	json_t *env;
+	assert_apf_ok(apf_env_capture(&env));
+	assert_apf_ok(apf_env_validate(env));
+	json_t *copy = json_deep_copy(env);
+	assert_int_equal(apf_env_compare(env, copy, NULL, NULL), 0);
+	json_object_set_new(json_object_get(copy, "cpu"), "model",
+			    json_string("Other CPU"));
+	json_object_set_new(json_object_get(copy, "blas"), "threads",
+			    json_integer(64));
+	struct seen_fields seen = {0};
+	assert_int_equal(apf_env_compare(env, copy, diff, &seen), 2);
+	assert_string_equal(seen.fields[0], "cpu.model");
+	assert_string_equal(seen.fields[1], "blas.threads");
+	json_object_set_new(copy, "surprise", json_true());
+	assert_int_equal(apf_env_validate(copy), APF_EINPUT);
+	assert_non_null(strstr(apf_error_message(), "surprise"));
+	json_object_del(copy, "surprise");
+	json_object_set_new(copy, "memory_bytes", json_string("lots"));
+	assert_int_equal(apf_env_validate(copy), APF_EINPUT);
+	assert_non_null(strstr(apf_error_message(), "memory_bytes"));
+	json_decref(copy);
+	json_decref(env);
+}
+
+static void outside_git_is_recorded_as_such(void **state)
+{
+	(void)state;
+	char *dir = testlib_tmpdir();
+	json_t *g;
+	assert_apf_ok(apf_git_provenance(dir, &g));
+	assert_true(json_is_false(json_object_get(g, "repository")));
+	assert_apf_ok(apf_git_validate(g));
+	json_decref(g);
+	testlib_tmpdir_free(dir);
+}
+
+static char *make_repo(void)
+{
+	char *dir = testlib_tmpdir();
+	testlib_write_str(dir, "sub/submission.c", "int x;\n");
+	testlib_write_str(dir, "other/file", "y\n");
+	testlib_write_str(dir, ".gitignore", "*.o\n");
+	run(dir, "git init -q -b main . && git add -A && git commit -qm init && "
+		 "git remote add origin https://alice:s3cret@example.com/r.git");
+	return dir;
+}
+
+static int dirty(const char *dir)
+{
+	json_t *g;
+	assert_apf_ok(apf_git_provenance(dir, &g));
+	int d = json_is_true(json_object_get(g, "dirty"));
+	json_decref(g);
+	return d;
+}
+
+static void clean_checkout_and_credentials(void **state)
+{
+	(void)state;
+	char *dir = make_repo();
+	char *sub = apf_path_join(dir, "sub");
+	json_t *g;
+	assert_apf_ok(apf_git_provenance(sub, &g));
+	assert_apf_ok(apf_git_validate(g));
+	assert_true(json_is_true(json_object_get(g, "repository")));
+	assert_int_equal(strlen(json_string_value(json_object_get(g, "commit"))),
+			 40);
+	assert_string_equal(json_string_value(json_object_get(g, "branch")),
+			    "main");
+	assert_string_equal(json_string_value(json_object_get(g, "remote")),
+			    "https://example.com/r.git");
+	assert_string_equal(json_string_value(json_object_get(g, "path")), "sub");
+	assert_true(json_is_false(json_object_get(g, "dirty")));
+	json_decref(g);
+	free(sub);
+	testlib_tmpdir_free(dir);
+}
+
+static void every_kind_of_change_under_the_submission_is_dirty(void **state)
+{
+	(void)state;
+	char *dir = make_repo();
+	char *sub = apf_path_join(dir, "sub");
+	/* A change elsewhere in the repository does not count. */
+	testlib_write_str(dir, "other/file", "changed\n");
+	assert_false(dirty(sub));
+	testlib_write_str(dir, "sub/submission.c", "int y;\n");
+	assert_true(dirty(sub));
+	run(dir, "git checkout -q -- sub");
+	assert_false(dirty(sub));
+	testlib_write_str(dir, "sub/new.c", "\n");
+	assert_true(dirty(sub));
+	run(dir, "git add sub/new.c");
+	assert_true(dirty(sub));
+	run(dir, "git rm -q --cached sub/new.c && rm sub/new.c");
+	assert_false(dirty(sub));
+	/* Ignored files are packed but not in the commit. */
+	testlib_write_str(dir, "sub/build.o", "\x7f" "ELF");
+	assert_true(dirty(sub));
+	/* A sibling whose name starts like the submission's does not count. */
+	char *dir2 = make_repo();
+	testlib_write_str(dir2, "subway/x", "new\n");
+	char *sub2 = apf_path_join(dir2, "sub");
+	assert_false(dirty(sub2));
+	free(sub2);
+	testlib_tmpdir_free(dir2);
+	free(sub);
+	testlib_tmpdir_free(dir);
+}
+
+static void repository_owned_by_another_user_still_works(void **state)
+{
+	(void)state;
+	if (geteuid() != 0)
+		SKIP_BECAUSE("needs root to chown a repository to another user");
+	char *dir = make_repo();
+	run(dir, "chown -R 65534:65534 .");
+	json_t *g;
+	assert_apf_ok(apf_git_provenance(dir, &g));
+	assert_true(json_is_true(json_object_get(g, "repository")));
+	assert_true(json_is_string(json_object_get(g, "commit")));
+	json_decref(g);
+	testlib_tmpdir_free(dir);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(env_record_validates_and_compares),
+		cmocka_unit_test(outside_git_is_recorded_as_such),
+		cmocka_unit_test(clean_checkout_and_credentials),
+		cmocka_unit_test(every_kind_of_change_under_the_submission_is_dirty),
+		cmocka_unit_test(repository_owned_by_another_user_still_works),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
