@@ -2,13 +2,16 @@
  * cpu.c: the CPU backend, the readable reference every other backend is
  * tested against. Each layer is a plain `<layer>_forward` / `_backward` pair
  * over flat float arrays (shapes in the parameter names); GEMMs go to
- * OpenBLAS with its thread count pinned at creation.
+ * OpenBLAS. Convolutions are im2col + GEMM over chunks of the batch.
  *
- * Determinism: everything outside OpenBLAS runs on the calling thread in a
- * fixed order; OpenBLAS's sgemm partitions work by thread count only, so a
- * fixed count gives bit-identical results. Statistics (batch norm, layer
- * norm, reductions) accumulate in double.
+ * Determinism: work is shared among be->threads threads by static splits
+ * that depend only on sizes and the thread count; sums that cross a split
+ * keep one partial per thread and add them in thread order; OpenBLAS's sgemm
+ * partitions by thread count only. So a fixed thread count gives
+ * bit-identical results. Statistics (batch norm, layer norm, reductions)
+ * accumulate in double.
  */
+
 /* The layer loops are the hot path outside BLAS; -O2's cheap vectoriser
  * leaves most of them scalar (possible aliasing, unknown trip counts). */
 #pragma GCC optimize("O3")
