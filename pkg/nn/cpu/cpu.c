@@ -310,6 +310,17 @@ static int conv_chunk_for(const apf_backend *be, int B, int OH, int OW, int C,
 	return cb < even ? cb : even;
 }
 
+/* Floats of one thread's column buffer: the input's columns, and for a
+ * stride-1 backward also the output gradient's (see conv_bwd_task). */
+static size_t conv_col_floats(int cb, int H, int W, int C, int OC, int K,
+			      int S, int P)
+{
+	int OH = conv_out(H, K, S, P), OW = conv_out(W, K, S, P);
+	size_t fwd = (size_t)cb * OH * OW * K * K * C;
+	size_t bwd = S == 1 ? (size_t)cb * H * W * K * K * OC : 0;
+	return fwd > bwd ? fwd : bwd;
+}
+
 static size_t conv2d_work(apf_backend *be, int B, int H, int W, int C, int OC,
 			  int K, int S, int P)
 {
@@ -318,10 +329,10 @@ static size_t conv2d_work(apf_backend *be, int B, int H, int W, int C, int OC,
 	int OH = conv_out(H, K, S, P), OW = conv_out(W, K, S, P);
 	int cb = conv_chunk_for(be, B, OH, OW, C, K);
 	size_t nt = (size_t)nthreads(be);
-	/* a column buffer per thread, and a weight-gradient partial for each
-	 * thread but the first */
-	return nt * (size_t)cb * OH * OW * K * K * C +
-	       (nt - 1) * (size_t)OC * K * K * C;
+	/* a column buffer per thread, a weight-gradient partial for each
+	 * thread but the first, and the flipped weights */
+	return nt * conv_col_floats(cb, H, W, C, OC, K, S, P) +
+	       (nt - 1) * (size_t)OC * K * K * C + (size_t)OC * K * K * C;
 }
 
 struct conv_arg {
@@ -329,6 +340,7 @@ struct conv_arg {
 	const float *inp, *weight, *bias, *dout;
 	int B, H, W, C, OC, K, S, P, OH, OW, cb, nchunks, accum;
 	size_t col_floats;   /* per thread */
+	float *wflip;        /* (C,K,K,OC): weights flipped, for stride 1 */
 	int had_chunk[MAX_THREADS];
 };
 
@@ -383,12 +395,25 @@ static void conv_bwd_task(void *v, int t, int nt)
 		a->had_chunk[t] = 1;
 		if (!a->dinp)
 			continue;
+		float *di = a->dinp + b0 * in_img;
+		if (a->wflip) {
+			/* stride 1: dinp is the correlation of dout, padded by
+			 * K-1-P, with the flipped weights: one im2col and one
+			 * GEMM straight into dinp, no scatter */
+			int KKO = a->K * a->K * a->OC;
+			im2col(col, d, nb, a->OH, a->OW, a->OC, a->K, 1,
+			       a->K - 1 - a->P);
+			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans,
+				    (int)(nb * (size_t)a->H * a->W), a->C, KKO,
+				    1.0f, col, KKO, a->wflip, KKO,
+				    a->accum ? 1.0f : 0.0f, di, a->C);
+			continue;
+		}
 		/* dcol (rows,KKC) = d weight, reusing the column buffer, then
 		 * scattered onto this chunk's own images */
 		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, KKC,
 			    a->OC, 1.0f, d, a->OC, a->weight, KKC, 0.0f, col,
 			    KKC);
-		float *di = a->dinp + b0 * in_img;
 		if (!a->accum)
 			memset(di, 0, nb * in_img * sizeof *di);
 		col2im(di, col, nb, a->H, a->W, a->C, a->K, a->S, a->P);
@@ -422,7 +447,7 @@ static void conv2d_forward(apf_backend *be, float *out, const float *inp,
 	a.OH = conv_out(H, K, S, P), a.OW = conv_out(W, K, S, P);
 	a.cb = conv_chunk_for(be, B, a.OH, a.OW, C, K);
 	a.nchunks = (B + a.cb - 1) / a.cb;
-	a.col_floats = (size_t)a.cb * a.OH * a.OW * K * K * C;
+	a.col_floats = conv_col_floats(a.cb, H, W, C, OC, K, S, P);
 	parallel_blas(be, conv_fwd_task, &a);
 }
 
@@ -443,11 +468,21 @@ static void conv2d_backward(apf_backend *be, float *dinp, float *dweight,
 			     .P = P, .OH = OH, .OW = OW, .accum = accum};
 	a.cb = conv_chunk_for(be, B, OH, OW, C, K);
 	a.nchunks = (B + a.cb - 1) / a.cb;
-	a.col_floats = (size_t)a.cb * OH * OW * K * K * C;
-	parallel_blas(be, conv_bwd_task, &a);
-	/* partials added in thread order: fixed for a fixed thread count */
+	a.col_floats = conv_col_floats(a.cb, H, W, C, OC, K, S, P);
 	size_t nw = (size_t)OC * K * K * C;
 	int nt = nthreads(be);
+	if (S == 1 && dinp) {
+		/* wflip[c][kh][kw][o] = weight[o][K-1-kh][K-1-kw][c] */
+		a.wflip = work + (size_t)nt * a.col_floats + (size_t)(nt - 1) * nw;
+		for (int c = 0; c < C; c++)
+			for (int kh = 0; kh < K; kh++)
+				for (int kw = 0; kw < K; kw++)
+					for (int o = 0; o < OC; o++)
+						a.wflip[((size_t)(c * K + kh) * K + kw) * OC + o] =
+							weight[((size_t)(o * K + K - 1 - kh) * K + K - 1 - kw) * C + c];
+	}
+	parallel_blas(be, conv_bwd_task, &a);
+	/* partials added in thread order: fixed for a fixed thread count */
 	for (int t = 1; t < nt; t++) {
 		if (!a.had_chunk[t])
 			continue;
