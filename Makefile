@@ -107,9 +107,11 @@ $(BUILD)/bench/%: bench/%.c $(BUILD)/libapf.a
 	    $(BUILD)/libapf.a $(LIBS)
 
 # Programs the unit tests run inside the sandbox (tests/helpers/*.c). Never
-# sanitized, not even by make check: AddressSanitizer reserves terabytes of
-# address space, calls personality() and ptrace()s itself for the leak check,
-# which RLIMIT_AS and the sandbox's seccomp filter refuse.
+# sanitized, not even by make check: inside the sandbox AddressSanitizer
+# cannot reserve its shadow memory under RLIMIT_AS ("ReserveShadowMemoryRange
+# failed"), and LeakSanitizer's exit-time check clones a tracer that reads
+# /proc/<parent>/task and ptrace()s the threads, which the filter stops as
+# faults. The code under test (libapf, the test binaries) is sanitized.
 $(BUILD)/tests/helpers/%: tests/helpers/%.c
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  HELPER  $@")

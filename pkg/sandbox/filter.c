@@ -41,7 +41,6 @@
 #define PATHU(n, d, p, f, k, u) E(n, SC_PATH, d, p, -1, -1, f, k, NULL, u)
 #define PATH2(n, d, p, d2, p2, f, k) E(n, SC_PATH, d, p, d2, p2, f, k, NULL, 0)
 #define PID(n, a) E(n, SC_PID, -1, -1, -1, -1, -1, 0, a, 0)
-#define PIDU(n, a, u) E(n, SC_PID, -1, -1, -1, -1, -1, 0, a, u)
 #define PLAIN(n, c) E(n, c, -1, -1, -1, -1, -1, 0, NULL, 0)
 
 static struct sc_info table[] = {

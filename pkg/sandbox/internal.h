@@ -87,6 +87,7 @@ struct apf_sandbox {
 	size_t npolicy, cappolicy;
 	int faulted;
 	char fault[APF_SANDBOX_TEXT_MAX];
+	char refusal[APF_SANDBOX_TEXT_MAX]; /* the last REFUSED call */
 	int killed;
 	int stopped;       /* by apf_sandbox_stop, not yet continued */
 	uint64_t memory_limit;

@@ -82,13 +82,26 @@ static void tquote(struct text *t, const char *s)
 
 /* ---- the caller's memory ------------------------------------------------ */
 
+/* process_vm_readv, or /proc/<tid>/mem where a container's seccomp profile
+ * refuses that syscall (the kernel's access check is the same). */
 static int read_mem(pid_t tid, uint64_t addr, void *buf, size_t len)
 {
 	struct iovec local = {buf, len};
 	struct iovec remote = {(void *)(uintptr_t)addr, len};
 	ssize_t n = process_vm_readv(tid, &local, 1, &remote, 1, 0);
+	if (n < 0 && (errno == ENOSYS || errno == EPERM)) {
+		char path[64];
+		snprintf(path, sizeof path, "/proc/%d/mem", (int)tid);
+		int fd = open(path, O_RDONLY | O_CLOEXEC);
+		if (fd < 0)
+			return -errno;
+		n = pread(fd, buf, len, (off_t)addr);
+		int err = errno;
+		close(fd);
+		errno = err;
+	}
 	if (n < 0)
-		return -errno;
+		return errno == EIO ? -EFAULT : -errno;
 	return (size_t)n == len ? 0 : -EFAULT;
 }
 
@@ -149,16 +162,8 @@ int apf_sandbox_normalize(char *out, size_t size, const char *path)
 	return 0;
 }
 
-int apf_sandbox_policy_add(apf_sandbox *sb, const char *prefix, int access)
+static int policy_add_one(apf_sandbox *sb, const char *norm, int access)
 {
-	char norm[PATH_MAX];
-	if (access != APF_SANDBOX_READ && access != APF_SANDBOX_WRITE)
-		return apf_error(APF_EINPUT, "sandbox", "path %s: access must be "
-				 "read or write", prefix ? prefix : "(null)");
-	if (apf_sandbox_normalize(norm, sizeof norm, prefix) < 0)
-		return apf_error(APF_EINPUT, "sandbox",
-				 "path %s: not an absolute path",
-				 prefix ? prefix : "(null)");
 	for (size_t i = 0; i < sb->npolicy; i++)
 		if (!strcmp(sb->policy[i].prefix, norm)) {
 			sb->policy[i].access |= access;
@@ -178,6 +183,31 @@ int apf_sandbox_policy_add(apf_sandbox *sb, const char *prefix, int access)
 	sb->policy[sb->npolicy++] = (struct policy_entry){copy, strlen(copy),
 							 access};
 	return 0;
+}
+
+int apf_sandbox_policy_add(apf_sandbox *sb, const char *prefix, int access)
+{
+	char norm[PATH_MAX];
+	if (access != APF_SANDBOX_READ && access != APF_SANDBOX_WRITE)
+		return apf_error(APF_EINPUT, "sandbox", "path %s: access must be "
+				 "read or write", prefix ? prefix : "(null)");
+	if (apf_sandbox_normalize(norm, sizeof norm, prefix) < 0)
+		return apf_error(APF_EINPUT, "sandbox",
+				 "path %s: not an absolute path",
+				 prefix ? prefix : "(null)");
+	int rc = policy_add_one(sb, norm, access);
+	/* Paths are checked where they lead. Unsealed, the program's view is
+	 * ours, so a prefix that passes through a symlink (/lib64 on a
+	 * merged-/usr system, /etc/localtime) is added where it leads too -
+	 * except under /proc, where "self" would be the supervisor. */
+	if (rc == 0 && sb->mode == APF_SANDBOX_UNSEALED &&
+	    strncmp(norm, "/proc/", 6) != 0) {
+		char *real = realpath(norm, NULL);
+		if (real && strcmp(real, norm) != 0)
+			rc = policy_add_one(sb, real, access);
+		free(real);
+	}
+	return rc;
 }
 
 /* What ordinary programs read at start-up (the dynamic loader's cache, the
@@ -204,11 +234,28 @@ static const struct apf_sandbox_path defaults[] = {
 	{"/dev/full", APF_SANDBOX_WRITE},
 };
 
+/* glibc asks nscd before reading /etc/passwd for any user lookup. Sealed,
+ * there is no nscd, so the attempt is harmless and not worth a fault;
+ * unsealed, the host's nscd would resolve names - and so reach the network
+ * - for the program. */
+static const struct apf_sandbox_path sealed_defaults[] = {
+	{"/run/nscd/socket", APF_SANDBOX_WRITE},
+	{"/var/run/nscd/socket", APF_SANDBOX_WRITE},
+};
+
 int apf_sandbox_policy_defaults(apf_sandbox *sb)
 {
 	for (size_t i = 0; i < sizeof defaults / sizeof defaults[0]; i++) {
 		int rc = apf_sandbox_policy_add(sb, defaults[i].prefix,
 						defaults[i].access);
+		if (rc < 0)
+			return rc;
+	}
+	for (size_t i = 0; sb->mode == APF_SANDBOX_SEALED &&
+			   i < sizeof sealed_defaults / sizeof sealed_defaults[0];
+	     i++) {
+		int rc = apf_sandbox_policy_add(sb, sealed_defaults[i].prefix,
+						sealed_defaults[i].access);
 		if (rc < 0)
 			return rc;
 	}
@@ -697,19 +744,20 @@ static void tcall(struct text *t, pid_t tid, const char *name,
 
 struct decision {
 	enum apf_sandbox_verdict verdict;
-	int err; /* REFUSED, FAULT: the errno the call fails with */
+	int err;        /* REFUSED, FAULT: the errno the call fails with */
+	int first_exec; /* this is the program's own execve */
 };
 
-static const struct decision ALLOW = {APF_SANDBOX_ALLOWED, 0};
+static const struct decision ALLOW = {APF_SANDBOX_ALLOWED, 0, 0};
 
 static struct decision refuse(int err)
 {
-	return (struct decision){APF_SANDBOX_REFUSED, err};
+	return (struct decision){APF_SANDBOX_REFUSED, err, 0};
 }
 
 static struct decision fault(void)
 {
-	return (struct decision){APF_SANDBOX_FAULT, EPERM};
+	return (struct decision){APF_SANDBOX_FAULT, EPERM, 0};
 }
 
 static int open_writes(uint64_t f)
@@ -1030,8 +1078,18 @@ static struct decision decide(apf_sandbox *sb, const struct seccomp_notif *req,
 	}
 	case SC_CLONE3:
 		if (locked) {
-			tput(t, "clone3() creates a process or thread in the "
-				"locked phase");
+			/* A fault whatever the flags; they only name it. */
+			uint64_t f;
+			if (a[1] >= sizeof f &&
+			    read_mem(w.tid, a[0], &f, sizeof f) == 0) {
+				tput(t, "clone3(");
+				tclone_flags(t, f, 0);
+				tput(t, ") creates a %s in the locked phase",
+				     f & CLONE_THREAD ? "thread" : "process");
+			} else {
+				tput(t, "clone3() creates a process or thread in "
+					"the locked phase");
+			}
 			return fault();
 		}
 		/* Its flags are in memory the caller could change after we
@@ -1060,8 +1118,7 @@ static struct decision decide(apf_sandbox *sb, const struct seccomp_notif *req,
 		struct decision d = handle_path(&w, s, a, &pt);
 		if (d.verdict == APF_SANDBOX_FAULT)
 			tput(t, "%s", call);
-		if (first)
-			sb->exec_done = 1;
+		d.first_exec = first;
 		return d;
 	}
 	case SC_PATH:
@@ -1120,6 +1177,8 @@ int apf_sandbox_notify_handle(apf_sandbox *sb, apf_sandbox_event *ev)
 		return 0;
 	}
 	ev->verdict = d.verdict;
+	if (d.first_exec)
+		sb->exec_done = 1;
 	if (d.verdict == APF_SANDBOX_FAULT)
 		apf_sandbox_record_fault(sb, ev->text);
 	else if (d.verdict == APF_SANDBOX_ALLOWED)
@@ -1127,6 +1186,8 @@ int apf_sandbox_notify_handle(apf_sandbox *sb, apf_sandbox_event *ev)
 	else if (!ev->text[0])
 		snprintf(ev->text, sizeof ev->text, "%s refused: %s", ev->name,
 			 strerror(d.err));
+	if (d.verdict == APF_SANDBOX_REFUSED)
+		memcpy(sb->refusal, ev->text, sizeof sb->refusal);
 	struct seccomp_notif_resp *resp = sb->resp;
 	memset(resp, 0, sb->resp_size);
 	resp->id = req->id;

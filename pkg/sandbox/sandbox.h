@@ -8,10 +8,13 @@
  * Namespaces (sealed mode). The process runs in new user, mount, pid, ipc,
  * uts and network namespaces: root inside, the invoking user outside; a root
  * made of the caller's bind mounts (read-only or writable), a size-limited
- * tmpfs scratch, a fresh /proc and a /dev with only null, zero, full, random
- * and urandom; the host's root is detached, so the keys, the run directory
- * and $HOME are simply not there. The network namespace has only a loopback,
- * left down. Nested user namespaces are disabled (max_user_namespaces = 0).
+ * tmpfs scratch, a fresh /proc (its machine-wide parts - sys, sysrq-trigger,
+ * irq, bus, fs - read-only) and a /dev with only null, zero, full, random and
+ * urandom; the host's root is detached, so the keys, the run directory and
+ * $HOME are simply not there. The root itself is read-only. The network
+ * namespace has only a loopback, left down. Nested user namespaces are
+ * disabled (max_user_namespaces = 0). There is no /dev/shm: share memory
+ * with the program by passing a memfd.
  * The first process in the pid namespace is a small init of ours (pid 1): it
  * forks the program (pid 2), reaps orphans, and reports the program's wait
  * status and resource usage to the supervisor before it exits, which takes
@@ -51,16 +54,28 @@
  * namespace behind the check, so that race is real: unsealed runs are
  * marked so in the log for that reason.
  *
+ * Passed descriptors. A descriptor of a host file can be reopened through
+ * /proc/self/fd with another access mode, past the mount namespace; the path
+ * check names that (the host path is outside the policy), but only the check
+ * stands in the way. Pass pipes, sockets and memfds.
+ *
  * Unsealed mode (--unsealed): no namespaces and no mounts - the program sees
  * the host - but rlimits, no_new_privs, the dropped capabilities and the
  * filter with its supervisor are the same; the policy then speaks of host
  * paths (a mount entry stands for its source, the scratch must exist).
+ * Signals and the like to processes outside the program's process group are
+ * faults. It is not isolation: beyond the race above, datagrams sent to an
+ * address (sendto, sendmsg) and processes that leave the process group in the
+ * setup phase are not policed, and a supervisor running as root leaves the
+ * program root (without capabilities) on the host.
  *
  * Freezing: apf_sandbox_stop sends SIGSTOP to the program and returns once
  * every one of its threads is stopped; apf_sandbox_cont resumes them. In the
  * locked phase the program cannot create processes or threads, and locking
  * fails (as a fault) while any other process is alive in the sandbox, so the
- * program's thread group is the whole trial.
+ * program's thread group is the whole trial. Lock when the program is
+ * waiting for the runner's go, after anything that starts threads lazily (a
+ * BLAS or OpenMP pool: make one call first) has started them.
  *
  * How it ended (apf_sandbox_end): exit code; crash with its signal; the
  * sandbox fault that killed it; killed by the runner; memory limit (an
@@ -74,7 +89,12 @@
  * call apf_sandbox_notify_handle when it is readable (apf_sandbox_wait does
  * both). One apf_sandbox is used by one supervisor thread; that thread is the
  * spawned process's parent, and the sandbox is killed if it exits
- * (PR_SET_PDEATHSIG).
+ * (PR_SET_PDEATHSIG). The sandbox reaps its own children by pidfd; a
+ * supervisor must not wait for "any child" (waitpid(-1, ...)).
+ *
+ * Needs Linux 5.12 or newer (clone3 or clone with pidfds, seccomp user
+ * notification with CONTINUE, close_range, mount_setattr); apf_sandbox_probe
+ * names the step a kernel refuses.
  */
 #ifndef APF_SANDBOX_H
 #define APF_SANDBOX_H
@@ -114,9 +134,14 @@ struct apf_sandbox_fd {
 };
 
 struct apf_sandbox_limits {
-	uint64_t address_space; /* RLIMIT_AS bytes; 0: unlimited */
+	/* RLIMIT_AS bytes; 0: unlimited. CUDA reserves far more address space
+	 * than it uses, so a GPU trial needs 0 here. */
+	uint64_t address_space;
 	uint64_t open_files;    /* RLIMIT_NOFILE; 0: 256 */
-	uint64_t processes;     /* RLIMIT_NPROC; 0: 256 */
+	/* RLIMIT_NPROC, processes and threads (a BLAS thread pool counts);
+	 * 0: 1024. Sealed only: unsealed, it would count the user's every
+	 * process on the host. */
+	uint64_t processes;
 	uint64_t file_size;     /* RLIMIT_FSIZE bytes; 0: unlimited */
 	uint64_t cpu_seconds;   /* RLIMIT_CPU; 0: unlimited */
 	/* Processes and threads the supervisor lets the sandbox create in the

@@ -52,6 +52,7 @@
 #define DEFAULT_HOSTNAME "apf-sandbox"
 #define DEFAULT_SCRATCH_BYTES (64ull << 20)
 #define MAX_FDS 64
+#define SETUP_TIMEOUT_MS 30000
 /* Where the intermediate root is mounted while the new one is built; any
  * directory every system has will do, since its content is never used. */
 #define STAGE "/tmp"
@@ -194,6 +195,10 @@ static void reset_signals(void)
 	syscall(SYS_rt_sigprocmask, SIG_SETMASK, &none, NULL, 8);
 }
 
+/* fork() with namespaces and a pidfd. clone3 first; where it is refused
+ * with ENOSYS (container runtimes' default seccomp profiles do that), clone,
+ * which takes the same flags and returns the pidfd through its parent_tid
+ * argument - the third on every architecture. */
 static pid_t clone_child(uint64_t flags, int *pidfd)
 {
 	struct clone_args a;
@@ -204,7 +209,11 @@ static pid_t clone_child(uint64_t flags, int *pidfd)
 		a.pidfd = (uint64_t)(uintptr_t)pidfd;
 	}
 	a.exit_signal = SIGCHLD;
-	return (pid_t)syscall(SYS_clone3, &a, sizeof a);
+	long pid = syscall(SYS_clone3, &a, sizeof a);
+	if (pid < 0 && errno == ENOSYS)
+		pid = syscall(SYS_clone, (unsigned long)(a.flags | SIGCHLD), NULL,
+			      pidfd, NULL, NULL);
+	return (pid_t)pid;
 }
 
 static int set_attr(const char *path, uint64_t set, int recursive)
@@ -264,6 +273,34 @@ static void build_dev(int chan)
 			child_fail(chan, "symlink", links[i][1] + 8, errno);
 }
 
+/* The parts of /proc that act on the whole machine. Their permission checks
+ * compare the writer's uid with root's and nothing else, so a program whose
+ * uid 0 maps to the host's root (a supervisor running as root) could write
+ * them without any capability: kernel.*, vm.* and the others under sys, and
+ * sysrq-trigger, which can reboot the host. Read-only bind mounts over
+ * them, as container runtimes do. */
+static void protect_proc(int chan)
+{
+	static const char *const parts[] = {
+		"/newroot/proc/sys", "/newroot/proc/sysrq-trigger",
+		"/newroot/proc/irq", "/newroot/proc/bus", "/newroot/proc/fs",
+		"/newroot/proc/acpi",
+	};
+	for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
+		struct stat st;
+		if (lstat(parts[i], &st) < 0)
+			continue; /* not in this kernel's /proc */
+		if (mount(parts[i], parts[i], NULL, MS_BIND | MS_REC, NULL) < 0)
+			child_fail(chan, "bind mount", parts[i] + 8, errno);
+		int err = set_attr(parts[i],
+				   MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID |
+					   MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC,
+				   1);
+		if (err)
+			child_fail(chan, "mount_setattr", parts[i] + 8, err);
+	}
+}
+
 /* The new root: a read-only tmpfs holding the caller's bind mounts, the
  * scratch, /proc and /dev. Built under /newroot while the host's root is
  * still reachable as /oldroot, then pivoted into, and the old root detached:
@@ -307,6 +344,7 @@ static void build_root(const struct plan *p)
 	if ((err = write_file("/newroot/proc/sys/user/max_user_namespaces",
 			      "0")))
 		child_fail(chan, "disable nested user namespaces", NULL, err);
+	protect_proc(chan);
 	build_dev(chan);
 	if (chdir("/newroot") < 0)
 		child_fail(chan, "chdir", "/newroot", errno);
@@ -633,7 +671,8 @@ static int plan_build(struct plan *p, const struct apf_sandbox_config *cfg,
 
 	p->rl_as.rlim_cur = p->rl_as.rlim_max = lim(cfg->limits.address_space, 0);
 	p->rl_nofile.rlim_cur = p->rl_nofile.rlim_max = (rlim_t)nofile;
-	p->rl_nproc.rlim_cur = p->rl_nproc.rlim_max = lim(cfg->limits.processes, 256);
+	p->rl_nproc.rlim_cur = p->rl_nproc.rlim_max =
+		lim(cfg->limits.processes, 1024);
 	p->rl_fsize.rlim_cur = p->rl_fsize.rlim_max = lim(cfg->limits.file_size, 0);
 	p->rl_cpu.rlim_cur = p->rl_cpu.rlim_max = lim(cfg->limits.cpu_seconds, 0);
 	sb->memory_limit = cfg->limits.address_space;
@@ -656,7 +695,8 @@ static int plan_build(struct plan *p, const struct apf_sandbox_config *cfg,
 					 "mount %s: access must be read or write",
 					 m->source ? m->source : "(null)");
 		if (!m->source)
-			return apf_error(APF_EINPUT, "sandbox", "mount without a source");
+			return apf_error(APF_EINPUT, "sandbox",
+					 "mount without a source");
 		char *real = realpath(m->source, NULL);
 		if (!real) {
 			if (m->optional && errno == ENOENT)
@@ -918,9 +958,22 @@ static int spawn(apf_sandbox **out, const struct apf_sandbox_config *cfg,
 	sb->child_pidfd = pidfd;
 
 	struct msg m;
+	memset(&m, 0, sizeof m);
 	int lfd = -1;
 	pid_t prog = -1;
-	int r = recv_msg(sb->chan, &m, &lfd, &prog, 0);
+	/* Setting up takes milliseconds; a child stuck for long (a mount
+	 * source on a dead network file system) is killed, not waited for. */
+	struct pollfd pf = {sb->chan, POLLIN, 0};
+	int r;
+	do
+		r = poll(&pf, 1, SETUP_TIMEOUT_MS);
+	while (r < 0 && errno == EINTR);
+	if (r == 0) {
+		apf_sandbox_kill_now(sb);
+		r = -ETIMEDOUT;
+	} else {
+		r = recv_msg(sb->chan, &m, &lfd, &prog, 0);
+	}
 	if (r == 1 && m.type == MSG_LISTENER && lfd >= 0 && prog > 0) {
 		sb->notify_fd = lfd;
 		sb->pid = prog;
@@ -960,7 +1013,15 @@ static int spawn(apf_sandbox **out, const struct apf_sandbox_config *cfg,
 	drain_messages(sb);
 	sb->ended = 1;
 	if (sb->setup_error[0])
-		rc = apf_error(APF_EABORT, "sandbox", "%s", sb->setup_error);
+		rc = apf_error(APF_EABORT, "sandbox", "%s%s", sb->setup_error,
+			       !strncmp(sb->setup_error, "mount /proc", 11)
+				       ? " (in a container, a /proc with masked "
+					 "parts forbids a fresh one)"
+				       : "");
+	else if (r == -ETIMEDOUT)
+		rc = apf_error(APF_EABORT, "sandbox",
+			       "setting up took more than %d s",
+			       SETUP_TIMEOUT_MS / 1000);
 	else if (r < 0)
 		rc = apf_error(APF_EABORT, "sandbox", "setup channel: %s",
 			       strerror(-r));
@@ -993,16 +1054,20 @@ int apf_sandbox_probe(enum apf_sandbox_mode mode)
 		return rc;
 	apf_sandbox_end end;
 	rc = apf_sandbox_wait(sb, 10000, &end);
-	if (rc == 0) {
-		apf_sandbox_free(sb);
+	char refusal[APF_SANDBOX_TEXT_MAX];
+	memcpy(refusal, sb->refusal, sizeof refusal);
+	apf_sandbox_free(sb);
+	if (rc == 0)
 		return apf_error(APF_EABORT, "sandbox",
 				 "the probe did not finish within 10 s");
-	}
-	apf_sandbox_free(sb);
 	if (rc < 0)
 		return rc;
+	/* The probe's one notified call fails only if the supervisor could
+	 * not read the program's memory: say so. */
 	if (end.outcome != APF_SANDBOX_EXITED || end.exit_code != 0)
-		return apf_error(APF_EABORT, "sandbox", "probe: %s", end.reason);
+		return apf_error(APF_EABORT, "sandbox", "probe: %s%s%s%s",
+				 end.reason, refusal[0] ? " (" : "", refusal,
+				 refusal[0] ? ")" : "");
 	return 0;
 }
 
@@ -1299,8 +1364,9 @@ static void classify(apf_sandbox *sb, const siginfo_t *si)
 		e->signal = si->si_code == CLD_EXITED ? 0 : si->si_status;
 		snprintf(e->reason, sizeof e->reason,
 			 "the sandbox's init ended unexpectedly (%s)",
-			 si->si_code == CLD_EXITED ? "exited"
-						   : signame(si->si_status, sn, sizeof sn));
+			 si->si_code == CLD_EXITED
+				 ? "exited"
+				 : signame(si->si_status, sn, sizeof sn));
 	} else if (e->signal == SIGSYS) {
 		e->outcome = APF_SANDBOX_FAULTED;
 		snprintf(e->reason, sizeof e->reason,
@@ -1345,15 +1411,26 @@ int apf_sandbox_reap(apf_sandbox *sb, apf_sandbox_end *end)
 	struct rusage ru;
 	memset(&si, 0, sizeof si);
 	memset(&ru, 0, sizeof ru);
-	/* waitid(2) proper, which fills a rusage; glibc's wrapper has none */
-	if (syscall(SYS_waitid, P_PIDFD, sb->child_pidfd, &si,
-		    WEXITED | WNOHANG, &ru) < 0) {
+	if (waitid(P_PIDFD, (id_t)sb->child_pidfd, &si,
+		   WEXITED | WNOHANG | WNOWAIT) < 0) {
 		if (errno == EINTR)
 			return 0;
 		return apf_error_errno(APF_EINTERNAL, errno, "sandbox", "waitid");
 	}
 	if (si.si_pid == 0)
 		return 0;
+	/* Unsealed, what the program started in its setup phase goes with
+	 * it, as everything goes with init when sealed. While the program is
+	 * an unreaped zombie its process group cannot be anyone else's. */
+	if (sb->mode == APF_SANDBOX_UNSEALED)
+		kill(-sb->pid, SIGKILL);
+	/* waitid(2) proper, which fills a rusage; glibc's wrapper has none */
+	memset(&si, 0, sizeof si);
+	while (syscall(SYS_waitid, P_PIDFD, sb->child_pidfd, &si, WEXITED,
+		       &ru) < 0)
+		if (errno != EINTR)
+			return apf_error_errno(APF_EINTERNAL, errno, "sandbox",
+					       "waitid");
 	drain_messages(sb);
 	if (sb->mode == APF_SANDBOX_UNSEALED) {
 		sb->have_status = 1;

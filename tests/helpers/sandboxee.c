@@ -4,9 +4,10 @@
  * lines. With "wait" first, it prints "ready" and waits for one byte on
  * stdin before acting, so the test can lock the sandbox in between.
  *
- * Built without sanitizers: AddressSanitizer reserves terabytes of address
- * space (which RLIMIT_AS forbids), calls personality() at start-up and
- * ptrace()s itself for the leak check - all of which the sandbox refuses.
+ * Built without sanitizers (see the Makefile): under RLIMIT_AS,
+ * AddressSanitizer cannot reserve its shadow memory, and LeakSanitizer's
+ * exit-time check reads /proc/<parent>/task from a cloned tracer and
+ * ptrace()s - faults, as they should be.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -238,6 +239,17 @@ int main(int argc, char **argv)
 	} else if (!strcmp(a, "nr")) {
 		long r = syscall(atol(arg), 0, 0, 0, 0, 0, 0);
 		out("nr", "%ld %s", r, r < 0 ? strerror(errno) : "");
+	} else if (!strcmp(a, "linkwrite")) {
+		int r = symlink(arg, argc > 3 ? argv[3] : "");
+		out("symlink", "%s", r < 0 ? strerror(errno) : "ok");
+		out("write", "%s", open_result(argv[3], O_WRONLY | O_CREAT | O_TRUNC));
+	} else if (!strcmp(a, "bigfile")) {
+		static char block[64 << 10];
+		int fd = open(arg, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+		for (int i = 0; fd >= 0 && i < 32; i++)
+			if (write(fd, block, sizeof block) < 0)
+				break;
+		out("bigfile", "%s", fd < 0 ? strerror(errno) : "written");
 	} else if (!strcmp(a, "oom")) {
 		oom(1);
 	} else if (!strcmp(a, "oom-exit")) {
