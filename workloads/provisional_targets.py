@@ -26,7 +26,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # workload: apf train options (an epoch of the 55k train split is 215 steps
 # at batch 256 and 430 at batch 128; evaluations once an epoch)
 CONFIGS = {
-    "fmnist_mlp": ["--batch", "256", "--steps", "2150", "--eval-every", "215",
+    "fmnist_mlp": ["--batch", "256", "--steps", "860", "--eval-every", "215",
                    "--lr", "1e-3", "--weight-decay", "1e-4", "--warmup", "0.05"],
     "fmnist_cnn": ["--batch", "128", "--steps", "1290", "--eval-every", "430",
                    "--lr", "2e-3", "--weight-decay", "1e-4", "--warmup", "0.05"],
