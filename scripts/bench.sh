@@ -1,6 +1,7 @@
 #!/bin/sh
-# Runs every benchmark: for each bench/<name>/, its `run` script when it has
-# one (given the build directory), else each program built from it. Each
+# Runs every benchmark: for each bench/<name>/, its `run` or `run.sh` script
+# when it has one (given the build directory), else each program built from
+# it. Each
 # figure is printed as "RESULT <bench> <metric> <value>" (DESIGN.md section 1).
 # Usage: scripts/bench.sh BUILD_DIR
 set -eu
@@ -12,6 +13,8 @@ for dir in bench/*/; do
 	echo "== bench/$name"
 	if [ -x "$dir/run" ]; then
 		"$dir/run" "$build" || status=1
+	elif [ -x "$dir/run.sh" ]; then
+		"$dir/run.sh" "$build" || status=1
 	else
 		for prog in "$build/bench/$name"/*; do
 			[ -x "$prog" ] || continue

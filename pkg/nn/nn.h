@@ -24,6 +24,9 @@
  * counter-based Philox words addressed by element index (rng.h), never from
  * a thread's position.
  *
+ * Threads. A backend runs its own compute threads (be->threads, the
+ * caller's thread included) and is driven by one caller thread at a time.
+ *
  * Errors. Compute functions return void: a device backend reports a failed
  * launch at the next sync() (sticky, first error wins), which callers check
  * where results leave the device. Allocation returns a status at once.

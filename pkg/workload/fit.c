@@ -96,6 +96,12 @@ int apf_workload_fit(apf_workload *wl, const struct apf_fit_opts *o,
 		if (!rc)
 			rc = apf_workload_loss_grad(wl, &b, (uint64_t)step,
 						    &res->last_loss, grads);
+		if (!rc && !isfinite(res->last_loss))
+			rc = apf_error(APF_EINPUT, "fit",
+				       "training diverged: the loss is not "
+				       "finite at step %ld (lower the learning "
+				       "rate)",
+				       step + 1);
 		if (rc)
 			break;
 		double lr = apf_adamw_lr(&o->adamw, step, o->steps);

@@ -374,12 +374,9 @@ int apf_workload_loss_grad(apf_workload *wl, const apf_batch *batch,
 	*loss = be->sum(be, wl->losses, (size_t)B) / B;
 	be->softmax_xent_backward(be, wl->dlogits, wl->probs, batch->y, B,
 				  wl->classes, wl->smoothing, 1.0f / (float)B);
-	rc = apf_net_backward(wl->net, grads, wl->dlogits);
-	if (!rc && !isfinite(*loss))
-		rc = apf_error(APF_EINPUT, wl->spec->name,
-			       "training loss is not finite at step %llu",
-			       (unsigned long long)step);
-	return rc;
+	/* A non-finite loss is returned as it is: whether a diverged trial
+	 * ends is the caller's rule, not the workload's. */
+	return apf_net_backward(wl->net, grads, wl->dlogits);
 }
 
 static int eval_split(apf_workload *wl, int split, size_t n,

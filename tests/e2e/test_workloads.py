@@ -74,7 +74,7 @@ class Workloads(unittest.TestCase):
     def test_text_names_targets_budgets_and_variants(self):
         p = apf("workloads", "fmnist_cnn")
         self.assertEqual(p.returncode, 0, p.stderr)
-        self.assertIn("targets (provisional): validation 0.9", p.stdout)
+        self.assertIn("targets (provisional): validation 0.9016, test 0.898", p.stdout)
         self.assertIn("budget cpu: 600 s, eval every 30 s", p.stdout)
         self.assertIn("silu", p.stdout)
         self.assertNotIn("fmnist_mlp", p.stdout)

@@ -663,6 +663,75 @@ static void conv_over_many_chunks_matches_reference(void **state)
 	apf_backend_free(be);
 }
 
+/* The threaded paths (taken above 32k elements with more than one thread)
+ * against the same layers on one thread: elementwise work is bit-identical,
+ * sums split across threads agree to rounding. */
+static void threaded_layers_agree_with_one_thread(void **state)
+{
+	(void)state;
+	apf_backend *b1, *b2;
+	assert_apf_ok(apf_backend_cpu_new(&b1, 1));
+	assert_apf_ok(apf_backend_cpu_new(&b2, 2));
+	enum { N = 3000, C = 24 };
+	size_t n = (size_t)N * C;
+	float *x = malloc(n * 4), *d = malloc(n * 4), *y1 = malloc(n * 4);
+	float *y2 = malloc(n * 4), *g1 = malloc(n * 4), *g2 = malloc(n * 4);
+	apf_rng_key key = {8, 0, 0, APF_RNG_TEST};
+	apf_rng r;
+	apf_rng_init(&r, &key, 0);
+	for (size_t i = 0; i < n; i++) {
+		x[i] = apf_rng_normal(&r) + 0.5f;
+		d[i] = apf_rng_normal(&r);
+	}
+	float sc[C], bi[C], m1[C], s1[C], m2[C], s2[C];
+	float rm1[C] = {0}, rv1[C], rm2[C] = {0}, rv2[C];
+	float ds1[C], db1[C], ds2[C], db2[C];
+	for (int c = 0; c < C; c++)
+		sc[c] = 1.0f + 0.1f * c, bi[c] = 0.01f * c, rv1[c] = rv2[c] = 1;
+	b1->batchnorm_forward(b1, y1, m1, s1, x, sc, bi, rm1, rv1, N, C, 0.1f,
+			      1e-5f, 1);
+	b2->batchnorm_forward(b2, y2, m2, s2, x, sc, bi, rm2, rv2, N, C, 0.1f,
+			      1e-5f, 1);
+	for (size_t i = 0; i < n; i++)
+		assert_true(fabsf(y1[i] - y2[i]) < 1e-5f);
+	for (int c = 0; c < C; c++)
+		assert_true(fabsf(rv1[c] - rv2[c]) < 1e-6f);
+	b1->batchnorm_backward(b1, g1, ds1, db1, d, x, sc, m1, s1, N, C, 0);
+	b2->batchnorm_backward(b2, g2, ds2, db2, d, x, sc, m2, s2, N, C, 0);
+	for (size_t i = 0; i < n; i++)
+		assert_true(fabsf(g1[i] - g2[i]) < 1e-4f);
+	for (int c = 0; c < C; c++)
+		assert_true(fabsf(ds1[c] - ds2[c]) < 1e-3f * (1 + fabsf(ds1[c])));
+	for (int act = APF_ACT_RELU; act <= APF_ACT_TANH; act++) {
+		b1->activation_forward(b1, act, y1, x, n);
+		b2->activation_forward(b2, act, y2, x, n);
+		assert_memory_equal(y1, y2, n * 4);
+		b1->activation_backward(b1, act, g1, d, x, y1, n, 0);
+		b2->activation_backward(b2, act, g2, d, x, y2, n, 0);
+		assert_memory_equal(g1, g2, n * 4);
+	}
+	b1->dropout_forward(b1, y1, x, n, 0.3f, drop_key, 9);
+	b2->dropout_forward(b2, y2, x, n, 0.3f, drop_key, 9);
+	assert_memory_equal(y1, y2, n * 4);
+	memcpy(y1, x, n * 4), memcpy(y2, x, n * 4);
+	memcpy(g1, d, n * 4), memcpy(g2, d, n * 4);
+	b1->moments(b1, y1, g1, d, 0.9f, 0.99f, n);
+	b2->moments(b2, y2, g2, d, 0.9f, 0.99f, n);
+	assert_memory_equal(y1, y2, n * 4);
+	assert_memory_equal(g1, g2, n * 4);
+	b1->adam_direction(b1, y1, x, g1, 2.0f, 3.0f, 1e-8f, n);
+	b2->adam_direction(b2, y2, x, g2, 2.0f, 3.0f, 1e-8f, n);
+	assert_memory_equal(y1, y2, n * 4);
+	b1->axpy(b1, y1, 0.5f, x, n);
+	b2->axpy(b2, y2, 0.5f, x, n);
+	b1->scale(b1, y1, 0.25f, n);
+	b2->scale(b2, y2, 0.25f, n);
+	assert_memory_equal(y1, y2, n * 4);
+	free(x), free(d), free(y1), free(y2), free(g1), free(g2);
+	apf_backend_free(b1);
+	apf_backend_free(b2);
+}
+
 static void batchnorm_running_statistics_and_eval_mode(void **state)
 {
 	(void)state;
@@ -979,6 +1048,7 @@ int main(void)
 		cmocka_unit_test(dropout_add_and_loss_gradients_match_finite_differences),
 		cmocka_unit_test(dropout_keeps_the_stated_share),
 		cmocka_unit_test(conv_over_many_chunks_matches_reference),
+		cmocka_unit_test(threaded_layers_agree_with_one_thread),
 		cmocka_unit_test(batchnorm_running_statistics_and_eval_mode),
 		cmocka_unit_test(vector_ops_compute_what_they_say),
 		cmocka_unit_test(net_layout_names_kinds_and_aligned_offsets),

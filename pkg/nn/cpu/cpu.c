@@ -2,24 +2,135 @@
  * cpu.c: the CPU backend, the readable reference every other backend is
  * tested against. Each layer is a plain `<layer>_forward` / `_backward` pair
  * over flat float arrays (shapes in the parameter names); GEMMs go to
- * OpenBLAS with its thread count pinned at creation.
+ * OpenBLAS. Convolutions are im2col + GEMM over chunks of the batch.
  *
- * Determinism: everything outside OpenBLAS runs on the calling thread in a
- * fixed order; OpenBLAS's sgemm partitions work by thread count only, so a
- * fixed count gives bit-identical results. Statistics (batch norm, layer
- * norm, reductions) accumulate in double.
+ * Determinism: work is shared among be->threads threads by static splits
+ * that depend only on sizes and the thread count; sums that cross a split
+ * keep one partial per thread and add them in thread order; OpenBLAS's sgemm
+ * partitions by thread count only. So a fixed thread count gives
+ * bit-identical results. Statistics (batch norm, layer norm, reductions)
+ * accumulate in double.
  */
+
+/* The layer loops are the hot path outside BLAS; -O2's cheap vectoriser
+ * leaves most of them scalar (possible aliasing, unknown trip counts). */
+#pragma GCC optimize("O3")
+
 #include "nn/nn.h"
 
 #include <cblas.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* Hot loops get an AVX2 clone chosen at run time. Both clones compute the
+ * same bits: C17 mode keeps floating-point contraction off and nothing is
+ * reassociated, so vector width changes only speed. */
+#define HOT __attribute__((target_clones("avx2", "default")))
+
+/* ---- thread pool -----------------------------------------------------------
+ *
+ * be->threads threads (the caller is thread 0) share each layer's work by a
+ * static split that depends only on the sizes and the thread count, so the
+ * result is the same run to run. Work that sums across the split (batch-norm
+ * statistics, convolution weight gradients) keeps one partial per thread and
+ * adds the partials in thread order. OpenBLAS runs single-threaded inside
+ * these regions and with be->threads threads for the large GEMMs outside.
+ */
+#define MAX_THREADS 16
+/* Below this many elements a split costs more than it saves. */
+#define PAR_MIN 32768
+
+typedef void (*task_fn)(void *arg, int t, int nt);
+
+struct pool;
+
+struct worker_arg {
+	struct pool *p;
+	int t;
+};
+
+struct pool {
+	int n;
+	pthread_t th[MAX_THREADS];
+	struct worker_arg args[MAX_THREADS];
+	pthread_mutex_t mu;
+	pthread_cond_t work, done;
+	task_fn fn;
+	void *arg;
+	unsigned long generation;
+	int pending, stop;
+};
+
+static void *worker(void *v)
+{
+	struct worker_arg *wa = v;
+	struct pool *p = wa->p;
+	unsigned long seen = 0;
+	for (;;) {
+		pthread_mutex_lock(&p->mu);
+		while (p->generation == seen && !p->stop)
+			pthread_cond_wait(&p->work, &p->mu);
+		if (p->stop) {
+			pthread_mutex_unlock(&p->mu);
+			return NULL;
+		}
+		seen = p->generation;
+		task_fn fn = p->fn;
+		void *arg = p->arg;
+		pthread_mutex_unlock(&p->mu);
+		fn(arg, wa->t, p->n);
+		pthread_mutex_lock(&p->mu);
+		if (--p->pending == 0)
+			pthread_cond_signal(&p->done);
+		pthread_mutex_unlock(&p->mu);
+	}
+}
+
+static int nthreads(const apf_backend *be)
+{
+	const struct pool *p = be->impl;
+	return p->n;
+}
+
+/* Runs fn(arg, t, nt) on every thread and waits for all. */
+static void parallel(apf_backend *be, task_fn fn, void *arg)
+{
+	struct pool *p = be->impl;
+	if (p->n == 1) {
+		fn(arg, 0, 1);
+		return;
+	}
+	pthread_mutex_lock(&p->mu);
+	p->fn = fn;
+	p->arg = arg;
+	p->pending = p->n - 1;
+	p->generation++;
+	pthread_cond_broadcast(&p->work);
+	pthread_mutex_unlock(&p->mu);
+	fn(arg, 0, p->n);
+	pthread_mutex_lock(&p->mu);
+	while (p->pending)
+		pthread_cond_wait(&p->done, &p->mu);
+	pthread_mutex_unlock(&p->mu);
+}
+
+/* Thread t's share [*b, *e) of n items, boundaries on multiples of align. */
+static void split(size_t n, int t, int nt, size_t align, size_t *b, size_t *e)
+{
+	size_t blocks = (n + align - 1) / align;
+	size_t per = blocks / (size_t)nt, extra = blocks % (size_t)nt;
+	size_t lo = (size_t)t * per + ((size_t)t < extra ? (size_t)t : extra);
+	size_t hi = lo + per + ((size_t)t < extra ? 1 : 0);
+	*b = lo * align < n ? lo * align : n;
+	*e = hi * align < n ? hi * align : n;
+}
 
 /* Convolutions run im2col over chunks of the batch whose column matrix stays
  * under this many floats: small enough to stay in the last-level cache, large
  * enough that each GEMM is efficient. */
-#define CONV_CHUNK_FLOATS ((size_t)1 << 22)
+#define CONV_CHUNK_FLOATS ((size_t)1 << 20)
 
 /* ---- memory -------------------------------------------------------------- */
 
@@ -137,7 +248,7 @@ static int conv_is_pointwise(int K, int S, int P)
 }
 
 // col is (nb*OH*OW, K*K*C) from inp (nb,H,W,C)
-static void im2col(float *col, const float *inp, int nb, int H, int W, int C,
+HOT static void im2col(float *col, const float *inp, int nb, int H, int W, int C,
 		   int K, int S, int P)
 {
 	int OH = conv_out(H, K, S, P), OW = conv_out(W, K, S, P);
@@ -166,7 +277,7 @@ static void im2col(float *col, const float *inp, int nb, int H, int W, int C,
 }
 
 // dinp (nb,H,W,C) += scatter of dcol (nb*OH*OW, K*K*C); dinp zeroed by caller
-static void col2im(float *dinp, const float *dcol, int nb, int H, int W, int C,
+HOT static void col2im(float *dinp, const float *dcol, int nb, int H, int W, int C,
 		   int K, int S, int P)
 {
 	int OH = conv_out(H, K, S, P), OW = conv_out(W, K, S, P);
@@ -188,16 +299,135 @@ static void col2im(float *dinp, const float *dcol, int nb, int H, int W, int C,
 				}
 }
 
+/* Images per chunk: fits CONV_CHUNK_FLOATS, and leaves every thread at
+ * least one chunk when the batch allows. */
+static int conv_chunk_for(const apf_backend *be, int B, int OH, int OW, int C,
+			  int K)
+{
+	int cb = conv_chunk(B, OH, OW, C, K);
+	int nt = nthreads(be);
+	int even = (B + nt - 1) / nt;
+	return cb < even ? cb : even;
+}
+
+/* Floats of one thread's column buffer: the input's columns, and for a
+ * stride-1 backward also the output gradient's (see conv_bwd_task). */
+static size_t conv_col_floats(int cb, int H, int W, int C, int OC, int K,
+			      int S, int P)
+{
+	int OH = conv_out(H, K, S, P), OW = conv_out(W, K, S, P);
+	size_t fwd = (size_t)cb * OH * OW * K * K * C;
+	size_t bwd = S == 1 ? (size_t)cb * H * W * K * K * OC : 0;
+	return fwd > bwd ? fwd : bwd;
+}
+
 static size_t conv2d_work(apf_backend *be, int B, int H, int W, int C, int OC,
 			  int K, int S, int P)
 {
-	(void)be;
-	(void)OC;
 	if (conv_is_pointwise(K, S, P))
 		return 0;
 	int OH = conv_out(H, K, S, P), OW = conv_out(W, K, S, P);
-	int cb = conv_chunk(B, OH, OW, C, K);
-	return (size_t)cb * OH * OW * K * K * C;
+	int cb = conv_chunk_for(be, B, OH, OW, C, K);
+	size_t nt = (size_t)nthreads(be);
+	/* a column buffer per thread, a weight-gradient partial for each
+	 * thread but the first, and the flipped weights */
+	return nt * conv_col_floats(cb, H, W, C, OC, K, S, P) +
+	       (nt - 1) * (size_t)OC * K * K * C + (size_t)OC * K * K * C;
+}
+
+struct conv_arg {
+	float *out, *dinp, *dweight, *work;
+	const float *inp, *weight, *bias, *dout;
+	int B, H, W, C, OC, K, S, P, OH, OW, cb, nchunks, accum;
+	size_t col_floats;   /* per thread */
+	float *wflip;        /* (C,K,K,OC): weights flipped, for stride 1 */
+	int had_chunk[MAX_THREADS];
+};
+
+static void conv_fwd_task(void *v, int t, int nt)
+{
+	struct conv_arg *a = v;
+	int KKC = a->K * a->K * a->C;
+	size_t in_img = (size_t)a->H * a->W * a->C;
+	size_t rows_img = (size_t)a->OH * a->OW;
+	float *col = a->work + (size_t)t * a->col_floats;
+	for (int ch = t; ch < a->nchunks; ch += nt) {
+		int b0 = ch * a->cb;
+		int nb = a->B - b0 < a->cb ? a->B - b0 : a->cb;
+		int rows = (int)(nb * rows_img);
+		im2col(col, a->inp + b0 * in_img, nb, a->H, a->W, a->C, a->K,
+		       a->S, a->P);
+		float *o = a->out + b0 * rows_img * a->OC;
+		float beta = 0.0f;
+		if (a->bias) {
+			for (int r = 0; r < rows; r++)
+				memcpy(o + (size_t)r * a->OC, a->bias,
+				       (size_t)a->OC * sizeof *o);
+			beta = 1.0f;
+		}
+		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, a->OC,
+			    KKC, 1.0f, col, KKC, a->weight, KKC, beta, o, a->OC);
+	}
+}
+
+static void conv_bwd_task(void *v, int t, int nt)
+{
+	struct conv_arg *a = v;
+	int KKC = a->K * a->K * a->C;
+	size_t in_img = (size_t)a->H * a->W * a->C;
+	size_t rows_img = (size_t)a->OH * a->OW;
+	float *col = a->work + (size_t)t * a->col_floats;
+	float *dw = t == 0 ? a->dweight
+			   : a->work + (size_t)nt * a->col_floats +
+				     (size_t)(t - 1) * a->OC * KKC;
+	a->had_chunk[t] = 0;
+	for (int ch = t; ch < a->nchunks; ch += nt) {
+		int b0 = ch * a->cb;
+		int nb = a->B - b0 < a->cb ? a->B - b0 : a->cb;
+		int rows = (int)(nb * rows_img);
+		const float *d = a->dout + b0 * rows_img * a->OC;
+		im2col(col, a->inp + b0 * in_img, nb, a->H, a->W, a->C, a->K,
+		       a->S, a->P);
+		/* this thread's dweight (OC,KKC) += d^T col, chunks in order */
+		cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, a->OC, KKC,
+			    rows, 1.0f, d, a->OC, col, KKC,
+			    a->had_chunk[t] ? 1.0f : 0.0f, dw, KKC);
+		a->had_chunk[t] = 1;
+		if (!a->dinp)
+			continue;
+		float *di = a->dinp + b0 * in_img;
+		if (a->wflip) {
+			/* stride 1: dinp is the correlation of dout, padded by
+			 * K-1-P, with the flipped weights: one im2col and one
+			 * GEMM straight into dinp, no scatter */
+			int KKO = a->K * a->K * a->OC;
+			im2col(col, d, nb, a->OH, a->OW, a->OC, a->K, 1,
+			       a->K - 1 - a->P);
+			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans,
+				    (int)(nb * (size_t)a->H * a->W), a->C, KKO,
+				    1.0f, col, KKO, a->wflip, KKO,
+				    a->accum ? 1.0f : 0.0f, di, a->C);
+			continue;
+		}
+		/* dcol (rows,KKC) = d weight, reusing the column buffer, then
+		 * scattered onto this chunk's own images */
+		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, KKC,
+			    a->OC, 1.0f, d, a->OC, a->weight, KKC, 0.0f, col,
+			    KKC);
+		if (!a->accum)
+			memset(di, 0, nb * in_img * sizeof *di);
+		col2im(di, col, nb, a->H, a->W, a->C, a->K, a->S, a->P);
+	}
+}
+
+/* OpenBLAS runs single-threaded while our threads share a layer. */
+static void parallel_blas(apf_backend *be, task_fn fn, void *arg)
+{
+	if (nthreads(be) > 1)
+		openblas_set_num_threads(1);
+	parallel(be, fn, arg);
+	if (nthreads(be) > 1)
+		openblas_set_num_threads(be->threads);
 }
 
 // out (B,OH,OW,OC) = conv(inp (B,H,W,C), weight (OC,K,K,C)) + bias (OC)
@@ -206,29 +436,19 @@ static void conv2d_forward(apf_backend *be, float *out, const float *inp,
 			   int W, int C, int OC, int K, int S, int P,
 			   float *work)
 {
-	int OH = conv_out(H, K, S, P), OW = conv_out(W, K, S, P);
-	int KKC = K * K * C;
-	size_t in_img = (size_t)H * W * C, out_rows_img = (size_t)OH * OW;
-	int cb = conv_is_pointwise(K, S, P) ? B : conv_chunk(B, OH, OW, C, K);
-	for (int b0 = 0; b0 < B; b0 += cb) {
-		int nb = B - b0 < cb ? B - b0 : cb;
-		int rows = (int)(nb * out_rows_img);
-		const float *col = inp + b0 * in_img;
-		if (!conv_is_pointwise(K, S, P)) {
-			im2col(work, col, nb, H, W, C, K, S, P);
-			col = work;
-		}
-		float *o = out + b0 * out_rows_img * OC;
-		float beta = 0.0f;
-		if (bias) {
-			for (int r = 0; r < rows; r++)
-				memcpy(o + (size_t)r * OC, bias,
-				       (size_t)OC * sizeof *o);
-			beta = 1.0f;
-		}
-		cpu_gemm(be, 0, 1, rows, OC, KKC, 1.0f, col, KKC, weight, KKC,
-			 beta, o, OC);
+	if (conv_is_pointwise(K, S, P)) {
+		/* a 1x1 stride-1 conv is one GEMM on the input itself */
+		linear_forward(be, out, inp, weight, bias, B * H * W, C, OC);
+		return;
 	}
+	struct conv_arg a = {.out = out, .inp = inp, .weight = weight,
+			     .bias = bias, .work = work, .B = B, .H = H, .W = W,
+			     .C = C, .OC = OC, .K = K, .S = S, .P = P};
+	a.OH = conv_out(H, K, S, P), a.OW = conv_out(W, K, S, P);
+	a.cb = conv_chunk_for(be, B, a.OH, a.OW, C, K);
+	a.nchunks = (B + a.cb - 1) / a.cb;
+	a.col_floats = conv_col_floats(a.cb, H, W, C, OC, K, S, P);
+	parallel_blas(be, conv_fwd_task, &a);
 }
 
 static void conv2d_backward(apf_backend *be, float *dinp, float *dweight,
@@ -237,40 +457,42 @@ static void conv2d_backward(apf_backend *be, float *dinp, float *dweight,
 			    int OC, int K, int S, int P, float *work, int accum)
 {
 	int OH = conv_out(H, K, S, P), OW = conv_out(W, K, S, P);
-	int KKC = K * K * C;
-	size_t in_img = (size_t)H * W * C, out_rows_img = (size_t)OH * OW;
-	int pointwise = conv_is_pointwise(K, S, P);
-	int cb = pointwise ? B : conv_chunk(B, OH, OW, C, K);
-	if (dinp && !accum && !pointwise)
-		memset(dinp, 0, (size_t)B * in_img * sizeof *dinp);
-	for (int b0 = 0; b0 < B; b0 += cb) {
-		int nb = B - b0 < cb ? B - b0 : cb;
-		int rows = (int)(nb * out_rows_img);
-		const float *d = dout + b0 * out_rows_img * OC;
-		const float *col = inp + b0 * in_img;
-		if (!pointwise) {
-			im2col(work, col, nb, H, W, C, K, S, P);
-			col = work;
-		}
-		/* dweight (OC,KKC) += d^T (OC,rows) col (rows,KKC); chunks in
-		 * order, so the sum's order is fixed. */
-		cpu_gemm(be, 1, 0, OC, KKC, rows, 1.0f, d, OC, col, KKC,
-			 b0 ? 1.0f : 0.0f, dweight, KKC);
-		if (!dinp)
+	if (conv_is_pointwise(K, S, P)) {
+		linear_backward(be, dinp, dweight, dbias, dout, inp, weight,
+				B * H * W, C, OC, accum);
+		return;
+	}
+	struct conv_arg a = {.dinp = dinp, .dweight = dweight, .dout = dout,
+			     .inp = inp, .weight = weight, .work = work, .B = B,
+			     .H = H, .W = W, .C = C, .OC = OC, .K = K, .S = S,
+			     .P = P, .OH = OH, .OW = OW, .accum = accum};
+	a.cb = conv_chunk_for(be, B, OH, OW, C, K);
+	a.nchunks = (B + a.cb - 1) / a.cb;
+	a.col_floats = conv_col_floats(a.cb, H, W, C, OC, K, S, P);
+	size_t nw = (size_t)OC * K * K * C;
+	int nt = nthreads(be);
+	if (S == 1 && dinp) {
+		/* wflip[c][kh][kw][o] = weight[o][K-1-kh][K-1-kw][c] */
+		a.wflip = work + (size_t)nt * a.col_floats + (size_t)(nt - 1) * nw;
+		for (int c = 0; c < C; c++)
+			for (int kh = 0; kh < K; kh++)
+				for (int kw = 0; kw < K; kw++)
+					for (int o = 0; o < OC; o++)
+						a.wflip[((size_t)(c * K + kh) * K + kw) * OC + o] =
+							weight[((size_t)(o * K + K - 1 - kh) * K + K - 1 - kw) * C + c];
+	}
+	parallel_blas(be, conv_bwd_task, &a);
+	/* partials added in thread order: fixed for a fixed thread count */
+	for (int t = 1; t < nt; t++) {
+		if (!a.had_chunk[t])
 			continue;
-		if (pointwise) {
-			cpu_gemm(be, 0, 0, rows, C, OC, 1.0f, d, OC, weight, C,
-				 accum ? 1.0f : 0.0f, dinp + b0 * in_img, C);
-		} else {
-			/* dcol (rows,KKC) = d (rows,OC) weight (OC,KKC), reusing
-			 * the column buffer, then scattered back. */
-			cpu_gemm(be, 0, 0, rows, KKC, OC, 1.0f, d, OC, weight,
-				 KKC, 0.0f, work, KKC);
-			col2im(dinp + b0 * in_img, work, nb, H, W, C, K, S, P);
-		}
+		const float *part = work + (size_t)nt * a.col_floats +
+				    (size_t)(t - 1) * nw;
+		for (size_t i = 0; i < nw; i++)
+			dweight[i] += part[i];
 	}
 	if (dbias)
-		column_sums(dbias, dout, (size_t)B * out_rows_img, OC);
+		column_sums(dbias, dout, (size_t)B * OH * OW, OC);
 }
 
 /* ---- batch norm (N rows of C channels) ----------------------------------- */
@@ -280,7 +502,7 @@ static void conv2d_backward(apf_backend *be, float *dinp, float *dweight,
  * allocated. */
 #define BN_BLOCK 256
 
-static void batchnorm_forward(apf_backend *be, float *out, float *save_mean,
+static void batchnorm_forward_s(apf_backend *be, float *out, float *save_mean,
 			      float *save_rstd, const float *inp,
 			      const float *scale, const float *bias,
 			      float *run_mean, float *run_var, int N, int C,
@@ -338,7 +560,7 @@ static void batchnorm_forward(apf_backend *be, float *out, float *save_mean,
 	}
 }
 
-static void batchnorm_backward(apf_backend *be, float *dinp, float *dscale,
+static void batchnorm_backward_s(apf_backend *be, float *dinp, float *dscale,
 			       float *dbias, const float *dout,
 			       const float *inp, const float *scale,
 			       const float *mean, const float *rstd, int N,
@@ -377,6 +599,181 @@ static void batchnorm_backward(apf_backend *be, float *dinp, float *dscale,
 			di[c] = accum ? di[c] + g : g;
 		}
 	}
+}
+
+/* The parallel batch norm: rows split across threads, per-thread partial
+ * sums per channel added in thread order. Channels beyond one block fall
+ * back to the serial version above. */
+enum { BN_SUM = 1, BN_VAR, BN_NORM, BN_DSUMS, BN_DX };
+
+struct bn_arg {
+	int phase, N, C, accum;
+	const float *inp, *dout, *scale, *bias;
+	const float *mean, *rstd; /* per channel, for the phases after SUM */
+	float *out, *dinp;
+	float dmean[BN_BLOCK], dxhat[BN_BLOCK]; /* sums / N for BN_DX */
+	double part[MAX_THREADS][2][BN_BLOCK];
+};
+
+HOT static void bn_task(void *v, int t, int nt)
+{
+	struct bn_arg *a = v;
+	size_t b, e;
+	split((size_t)a->N, t, nt, 1, &b, &e);
+	int C = a->C;
+	double *p0 = a->part[t][0], *p1 = a->part[t][1];
+	switch (a->phase) {
+	case BN_SUM:
+		memset(p0, 0, (size_t)C * sizeof *p0);
+		for (size_t n = b; n < e; n++) {
+			const float *x = a->inp + n * C;
+			for (int c = 0; c < C; c++)
+				p0[c] += x[c];
+		}
+		break;
+	case BN_VAR:
+		memset(p1, 0, (size_t)C * sizeof *p1);
+		for (size_t n = b; n < e; n++) {
+			const float *x = a->inp + n * C;
+			for (int c = 0; c < C; c++) {
+				double d = (double)x[c] - a->mean[c];
+				p1[c] += d * d;
+			}
+		}
+		break;
+	case BN_NORM:
+		for (size_t n = b; n < e; n++) {
+			const float *x = a->inp + n * C;
+			float *y = a->out + n * C;
+			for (int c = 0; c < C; c++)
+				y[c] = (x[c] - a->mean[c]) * a->rstd[c] *
+					       a->scale[c] +
+				       a->bias[c];
+		}
+		break;
+	case BN_DSUMS:
+		memset(p0, 0, (size_t)C * sizeof *p0);
+		memset(p1, 0, (size_t)C * sizeof *p1);
+		for (size_t n = b; n < e; n++) {
+			const float *x = a->inp + n * C, *d = a->dout + n * C;
+			for (int c = 0; c < C; c++) {
+				p0[c] += d[c];
+				p1[c] += (double)d[c] * (x[c] - a->mean[c]) *
+					 a->rstd[c];
+			}
+		}
+		break;
+	case BN_DX:
+		for (size_t n = b; n < e; n++) {
+			const float *x = a->inp + n * C, *d = a->dout + n * C;
+			float *di = a->dinp + n * C;
+			for (int c = 0; c < C; c++) {
+				float xhat = (x[c] - a->mean[c]) * a->rstd[c];
+				float g = a->scale[c] * a->rstd[c] *
+					  (d[c] - a->dmean[c] - xhat * a->dxhat[c]);
+				di[c] = a->accum ? di[c] + g : g;
+			}
+		}
+		break;
+	}
+}
+
+static void bn_run(apf_backend *be, struct bn_arg *a)
+{
+	if ((size_t)a->N * a->C < PAR_MIN || nthreads(be) == 1)
+		bn_task(a, 0, 1);
+	else
+		parallel(be, bn_task, a);
+}
+
+/* Sum of the threads' partials for channel c, in thread order. */
+static double bn_total(const apf_backend *be, const struct bn_arg *a, int k,
+		       int c)
+{
+	int nt = (size_t)a->N * a->C < PAR_MIN ? 1 : nthreads(be);
+	double s = 0.0;
+	for (int t = 0; t < nt; t++)
+		s += a->part[t][k][c];
+	return s;
+}
+
+static void batchnorm_forward(apf_backend *be, float *out, float *save_mean,
+			      float *save_rstd, const float *inp,
+			      const float *scale, const float *bias,
+			      float *run_mean, float *run_var, int N, int C,
+			      float momentum, float eps, int train)
+{
+	if (C > BN_BLOCK) {
+		batchnorm_forward_s(be, out, save_mean, save_rstd, inp, scale,
+				    bias, run_mean, run_var, N, C, momentum,
+				    eps, train);
+		return;
+	}
+	struct bn_arg *a = malloc(sizeof *a);
+	if (!a)
+		abort(); /* ~70 KiB; nothing sensible to do without it */
+	*a = (struct bn_arg){.N = N, .C = C, .inp = inp, .scale = scale,
+			     .bias = bias, .out = out};
+	float eval_rstd[BN_BLOCK];
+	if (!train) {
+		for (int c = 0; c < C; c++)
+			eval_rstd[c] = 1.0f / sqrtf(run_var[c] + eps);
+		a->mean = run_mean;
+		a->rstd = eval_rstd;
+	} else {
+		a->phase = BN_SUM;
+		bn_run(be, a);
+		for (int c = 0; c < C; c++)
+			save_mean[c] = (float)(bn_total(be, a, 0, c) / N);
+		a->mean = save_mean;
+		a->phase = BN_VAR;
+		bn_run(be, a);
+		for (int c = 0; c < C; c++) {
+			double sq = bn_total(be, a, 1, c), var = sq / N;
+			save_rstd[c] = (float)(1.0 / sqrt(var + eps));
+			double unbiased = N > 1 ? sq / (N - 1) : var;
+			run_mean[c] = (1.0f - momentum) * run_mean[c] +
+				      momentum * save_mean[c];
+			run_var[c] = (1.0f - momentum) * run_var[c] +
+				     momentum * (float)unbiased;
+		}
+		a->rstd = save_rstd;
+	}
+	a->phase = BN_NORM;
+	bn_run(be, a);
+	free(a);
+}
+
+static void batchnorm_backward(apf_backend *be, float *dinp, float *dscale,
+			       float *dbias, const float *dout,
+			       const float *inp, const float *scale,
+			       const float *mean, const float *rstd, int N,
+			       int C, int accum)
+{
+	if (C > BN_BLOCK) {
+		batchnorm_backward_s(be, dinp, dscale, dbias, dout, inp, scale,
+				     mean, rstd, N, C, accum);
+		return;
+	}
+	struct bn_arg *a = malloc(sizeof *a);
+	if (!a)
+		abort();
+	*a = (struct bn_arg){.phase = BN_DSUMS, .N = N, .C = C,
+			     .accum = accum, .inp = inp, .dout = dout,
+			     .scale = scale, .mean = mean, .rstd = rstd,
+			     .dinp = dinp};
+	bn_run(be, a);
+	for (int c = 0; c < C; c++) {
+		dbias[c] = (float)bn_total(be, a, 0, c);
+		dscale[c] = (float)bn_total(be, a, 1, c);
+		a->dmean[c] = dbias[c] / N;
+		a->dxhat[c] = dscale[c] / N;
+	}
+	if (dinp) {
+		a->phase = BN_DX;
+		bn_run(be, a);
+	}
+	free(a);
 }
 
 /* ---- layer norm ----------------------------------------------------------- */
@@ -443,7 +840,7 @@ static void layernorm_backward(apf_backend *be, float *dinp, float *dscale,
 #define GELU_K 0.7978845608028654f /* sqrt(2/pi) */
 #define GELU_C 0.044715f
 
-static void activation_forward(apf_backend *be, int act, float *out,
+HOT static void activation_forward_s(apf_backend *be, int act, float *out,
 			       const float *inp, size_t n)
 {
 	(void)be;
@@ -495,7 +892,7 @@ static inline float silu_grad(float x)
 	return sg * (1.0f + x * (1.0f - sg));
 }
 
-static void activation_backward(apf_backend *be, int act, float *dinp,
+HOT static void activation_backward_s(apf_backend *be, int act, float *dinp,
 				const float *dout, const float *inp,
 				const float *out, size_t n, int accum)
 {
@@ -662,17 +1059,20 @@ static void global_avgpool_backward(apf_backend *be, float *dinp,
 /* Calls fn(i, keep) for each element, drawing four mask words per Philox
  * block, as apf_rng_word(key, step, i) addresses them. */
 static void dropout_apply(float *out, const float *in, size_t n, float p,
-			  const uint32_t key[2], uint64_t step, int accum)
+			  const uint32_t key[2], uint64_t step, int accum,
+			  size_t base)
 {
+	/* base: index of out[0] in the whole tensor, a multiple of 4 */
+	out -= base, in -= base;
 	float keep_scale = 1.0f / (1.0f - p);
 	uint32_t ctr[4] = {0, 0, (uint32_t)step, (uint32_t)(step >> 32)};
-	for (size_t i0 = 0; i0 < n; i0 += 4) {
+	for (size_t i0 = base; i0 < base + n; i0 += 4) {
 		uint32_t w[4];
 		uint64_t blk = i0 / 4;
 		ctr[0] = (uint32_t)blk;
 		ctr[1] = (uint32_t)(blk >> 32);
 		apf_philox4x32_10(ctr, key, w);
-		for (size_t j = 0; j < 4 && i0 + j < n; j++) {
+		for (size_t j = 0; j < 4 && i0 + j < base + n; j++) {
 			size_t i = i0 + j;
 			float v = apf_rng_to_uniform(w[j]) >= p
 					  ? in[i] * keep_scale
@@ -682,23 +1082,7 @@ static void dropout_apply(float *out, const float *in, size_t n, float p,
 	}
 }
 
-static void dropout_forward(apf_backend *be, float *out, const float *inp,
-			    size_t n, float p, const uint32_t key[2],
-			    uint64_t step)
-{
-	(void)be;
-	dropout_apply(out, inp, n, p, key, step, 0);
-}
-
-static void dropout_backward(apf_backend *be, float *dinp, const float *dout,
-			     size_t n, float p, const uint32_t key[2],
-			     uint64_t step, int accum)
-{
-	(void)be;
-	dropout_apply(dinp, dout, n, p, key, step, accum);
-}
-
-static void add_forward(apf_backend *be, float *out, const float *a,
+HOT static void add_forward_s(apf_backend *be, float *out, const float *a,
 			const float *b, size_t n)
 {
 	(void)be;
@@ -706,7 +1090,7 @@ static void add_forward(apf_backend *be, float *out, const float *a,
 		out[i] = a[i] + b[i];
 }
 
-static void accumulate(apf_backend *be, float *dst, const float *src, size_t n,
+HOT static void accumulate_s(apf_backend *be, float *dst, const float *src, size_t n,
 		       int accum)
 {
 	(void)be;
@@ -794,14 +1178,14 @@ static void v_copy(apf_backend *be, float *dst, const float *src, size_t n)
 	cpu_memcpy(be, dst, src, n * sizeof *dst);
 }
 
-static void v_scale(apf_backend *be, float *x, float a, size_t n)
+HOT static void v_scale_s(apf_backend *be, float *x, float a, size_t n)
 {
 	(void)be;
 	for (size_t i = 0; i < n; i++)
 		x[i] *= a;
 }
 
-static void v_axpy(apf_backend *be, float *y, float a, const float *x,
+HOT static void v_axpy_s(apf_backend *be, float *y, float a, const float *x,
 		   size_t n)
 {
 	(void)be;
@@ -862,7 +1246,7 @@ static void v_clamp(apf_backend *be, float *x, float lo, float hi, size_t n)
 		x[i] = x[i] < lo ? lo : x[i] > hi ? hi : x[i];
 }
 
-static void v_moments(apf_backend *be, float *m, float *v, const float *g,
+HOT static void v_moments_s(apf_backend *be, float *m, float *v, const float *g,
 		      float b1, float b2, size_t n)
 {
 	(void)be;
@@ -873,7 +1257,7 @@ static void v_moments(apf_backend *be, float *m, float *v, const float *g,
 	}
 }
 
-static void v_adam_direction(apf_backend *be, float *d, const float *m,
+HOT static void v_adam_direction_s(apf_backend *be, float *d, const float *m,
 			     const float *v, float c1, float c2, float eps,
 			     size_t n)
 {
@@ -914,6 +1298,153 @@ static double v_max_abs(apf_backend *be, const float *x, size_t n)
 		m = a > m ? a : m;
 	}
 	return m;
+}
+
+/* ---- elementwise work, split across threads -------------------------------- */
+
+enum {
+	EW_ACT_F = 1, EW_ACT_B, EW_ADD, EW_ACC, EW_SCALE, EW_AXPY, EW_MOMENTS,
+	EW_ADAM_DIR, EW_DROPOUT,
+};
+
+struct ew_arg {
+	int op, act, accum;
+	float *out, *out2;
+	const float *a, *b, *c;
+	float s1, s2, s3, s4;
+	size_t n;
+	const uint32_t *key;
+	uint64_t step;
+};
+
+static void ew_task(void *v, int t, int nt)
+{
+	struct ew_arg *a = v;
+	size_t b, e;
+	split(a->n, t, nt, 16, &b, &e);
+	if (b >= e)
+		return;
+	size_t k = e - b;
+	switch (a->op) {
+	case EW_ACT_F:
+		activation_forward_s(NULL, a->act, a->out + b, a->a + b, k);
+		break;
+	case EW_ACT_B:
+		activation_backward_s(NULL, a->act, a->out + b, a->a + b,
+				      a->b + b, a->c + b, k, a->accum);
+		break;
+	case EW_ADD:
+		add_forward_s(NULL, a->out + b, a->a + b, a->b + b, k);
+		break;
+	case EW_ACC:
+		accumulate_s(NULL, a->out + b, a->a + b, k, a->accum);
+		break;
+	case EW_SCALE:
+		v_scale_s(NULL, a->out + b, a->s1, k);
+		break;
+	case EW_AXPY:
+		v_axpy_s(NULL, a->out + b, a->s1, a->a + b, k);
+		break;
+	case EW_MOMENTS:
+		v_moments_s(NULL, a->out + b, a->out2 + b, a->a + b, a->s1,
+			    a->s2, k);
+		break;
+	case EW_ADAM_DIR:
+		v_adam_direction_s(NULL, a->out + b, a->a + b, a->b + b, a->s1,
+				   a->s2, a->s3, k);
+		break;
+	case EW_DROPOUT:
+		dropout_apply(a->out + b, a->a + b, k, a->s1, a->key, a->step,
+			      a->accum, b);
+		break;
+	}
+}
+
+static void ew_run(apf_backend *be, struct ew_arg *a)
+{
+	if (a->n < PAR_MIN || nthreads(be) == 1)
+		ew_task(a, 0, 1);
+	else
+		parallel(be, ew_task, a);
+}
+
+static void activation_forward(apf_backend *be, int act, float *out,
+			       const float *inp, size_t n)
+{
+	struct ew_arg a = {.op = EW_ACT_F, .act = act, .out = out, .a = inp,
+			   .n = n};
+	ew_run(be, &a);
+}
+
+static void activation_backward(apf_backend *be, int act, float *dinp,
+				const float *dout, const float *inp,
+				const float *out, size_t n, int accum)
+{
+	struct ew_arg a = {.op = EW_ACT_B, .act = act, .out = dinp, .a = dout,
+			   .b = inp, .c = out, .n = n, .accum = accum};
+	ew_run(be, &a);
+}
+
+static void add_forward(apf_backend *be, float *out, const float *x,
+			const float *y, size_t n)
+{
+	struct ew_arg a = {.op = EW_ADD, .out = out, .a = x, .b = y, .n = n};
+	ew_run(be, &a);
+}
+
+static void accumulate(apf_backend *be, float *dst, const float *src, size_t n,
+		       int accum)
+{
+	struct ew_arg a = {.op = EW_ACC, .out = dst, .a = src, .n = n,
+			   .accum = accum};
+	ew_run(be, &a);
+}
+
+static void dropout_forward(apf_backend *be, float *out, const float *inp,
+			    size_t n, float p, const uint32_t key[2],
+			    uint64_t step)
+{
+	struct ew_arg a = {.op = EW_DROPOUT, .out = out, .a = inp, .n = n,
+			   .s1 = p, .key = key, .step = step};
+	ew_run(be, &a);
+}
+
+static void dropout_backward(apf_backend *be, float *dinp, const float *dout,
+			     size_t n, float p, const uint32_t key[2],
+			     uint64_t step, int accum)
+{
+	struct ew_arg a = {.op = EW_DROPOUT, .out = dinp, .a = dout, .n = n,
+			   .s1 = p, .key = key, .step = step, .accum = accum};
+	ew_run(be, &a);
+}
+
+static void v_scale(apf_backend *be, float *x, float s, size_t n)
+{
+	struct ew_arg a = {.op = EW_SCALE, .out = x, .s1 = s, .n = n};
+	ew_run(be, &a);
+}
+
+static void v_axpy(apf_backend *be, float *y, float s, const float *x, size_t n)
+{
+	struct ew_arg a = {.op = EW_AXPY, .out = y, .a = x, .s1 = s, .n = n};
+	ew_run(be, &a);
+}
+
+static void v_moments(apf_backend *be, float *m, float *v, const float *g,
+		      float b1, float b2, size_t n)
+{
+	struct ew_arg a = {.op = EW_MOMENTS, .out = m, .out2 = v, .a = g,
+			   .s1 = b1, .s2 = b2, .n = n};
+	ew_run(be, &a);
+}
+
+static void v_adam_direction(apf_backend *be, float *d, const float *m,
+			     const float *v, float c1, float c2, float eps,
+			     size_t n)
+{
+	struct ew_arg a = {.op = EW_ADAM_DIR, .out = d, .a = m, .b = v,
+			   .s1 = c1, .s2 = c2, .s3 = eps, .n = n};
+	ew_run(be, &a);
 }
 
 /* ---- the table ------------------------------------------------------------ */
@@ -969,14 +1500,51 @@ static const apf_backend cpu_template = {
 	.max_abs = v_max_abs,
 };
 
+static void pool_stop(struct pool *p, int started)
+{
+	pthread_mutex_lock(&p->mu);
+	p->stop = 1;
+	pthread_cond_broadcast(&p->work);
+	pthread_mutex_unlock(&p->mu);
+	for (int i = 1; i <= started; i++)
+		pthread_join(p->th[i], NULL);
+	pthread_mutex_destroy(&p->mu);
+	pthread_cond_destroy(&p->work);
+	pthread_cond_destroy(&p->done);
+}
+
 int apf_backend_cpu_new(apf_backend **out, int threads)
 {
 	*out = NULL;
+	if (threads > MAX_THREADS)
+		return apf_error(APF_EINPUT, "cpu backend",
+				 "%d threads (at most %d)", threads,
+				 MAX_THREADS);
 	apf_backend *be = malloc(sizeof *be);
-	if (!be)
+	struct pool *p = apf_calloc(1, sizeof *p);
+	if (!be || !p) {
+		free(be);
+		free(p);
 		return apf_error(APF_ENOMEM, "cpu backend", "out of memory");
+	}
 	*be = cpu_template;
 	be->threads = threads > 0 ? threads : 1;
+	be->impl = p;
+	p->n = be->threads;
+	pthread_mutex_init(&p->mu, NULL);
+	pthread_cond_init(&p->work, NULL);
+	pthread_cond_init(&p->done, NULL);
+	for (int i = 1; i < p->n; i++) {
+		p->args[i] = (struct worker_arg){p, i};
+		int e = pthread_create(&p->th[i], NULL, worker, &p->args[i]);
+		if (e) {
+			pool_stop(p, i - 1);
+			free(p);
+			free(be);
+			return apf_error_errno(APF_EIO, e, "cpu backend",
+					       "start compute thread");
+		}
+	}
 	openblas_set_num_threads(be->threads);
 	*out = be;
 	return 0;
@@ -984,5 +1552,10 @@ int apf_backend_cpu_new(apf_backend **out, int threads)
 
 void apf_backend_free(apf_backend *be)
 {
+	if (!be)
+		return;
+	struct pool *p = be->impl;
+	pool_stop(p, p->n - 1);
+	free(p);
 	free(be);
 }
