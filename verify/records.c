@@ -64,9 +64,11 @@ enum ftype {
 
 #define KEEP_NONE 0xff
 #define FLAG_NULL 0x80
+#define FLAG_CKPT_NAMED 0x40 /* eval: checkpoint.file names its file */
 
 struct field {
 	const char *name;
+	uint8_t len;
 	uint8_t type;
 	uint8_t required;
 	uint8_t at; /* u[] for integers, flags bit for booleans, tok[] for
@@ -84,97 +86,99 @@ static const char *const reasons[] = {"budget", "targets", "complete",
 
 #define REQ 1
 #define OPT 0
-#define UNIT_FIELD {"unit", F_UNIT, REQ, 0, NULL}
+#define FLD(name, type, req, at, values) {name, sizeof name - 1, type, req, at, values}
+#define UNIT_FIELD FLD("unit", F_UNIT, REQ, 0, NULL)
+#define END {NULL, 0, 0, 0, 0, NULL}
 
 static const struct field f_run_start[] = {
-	{"run_json_sha256", F_SHA, REQ, 0, NULL},
-	{"entry_sha256", F_SHA, REQ, 1, NULL},
-	{"manifest_sha256", F_SHA, REQ, 2, NULL},
-	{"sealed", F_BOOL, REQ, 0, NULL},
-	{"device", F_ENUM, REQ, 0, devices},
-	{"threads", F_U64_1, REQ, 0, NULL},
-	{NULL, 0, 0, 0, NULL}};
+	FLD("run_json_sha256", F_SHA, REQ, 0, NULL),
+	FLD("entry_sha256", F_SHA, REQ, 1, NULL),
+	FLD("manifest_sha256", F_SHA, REQ, 2, NULL),
+	FLD("sealed", F_BOOL, REQ, 0, NULL),
+	FLD("device", F_ENUM, REQ, 0, devices),
+	FLD("threads", F_U64_1, REQ, 0, NULL),
+	END};
 static const struct field f_env_drift[] = {
-	{"allowed", F_TRUE, REQ, 0, NULL},
-	{"fields", F_DRIFTS, REQ, 0, NULL},
-	{NULL, 0, 0, 0, NULL}};
+	FLD("allowed", F_TRUE, REQ, 0, NULL),
+	FLD("fields", F_DRIFTS, REQ, 0, NULL),
+	END};
 static const struct field f_unsealed[] = {
-	{"reason", F_STR, REQ, KEEP_NONE, NULL}, {NULL, 0, 0, 0, NULL}};
+	FLD("reason", F_STR, REQ, KEEP_NONE, NULL), END};
 static const struct field f_trial_start[] = {
 	UNIT_FIELD,
-	{"workload", F_STR, REQ, 0, NULL},
-	{"variant", F_STR, REQ, 1, NULL},
-	{"study", F_U64, REQ, 0, NULL},
-	{"trial", F_U64_1, REQ, 1, NULL},
-	{"hparams", F_OBJ, REQ, 2, NULL},
-	{"batch_size", F_U64_1, REQ, 2, NULL},
-	{"budget_ns", F_U64_1, REQ, 3, NULL},
-	{"eval_period_ns", F_U64_1, REQ, 4, NULL},
-	{"max_steps", F_U64, REQ, 5, NULL},
-	{"validation_target", F_NUM, REQ, 0, NULL},
-	{"test_target", F_NUM, REQ, 1, NULL},
-	{"metric", F_STR, REQ, 3, NULL},
-	{"direction", F_ENUM, REQ, 0, directions},
-	{NULL, 0, 0, 0, NULL}};
+	FLD("workload", F_STR, REQ, 0, NULL),
+	FLD("variant", F_STR, REQ, 1, NULL),
+	FLD("study", F_U64, REQ, 0, NULL),
+	FLD("trial", F_U64_1, REQ, 1, NULL),
+	FLD("hparams", F_OBJ, REQ, 2, NULL),
+	FLD("batch_size", F_U64_1, REQ, 2, NULL),
+	FLD("budget_ns", F_U64_1, REQ, 3, NULL),
+	FLD("eval_period_ns", F_U64_1, REQ, 4, NULL),
+	FLD("max_steps", F_U64, REQ, 5, NULL),
+	FLD("validation_target", F_NUM, REQ, 0, NULL),
+	FLD("test_target", F_NUM, REQ, 1, NULL),
+	FLD("metric", F_STR, REQ, 3, NULL),
+	FLD("direction", F_ENUM, REQ, 0, directions),
+	END};
 static const struct field f_build[] = {
 	UNIT_FIELD,
-	{"so_sha256", F_SHA, REQ, KEEP_NONE, NULL},
-	{"compiler", F_STR, REQ, KEEP_NONE, NULL},
-	{"flags", F_STRS, REQ, KEEP_NONE, NULL},
-	{"build_ns", F_U64, REQ, 0, NULL},
-	{NULL, 0, 0, 0, NULL}};
+	FLD("so_sha256", F_SHA, REQ, KEEP_NONE, NULL),
+	FLD("compiler", F_STR, REQ, KEEP_NONE, NULL),
+	FLD("flags", F_STRS, REQ, KEEP_NONE, NULL),
+	FLD("build_ns", F_U64, REQ, 0, NULL),
+	END};
 static const struct field f_clock_start[] = {
-	UNIT_FIELD, {"init_ns", F_U64, REQ, 0, NULL}, {NULL, 0, 0, 0, NULL}};
+	UNIT_FIELD, FLD("init_ns", F_U64, REQ, 0, NULL), END};
 static const struct field f_step_block[] = {
 	UNIT_FIELD,
-	{"first_step", F_U64_1, REQ, 0, NULL},
-	{"last_step", F_U64, REQ, 1, NULL},
-	{"start_ns", F_U64, REQ, 2, NULL},
-	{"end_ns", F_U64, REQ, 3, NULL},
-	{"accumulated_submission_ns", F_U64, REQ, 4, NULL},
-	{NULL, 0, 0, 0, NULL}};
+	FLD("first_step", F_U64_1, REQ, 0, NULL),
+	FLD("last_step", F_U64, REQ, 1, NULL),
+	FLD("start_ns", F_U64, REQ, 2, NULL),
+	FLD("end_ns", F_U64, REQ, 3, NULL),
+	FLD("accumulated_submission_ns", F_U64, REQ, 4, NULL),
+	END};
 static const struct field f_eval[] = {
 	UNIT_FIELD,
-	{"index", F_U64_1, REQ, 0, NULL},
-	{"global_step", F_U64, REQ, 1, NULL},
-	{"start_ns", F_U64, REQ, 2, NULL},
-	{"end_ns", F_U64, REQ, 3, NULL},
-	{"accumulated_submission_ns", F_U64, REQ, 4, NULL},
-	{"accumulated_eval_ns", F_U64, REQ, 5, NULL},
-	{"accumulated_logging_ns", F_U64, REQ, 6, NULL},
-	{"total_duration_ns", F_U64, REQ, 7, NULL},
-	{"preemption_count", F_U64, REQ, 8, NULL},
-	{"metrics", F_METRICS, REQ, 0, NULL},
-	{"validation_target_met", F_BOOL, REQ, 0, NULL},
-	{"test_target_met", F_BOOL, REQ, 1, NULL},
-	{"checkpoint", F_CKPT, REQ, 1, NULL},
-	{NULL, 0, 0, 0, NULL}};
+	FLD("index", F_U64_1, REQ, 0, NULL),
+	FLD("global_step", F_U64, REQ, 1, NULL),
+	FLD("start_ns", F_U64, REQ, 2, NULL),
+	FLD("end_ns", F_U64, REQ, 3, NULL),
+	FLD("accumulated_submission_ns", F_U64, REQ, 4, NULL),
+	FLD("accumulated_eval_ns", F_U64, REQ, 5, NULL),
+	FLD("accumulated_logging_ns", F_U64, REQ, 6, NULL),
+	FLD("total_duration_ns", F_U64, REQ, 7, NULL),
+	FLD("preemption_count", F_U64, REQ, 8, NULL),
+	FLD("metrics", F_METRICS, REQ, 0, NULL),
+	FLD("validation_target_met", F_BOOL, REQ, 0, NULL),
+	FLD("test_target_met", F_BOOL, REQ, 1, NULL),
+	FLD("checkpoint", F_CKPT, REQ, 1, NULL),
+	END};
 static const struct field f_sandbox_fault[] = {
 	UNIT_FIELD,
-	{"kind", F_ENUM, REQ, 0, fault_kinds},
-	{"detail", F_STR, REQ, KEEP_NONE, NULL},
-	{NULL, 0, 0, 0, NULL}};
+	FLD("kind", F_ENUM, REQ, 0, fault_kinds),
+	FLD("detail", F_STR, REQ, KEEP_NONE, NULL),
+	END};
 static const struct field f_trial_end[] = {
 	UNIT_FIELD,
-	{"reason", F_ENUM, REQ, 0, reasons},
-	{"failed", F_BOOL, REQ, 0, NULL},
-	{"global_step", F_U64, REQ, 0, NULL},
-	{"evals", F_U64, REQ, 1, NULL},
-	{"accumulated_submission_ns", F_U64, REQ, 2, NULL},
-	{"time_to_target_ns", F_U64_NULL, REQ, 3, NULL},
-	{"detail", F_STR, OPT, KEEP_NONE, NULL},
-	{NULL, 0, 0, 0, NULL}};
+	FLD("reason", F_ENUM, REQ, 0, reasons),
+	FLD("failed", F_BOOL, REQ, 0, NULL),
+	FLD("global_step", F_U64, REQ, 0, NULL),
+	FLD("evals", F_U64, REQ, 1, NULL),
+	FLD("accumulated_submission_ns", F_U64, REQ, 2, NULL),
+	FLD("time_to_target_ns", F_U64_NULL, REQ, 3, NULL),
+	FLD("detail", F_STR, OPT, KEEP_NONE, NULL),
+	END};
 static const struct field f_resume[] = {
-	{"cut_bytes", F_U64, REQ, 0, NULL},
-	{"unit", F_UNIT_NULL, REQ, 0, NULL},
-	{"from_eval", F_U64, REQ, 1, NULL},
-	{"preemption_count", F_U64_1, REQ, 2, NULL},
-	{NULL, 0, 0, 0, NULL}};
+	FLD("cut_bytes", F_U64, REQ, 0, NULL),
+	FLD("unit", F_UNIT_NULL, REQ, 0, NULL),
+	FLD("from_eval", F_U64, REQ, 1, NULL),
+	FLD("preemption_count", F_U64_1, REQ, 2, NULL),
+	END};
 static const struct field f_run_end[] = {
-	{"units", F_U64, REQ, 0, NULL},
-	{"completed", F_U64, REQ, 1, NULL},
-	{"failed", F_U64, REQ, 2, NULL},
-	{NULL, 0, 0, 0, NULL}};
+	FLD("units", F_U64, REQ, 0, NULL),
+	FLD("completed", F_U64, REQ, 1, NULL),
+	FLD("failed", F_U64, REQ, 2, NULL),
+	END};
 
 static const struct {
 	const char *name;
@@ -218,20 +222,43 @@ static void bad(struct vx_slot *s, const char *fmt, ...)
 	s->bad = 1;
 }
 
-static int is_sha(const char *line, const struct apf_jtok *t)
+/* Lowercase hex digits, as their value + 1; 0 for anything else. */
+static const uint8_t hexdigit[256] = {
+	['0'] = 1,  ['1'] = 2,	['2'] = 3,  ['3'] = 4,	['4'] = 5,  ['5'] = 6,
+	['6'] = 7,  ['7'] = 8,	['8'] = 9,  ['9'] = 10, ['a'] = 11, ['b'] = 12,
+	['c'] = 13, ['d'] = 14, ['e'] = 15, ['f'] = 16};
+
+/* A SHA-256 in lowercase hex; its bytes go to out (may be NULL). */
+static int is_sha(const char *line, const struct apf_jtok *t, uint8_t *out)
 {
 	if (t->type != APF_JSTRING || t->escaped || t->len != 64)
 		return 0;
-	const char *p = line + t->start;
-	for (int i = 0; i < 64; i++)
-		if (!((p[i] >= '0' && p[i] <= '9') || (p[i] >= 'a' && p[i] <= 'f')))
-			return 0;
-	return 1;
+	const unsigned char *p = (const unsigned char *)line + t->start;
+	int ok = 1;
+	for (int i = 0; i < 32; i++) {
+		uint8_t hi = hexdigit[p[2 * i]], lo = hexdigit[p[2 * i + 1]];
+		ok &= hi != 0 && lo != 0;
+		if (out)
+			out[i] = (uint8_t)((hi - 1) << 4 | ((lo - 1) & 0xf));
+	}
+	return ok;
 }
 
-static int hexval(char c)
+/* Equal bytes; short keys and names compare faster inline than through
+ * a memcmp call. */
+static inline int same_bytes(const char *a, const char *b, size_t n)
 {
-	return c <= '9' ? c - '0' : c - 'a' + 10;
+	for (; n >= 8; n -= 8, a += 8, b += 8) {
+		uint64_t x, y;
+		memcpy(&x, a, 8);
+		memcpy(&y, b, 8);
+		if (x != y)
+			return 0;
+	}
+	for (; n; n--)
+		if (*a++ != *b++)
+			return 0;
+	return 1;
 }
 
 /* The unit a token names: index, or -2 when run.json has no such unit. */
@@ -251,7 +278,7 @@ static int32_t find_unit(const struct vx *v, const char *line,
 	while (lo < hi) {
 		size_t mid = (lo + hi) / 2;
 		const char *m = v->units[v->by_name[mid]].name;
-		size_t mlen = strlen(m);
+		size_t mlen = v->units[v->by_name[mid]].name_len;
 		int c = memcmp(m, name, mlen < len ? mlen : len);
 		if (!c)
 			c = mlen < len ? -1 : mlen > len;
@@ -342,7 +369,7 @@ static int take_field(const struct vx *v, const char *line,
 		s->u[f->at] = n;
 		return 0;
 	case F_SHA:
-		if (!is_sha(line, x))
+		if (!is_sha(line, x, NULL))
 			return -1;
 		break;
 	case F_STR:
@@ -413,13 +440,10 @@ static int take_field(const struct vx *v, const char *line,
 		long sha = apf_jtok_get(line, t, val, "sha256");
 		long bytes = apf_jtok_get(line, t, val, "bytes");
 		if (file < 0 || sha < 0 || bytes < 0 ||
-		    t[file].type != APF_JSTRING || !is_sha(line, &t[sha]) ||
+		    t[file].type != APF_JSTRING ||
+		    !is_sha(line, &t[sha], s->sha) ||
 		    apf_jtok_u64(line, &t[bytes], &s->u[9]))
 			return -1;
-		const char *h = line + t[sha].start;
-		for (int i = 0; i < 32; i++)
-			s->sha[i] = (uint8_t)(hexval(h[2 * i]) << 4 |
-					      hexval(h[2 * i + 1]));
 		s->tok[2] = (uint32_t)file;
 		break;
 	}
@@ -429,12 +453,53 @@ static int take_field(const struct vx *v, const char *line,
 	return 0;
 }
 
+static inline int key_is(const char *line, const struct apf_jtok *key,
+			 const struct field *f)
+{
+	if (key->escaped)
+		return apf_jtok_eq(line, key, f->name);
+	return key->len == f->len && same_bytes(line + key->start, f->name, f->len);
+}
+
 static int event_id(const char *name)
 {
+	/* Nearly every record is one of these two. */
+	if (!strcmp(name, "step_block"))
+		return EV_STEP_BLOCK;
+	if (!strcmp(name, "eval"))
+		return EV_EVAL;
 	for (int i = 1; i < EV_COUNT; i++)
 		if (!strcmp(events[i].name, name))
 			return i;
 	return EV_UNKNOWN;
+}
+
+/* checkpoint.file names RUN/<unit>/ckpt/<index>.bin, relative to the run
+ * or to the trial's directory. */
+static int names_checkpoint(const char *line, const struct apf_jtok *t,
+			    const struct vx_unit *u, uint64_t index)
+{
+	if (t->type != APF_JSTRING || t->escaped)
+		return 0;
+	const char *p = line + t->start, *end = p + t->len;
+	if ((size_t)(end - p) > u->name_len &&
+	    same_bytes(p, u->name, u->name_len) && p[u->name_len] == '/')
+		p += u->name_len + 1;
+	if (end - p < 5 || !same_bytes(p, "ckpt/", 5))
+		return 0;
+	p += 5;
+	char digits[24];
+	int n = 0;
+	do {
+		digits[n++] = (char)('0' + index % 10);
+		index /= 10;
+	} while (index);
+	if (end - p != n + 4)
+		return 0;
+	while (n)
+		if (*p++ != digits[--n])
+			return 0;
+	return same_bytes(p, ".bin", 4);
 }
 
 void apf_vx_prepare(void *user, const struct apf_runlog_record *r, void *slot)
@@ -461,9 +526,9 @@ void apf_vx_prepare(void *user, const struct apf_runlog_record *r, void *slot)
 		const struct apf_jtok *key = &t[k];
 		size_t fi = hint;
 		/* Writers keep the schema's order: try the next field first. */
-		if (!fs[fi].name || !apf_jtok_eq(line, key, fs[fi].name))
+		if (!fs[fi].name || !key_is(line, key, &fs[fi]))
 			for (fi = 0; fs[fi].name; fi++)
-				if (apf_jtok_eq(line, key, fs[fi].name))
+				if (key_is(line, key, &fs[fi]))
 					break;
 		if (!fs[fi].name) {
 			char name[64];
@@ -488,8 +553,12 @@ void apf_vx_prepare(void *user, const struct apf_runlog_record *r, void *slot)
 			return;
 		}
 	if (s->ev == EV_EVAL && s->unit >= 0) {
-		/* The two metrics the target flags stand for. */
+		/* What the in-order checks need from the line is read here,
+		 * where the line is still in this core's cache: the two
+		 * metrics the target flags stand for, the checkpoint's name. */
 		const struct vx_unit *u = &v->units[s->unit];
+		if (names_checkpoint(line, &t[s->tok[2]], u, s->u[0]))
+			s->flags |= FLAG_CKPT_NAMED;
 		long vm = apf_jtok_get(line, t, s->tok[0], u->vkey);
 		long tm = apf_jtok_get(line, t, s->tok[0], u->tkey);
 		s->has_vm = vm >= 0 && !apf_jtok_double(line, &t[vm], &s->d[0]);
@@ -1032,14 +1101,7 @@ static int eval(struct vx *v, struct vx_unit *u,
 			    (vm && tm ? STOP_TARGETS : 0) |
 			    (u->max_steps && step == u->max_steps ? STOP_MAX_STEPS
 								 : 0));
-	/* checkpoint.file names RUN/<unit>/ckpt/<index>.bin, relative to the
-	 * run or to the trial's directory. */
-	char file[300];
-	int n = snprintf(file, sizeof file, "%s/ckpt/%" PRIu64 ".bin", u->name,
-			 index);
-	e->file_ok = n > 0 && (size_t)n < sizeof file &&
-		     (tok_is(r, s->tok[2], file) ||
-		      tok_is(r, s->tok[2], file + strlen(u->name) + 1));
+	e->file_ok = !!(s->flags & FLAG_CKPT_NAMED);
 	if (!v->o->log_only) {
 		int rc = keep_metrics(u, e, r, s);
 		if (rc) {

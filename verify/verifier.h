@@ -101,6 +101,7 @@ enum vx_state {
 
 struct vx_unit {
 	char *name;         /* study_<k>/<dir>/trial_<n> */
+	size_t name_len;
 	char *workload, *variant, *dir_name;
 	long study, trial0; /* trial0 is the plan's 0-based index */
 	const apf_workload_spec *spec;

@@ -431,6 +431,7 @@ static int build_units(struct vx *v, const char *file)
 		     apf_buf_printf(&tk, "test/%s", spec->metric);
 		u->dir_name = dir.data;
 		u->name = name.data;
+		u->name_len = name.len;
 		u->vkey = vk.data;
 		u->tkey = tk.data;
 		if (rc || !u->workload || !u->variant)

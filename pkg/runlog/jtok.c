@@ -20,6 +20,9 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
 
 struct parser {
 	const char *s;
@@ -127,6 +130,37 @@ static int word_special(uint64_t x)
 	return (zero_q | zero_b | ctl | (x & high)) != 0;
 }
 
+/* The first byte at or after i that ends the fast scan, or a position
+ * close to end where the byte loop takes over. */
+static inline size_t skip_plain(const char *s, size_t i, size_t end)
+{
+#ifdef __SSE2__
+	/* 16 bytes at a time: a quote, a backslash, or (as signed bytes) a
+	 * control character or any non-ASCII byte. */
+	const __m128i quote = _mm_set1_epi8('"'), bslash = _mm_set1_epi8('\\'),
+		      space = _mm_set1_epi8(0x20);
+	while (i + 16 <= end) {
+		__m128i x = _mm_loadu_si128((const __m128i *)(s + i));
+		__m128i m = _mm_or_si128(
+			_mm_or_si128(_mm_cmpeq_epi8(x, quote),
+				     _mm_cmpeq_epi8(x, bslash)),
+			_mm_cmplt_epi8(x, space));
+		unsigned bits = (unsigned)_mm_movemask_epi8(m);
+		if (bits)
+			return i + (size_t)__builtin_ctz(bits);
+		i += 16;
+	}
+#endif
+	while (i + 8 <= end) {
+		uint64_t w;
+		memcpy(&w, s + i, 8);
+		if (word_special(w))
+			break;
+		i += 8;
+	}
+	return i;
+}
+
 static long parse_string(struct parser *p)
 {
 	const char *s = p->s;
@@ -136,13 +170,7 @@ static long parse_string(struct parser *p)
 		return -1;
 	size_t i = p->pos + 1;
 	for (;;) {
-		while (i + 8 <= end) {
-			uint64_t w;
-			memcpy(&w, s + i, 8);
-			if (word_special(w))
-				break;
-			i += 8;
-		}
+		i = skip_plain(s, i, end);
 		if (i >= end)
 			return fail(p, "string never closed");
 		unsigned char c = (unsigned char)s[i];
@@ -324,10 +352,11 @@ static long parse_object(struct parser *p, int depth)
 		return -1;
 	p->pos++;
 	skip_ws(p);
-	/* Duplicate keys: a 64-bit filter over (length, first and last byte)
-	 * sends only likely repeats to the full comparison; once a key holds
-	 * an escape its raw bytes say nothing, so every key is compared. */
-	uint64_t filter = 0;
+	/* Duplicate keys: a two-hash Bloom filter over (length, first,
+	 * middle and last byte) sends only likely repeats to the full
+	 * comparison; once a key holds an escape its raw bytes say nothing, so
+	 * every key is compared. */
+	uint64_t filter_a = 0, filter_b = 0;
 	int any_escaped = 0;
 	if (p->pos < p->len && p->s[p->pos] == '}') {
 		p->pos++;
@@ -340,18 +369,24 @@ static long parse_object(struct parser *p, int depth)
 			if (k < 0)
 				return -1;
 			const struct apf_jtok *kt = &p->tok[k];
-			unsigned h = kt->len;
-			if (kt->len)
-				h = h * 31 + (unsigned char)p->s[kt->start] * 7 +
-				    (unsigned char)p->s[kt->start + kt->len - 1];
-			uint64_t bit = 1ull << (h & 63);
+			unsigned h = kt->len * 131;
+			if (kt->len) {
+				const unsigned char *ks =
+					(const unsigned char *)p->s + kt->start;
+				h += ks[0] * 31u + ks[kt->len / 2] * 7u +
+				     ks[kt->len - 1];
+			}
+			uint64_t bit_a = 1ull << (h & 63),
+				 bit_b = 1ull << ((h >> 6) & 63);
 			any_escaped |= kt->escaped;
-			if ((filter & bit) || any_escaped)
+			if (((filter_a & bit_a) && (filter_b & bit_b)) ||
+			    any_escaped)
 				/* Earlier keys: t+1, then each value's next. */
 				for (long e = t + 1; e < k; e = p->tok[e + 1].next)
 					if (same_string(p->s, &p->tok[e], kt))
 						return fail(p, "duplicate key");
-			filter |= bit;
+			filter_a |= bit_a;
+			filter_b |= bit_b;
 			skip_ws(p);
 			if (p->pos >= p->len || p->s[p->pos] != ':')
 				return fail(p, "expected ':'");
@@ -501,11 +536,17 @@ int apf_jtok_u64(const char *s, const struct apf_jtok *t, uint64_t *out)
 		return -1;
 	const char *p = s + t->start;
 	uint64_t v = 0;
-	for (uint32_t i = 0; i < t->len; i++) {
-		if (p[i] < '0' || p[i] > '9')
+	/* 19 digits cannot overflow; only the 20th needs a check. */
+	uint32_t fast = t->len < 20 ? t->len : 19;
+	for (uint32_t i = 0; i < fast; i++) {
+		unsigned d = (unsigned)(unsigned char)p[i] - '0';
+		if (d > 9)
 			return -1; /* a sign, a fraction or an exponent */
-		uint64_t d = (uint64_t)(p[i] - '0');
-		if (v > (UINT64_MAX - d) / 10)
+		v = v * 10 + d;
+	}
+	if (t->len == 20) {
+		unsigned d = (unsigned)(unsigned char)p[19] - '0';
+		if (d > 9 || v > (UINT64_MAX - d) / 10)
 			return -1;
 		v = v * 10 + d;
 	}

@@ -245,7 +245,8 @@ class FakeRun:
 
     def __init__(self, case, seed=1, scripts=None, variant_units=(),
                  interleave=False, complete=True, device="cpu", sealed=True,
-                 workload="tiny", ruleset="external", extra_metrics=0):
+                 workload="tiny", ruleset="external", extra_metrics=0,
+                 outputs=True, ckpt_bytes=None):
         self.case = case
         self.rng = random.Random(seed)
         self.scripts = scripts or {}
@@ -257,6 +258,10 @@ class FakeRun:
         self.workload = workload
         self.ruleset = ruleset
         self.extra_metrics = extra_metrics
+        # outputs=False writes the log only (benchmarks of the log checks);
+        # ckpt_bytes fixes the checkpoints' size (default: 64 to 127).
+        self.outputs = outputs
+        self.ckpt_bytes = ckpt_bytes
 
     # ---- inputs ----------------------------------------------------------
 
@@ -415,8 +420,8 @@ class FakeRun:
                 final_reason = "budget"
             elif script.end == "complete" and evals_cap and k >= evals_cap:
                 final_reason = "complete"
-            ck_bytes = 64 + rng.randrange(64)
-            ck = rng.randbytes(ck_bytes)
+            ck_bytes = self.ckpt_bytes or 64 + rng.randrange(64)
+            ck = rng.randbytes(ck_bytes) if self.outputs else name.encode() + b"%d" % k
             e = rec("eval", eval_end + 1_000_000, index=k, global_step=st["step"],
                     start_ns=end, end_ns=eval_end,
                     accumulated_submission_ns=st["sub"], accumulated_eval_ns=st["ev"],
@@ -456,8 +461,9 @@ class FakeRun:
                            trial0=trial0, hparams=pu["hparams"]))
         return us
 
-    def write(self, path):
-        """Writes the run directory; returns its RunDir."""
+    def write(self, path, load=True):
+        """Writes the run directory; returns its RunDir (None without
+        `load`, which spares a huge log's reading back)."""
         self.prepare()
         os.makedirs(path)
         with open(self.entry, "rb") as f:
@@ -521,9 +527,11 @@ class FakeRun:
         run.path, run.runner_key = path, self.runner_key
         run.run_json, run.run_json_bytes = run_json, run_json_bytes
         run.records = records
-        run.write_lines(run.chain(records))
+        run.lines = run.chain(records)
+        with open(run.file("log.jsonl"), "wb") as f:
+            f.write(b"".join(l + b"\n" for l in run.lines))
         run.sign_head()
-        for name in run.units():
+        for name in run.units() if self.outputs else ():
             run.write_outputs(name, self.rng)
             for i in run.kept_evals(name):
                 e = run.records[i]
@@ -535,7 +543,7 @@ class FakeRun:
                            "draws": [{"base": self.workload, "variant": v}
                                      for v in sorted({v for v, _, _ in self.variant_units})]},
                           f, indent=2)
-        return RunDir(path, self.runner_key)
+        return RunDir(path, self.runner_key) if load else None
 
 
 def merge_keep_order(lists, rng):
