@@ -138,6 +138,18 @@ static int append_json_string(apf_buf *b, const char *s)
 int apf_runlog_append(apf_runlog *l, uint64_t t_ns, const char *event,
 		      const json_t *fields, int sync)
 {
+	/* The reader takes event names of 1 to 47 characters that JSON
+	 * writes without escapes. */
+	size_t elen = strlen(event);
+	int plain = elen > 0 && elen < 48;
+	for (size_t i = 0; plain && i < elen; i++)
+		plain = event[i] > 0x1f && event[i] < 0x7f && event[i] != '"' &&
+			event[i] != '\\';
+	if (!plain)
+		return apf_error(APF_EINTERNAL, l->path,
+				 "event name '%.60s' is not 1 to 47 plain "
+				 "characters",
+				 event);
 	apf_buf b = {0};
 	int rc = apf_buf_printf(&b, "{\"seq\":%llu,\"prev\":\"%s\",\"t_ns\":%llu,"
 				    "\"event\":",
