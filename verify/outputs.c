@@ -302,7 +302,7 @@ static int check_csv(const struct vx *v, const struct vx_unit *u)
 	struct stat st;
 	int rc = 0;
 	if (stat(file, &st) != 0) {
-		if (u->nevals)
+		if (u->nevals > (!v->rep->complete && u->state != U_ENDED))
 			rc = csv_fail(&c, 0, NULL,
 				      "missing, but the log has %zu evals",
 				      u->nevals);
@@ -400,7 +400,11 @@ static int check_csv(const struct vx *v, const struct vx_unit *u)
 	if (!rc && !hdr.cell && u->nevals)
 		rc = csv_fail(&c, 1, NULL, "empty, but the log has %zu evals",
 			      u->nevals);
-	if (!rc && evals < u->nevals)
+	/* The runner writes the CSV after the eval's record: a crash
+	 * between the two leaves it one row short. */
+	int lagging = evals + 1 == u->nevals && !v->rep->complete &&
+		      u->state != U_ENDED;
+	if (!rc && evals < u->nevals && !lagging)
 		rc = csv_fail(&c, line, &u->evals[evals],
 			      "the file ends after %zu rows, but the log has "
 			      "%zu evals",

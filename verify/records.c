@@ -111,7 +111,6 @@ static const struct field f_trial_start[] = {
 	FLD("study", F_U64, REQ, 0, NULL),
 	FLD("trial", F_U64_1, REQ, 1, NULL),
 	FLD("hparams", F_OBJ, REQ, 2, NULL),
-	FLD("batch_size", F_U64_1, REQ, 2, NULL),
 	FLD("budget_ns", F_U64_1, REQ, 3, NULL),
 	FLD("eval_period_ns", F_U64_1, REQ, 4, NULL),
 	FLD("max_steps", F_U64, REQ, 5, NULL),
@@ -128,7 +127,10 @@ static const struct field f_build[] = {
 	FLD("build_ns", F_U64, REQ, 0, NULL),
 	END};
 static const struct field f_clock_start[] = {
-	UNIT_FIELD, FLD("init_ns", F_U64, REQ, 0, NULL), END};
+	UNIT_FIELD,
+	FLD("init_ns", F_U64, REQ, 0, NULL),
+	FLD("batch_size", F_U64_1, REQ, 1, NULL),
+	END};
 static const struct field f_step_block[] = {
 	UNIT_FIELD,
 	FLD("first_step", F_U64_1, REQ, 0, NULL),
@@ -682,41 +684,6 @@ static int tok_is(const struct apf_runlog_record *r, uint32_t i,
 	return apf_jtok_eq(r->line, &r->tok[i], want);
 }
 
-static int run_start(struct vx *v, const struct apf_runlog_record *r,
-		     const struct vx_slot *s)
-{
-	if (r->line_no != 1)
-		return log_fail(v, r, s, "run_start repeated (the run began "
-					 "at line 1)");
-	const char *entry_sha = json_string_value(json_object_get(
-		json_object_get(v->run_json, "entry"), "sha256"));
-	if (!tok_is(r, s->tok[0], v->run_json_sha))
-		return log_fail(v, r, s,
-				"run_json_sha256 is not the SHA-256 of "
-				"run.json (%.16s...): run.json was changed",
-				v->run_json_sha);
-	if (!tok_is(r, s->tok[1], entry_sha))
-		return log_fail(v, r, s,
-				"entry_sha256 differs from run.json's entry");
-	if (!tok_is(r, s->tok[2], v->entry->manifest_digest))
-		return log_fail(v, r, s,
-				"manifest_sha256 is not the entry's manifest "
-				"digest %.16s...",
-				v->entry->manifest_digest);
-	if (!!(s->flags & 1) != v->sealed)
-		return log_fail(v, r, s, "sealed is %s, run.json says %s",
-				s->flags & 1 ? "true" : "false",
-				v->sealed ? "true" : "false");
-	if (strcmp(devices[s->sval], v->device))
-		return log_fail(v, r, s, "device %s, run.json says %s",
-				devices[s->sval], v->device);
-	if (s->u[0] != v->threads)
-		return log_fail(v, r, s,
-				"threads %" PRIu64 ", run.json says %" PRIu64,
-				s->u[0], v->threads);
-	return 0;
-}
-
 /* ---- units ---------------------------------------------------------------- */
 
 static int hparams_equal(const apf_hparams *a, const apf_hparams *b,
@@ -847,7 +814,9 @@ static int trial_start(struct vx *v, struct vx_unit *u,
 	u->state = U_STARTED;
 	u->start_line = r->line_no;
 	u->seg_t = r->t_ns;
-	v->rep->units_started++;
+	if (!u->ever_started)
+		v->rep->units_started++;
+	u->ever_started = 1;
 	return 0;
 }
 
@@ -856,7 +825,7 @@ static int trial_start(struct vx *v, struct vx_unit *u,
 static int went_on(struct vx *v, struct vx_unit *u)
 {
 	if (u->nevals && u->evals[u->nevals - 1].stop &&
-	    (u->state == U_EVAL || u->state == U_RESUMED)) {
+	    u->evals[u->nevals - 1].index == u->k) {
 		const struct vx_eval *e = &u->evals[u->nevals - 1];
 		char what[200];
 		snprintf(what, sizeof what, "eval %" PRIu64 " of %s", e->index,
@@ -884,7 +853,7 @@ static int step_block(struct vx *v, struct vx_unit *u,
 		      const struct apf_runlog_record *r,
 		      const struct vx_slot *s)
 {
-	if (u->state != U_READY && u->state != U_EVAL && u->state != U_RESUMED)
+	if (u->state != U_READY && u->state != U_EVAL)
 		return fail_here(v, u, r, s, "a step_block %s",
 				 state_name(u->state));
 	if (went_on(v, u))
@@ -910,17 +879,12 @@ static int step_block(struct vx *v, struct vx_unit *u,
 		return fail_here(v, u, r, s,
 				 "last_step %" PRIu64 " is past max_steps %" PRIu64,
 				 last, u->max_steps);
-	if (u->ref_kind == REF_CLOCK && start != u->ref_ns)
-		return fail_here(v, u, r, s,
-				 "start_ns %" PRIu64 " is not clock_start's "
-				 "t_ns %" PRIu64,
-				 start, u->ref_ns);
 	if (start < u->ref_ns)
 		return fail_here(v, u, r, s,
 				 "start_ns %" PRIu64 " is before %s %" PRIu64,
 				 start,
 				 u->ref_kind == REF_EVAL ? "the last eval's end"
-							 : "the resume",
+							 : "clock_start's t_ns",
 				 u->ref_ns);
 	if (end < start)
 		return fail_here(v, u, r, s,
@@ -937,10 +901,13 @@ static int step_block(struct vx *v, struct vx_unit *u,
 				 "accumulated_submission_ns %" PRIu64 " differs "
 				 "from the sum of the step blocks %" PRIu64,
 				 acc, sub);
-	if (u->ref_kind != REF_CLOCK &&
+	/* Logging time is the gap from an eval's end to the next block; the
+	 * set-up of a supervisor (before its first block) is no one's. */
+	if (u->ref_kind == REF_EVAL &&
 	    __builtin_add_overflow(u->log, start - u->ref_ns, &u->log))
 		return fail_here(v, u, r, s, "logging time overflows");
-	/* The eval that follows is due only when the period has passed;
+	/* The eval that follows is due only when the period has passed
+	 * since the last eval (or since a resumed supervisor's clock_start);
 	 * whether an early one was the trial's last is known later. */
 	u->block_early = k > 1 && end - u->ref_ns < u->period_ns;
 	u->sub = sub;
@@ -1149,7 +1116,8 @@ static int trial_end(struct vx *v, struct vx_unit *u,
 		return fail_here(v, u, r, s, "a trial_end %s",
 				 state_name(u->state));
 	const struct vx_eval *last = u->nevals ? &u->evals[u->nevals - 1] : NULL;
-	int after_eval = last && (u->state == U_EVAL || u->state == U_RESUMED);
+	int after_eval = last && last->index == u->k &&
+			 (u->state == U_EVAL || u->state == U_RESUMED);
 	if (reason == R_FAULT || reason == R_ERROR) {
 		if (!failed)
 			return fail_here(v, u, r, s,
@@ -1252,12 +1220,18 @@ static int resume(struct vx *v, const struct apf_runlog_record *r,
 		return 0;
 	}
 	struct vx_unit *u = &v->units[s->unit];
-	if (u->state == U_NONE || u->state == U_ENDED) {
+	if (!u->ever_started || u->state == U_ENDED) {
 		if (u->fail)
 			return 0;
 		return fail_here(v, u, r, s, "a resume of a unit %s",
-				 state_name(u->state));
+				 u->ever_started ? "that had ended"
+						 : "that never started");
 	}
+	if (u->session == v->session && !u->fail)
+		return fail_here(v, u, r, s,
+				 "a resume in the session the unit ran in "
+				 "(a resume follows a new run_start)");
+	u->session = v->session;
 	if (j > u->nevals) {
 		if (u->fail)
 			return 0;
@@ -1287,15 +1261,16 @@ static int resume(struct vx *v, const struct apf_runlog_record *r,
 	u->nevals = j;
 	u->pre = pre;
 	u->seg_t = r->t_ns;
-	u->ref_ns = r->t_ns;
-	u->ref_kind = REF_RESUME;
 	u->block_early = 0;
 	if (j == 0) {
+		/* From scratch: a new trial_start, build and clock_start. */
 		u->k = u->steps = u->sub = u->ev = u->log = 0;
 		u->ttt = VX_NONE;
-		u->state = U_STARTED;
+		u->state = U_NONE;
 		return 0;
 	}
+	/* From eval j's checkpoint: a new build and clock_start, unless
+	 * eval j had already ended the trial. */
 	const struct vx_eval *e = &u->evals[j - 1];
 	u->k = e->index;
 	u->steps = e->global_step;
@@ -1307,12 +1282,89 @@ static int resume(struct vx *v, const struct apf_runlog_record *r,
 	return 0;
 }
 
+/* run_start: every session binds to run.json, the entry and its manifest;
+ * the first one is the session run.json was written for. */
+static int run_start(struct vx *v, const struct apf_runlog_record *r,
+		     const struct vx_slot *s)
+{
+	const char *entry_sha = json_string_value(json_object_get(
+		json_object_get(v->run_json, "entry"), "sha256"));
+	if (!tok_is(r, s->tok[0], v->run_json_sha))
+		return log_fail(v, r, s,
+				"run_json_sha256 is not the SHA-256 of "
+				"run.json (%.16s...): run.json was changed",
+				v->run_json_sha);
+	if (!tok_is(r, s->tok[1], entry_sha))
+		return log_fail(v, r, s,
+				"entry_sha256 differs from run.json's entry");
+	if (!tok_is(r, s->tok[2], v->entry->manifest_digest))
+		return log_fail(v, r, s,
+				"manifest_sha256 is not the entry's manifest "
+				"digest %.16s...",
+				v->entry->manifest_digest);
+	if (strcmp(devices[s->sval], v->device))
+		return log_fail(v, r, s, "device %s, run.json says %s",
+				devices[s->sval], v->device);
+	int sealed = s->flags & 1;
+	if (r->line_no == 1 && sealed != v->sealed)
+		return log_fail(v, r, s, "sealed is %s, run.json says %s",
+				sealed ? "true" : "false",
+				v->sealed ? "true" : "false");
+	if (r->line_no == 1 && s->u[0] != v->threads)
+		return log_fail(v, r, s,
+				"threads %" PRIu64 ", run.json says %" PRIu64,
+				s->u[0], v->threads);
+	v->session++;
+	v->session_open = 1;
+	v->session_sealed = sealed;
+	v->session_unsealed_seen = 0;
+	v->session_line = r->line_no;
+	v->session_completed = v->session_failed = 0;
+	if (!sealed)
+		v->rep->sealed = 0;
+	return 0;
+}
+
+/* An unsealed session says why before it ends. */
+static int session_unsealed_check(struct vx *v)
+{
+	if (v->session && !v->session_sealed && !v->session_unsealed_seen)
+		return apf_error(APF_EVERIFY, apf_vx_label(APF_VERIFY_LOG),
+				 "%s: line %" PRIu64 " (run_start): an unsealed "
+				 "session, but no unsealed record says why",
+				 v->log_path, v->session_line);
+	return 0;
+}
+
+static int run_end(struct vx *v, const struct apf_runlog_record *r,
+		   const struct vx_slot *s)
+{
+	int rc = session_unsealed_check(v);
+	if (rc)
+		return rc;
+	v->session_open = 0;
+	if (s->u[1] != v->session_completed || s->u[2] != v->session_failed ||
+	    s->u[0] < s->u[1] + s->u[2])
+		return log_fail(v, r, s,
+				"units %" PRIu64 ", completed %" PRIu64
+				", failed %" PRIu64 ", but the session that "
+				"began at line %" PRIu64 " ended %" PRIu64
+				" trials and failed %" PRIu64,
+				s->u[0], s->u[1], s->u[2], v->session_line,
+				v->session_completed, v->session_failed);
+	return 0;
+}
+
 int apf_vx_record(void *user, const struct apf_runlog_record *r)
 {
 	struct vx *v = user;
 	const struct vx_slot *s = r->slot;
 	v->records++;
 	v->bytes_seen += r->len + 1;
+	memcpy(v->last_hash, r->hash, 65);
+	if (r->line_no == v->head_records)
+		memcpy(v->signed_hash, r->hash, 65);
+	v->last_ev = s->ev;
 	if (v->o->progress && v->records - v->progress_at >= 65536) {
 		v->progress_at = v->records;
 		v->o->progress(v->o->user, v->records, v->bytes_seen,
@@ -1320,32 +1372,35 @@ int apf_vx_record(void *user, const struct apf_runlog_record *r)
 	}
 	if (s->bad)
 		return log_fail(v, r, s, "%s", s->why);
-	if (v->run_end_line)
-		return log_fail(v, r, s, "a record after run_end (line %" PRIu64
-					 ")",
-				v->run_end_line);
 	if (r->line_no == 1 && s->ev != EV_RUN_START)
 		return log_fail(v, r, s, "the log must begin with run_start");
+	if (s->ev == EV_RUN_START) {
+		/* A session that was stopped without run_end may be followed
+		 * by the next. */
+		int rc = session_unsealed_check(v);
+		return rc ? rc : run_start(v, r, s);
+	}
+	if (!v->session_open)
+		return log_fail(v, r, s,
+				"after run_end, only a new run_start may "
+				"follow");
 	switch (s->ev) {
-	case EV_RUN_START:
-		return run_start(v, r, s);
 	case EV_ENV_DRIFT:
 		v->rep->env_drifts++;
 		return 0;
 	case EV_UNSEALED:
-		if (v->sealed)
+		if (v->session_sealed)
 			return log_fail(v, r, s,
-					"an unsealed record in a run that "
-					"run.json says is sealed");
-		v->unsealed_seen = 1;
+					"an unsealed record in a session whose "
+					"run_start (line %" PRIu64 ") says it "
+					"is sealed",
+					v->session_line);
+		v->session_unsealed_seen = 1;
 		return 0;
 	case EV_RESUME:
 		return resume(v, r, s);
 	case EV_RUN_END:
-		v->run_end_line = r->line_no;
-		v->rep->complete = 1;
-		memcpy(v->run_end, s->u, sizeof v->run_end);
-		return 0;
+		return run_end(v, r, s);
 	default:
 		break;
 	}
@@ -1359,10 +1414,24 @@ int apf_vx_record(void *user, const struct apf_runlog_record *r)
 				name);
 	}
 	struct vx_unit *u = &v->units[s->unit];
-	if (s->ev == EV_TRIAL_START && u->state == U_NONE)
+	if (s->ev == EV_TRIAL_END) {
+		/* run_end counts the session's trial_end records. */
+		if (s->flags & 1)
+			v->session_failed++;
+		else
+			v->session_completed++;
+	}
+	if (s->ev == EV_TRIAL_START && u->state == U_NONE && !u->fail &&
+	    (!u->ever_started || u->session == v->session)) {
+		u->session = v->session;
 		return trial_start(v, u, r, s);
+	}
 	if (u->fail)
 		return 0; /* its checks stopped at its first failure */
+	if (u->ever_started && u->state != U_ENDED && u->session != v->session)
+		return fail_here(v, u, r, s,
+				 "the unit was interrupted in an earlier "
+				 "session and goes on without a resume");
 	if (r->t_ns < u->seg_t)
 		return fail_here(v, u, r, s,
 				 "t_ns %" PRIu64 " is before the unit's "
@@ -1377,8 +1446,10 @@ int apf_vx_record(void *user, const struct apf_runlog_record *r)
 		if (u->state != U_STARTED && u->state != U_RESUMED)
 			return fail_here(v, u, r, s, "a build %s",
 					 state_name(u->state));
-		if (u->state == U_STARTED)
-			u->state = U_BUILT;
+		/* A resumed supervisor builds only to go on training. */
+		if (u->state == U_RESUMED && went_on(v, u))
+			return 0;
+		u->state = U_BUILT;
 		return 0;
 	case EV_CLOCK_START:
 		if (u->state != U_BUILT)
@@ -1405,48 +1476,42 @@ int apf_vx_record(void *user, const struct apf_runlog_record *r)
 int apf_vx_walk_end(struct vx *v)
 {
 	apf_verify_report *rep = v->rep;
+	size_t unended = 0;
+	const char *first_unended = NULL;
 	for (size_t i = 0; i < v->nunits; i++) {
 		struct vx_unit *u = &v->units[i];
 		rep->evals += u->nevals;
 		if (u->state == U_ENDED) {
 			rep->units_ended++;
 			rep->units_failed += u->failed;
+		} else if (u->ever_started) {
+			if (!unended++)
+				first_unended = u->name;
 		}
 		if (u->nevals)
 			rep->claimed_ns += u->evals[u->nevals - 1].total;
 	}
-	if (!v->sealed && !v->unsealed_seen && v->records)
-		return apf_error(APF_EVERIFY, apf_vx_label(APF_VERIFY_LOG),
-				 "%s: run.json says the run is unsealed, but "
-				 "no unsealed record says why",
-				 v->log_path);
-	if (!v->run_end_line)
-		return 0;
-	/* A finished run ran every unit of run.json to its end. */
-	for (size_t i = 0; i < v->nunits; i++) {
-		struct vx_unit *u = &v->units[i];
-		if (u->state != U_ENDED && !u->fail)
-			apf_vx_unit_fail(v, u, v->run_end_line, "run_end",
-					 "the run ended, but %s %s", u->name,
-					 u->state == U_NONE ? "never started"
-							    : "never ended");
-	}
-	uint64_t completed = rep->units_ended - rep->units_failed;
-	if (v->run_end[0] != v->nunits || v->run_end[1] != completed ||
-	    v->run_end[2] != rep->units_failed) {
-		apf_vx_unit_fail(v, &v->run, v->run_end_line, "run_end",
-				 "units %" PRIu64 ", completed %" PRIu64
-				 ", failed %" PRIu64 ", but the log has %zu, "
-				 "%" PRIu64 " and %zu",
-				 v->run_end[0], v->run_end[1], v->run_end[2],
-				 v->nunits, completed, rep->units_failed);
-	}
+	int rc = v->session_open ? session_unsealed_check(v) : 0;
+	if (rc)
+		return rc;
+	/* Finished: the last session ended with run_end, and no unit was
+	 * left interrupted by an earlier one. */
+	rep->complete = v->last_ev == EV_RUN_END && !unended;
+	if (v->last_ev != EV_RUN_END)
+		snprintf(v->incomplete, sizeof v->incomplete,
+			 "the log ends at line %" PRIu64 " without run_end",
+			 v->records);
+	else if (unended)
+		snprintf(v->incomplete, sizeof v->incomplete,
+			 "%s was interrupted and not resumed%s",
+			 first_unended,
+			 unended > 1 ? " (and more units)" : "");
 	return 0;
 }
 
 int apf_vx_timing_result(struct vx *v)
 {
-	const struct vx_unit *first = v->run.fail ? &v->run : NULL;
+	const struct vx_unit *first = NULL;
 	for (size_t i = 0; i < v->nunits; i++)
 		if (v->units[i].fail &&
 		    (!first || v->units[i].fail_line < first->fail_line))

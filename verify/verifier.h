@@ -88,13 +88,14 @@ struct vx_eval {
 };
 
 enum vx_state {
-	U_NONE,      /* no trial_start yet */
-	U_STARTED,   /* trial_start (or a resume from eval 0): build next */
+	U_NONE,      /* no trial_start yet (or a resume from eval 0 since) */
+	U_STARTED,   /* trial_start: build next */
 	U_BUILT,     /* build: clock_start next */
-	U_READY,     /* clock_start: step_block 1 next */
+	U_READY,     /* clock_start: step_block k+1 next */
 	U_BLOCK,     /* step_block k: eval k next */
 	U_EVAL,      /* eval k: step_block k+1 or trial_end next */
-	U_RESUMED,   /* resume from eval j > 0: (build,) step_block j+1 */
+	U_RESUMED,   /* resume from eval j > 0: build, or trial_end when
+		      * eval j ended the trial */
 	U_FAULT,     /* sandbox_fault: trial_end next */
 	U_ENDED,
 };
@@ -117,9 +118,11 @@ struct vx_unit {
 	json_t *hparams;    /* trial_start's */
 	uint64_t k;         /* the last step_block's number */
 	uint64_t steps, sub, ev, log, pre;
-	uint64_t ref_ns;    /* the last eval's end_ns (or the resume's t_ns,
-			     * or clock_start's t_ns before block 1) */
-	int ref_kind;       /* REF_CLOCK, REF_EVAL, REF_RESUME */
+	uint64_t ref_ns;    /* the last eval's end_ns, or clock_start's t_ns
+			     * before the first block of a supervisor */
+	int ref_kind;       /* REF_CLOCK, REF_EVAL */
+	int ever_started;
+	uint64_t session;   /* the session of the unit's last record */
 	uint64_t seg_t;     /* the last t_ns on this supervisor's clock */
 	uint64_t block_start, block_end, block_last, block_line;
 	int block_early;    /* step_block k ended before the eval period */
@@ -136,7 +139,7 @@ struct vx_unit {
 	char *fail;
 };
 
-enum { REF_CLOCK, REF_EVAL, REF_RESUME };
+enum { REF_CLOCK, REF_EVAL };
 
 struct vx {
 	const char *dir;
@@ -149,7 +152,6 @@ struct vx {
 	char device[8];
 	int sealed;
 	uint64_t threads;
-	apf_search_space *space;
 	apf_plan *plan;
 	apf_workload_spec **specs; /* one per manifest workload */
 	size_t nspecs;
@@ -157,15 +159,21 @@ struct vx {
 	size_t nunits;
 	size_t *by_name;    /* unit indexes sorted by name */
 	/* The signed head. */
+	int no_head;        /* no log.dsse.json yet */
 	uint64_t head_records;
 	char head[65];
 	/* The walk. */
 	uint64_t records, bytes_seen;
-	char last_hash[65];
-	uint64_t run_end_line;
-	uint64_t run_end[3]; /* its units, completed, failed */
-	struct vx_unit run;  /* run-level failures of check 3 */
-	int unsealed_seen;
+	char last_hash[65];  /* of the last record read */
+	char signed_hash[65]; /* of line head_records */
+	int last_ev;
+	/* Sessions: every `apf run` into the directory appends run_start,
+	 * its units' records and, unless it was stopped, run_end. */
+	uint64_t session;
+	int session_open;
+	int session_sealed, session_unsealed_seen;
+	uint64_t session_line, session_completed, session_failed;
+	char incomplete[300]; /* why the run is not finished, or "" */
 	uint64_t progress_at;
 };
 

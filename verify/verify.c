@@ -5,7 +5,7 @@
  * Check 1 verifies the entry. Check 2 reads run.json (its form by hand,
  * after manifests/run.schema.json), binds it to the entry (file digest,
  * manifest digest, signer, submission, the tuning plan), recomputes the
- * plan's draws and loads the workload specs the entry was packed with
+ * plan's draws (apf_entry_plan) and loads the workload specs the entry was packed with
  * (their tree digests must match the manifest's), from which every unit's
  * expected targets, budget and eval period follow; it then verifies the
  * runner's signature over the log's head, walks the log (records.c) and
@@ -16,6 +16,7 @@
 #include "verify/verifier.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <math.h>
@@ -23,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "hash/hash.h"
 #include "score/score.h"
@@ -285,46 +287,6 @@ static int run_json_form(json_t *rj, const char *file)
 
 /* ---- check 2: the plan and the workloads ----------------------------------- */
 
-/* The entry's trials and their draws, recomputed from its search space
- * (checked against the manifest's digest). */
-static int load_plan(struct vx *v)
-{
-	const apf_entry *e = v->entry;
-	const apf_manifest *m = e->manifest;
-	int rc = 0;
-	if (!strcmp(m->tuning.ruleset, "external")) {
-		char *text;
-		size_t len;
-		char hex[65];
-		rc = apf_entry_read_file(e, "tuning_search_space.ini", 1 << 20,
-					 &text, &len);
-		if (!rc)
-			rc = apf_sha256_hex(text, len, hex);
-		if (!rc && strcmp(hex, m->tuning.search_space_digest))
-			rc = apf_error(APF_EVERIFY, e->path,
-				       "tuning_search_space.ini differs from the "
-				       "manifest's search-space digest");
-		if (!rc)
-			rc = apf_search_space_parse(&v->space, text,
-						    "tuning_search_space.ini");
-		free(text);
-	}
-	char **names = NULL;
-	if (!rc) {
-		names = apf_calloc(m->nworkloads, sizeof *names);
-		for (size_t i = 0; names && i < m->nworkloads; i++)
-			names[i] = m->workloads[i].name;
-		if (!names)
-			rc = apf_error(APF_ENOMEM, "plan", "out of memory");
-	}
-	if (!rc)
-		rc = apf_plan_build(&v->plan, names, m->nworkloads,
-				    m->tuning.studies, m->tuning.trials,
-				    m->tuning.seed, v->space);
-	free(names);
-	return rc;
-}
-
 /* The workload specs the entry was packed with: the auditor's copies must
  * have the manifest's tree digests. */
 static int load_specs(struct vx *v)
@@ -384,8 +346,9 @@ static int build_units(struct vx *v, const char *file)
 	{
 		const char *w = jstr(j, "workload", NULL);
 		const char *var = jstr(j, "variant", NULL);
+		/* Trials count from 1, as in the unit names and the log. */
 		long study = (long)json_integer_value(json_object_get(j, "study"));
-		long trial = (long)json_integer_value(json_object_get(j, "trial"));
+		long trial = (long)json_integer_value(json_object_get(j, "trial")) - 1;
 		size_t wi;
 		for (wi = 0; wi < m->nworkloads && strcmp(m->workloads[wi].name, w);
 		     wi++)
@@ -395,12 +358,13 @@ static int build_units(struct vx *v, const char *file)
 					 "plan.units[%zu]: workload %s is not "
 					 "in the entry",
 					 i, w);
-		if (study >= m->tuning.studies || trial >= m->tuning.trials)
+		if (study >= m->tuning.studies || trial < 0 ||
+		    trial >= m->tuning.trials)
 			return apf_error(APF_EVERIFY, file,
 					 "plan.units[%zu]: study %ld, trial %ld "
-					 "is outside the entry's %ld x %ld plan "
-					 "(both count from 0)",
-					 i, study, trial, m->tuning.studies,
+					 "is outside the entry's plan of %ld "
+					 "studies (from 0) x %ld trials (from 1)",
+					 i, study, trial + 1, m->tuning.studies,
 					 m->tuning.trials);
 		const apf_workload_spec *spec = v->specs[wi];
 		const struct apf_workload_variant *wv =
@@ -446,7 +410,7 @@ static int build_units(struct vx *v, const char *file)
 			const struct apf_plan_unit *pu = &v->plan->units[p];
 			if (!strcmp(pu->workload, w) && pu->study == study &&
 			    pu->trial == trial)
-				u->hp = v->space ? &pu->hp : NULL;
+				u->hp = &pu->hp;
 		}
 		v->by_name[i] = i;
 	}
@@ -533,7 +497,7 @@ static int load_run_json(struct vx *v)
 		rc = bind_run_json(v, file);
 	}
 	if (!rc)
-		rc = load_plan(v);
+		rc = apf_entry_plan(v->entry, &v->plan);
 	if (!rc)
 		rc = load_specs(v);
 	if (!rc)
@@ -553,6 +517,14 @@ static int load_head(struct vx *v)
 	size_t len = 0;
 	struct apf_dsse d = {0};
 	json_t *pl = NULL;
+	struct stat st;
+	if (stat(file, &st) != 0 && errno == ENOENT) {
+		/* The runner signs at the first eval: a run that stopped
+		 * before it has no signature yet. */
+		v->no_head = 1;
+		free(file);
+		return 0;
+	}
 	int rc = apf_file_read(file, 1 << 20, &text, &len);
 	if (!rc) {
 		rc = apf_dsse_verify(text, len, v->o->runner_keys, &d);
@@ -602,31 +574,72 @@ static int load_head(struct vx *v)
 	return rc;
 }
 
-/* The signature must cover exactly the whole log. */
+/* The signature covers the whole log; only a run that stopped abnormally
+ * may have records after its last signed head (written after the last
+ * eval, before the crash), and they must follow the signed line. */
 static int compare_head(struct vx *v, const struct apf_runlog_summary *sum)
 {
 	const char *file = "log.dsse.json";
+	if (v->no_head) {
+		if (v->last_ev == EV_RUN_END)
+			return apf_error(APF_EVERIFY, v->log_path,
+					 "%s is missing, yet the log ends with "
+					 "run_end: nothing of it is signed",
+					 file);
+		v->rep->unsigned_records = sum->records;
+		return 0;
+	}
 	if (sum->records < v->head_records)
 		return apf_error(APF_EVERIFY, v->log_path,
 				 "%" PRIu64 " records, but the runner signed "
 				 "%" PRIu64 " (%s): records were removed from "
 				 "the end",
 				 sum->records, v->head_records, file);
-	if (sum->records > v->head_records)
+	if (sum->records > v->head_records && v->last_ev == EV_RUN_END)
 		return apf_error(APF_EVERIFY, v->log_path,
 				 "line %" PRIu64 " and after are not covered "
 				 "by the runner's signature, which ends at "
-				 "line %" PRIu64 " (%s): records were "
-				 "appended, or the runner stopped before "
-				 "signing them",
+				 "line %" PRIu64 " (%s), yet the log ends with "
+				 "run_end: records were appended",
 				 v->head_records + 1, v->head_records, file);
-	if (strcmp(sum->head, v->head))
+	const char *at = sum->records == v->head_records ? sum->head
+							 : v->signed_hash;
+	if (strcmp(at, v->head))
 		return apf_error(APF_EVERIFY, v->log_path,
-				 "the last line's SHA-256 %.16s... is not the "
+				 "line %" PRIu64 "'s SHA-256 %.16s... is not the "
 				 "signed head %.16s... (%s): the log was "
 				 "rewritten",
-				 sum->head, v->head, file);
+				 v->head_records, at, v->head, file);
+	v->rep->unsigned_records = sum->records - v->head_records;
 	return 0;
+}
+
+/* A crash can leave the last line torn (no newline): the walk stops there
+ * with an error. When every line before it was read, the log is that
+ * prefix and the run stopped abnormally. */
+static int torn_tail(struct vx *v, struct apf_runlog_summary *sum)
+{
+	int fd = open(v->log_path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return 0;
+	struct stat st;
+	int torn = 0;
+	if (fstat(fd, &st) == 0 && (uint64_t)st.st_size > v->bytes_seen &&
+	    (uint64_t)st.st_size - v->bytes_seen < (1u << 20)) {
+		size_t n = (size_t)((uint64_t)st.st_size - v->bytes_seen);
+		char *tail = malloc(n);
+		torn = tail && pread(fd, tail, n, (off_t)v->bytes_seen) == (ssize_t)n &&
+		       !memchr(tail, '\n', n);
+		free(tail);
+		if (torn)
+			v->rep->torn_bytes = n;
+	}
+	close(fd);
+	if (!torn || !v->records)
+		return 0;
+	sum->records = v->records;
+	memcpy(sum->head, v->last_hash, 65);
+	return 1;
 }
 
 static int check_log(struct vx *v)
@@ -647,6 +660,11 @@ static int check_log(struct vx *v)
 	};
 	struct apf_runlog_summary sum = {0};
 	rc = apf_runlog_walk(v->log_path, &ro, &sum);
+	if (rc == APF_EVERIFY && strstr(apf_error_message(), ": torn:") &&
+	    torn_tail(v, &sum)) {
+		apf_error_clear();
+		rc = 0;
+	}
 	if (!rc && sum.records == 0)
 		rc = apf_error(APF_EVERIFY, v->log_path, "empty");
 	if (!rc)
@@ -816,14 +834,12 @@ static void vx_free(struct vx *v)
 {
 	for (size_t i = 0; i < v->nunits; i++)
 		apf_vx_unit_free(&v->units[i]);
-	apf_vx_unit_free(&v->run);
 	free(v->units);
 	free(v->by_name);
 	for (size_t i = 0; i < v->nspecs; i++)
 		apf_workload_spec_free(v->specs[i]);
 	free(v->specs);
 	apf_plan_free(v->plan);
-	apf_search_space_free(v->space);
 	json_decref(v->run_json);
 	apf_entry_free(v->entry);
 	free(v->log_path);
@@ -865,13 +881,24 @@ int apf_verify_run(apf_verify_report **out, const char *dir,
 			apf_strdup("not asked for (--replay)");
 		rc = run_check(&v, APF_VERIFY_HELDOUT, check_heldout);
 	}
-	if (!rc && !rep->complete)
+	if (!rc && !rep->complete) {
+		char extra[160] = "";
+		if (rep->unsigned_records)
+			snprintf(extra, sizeof extra,
+				 "; its last %" PRIu64 " records are not "
+				 "signed yet",
+				 rep->unsigned_records);
+		if (rep->torn_bytes)
+			snprintf(extra + strlen(extra),
+				 sizeof extra - strlen(extra),
+				 "; a torn line of %zu bytes ends it",
+				 rep->torn_bytes);
 		rc = apf_error(APF_EABORT, v.log_path,
-			       "verified, but the log ends at line %" PRIu64
-			       " without run_end: the run stopped abnormally "
-			       "or is still running (apf run --resume "
-			       "continues it)",
-			       rep->records);
+			       "verified as far as it goes, but %s%s: the run "
+			       "stopped abnormally or is still running (apf "
+			       "run --resume continues it)",
+			       v.incomplete, extra);
+	}
 	rep->status = rc;
 	vx_free(&v);
 	return rc;

@@ -92,7 +92,10 @@ typedef struct apf_verify_report {
 	char entry_sha256[65], manifest_sha256[65], entry_signer[65];
 	char runner_signer[65], head[65];
 	uint64_t records, log_bytes;
-	int complete;         /* the log ends with run_end */
+	int complete;         /* the log ends with run_end, no unit left
+			       * interrupted */
+	uint64_t unsigned_records; /* after the signed head (incomplete) */
+	size_t torn_bytes;    /* a torn last line (incomplete) */
 	int sealed;
 	size_t units, units_started, units_ended, units_failed;
 	size_t evals, resumes, env_drifts;

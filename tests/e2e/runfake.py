@@ -16,14 +16,19 @@ Two layers:
     whether it crashes and resumes); times follow the runner's rules exactly
     (an independent Python statement of the timing semantics).
 
-Timing semantics (per unit, integers in ns, DESIGN.md 6 and the runner's
-contract): step_block k runs [start_ns, end_ns]; block 1 starts at
-clock_start's t_ns, block k > 1 after eval k-1 ended (or, after a resume,
-after the resume record); eval k runs from block k's end_ns to its end_ns;
-accumulated submission / eval time are the sums of those intervals;
-accumulated logging time sums the gaps from each eval's end (or resume) to
-the next block's start; a later eval is due when eval_period_ns has passed
-since the last eval ended (or the resume), except for the final eval.
+Timing semantics (per unit, integers in ns, DESIGN.md 6, as pkg/runner
+keeps them): step_block k runs [start_ns, end_ns]; the first block a
+supervisor runs starts after its clock_start, block k > 1 after eval k-1
+ended; eval k runs from block k's end_ns to its end_ns; accumulated
+submission / eval time are the sums of those intervals; accumulated logging
+time sums the gaps from each eval's end to the next block's start (a
+supervisor's set-up before its first block counts nowhere); a later eval is
+due when eval_period_ns has passed since the last eval ended (or since a
+resumed supervisor's clock_start), except for the final eval. Every `apf
+run` into the directory is a session: run_start, its records, run_end
+unless it was killed; a unit interrupted by a crash goes on in a later
+session after a resume record, with build and clock_start again (and a new
+trial_start when it resumes from eval 0).
 """
 import base64
 import hashlib
@@ -246,7 +251,7 @@ class FakeRun:
     def __init__(self, case, seed=1, scripts=None, variant_units=(),
                  interleave=False, complete=True, device="cpu", sealed=True,
                  workload="tiny", ruleset="external", extra_metrics=0,
-                 outputs=True, ckpt_bytes=None):
+                 outputs=True, ckpt_bytes=None, split_after=()):
         self.case = case
         self.rng = random.Random(seed)
         self.scripts = scripts or {}
@@ -262,6 +267,9 @@ class FakeRun:
         # ckpt_bytes fixes the checkpoints' size (default: 64 to 127).
         self.outputs = outputs
         self.ckpt_bytes = ckpt_bytes
+        # Units run by separate `apf run`s: a session ends after each unit
+        # index listed.
+        self.split_after = split_after
 
     # ---- inputs ----------------------------------------------------------
 
@@ -270,11 +278,12 @@ class FakeRun:
         sub = c.make_submission(name="fakesub", ruleset=self.ruleset)
         self.entry = c.path("fakesub.apf")
         c.ok("pack", sub, "-w", self.workload, "-o", self.entry)
-        out = c.ok("keygen", "-o", c.path("runner")).out
         self.runner_key = c.path("runner.key.pem")
         self.runner_pub = c.path("runner.pub.pem")
+        if not os.path.exists(self.runner_key):  # one runner per test
+            out = c.ok("keygen", "-o", c.path("runner")).out
+            assert pem_keyid(self.runner_pub) in out, out
         self.runner_keyid = pem_keyid(self.runner_pub)
-        assert self.runner_keyid in out, out
         self.plan = json.loads(c.ok("plan", self.entry, "--json").out)
         self.statement = json.loads(c.ok("inspect", self.entry, "--json").out)
         self.environment = json.loads(c.ok("env", "--json").out)
@@ -314,12 +323,13 @@ class FakeRun:
             recs.append(r)
             return r
 
-        rec("trial_start", t, workload=u["workload"], variant=u["variant"],
-            study=u["study"], trial=u["trial0"] + 1, hparams=u["hparams"],
-            batch_size=32, budget_ns=budget_ns, eval_period_ns=period,
-            max_steps=max_steps, validation_target=vt, test_target=tt,
-            metric=metric, direction=direction)
-        t += 1_000_000 + rng.randrange(10_000)
+        def trial_start(t):
+            rec("trial_start", t, workload=u["workload"], variant=u["variant"],
+                study=u["study"], trial=u["trial0"] + 1, hparams=u["hparams"],
+                budget_ns=budget_ns, eval_period_ns=period, max_steps=max_steps,
+                validation_target=vt, test_target=tt, metric=metric,
+                direction=direction)
+            return t + 1_000_000 + rng.randrange(10_000)
 
         def build(t):
             rec("build", t, so_sha256=sha256_hex(b"so" + name.encode()),
@@ -327,9 +337,17 @@ class FakeRun:
                 build_ns=900_000)
             return t + 5_000_000 + rng.randrange(10_000)
 
-        t = build(t)
-        clock_start = t
-        rec("clock_start", t, init_ns=3_000_000)
+        def clock_start(t):
+            """The supervisor's trial is ready: the clock starts. The next
+            block starts a little later, and its eval is due a period after
+            this (after the first step, for a fresh trial)."""
+            rec("clock_start", t, init_ns=3_000_000, batch_size=32)
+            st["ref"] = t
+            st["after_clock"] = True
+
+        st = {"k": 0, "step": 0, "sub": 0, "ev": 0, "log": 0, "ref": 0,
+              "after_clock": True, "pre": 0, "ttt": None, "kept": []}
+        clock_start(build(trial_start(t)))
 
         def metric_value(k, at, target):
             """Crosses the target at eval `at` (never when None)."""
@@ -353,17 +371,17 @@ class FakeRun:
         def met(v, target):
             return v >= target if sign > 0 else v <= target
 
-        st = {"k": 0, "step": 0, "sub": 0, "ev": 0, "log": 0, "ref": clock_start,
-              "first": True, "pre": 0, "ttt": None, "kept": []}
         evals_cap = script.evals
         crashed = False
         ended = None
         while ended is None:
             k = st["k"] + 1
-            start = clock_start if st["first"] else st["ref"] + 2_000_000 + rng.randrange(500_000)
-            if not st["first"]:
+            if st["after_clock"]:
+                start = st["ref"] + 50_000 + rng.randrange(10_000)
+            else:
+                start = st["ref"] + 2_000_000 + rng.randrange(500_000)
                 st["log"] += start - st["ref"]
-            st["first"] = False
+            st["after_clock"] = False
             first = st["step"] + 1
             if k == 1:
                 n = 1
@@ -383,29 +401,29 @@ class FakeRun:
             rec("step_block", end, first_step=first, last_step=st["step"],
                 start_ns=start, end_ns=end, accumulated_submission_ns=st["sub"])
             if script.crash and not crashed and k == script.crash[0] + 1:
-                # Dies mid-way through block k; resumes from eval j.
+                # The supervisor dies after block k; the next `apf run
+                # --resume` (a new session, a new clock) resumes from eval
+                # j: from scratch (a new trial_start) when j is 0.
                 crashed = True
                 j = script.crash[1]
                 keep = [e for e in st["kept"] if e["index"] <= j]
-                clock = t = end + 7_000_000_000_000 + rng.randrange(10**9)
-                resumed_at = t
+                t = end + 7_000_000_000_000 + rng.randrange(10**9)
+                recs.append({"event": "_session", "t_ns": t - 1_000_000})
                 st["pre"] += 1
                 rec("resume", t, cut_bytes=0, from_eval=j, preemption_count=st["pre"])
-                t = build(t + 1_000_000)
+                t += 1_000_000
                 if j == 0:
-                    clock_start = t
-                    rec("clock_start", t, init_ns=3_000_000)
-                    st.update(k=0, step=0, sub=0, ev=0, log=0, ref=clock_start,
-                              first=True, ttt=None, kept=[])
+                    st.update(k=0, step=0, sub=0, ev=0, log=0, ttt=None, kept=[])
+                    t = trial_start(t)
                 else:
                     last = keep[-1]
                     st.update(k=j, step=last["global_step"],
                               sub=last["accumulated_submission_ns"],
                               ev=last["accumulated_eval_ns"],
-                              log=last["accumulated_logging_ns"], ref=resumed_at,
-                              first=False, kept=keep,
+                              log=last["accumulated_logging_ns"], kept=keep,
                               ttt=next((e["accumulated_submission_ns"] for e in keep
                                         if e["validation_target_met"]), None))
+                clock_start(build(t))
                 continue
             eval_end = end + 40_000_000 + rng.randrange(1_000_000)
             st["ev"] += eval_end - end
@@ -453,10 +471,10 @@ class FakeRun:
         us = []
         for pu in self.plan["units"]:
             us.append(dict(workload=pu["workload"], variant="base", study=pu["study"],
-                           trial0=pu["trial"], hparams=pu["hparams"]))
+                           trial0=pu["trial"] - 1, hparams=pu["hparams"]))
         for variant, study, trial0 in self.variant_units:
             pu = next(p for p in self.plan["units"]
-                      if p["study"] == study and p["trial"] == trial0)
+                      if p["study"] == study and p["trial"] == trial0 + 1)
             us.append(dict(workload=pu["workload"], variant=variant, study=study,
                            trial0=trial0, hparams=pu["hparams"]))
         return us
@@ -487,7 +505,7 @@ class FakeRun:
                      "seed": tuning["seed"],
                      "budget_multiplier": tuning["budget_multiplier"],
                      "units": [{"workload": u["workload"], "variant": u["variant"],
-                                "study": u["study"], "trial": u["trial0"]} for u in us]},
+                                "study": u["study"], "trial": u["trial0"] + 1} for u in us]},
             "environment": self.environment,
             "created": "2024-05-01T12:00:00Z",
         }
@@ -495,30 +513,55 @@ class FakeRun:
         with open(os.path.join(path, "run.json"), "wb") as f:
             f.write(run_json_bytes)
         clock = 1_000_000_000_000 + self.rng.randrange(10**9)
-        head = [{"t_ns": clock, "event": "run_start",
-                 "run_json_sha256": sha256_hex(run_json_bytes),
-                 "entry_sha256": run_json["entry"]["sha256"],
-                 "manifest_sha256": run_json["entry"]["manifest_sha256"],
-                 "sealed": self.sealed, "device": self.device, "threads": 1}]
-        if not self.sealed:
-            head.append({"t_ns": clock + 1000, "event": "unsealed",
-                         "reason": "user namespaces are disabled (--unsealed)"})
+
+        def session(t):
+            """What every `apf run` into the directory logs first."""
+            recs = [{"t_ns": t, "event": "run_start",
+                     "run_json_sha256": sha256_hex(run_json_bytes),
+                     "entry_sha256": run_json["entry"]["sha256"],
+                     "manifest_sha256": run_json["entry"]["manifest_sha256"],
+                     "sealed": self.sealed, "device": self.device, "threads": 1}]
+            if not self.sealed:
+                recs.append({"t_ns": t + 1000, "event": "unsealed",
+                             "reason": "user namespaces are disabled (--unsealed)"})
+            return recs
+
+        head = session(clock)
         per_unit = []
-        for u in us:
+        for i, u in enumerate(us):
             # Units run by separate processes have unrelated clocks.
-            per_unit.append(self.unit_records(u, clock + 10_000_000 + self.rng.randrange(10**6)))
+            recs = self.unit_records(u, clock + 10_000_000 + self.rng.randrange(10**6))
+            if i in self.split_after:
+                t = recs[-1]["t_ns"] + 10**12
+                recs += [{"event": "_end_session", "t_ns": recs[-1]["t_ns"] + 1000},
+                         {"event": "_session", "t_ns": t}]
+            per_unit.append(recs)
             clock = per_unit[-1][-1]["t_ns"] if not self.interleave else \
                 clock + 10**12 * (len(per_unit))
         if self.interleave:
             body = merge_keep_order(per_unit, self.rng)
         else:
             body = [r for recs in per_unit for r in recs]
-        records = head + body
-        failed = sum(1 for recs in per_unit if recs[-1]["failed"])
+        records = list(head)
+
+        def run_end(t):
+            """Closes the last session, counting its trial_ends."""
+            last = max(i for i, r in enumerate(records) if r["event"] == "run_start")
+            ends = [r for r in records[last:] if r["event"] == "trial_end"]
+            failed = sum(1 for r in ends if r["failed"])
+            return {"t_ns": t, "event": "run_end", "units": len(ends),
+                    "completed": len(ends) - failed, "failed": failed}
+
+        for r in body:
+            # A crashed supervisor's work goes on in a new session.
+            if r["event"] == "_session":
+                records.extend(session(r["t_ns"]))
+            elif r["event"] == "_end_session":
+                records.append(run_end(r["t_ns"]))
+            else:
+                records.append(r)
         if self.complete:
-            records.append({"t_ns": records[-1]["t_ns"] + 1_000_000, "event": "run_end",
-                            "units": len(us), "completed": len(us) - failed,
-                            "failed": failed})
+            records.append(run_end(records[-1]["t_ns"] + 1_000_000))
         ckpts = {}
         for r in records:
             if r["event"] == "eval":

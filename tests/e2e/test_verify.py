@@ -133,10 +133,10 @@ class VerifyTampering(RunCase):
         run = self.run_dir
         run.write_lines(run.lines[:-3])
         self.rejected(run, CHECK_LOG, "log.jsonl", "records were removed from the end")
-        # Cut inside a line: a torn last line.
+        # Cut inside a line, as a crash would: still fewer than signed.
         with open(run.file("log.jsonl"), "ab") as f:
-            f.write(run.lines and b'{"seq":')
-        self.rejected(run, CHECK_LOG, "torn")
+            f.write(b'{"seq":')
+        self.rejected(run, CHECK_LOG, "records were removed from the end")
 
     def test_signed_head_that_is_not_the_last_line(self):
         run = self.run_dir
@@ -455,9 +455,11 @@ class VerifyScenarios(RunCase):
                 run.records[res][field] = saved
         # The resumed block starts on the new supervisor's clock.
         resumed = [i for i in run.find("step_block", u) if i > res][0]
-        run.records[resumed]["start_ns"] = run.records[res]["t_ns"] - 1
+        clock = [i for i in run.find("clock_start", u) if i > res][0]
+        run.records[resumed]["start_ns"] = run.records[clock]["t_ns"] - 1
         run.save()
-        self.rejected(run, CHECK_TIMING, "is before the resume")
+        self.rejected(run, CHECK_TIMING, f"line {resumed + 1} (step_block 4 of {u})",
+                      "is before clock_start's t_ns")
 
     def test_interleaved_units_of_separate_processes(self):
         run = self.make_run(interleave=True, scripts={
@@ -549,11 +551,83 @@ class VerifyScenarios(RunCase):
         self.fails(2, "verify", self.path("nothing"))
         self.fails(2, "verify", self.path("nothing"), "--entry-key", "x.pem")
         run = self.make_run()
-        os.remove(run.file("log.dsse.json"))
-        self.fails(2, "verify", run.path, match="log.dsse.json")
         with open(run.file("run.json"), "w") as f:
             f.write("{}")
         self.fails(2, "verify", run.path, match="run.json")
+
+    def test_crashed_run_is_incomplete_not_failed(self):
+        """What a crash can leave: records after the last signed head, a
+        torn last line, a CSV a row short, no signature yet. All verify as
+        far as they go, and exit 3."""
+        run = self.make_run(complete=False)
+        u = run.units()[-1]
+        # The supervisor died after eval 2 of the last unit was logged and
+        # signed, while its third block was being logged.
+        e2 = run.find("eval", u, index=2)[0]
+        run.records = run.records[:e2 + 2]
+        run.save(sign=False)
+        run.sign_head(records=e2 + 1)
+        run.write_csv(u)
+        line = self.rejected(run, "without run_end", "last 1 records are not signed yet",
+                             code=3)
+        self.assertIn(f"line {e2 + 2}", line)
+        with open(run.file("log.jsonl"), "ab") as f:
+            f.write(b'{"seq":' + str(e2 + 2).encode() + b',"prev":"0')
+        self.rejected(run, "without run_end", "a torn line of", code=3)
+        # The eval's record reached the log; its CSV row did not.
+        p = run.file(u, "eval_measurements.csv")
+        rows = open(p).read().splitlines()
+        with open(p, "w") as f:
+            f.write("\n".join(rows[:-1]) + "\n")
+        self.rejected(run, "without run_end", code=3)
+        # But a second missing row is a failure.
+        with open(p, "w") as f:
+            f.write("\n".join(rows[:-2]) + "\n")
+        self.rejected(run, CHECK_TIMING, "eval_measurements.csv", "the file ends after")
+        # Killed before the first eval: nothing is signed yet.
+        run2 = FakeRun(self, complete=False).write(self.path("run2"))
+        first_eval = run2.find("eval")[0]
+        run2.records = run2.records[:first_eval]
+        run2.save(sign=False)
+        os.remove(run2.file("log.dsse.json"))
+        os.remove(run2.file(run2.units()[0], "eval_measurements.csv"))
+        self.rejected(run2, "without run_end", f"last {first_eval} records are not signed",
+                      code=3)
+        # Deleting the signature of a finished run is not a crash.
+        run3 = FakeRun(self).write(self.path("run3"))
+        os.remove(run3.file("log.dsse.json"))
+        self.rejected(run3, CHECK_LOG, "log.dsse.json is missing")
+
+    def test_units_run_by_separate_sessions(self):
+        run = self.make_run(split_after=(1, 3))
+        starts = run.find("run_start")
+        self.assertEqual(len(starts), 3)
+        self.assertEqual(len(run.find("run_end")), 3)
+        self.verified(run)
+        # run_end counts its own session's trials.
+        end = run.find("run_end")[1]
+        run.records[end]["completed"] += 1
+        run.save()
+        self.rejected(run, CHECK_LOG, f"line {end + 1} (run_end)", "ended 2 trials")
+        run.records[end]["completed"] -= 1
+        # After run_end, only run_start.
+        del run.records[starts[1]]
+        run.save()
+        self.rejected(run, CHECK_LOG, f"line {starts[1] + 1}",
+                      "after run_end, only a new run_start may follow")
+
+    def test_interrupted_unit_must_be_resumed(self):
+        run = self.make_run(scripts={"study_0/tiny/trial_2": UnitScript(crash=(3, 2))})
+        u = "study_0/tiny/trial_2"
+        res = self.record(run, "resume", u)
+        del run.records[res]
+        run.save()
+        self.rejected(run, CHECK_TIMING, f"line {res + 1} (build of {u})",
+                      "interrupted in an earlier session and goes on without a resume")
+        # A resume from eval 0 starts the trial again.
+        run = FakeRun(self, scripts={u: UnitScript(crash=(2, 0))}).write(self.path("r0"))
+        self.assertEqual(len(run.find("trial_start", u)), 2)
+        self.verified(run)
 
     def test_head_signature_checks_out_with_openssl_alone(self):
         run = self.make_run()
