@@ -14,8 +14,13 @@ with the runner's key where the test plays a runner that lies).
 """
 import json
 import os
+import shutil
+import signal
 import subprocess
+import time
+import unittest
 
+import apftest
 import runfake
 from apftest import ApfCase
 from runfake import FakeRun, RunDir, UnitScript
@@ -647,3 +652,111 @@ class VerifyScenarios(RunCase):
         self.assertEqual(p.returncode, 0, p)
         head = json.loads(payload)
         self.assertEqual(head["records"], len(run.lines))
+
+
+# ---- real runs ----------------------------------------------------------------
+
+# A submission that trains too slowly to meet the targets: its trials run
+# to the budget, giving several evals to tamper with.
+SLOW_SUBMISSION = r"""
+#include <apf/submission.h>
+const int apf_abi_version = APF_ABI_VERSION;
+int get_batch_size(const char *w) { (void)w; return 32; }
+int init_optimizer_state(apf_ctx *c, const apf_hparams *h, apf_prng r)
+{ (void)c; (void)h; (void)r; return 0; }
+int update_params(apf_ctx *c, const apf_hparams *h, const apf_batch *b,
+		  const apf_eval_results *e, int64_t s, apf_prng r,
+		  const apf_train_state *t)
+{
+	(void)h; (void)e; (void)s; (void)r; (void)t;
+	double loss;
+	if (apf_loss_grad(c, b, &loss))
+		return -1;
+	apf_axpy(c, apf_all_params(c), -1e-7f, apf_all_grads(c));
+	return 0;
+}
+"""
+
+
+def sandbox_available():
+    from test_run import sandbox_available as probe
+    return probe()
+
+
+def make_real_run(case, out):
+    """Packs the slow submission for the test workload and runs study 0,
+    trial 1 with `apf run` into out; returns the entry."""
+    apftest_blobs = "blobs_mlp"
+    case.write("slow/submission.ini", "[submission]\nname = slow\nauthors = tests\n"
+               "ruleset = external\n[tuning]\nstudies = 1\ntrials = 2\n")
+    case.write("slow/submission.c", SLOW_SUBMISSION)
+    case.write("slow/tuning_search_space.ini",
+               "[learning_rate]\nmin = 1e-4\nmax = 1e-2\nscaling = log\n")
+    entry = case.path("slow.apf")
+    case.ok("pack", case.path("slow"), "-w", apftest_blobs, "-o", entry)
+    r = case.apf("run", entry, "-o", out, "--study", "0", "--trial", "1", timeout=300)
+    case.assertEqual(r.rc, 0, r)
+    return entry
+
+
+class VerifyTamperingRealRun(VerifyTampering):
+    """Every tampering test of VerifyTampering, on a run made by `apf run`
+    (once per class; each test gets a copy)."""
+
+    @classmethod
+    def setUpClass(cls):
+        if not sandbox_available():
+            raise unittest.SkipTest("the kernel refuses user namespaces here")
+        maker = ApfCase("run")
+        maker.setUp()
+        cls.maker = maker
+        make_real_run(maker, maker.path("run"))
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.maker.tearDown()
+
+    def make_run(self, **kw):
+        if kw:
+            self.skipTest("a scenario only the fake runner writes")
+        shutil.copytree(self.maker.home, self.home)
+        shutil.copytree(self.maker.path("run"), self.path("run"))
+        return RunDir(self.path("run"), os.path.join(self.home, "keys", "default.key.pem"))
+
+
+class VerifyRealCrash(RunCase):
+    """kill -9 of `apf run` at points spread over a trial: the crashed
+    directory verifies as far as it goes (exit 3, never a failure), and
+    after --resume the whole run verifies."""
+
+    def test_killed_then_resumed_runs_verify(self):
+        if not sandbox_available():
+            self.skipTest("the kernel refuses user namespaces here")
+        t0 = time.time()
+        entry = make_real_run(self, self.path("clean"))
+        self.verified(RunDir(self.path("clean"), None))
+        length = time.time() - t0
+        outcomes = []
+        for k, frac in enumerate((0.2, 0.65)):
+            run = self.path(f"run{k}")
+            p = subprocess.Popen([apftest.APF, "run", entry, "-o", run, "--study", "0",
+                                  "--trial", "1", "-q"], env=self.env,
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            time.sleep(frac * length)
+            p.send_signal(signal.SIGKILL)
+            p.wait()
+            time.sleep(0.05)
+            where = f"kill {k} at {frac:.2f} of {length:.1f}s"
+            if os.path.exists(run):
+                r = self.apf("verify", run)
+                self.assertIn(r.rc, (0, 3), f"{where}: {r}")
+                outcomes.append(r.rc)
+            args = ["run", entry, "-o", run, "--study", "0", "--trial", "1"]
+            if os.path.exists(run):
+                args.append("--resume")
+            r = self.apf(*args, timeout=300)
+            self.assertEqual(r.rc, 0, f"{where}: {r}")
+            r = self.apf("verify", run, "--json")
+            self.assertEqual(r.rc, 0, f"{where}: {r}")
+        # The kills landed inside the trial, not only after it.
+        self.assertIn(3, outcomes)
