@@ -279,7 +279,7 @@ static int check_row(const struct csv_ctx *c, size_t line,
 		default:
 			ns = kind[i] == C_EVAL		  ? e->ev
 			     : kind[i] == C_LOGGING	  ? e->log
-			     : kind[i] == C_TOTAL	  ? e->total
+			     : kind[i] == C_TOTAL	  ? e->sub + e->ev + e->log
 							  : e->sub;
 			seconds_text(ns, want);
 			ok = same_value(cell, want);

@@ -35,8 +35,11 @@
  */
 #include "verify/verifier.h"
 
+#include <float.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -276,6 +279,11 @@ static int32_t find_unit(const struct vx *v, const char *line,
 		name = buf;
 		len = strlen(buf);
 	}
+	/* Runs of records of one unit: try this thread's last one first. */
+	static _Thread_local size_t last;
+	if (last < v->nunits && v->units[last].name_len == len &&
+	    same_bytes(v->units[last].name, name, len))
+		return (int32_t)last;
 	size_t lo = 0, hi = v->nunits;
 	while (lo < hi) {
 		size_t mid = (lo + hi) / 2;
@@ -284,8 +292,10 @@ static int32_t find_unit(const struct vx *v, const char *line,
 		int c = memcmp(m, name, mlen < len ? mlen : len);
 		if (!c)
 			c = mlen < len ? -1 : mlen > len;
-		if (!c)
-			return (int32_t)v->by_name[mid];
+		if (!c) {
+			last = v->by_name[mid];
+			return (int32_t)last;
+		}
 		if (c < 0)
 			lo = mid + 1;
 		else
@@ -504,12 +514,64 @@ static int names_checkpoint(const char *line, const struct apf_jtok *t,
 	return same_bytes(p, ".bin", 4);
 }
 
+/* Whether a metric meets its target. Most metrics are written with 17
+ * significant digits, which strtod converts slowly; a value good to a few
+ * ulp settles the comparison unless it is that close to the target, and
+ * only then is the exact conversion needed. */
+static int meets(const char *line, const struct apf_jtok *t, int direction,
+		 double target, uint8_t *out)
+{
+	static const double pow10[] = {1e0,  1e1,  1e2,	 1e3,  1e4,  1e5,
+				       1e6,  1e7,  1e8,	 1e9,  1e10, 1e11,
+				       1e12, 1e13, 1e14, 1e15, 1e16, 1e17,
+				       1e18, 1e19, 1e20, 1e21, 1e22};
+	if (t->type != APF_JNUMBER)
+		return -1;
+	const char *p = line + t->start, *end = p + t->len;
+	int neg = *p == '-', sig = 0, exp10 = 0, quick = 1;
+	uint64_t m = 0;
+	p += neg;
+	for (; p < end && *p >= '0' && *p <= '9'; p++) {
+		if (sig < 19) {
+			m = m * 10 + (uint64_t)(*p - '0');
+			sig += m != 0;
+		} else {
+			exp10++;
+		}
+	}
+	if (p < end && *p == '.')
+		for (p++; p < end && *p >= '0' && *p <= '9'; p++)
+			if (sig < 19) {
+				m = m * 10 + (uint64_t)(*p - '0');
+				sig += m != 0;
+				exp10--;
+			}
+	if (p < end || exp10 < -22 || exp10 > 22)
+		quick = 0; /* an exponent, or out of the exact powers */
+	if (quick) {
+		double v = exp10 < 0 ? (double)m / pow10[-exp10]
+				     : (double)m * pow10[exp10];
+		v = neg ? -v : v;
+		double scale = fmax(fabs(v), fabs(target));
+		if (fabs(v - target) > 8 * DBL_EPSILON * scale) {
+			*out = (uint8_t)apf_workload_meets(direction, v, target);
+			return 0;
+		}
+	}
+	double v;
+	if (apf_jtok_double(line, t, &v))
+		return -1;
+	*out = (uint8_t)apf_workload_meets(direction, v, target);
+	return 0;
+}
+
 void apf_vx_prepare(void *user, const struct apf_runlog_record *r, void *slot)
 {
 	const struct vx *v = user;
 	struct vx_slot *s = slot;
 	const struct apf_jtok *t = r->tok;
 	const char *line = r->line;
+	memset(s, 0, offsetof(struct vx_slot, why));
 	s->unit = -1;
 	s->ev = (uint8_t)event_id(r->event);
 	if (s->ev == EV_UNKNOWN) {
@@ -563,8 +625,14 @@ void apf_vx_prepare(void *user, const struct apf_runlog_record *r, void *slot)
 			s->flags |= FLAG_CKPT_NAMED;
 		long vm = apf_jtok_get(line, t, s->tok[0], u->vkey);
 		long tm = apf_jtok_get(line, t, s->tok[0], u->tkey);
-		s->has_vm = vm >= 0 && !apf_jtok_double(line, &t[vm], &s->d[0]);
-		s->has_tm = tm >= 0 && !apf_jtok_double(line, &t[tm], &s->d[1]);
+		if (vm >= 0)
+			s->has_vm = meets(line, &t[vm], u->direction, u->vtarget,
+					  &s->vm_meets) == 0;
+		if (tm >= 0)
+			s->has_tm = meets(line, &t[tm], u->direction, u->ttarget,
+					  &s->tm_meets) == 0;
+		s->vm_tok = (uint32_t)vm;
+		s->tm_tok = (uint32_t)tm;
 	}
 }
 
@@ -1027,16 +1095,17 @@ static int eval(struct vx *v, struct vx_unit *u,
 	if (!s->has_vm || !s->has_tm)
 		return fail_here(v, u, r, s, "metrics lack %s",
 				 s->has_vm ? u->tkey : u->vkey);
-	int vm = apf_workload_meets(u->direction, s->d[0], u->vtarget);
-	int tm = apf_workload_meets(u->direction, s->d[1], u->ttarget);
+	int vm = s->vm_meets, tm = s->tm_meets;
 	if (vm != vmet || tm != tmet) {
 		int val = vm != vmet;
+		double x = 0;
+		apf_jtok_double(r->line, &r->tok[val ? s->vm_tok : s->tm_tok], &x);
 		return fail_here(v, u, r, s,
 				 "%s_target_met is %s, but %s %.9g %s the "
 				 "target %.9g",
 				 val ? "validation" : "test",
 				 (val ? vmet : tmet) ? "true" : "false",
-				 val ? u->vkey : u->tkey, s->d[val ? 0 : 1],
+				 val ? u->vkey : u->tkey, x,
 				 (val ? vm : tm) ? "meets" : "does not meet",
 				 val ? u->vtarget : u->ttarget);
 	}
@@ -1055,11 +1124,9 @@ static int eval(struct vx *v, struct vx_unit *u,
 	e->line = r->line_no;
 	e->index = index;
 	e->global_step = step;
-	e->end_ns = end;
 	e->sub = u->sub;
 	e->ev = ev;
 	e->log = u->log;
-	e->total = total;
 	e->preempt = pre;
 	e->ttt = u->ttt;
 	memcpy(e->sha, s->sha, 32);
@@ -1489,7 +1556,9 @@ int apf_vx_walk_end(struct vx *v)
 				first_unended = u->name;
 		}
 		if (u->nevals)
-			rep->claimed_ns += u->evals[u->nevals - 1].total;
+			rep->claimed_ns += u->evals[u->nevals - 1].sub +
+					   u->evals[u->nevals - 1].ev +
+					   u->evals[u->nevals - 1].log;
 	}
 	int rc = v->session_open ? session_unsealed_check(v) : 0;
 	if (rc)

@@ -48,18 +48,21 @@ enum vx_event {
 	EV_COUNT
 };
 
-/* What a worker thread extracted from one line for the in-order checks. */
+/* What a worker thread extracted from one line for the in-order checks.
+ * The reader does not clear slots: prepare clears all but `why`, which is
+ * written only with `bad`. */
 struct vx_slot {
 	uint8_t ev;        /* enum vx_event */
 	uint8_t bad;       /* why holds a form failure */
 	uint8_t flags;     /* booleans, by the field table's bit */
 	uint8_t sval;      /* an enum field's value, as its index */
-	uint8_t has_vm, has_tm;
+	uint8_t has_vm, has_tm; /* eval: the unit's validation and test metric */
+	uint8_t vm_meets, tm_meets; /* ... and whether they meet the targets */
 	int32_t unit;      /* index into vx.units; -1 none or null, -2 unknown */
 	uint32_t unit_tok; /* the unit field's token */
+	uint32_t vm_tok, tm_tok;
 	uint64_t u[10];    /* integer fields, by the field table's slot */
-	double d[2];       /* trial_start: the targets; eval: the unit's
-			    * validation and test metric */
+	double d[2];       /* trial_start: the targets */
 	uint32_t tok[4];   /* tokens of fields read in order (strings,
 			    * hparams, metrics) */
 	uint8_t sha[32];   /* eval: the checkpoint's digest */
@@ -75,11 +78,12 @@ enum { STOP_BUDGET = 1, STOP_TARGETS = 2, STOP_MAX_STEPS = 4 };
 /* One kept eval (a later resume may still discard it). */
 struct vx_eval {
 	uint64_t line;
-	uint64_t index, global_step, end_ns;
-	uint64_t sub, ev, log, total, preempt;
+	uint64_t global_step;
+	uint64_t sub, ev, log;
 	uint64_t ttt;      /* time to target up to here; VX_NONE if not met */
-	uint8_t sha[32];
 	uint64_t bytes;
+	uint64_t index, preempt;
+	uint8_t sha[32];
 	uint8_t stop;      /* STOP_* that hold here */
 	uint8_t file_ok;   /* checkpoint.file names RUN/<unit>/ckpt/<i>.bin */
 	uint32_t nm;       /* metrics, kept only when outputs are checked */

@@ -469,8 +469,6 @@ static void batch_fill(struct batch *b, const char *data, size_t size,
 		ln->ntok = 0;
 		ln->err[0] = 0;
 		ln->slot = slot_size ? b->slots + b->n * slot_size : NULL;
-		if (slot_size)
-			memset(ln->slot, 0, slot_size);
 		b->n++;
 		if (!nl)
 			snprintf(ln->err, sizeof ln->err,
@@ -510,7 +508,7 @@ static int consume(struct walk_state *w, struct batch *b, uint64_t *valid_bytes)
 				 (unsigned long long)ln->seq,
 				 (unsigned long long)w->count);
 			why = buf;
-		} else if (!why && strcmp(ln->prev, w->head)) {
+		} else if (!why && memcmp(ln->prev, w->head, 64)) {
 			snprintf(buf, sizeof buf,
 				 "prev does not match the hash of line "
 				 "%llu (a line before it was changed)",
@@ -561,7 +559,7 @@ static int walk(const char *path, const struct apf_runlog_read_opts *o,
 	size_t size = (size_t)st.st_size;
 	const char *data = NULL;
 	if (size) {
-		data = mmap(NULL, size, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
+		data = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
 		if (data == MAP_FAILED) {
 			close(fd);
 			return apf_error_errno(APF_EIO, errno, path, "map");

@@ -75,9 +75,13 @@ enum apf_jtype {
 struct apf_jtok {
 	uint32_t start, len; /* the value's bytes; a string's without quotes */
 	uint32_t next;       /* index of the token after this value's subtree */
-	uint32_t size;       /* an object's members or an array's elements */
 	uint8_t type;        /* enum apf_jtype */
 	uint8_t escaped;     /* a string holding backslash escapes */
+	uint8_t plain;       /* a number of up to 19 plain digits: in value */
+	union {
+		uint32_t size;   /* an object's members or an array's elements */
+		uint64_t value;  /* a plain number's value */
+	};
 };
 
 /* Parses one JSON text into tok (cap tokens; len / 2 + 2 always suffice).
@@ -127,8 +131,9 @@ struct apf_runlog_read_opts {
 	void *user;
 	/* Runs on the worker threads, in no particular order, for every line
 	 * that parsed, before fn sees it; it fills its slot (slot_size bytes,
-	 * zeroed) for fn. It cannot fail: it records problems in the slot so
-	 * that fn reports them in line order. May be NULL. */
+	 * not cleared: the slot of an earlier line) for fn. It cannot fail:
+	 * it records problems in the slot so that fn reports them in line
+	 * order. May be NULL. */
 	void (*prepare)(void *user, const struct apf_runlog_record *r,
 			void *slot);
 	size_t slot_size;

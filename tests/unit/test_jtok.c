@@ -230,6 +230,7 @@ static void prepare(void *user, const struct apf_runlog_record *r, void *vs)
 	(void)user;
 	struct slot *s = vs;
 	s->seq = r->seq;
+	s->step = 0;
 	long k = apf_jtok_get(r->line, r->tok, 0, "step");
 	if (k >= 0)
 		apf_jtok_u64(r->line, &r->tok[k], &s->step);
