@@ -94,11 +94,9 @@ static int check_entry(struct vx *v)
 	memcpy(v->rep->entry_signer, e->signer, 65);
 	v->rep->submission = apf_strdup(e->manifest->submission.name);
 	set_detail(v, APF_VERIFY_ENTRY,
-		   "entry.apf sha256:%.16s..., signed by %.16s... (%s), %zu "
-		   "files as its manifest lists them",
-		   e->file_digest, e->signer,
-		   e->signer_source ? e->signer_source : "trusted key",
-		   e->manifest->submission.nfiles);
+		   "entry.apf sha256:%.16s..., signed by trusted key "
+		   "%.16s..., %zu files as its manifest lists them",
+		   e->file_digest, e->signer, e->manifest->submission.nfiles);
 	return 0;
 }
 
@@ -678,12 +676,19 @@ static int check_log(struct vx *v)
 		rc = apf_vx_hparams_files(v);
 	if (rc)
 		return rc;
-	set_detail(v, APF_VERIFY_LOG,
-		   "%" PRIu64 " records chained; head %.16s... signed by "
-		   "runner key %.16s...; run.json bound to the entry; %zu "
-		   "units with the plan's hyperparameters and the workload "
-		   "specs' targets and budgets",
-		   sum.records, sum.head, v->rep->runner_signer, v->nunits);
+	if (v->no_head)
+		set_detail(v, APF_VERIFY_LOG,
+			   "%" PRIu64 " records chained, none signed yet; "
+			   "run.json bound to the entry; the trials' parameters "
+			   "are the plan's and the workload specs'",
+			   sum.records);
+	else
+		set_detail(v, APF_VERIFY_LOG,
+			   "%" PRIu64 " records chained, head %.16s... signed by "
+			   "runner key %.16s...; run.json bound to the entry; the "
+			   "trials' parameters are the plan's and the workload "
+			   "specs'",
+			   sum.records, sum.head, v->rep->runner_signer);
 	return 0;
 }
 
@@ -697,11 +702,12 @@ static int check_timing(struct vx *v)
 	if (rc)
 		return rc;
 	set_detail(v, APF_VERIFY_TIMING,
-		   "%zu evals of %zu units: accumulated times recomputed from "
-		   "the supervisor's timestamps, eval cadence, budget, target "
-		   "flags, stops and time-to-target as logged%s",
-		   v->rep->evals, v->rep->units_started,
-		   v->o->log_only ? "" : "; eval_measurements.csv equal to the log");
+		   "%zu eval%s of %zu unit%s: accumulated times, cadence, "
+		   "budget, target flags, stops and time-to-target recomputed "
+		   "from the supervisor's timestamps%s",
+		   v->rep->evals, v->rep->evals == 1 ? "" : "s",
+		   v->rep->units_started, v->rep->units_started == 1 ? "" : "s",
+		   v->o->log_only ? "" : "; the CSVs equal the log");
 	return 0;
 }
 
@@ -717,9 +723,9 @@ static int check_checkpoints(struct vx *v)
 	else
 		snprintf(sz, sizeof sz, "%.0f bytes", b);
 	set_detail(v, APF_VERIFY_CHECKPOINTS,
-		   "%zu checkpoint files (%s) with the logged sizes and "
-		   "SHA-256 digests; re-evaluating them needs --reeval",
-		   v->rep->checkpoints, sz);
+		   "%zu file%s (%s) of the logged sizes and SHA-256 digests; "
+		   "re-evaluating them is --reeval",
+		   v->rep->checkpoints, v->rep->checkpoints == 1 ? "" : "s", sz);
 	return 0;
 }
 

@@ -84,16 +84,16 @@ static void print_run(const apf_verify_report *r)
 	printf("%s %s\n",
 	       r->status == APF_EABORT ? "verified (incomplete)" : "verified",
 	       r->run_dir);
-	printf("  submission  %s, %zu units (%zu ended, %zu failed), %zu "
-	       "evals, %zu resumes%s\n",
+	printf("  submission  %s: %zu unit%s run (%zu ended, %zu failed), "
+	       "%zu evals, %zu resume%s%s\n",
 	       r->submission ? r->submission : "?", r->units_started,
-	       r->units_ended, r->units_failed, r->evals, r->resumes,
-	       r->sealed ? "" : ", UNSEALED");
-	printf("  training    %.3f s claimed (every unit's last total "
-	       "duration)\n",
+	       r->units_started == 1 ? "" : "s", r->units_ended,
+	       r->units_failed, r->evals, r->resumes,
+	       r->resumes == 1 ? "" : "s", r->sealed ? "" : ", UNSEALED");
+	printf("  training    %.3f s claimed (the units' total durations)\n",
 	       (double)r->claimed_ns / 1e9);
 	for (int c = 1; c <= APF_VERIFY_NCHECKS; c++)
-		printf("  check %d %-12s %-7s %s\n", c, apf_verify_check_name(c),
+		printf("  %d %-11s  %-7s  %s\n", c, apf_verify_check_name(c),
 		       apf_verify_outcome_name(r->check[c].outcome),
 		       r->check[c].detail ? r->check[c].detail : "");
 }

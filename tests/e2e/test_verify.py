@@ -5,12 +5,13 @@ its signature, the files beside it or the timing they claim fails with exit
 1 and names the check, the file and the record; a run that stopped without
 run_end is exit 3; a directory that is not a run is exit 2.
 
-The run under test comes from make_run(). Until `apf run` lands it is a fake
-written by runfake (a valid run directory, made by the rules the runner
-follows); a subclass of VerifyTampering that overrides make_run() with a
-real run repeats every tampering test on it, because the tamperings only use
-runfake.RunDir, which reads and rewrites any run directory on disk (re-signing
-with the runner's key where the test plays a runner that lies).
+The run under test comes from make_run(): a fake written by runfake (a valid
+run directory made by the rules the runner follows, so scenarios a real run
+rarely shows - resumes from a chosen eval, every way a trial ends, sessions,
+variants - can be written on purpose), or, in VerifyTamperingRealRun, a run
+made by `apf run`. The tamperings only use runfake.RunDir, which reads and
+rewrites any run directory on disk (re-signing with the runner's key where
+the test plays a runner that lies), so each of them runs on both.
 """
 import json
 import os
@@ -82,10 +83,9 @@ class VerifyTampering(RunCase):
     def test_untouched_run_verifies_with_every_check_reported(self):
         run = self.run_dir
         r = self.verified(run)
-        for name in ("check 1 entry", "check 2 log", "check 3 timing",
-                     "check 4 checkpoints", "check 6 held-out"):
+        for name in ("1 entry", "2 log", "3 timing", "4 checkpoints", "6 held-out"):
             self.assertRegex(r.out, name + r"\s+passed", r.out)
-        self.assertRegex(r.out, r"check 5 replay\s+skipped")
+        self.assertRegex(r.out, r"5 replay\s+skipped")
         rep = json.loads(self.ok("verify", run.path, "--json").out)
         self.assertTrue(rep["verified"])
         self.assertTrue(rep["complete"])
@@ -466,7 +466,9 @@ class VerifyScenarios(RunCase):
         self.rejected(run, CHECK_TIMING, f"line {resumed + 1} (step_block 4 of {u})",
                       "is before clock_start's t_ns")
 
-    def test_interleaved_units_of_separate_processes(self):
+    def test_interleaved_units(self):
+        """Records of several units may interleave in a session; each
+        unit's are checked on their own (and on their own clock)."""
         run = self.make_run(interleave=True, scripts={
             "study_0/tiny/trial_1": UnitScript(end="targets", val_at=3, test_at=4)})
         units = [r.get("unit") for r in run.records if r.get("unit")]
@@ -685,7 +687,8 @@ def sandbox_available():
 
 def make_real_run(case, out):
     """Packs the slow submission for the test workload and runs study 0,
-    trial 1 with `apf run` into out; returns the entry."""
+    trial 1 with `apf run` into out; returns the entry. Skips the test when
+    the runner could not train here (its trial ended without evals)."""
     apftest_blobs = "blobs_mlp"
     case.write("slow/submission.ini", "[submission]\nname = slow\nauthors = tests\n"
                "ruleset = external\n[tuning]\nstudies = 1\ntrials = 2\n")
@@ -696,6 +699,10 @@ def make_real_run(case, out):
     case.ok("pack", case.path("slow"), "-w", apftest_blobs, "-o", entry)
     r = case.apf("run", entry, "-o", out, "--study", "0", "--trial", "1", timeout=300)
     case.assertEqual(r.rc, 0, r)
+    end = [x for x in apftest.read_log(out)[0] if x["event"] == "trial_end"][-1]
+    if end["evals"] < 4:
+        raise unittest.SkipTest(f"apf run trained no unit here ({end['reason']}: "
+                                f"{end.get('detail', '')})")
     return entry
 
 
