@@ -13,8 +13,9 @@
  *                  trial's parameters those of the entry's plan (the
  *                  recomputed hyperparameter draw) and workload spec
  *                  (targets, budget, eval period, max steps); the runner's
- *                  signature (log.dsse.json) over exactly the last line;
- *                  hparams.json equal to the trial's.
+ *                  signature (log.dsse.json) over exactly the last line
+ *                  (of a finished log; see below); hparams.json equal to
+ *                  the trial's.
  *   3 timing       from the supervisor's timestamps: accumulated submission,
  *                  eval and logging time and total duration; step counts;
  *                  eval cadence; budget; target flags against the metrics;
@@ -35,10 +36,17 @@
  * the chain is still being read is held back until the chain, signature and
  * binding have passed, so failures are always reported in check order.
  *
+ * Sessions: every `apf run` into a directory appends run_start, its units'
+ * records and (unless it was killed) run_end; a unit interrupted by a
+ * crash goes on in a later session after a resume record.
+ *
  * Returns 0 (verified, the run complete), APF_EVERIFY (a check failed),
- * APF_EABORT (everything verified but the log ends without run_end: the run
- * stopped abnormally or is still running), or an input error (a file of the
- * run directory missing or malformed, unusable keys or workloads).
+ * APF_EABORT (everything there verified, but the run stopped abnormally or
+ * is still running: the log ends without run_end, or a unit was left
+ * interrupted; such a log may end in a torn line, records written after the
+ * last signed head, or have no signature yet - the signed prefix must
+ * check out), or an input error (a file of the run directory missing or
+ * malformed, unusable keys or workloads).
  */
 #ifndef APF_VERIFY_H
 #define APF_VERIFY_H
