@@ -3,14 +3,22 @@
  * integrity, its signature by a trusted key, the manifest's schema, and every
  * file against the manifest. Exit 0 verified, 1 a check failed (the message
  * names it), 2 not an entry / truncated / unreadable.
+ *
+ * `apf verify RUN_DIR [--key PUB.pem] [--entry-key PUB.pem] [--json]`: a
+ * run directory, by the checks of DESIGN.md 7 (verify/verify.h). --key is
+ * the runner's key, --entry-key the submitter's. Exit 3 when everything
+ * verifies but the log has no run_end (the run stopped abnormally).
  */
 #include "cmd.h"
 
+#include <inttypes.h>
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "entry/entry.h"
+#include "verify/verify.h"
 
 static void print_entry(const apf_entry *e)
 {
@@ -62,30 +70,144 @@ static void print_json(const char *path, const apf_entry *e, int rc)
 	json_decref(o);
 }
 
+static void run_progress(void *user, uint64_t records, uint64_t bytes,
+			 uint64_t total)
+{
+	(void)user;
+	char a[32], b[32];
+	progress_show("verifying log.jsonl: %" PRIu64 " records, %s / %s",
+		      records, human_bytes(bytes, a), human_bytes(total, b));
+}
+
+static void print_run(const apf_verify_report *r)
+{
+	printf("%s %s\n",
+	       r->status == APF_EABORT ? "verified (incomplete)" : "verified",
+	       r->run_dir);
+	printf("  submission  %s: %zu unit%s run (%zu ended, %zu failed), "
+	       "%zu evals, %zu resume%s%s\n",
+	       r->submission ? r->submission : "?", r->units_started,
+	       r->units_started == 1 ? "" : "s", r->units_ended,
+	       r->units_failed, r->evals, r->resumes,
+	       r->resumes == 1 ? "" : "s", r->sealed ? "" : ", UNSEALED");
+	printf("  training    %.3f s claimed (the units' total durations)\n",
+	       (double)r->claimed_ns / 1e9);
+	for (int c = 1; c <= APF_VERIFY_NCHECKS; c++)
+		printf("  %d %-11s  %-7s  %s\n", c, apf_verify_check_name(c),
+		       apf_verify_outcome_name(r->check[c].outcome),
+		       r->check[c].detail ? r->check[c].detail : "");
+}
+
+static void print_run_json(const apf_verify_report *r, int rc)
+{
+	json_t *checks = json_array();
+	for (int c = 1; c <= APF_VERIFY_NCHECKS; c++)
+		json_array_append_new(
+			checks,
+			json_pack("{s:i, s:s, s:s, s:s, s:f}", "check", c, "name",
+				  apf_verify_check_name(c), "outcome",
+				  apf_verify_outcome_name(r->check[c].outcome),
+				  "detail",
+				  r->check[c].detail ? r->check[c].detail : "",
+				  "seconds", r->check[c].seconds));
+	json_t *o = json_pack(
+		"{s:s, s:b, s:b, s:i, s:s?, s:s?, s:s, s:s, s:s, s:s, s:s, s:I, "
+		"s:I, s:b, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:f, s:o}",
+		"run", r->run_dir, "verified", rc == 0 || rc == APF_EABORT,
+		"complete", r->complete, "exit_code", apf_exit_code(rc), "error",
+		rc ? apf_error_message() : NULL, "submission", r->submission,
+		"entry_sha256", r->entry_sha256, "manifest_sha256",
+		r->manifest_sha256, "entry_signer", r->entry_signer,
+		"runner_signer", r->runner_signer, "head", r->head, "records",
+		(json_int_t)r->records, "log_bytes", (json_int_t)r->log_bytes,
+		"sealed", r->sealed, "units", (json_int_t)r->units_started,
+		"units_ended", (json_int_t)r->units_ended, "units_failed",
+		(json_int_t)r->units_failed, "evals", (json_int_t)r->evals,
+		"resumes", (json_int_t)r->resumes, "env_drifts",
+		(json_int_t)r->env_drifts, "checkpoints",
+		(json_int_t)r->checkpoints, "checkpoint_bytes",
+		(json_int_t)r->checkpoint_bytes, "claimed_training_s",
+		(double)r->claimed_ns / 1e9, "checks", checks);
+	char *s = o ? json_dumps(o, JSON_INDENT(2)) : NULL;
+	if (s)
+		printf("%s\n", s);
+	free(s);
+	json_decref(o);
+}
+
+static int verify_run(const char *dir, const char *key_path,
+		      const char *entry_key, int as_json)
+{
+	apf_keyring *runner = NULL, *entry = NULL;
+	apf_verify_report *r = NULL;
+	int rc = apf_keyring_default(&runner, key_path);
+	if (!rc)
+		rc = apf_keyring_default(&entry, entry_key);
+	if (!rc) {
+		struct apf_verify_opts o = {.runner_keys = runner,
+					    .entry_keys = entry,
+					    .progress = run_progress};
+		rc = apf_verify_run(&r, dir, &o);
+		progress_done();
+	}
+	if (as_json && r)
+		print_run_json(r, rc);
+	else if (r && (rc == 0 || rc == APF_EABORT))
+		print_run(r);
+	apf_verify_report_free(r);
+	apf_keyring_free(runner);
+	apf_keyring_free(entry);
+	return rc ? cmd_fail(rc) : 0;
+}
+
 int cmd_verify(int argc, char **argv)
 {
-	const char *key_path = NULL;
+	const char *key_path = NULL, *entry_key = NULL;
 	int as_json = 0;
 	const struct apf_opt opts[] = {
 		{"key", 0, OPT_STRING, &key_path, "PUB.pem",
-		 "trust only this public key (default: $APF_HOME/trusted/)"},
+		 "trust only this public key: the entry's signer, or a run's "
+		 "runner (default: $APF_HOME/trusted/)"},
+		{"entry-key", 0, OPT_STRING, &entry_key, "PUB.pem",
+		 "a run's entry: trust only this submitter key (default: "
+		 "$APF_HOME/trusted/)"},
 		{"json", 0, OPT_FLAG, &as_json, NULL,
 		 "print the verdict as JSON on stdout"},
 		{0},
 	};
 	const struct apf_usage usage = {
-		"verify ENTRY.apf [--key PUB.pem] [--json]",
+		"verify ENTRY.apf|RUN_DIR [--key PUB.pem] [--entry-key PUB.pem] "
+		"[--json]",
 		"Verify an entry: the archive's integrity, the manifest's "
 		"signature by a trusted\nkey, the manifest's schema, and every "
 		"file against the manifest (type, mode,\nsize, SHA-256; nothing "
-		"extra, nothing missing).",
-		"Exit 0: verified. 1: a check failed; the message names it. "
-		"2: not an entry,\ntruncated, or unreadable.",
+		"extra, nothing missing).\n\n"
+		"Verify a run directory (DESIGN.md 7): 1 its entry; 2 the log's "
+		"chain, the runner's\nsignature over its last line, run.json "
+		"bound to the entry, the trials' parameters\nthose of the "
+		"entry's plan and workload specs; 3 the accumulated times, eval\n"
+		"cadence, budget, target flags, stops and time-to-target, "
+		"recomputed from the\nsupervisor's timestamps, and the CSVs; 4 "
+		"the checkpoint digests; 6 the held-out\nvariants against "
+		"heldout.json.",
+		"Exit 0: verified. 1: a check failed; the message names the "
+		"check, file and\nrecord. 2: not an entry or run directory, "
+		"truncated, or unreadable. 3: a run\nthat verifies but stopped "
+		"abnormally (its log has no run_end).",
 		1, 1};
 	int nargs, rc = cmd_start("verify", &usage, opts, argc, argv, &nargs);
 	if (rc >= 0)
 		return rc;
 	const char *path = argv[1];
+	struct stat st;
+	if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
+		return verify_run(path, key_path, entry_key, as_json);
+	if (entry_key) {
+		apf_error(APF_EUSAGE, "verify",
+			  "--entry-key is for run directories (an entry's "
+			  "signer is --key)");
+		return cmd_fail(APF_EUSAGE);
+	}
 	apf_keyring *kr = NULL;
 	apf_entry *e = NULL;
 	rc = apf_keyring_default(&kr, key_path);

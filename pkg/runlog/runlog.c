@@ -71,10 +71,10 @@ static int parse_prefix(const char *line, size_t len, uint64_t *seq,
 	if (expect(&p, end, "{\"seq\":") || parse_uint(&p, end, seq) ||
 	    expect(&p, end, ",\"prev\":\"") || end - p < 64)
 		return -1;
+	/* Not checked as hex here: the walk compares it with the previous
+	 * line's hash, which is stricter. */
 	memcpy(prev, p, 64);
 	prev[64] = 0;
-	if (!apf_is_hex_digest(prev))
-		return -1;
 	p += 64;
 	if (expect(&p, end, "\",\"t_ns\":") || parse_uint(&p, end, t_ns) ||
 	    expect(&p, end, ",\"event\":\""))
@@ -138,6 +138,18 @@ static int append_json_string(apf_buf *b, const char *s)
 int apf_runlog_append(apf_runlog *l, uint64_t t_ns, const char *event,
 		      const json_t *fields, int sync)
 {
+	/* The reader takes event names of 1 to 47 characters that JSON
+	 * writes without escapes. */
+	size_t elen = strlen(event);
+	int plain = elen > 0 && elen < 48;
+	for (size_t i = 0; plain && i < elen; i++)
+		plain = event[i] > 0x1f && event[i] < 0x7f && event[i] != '"' &&
+			event[i] != '\\';
+	if (!plain)
+		return apf_error(APF_EINTERNAL, l->path,
+				 "event name '%.60s' is not 1 to 47 plain "
+				 "characters",
+				 event);
 	apf_buf b = {0};
 	int rc = apf_buf_printf(&b, "{\"seq\":%llu,\"prev\":\"%s\",\"t_ns\":%llu,"
 				    "\"event\":",
@@ -224,30 +236,66 @@ int apf_runlog_close(apf_runlog *l)
 
 /* ---- reading ------------------------------------------------------------------- */
 
+/* One line of a batch, filled by whichever thread checks it. */
 struct line {
 	const char *p;
 	size_t len;
 	uint64_t seq, t_ns;
 	char prev[65];
 	char hash[65];
+	char event[48];
 	json_t *obj;
-	const char *event;
+	int worker;             /* whose token vector holds the tokens */
+	size_t tok_off, ntok;
+	void *slot;
 	char err[160];
+};
+
+struct tokvec {
+	struct apf_jtok *tok;
+	size_t n, cap;
 };
 
 struct batch {
 	struct line *lines;
 	size_t n;
-	size_t next;
-	pthread_mutex_t lock;
+	size_t next;            /* next chunk to hand out */
+	size_t finished;        /* lines checked */
+	struct tokvec *tv;      /* one per thread */
+	char *slots;
+	int oom;
 };
 
-static void check_line(struct line *ln)
+struct pool {
+	pthread_mutex_t lock;
+	pthread_cond_t work, done;
+	struct batch *cur;
+	unsigned gen;
+	int quit;
+	int nthreads;           /* the caller plus the workers */
+	pthread_t *tid;
+	int started;
+	const struct apf_runlog_read_opts *o;
+	apf_sha256 *hasher[64]; /* one per thread: a context per line costs
+				 * more than hashing the line */
+};
+
+struct worker_arg {
+	struct pool *pool;
+	int id;
+};
+
+#define CHUNK 64
+
+static void check_line(struct pool *pl, struct batch *b, struct line *ln,
+		       int id)
 {
+	const struct apf_runlog_read_opts *o = pl->o;
 	uint8_t d[APF_SHA256_LEN];
 	if (ln->err[0])
 		return; /* already refused while splitting */
-	if (apf_sha256_buf(ln->p, ln->len, d)) {
+	if (apf_sha256_update(pl->hasher[id], ln->p, ln->len) ||
+	    apf_sha256_final(pl->hasher[id], d)) {
 		snprintf(ln->err, sizeof ln->err, "cannot hash");
 		return;
 	}
@@ -258,51 +306,246 @@ static void check_line(struct line *ln)
 			 "\"t_ns\":T,\"event\":");
 		return;
 	}
-	json_error_t je;
-	ln->obj = json_loadb(ln->p, ln->len, JSON_REJECT_DUPLICATES, &je);
-	if (!ln->obj || !json_is_object(ln->obj)) {
-		snprintf(ln->err, sizeof ln->err, "not a JSON object (%.100s)",
-			 ln->obj ? "not an object" : je.text);
+	struct tokvec *tv = &b->tv[id];
+	size_t need = ln->len / 2 + 2;
+	if (tv->cap - tv->n < need) {
+		size_t cap = tv->cap * 2 > tv->n + need ? tv->cap * 2
+							: tv->n + need + 1024;
+		struct apf_jtok *t = realloc(tv->tok, cap * sizeof *t);
+		if (!t) {
+			b->oom = 1;
+			snprintf(ln->err, sizeof ln->err, "out of memory");
+			return;
+		}
+		tv->tok = t;
+		tv->cap = cap;
+	}
+	struct apf_jtok *tok = tv->tok + tv->n;
+	const char *why = NULL;
+	if (apf_jtok_parse(ln->p, ln->len, tok, tv->cap - tv->n, &ln->ntok,
+			   &why)) {
+		snprintf(ln->err, sizeof ln->err, "not valid JSON (%s)", why);
 		return;
 	}
-	ln->event = json_string_value(json_object_get(ln->obj, "event"));
-	if (!ln->event || !ln->event[0])
-		snprintf(ln->err, sizeof ln->err, "event is not a string");
-}
-
-static void *batch_worker(void *arg)
-{
-	struct batch *b = arg;
-	for (;;) {
-		pthread_mutex_lock(&b->lock);
-		size_t k = b->next;
-		b->next += 64;
-		pthread_mutex_unlock(&b->lock);
-		if (k >= b->n)
-			break;
-		size_t end = k + 64 < b->n ? k + 64 : b->n;
-		for (size_t i = k; i < end; i++)
-			check_line(&b->lines[i]);
+	ln->worker = id;
+	ln->tok_off = tv->n;
+	tv->n += ln->ntok;
+	/* The prefix fixed the first four members; the event's value is
+	 * token 8. */
+	const struct apf_jtok *ev = &tok[8];
+	if (tok[0].type != APF_JOBJECT || ln->ntok < 9 ||
+	    ev->type != APF_JSTRING || ev->escaped || ev->len == 0 ||
+	    ev->len >= sizeof ln->event) {
+		snprintf(ln->err, sizeof ln->err,
+			 "event is not a plain name of 1 to %zu bytes",
+			 sizeof ln->event - 1);
+		return;
 	}
-	return NULL;
+	memcpy(ln->event, ln->p + ev->start, ev->len);
+	ln->event[ev->len] = 0;
+	if (o->json) {
+		json_error_t je;
+		ln->obj = json_loadb(ln->p, ln->len, JSON_REJECT_DUPLICATES, &je);
+		if (!ln->obj) {
+			snprintf(ln->err, sizeof ln->err, "not valid JSON (%.100s)",
+				 je.text);
+			return;
+		}
+	}
+	if (o->prepare) {
+		struct apf_runlog_record r = {
+			.seq = ln->seq, .t_ns = ln->t_ns, .event = ln->event,
+			.obj = ln->obj, .tok = tok, .ntok = ln->ntok,
+			.line = ln->p, .len = ln->len, .slot = ln->slot};
+		memcpy(r.hash, ln->hash, 65);
+		o->prepare(o->user, &r, ln->slot);
+	}
 }
 
-static void run_batch(struct batch *b, int threads)
+/* Checks chunks of batch b, handed out as generation gen, until none is
+ * left. A worker that wakes late finds a newer generation and touches
+ * nothing. */
+static void work_on(struct pool *pl, struct batch *b, int id, unsigned gen)
 {
-	b->next = 0;
-	pthread_t tid[64];
-	int started = 0;
-	for (int i = 1; i < threads && i < 64; i++)
-		if (pthread_create(&tid[started], NULL, batch_worker, b) == 0)
-			started++;
-	batch_worker(b);
-	for (int i = 0; i < started; i++)
-		pthread_join(tid[i], NULL);
+	for (;;) {
+		pthread_mutex_lock(&pl->lock);
+		if (pl->gen != gen) {
+			pthread_mutex_unlock(&pl->lock);
+			return;
+		}
+		size_t k = b->next, n = b->n;
+		b->next += CHUNK;
+		pthread_mutex_unlock(&pl->lock);
+		if (k >= n)
+			return;
+		size_t end = k + CHUNK < n ? k + CHUNK : n;
+		for (size_t i = k; i < end; i++)
+			check_line(pl, b, &b->lines[i], id);
+		pthread_mutex_lock(&pl->lock);
+		b->finished += end - k;
+		if (b->finished == b->n)
+			pthread_cond_broadcast(&pl->done);
+		pthread_mutex_unlock(&pl->lock);
+	}
 }
 
-/* Walks the log. With `valid_bytes`, stops quietly at the first bad line
- * and reports how many leading bytes form a valid chain (for appending). */
-static int walk(const char *path, apf_runlog_fn fn, void *user,
+static void *worker_main(void *arg)
+{
+	struct worker_arg *wa = arg;
+	struct pool *pl = wa->pool;
+	unsigned seen = 0;
+	for (;;) {
+		pthread_mutex_lock(&pl->lock);
+		while (!pl->quit && pl->gen == seen)
+			pthread_cond_wait(&pl->work, &pl->lock);
+		if (pl->quit) {
+			pthread_mutex_unlock(&pl->lock);
+			return NULL;
+		}
+		seen = pl->gen;
+		struct batch *b = pl->cur;
+		pthread_mutex_unlock(&pl->lock);
+		work_on(pl, b, wa->id, seen);
+	}
+}
+
+/* Hands b to the workers; the caller joins in with finish(). */
+static void submit(struct pool *pl, struct batch *b)
+{
+	pthread_mutex_lock(&pl->lock);
+	b->next = 0;
+	b->finished = 0;
+	pl->cur = b;
+	pl->gen++;
+	pthread_cond_broadcast(&pl->work);
+	pthread_mutex_unlock(&pl->lock);
+}
+
+static void finish(struct pool *pl, struct batch *b)
+{
+	pthread_mutex_lock(&pl->lock);
+	unsigned gen = pl->gen;
+	pthread_mutex_unlock(&pl->lock);
+	work_on(pl, b, 0, gen);
+	pthread_mutex_lock(&pl->lock);
+	while (b->finished < b->n)
+		pthread_cond_wait(&pl->done, &pl->lock);
+	pthread_mutex_unlock(&pl->lock);
+}
+
+static void batch_reset(struct batch *b, int nthreads)
+{
+	for (size_t i = 0; i < b->n; i++)
+		json_decref(b->lines[i].obj);
+	for (int i = 0; i < nthreads; i++)
+		b->tv[i].n = 0;
+	b->n = 0;
+}
+
+static void batch_free(struct batch *b, int nthreads)
+{
+	if (b->tv) {
+		batch_reset(b, nthreads);
+		for (int i = 0; i < nthreads; i++)
+			free(b->tv[i].tok);
+	}
+	free(b->tv);
+	free(b->lines);
+	free(b->slots);
+}
+
+/* Splits the next lines of data[*off..size) into b. */
+static void batch_fill(struct batch *b, const char *data, size_t size,
+		       size_t *off, size_t slot_size)
+{
+	size_t scan = *off;
+	while (b->n < BATCH && scan < size) {
+		const char *nl = memchr(data + scan, '\n', size - scan);
+		size_t len = nl ? (size_t)(nl - (data + scan)) : size - scan;
+		struct line *ln = &b->lines[b->n];
+		ln->p = data + scan;
+		ln->len = len;
+		ln->obj = NULL;
+		ln->ntok = 0;
+		ln->err[0] = 0;
+		ln->slot = slot_size ? b->slots + b->n * slot_size : NULL;
+		b->n++;
+		if (!nl)
+			snprintf(ln->err, sizeof ln->err,
+				 "torn: the last line has no newline");
+		else if (len >= MAX_LINE)
+			snprintf(ln->err, sizeof ln->err, "longer than %u bytes",
+				 MAX_LINE);
+		scan += len + (nl ? 1 : 0);
+	}
+	*off = scan;
+}
+
+struct walk_state {
+	const char *path;
+	const char *data;
+	const struct apf_runlog_read_opts *o;
+	char head[65];
+	uint64_t count, good_end, line_no;
+	int stop;               /* a bad line was met */
+};
+
+/* The in-order half: seq, prev, the caller's fn. */
+static int consume(struct walk_state *w, struct batch *b, uint64_t *valid_bytes)
+{
+	int rc = 0;
+	if (b->oom)
+		return apf_error(APF_ENOMEM, w->path, "out of memory");
+	for (size_t i = 0; i < b->n && !rc && !w->stop; i++) {
+		struct line *ln = &b->lines[i];
+		w->line_no++;
+		const char *why = ln->err[0] ? ln->err : NULL;
+		char buf[200];
+		if (!why && ln->seq != w->count) {
+			snprintf(buf, sizeof buf,
+				 "seq %llu where %llu was due (a line was "
+				 "removed, duplicated or reordered)",
+				 (unsigned long long)ln->seq,
+				 (unsigned long long)w->count);
+			why = buf;
+		} else if (!why && memcmp(ln->prev, w->head, 64)) {
+			snprintf(buf, sizeof buf,
+				 "prev does not match the hash of line "
+				 "%llu (a line before it was changed)",
+				 (unsigned long long)w->line_no - 1);
+			why = buf;
+		}
+		if (why) {
+			w->stop = 1;
+			if (!valid_bytes)
+				rc = apf_error(APF_EVERIFY, w->path,
+					       "line %llu: %s",
+					       (unsigned long long)w->line_no,
+					       why);
+			break;
+		}
+		memcpy(w->head, ln->hash, 65);
+		w->count++;
+		w->good_end = (uint64_t)(ln->p - w->data) + ln->len + 1;
+		if (w->o->fn) {
+			struct apf_runlog_record r = {
+				.seq = ln->seq, .t_ns = ln->t_ns,
+				.event = ln->event, .obj = ln->obj,
+				.tok = b->tv[ln->worker].tok + ln->tok_off,
+				.ntok = ln->ntok, .line = ln->p, .len = ln->len,
+				.line_no = w->line_no, .slot = ln->slot};
+			memcpy(r.hash, ln->hash, 65);
+			rc = w->o->fn(w->o->user, &r);
+		}
+	}
+	return rc;
+}
+
+/* Walks the log: two batches in flight, so the workers check the next
+ * batch while the caller's thread runs the in-order half of this one. With
+ * `valid_bytes`, stops quietly at the first bad line and reports how many
+ * leading bytes form a valid chain (for appending). */
+static int walk(const char *path, const struct apf_runlog_read_opts *o,
 		struct apf_runlog_summary *sum, uint64_t *valid_bytes)
 {
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -324,95 +567,97 @@ static int walk(const char *path, apf_runlog_fn fn, void *user,
 		madvise((void *)data, size, MADV_SEQUENTIAL);
 	}
 	close(fd);
-	struct batch b = {0};
-	b.lines = calloc(BATCH, sizeof *b.lines);
-	pthread_mutex_init(&b.lock, NULL);
-	int threads = apf_cpu_count();
-	char head[65];
-	memcpy(head, APF_RUNLOG_ZERO_HEAD, 65);
-	uint64_t count = 0, good_end = 0, line_no = 0;
-	size_t off = 0;
-	int rc = b.lines ? 0 : apf_error(APF_ENOMEM, path, "out of memory");
-	while (!rc && off < size) {
-		b.n = 0;
-		size_t scan = off;
-		while (b.n < BATCH && scan < size) {
-			const char *nl = memchr(data + scan, '\n', size - scan);
-			size_t len = nl ? (size_t)(nl - (data + scan)) : size - scan;
-			struct line *ln = &b.lines[b.n++];
-			memset(ln, 0, sizeof *ln);
-			ln->p = data + scan;
-			ln->len = len;
-			if (!nl)
-				snprintf(ln->err, sizeof ln->err,
-					 "torn: the last line has no newline");
-			else if (len >= MAX_LINE)
-				snprintf(ln->err, sizeof ln->err, "longer than %u bytes",
-					 MAX_LINE);
-			scan += len + (nl ? 1 : 0);
-		}
-		run_batch(&b, threads);
-		for (size_t i = 0; i < b.n && !rc; i++) {
-			struct line *ln = &b.lines[i];
-			line_no++;
-			const char *why = ln->err[0] ? ln->err : NULL;
-			char buf[200];
-			if (!why && ln->seq != count) {
-				snprintf(buf, sizeof buf,
-					 "seq %llu where %llu was due (a line was "
-					 "removed, duplicated or reordered)",
-					 (unsigned long long)ln->seq,
-					 (unsigned long long)count);
-				why = buf;
-			} else if (!why && strcmp(ln->prev, head)) {
-				snprintf(buf, sizeof buf,
-					 "prev does not match the hash of line "
-					 "%llu (a line before it was changed)",
-					 (unsigned long long)line_no - 1);
-				why = buf;
-			}
-			if (why) {
-				if (valid_bytes) {
-					off = size; /* stop: the rest is cut */
-					break;
-				}
-				rc = apf_error(APF_EVERIFY, path, "line %llu: %s",
-					       (unsigned long long)line_no, why);
-				break;
-			}
-			memcpy(head, ln->hash, 65);
-			count++;
-			good_end = (uint64_t)(ln->p - data) + ln->len + 1;
-			if (fn) {
-				struct apf_runlog_record r = {
-					ln->seq, ln->t_ns, ln->event, ln->obj,
-					ln->p,	 ln->len,  line_no,   ""};
-				memcpy(r.hash, ln->hash, 65);
-				rc = fn(user, &r);
-			}
-		}
-		for (size_t i = 0; i < b.n; i++)
-			json_decref(b.lines[i].obj);
-		if (off < size)
-			off = scan;
+	struct pool pl = {.o = o};
+	pl.nthreads = apf_cpu_count();
+	if (pl.nthreads < 1)
+		pl.nthreads = 1;
+	if (pl.nthreads > 64)
+		pl.nthreads = 64;
+	pthread_mutex_init(&pl.lock, NULL);
+	pthread_cond_init(&pl.work, NULL);
+	pthread_cond_init(&pl.done, NULL);
+	struct batch bt[2] = {{0}};
+	struct worker_arg args[64];
+	int rc = 0;
+	for (int k = 0; k < 2 && !rc; k++) {
+		bt[k].lines = calloc(BATCH, sizeof *bt[k].lines);
+		bt[k].tv = calloc((size_t)pl.nthreads, sizeof *bt[k].tv);
+		if (o->slot_size)
+			bt[k].slots = calloc(BATCH, o->slot_size);
+		if (!bt[k].lines || !bt[k].tv || (o->slot_size && !bt[k].slots))
+			rc = apf_error(APF_ENOMEM, path, "out of memory");
 	}
-	free(b.lines);
-	pthread_mutex_destroy(&b.lock);
+	pl.tid = calloc((size_t)pl.nthreads, sizeof *pl.tid);
+	if (!rc && !pl.tid)
+		rc = apf_error(APF_ENOMEM, path, "out of memory");
+	for (int i = 0; !rc && i < pl.nthreads; i++)
+		rc = apf_sha256_new(&pl.hasher[i]);
+	for (int i = 1; !rc && i < pl.nthreads; i++) {
+		args[i].pool = &pl;
+		args[i].id = i;
+		if (pthread_create(&pl.tid[pl.started], NULL, worker_main,
+				   &args[i]) == 0)
+			pl.started++;
+	}
+	struct walk_state w = {.path = path, .data = data, .o = o};
+	memcpy(w.head, APF_RUNLOG_ZERO_HEAD, 65);
+	size_t off = 0;
+	int cur = 0;
+	if (!rc && off < size) {
+		batch_fill(&bt[cur], data, size, &off, o->slot_size);
+		submit(&pl, &bt[cur]);
+		finish(&pl, &bt[cur]);
+	}
+	while (!rc && bt[cur].n) {
+		int nxt = 1 - cur;
+		batch_reset(&bt[nxt], pl.nthreads);
+		if (off < size) {
+			batch_fill(&bt[nxt], data, size, &off, o->slot_size);
+			submit(&pl, &bt[nxt]);
+		}
+		rc = consume(&w, &bt[cur], valid_bytes);
+		if (bt[nxt].n)
+			finish(&pl, &bt[nxt]);
+		if (w.stop)
+			break;
+		cur = nxt;
+	}
+	pthread_mutex_lock(&pl.lock);
+	pl.quit = 1;
+	pthread_cond_broadcast(&pl.work);
+	pthread_mutex_unlock(&pl.lock);
+	for (int i = 0; i < pl.started; i++)
+		pthread_join(pl.tid[i], NULL);
+	free(pl.tid);
+	for (int i = 0; i < pl.nthreads; i++)
+		apf_sha256_free(pl.hasher[i]);
+	for (int k = 0; k < 2; k++)
+		batch_free(&bt[k], pl.nthreads);
+	pthread_cond_destroy(&pl.work);
+	pthread_cond_destroy(&pl.done);
+	pthread_mutex_destroy(&pl.lock);
 	if (data)
 		munmap((void *)data, size);
 	if (!rc && sum) {
-		sum->records = count;
-		memcpy(sum->head, head, 65);
+		sum->records = w.count;
+		memcpy(sum->head, w.head, 65);
 	}
 	if (valid_bytes)
-		*valid_bytes = good_end;
+		*valid_bytes = w.good_end;
 	return rc;
+}
+
+int apf_runlog_walk(const char *path, const struct apf_runlog_read_opts *o,
+		    struct apf_runlog_summary *sum)
+{
+	return walk(path, o, sum, NULL);
 }
 
 int apf_runlog_read(const char *path, apf_runlog_fn fn, void *user,
 		    struct apf_runlog_summary *sum)
 {
-	return walk(path, fn, user, sum, NULL);
+	struct apf_runlog_read_opts o = {.fn = fn, .user = user, .json = 1};
+	return walk(path, &o, sum, NULL);
 }
 
 int apf_runlog_open_append(apf_runlog **out, const char *path,
@@ -423,7 +668,8 @@ int apf_runlog_open_append(apf_runlog **out, const char *path,
 		*cut = 0;
 	struct apf_runlog_summary sum;
 	uint64_t valid = 0;
-	int rc = walk(path, NULL, NULL, &sum, &valid);
+	const struct apf_runlog_read_opts none = {0};
+	int rc = walk(path, &none, &sum, &valid);
 	if (rc)
 		return rc;
 	struct stat st;

@@ -53,16 +53,69 @@ uint64_t apf_runlog_count(const apf_runlog *l);
 const char *apf_runlog_head(const apf_runlog *l);
 int apf_runlog_close(apf_runlog *l);
 
+/* ---- reading ----------------------------------------------------------------
+ * Every line is checked to be one strict JSON object (RFC 8259, as jansson
+ * with JSON_REJECT_DUPLICATES: UTF-8, no duplicate keys, paired surrogates,
+ * the exact number grammar) by an allocation-free reader that leaves a flat
+ * token array: tok[0] is the object, a container is followed by its
+ * children (an object's as key, value, key, value ...), and `next` is the
+ * index just past a value's subtree. Tokens point into the line. */
+enum apf_jtype {
+	APF_JOBJECT = 1,
+	APF_JARRAY,
+	APF_JSTRING,
+	APF_JNUMBER,
+	APF_JTRUE,
+	APF_JFALSE,
+	APF_JNULL,
+};
+
+#define APF_JTOK_MAX_DEPTH 64
+
+struct apf_jtok {
+	uint32_t start, len; /* the value's bytes; a string's without quotes */
+	uint32_t next;       /* index of the token after this value's subtree */
+	uint8_t type;        /* enum apf_jtype */
+	uint8_t escaped;     /* a string holding backslash escapes */
+	uint8_t plain;       /* a number of up to 19 plain digits: in value */
+	union {
+		uint32_t size;   /* an object's members or an array's elements */
+		uint64_t value;  /* a plain number's value */
+	};
+};
+
+/* Parses one JSON text into tok (cap tokens; len / 2 + 2 always suffice).
+ * Returns 0, or -1 with *why set to a static reason. */
+int apf_jtok_parse(const char *s, size_t len, struct apf_jtok *tok, size_t cap,
+		   size_t *ntok, const char **why);
+/* Index of key's value in the object tok[obj], or -1 when absent. */
+long apf_jtok_get(const char *s, const struct apf_jtok *tok, uint32_t obj,
+		  const char *key);
+/* A string token equal to lit (after unescaping). */
+int apf_jtok_eq(const char *s, const struct apf_jtok *t, const char *lit);
+/* A number written as plain digits (no sign, fraction or exponent) that
+ * fits in 64 bits; else -1. */
+int apf_jtok_u64(const char *s, const struct apf_jtok *t, uint64_t *out);
+/* Any finite number, correctly rounded; else -1. */
+int apf_jtok_double(const char *s, const struct apf_jtok *t, double *out);
+/* A string's content unescaped into buf (NUL-terminated); -1 when it is
+ * not a string or does not fit. */
+int apf_jtok_string(const char *s, const struct apf_jtok *t, char *buf,
+		    size_t size);
+
 /* One parsed record, valid during the callback. */
 struct apf_runlog_record {
 	uint64_t seq;
 	uint64_t t_ns;
 	const char *event;
-	const json_t *obj;      /* the whole line */
+	const json_t *obj;      /* the whole line; NULL unless asked for */
+	const struct apf_jtok *tok; /* the line's tokens (see above) */
+	size_t ntok;
 	const char *line;       /* raw bytes, without newline */
 	size_t len;
 	uint64_t line_no;       /* 1-based */
 	char hash[65];          /* SHA-256 of this line */
+	void *slot;             /* what prepare left for this line, or NULL */
 };
 typedef int (*apf_runlog_fn)(void *user, const struct apf_runlog_record *r);
 
@@ -71,10 +124,28 @@ struct apf_runlog_summary {
 	char head[65];
 };
 
-/* Reads and checks the whole log; fn (may be NULL) sees each record in
- * order and can stop the walk by returning an error. Chain failures are
- * APF_EVERIFY "log.jsonl: line N: ...". Uses all cores for hashing and
- * parsing; fn always runs in order on the calling thread. */
+struct apf_runlog_read_opts {
+	/* Sees each record in order on the calling thread; returning an error
+	 * stops the walk. May be NULL. */
+	apf_runlog_fn fn;
+	void *user;
+	/* Runs on the worker threads, in no particular order, for every line
+	 * that parsed, before fn sees it; it fills its slot (slot_size bytes,
+	 * not cleared: the slot of an earlier line) for fn. It cannot fail:
+	 * it records problems in the slot so that fn reports them in line
+	 * order. May be NULL. */
+	void (*prepare)(void *user, const struct apf_runlog_record *r,
+			void *slot);
+	size_t slot_size;
+	int json;               /* also build r->obj with jansson (slower) */
+};
+
+/* Reads and checks the whole log. Chain failures are APF_EVERIFY
+ * "log.jsonl: line N: ...". Uses all cores for hashing and parsing; fn
+ * always runs in order on the calling thread. */
+int apf_runlog_walk(const char *path, const struct apf_runlog_read_opts *o,
+		    struct apf_runlog_summary *sum);
+/* The same with r->obj built: fn (may be NULL) sees each record. */
 int apf_runlog_read(const char *path, apf_runlog_fn fn, void *user,
 		    struct apf_runlog_summary *sum);
 

@@ -1,0 +1,698 @@
+/*
+ * jtok.c: the strict JSON reader behind the log reader.
+ *
+ * A verifier reads every line of a log that may hold millions of them, so
+ * this reader allocates nothing and builds no tree: it checks one JSON text
+ * against RFC 8259 and leaves a flat array of tokens that point into the
+ * text. It is as strict as jansson with JSON_REJECT_DUPLICATES (which the
+ * reader used before): UTF-8 only (no overlong forms, no surrogates, nothing
+ * past U+10FFFF), no control characters in strings, no NUL escapes, paired
+ * \u surrogates, the exact number grammar, no duplicate keys in any object
+ * (compared after unescaping), nesting at most APF_JTOK_MAX_DEPTH deep.
+ *
+ * Layout: a container's token is followed by its children in order (an
+ * object's as key, value, key, value ...); every token's `next` is the
+ * index just past its subtree, so a reader skips a value in one step.
+ */
+#include "runlog/runlog.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
+
+struct parser {
+	const char *s;
+	size_t len, pos;
+	struct apf_jtok *tok;
+	size_t cap, n;
+	const char *why;
+};
+
+static int fail(struct parser *p, const char *why)
+{
+	if (!p->why)
+		p->why = why;
+	return -1;
+}
+
+static inline void skip_ws(struct parser *p)
+{
+	while (p->pos < p->len && (unsigned char)p->s[p->pos] <= ' ') {
+		char c = p->s[p->pos];
+		if (c != ' ' && c != '\t' && c != '\n' && c != '\r')
+			break;
+		p->pos++;
+	}
+}
+
+static long new_tok(struct parser *p, int type, size_t start)
+{
+	if (p->n >= p->cap)
+		return fail(p, "too many values");
+	struct apf_jtok *t = &p->tok[p->n];
+	t->start = (uint32_t)start;
+	t->len = 0;
+	t->next = 0;
+	t->value = 0;
+	t->type = (uint8_t)type;
+	t->escaped = 0;
+	t->plain = 0;
+	return (long)p->n++;
+}
+
+/* ---- strings ------------------------------------------------------------ */
+
+static int hexval(char c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	if (c >= 'a' && c <= 'f')
+		return c - 'a' + 10;
+	if (c >= 'A' && c <= 'F')
+		return c - 'A' + 10;
+	return -1;
+}
+
+static long hex4(const char *s)
+{
+	long v = 0;
+	for (int i = 0; i < 4; i++) {
+		int h = hexval(s[i]);
+		if (h < 0)
+			return -1;
+		v = v << 4 | h;
+	}
+	return v;
+}
+
+/* Length of the valid UTF-8 sequence at s (lead byte >= 0x80), else 0. */
+static size_t utf8_len(const unsigned char *s, size_t avail)
+{
+	unsigned c = s[0];
+	size_t n;
+	unsigned lo = 0x80, hi = 0xbf;
+	if (c >= 0xc2 && c <= 0xdf)
+		n = 2;
+	else if (c >= 0xe0 && c <= 0xef) {
+		n = 3;
+		if (c == 0xe0)
+			lo = 0xa0; /* overlong */
+		if (c == 0xed)
+			hi = 0x9f; /* surrogates */
+	} else if (c >= 0xf0 && c <= 0xf4) {
+		n = 4;
+		if (c == 0xf0)
+			lo = 0x90; /* overlong */
+		if (c == 0xf4)
+			hi = 0x8f; /* past U+10FFFF */
+	} else
+		return 0;
+	if (avail < n || s[1] < lo || s[1] > hi)
+		return 0;
+	for (size_t i = 2; i < n; i++)
+		if (s[i] < 0x80 || s[i] > 0xbf)
+			return 0;
+	return n;
+}
+
+/* Eight bytes at a time: does the word hold a byte that ends the fast scan
+ * (a quote, a backslash, a control character or a non-ASCII byte)? */
+static int word_special(uint64_t x)
+{
+	const uint64_t ones = 0x0101010101010101ull, high = 0x8080808080808080ull;
+	uint64_t q = x ^ (ones * '"'), b = x ^ (ones * '\\');
+	uint64_t zero_q = (q - ones) & ~q & high;
+	uint64_t zero_b = (b - ones) & ~b & high;
+	uint64_t ctl = (x - ones * 0x20) & ~x & high;
+	return (zero_q | zero_b | ctl | (x & high)) != 0;
+}
+
+/* The first byte at or after i that ends the fast scan, or a position
+ * close to end where the byte loop takes over. */
+static inline size_t skip_plain(const char *s, size_t i, size_t end)
+{
+#ifdef __SSE2__
+	/* 16 bytes at a time: a quote, a backslash, or (as signed bytes) a
+	 * control character or any non-ASCII byte. */
+	const __m128i quote = _mm_set1_epi8('"'), bslash = _mm_set1_epi8('\\'),
+		      space = _mm_set1_epi8(0x20);
+	while (i + 16 <= end) {
+		__m128i x = _mm_loadu_si128((const __m128i *)(s + i));
+		__m128i m = _mm_or_si128(
+			_mm_or_si128(_mm_cmpeq_epi8(x, quote),
+				     _mm_cmpeq_epi8(x, bslash)),
+			_mm_cmplt_epi8(x, space));
+		unsigned bits = (unsigned)_mm_movemask_epi8(m);
+		if (bits)
+			return i + (size_t)__builtin_ctz(bits);
+		i += 16;
+	}
+#endif
+	while (i + 8 <= end) {
+		uint64_t w;
+		memcpy(&w, s + i, 8);
+		if (word_special(w))
+			break;
+		i += 8;
+	}
+	return i;
+}
+
+static long parse_string(struct parser *p)
+{
+	const char *s = p->s;
+	size_t end = p->len;
+	long t = new_tok(p, APF_JSTRING, p->pos + 1);
+	if (t < 0)
+		return -1;
+	size_t i = p->pos + 1;
+	for (;;) {
+		i = skip_plain(s, i, end);
+		if (i >= end)
+			return fail(p, "string never closed");
+		unsigned char c = (unsigned char)s[i];
+		if (c == '"')
+			break;
+		if (c < 0x20)
+			return fail(p, "control character in a string");
+		if (c >= 0x80) {
+			size_t n = utf8_len((const unsigned char *)s + i, end - i);
+			if (!n)
+				return fail(p, "invalid UTF-8 in a string");
+			i += n;
+			continue;
+		}
+		if (c != '\\') {
+			i++;
+			continue;
+		}
+		p->tok[t].escaped = 1;
+		if (i + 1 >= end)
+			return fail(p, "string never closed");
+		char e = s[i + 1];
+		if (strchr("\"\\/bfnrt", e) && e) {
+			i += 2;
+			continue;
+		}
+		if (e != 'u')
+			return fail(p, "invalid escape in a string");
+		long u = i + 6 <= end ? hex4(s + i + 2) : -1;
+		if (u < 0)
+			return fail(p, "invalid \\u escape");
+		if (u == 0)
+			return fail(p, "\\u0000 in a string");
+		i += 6;
+		if (u >= 0xdc00 && u <= 0xdfff)
+			return fail(p, "unpaired surrogate in a string");
+		if (u >= 0xd800 && u <= 0xdbff) {
+			long lo = i + 6 <= end && s[i] == '\\' && s[i + 1] == 'u'
+					  ? hex4(s + i + 2)
+					  : -1;
+			if (lo < 0xdc00 || lo > 0xdfff)
+				return fail(p, "unpaired surrogate in a string");
+			i += 6;
+		}
+	}
+	p->tok[t].len = (uint32_t)(i - (p->pos + 1));
+	p->pos = i + 1;
+	p->tok[t].next = (uint32_t)p->n;
+	return t;
+}
+
+/* The next code point of a validated string's content, advancing *pp. */
+static uint32_t next_cp(const char **pp)
+{
+	const unsigned char *s = (const unsigned char *)*pp;
+	if (s[0] == '\\') {
+		char e = (char)s[1];
+		*pp += 2;
+		switch (e) {
+		case 'b':
+			return '\b';
+		case 'f':
+			return '\f';
+		case 'n':
+			return '\n';
+		case 'r':
+			return '\r';
+		case 't':
+			return '\t';
+		case 'u': {
+			uint32_t u = (uint32_t)hex4((const char *)s + 2);
+			*pp += 4;
+			if (u >= 0xd800 && u <= 0xdbff) {
+				uint32_t lo = (uint32_t)hex4((const char *)s + 8);
+				*pp += 6;
+				return 0x10000 + ((u - 0xd800) << 10) + (lo - 0xdc00);
+			}
+			return u;
+		}
+		default:
+			return (uint32_t)e; /* " \ / */
+		}
+	}
+	if (s[0] < 0x80) {
+		*pp += 1;
+		return s[0];
+	}
+	if (s[0] < 0xe0) {
+		*pp += 2;
+		return (uint32_t)(s[0] & 0x1f) << 6 | (s[1] & 0x3f);
+	}
+	if (s[0] < 0xf0) {
+		*pp += 3;
+		return (uint32_t)(s[0] & 0x0f) << 12 | (uint32_t)(s[1] & 0x3f) << 6 |
+		       (s[2] & 0x3f);
+	}
+	*pp += 4;
+	return (uint32_t)(s[0] & 0x07) << 18 | (uint32_t)(s[1] & 0x3f) << 12 |
+	       (uint32_t)(s[2] & 0x3f) << 6 | (s[3] & 0x3f);
+}
+
+/* Compares two string tokens' contents after unescaping. */
+static int same_string(const char *s, const struct apf_jtok *a,
+		       const struct apf_jtok *b)
+{
+	if (!a->escaped && !b->escaped)
+		return a->len == b->len &&
+		       !memcmp(s + a->start, s + b->start, a->len);
+	const char *x = s + a->start, *xe = x + a->len;
+	const char *y = s + b->start, *ye = y + b->len;
+	while (x < xe && y < ye)
+		if (next_cp(&x) != next_cp(&y))
+			return 0;
+	return x == xe && y == ye;
+}
+
+/* ---- numbers and literals ----------------------------------------------- */
+
+/* Eight ASCII digits (little-endian word)? */
+static inline int eight_digits(uint64_t w)
+{
+	return ((w & 0xf0f0f0f0f0f0f0f0ull) |
+		(((w + 0x0606060606060606ull) & 0xf0f0f0f0f0f0f0f0ull) >> 4)) ==
+	       0x3333333333333333ull;
+}
+
+/* Their value. */
+static inline uint64_t eight_value(uint64_t w)
+{
+	w -= 0x3030303030303030ull;
+	w = (w * 10 + (w >> 8)) & 0x00ff00ff00ff00ffull;
+	w = (w * 100 + (w >> 16)) & 0x0000ffff0000ffffull;
+	return (w * 10000 + (w >> 32)) & 0xffffffffull;
+}
+
+static long parse_number(struct parser *p)
+{
+	const char *s = p->s;
+	size_t i = p->pos, end = p->len, start = i;
+	uint64_t value = 0;
+	int neg = 0;
+	if (i < end && s[i] == '-') {
+		neg = 1;
+		i++;
+	}
+	size_t digits = i;
+	if (i < end && s[i] == '0') {
+		i++;
+	} else if (i < end && s[i] >= '1' && s[i] <= '9') {
+		/* Most numbers in a log are times in ns: eight digits at a
+		 * time, their value kept for apf_jtok_u64. */
+		while (i + 8 <= end) {
+			uint64_t w;
+			memcpy(&w, s + i, 8);
+			if (!eight_digits(w))
+				break;
+			value = value * 100000000u + eight_value(w);
+			i += 8;
+		}
+		while (i < end && s[i] >= '0' && s[i] <= '9')
+			value = value * 10 + (uint64_t)(s[i++] - '0');
+	} else {
+		return fail(p, "invalid number");
+	}
+	digits = i - digits;
+	if (i < end && s[i] == '.') {
+		i++;
+		if (i >= end || s[i] < '0' || s[i] > '9')
+			return fail(p, "invalid number");
+		while (i < end && s[i] >= '0' && s[i] <= '9')
+			i++;
+	}
+	if (i < end && (s[i] == 'e' || s[i] == 'E')) {
+		i++;
+		if (i < end && (s[i] == '+' || s[i] == '-'))
+			i++;
+		if (i >= end || s[i] < '0' || s[i] > '9')
+			return fail(p, "invalid number");
+		while (i < end && s[i] >= '0' && s[i] <= '9')
+			i++;
+	}
+	long t = new_tok(p, APF_JNUMBER, start);
+	if (t < 0)
+		return -1;
+	p->tok[t].len = (uint32_t)(i - start);
+	p->tok[t].next = (uint32_t)p->n;
+	if (!neg && digits == i - start && digits <= 19) {
+		p->tok[t].plain = 1;
+		p->tok[t].value = value;
+	}
+	p->pos = i;
+	return t;
+}
+
+static long parse_literal(struct parser *p, const char *word, int type)
+{
+	size_t n = strlen(word);
+	if (p->len - p->pos < n || memcmp(p->s + p->pos, word, n))
+		return fail(p, "invalid literal");
+	long t = new_tok(p, type, p->pos);
+	if (t < 0)
+		return -1;
+	p->tok[t].len = (uint32_t)n;
+	p->tok[t].next = (uint32_t)p->n;
+	p->pos += n;
+	return t;
+}
+
+/* ---- containers --------------------------------------------------------- */
+
+static long parse_value(struct parser *p, int depth);
+
+static long parse_object(struct parser *p, int depth)
+{
+	long t = new_tok(p, APF_JOBJECT, p->pos);
+	if (t < 0)
+		return -1;
+	p->pos++;
+	skip_ws(p);
+	/* Duplicate keys: a two-hash Bloom filter over (length, first,
+	 * middle and last byte) sends only likely repeats to the full
+	 * comparison; once a key holds an escape its raw bytes say nothing, so
+	 * every key is compared. */
+	uint64_t filter_a = 0, filter_b = 0;
+	int any_escaped = 0;
+	if (p->pos < p->len && p->s[p->pos] == '}') {
+		p->pos++;
+	} else {
+		for (;;) {
+			skip_ws(p);
+			if (p->pos >= p->len || p->s[p->pos] != '"')
+				return fail(p, "expected a key");
+			long k = parse_string(p);
+			if (k < 0)
+				return -1;
+			const struct apf_jtok *kt = &p->tok[k];
+			unsigned h = kt->len * 131;
+			if (kt->len) {
+				const unsigned char *ks =
+					(const unsigned char *)p->s + kt->start;
+				h += ks[0] * 31u + ks[kt->len / 2] * 7u +
+				     ks[kt->len - 1];
+			}
+			uint64_t bit_a = 1ull << (h & 63),
+				 bit_b = 1ull << ((h >> 6) & 63);
+			any_escaped |= kt->escaped;
+			if (((filter_a & bit_a) && (filter_b & bit_b)) ||
+			    any_escaped)
+				/* Earlier keys: t+1, then each value's next. */
+				for (long e = t + 1; e < k; e = p->tok[e + 1].next)
+					if (same_string(p->s, &p->tok[e], kt))
+						return fail(p, "duplicate key");
+			filter_a |= bit_a;
+			filter_b |= bit_b;
+			skip_ws(p);
+			if (p->pos >= p->len || p->s[p->pos] != ':')
+				return fail(p, "expected ':'");
+			p->pos++;
+			if (parse_value(p, depth + 1) < 0)
+				return -1;
+			p->tok[t].size++;
+			skip_ws(p);
+			if (p->pos < p->len && p->s[p->pos] == ',') {
+				p->pos++;
+				continue;
+			}
+			if (p->pos < p->len && p->s[p->pos] == '}') {
+				p->pos++;
+				break;
+			}
+			return fail(p, "expected ',' or '}'");
+		}
+	}
+	p->tok[t].len = (uint32_t)(p->pos - p->tok[t].start);
+	p->tok[t].next = (uint32_t)p->n;
+	return t;
+}
+
+static long parse_array(struct parser *p, int depth)
+{
+	long t = new_tok(p, APF_JARRAY, p->pos);
+	if (t < 0)
+		return -1;
+	p->pos++;
+	skip_ws(p);
+	if (p->pos < p->len && p->s[p->pos] == ']') {
+		p->pos++;
+	} else {
+		for (;;) {
+			if (parse_value(p, depth + 1) < 0)
+				return -1;
+			p->tok[t].size++;
+			skip_ws(p);
+			if (p->pos < p->len && p->s[p->pos] == ',') {
+				p->pos++;
+				continue;
+			}
+			if (p->pos < p->len && p->s[p->pos] == ']') {
+				p->pos++;
+				break;
+			}
+			return fail(p, "expected ',' or ']'");
+		}
+	}
+	p->tok[t].len = (uint32_t)(p->pos - p->tok[t].start);
+	p->tok[t].next = (uint32_t)p->n;
+	return t;
+}
+
+static long parse_value(struct parser *p, int depth)
+{
+	if (depth > APF_JTOK_MAX_DEPTH)
+		return fail(p, "nested too deeply");
+	skip_ws(p);
+	if (p->pos >= p->len)
+		return fail(p, "expected a value");
+	switch (p->s[p->pos]) {
+	case '{':
+		return parse_object(p, depth);
+	case '[':
+		return parse_array(p, depth);
+	case '"':
+		return parse_string(p);
+	case 't':
+		return parse_literal(p, "true", APF_JTRUE);
+	case 'f':
+		return parse_literal(p, "false", APF_JFALSE);
+	case 'n':
+		return parse_literal(p, "null", APF_JNULL);
+	default:
+		return parse_number(p);
+	}
+}
+
+int apf_jtok_parse(const char *s, size_t len, struct apf_jtok *tok, size_t cap,
+		   size_t *ntok, const char **why)
+{
+	struct parser p = {s, len, 0, tok, cap, 0, NULL};
+	*ntok = 0;
+	if (len > UINT32_MAX) {
+		*why = "text too long";
+		return -1;
+	}
+	long t = parse_value(&p, 1);
+	if (t >= 0) {
+		skip_ws(&p);
+		if (p.pos != len)
+			fail(&p, "text after the value");
+	}
+	if (p.why) {
+		if (why)
+			*why = p.why;
+		return -1;
+	}
+	*ntok = p.n;
+	return 0;
+}
+
+/* ---- access ------------------------------------------------------------- */
+
+long apf_jtok_get(const char *s, const struct apf_jtok *t, uint32_t obj,
+		  const char *key)
+{
+	if (t[obj].type != APF_JOBJECT)
+		return -1;
+	size_t klen = strlen(key);
+	uint32_t k = obj + 1;
+	for (uint32_t m = 0; m < t[obj].size; m++, k = t[k + 1].next) {
+		if (!t[k].escaped) {
+			if (t[k].len == klen && !memcmp(s + t[k].start, key, klen))
+				return k + 1;
+			continue;
+		}
+		const char *x = s + t[k].start, *xe = x + t[k].len;
+		const char *y = key, *ye = key + klen;
+		while (x < xe && y < ye && next_cp(&x) == next_cp(&y))
+			;
+		if (x == xe && y == ye)
+			return k + 1;
+	}
+	return -1;
+}
+
+int apf_jtok_eq(const char *s, const struct apf_jtok *t, const char *lit)
+{
+	if (t->type != APF_JSTRING)
+		return 0;
+	size_t n = strlen(lit);
+	if (!t->escaped)
+		return t->len == n && !memcmp(s + t->start, lit, n);
+	const char *x = s + t->start, *xe = x + t->len, *y = lit, *ye = lit + n;
+	while (x < xe && y < ye)
+		if (next_cp(&x) != next_cp(&y))
+			return 0;
+	return x == xe && y == ye;
+}
+
+int apf_jtok_u64(const char *s, const struct apf_jtok *t, uint64_t *out)
+{
+	if (t->type != APF_JNUMBER || t->len == 0 || t->len > 20)
+		return -1;
+	if (t->plain) {
+		*out = t->value;
+		return 0;
+	}
+	const char *p = s + t->start;
+	uint64_t v = 0;
+	/* 19 digits cannot overflow; only the 20th needs a check. */
+	uint32_t fast = t->len < 20 ? t->len : 19;
+	for (uint32_t i = 0; i < fast; i++) {
+		unsigned d = (unsigned)(unsigned char)p[i] - '0';
+		if (d > 9)
+			return -1; /* a sign, a fraction or an exponent */
+		v = v * 10 + d;
+	}
+	if (t->len == 20) {
+		unsigned d = (unsigned)(unsigned char)p[19] - '0';
+		if (d > 9 || v > (UINT64_MAX - d) / 10)
+			return -1;
+		v = v * 10 + d;
+	}
+	*out = v;
+	return 0;
+}
+
+int apf_jtok_double(const char *s, const struct apf_jtok *t, double *out)
+{
+	if (t->type != APF_JNUMBER)
+		return -1;
+	/* Clinger's fast path: up to 15 significant digits and a power of ten
+	 * up to 22 are both exact doubles, so one IEEE multiply or divide gives
+	 * the correctly rounded value, as strtod would. */
+	static const double pow10[] = {1e0,  1e1,  1e2,	 1e3,  1e4,  1e5,
+				       1e6,  1e7,  1e8,	 1e9,  1e10, 1e11,
+				       1e12, 1e13, 1e14, 1e15, 1e16, 1e17,
+				       1e18, 1e19, 1e20, 1e21, 1e22};
+	const char *p = s + t->start, *end = p + t->len;
+	int neg = *p == '-';
+	if (neg)
+		p++;
+	uint64_t m = 0;
+	int digits = 0, exp10 = 0, simple = 1;
+	for (; p < end && *p >= '0' && *p <= '9'; p++) {
+		if (m || *p != '0')
+			digits++;
+		m = m * 10 + (uint64_t)(*p - '0');
+		if (digits > 15)
+			simple = 0;
+	}
+	if (simple && p < end && *p == '.')
+		for (p++; p < end && *p >= '0' && *p <= '9'; p++) {
+			if (m || *p != '0')
+				digits++;
+			m = m * 10 + (uint64_t)(*p - '0');
+			exp10--;
+			if (digits > 15) {
+				simple = 0;
+				break;
+			}
+		}
+	if (simple && p < end)
+		simple = 0; /* an exponent: leave it to strtod */
+	if (simple && exp10 >= -22) {
+		double v = (double)m;
+		v = exp10 < 0 ? v / pow10[-exp10] : v;
+		*out = neg ? -v : v;
+		return 0;
+	}
+	/* The token ends at a character that cannot continue a number, so
+	 * strtod stops exactly at its end. */
+	char *stop;
+	errno = 0;
+	double v = strtod(s + t->start, &stop);
+	if (stop != s + t->start + t->len || (errno == ERANGE && isinf(v)))
+		return -1;
+	*out = v;
+	return 0;
+}
+
+int apf_jtok_string(const char *s, const struct apf_jtok *t, char *buf,
+		    size_t size)
+{
+	if (t->type != APF_JSTRING || size == 0)
+		return -1;
+	const char *x = s + t->start, *xe = x + t->len;
+	size_t n = 0;
+	if (!t->escaped) {
+		if (t->len >= size)
+			return -1;
+		memcpy(buf, x, t->len);
+		buf[t->len] = 0;
+		return 0;
+	}
+	while (x < xe) {
+		uint32_t c = next_cp(&x);
+		char u[4];
+		size_t k;
+		if (c < 0x80) {
+			u[0] = (char)c;
+			k = 1;
+		} else if (c < 0x800) {
+			u[0] = (char)(0xc0 | c >> 6);
+			u[1] = (char)(0x80 | (c & 0x3f));
+			k = 2;
+		} else if (c < 0x10000) {
+			u[0] = (char)(0xe0 | c >> 12);
+			u[1] = (char)(0x80 | ((c >> 6) & 0x3f));
+			u[2] = (char)(0x80 | (c & 0x3f));
+			k = 3;
+		} else {
+			u[0] = (char)(0xf0 | c >> 18);
+			u[1] = (char)(0x80 | ((c >> 12) & 0x3f));
+			u[2] = (char)(0x80 | ((c >> 6) & 0x3f));
+			u[3] = (char)(0x80 | (c & 0x3f));
+			k = 4;
+		}
+		if (n + k >= size)
+			return -1;
+		memcpy(buf + n, u, k);
+		n += k;
+	}
+	buf[n] = 0;
+	return 0;
+}

@@ -1,0 +1,340 @@
+/*
+ * test_jtok.c: the log reader's strict JSON tokens (pkg/runlog/jtok.c) and
+ * the walk that hands them out: the reader accepts exactly what RFC 8259
+ * (and jansson with JSON_REJECT_DUPLICATES) accepts, numbers convert as
+ * strtod converts them, and the pipelined walk gives every line its own
+ * prepared slot, in order, across batch boundaries.
+ */
+#include "testlib.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runlog/runlog.h"
+
+static int parses(const char *s, size_t *ntok)
+{
+	size_t len = strlen(s), n = 0;
+	struct apf_jtok *t = calloc(len / 2 + 2, sizeof *t);
+	const char *why = NULL;
+	int rc = apf_jtok_parse(s, len, t, len / 2 + 2, &n, &why);
+	if (rc == 0 && ntok)
+		*ntok = n;
+	if (rc)
+		assert_non_null(why);
+	free(t);
+	return rc == 0;
+}
+
+static void tokens_describe_the_tree(void **state)
+{
+	(void)state;
+	const char *s = "{\"a\":[1,{\"b\":null},\"x\"],\"c\":true,\"d\":{}}";
+	struct apf_jtok t[32];
+	size_t n;
+	const char *why;
+	assert_int_equal(apf_jtok_parse(s, strlen(s), t, 32, &n, &why), 0);
+	/* {a:[1,{b:null},"x"], c:true, d:{}}: obj, a, arr, 1, obj, b, null,
+	 * "x", c, true, d, obj */
+	assert_int_equal(n, 12);
+	assert_int_equal(t[0].type, APF_JOBJECT);
+	assert_int_equal(t[0].size, 3);
+	assert_int_equal(t[0].next, 12);
+	assert_int_equal(t[2].type, APF_JARRAY);
+	assert_int_equal(t[2].size, 3);
+	assert_int_equal(t[2].next, 8);
+	assert_int_equal(t[4].next, 7);
+	long c = apf_jtok_get(s, t, 0, "c");
+	assert_int_equal(c, 9);
+	assert_int_equal(t[c].type, APF_JTRUE);
+	assert_int_equal(apf_jtok_get(s, t, 0, "zz"), -1);
+	long d = apf_jtok_get(s, t, 0, "d");
+	assert_int_equal(t[d].type, APF_JOBJECT);
+	assert_int_equal(t[d].size, 0);
+	assert_true(apf_jtok_eq(s, &t[7], "x"));
+	assert_false(apf_jtok_eq(s, &t[7], "xy"));
+	/* Too few tokens is an error, not an overflow. */
+	assert_int_equal(apf_jtok_parse(s, strlen(s), t, 5, &n, &why), -1);
+}
+
+/* Each accepted or refused exactly as RFC 8259 says. */
+static void strict_as_the_rfc(void **state)
+{
+	(void)state;
+	static const char *const good[] = {
+		"{}", "[]", " {\"a\" : 1 } ", "{\"a\":-0}", "{\"a\":0.5e-3}",
+		"{\"a\":1E+2}", "{\"a\":\"\\u00e9\\ud83d\\ude00\\\"\\\\\\/\\b\\f\\n\\r\\t\"}",
+		"{\"a\":\"caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80\"}",
+		"[[[[[[[[[[]]]]]]]]]]", "\"s\"", "12", "{\"a\":\"\\u0041\",\"b\":\"A\"}",
+		"{\"\":1}", NULL};
+	static const char *const bad[] = {
+		"", "{", "{\"a\"}", "{\"a\":}", "{\"a\":1,}", "[1,]", "{a:1}",
+		"{'a':1}", "{\"a\":01}", "{\"a\":1.}", "{\"a\":.5}", "{\"a\":+1}",
+		"{\"a\":1e}", "{\"a\":-}", "{\"a\":NaN}", "{\"a\":Infinity}",
+		"{\"a\":tru}", "{\"a\":nul}", "{\"a\":\"\x01\"}", "{\"a\":\"\t\"}",
+		"{\"a\":\"\\x\"}", "{\"a\":\"\\u12\"}", "{\"a\":\"\\u0000\"}",
+		"{\"a\":\"\\ud800\"}", "{\"a\":\"\\udc00\"}",
+		"{\"a\":\"\\ud800\\u0041\"}", "{\"a\":\"\xc0\xaf\"}",
+		"{\"a\":\"\xe0\x80\xaf\"}", "{\"a\":\"\xed\xa0\x80\"}",
+		"{\"a\":\"\xf4\x90\x80\x80\"}", "{\"a\":\"\xff\"}",
+		"{\"a\":\"\xc3\"}", "{\"a\":1} x", "{\"a\":1}{}", "{\"a\":1,\"a\":2}",
+		"{\"a\":1,\"\\u0061\":2}", "{\"x\":{\"k\":1,\"k\":1}}", "{\"a\":\"unclosed}",
+		NULL};
+	for (int i = 0; good[i]; i++)
+		if (!parses(good[i], NULL))
+			fail_msg("refused valid JSON: %s", good[i]);
+	for (int i = 0; bad[i]; i++)
+		if (parses(bad[i], NULL))
+			fail_msg("accepted invalid JSON: %s", bad[i]);
+	/* Nesting is bounded: MAX_DEPTH arrays in arrays parse, one more
+	 * does not. */
+	for (int extra = 0; extra < 2; extra++) {
+		char deep[2 * APF_JTOK_MAX_DEPTH + 8];
+		int d = APF_JTOK_MAX_DEPTH + extra;
+		for (int i = 0; i < d; i++) {
+			deep[i] = '[';
+			deep[2 * d - 1 - i] = ']';
+		}
+		deep[2 * d] = 0;
+		assert_int_equal(parses(deep, NULL), !extra);
+	}
+}
+
+/* Agreement with jansson on many keys: duplicates found whatever the
+ * filter's collisions, distinct keys never refused. */
+static void duplicate_keys_are_found_among_many(void **state)
+{
+	(void)state;
+	char buf[8192];
+	srand(7);
+	for (int round = 0; round < 300; round++) {
+		size_t n = 0, keys = 2 + (size_t)(rand() % 60);
+		n += (size_t)sprintf(buf + n, "{");
+		for (size_t i = 0; i < keys; i++) {
+			char key[16];
+			int len = 1 + rand() % 4;
+			for (int c = 0; c < len; c++)
+				key[c] = (char)('a' + rand() % 3);
+			key[len] = 0;
+			n += (size_t)sprintf(buf + n, "%s\"%s\":%zu", i ? "," : "",
+					     key, i);
+		}
+		n += (size_t)sprintf(buf + n, "}");
+		json_error_t je;
+		json_t *j = json_loadb(buf, n, JSON_REJECT_DUPLICATES, &je);
+		int ours = parses(buf, NULL);
+		if (ours != (j != NULL))
+			fail_msg("jansson %s, jtok %s: %s", j ? "accepts" : "refuses",
+				 ours ? "accepts" : "refuses", buf);
+		json_decref(j);
+	}
+}
+
+static void numbers_convert_as_strtod_does(void **state)
+{
+	(void)state;
+	struct apf_jtok t[4];
+	size_t n;
+	const char *why;
+	char text[64];
+	srand(11);
+	for (int i = 0; i < 200000; i++) {
+		double x;
+		switch (i % 4) {
+		case 0: /* float32 values, as a model computes metrics */
+			x = (float)((double)rand() / RAND_MAX);
+			break;
+		case 1:
+			x = ((double)rand() / RAND_MAX - 0.5) * pow(10, rand() % 40 - 20);
+			break;
+		case 2:
+			x = (double)(rand() % 100000) / 1000.0;
+			break;
+		default:
+			x = (double)rand() * (double)rand();
+		}
+		static const char *const fmt[] = {"%.17g", "%.9g", "%.6f", "%.3e"};
+		snprintf(text, sizeof text, fmt[(i / 4) % 4], x);
+		assert_int_equal(apf_jtok_parse(text, strlen(text), t, 4, &n, &why), 0);
+		double got;
+		assert_int_equal(apf_jtok_double(text, &t[0], &got), 0);
+		double want = strtod(text, NULL);
+		if (memcmp(&got, &want, sizeof got))
+			fail_msg("%s: %.17g, strtod %.17g", text, got, want);
+	}
+	const char *huge = "1e400";
+	assert_int_equal(apf_jtok_parse(huge, 5, t, 4, &n, &why), 0);
+	double d;
+	assert_int_equal(apf_jtok_double(huge, &t[0], &d), -1);
+}
+
+static void integers_are_plain_digits_in_64_bits(void **state)
+{
+	(void)state;
+	static const struct {
+		const char *s;
+		int ok;
+		uint64_t v;
+	} cases[] = {
+		{"0", 1, 0},
+		{"18446744073709551615", 1, UINT64_MAX},
+		{"18446744073709551616", 0, 0},
+		{"99999999999999999999", 0, 0},
+		{"1234567890123456789", 1, 1234567890123456789ull},
+		{"-1", 0, 0},
+		{"1.0", 0, 0},
+		{"1e3", 0, 0},
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		struct apf_jtok t[2];
+		size_t n;
+		const char *why;
+		const char *s = cases[i].s;
+		assert_int_equal(apf_jtok_parse(s, strlen(s), t, 2, &n, &why), 0);
+		uint64_t v = 7;
+		int rc = apf_jtok_u64(s, &t[0], &v);
+		if ((rc == 0) != cases[i].ok || (rc == 0 && v != cases[i].v))
+			fail_msg("%s: rc %d value %llu", s, rc, (unsigned long long)v);
+	}
+}
+
+static void strings_unescape_to_utf8(void **state)
+{
+	(void)state;
+	const char *s = "{\"k\\u0065y\":\"a\\u00e9\\ud83d\\ude00\\n\\\"\"}";
+	struct apf_jtok t[8];
+	size_t n;
+	const char *why;
+	assert_int_equal(apf_jtok_parse(s, strlen(s), t, 8, &n, &why), 0);
+	long v = apf_jtok_get(s, t, 0, "key");
+	assert_int_equal(v, 2);
+	char buf[32];
+	assert_int_equal(apf_jtok_string(s, &t[v], buf, sizeof buf), 0);
+	assert_string_equal(buf, "a\xc3\xa9\xf0\x9f\x98\x80\n\"");
+	assert_true(apf_jtok_eq(s, &t[v], "a\xc3\xa9\xf0\x9f\x98\x80\n\""));
+	assert_int_equal(apf_jtok_string(s, &t[v], buf, 5), -1);
+}
+
+/* ---- the walk -------------------------------------------------------------- */
+
+struct slot {
+	uint64_t seq;
+	uint64_t step;
+	int prepared;
+};
+
+static void prepare(void *user, const struct apf_runlog_record *r, void *vs)
+{
+	(void)user;
+	struct slot *s = vs;
+	s->seq = r->seq;
+	s->step = 0;
+	long k = apf_jtok_get(r->line, r->tok, 0, "step");
+	if (k >= 0)
+		apf_jtok_u64(r->line, &r->tok[k], &s->step);
+	s->prepared = 1;
+}
+
+struct order {
+	uint64_t n;
+};
+
+static int in_order(void *user, const struct apf_runlog_record *r)
+{
+	struct order *o = user;
+	const struct slot *s = r->slot;
+	assert_true(s->prepared);
+	assert_int_equal(s->seq, o->n);
+	assert_int_equal(s->step, 3 * o->n);
+	assert_int_equal(r->line_no, o->n + 1);
+	assert_null(r->obj);
+	assert_string_equal(r->event, o->n % 2 ? "eval" : "step_block");
+	o->n++;
+	return 0;
+}
+
+static char *write_log(const char *dir, int n)
+{
+	char *path = apf_path_join(dir, "log.jsonl");
+	apf_runlog *l;
+	assert_apf_ok(apf_runlog_create(&l, path));
+	for (int i = 0; i < n; i++) {
+		json_t *f = json_pack("{s:I}", "step", (json_int_t)3 * i);
+		assert_apf_ok(apf_runlog_append(l, (uint64_t)i, i % 2 ? "eval" : "step_block",
+						f, 0));
+		json_decref(f);
+	}
+	assert_apf_ok(apf_runlog_close(l));
+	return path;
+}
+
+static void walk_prepares_every_line_across_batches(void **state)
+{
+	(void)state;
+	char *dir = testlib_tmpdir();
+	/* Several of the reader's batches of 16384 lines. */
+	char *path = write_log(dir, 40000);
+	struct order o = {0};
+	struct apf_runlog_read_opts opts = {.fn = in_order, .user = &o,
+					    .prepare = prepare,
+					    .slot_size = sizeof(struct slot)};
+	struct apf_runlog_summary sum;
+	assert_apf_ok(apf_runlog_walk(path, &opts, &sum));
+	assert_int_equal(o.n, 40000);
+	assert_int_equal(sum.records, 40000);
+	/* A broken line in the third batch is named by its number. */
+	char *text;
+	size_t len;
+	assert_apf_ok(apf_file_read(path, 1 << 30, &text, &len));
+	char *p = text;
+	for (int i = 0; i < 35000; i++)
+		p = strchr(p, '\n') + 1;
+	char *step = strstr(p, "\"step\":");
+	step[7] = step[7] == '9' ? '8' : '9';
+	assert_apf_ok(apf_file_write(path, text, len, 0644, 0));
+	free(text);
+	o.n = 0;
+	int rc = apf_runlog_walk(path, &(struct apf_runlog_read_opts){0}, NULL);
+	assert_int_equal(rc, APF_EVERIFY);
+	assert_non_null(strstr(apf_error_message(), "line 35002: prev does not match"));
+	free(path);
+	testlib_tmpdir_free(dir);
+}
+
+static void event_names_the_reader_refuses_are_not_written(void **state)
+{
+	(void)state;
+	char *dir = testlib_tmpdir();
+	char *path = apf_path_join(dir, "log.jsonl");
+	apf_runlog *l;
+	assert_apf_ok(apf_runlog_create(&l, path));
+	char longname[64];
+	memset(longname, 'e', 48);
+	longname[48] = 0;
+	assert_int_equal(apf_runlog_append(l, 1, longname, NULL, 0), APF_EINTERNAL);
+	assert_int_equal(apf_runlog_append(l, 1, "quo\"te", NULL, 0), APF_EINTERNAL);
+	assert_int_equal(apf_runlog_append(l, 1, "", NULL, 0), APF_EINTERNAL);
+	longname[47] = 0;
+	assert_apf_ok(apf_runlog_append(l, 1, longname, NULL, 0));
+	assert_apf_ok(apf_runlog_close(l));
+	assert_apf_ok(apf_runlog_walk(path, &(struct apf_runlog_read_opts){0}, NULL));
+	free(path);
+	testlib_tmpdir_free(dir);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(tokens_describe_the_tree),
+		cmocka_unit_test(strict_as_the_rfc),
+		cmocka_unit_test(duplicate_keys_are_found_among_many),
+		cmocka_unit_test(numbers_convert_as_strtod_does),
+		cmocka_unit_test(integers_are_plain_digits_in_64_bits),
+		cmocka_unit_test(strings_unescape_to_utf8),
+		cmocka_unit_test(walk_prepares_every_line_across_batches),
+		cmocka_unit_test(event_names_the_reader_refuses_are_not_written),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,564 @@
+/*
+ * outputs.c: the files a run directory holds beside its log, against the
+ * log (which checks 2 and 3 have verified by then):
+ *
+ *   RUN/<unit>/hparams.json           trial_start's hparams (check 2)
+ *   RUN/<unit>/eval_measurements.csv  one row per kept eval with the
+ *       AlgoPerf columns: the accumulated times and total duration in
+ *       seconds (ns / 1e9, printed %.9f), score = accumulated submission
+ *       time, global_step, preemption_count, every metric (printed %.9g);
+ *       a metric an eval lacks is an empty cell (check 3)
+ *   RUN/<unit>/ckpt/<i>.bin           size and SHA-256 of eval i's
+ *       checkpoint record, hashed on all cores (check 4)
+ *
+ * Values are compared as numbers, so a CSV printed with other digits of
+ * the same value still passes; a CSV cell that differs in value fails.
+ */
+#include "verify/verifier.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "hash/hash.h"
+
+static char *unit_file(const struct vx *v, const struct vx_unit *u,
+		       const char *rel)
+{
+	apf_buf b = {0};
+	if (apf_buf_printf(&b, "%s/%s/%s", v->dir, u->name, rel)) {
+		apf_buf_free(&b);
+		return NULL;
+	}
+	return b.data;
+}
+
+/* ---- hparams.json ------------------------------------------------------------ */
+
+static int json_values_equal(json_t *a, json_t *b)
+{
+	if (json_is_number(a) && json_is_number(b))
+		return json_number_value(a) == json_number_value(b);
+	if (json_is_string(a) && json_is_string(b))
+		return !strcmp(json_string_value(a), json_string_value(b));
+	return json_equal(a, b);
+}
+
+int apf_vx_hparams_files(struct vx *v)
+{
+	for (size_t i = 0; i < v->nunits; i++) {
+		const struct vx_unit *u = &v->units[i];
+		if (!u->hparams)
+			continue;
+		char *file = unit_file(v, u, "hparams.json");
+		if (!file)
+			return apf_error(APF_ENOMEM, v->dir, "out of memory");
+		json_error_t je;
+		json_t *h = json_load_file(file, JSON_REJECT_DUPLICATES, &je);
+		int rc = 0;
+		struct stat st;
+		if (!h && stat(file, &st) != 0)
+			rc = apf_error(APF_EVERIFY, file,
+				       "missing (the trial started at %s line "
+				       "%" PRIu64 ")",
+				       v->log_path, u->start_line);
+		else if (!h)
+			rc = apf_error(APF_EVERIFY, file, "line %d: %s", je.line,
+				       je.text);
+		else if (!json_is_object(h) ||
+			 json_object_size(h) != json_object_size(u->hparams))
+			rc = apf_error(APF_EVERIFY, file,
+				       "not the hyperparameters of trial_start "
+				       "(%s line %" PRIu64 ")",
+				       v->log_path, u->start_line);
+		const char *k;
+		json_t *x;
+		json_object_foreach(rc ? NULL : u->hparams, k, x)
+		{
+			json_t *y = json_object_get(h, k);
+			if (!y || !json_values_equal(x, y)) {
+				rc = apf_error(APF_EVERIFY, file,
+					       "%s differs from trial_start's "
+					       "(%s line %" PRIu64 ")",
+					       k, v->log_path, u->start_line);
+				break;
+			}
+		}
+		json_decref(h);
+		free(file);
+		if (rc)
+			return apf_error_prefix(rc, apf_vx_label(APF_VERIFY_LOG));
+	}
+	return 0;
+}
+
+/* ---- eval_measurements.csv ----------------------------------------------------- */
+
+enum col_kind { C_EVAL, C_LOGGING, C_SUBMISSION, C_STEP, C_PREEMPT, C_SCORE,
+		C_TOTAL, C_METRIC };
+
+static const char *const time_cols[] = {
+	"accumulated_eval_time", "accumulated_logging_time",
+	"accumulated_submission_time", "global_step", "preemption_count",
+	"score", "total_duration"};
+#define NTIME (sizeof time_cols / sizeof time_cols[0])
+
+struct csv_row {
+	char **cell;
+	size_t n;
+};
+
+/* Splits one line into cells: commas, RFC 4180 quotes ("" escapes). */
+static int split_line(const char *p, size_t len, struct csv_row *row)
+{
+	row->n = 0;
+	row->cell = NULL;
+	size_t cap = 0;
+	size_t i = 0;
+	for (;;) {
+		apf_buf c = {0};
+		int rc = apf_buf_puts(&c, "");
+		if (i < len && p[i] == '"') {
+			for (i++;; i++) {
+				if (i >= len) {
+					apf_buf_free(&c);
+					return -1;
+				}
+				if (p[i] == '"') {
+					if (i + 1 < len && p[i + 1] == '"') {
+						rc = rc || apf_buf_append(&c, "\"", 1);
+						i++;
+						continue;
+					}
+					i++;
+					break;
+				}
+				rc = rc || apf_buf_append(&c, p + i, 1);
+			}
+			if (i < len && p[i] != ',') {
+				apf_buf_free(&c);
+				return -1;
+			}
+		} else {
+			size_t s = i;
+			while (i < len && p[i] != ',')
+				i++;
+			rc = rc || apf_buf_append(&c, p + s, i - s);
+		}
+		if (!rc && row->n == cap) {
+			cap = cap ? 2 * cap : 16;
+			char **nc = realloc(row->cell, cap * sizeof *nc);
+			if (!nc)
+				rc = 1;
+			else
+				row->cell = nc;
+		}
+		if (rc) {
+			apf_buf_free(&c);
+			return -2;
+		}
+		row->cell[row->n++] = c.data;
+		if (i >= len)
+			return 0;
+		i++; /* the comma */
+	}
+}
+
+static void row_free(struct csv_row *row)
+{
+	for (size_t i = 0; i < row->n; i++)
+		free(row->cell[i]);
+	free(row->cell);
+	row->cell = NULL;
+	row->n = 0;
+}
+
+static int parse_double(const char *s, double *out)
+{
+	if (!*s)
+		return -1;
+	char *end;
+	errno = 0;
+	*out = strtod(s, &end);
+	return *end || errno == ERANGE ? -1 : 0;
+}
+
+/* A cell against the text the runner prints for a value: equal text, or
+ * equal as numbers. */
+static int same_value(const char *cell, const char *want)
+{
+	if (!strcmp(cell, want))
+		return 1;
+	double a, b;
+	return !parse_double(cell, &a) && !parse_double(want, &b) && a == b;
+}
+
+static int same_integer(const char *cell, uint64_t want)
+{
+	if (!*cell || *cell == '-' || *cell == '+')
+		return 0;
+	char *end;
+	errno = 0;
+	unsigned long long x = strtoull(cell, &end, 10);
+	return !*end && !errno && x == want;
+}
+
+static void seconds_text(uint64_t ns, char out[48])
+{
+	snprintf(out, 48, "%.9f", (double)ns / 1e9);
+}
+
+struct csv_ctx {
+	const struct vx *v;
+	const struct vx_unit *u;
+	const char *file;
+};
+
+static int csv_fail(const struct csv_ctx *c, size_t line,
+		    const struct vx_eval *e, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+
+static int csv_fail(const struct csv_ctx *c, size_t line,
+		    const struct vx_eval *e, const char *fmt, ...)
+{
+	char why[600];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(why, sizeof why, fmt, ap);
+	va_end(ap);
+	if (e)
+		return apf_error(APF_EVERIFY, apf_vx_label(APF_VERIFY_TIMING),
+				 "%s: line %zu (eval %" PRIu64 " of %s, %s "
+				 "line %" PRIu64 "): %s",
+				 c->file, line, e->index, c->u->name,
+				 c->v->log_path, e->line, why);
+	return apf_error(APF_EVERIFY, apf_vx_label(APF_VERIFY_TIMING),
+			 "%s: line %zu: %s", c->file, line, why);
+}
+
+static int check_row(const struct csv_ctx *c, size_t line,
+		     const struct csv_row *hdr, const int *kind,
+		     const long *metric, const struct csv_row *row,
+		     const struct vx_eval *e)
+{
+	if (row->n != hdr->n)
+		return csv_fail(c, line, e, "%zu cells, the header has %zu",
+				row->n, hdr->n);
+	for (size_t i = 0; i < row->n; i++) {
+		const char *cell = row->cell[i];
+		char want[48];
+		uint64_t ns = 0;
+		int ok;
+		switch (kind[i]) {
+		case C_STEP:
+			ok = same_integer(cell, e->global_step);
+			snprintf(want, sizeof want, "%" PRIu64, e->global_step);
+			break;
+		case C_PREEMPT:
+			ok = same_integer(cell, e->preempt);
+			snprintf(want, sizeof want, "%" PRIu64, e->preempt);
+			break;
+		case C_METRIC: {
+			size_t m;
+			for (m = 0; m < e->nm && e->mname[m] != metric[i]; m++)
+				;
+			if (m == e->nm) {
+				ok = !*cell;
+				snprintf(want, sizeof want, "(empty)");
+			} else {
+				snprintf(want, sizeof want, "%.9g", e->mval[m]);
+				ok = same_value(cell, want);
+			}
+			break;
+		}
+		default:
+			ns = kind[i] == C_EVAL		  ? e->ev
+			     : kind[i] == C_LOGGING	  ? e->log
+			     : kind[i] == C_TOTAL	  ? e->sub + e->ev + e->log
+							  : e->sub;
+			seconds_text(ns, want);
+			ok = same_value(cell, want);
+		}
+		if (!ok)
+			return csv_fail(c, line, e, "%s is '%.40s', the log says %s",
+					hdr->cell[i], cell, want);
+	}
+	return 0;
+}
+
+static int check_csv(const struct vx *v, const struct vx_unit *u)
+{
+	char *file = unit_file(v, u, "eval_measurements.csv");
+	if (!file)
+		return apf_error(APF_ENOMEM, v->dir, "out of memory");
+	struct csv_ctx c = {v, u, file};
+	char *text = NULL;
+	size_t len = 0;
+	struct stat st;
+	int rc = 0;
+	if (stat(file, &st) != 0) {
+		if (u->nevals > (!v->rep->complete && u->state != U_ENDED))
+			rc = csv_fail(&c, 0, NULL,
+				      "missing, but the log has %zu evals",
+				      u->nevals);
+		free(file);
+		return rc;
+	}
+	rc = apf_file_read(file, 1u << 30, &text, &len);
+	struct csv_row hdr = {0}, row = {0};
+	int *kind = NULL;
+	long *metric = NULL;
+	size_t line = 0, off = 0, evals = 0;
+	while (!rc && off < len) {
+		const char *p = text + off;
+		const char *nl = memchr(p, '\n', len - off);
+		size_t n = nl ? (size_t)(nl - p) : len - off;
+		off += n + (nl ? 1 : 0);
+		line++;
+		if (n && p[n - 1] == '\r')
+			n--;
+		if (!n)
+			continue;
+		struct csv_row *dst = hdr.cell ? &row : &hdr;
+		int s = split_line(p, n, dst);
+		if (s == -2) {
+			rc = apf_error(APF_ENOMEM, file, "out of memory");
+			break;
+		}
+		if (s) {
+			rc = csv_fail(&c, line, NULL, "malformed quoting");
+			break;
+		}
+		if (dst == &hdr) {
+			kind = calloc(hdr.n, sizeof *kind);
+			metric = calloc(hdr.n, sizeof *metric);
+			if (!kind || !metric) {
+				rc = apf_error(APF_ENOMEM, file, "out of memory");
+				break;
+			}
+			int have[NTIME] = {0};
+			size_t nmetrics = 0;
+			for (size_t i = 0; !rc && i < hdr.n; i++) {
+				size_t t;
+				for (t = 0; t < NTIME && strcmp(time_cols[t], hdr.cell[i]); t++)
+					;
+				for (size_t k = 0; !rc && k < i; k++)
+					if (!strcmp(hdr.cell[k], hdr.cell[i]))
+						rc = csv_fail(&c, line, NULL,
+							      "column %s twice",
+							      hdr.cell[i]);
+				if (t < NTIME) {
+					kind[i] = (int)t;
+					have[t] = 1;
+					continue;
+				}
+				size_t m;
+				for (m = 0; m < u->nmnames && strcmp(u->mnames[m], hdr.cell[i]); m++)
+					;
+				if (!rc && m == u->nmnames)
+					rc = csv_fail(&c, line, NULL,
+						      "column %.80s is no metric "
+						      "the log has",
+						      hdr.cell[i]);
+				kind[i] = C_METRIC;
+				metric[i] = (long)m;
+				nmetrics++;
+			}
+			for (size_t t = 0; !rc && t < NTIME; t++)
+				if (!have[t])
+					rc = csv_fail(&c, line, NULL,
+						      "column %s is missing",
+						      time_cols[t]);
+			if (!rc && nmetrics != u->nmnames)
+				for (size_t m = 0; !rc && m < u->nmnames; m++) {
+					size_t i;
+					for (i = 0; i < hdr.n && strcmp(hdr.cell[i], u->mnames[m]); i++)
+						;
+					if (i == hdr.n)
+						rc = csv_fail(&c, line, NULL,
+							      "column %s is "
+							      "missing",
+							      u->mnames[m]);
+				}
+			continue;
+		}
+		if (evals >= u->nevals)
+			rc = csv_fail(&c, line, NULL,
+				      "a row past the log's %zu evals",
+				      u->nevals);
+		else
+			rc = check_row(&c, line, &hdr, kind, metric, &row,
+				       &u->evals[evals]);
+		evals++;
+		row_free(&row);
+	}
+	if (!rc && !hdr.cell && u->nevals)
+		rc = csv_fail(&c, 1, NULL, "empty, but the log has %zu evals",
+			      u->nevals);
+	/* The runner writes the CSV after the eval's record: a crash
+	 * between the two leaves it one row short. */
+	int lagging = evals + 1 == u->nevals && !v->rep->complete &&
+		      u->state != U_ENDED;
+	if (!rc && evals < u->nevals && !lagging)
+		rc = csv_fail(&c, line, &u->evals[evals],
+			      "the file ends after %zu rows, but the log has "
+			      "%zu evals",
+			      evals, u->nevals);
+	row_free(&row);
+	row_free(&hdr);
+	free(kind);
+	free(metric);
+	free(text);
+	free(file);
+	return rc;
+}
+
+int apf_vx_csvs(struct vx *v)
+{
+	for (size_t i = 0; i < v->nunits; i++) {
+		if (v->units[i].state == U_NONE)
+			continue;
+		int rc = check_csv(v, &v->units[i]);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+/* ---- checkpoints ------------------------------------------------------------------ */
+
+struct ckpt_job {
+	const struct vx_unit *u;
+	const struct vx_eval *e;
+	int rc;             /* 0, or what was wrong: */
+	int missing;
+	uint64_t size;
+	uint8_t sha[32];
+};
+
+struct ckpt_pool {
+	const struct vx *v;
+	struct ckpt_job *jobs;
+	size_t n, next;
+	pthread_mutex_t lock;
+};
+
+static void hash_job(const struct vx *v, struct ckpt_job *j)
+{
+	char rel[64];
+	snprintf(rel, sizeof rel, "ckpt/%" PRIu64 ".bin", j->e->index);
+	char *file = unit_file(v, j->u, rel);
+	if (!file) {
+		j->rc = APF_ENOMEM;
+		return;
+	}
+	struct stat st;
+	if (stat(file, &st) != 0 || !S_ISREG(st.st_mode)) {
+		j->missing = 1;
+	} else if ((uint64_t)st.st_size != j->e->bytes) {
+		j->size = (uint64_t)st.st_size;
+	} else {
+		j->size = (uint64_t)st.st_size;
+		j->rc = apf_sha256_file(file, j->sha, &j->size);
+		apf_error_clear();
+	}
+	free(file);
+}
+
+static void *ckpt_worker(void *arg)
+{
+	struct ckpt_pool *p = arg;
+	for (;;) {
+		pthread_mutex_lock(&p->lock);
+		size_t k = p->next++;
+		pthread_mutex_unlock(&p->lock);
+		if (k >= p->n)
+			return NULL;
+		hash_job(p->v, &p->jobs[k]);
+	}
+}
+
+int apf_vx_checkpoints(struct vx *v)
+{
+	size_t n = 0;
+	for (size_t i = 0; i < v->nunits; i++)
+		n += v->units[i].nevals;
+	struct ckpt_pool p = {.v = v, .n = n};
+	p.jobs = apf_calloc(n ? n : 1, sizeof *p.jobs);
+	if (!p.jobs)
+		return apf_error(APF_ENOMEM, v->dir, "out of memory");
+	size_t k = 0;
+	for (size_t i = 0; i < v->nunits; i++)
+		for (size_t e = 0; e < v->units[i].nevals; e++) {
+			p.jobs[k].u = &v->units[i];
+			p.jobs[k++].e = &v->units[i].evals[e];
+		}
+	pthread_mutex_init(&p.lock, NULL);
+	int threads = apf_cpu_count();
+	pthread_t tid[64];
+	int started = 0;
+	for (int i = 1; i < threads && i < 64; i++)
+		if (pthread_create(&tid[started], NULL, ckpt_worker, &p) == 0)
+			started++;
+	ckpt_worker(&p);
+	for (int i = 0; i < started; i++)
+		pthread_join(tid[i], NULL);
+	pthread_mutex_destroy(&p.lock);
+	/* The failure on the earliest log line is the one to report. */
+	const struct ckpt_job *bad = NULL;
+	int rc = 0;
+	for (size_t i = 0; i < n; i++) {
+		const struct ckpt_job *j = &p.jobs[i];
+		if (j->rc == APF_ENOMEM) {
+			rc = apf_error(APF_ENOMEM, v->dir, "out of memory");
+			break;
+		}
+		int wrong = !j->e->file_ok || j->missing || j->rc ||
+			    j->size != j->e->bytes || memcmp(j->sha, j->e->sha, 32);
+		if (wrong && (!bad || j->e->line < bad->e->line))
+			bad = j;
+		v->rep->checkpoints++;
+		v->rep->checkpoint_bytes += j->size;
+	}
+	if (!rc && bad) {
+		char rel[64];
+		snprintf(rel, sizeof rel, "ckpt/%" PRIu64 ".bin", bad->e->index);
+		char *file = unit_file(v, bad->u, rel);
+		char got[65];
+		apf_hex(got, bad->sha, 32);
+		const char *what = "";
+		char why[200];
+		if (!bad->e->file_ok)
+			what = "checkpoint.file does not name it";
+		else if (bad->missing)
+			what = "missing";
+		else if (bad->rc)
+			what = "unreadable";
+		else if (bad->size != bad->e->bytes) {
+			snprintf(why, sizeof why,
+				 "%" PRIu64 " bytes, the log says %" PRIu64,
+				 bad->size, bad->e->bytes);
+			what = why;
+		} else {
+			char want[65];
+			apf_hex(want, bad->e->sha, 32);
+			snprintf(why, sizeof why,
+				 "SHA-256 %.16s..., the log says %.16s...", got,
+				 want);
+			what = why;
+		}
+		rc = apf_error(APF_EVERIFY, apf_vx_label(APF_VERIFY_CHECKPOINTS),
+			       "%s: %s (eval %" PRIu64 " of %s, %s line %" PRIu64
+			       ")",
+			       file ? file : rel, what, bad->e->index,
+			       bad->u->name, v->log_path, bad->e->line);
+		free(file);
+	}
+	free(p.jobs);
+	return rc;
+}

@@ -1,0 +1,922 @@
+/*
+ * verify.c: `apf verify RUN_DIR`: the checks of DESIGN.md 7 in order, and
+ * the report.
+ *
+ * Check 1 verifies the entry. Check 2 reads run.json (its form by hand,
+ * after manifests/run.schema.json), binds it to the entry (file digest,
+ * manifest digest, signer, submission, the tuning plan), recomputes the
+ * plan's draws (apf_entry_plan) and loads the workload specs the entry was packed with
+ * (their tree digests must match the manifest's), from which every unit's
+ * expected targets, budget and eval period follow; it then verifies the
+ * runner's signature over the log's head, walks the log (records.c) and
+ * requires the signed head to be the last line. Check 3 reports the first
+ * timing failure the walk held back, then compares the CSVs; check 4 the
+ * checkpoints; check 6 the held-out variants.
+ */
+#include "verify/verifier.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "hash/hash.h"
+#include "score/score.h"
+
+#define HEAD_TYPE "application/vnd.apf.runlog-head+json"
+#define HEAD_FORMAT "apf-runlog-head-v1"
+
+static const char *const check_names[] = {
+	NULL, "entry", "log", "timing", "checkpoints", "replay", "held-out"};
+
+const char *apf_verify_check_name(int check)
+{
+	return check >= 1 && check <= APF_VERIFY_NCHECKS ? check_names[check]
+							 : "?";
+}
+
+const char *apf_verify_outcome_name(int outcome)
+{
+	static const char *const names[] = {"not run", "passed", "failed",
+					    "skipped"};
+	return outcome >= 0 && outcome <= APF_VERIFY_SKIPPED ? names[outcome]
+							     : "?";
+}
+
+const char *apf_vx_label(int check)
+{
+	static const char *const labels[] = {
+		NULL,		    "check 1 (entry)",	     "check 2 (log)",
+		"check 3 (timing)", "check 4 (checkpoints)", "check 5 (replay)",
+		"check 6 (held-out)"};
+	return labels[check];
+}
+
+static void set_detail(struct vx *v, int check, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+static void set_detail(struct vx *v, int check, const char *fmt, ...)
+{
+	char buf[1024];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(buf, sizeof buf, fmt, ap);
+	va_end(ap);
+	free(v->rep->check[check].detail);
+	v->rep->check[check].detail = apf_strdup(buf);
+}
+
+static char *in_run(const struct vx *v, const char *rel)
+{
+	return apf_path_join(v->dir, rel);
+}
+
+/* ---- check 1: the entry ---------------------------------------------------- */
+
+static int check_entry(struct vx *v)
+{
+	char *path = in_run(v, "entry.apf");
+	if (!path)
+		return apf_error(APF_ENOMEM, v->dir, "out of memory");
+	int rc = apf_entry_verify(&v->entry, path, v->o->entry_keys);
+	free(path);
+	if (rc)
+		return rc;
+	const apf_entry *e = v->entry;
+	memcpy(v->rep->entry_sha256, e->file_digest, 65);
+	memcpy(v->rep->manifest_sha256, e->manifest_digest, 65);
+	memcpy(v->rep->entry_signer, e->signer, 65);
+	v->rep->submission = apf_strdup(e->manifest->submission.name);
+	set_detail(v, APF_VERIFY_ENTRY,
+		   "entry.apf sha256:%.16s..., signed by trusted key "
+		   "%.16s..., %zu files as its manifest lists them",
+		   e->file_digest, e->signer, e->manifest->submission.nfiles);
+	return 0;
+}
+
+/* ---- check 2: run.json ----------------------------------------------------- */
+
+enum { K_STR = 1, K_NAME, K_SHA, K_BOOL, K_INT, K_NUM, K_OBJ, K_ARR, K_TIME };
+
+struct key {
+	const char *name;
+	int type;
+};
+
+static int name_ok(const char *s)
+{
+	if (!*s)
+		return 0;
+	for (; *s; s++)
+		if (!((*s >= 'a' && *s <= 'z') || (*s >= '0' && *s <= '9') ||
+		      *s == '_' || *s == '-'))
+			return 0;
+	return 1;
+}
+
+static int time_ok(const char *s)
+{
+	static const char form[] = "dddd-dd-ddTdd:dd:ddZ";
+	if (strlen(s) != sizeof form - 1)
+		return 0;
+	for (size_t i = 0; form[i]; i++)
+		if (form[i] == 'd' ? !(s[i] >= '0' && s[i] <= '9') : s[i] != form[i])
+			return 0;
+	return 1;
+}
+
+static int type_ok(json_t *x, int type)
+{
+	switch (type) {
+	case K_STR:
+		return json_is_string(x);
+	case K_NAME:
+		return json_is_string(x) && name_ok(json_string_value(x));
+	case K_SHA:
+		return json_is_string(x) && apf_is_hex_digest(json_string_value(x));
+	case K_BOOL:
+		return json_is_boolean(x);
+	case K_INT:
+		return json_is_integer(x) && json_integer_value(x) >= 0;
+	case K_NUM:
+		return json_is_number(x);
+	case K_OBJ:
+		return json_is_object(x);
+	case K_ARR:
+		return json_is_array(x);
+	case K_TIME:
+		return json_is_string(x) && time_ok(json_string_value(x));
+	}
+	return 0;
+}
+
+static const char *key_type_name(int type)
+{
+	static const char *const names[] = {
+		NULL,	     "a string", "a name of [a-z0-9_-]",
+		"a SHA-256 in lowercase hex", "true or false",
+		"an integer >= 0", "a number", "an object", "an array",
+		"a UTC time YYYY-MM-DDTHH:MM:SSZ"};
+	return names[type];
+}
+
+/* An object with exactly these keys, each of its type. */
+static int check_object(json_t *o, const struct key *keys, const char *file,
+			const char *where)
+{
+	if (!json_is_object(o))
+		return apf_error(APF_EINPUT, file, "%s: expected an object", where);
+	const char *k;
+	json_t *x;
+	json_object_foreach(o, k, x)
+	{
+		size_t i;
+		for (i = 0; keys[i].name && strcmp(keys[i].name, k); i++)
+			;
+		if (!keys[i].name)
+			return apf_error(APF_EINPUT, file, "%s: unknown field '%s'",
+					 where, k);
+		if (!type_ok(x, keys[i].type))
+			return apf_error(APF_EINPUT, file, "%s.%s: expected %s",
+					 where, k, key_type_name(keys[i].type));
+	}
+	for (size_t i = 0; keys[i].name; i++)
+		if (!json_object_get(o, keys[i].name))
+			return apf_error(APF_EINPUT, file, "%s: %s is missing",
+					 where, keys[i].name);
+	return 0;
+}
+
+static const char *jstr(json_t *o, const char *path1, const char *path2)
+{
+	json_t *x = json_object_get(o, path1);
+	if (path2)
+		x = json_object_get(x, path2);
+	return json_string_value(x);
+}
+
+/* manifests/run.schema.json, by hand. */
+static int run_json_form(json_t *rj, const char *file)
+{
+	static const struct key top[] = {
+		{"format", K_STR},	{"submission", K_STR}, {"entry", K_OBJ},
+		{"runner", K_OBJ},	{"device", K_STR},     {"sealed", K_BOOL},
+		{"threads", K_INT},	{"plan", K_OBJ},       {"environment", K_OBJ},
+		{"created", K_TIME},	{NULL, 0}};
+	static const struct key entry[] = {{"file", K_STR},
+					   {"sha256", K_SHA},
+					   {"manifest_sha256", K_SHA},
+					   {"signer", K_SHA},
+					   {NULL, 0}};
+	static const struct key runner[] = {{"keyid", K_SHA},
+					    {"host", K_STR},
+					    {"apf_version", K_STR},
+					    {"build", K_STR},
+					    {NULL, 0}};
+	static const struct key plan[] = {
+		{"ruleset", K_STR}, {"rules", K_STR},		{"studies", K_INT},
+		{"trials", K_INT},  {"seed", K_INT},		{"budget_multiplier", K_NUM},
+		{"units", K_ARR},   {NULL, 0}};
+	static const struct key unit[] = {{"workload", K_NAME},
+					  {"variant", K_NAME},
+					  {"study", K_INT},
+					  {"trial", K_INT},
+					  {NULL, 0}};
+	int rc = check_object(rj, top, file, "run.json");
+	if (!rc)
+		rc = check_object(json_object_get(rj, "entry"), entry, file,
+				  "entry");
+	if (!rc)
+		rc = check_object(json_object_get(rj, "runner"), runner, file,
+				  "runner");
+	json_t *p = json_object_get(rj, "plan");
+	if (!rc)
+		rc = check_object(p, plan, file, "plan");
+	if (rc)
+		return rc;
+	if (strcmp(jstr(rj, "format", NULL), "apf-run-v1"))
+		return apf_error(APF_EINPUT, file, "format: expected apf-run-v1");
+	if (!*jstr(rj, "submission", NULL))
+		return apf_error(APF_EINPUT, file, "submission: empty");
+	const char *dev = jstr(rj, "device", NULL);
+	if (strcmp(dev, "cpu") && strcmp(dev, "cuda"))
+		return apf_error(APF_EINPUT, file, "device: expected cpu or cuda");
+	if (json_integer_value(json_object_get(rj, "threads")) < 1)
+		return apf_error(APF_EINPUT, file, "threads: expected >= 1");
+	const char *rs = jstr(p, "ruleset", NULL), *rules = jstr(p, "rules", NULL);
+	if (strcmp(rs, "external") && strcmp(rs, "self"))
+		return apf_error(APF_EINPUT, file,
+				 "plan.ruleset: expected external or self");
+	if (strcmp(rules, "algoperf-0.6") && strcmp(rules, "algoperf-0.5"))
+		return apf_error(APF_EINPUT, file,
+				 "plan.rules: expected algoperf-0.6 or "
+				 "algoperf-0.5");
+	if (json_integer_value(json_object_get(p, "studies")) < 1 ||
+	    json_integer_value(json_object_get(p, "trials")) < 1)
+		return apf_error(APF_EINPUT, file,
+				 "plan: studies and trials must be >= 1");
+	if (json_integer_value(json_object_get(p, "seed")) > 0xffffffffLL)
+		return apf_error(APF_EINPUT, file,
+				 "plan.seed: expected 0 to 4294967295");
+	if (!(json_number_value(json_object_get(p, "budget_multiplier")) > 0))
+		return apf_error(APF_EINPUT, file,
+				 "plan.budget_multiplier: expected > 0");
+	json_t *units = json_object_get(p, "units");
+	if (json_array_size(units) == 0)
+		return apf_error(APF_EINPUT, file, "plan.units: empty");
+	size_t i;
+	json_t *u;
+	json_array_foreach(units, i, u)
+	{
+		char where[48];
+		snprintf(where, sizeof where, "plan.units[%zu]", i);
+		rc = check_object(u, unit, file, where);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+/* ---- check 2: the plan and the workloads ----------------------------------- */
+
+/* The workload specs the entry was packed with: the auditor's copies must
+ * have the manifest's tree digests. */
+static int load_specs(struct vx *v)
+{
+	const apf_manifest *m = v->entry->manifest;
+	v->specs = apf_calloc(m->nworkloads, sizeof *v->specs);
+	if (!v->specs)
+		return apf_error(APF_ENOMEM, "workloads", "out of memory");
+	for (size_t i = 0; i < m->nworkloads; i++) {
+		const struct apf_manifest_workload *mw = &m->workloads[i];
+		int rc = apf_workload_spec_load(&v->specs[i], mw->name);
+		v->nspecs = i + 1;
+		if (rc)
+			return apf_error_prefix(rc, "workload spec (its targets "
+						    "and budget are needed; "
+						    "set APF_WORKLOADS_DIR)");
+		apf_tree *t;
+		rc = apf_tree_hash(&t, v->specs[i]->dir, NULL);
+		if (rc)
+			return rc;
+		char hex[65];
+		apf_hex(hex, t->digest, APF_SHA256_LEN);
+		apf_tree_free(t);
+		if (strcmp(hex, mw->spec_digest))
+			return apf_error(APF_EINPUT, v->specs[i]->dir,
+					 "tree sha256 %.16s..., but the entry "
+					 "was packed with spec %.16s...: the "
+					 "targets and budgets here are not the "
+					 "run's",
+					 hex, mw->spec_digest);
+	}
+	return 0;
+}
+
+static int by_name_cmp(const void *a, const void *b, void *arg)
+{
+	const struct vx *v = arg;
+	return strcmp(v->units[*(const size_t *)a].name,
+		      v->units[*(const size_t *)b].name);
+}
+
+/* run.json's units: each in the entry's plan, with what its trial_start
+ * must say. */
+static int build_units(struct vx *v, const char *file)
+{
+	const apf_manifest *m = v->entry->manifest;
+	json_t *plan = json_object_get(v->run_json, "plan");
+	json_t *units = json_object_get(plan, "units");
+	double mult = json_number_value(json_object_get(plan, "budget_multiplier"));
+	v->units = apf_calloc(json_array_size(units), sizeof *v->units);
+	v->by_name = apf_calloc(json_array_size(units), sizeof *v->by_name);
+	if (!v->units || !v->by_name)
+		return apf_error(APF_ENOMEM, file, "out of memory");
+	size_t i;
+	json_t *j;
+	json_array_foreach(units, i, j)
+	{
+		const char *w = jstr(j, "workload", NULL);
+		const char *var = jstr(j, "variant", NULL);
+		/* Trials count from 1, as in the unit names and the log. */
+		long study = (long)json_integer_value(json_object_get(j, "study"));
+		long trial = (long)json_integer_value(json_object_get(j, "trial")) - 1;
+		size_t wi;
+		for (wi = 0; wi < m->nworkloads && strcmp(m->workloads[wi].name, w);
+		     wi++)
+			;
+		if (wi == m->nworkloads)
+			return apf_error(APF_EVERIFY, file,
+					 "plan.units[%zu]: workload %s is not "
+					 "in the entry",
+					 i, w);
+		if (study >= m->tuning.studies || trial < 0 ||
+		    trial >= m->tuning.trials)
+			return apf_error(APF_EVERIFY, file,
+					 "plan.units[%zu]: study %ld, trial %ld "
+					 "is outside the entry's plan of %ld "
+					 "studies (from 0) x %ld trials (from 1)",
+					 i, study, trial + 1, m->tuning.studies,
+					 m->tuning.trials);
+		const apf_workload_spec *spec = v->specs[wi];
+		const struct apf_workload_variant *wv =
+			apf_workload_variant(spec, var);
+		if (!wv)
+			return apf_error(APF_EVERIFY, file,
+					 "plan.units[%zu]: workload %s has no "
+					 "variant %s",
+					 i, w, var);
+		const struct apf_budget *b = apf_workload_budget(spec, v->device);
+		if (!b)
+			return apf_error(APF_EVERIFY, file,
+					 "workload %s has no budget for %s", w,
+					 v->device);
+		struct vx_unit *u = &v->units[v->nunits++];
+		u->ttt = VX_NONE;
+		u->study = study;
+		u->trial0 = trial;
+		u->spec = spec;
+		u->workload = apf_strdup(w);
+		u->variant = apf_strdup(var);
+		apf_buf dir = {0}, name = {0}, vk = {0}, tk = {0};
+		int rc = strcmp(var, "base") ? apf_buf_printf(&dir, "%s_%s", w, var)
+					     : apf_buf_puts(&dir, w);
+		rc = rc || apf_buf_printf(&name, "study_%ld/%s/trial_%ld", study,
+					  dir.data, trial + 1) ||
+		     apf_buf_printf(&vk, "validation/%s", spec->metric) ||
+		     apf_buf_printf(&tk, "test/%s", spec->metric);
+		u->dir_name = dir.data;
+		u->name = name.data;
+		u->name_len = name.len;
+		u->vkey = vk.data;
+		u->tkey = tk.data;
+		if (rc || !u->workload || !u->variant)
+			return apf_error(APF_ENOMEM, file, "out of memory");
+		u->budget_ns = (uint64_t)llround(b->max_runtime_s * mult * 1e9);
+		u->period_ns = (uint64_t)llround(b->eval_period_s * 1e9);
+		u->max_steps = spec->max_steps > 0 ? (uint64_t)spec->max_steps : 0;
+		u->vtarget = wv->validation_target;
+		u->ttarget = wv->test_target;
+		u->direction = spec->direction;
+		for (size_t p = 0; p < v->plan->n; p++) {
+			const struct apf_plan_unit *pu = &v->plan->units[p];
+			if (!strcmp(pu->workload, w) && pu->study == study &&
+			    pu->trial == trial)
+				u->hp = &pu->hp;
+		}
+		v->by_name[i] = i;
+	}
+	qsort_r(v->by_name, v->nunits, sizeof *v->by_name, by_name_cmp, v);
+	for (i = 1; i < v->nunits; i++)
+		if (!strcmp(v->units[v->by_name[i]].name,
+			    v->units[v->by_name[i - 1]].name))
+			return apf_error(APF_EVERIFY, file,
+					 "plan.units: %s is listed twice",
+					 v->units[v->by_name[i]].name);
+	return 0;
+}
+
+/* run.json bound to the entry: digests, signer, submission, the plan. */
+static int bind_run_json(struct vx *v, const char *file)
+{
+	const apf_entry *e = v->entry;
+	const apf_manifest *m = e->manifest;
+	json_t *rj = v->run_json;
+	json_t *p = json_object_get(rj, "plan");
+	if (strcmp(jstr(rj, "entry", "sha256"), e->file_digest))
+		return apf_error(APF_EVERIFY, file,
+				 "entry.sha256 is not the digest of entry.apf "
+				 "(%.16s...): the run was made from another "
+				 "entry",
+				 e->file_digest);
+	if (strcmp(jstr(rj, "entry", "manifest_sha256"), e->manifest_digest))
+		return apf_error(APF_EVERIFY, file,
+				 "entry.manifest_sha256 is not the entry's "
+				 "manifest digest %.16s...",
+				 e->manifest_digest);
+	if (strcmp(jstr(rj, "entry", "signer"), e->signer))
+		return apf_error(APF_EVERIFY, file,
+				 "entry.signer is not the key that signed the "
+				 "entry (%.16s...)",
+				 e->signer);
+	if (strcmp(jstr(rj, "submission", NULL), m->submission.name))
+		return apf_error(APF_EVERIFY, file,
+				 "submission '%s', the entry's is '%s'",
+				 jstr(rj, "submission", NULL), m->submission.name);
+	if (strcmp(jstr(p, "ruleset", NULL), m->tuning.ruleset) ||
+	    strcmp(jstr(p, "rules", NULL), m->tuning.rules) ||
+	    json_integer_value(json_object_get(p, "studies")) != m->tuning.studies ||
+	    json_integer_value(json_object_get(p, "trials")) != m->tuning.trials ||
+	    json_integer_value(json_object_get(p, "seed")) != m->tuning.seed ||
+	    json_number_value(json_object_get(p, "budget_multiplier")) !=
+		    m->tuning.budget_multiplier)
+		return apf_error(APF_EVERIFY, file,
+				 "plan differs from the entry's tuning plan "
+				 "(%s, %s, %ld x %ld, seed %u, budget x%g)",
+				 m->tuning.ruleset, m->tuning.rules,
+				 m->tuning.studies, m->tuning.trials,
+				 m->tuning.seed, m->tuning.budget_multiplier);
+	return 0;
+}
+
+static int load_run_json(struct vx *v)
+{
+	char *file = in_run(v, "run.json");
+	if (!file)
+		return apf_error(APF_ENOMEM, v->dir, "out of memory");
+	char *text = NULL;
+	size_t len = 0;
+	int rc = apf_file_read(file, 64 << 20, &text, &len);
+	if (!rc)
+		rc = apf_sha256_hex(text, len, v->run_json_sha);
+	if (!rc) {
+		json_error_t je;
+		v->run_json = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
+		if (!v->run_json)
+			rc = apf_error(APF_EINPUT, file, "line %d: %s", je.line,
+				       je.text);
+	}
+	free(text);
+	if (!rc)
+		rc = run_json_form(v->run_json, file);
+	if (!rc) {
+		snprintf(v->device, sizeof v->device, "%s",
+			 jstr(v->run_json, "device", NULL));
+		v->sealed = json_is_true(json_object_get(v->run_json, "sealed"));
+		v->rep->sealed = v->sealed;
+		v->threads = (uint64_t)json_integer_value(
+			json_object_get(v->run_json, "threads"));
+		rc = bind_run_json(v, file);
+	}
+	if (!rc)
+		rc = apf_entry_plan(v->entry, &v->plan);
+	if (!rc)
+		rc = load_specs(v);
+	if (!rc)
+		rc = build_units(v, file);
+	free(file);
+	return rc;
+}
+
+/* ---- check 2: the signed head ---------------------------------------------- */
+
+static int load_head(struct vx *v)
+{
+	char *file = in_run(v, "log.dsse.json");
+	if (!file)
+		return apf_error(APF_ENOMEM, v->dir, "out of memory");
+	char *text = NULL;
+	size_t len = 0;
+	struct apf_dsse d = {0};
+	json_t *pl = NULL;
+	struct stat st;
+	if (stat(file, &st) != 0 && errno == ENOENT) {
+		/* The runner signs at the first eval: a run that stopped
+		 * before it has no signature yet. */
+		v->no_head = 1;
+		free(file);
+		return 0;
+	}
+	int rc = apf_file_read(file, 1 << 20, &text, &len);
+	if (!rc) {
+		rc = apf_dsse_verify(text, len, v->o->runner_keys, &d);
+		if (rc)
+			apf_error_prefix(rc, file);
+	}
+	if (!rc && strcmp(d.payload_type, HEAD_TYPE))
+		rc = apf_error(APF_EVERIFY, file,
+			       "payload type '%s', expected " HEAD_TYPE,
+			       d.payload_type);
+	if (!rc) {
+		json_error_t je;
+		pl = json_loadb((const char *)d.payload, d.payload_len,
+				JSON_REJECT_DUPLICATES, &je);
+		static const struct key head[] = {{"format", K_STR},
+						  {"run_json_sha256", K_SHA},
+						  {"records", K_INT},
+						  {"head", K_SHA},
+						  {NULL, 0}};
+		rc = pl ? check_object(pl, head, file, "payload")
+			: apf_error(APF_EVERIFY, file, "payload: %s", je.text);
+		if (rc)
+			rc = APF_EVERIFY; /* it is signed: a runner bug */
+	}
+	if (!rc && strcmp(jstr(pl, "format", NULL), HEAD_FORMAT))
+		rc = apf_error(APF_EVERIFY, file, "payload format is not " HEAD_FORMAT);
+	if (!rc && strcmp(jstr(pl, "run_json_sha256", NULL), v->run_json_sha))
+		rc = apf_error(APF_EVERIFY, file,
+			       "the signed run_json_sha256 is not the SHA-256 "
+			       "of run.json (%.16s...): run.json was changed",
+			       v->run_json_sha);
+	if (!rc && strcmp(d.signer, jstr(v->run_json, "runner", "keyid")))
+		rc = apf_error(APF_EVERIFY, file,
+			       "signed by key %.16s..., but run.json names "
+			       "the runner key %.16s...",
+			       d.signer, jstr(v->run_json, "runner", "keyid"));
+	if (!rc) {
+		v->head_records = (uint64_t)json_integer_value(
+			json_object_get(pl, "records"));
+		memcpy(v->head, jstr(pl, "head", NULL), 65);
+		memcpy(v->rep->runner_signer, d.signer, 65);
+	}
+	json_decref(pl);
+	apf_dsse_free(&d);
+	free(text);
+	free(file);
+	return rc;
+}
+
+/* The signature covers the whole log; only a run that stopped abnormally
+ * may have records after its last signed head (written after the last
+ * eval, before the crash), and they must follow the signed line. */
+static int compare_head(struct vx *v, const struct apf_runlog_summary *sum)
+{
+	const char *file = "log.dsse.json";
+	if (v->no_head) {
+		if (v->last_ev == EV_RUN_END)
+			return apf_error(APF_EVERIFY, v->log_path,
+					 "%s is missing, yet the log ends with "
+					 "run_end: nothing of it is signed",
+					 file);
+		v->rep->unsigned_records = sum->records;
+		return 0;
+	}
+	if (sum->records < v->head_records)
+		return apf_error(APF_EVERIFY, v->log_path,
+				 "%" PRIu64 " records, but the runner signed "
+				 "%" PRIu64 " (%s): records were removed from "
+				 "the end",
+				 sum->records, v->head_records, file);
+	if (sum->records > v->head_records && v->last_ev == EV_RUN_END)
+		return apf_error(APF_EVERIFY, v->log_path,
+				 "line %" PRIu64 " and after are not covered "
+				 "by the runner's signature, which ends at "
+				 "line %" PRIu64 " (%s), yet the log ends with "
+				 "run_end: records were appended",
+				 v->head_records + 1, v->head_records, file);
+	const char *at = sum->records == v->head_records ? sum->head
+							 : v->signed_hash;
+	if (strcmp(at, v->head))
+		return apf_error(APF_EVERIFY, v->log_path,
+				 "line %" PRIu64 "'s SHA-256 %.16s... is not the "
+				 "signed head %.16s... (%s): the log was "
+				 "rewritten",
+				 v->head_records, at, v->head, file);
+	v->rep->unsigned_records = sum->records - v->head_records;
+	return 0;
+}
+
+/* A crash can leave the last line torn (no newline): the walk stops there
+ * with an error. When every line before it was read, the log is that
+ * prefix and the run stopped abnormally. */
+static int torn_tail(struct vx *v, struct apf_runlog_summary *sum)
+{
+	int fd = open(v->log_path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return 0;
+	struct stat st;
+	int torn = 0;
+	if (fstat(fd, &st) == 0 && (uint64_t)st.st_size > v->bytes_seen &&
+	    (uint64_t)st.st_size - v->bytes_seen < (1u << 20)) {
+		size_t n = (size_t)((uint64_t)st.st_size - v->bytes_seen);
+		char *tail = malloc(n);
+		torn = tail && pread(fd, tail, n, (off_t)v->bytes_seen) == (ssize_t)n &&
+		       !memchr(tail, '\n', n);
+		free(tail);
+		if (torn)
+			v->rep->torn_bytes = n;
+	}
+	close(fd);
+	if (!torn || !v->records)
+		return 0;
+	sum->records = v->records;
+	memcpy(sum->head, v->last_hash, 65);
+	return 1;
+}
+
+static int check_log(struct vx *v)
+{
+	int rc = load_run_json(v);
+	if (!rc)
+		rc = load_head(v);
+	if (rc)
+		return rc;
+	struct stat st;
+	if (stat(v->log_path, &st) == 0)
+		v->rep->log_bytes = (uint64_t)st.st_size;
+	const struct apf_runlog_read_opts ro = {
+		.fn = apf_vx_record,
+		.user = v,
+		.prepare = apf_vx_prepare,
+		.slot_size = apf_vx_slot_size(),
+	};
+	struct apf_runlog_summary sum = {0};
+	rc = apf_runlog_walk(v->log_path, &ro, &sum);
+	if (rc == APF_EVERIFY && strstr(apf_error_message(), ": torn:") &&
+	    torn_tail(v, &sum)) {
+		apf_error_clear();
+		rc = 0;
+	}
+	if (!rc && sum.records == 0)
+		rc = apf_error(APF_EVERIFY, v->log_path, "empty");
+	if (!rc)
+		rc = compare_head(v, &sum);
+	if (rc)
+		return rc;
+	v->rep->records = sum.records;
+	memcpy(v->rep->head, sum.head, 65);
+	rc = apf_vx_walk_end(v);
+	if (!rc && !v->o->log_only)
+		rc = apf_vx_hparams_files(v);
+	if (rc)
+		return rc;
+	if (v->no_head)
+		set_detail(v, APF_VERIFY_LOG,
+			   "%" PRIu64 " records chained, none signed yet; "
+			   "run.json bound to the entry; the trials' parameters "
+			   "are the plan's and the workload specs'",
+			   sum.records);
+	else
+		set_detail(v, APF_VERIFY_LOG,
+			   "%" PRIu64 " records chained, head %.16s... signed by "
+			   "runner key %.16s...; run.json bound to the entry; the "
+			   "trials' parameters are the plan's and the workload "
+			   "specs'",
+			   sum.records, sum.head, v->rep->runner_signer);
+	return 0;
+}
+
+/* ---- checks 3, 4, 6 --------------------------------------------------------- */
+
+static int check_timing(struct vx *v)
+{
+	int rc = apf_vx_timing_result(v);
+	if (!rc && !v->o->log_only)
+		rc = apf_vx_csvs(v);
+	if (rc)
+		return rc;
+	set_detail(v, APF_VERIFY_TIMING,
+		   "%zu eval%s of %zu unit%s: accumulated times, cadence, "
+		   "budget, target flags, stops and time-to-target recomputed "
+		   "from the supervisor's timestamps%s",
+		   v->rep->evals, v->rep->evals == 1 ? "" : "s",
+		   v->rep->units_started, v->rep->units_started == 1 ? "" : "s",
+		   v->o->log_only ? "" : "; the CSVs equal the log");
+	return 0;
+}
+
+static int check_checkpoints(struct vx *v)
+{
+	int rc = apf_vx_checkpoints(v);
+	if (rc)
+		return rc;
+	char sz[32];
+	double b = (double)v->rep->checkpoint_bytes;
+	if (b >= 1 << 20)
+		snprintf(sz, sizeof sz, "%.1f MiB", b / (1 << 20));
+	else
+		snprintf(sz, sizeof sz, "%.0f bytes", b);
+	set_detail(v, APF_VERIFY_CHECKPOINTS,
+		   "%zu file%s (%s) of the logged sizes and SHA-256 digests; "
+		   "re-evaluating them is --reeval",
+		   v->rep->checkpoints, v->rep->checkpoints == 1 ? "" : "s", sz);
+	return 0;
+}
+
+static int check_heldout(struct vx *v)
+{
+	size_t nvar = 0;
+	const struct vx_unit *first = NULL;
+	for (size_t i = 0; i < v->nunits; i++)
+		if (strcmp(v->units[i].variant, "base")) {
+			nvar++;
+			if (!first)
+				first = &v->units[i];
+		}
+	char *file = in_run(v, "heldout.json");
+	if (!file)
+		return apf_error(APF_ENOMEM, v->dir, "out of memory");
+	struct stat st;
+	int exists = stat(file, &st) == 0;
+	int rc = 0;
+	apf_score_heldout *h = NULL;
+	if (!exists && nvar)
+		rc = apf_error(APF_EVERIFY, file,
+			       "missing: run.json runs held-out variant units "
+			       "(%s first), which must come from a held-out "
+			       "draw",
+			       first->name);
+	if (!rc && exists) {
+		rc = apf_score_heldout_load(&h, file);
+		if (rc)
+			rc = APF_EVERIFY;
+	}
+	if (!rc && exists && !h->seed)
+		rc = apf_error(APF_EVERIFY, file,
+			       "not an apf draw {\"seed\": ..., \"draws\": "
+			       "[...]}");
+	const apf_manifest *m = v->entry->manifest;
+	for (size_t i = 0; !rc && h && i < h->n; i++) {
+		const struct apf_score_variant *d = &h->v[i];
+		for (size_t k = 0; k < i; k++)
+			if (!strcmp(h->v[k].base, d->base))
+				rc = apf_error(APF_EVERIFY, file,
+					       "base workload %s is drawn twice",
+					       d->base);
+		for (size_t w = 0; !rc && w < m->nworkloads; w++) {
+			if (strcmp(m->workloads[w].name, d->base))
+				continue;
+			const char *vn = d->variant + strlen(d->base) + 1;
+			if (!apf_workload_variant(v->specs[w], vn))
+				rc = apf_error(APF_EVERIFY, file,
+					       "draws variant %s, which workload "
+					       "%s does not have",
+					       vn, d->base);
+		}
+	}
+	for (size_t i = 0; !rc && i < v->nunits; i++) {
+		const struct vx_unit *u = &v->units[i];
+		if (!strcmp(u->variant, "base"))
+			continue;
+		const struct apf_score_variant *d = NULL;
+		for (size_t k = 0; k < h->n; k++)
+			if (!strcmp(h->v[k].base, u->workload))
+				d = &h->v[k];
+		if (!d)
+			rc = apf_error(APF_EVERIFY, file,
+				       "draws no variant of %s, yet run.json "
+				       "runs %s",
+				       u->workload, u->name);
+		else if (strcmp(d->variant, u->dir_name))
+			rc = apf_error(APF_EVERIFY, file,
+				       "draws %s for %s, but run.json runs "
+				       "variant %s (%s)",
+				       d->variant, u->workload, u->variant,
+				       u->name);
+	}
+	if (!rc && !exists)
+		set_detail(v, APF_VERIFY_HELDOUT, "no held-out variants in this run");
+	else if (!rc)
+		set_detail(v, APF_VERIFY_HELDOUT,
+			   "%zu held-out variant units, each the variant "
+			   "heldout.json draws (seed %.16s%s); recomputing the "
+			   "draw needs `apf heldout draw`",
+			   nvar, h->seed, strlen(h->seed) > 16 ? "..." : "");
+	apf_score_heldout_free(h);
+	free(file);
+	return rc;
+}
+
+/* ---- the run ---------------------------------------------------------------- */
+
+typedef int (*check_fn)(struct vx *v);
+
+static int run_check(struct vx *v, int check, check_fn fn)
+{
+	struct apf_verify_result *res = &v->rep->check[check];
+	uint64_t t0 = apf_now_ns();
+	int rc = fn(v);
+	res->seconds = (double)(apf_now_ns() - t0) / 1e9;
+	if (!rc) {
+		res->outcome = APF_VERIFY_PASSED;
+		return 0;
+	}
+	/* Every failure names its check. */
+	if (strncmp(apf_error_message(), "check ", 6))
+		apf_error_prefix(rc, apf_vx_label(check));
+	res->outcome = APF_VERIFY_FAILED;
+	free(res->detail);
+	res->detail = apf_strdup(apf_error_message());
+	return rc;
+}
+
+static void vx_free(struct vx *v)
+{
+	for (size_t i = 0; i < v->nunits; i++)
+		apf_vx_unit_free(&v->units[i]);
+	free(v->units);
+	free(v->by_name);
+	for (size_t i = 0; i < v->nspecs; i++)
+		apf_workload_spec_free(v->specs[i]);
+	free(v->specs);
+	apf_plan_free(v->plan);
+	json_decref(v->run_json);
+	apf_entry_free(v->entry);
+	free(v->log_path);
+}
+
+int apf_verify_run(apf_verify_report **out, const char *dir,
+		   const struct apf_verify_opts *o)
+{
+	*out = NULL;
+	apf_verify_report *rep = apf_calloc(1, sizeof *rep);
+	if (!rep || !(rep->run_dir = apf_strdup(dir))) {
+		free(rep);
+		return apf_error(APF_ENOMEM, dir, "out of memory");
+	}
+	*out = rep;
+	struct vx v = {.dir = dir, .o = o, .rep = rep};
+	v.log_path = in_run(&v, "log.jsonl");
+	int rc = v.log_path ? 0 : apf_error(APF_ENOMEM, dir, "out of memory");
+	struct stat st;
+	if (!rc && (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)))
+		rc = apf_error_errno(APF_EINPUT, errno, dir,
+				     "not a run directory");
+	if (!rc)
+		rc = run_check(&v, APF_VERIFY_ENTRY, check_entry);
+	if (!rc)
+		rc = run_check(&v, APF_VERIFY_LOG, check_log);
+	if (!rc)
+		rc = run_check(&v, APF_VERIFY_TIMING, check_timing);
+	if (!rc && o->log_only) {
+		rep->check[APF_VERIFY_CHECKPOINTS].outcome = APF_VERIFY_SKIPPED;
+		rep->check[APF_VERIFY_CHECKPOINTS].detail =
+			apf_strdup("log only: checkpoint files not read");
+	} else if (!rc) {
+		rc = run_check(&v, APF_VERIFY_CHECKPOINTS, check_checkpoints);
+	}
+	if (!rc) {
+		rep->check[APF_VERIFY_REPLAY].outcome = APF_VERIFY_SKIPPED;
+		rep->check[APF_VERIFY_REPLAY].detail =
+			apf_strdup("not asked for (--replay)");
+		rc = run_check(&v, APF_VERIFY_HELDOUT, check_heldout);
+	}
+	if (!rc && !rep->complete) {
+		char extra[160] = "";
+		if (rep->unsigned_records)
+			snprintf(extra, sizeof extra,
+				 "; its last %" PRIu64 " records are not "
+				 "signed yet",
+				 rep->unsigned_records);
+		if (rep->torn_bytes)
+			snprintf(extra + strlen(extra),
+				 sizeof extra - strlen(extra),
+				 "; a torn line of %zu bytes ends it",
+				 rep->torn_bytes);
+		rc = apf_error(APF_EABORT, v.log_path,
+			       "verified as far as it goes, but %s%s: the run "
+			       "stopped abnormally or is still running (apf "
+			       "run --resume continues it)",
+			       v.incomplete, extra);
+	}
+	rep->status = rc;
+	vx_free(&v);
+	return rc;
+}
+
+void apf_verify_report_free(apf_verify_report *r)
+{
+	if (!r)
+		return;
+	for (int i = 0; i <= APF_VERIFY_NCHECKS; i++)
+		free(r->check[i].detail);
+	free(r->submission);
+	free(r->run_dir);
+	free(r);
+}

@@ -1,0 +1,126 @@
+/*
+ * verify: the auditor's side of a run directory (DESIGN.md sections 3.6, 6
+ * and 7): `apf verify RUN_DIR`.
+ *
+ * The checks, in DESIGN.md 7's order; the first failure stops the
+ * verification and names its check, file and record:
+ *   1 entry        RUN/entry.apf: signed by a trusted key, the archive equal
+ *                  to its manifest.
+ *   2 log          run.json bound to the entry (digests, signer, plan);
+ *                  log.jsonl: contiguous seq, intact prev chain, every
+ *                  record of its event's form (manifests/log-events.schema
+ *                  .json), run_start bound to run.json and the entry, every
+ *                  trial's parameters those of the entry's plan (the
+ *                  recomputed hyperparameter draw) and workload spec
+ *                  (targets, budget, eval period, max steps); the runner's
+ *                  signature (log.dsse.json) over exactly the last line
+ *                  (of a finished log; see below); hparams.json equal to
+ *                  the trial's.
+ *   3 timing       from the supervisor's timestamps: accumulated submission,
+ *                  eval and logging time and total duration; step counts;
+ *                  eval cadence; budget; target flags against the metrics;
+ *                  the stop at the first eval meeting both targets;
+ *                  time-to-target; resumes; eval_measurements.csv equal to
+ *                  the log.
+ *   4 checkpoints  every kept eval's checkpoint file has the logged size
+ *                  and SHA-256 (re-evaluating them is --reeval).
+ *   5 replay       --replay (not part of this verifier yet).
+ *   6 held-out     held-out variant units are the ones RUN/heldout.json
+ *                  draws (its format; recomputing the draw needs
+ *                  `apf heldout draw`).
+ *
+ * The verifier is self-contained and small enough to be read whole: it uses
+ * only pkg/{hash,sign,manifest,runlog,score,entry,tuning,workload}. Records
+ * are checked while the log is read (the reader hashes and parses on all
+ * cores; the per-unit checks run in order); a timing failure found while
+ * the chain is still being read is held back until the chain, signature and
+ * binding have passed, so failures are always reported in check order.
+ *
+ * Sessions: every `apf run` into a directory appends run_start, its units'
+ * records and (unless it was killed) run_end; a unit interrupted by a
+ * crash goes on in a later session after a resume record.
+ *
+ * Returns 0 (verified, the run complete), APF_EVERIFY (a check failed),
+ * APF_EABORT (everything there verified, but the run stopped abnormally or
+ * is still running: the log ends without run_end, or a unit was left
+ * interrupted; such a log may end in a torn line, records written after the
+ * last signed head, or have no signature yet - the signed prefix must
+ * check out), or an input error (a file of the run directory missing or
+ * malformed, unusable keys or workloads).
+ */
+#ifndef APF_VERIFY_H
+#define APF_VERIFY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sign/sign.h"
+
+enum apf_verify_check {
+	APF_VERIFY_ENTRY = 1,
+	APF_VERIFY_LOG,
+	APF_VERIFY_TIMING,
+	APF_VERIFY_CHECKPOINTS,
+	APF_VERIFY_REPLAY,
+	APF_VERIFY_HELDOUT,
+};
+#define APF_VERIFY_NCHECKS 6
+
+enum apf_verify_outcome {
+	APF_VERIFY_NOT_RUN = 0, /* an earlier check failed */
+	APF_VERIFY_PASSED,
+	APF_VERIFY_FAILED,
+	APF_VERIFY_SKIPPED,     /* not asked for */
+};
+
+struct apf_verify_opts {
+	const apf_keyring *runner_keys; /* log.dsse.json's signer */
+	const apf_keyring *entry_keys;  /* entry.apf's signer */
+	/* Checks 2 and 3 over log.jsonl only: no hparams.json, CSVs or
+	 * checkpoint files (benchmarks of the log checks). */
+	int log_only;
+	/* Called now and then while the log is read. May be NULL. */
+	void (*progress)(void *user, uint64_t records, uint64_t bytes,
+			 uint64_t total_bytes);
+	void *user;
+};
+
+struct apf_verify_result {
+	int outcome;          /* enum apf_verify_outcome */
+	char *detail;         /* one line: what passed, or why it failed */
+	double seconds;
+};
+
+typedef struct apf_verify_report {
+	char *run_dir;
+	int status;           /* what apf_verify_run returned */
+	struct apf_verify_result check[APF_VERIFY_NCHECKS + 1]; /* 1-based */
+	/* What was verified (valid as far as the checks got). */
+	char *submission;
+	char entry_sha256[65], manifest_sha256[65], entry_signer[65];
+	char runner_signer[65], head[65];
+	uint64_t records, log_bytes;
+	int complete;         /* the log ends with run_end, no unit left
+			       * interrupted */
+	uint64_t unsigned_records; /* after the signed head (incomplete) */
+	size_t torn_bytes;    /* a torn last line (incomplete) */
+	int sealed;
+	size_t units, units_started, units_ended, units_failed;
+	size_t evals, resumes, env_drifts;
+	size_t checkpoints;
+	uint64_t checkpoint_bytes;
+	/* The training time the log claims: every unit's last total
+	 * duration, added up. */
+	uint64_t claimed_ns;
+} apf_verify_report;
+
+/* Verifies dir; *out receives the report whatever the outcome (NULL only
+ * when out of memory). */
+int apf_verify_run(apf_verify_report **out, const char *dir,
+		   const struct apf_verify_opts *o);
+void apf_verify_report_free(apf_verify_report *r);
+/* "entry", "log", "timing", "checkpoints", "replay", "held-out". */
+const char *apf_verify_check_name(int check);
+const char *apf_verify_outcome_name(int outcome);
+
+#endif
