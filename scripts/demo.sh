@@ -32,8 +32,8 @@ fi
 echo "== apf run: study 0, trial 1 (a budget of 180 s of training time)"
 "$apf" run "$out/nadamw.apf" -o "$out/nadamw.run" --study 0 --trial 1 $unsealed
 
-echo "== apf verify $out/nadamw.run"
-"$apf" verify "$out/nadamw.run" 2>&1 || true
+echo "== apf verify $out/nadamw.run --reeval --replay 1"
+"$apf" verify "$out/nadamw.run" --reeval --replay 1
 
 echo "== apf score"
 "$apf" score "$out/nadamw.run"

@@ -23,8 +23,15 @@
  *                  time-to-target; resumes; eval_measurements.csv equal to
  *                  the log.
  *   4 checkpoints  every kept eval's checkpoint file has the logged size
- *                  and SHA-256 (re-evaluating them is --reeval).
- *   5 replay       --replay (not part of this verifier yet).
+ *                  and SHA-256; `apf verify --reeval` then re-evaluates
+ *                  each in a clean evaluator process (pkg/runner's
+ *                  apf_audit_reeval) and compares the metrics bit for bit.
+ *   5 replay       `apf verify --replay N`: N eval intervals, chosen by a
+ *                  printed seed, re-executed from their checkpoint in the
+ *                  sandbox (apf_audit_replay) and compared with the next
+ *                  checkpoint byte for byte. Both run submission and
+ *                  evaluation code, so they live with the runner; this
+ *                  verifier reports them as skipped when not asked for.
  *   6 held-out     held-out variant units are the ones RUN/heldout.json
  *                  draws (its format; recomputing the draw needs
  *                  `apf heldout draw`).

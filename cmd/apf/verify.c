@@ -15,9 +15,12 @@
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 
 #include "entry/entry.h"
+#include "hash/hash.h"
+#include "runner/runner.h"
 #include "verify/verify.h"
 
 static void print_entry(const apf_entry *e)
@@ -135,8 +138,129 @@ static void print_run_json(const apf_verify_report *r, int rc)
 	json_decref(o);
 }
 
+static void set_check(apf_verify_report *r, int c, int outcome,
+		      const char *detail)
+{
+	free(r->check[c].detail);
+	r->check[c].outcome = outcome;
+	r->check[c].detail = apf_strdup(detail);
+}
+
+/* The intervals to replay: every (unit, k -> k+1) of the kept evals,
+ * ordered by SHA-256 of (seed, unit, k), the first n of them. */
+struct interval {
+	size_t unit, k;
+	uint8_t key[32];
+};
+
+static int cmp_interval(const void *a, const void *b)
+{
+	return memcmp(((const struct interval *)a)->key,
+		      ((const struct interval *)b)->key, 32);
+}
+
+/* Checks 4 (--reeval) and 5 (--replay N) with the runner's own code:
+ * re-evaluation in a clean evaluator, replay in the sandbox. */
+static int audit(apf_verify_report *r, const char *dir, const char *entry_key,
+		 int reeval, long replay, uint32_t seed)
+{
+	apf_audit *a;
+	int rc = apf_audit_open(&a, dir, entry_key);
+	if (rc)
+		return rc;
+	char name[512], why[700], line[2400];
+	size_t n = apf_audit_units(a), done = 0;
+	for (size_t u = 0; reeval && !rc && u < n; u++) {
+		const json_t *evals = apf_audit_unit_evals(a, u);
+		apf_audit_unit_name(a, u, name, sizeof name);
+		for (size_t k = 0; !rc && k < json_array_size(evals); k++) {
+			const json_t *e = json_array_get(evals, k);
+			progress_show("re-evaluating %s eval %zu", name, k + 1);
+			rc = apf_audit_reeval(a, name, e, why, sizeof why);
+			if (!rc && why[0]) {
+				snprintf(line, sizeof line,
+					 "%s/%s/%s: %s", dir, name,
+					 json_string_value(json_object_get(
+						 json_object_get(e, "checkpoint"),
+						 "file")),
+					 why);
+				set_check(r, APF_VERIFY_CHECKPOINTS,
+					  APF_VERIFY_FAILED, line);
+				rc = apf_error(APF_EVERIFY, "check 4 (checkpoints)",
+					       "%s", line);
+			}
+			done++;
+		}
+	}
+	progress_done();
+	if (reeval && !rc) {
+		snprintf(line, sizeof line,
+			 "%zu checkpoints' digests match, and re-evaluated in a "
+			 "clean process their metrics equal the log's bit for bit",
+			 done);
+		set_check(r, APF_VERIFY_CHECKPOINTS, APF_VERIFY_PASSED, line);
+	}
+	struct interval *iv = NULL;
+	size_t niv = 0;
+	for (size_t u = 0; replay > 0 && !rc && u < n; u++)
+		niv += json_array_size(apf_audit_unit_evals(a, u)) > 1
+			       ? json_array_size(apf_audit_unit_evals(a, u)) - 1
+			       : 0;
+	if (replay > 0 && !rc) {
+		iv = apf_calloc(niv, sizeof *iv);
+		size_t m = 0;
+		for (size_t u = 0; iv && u < n; u++) {
+			size_t e = json_array_size(apf_audit_unit_evals(a, u));
+			apf_audit_unit_name(a, u, name, sizeof name);
+			for (size_t k = 0; k + 1 < e; k++) {
+				char msg[700];
+				int len = snprintf(msg, sizeof msg,
+						   "apf-replay-v1 %u %s %zu", seed,
+						   name, k);
+				iv[m] = (struct interval){u, k, {0}};
+				apf_sha256_buf(msg, (size_t)len, iv[m].key);
+				m++;
+			}
+		}
+		if (niv)
+			qsort(iv, niv, sizeof *iv, cmp_interval);
+	}
+	size_t replayed = 0;
+	for (size_t i = 0; iv && !rc && i < niv && (long)i < replay; i++) {
+		const json_t *evals = apf_audit_unit_evals(a, iv[i].unit);
+		const json_t *from = json_array_get(evals, iv[i].k);
+		const json_t *to = json_array_get(evals, iv[i].k + 1);
+		apf_audit_unit_name(a, iv[i].unit, name, sizeof name);
+		long long s0 = json_integer_value(json_object_get(from, "global_step"));
+		long long s1 = json_integer_value(json_object_get(to, "global_step"));
+		progress_show("replaying %s steps %lld to %lld", name, s0 + 1, s1);
+		rc = apf_audit_replay(a, name, from, to, why, sizeof why);
+		if (!rc && why[0]) {
+			snprintf(line, sizeof line,
+				 "%s/%s: steps %lld to %lld replayed from eval "
+				 "%zu (seed %u): %s",
+				 dir, name, s0 + 1, s1, iv[i].k + 1, seed, why);
+			set_check(r, APF_VERIFY_REPLAY, APF_VERIFY_FAILED, line);
+			rc = apf_error(APF_EVERIFY, "check 5 (replay)", "%s", line);
+		}
+		replayed++;
+	}
+	progress_done();
+	if (replay > 0 && !rc) {
+		snprintf(line, sizeof line,
+			 "%zu of %zu eval intervals replayed (seed %u), each "
+			 "ending in its checkpoint bit for bit",
+			 replayed, niv, seed);
+		set_check(r, APF_VERIFY_REPLAY, APF_VERIFY_PASSED, line);
+	}
+	free(iv);
+	apf_audit_close(a);
+	return rc;
+}
+
 static int verify_run(const char *dir, const char *key_path,
-		      const char *entry_key, int as_json)
+		      const char *entry_key, int as_json, int reeval,
+		      long replay, long seed)
 {
 	apf_keyring *runner = NULL, *entry = NULL;
 	apf_verify_report *r = NULL;
@@ -149,6 +273,15 @@ static int verify_run(const char *dir, const char *key_path,
 					    .progress = run_progress};
 		rc = apf_verify_run(&r, dir, &o);
 		progress_done();
+	}
+	/* Re-evaluation and replay only on a run whose log checked out. */
+	if (r && (rc == 0 || rc == APF_EABORT) && (reeval || replay > 0)) {
+		uint32_t s = (uint32_t)seed;
+		if (seed < 0 && getrandom(&s, sizeof s, 0) != sizeof s)
+			s = (uint32_t)apf_now_ns();
+		int arc = audit(r, dir, entry_key, reeval, replay, s);
+		if (arc)
+			rc = arc;
 	}
 	if (as_json && r)
 		print_run_json(r, rc);
@@ -163,7 +296,8 @@ static int verify_run(const char *dir, const char *key_path,
 int cmd_verify(int argc, char **argv)
 {
 	const char *key_path = NULL, *entry_key = NULL;
-	int as_json = 0;
+	int as_json = 0, reeval = 0;
+	long replay = 0, seed = -1;
 	const struct apf_opt opts[] = {
 		{"key", 0, OPT_STRING, &key_path, "PUB.pem",
 		 "trust only this public key: the entry's signer, or a run's "
@@ -173,11 +307,18 @@ int cmd_verify(int argc, char **argv)
 		 "$APF_HOME/trusted/)"},
 		{"json", 0, OPT_FLAG, &as_json, NULL,
 		 "print the verdict as JSON on stdout"},
+		{"reeval", 0, OPT_FLAG, &reeval, NULL,
+		 "a run: re-evaluate every checkpoint in a clean process"},
+		{"replay", 0, OPT_INT, &replay, "N",
+		 "a run: re-execute N eval intervals from their checkpoints"},
+		{"seed", 0, OPT_INT, &seed, "S",
+		 "the seed that picks the replayed intervals (default: random, "
+		 "printed)"},
 		{0},
 	};
 	const struct apf_usage usage = {
 		"verify ENTRY.apf|RUN_DIR [--key PUB.pem] [--entry-key PUB.pem] "
-		"[--json]",
+		"[--json]\n           [--reeval] [--replay N [--seed S]]",
 		"Verify an entry: the archive's integrity, the manifest's "
 		"signature by a trusted\nkey, the manifest's schema, and every "
 		"file against the manifest (type, mode,\nsize, SHA-256; nothing "
@@ -188,8 +329,12 @@ int cmd_verify(int argc, char **argv)
 		"entry's plan and workload specs; 3 the accumulated times, eval\n"
 		"cadence, budget, target flags, stops and time-to-target, "
 		"recomputed from the\nsupervisor's timestamps, and the CSVs; 4 "
-		"the checkpoint digests; 6 the held-out\nvariants against "
-		"heldout.json.",
+		"the checkpoint digests (with --reeval,\nevery checkpoint "
+		"re-evaluated in a clean process, its metrics equal to the\n"
+		"log's bit for bit); 5 with --replay N, N eval intervals chosen "
+		"by a printed seed\nre-executed from their checkpoint in the "
+		"sandbox, ending in the next checkpoint\nbit for bit; 6 the "
+		"held-out variants against heldout.json.",
 		"Exit 0: verified. 1: a check failed; the message names the "
 		"check, file and\nrecord. 2: not an entry or run directory, "
 		"truncated, or unreadable. 3: a run\nthat verifies but stopped "
@@ -200,8 +345,13 @@ int cmd_verify(int argc, char **argv)
 		return rc;
 	const char *path = argv[1];
 	struct stat st;
+	if (replay < 0 || seed < -1 || seed > 0xffffffffL) {
+		apf_error(APF_EUSAGE, "verify", "--replay and --seed out of range");
+		return cmd_fail(APF_EUSAGE);
+	}
 	if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
-		return verify_run(path, key_path, entry_key, as_json);
+		return verify_run(path, key_path, entry_key, as_json, reeval,
+				  replay, seed);
 	if (entry_key) {
 		apf_error(APF_EUSAGE, "verify",
 			  "--entry-key is for run directories (an entry's "

@@ -92,6 +92,11 @@ int apf_audit_reeval(apf_audit *a, const char *unit, const json_t *eval,
 /* Replays the interval between two consecutive evals of a unit. */
 int apf_audit_replay(apf_audit *a, const char *unit, const json_t *from,
 		     const json_t *to, char *why, size_t size);
+/* The plan's units and, for each, the evals the log keeps (work lost to a
+ * crash discarded, as a resume does); NULL when the unit has none. */
+size_t apf_audit_units(const apf_audit *a);
+void apf_audit_unit_name(const apf_audit *a, size_t i, char *out, size_t size);
+const json_t *apf_audit_unit_evals(const apf_audit *a, size_t i);
 void apf_audit_close(apf_audit *a);
 
 /* The hidden subcommands the supervisor starts. */

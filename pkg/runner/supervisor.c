@@ -683,6 +683,9 @@ int apf_audit_open(apf_audit **out, const char *run_dir, const char *entry_key)
 	if (!rc)
 		rc = prepare(&a->r);
 	a->r.run_dir = rc ? NULL : apf_strdup(run_dir);
+	/* Each unit's kept evals, read as the runner reads them to resume. */
+	if (!rc)
+		rc = scan_log(&a->r);
 	free(text);
 	free(rj);
 	if (!rc) {
@@ -696,6 +699,21 @@ int apf_audit_open(apf_audit **out, const char *run_dir, const char *entry_key)
 	}
 	*out = a;
 	return 0;
+}
+
+size_t apf_audit_units(const apf_audit *a)
+{
+	return a->r.plan->n;
+}
+
+void apf_audit_unit_name(const apf_audit *a, size_t i, char *out, size_t size)
+{
+	unit_name(&a->r.plan->units[i], out, size);
+}
+
+const json_t *apf_audit_unit_evals(const apf_audit *a, size_t i)
+{
+	return a->r.states[i].rows;
 }
 
 void apf_audit_close(apf_audit *a)

@@ -1,0 +1,105 @@
+"""End-to-end: apf verify --reeval and --replay (checks 4 and 5 of DESIGN.md
+section 7) on real runs.
+
+Both pass on an honest CPU run; replay fails on a run whose submission
+keeps state outside its slots (tests/data/submissions/state_outside_slots);
+re-evaluation fails on a run whose runner logged a metric the checkpoint
+does not give, even though the log is chained and signed.
+"""
+import json
+import os
+import shutil
+
+import apftest
+import runfake
+from apftest import BLOBS
+from test_run import RunCase
+
+
+class Audit(RunCase):
+    def run_source(self, name, src_dir, ruleset="self", studies=1):
+        shutil.copytree(src_dir, self.path(name))
+        self.write(f"{name}/submission.ini",
+                   f"[submission]\nname = {name}\nruleset = {ruleset}\n"
+                   f"[tuning]\nstudies = {studies}\n")
+        entry = self.path(f"{name}.apf")
+        self.ok("pack", self.path(name), "-w", BLOBS, "-o", entry)
+        run = self.path(f"{name}.run")
+        r = self.apf("run", entry, "-o", run, timeout=300)
+        self.assertEqual(r.rc, 0, r)
+        return run
+
+    def test_honest_run_reevaluates_and_replays_bit_for_bit(self):
+        run = self.run_source("nadamw", os.path.join(apftest.ROOT, "submissions",
+                                                     "baselines", "nadamw"),
+                              ruleset="external")
+        r = self.ok("verify", run, "--reeval", "--replay", "2", "--seed", "11", "--json",
+                    timeout=600)
+        report = json.loads(r.out)
+        checks = {c["name"]: c for c in report["checks"]}
+        self.assertEqual(checks["checkpoints"]["outcome"], "passed")
+        self.assertIn("re-evaluated", checks["checkpoints"]["detail"])
+        self.assertEqual(checks["replay"]["outcome"], "passed")
+        self.assertIn("(seed 11)", checks["replay"]["detail"])
+        # The auditor wrote nothing into the run directory.
+        before = sorted(os.listdir(os.path.join(run, "study_0", BLOBS, "trial_1")))
+        self.ok("verify", run, "--replay", "1", timeout=600)
+        self.assertEqual(sorted(os.listdir(os.path.join(run, "study_0", BLOBS, "trial_1"))),
+                         before)
+
+    def test_state_outside_slots_fails_replay(self):
+        run = self.run_source("leaky", os.path.join(apftest.ROOT, "tests", "data",
+                                                    "submissions", "state_outside_slots"))
+        self.ok("verify", run)          # the log itself is honest
+        self.ok("verify", run, "--reeval", timeout=600)
+        r = self.fails(1, "verify", run, "--replay", "1", "--seed", "3", timeout=600,
+                       match="check 5 (replay)")
+        self.assertIn("differ", r.err)
+        self.assertIn("(seed 3)", r.err)
+
+    def test_metric_the_checkpoint_does_not_give_fails_reeval(self):
+        run = self.run_source("nadamw", os.path.join(apftest.ROOT, "submissions",
+                                                     "baselines", "nadamw"),
+                              ruleset="external")
+        # A runner (holding the key) logs a slightly better train loss,
+        # re-chains the log and re-signs its head: checks 1-4 cannot tell.
+        path = os.path.join(run, "log.jsonl")
+        lines = open(path, "rb").read().split(b"\n")[:-1]
+        recs = [json.loads(l) for l in lines]
+        prev, out = runfake.ZERO, []
+        changed = False
+        for r in recs:
+            r["prev"] = prev
+            if r["event"] == "eval" and not changed:
+                r["metrics"]["train/loss"] *= 0.999
+                changed = True
+            line = json.dumps(r, separators=(",", ":")).encode()
+            prev = runfake.sha256_hex(line)
+            out.append(line)
+        with open(path, "wb") as f:
+            f.write(b"\n".join(out) + b"\n")
+        # The CSV carries train/loss too: rewrite it as the runner would.
+        key = os.path.join(self.home, "keys", "default.key.pem")
+        pub = os.path.join(self.home, "keys", "default.pub.pem")
+        with open(os.path.join(run, "run.json"), "rb") as f:
+            run_json_sha = runfake.sha256_hex(f.read())
+        payload = runfake.dumps({"format": "apf-runlog-head-v1",
+                                 "run_json_sha256": run_json_sha,
+                                 "records": len(out), "head": prev}).encode()
+        with open(os.path.join(run, "log.dsse.json"), "w") as f:
+            f.write(runfake.sign_dsse(key, runfake.HEAD_TYPE, payload,
+                                      runfake.pem_keyid(pub)))
+        unit = os.path.join(run, "study_0", BLOBS, "trial_1")
+        import csv
+        rows = list(csv.DictReader(open(os.path.join(unit, "eval_measurements.csv"))))
+        first = [r for r in recs if r["event"] == "eval"][0]
+        rows[0]["train/loss"] = "%.9g" % first["metrics"]["train/loss"]
+        with open(os.path.join(unit, "eval_measurements.csv"), "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=list(rows[0].keys()), lineterminator="\n")
+            w.writeheader()
+            w.writerows(rows)
+        self.ok("verify", run)
+        self.fails(1, "verify", run, "--reeval", timeout=600,
+                   match="check 4 (checkpoints)")
+        r = self.apf("verify", run, "--reeval", timeout=600)
+        self.assertIn("train/loss", r.err)
