@@ -27,6 +27,9 @@ int cmd_run(int argc, char **argv)
 		 "run only this workload's units"},
 		{"study", 0, OPT_INT, &study, "K", "run only study K (from 0)"},
 		{"trial", 0, OPT_INT, &trial, "N", "run only trial N (from 1)"},
+		{"heldout", 0, OPT_STRING, &o.heldout, "DRAW.json",
+		 "also run the held-out variants this draw names (apf heldout "
+		 "draw)"},
 		{"device", 0, OPT_STRING, &o.device, "cpu|cuda",
 		 "where trials run (default: cpu)"},
 		{"threads", 0, OPT_INT, &threads, "N",

@@ -14,6 +14,7 @@
 
 #include <errno.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <string.h>
 
 #include "score/score.h"
@@ -91,8 +92,20 @@ int cmd_score(int argc, char **argv)
 		rc = targets_path
 			     ? apf_score_targets_load_json(&targets, targets_path)
 			     : apf_score_targets_from_workloads(&targets, NULL);
-	if (!rc && heldout_path)
-		rc = apf_score_heldout_load(&heldout, heldout_path);
+	/* An apf run holds the draw its variants were run for. */
+	char *own = NULL;
+	for (int i = 1; !rc && !heldout_path && i <= nargs && !own; i++) {
+		char *h = apf_path_join(argv[i], "heldout.json");
+		struct stat st;
+		if (h && stat(h, &st) == 0)
+			own = h;
+		else
+			free(h);
+	}
+	if (!rc && (heldout_path || own))
+		rc = apf_score_heldout_load(&heldout,
+					    heldout_path ? heldout_path : own);
+	free(own);
 	const char *version = targets ? apf_score_targets_version(targets)
 				      : NULL;
 	if (!rc && !rules) {

@@ -128,6 +128,9 @@ struct run {
 	struct unit_state *states; /* one per plan unit */
 	int interrupted;          /* SIGINT/SIGTERM arrived */
 	int audit;                /* verifying: write nothing into run_dir */
+	char *heldout;            /* the held-out draw file in force, or NULL */
+	char **variants;          /* names the plan's variant units borrow */
+	size_t nvariants;
 	size_t completed, failed;
 };
 

@@ -52,6 +52,7 @@ struct apf_run_opts {
 	long study;             /* ... study (0-based; -1: all) */
 	long trial;             /* ... trial (1-based; -1: all) */
 	const char *device;     /* "cpu" (default) or "cuda" */
+	const char *heldout;    /* a held-out draw: run its variants too */
 	int threads;            /* 0: all usable cores */
 	int resume;
 	int unsealed;

@@ -25,6 +25,7 @@
 #include "runlog/runlog.h"
 #include "runner/internal.h"
 #include "sandbox/sandbox.h"
+#include "score/score.h"
 #include "sign/sign.h"
 #include "sysinfo/sysinfo.h"
 #include "tuning/tuning.h"
@@ -46,8 +47,14 @@ int apf_run_interrupted(void)
 
 void unit_name(const struct apf_plan_unit *u, char *out, size_t size)
 {
-	snprintf(out, size, "study_%ld/%s/trial_%ld", u->study, u->workload,
-		 u->trial + 1);
+	/* A held-out variant's directory is <base>_<variant>, as AlgoPerf
+	 * names variant workloads. */
+	if (strcmp(u->variant, "base"))
+		snprintf(out, size, "study_%ld/%s_%s/trial_%ld", u->study,
+			 u->workload, u->variant, u->trial + 1);
+	else
+		snprintf(out, size, "study_%ld/%s/trial_%ld", u->study,
+			 u->workload, u->trial + 1);
 }
 
 /* ---- checks before anything runs ------------------------------------------ */
@@ -124,7 +131,8 @@ static json_t *run_json(struct run *r)
 	for (size_t i = 0; i < p->n; i++)
 		json_array_append_new(
 			units, json_pack("{s:s, s:s, s:I, s:I}", "workload",
-					 p->units[i].workload, "variant", "base",
+					 p->units[i].workload, "variant",
+					 p->units[i].variant,
 					 "study", (json_int_t)p->units[i].study,
 					 "trial",
 					 (json_int_t)p->units[i].trial + 1));
@@ -208,6 +216,12 @@ static int create_run_dir(struct run *r, const json_t *drift)
 	int rc = text ? 0 : apf_error(APF_ENOMEM, "run.json", "out of memory");
 	if (!rc)
 		rc = copy_file(r->entry->path, entry_copy);
+	if (!rc && r->heldout) {
+		char *h = apf_path_join(tmp.data, "heldout.json");
+		rc = h ? copy_file(r->heldout, h)
+		       : apf_error(APF_ENOMEM, "run", "out of memory");
+		free(h);
+	}
 	if (!rc) {
 		apf_buf b = {0};
 		apf_buf_printf(&b, "%s\n", text);
@@ -428,6 +442,10 @@ static void run_free(struct run *r)
 	free(r->work);
 	free(r->src);
 	free(r->run_dir);
+	free(r->heldout);
+	for (size_t i = 0; i < r->nvariants; i++)
+		free(r->variants[i]);
+	free(r->variants);
 	free(r->workloads_dir);
 	free(r->include_dir);
 	free(r->exe);
@@ -439,6 +457,45 @@ static void run_free(struct run *r)
 	free(r->states);
 	apf_plan_free(r->plan);
 	apf_entry_free(r->entry);
+}
+
+/* A held-out draw adds, for each base workload it names, a unit of the
+ * drawn variant beside every base unit (same study, trial, hyperparameters). */
+static int add_heldout(struct run *r)
+{
+	apf_score_heldout *h = NULL;
+	int rc = apf_score_heldout_load(&h, r->heldout);
+	if (!rc && !h->seed)
+		rc = apf_error(APF_EINPUT, r->heldout,
+			       "not an apf held-out draw (apf heldout draw "
+			       "writes one)");
+	const apf_manifest *m = r->entry->manifest;
+	r->variants = rc ? NULL : apf_calloc(h->n, sizeof *r->variants);
+	for (size_t i = 0; !rc && h && i < h->n; i++) {
+		const struct apf_score_variant *d = &h->v[i];
+		const char *base = NULL;
+		for (size_t w = 0; w < m->nworkloads && !base; w++)
+			if (d->base && !strcmp(m->workloads[w].name, d->base))
+				base = m->workloads[w].name;
+		if (!base)
+			continue; /* a workload this entry is not for */
+		const char *v = d->variant + strlen(base) + 1;
+		apf_workload_spec *spec = NULL;
+		rc = apf_workload_spec_load(&spec, base);
+		if (!rc && !apf_workload_variant(spec, v))
+			rc = apf_error(APF_EINPUT, r->heldout,
+				       "draws variant '%s', which workload %s does "
+				       "not have",
+				       v, base);
+		apf_workload_spec_free(spec);
+		if (!rc && !(r->variants[r->nvariants] = apf_strdup(v)))
+			rc = apf_error(APF_ENOMEM, "run", "out of memory");
+		if (!rc)
+			rc = apf_plan_add_variant(r->plan, base,
+						  r->variants[r->nvariants++]);
+	}
+	apf_score_heldout_free(h);
+	return rc;
 }
 
 static int prepare(struct run *r)
@@ -487,6 +544,8 @@ static int prepare(struct run *r)
 			     : rec > 0	    ? (int)rec
 					    : apf_cpu_count();
 	}
+	if (!rc && r->heldout)
+		rc = add_heldout(r);
 	if (!rc) {
 		r->states = apf_calloc(r->plan->n, sizeof *r->states);
 		if (!r->states)
@@ -554,7 +613,29 @@ int apf_run(const struct apf_run_opts *o)
 {
 	struct run r = {0};
 	r.o = o;
-	int rc = prepare(&r);
+	r.run_dir = o->run_dir ? apf_strdup(o->run_dir) : default_run_dir(o->entry);
+	/* The held-out draw in force: the one given, else the run's own. */
+	char *own = r.run_dir ? apf_path_join(r.run_dir, "heldout.json") : NULL;
+	struct stat hst;
+	int has_own = own && stat(own, &hst) == 0;
+	int rc = 0;
+	if (o->heldout && has_own) {
+		char *a = NULL, *b = NULL;
+		size_t al = 0, bl = 0;
+		rc = apf_file_read(o->heldout, 1 << 24, &a, &al);
+		if (!rc)
+			rc = apf_file_read(own, 1 << 24, &b, &bl);
+		if (!rc && (al != bl || memcmp(a, b, al)))
+			rc = apf_error(APF_EINPUT, o->heldout,
+				       "differs from the draw the run directory "
+				       "was started with");
+		free(a);
+		free(b);
+	}
+	r.heldout = apf_strdup(o->heldout ? o->heldout : has_own ? own : NULL);
+	free(own);
+	if (!rc)
+		rc = prepare(&r);
 	struct drift d = {json_array(), {0}};
 	if (!rc) {
 		int n = apf_env_compare(r.entry->manifest->environment, r.env,
@@ -584,8 +665,6 @@ int apf_run(const struct apf_run_opts *o)
 					"machine)\n");
 	}
 	if (!rc) {
-		r.run_dir = o->run_dir ? apf_strdup(o->run_dir)
-				       : default_run_dir(o->entry);
 		struct stat st;
 		if (stat(r.run_dir, &st) == 0)
 			rc = open_run_dir(&r);
@@ -680,6 +759,12 @@ int apf_audit_open(apf_audit **out, const char *run_dir, const char *entry_key)
 	apf_error_clear();
 	a->r.o = &a->o;
 	a->r.audit = 1;
+	char *h = apf_path_join(run_dir, "heldout.json");
+	struct stat st;
+	if (h && stat(h, &st) == 0)
+		a->r.heldout = h;
+	else
+		free(h);
 	if (!rc)
 		rc = prepare(&a->r);
 	a->r.run_dir = rc ? NULL : apf_strdup(run_dir);

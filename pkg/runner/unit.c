@@ -718,7 +718,11 @@ static int prepare(struct unit *u)
 	free(wdir);
 	if (rc)
 		return rc;
-	const struct apf_workload_variant *v = apf_workload_variant(u->spec, "base");
+	const struct apf_workload_variant *v =
+		apf_workload_variant(u->spec, u->pu->variant);
+	if (!v)
+		return apf_error(APF_EINPUT, u->spec->name, "no variant '%s'",
+				 u->pu->variant);
 	u->val_target = v->validation_target;
 	u->test_target = v->test_target;
 	const struct apf_budget *b = apf_workload_budget(u->spec, r->device);
@@ -734,7 +738,7 @@ static int prepare(struct unit *u)
 	apf_workload *wl = NULL;
 	rc = apf_backend_cpu_new(&be, 1);
 	if (!rc)
-		rc = apf_workload_open(&wl, u->spec, "base", be, NULL, 0);
+		rc = apf_workload_open(&wl, u->spec, u->pu->variant, be, NULL, 0);
 	if (!rc) {
 		u->param_floats = apf_net_param_floats(apf_workload_net(wl));
 		u->state_floats = apf_net_state_floats(apf_workload_net(wl));
@@ -880,7 +884,7 @@ static int start_records(struct unit *u, int *restore_eval)
 	const apf_workload_spec *s = u->spec;
 	json_t *f = json_pack(
 		"{s:s, s:s, s:I, s:I, s:o, s:I, s:I, s:I, s:f, s:f, s:s, s:s}",
-		"workload", u->pu->workload, "variant", "base", "study",
+		"workload", u->pu->workload, "variant", u->pu->variant, "study",
 		(json_int_t)u->pu->study, "trial", (json_int_t)u->pu->trial + 1,
 		"hparams", apf_hparams_to_json(&u->pu->hp), "budget_ns", (json_int_t)u->budget_ns, "eval_period_ns",
 		(json_int_t)u->eval_period_ns, "max_steps",
@@ -942,7 +946,7 @@ int unit_run(struct run *r, size_t index)
 	struct unit_args a = {
 		.workloads_dir = r->workloads_dir,
 		.workload = u.pu->workload,
-		.variant = "base",
+		.variant = u.pu->variant,
 		.seed = r->entry->manifest->tuning.seed,
 		.study = (uint32_t)u.pu->study,
 		.trial = (uint32_t)u.pu->trial + 1,
@@ -1150,7 +1154,7 @@ int unit_replay(struct run *r, size_t index, const struct replay_spec *rs,
 	struct unit_args a = {
 		.workloads_dir = r->workloads_dir,
 		.workload = u.pu->workload,
-		.variant = "base",
+		.variant = u.pu->variant,
 		.seed = r->entry->manifest->tuning.seed,
 		.study = (uint32_t)u.pu->study,
 		.trial = (uint32_t)u.pu->trial + 1,
@@ -1240,7 +1244,7 @@ int unit_reeval(struct run *r, size_t index, const void *ckpt, size_t len,
 		rc = make_arena(&u, ckpt, len);
 	struct unit_args a = {.workloads_dir = r->workloads_dir,
 			      .workload = u.pu->workload,
-			      .variant = "base",
+			      .variant = u.pu->variant,
 			      .seed = r->entry->manifest->tuning.seed,
 			      .study = (uint32_t)u.pu->study,
 			      .trial = (uint32_t)u.pu->trial + 1,

@@ -324,6 +324,7 @@ int apf_plan_build(apf_plan **out, char *const *workloads, size_t nworkloads,
 			for (long t = 0; !rc && t < trials; t++) {
 				struct apf_plan_unit *u = &p->units[p->n++];
 				u->workload = workloads[w];
+				u->variant = "base";
 				u->study = s;
 				u->trial = t;
 				/* The same draws for every workload: a study
@@ -337,5 +338,54 @@ int apf_plan_build(apf_plan **out, char *const *workloads, size_t nworkloads,
 		return rc;
 	}
 	*out = p;
+	return 0;
+}
+
+int apf_hparams_copy(apf_hparams *out, const apf_hparams *h)
+{
+	memset(out, 0, sizeof *out);
+	out->names = apf_calloc(h->n, sizeof *out->names);
+	out->values = apf_calloc(h->n, sizeof *out->values);
+	out->words = apf_calloc(h->n, sizeof *out->words);
+	if (!out->names || !out->values || !out->words) {
+		apf_hparams_free(out);
+		return apf_error(APF_ENOMEM, "hparams", "out of memory");
+	}
+	for (size_t i = 0; i < h->n; i++) {
+		out->n = i + 1;
+		out->names[i] = apf_strdup(h->names[i]);
+		out->values[i] = h->values[i];
+		out->words[i] = h->words[i] ? apf_strdup(h->words[i]) : NULL;
+		if (!out->names[i] || (h->words[i] && !out->words[i])) {
+			apf_hparams_free(out);
+			return apf_error(APF_ENOMEM, "hparams", "out of memory");
+		}
+	}
+	return 0;
+}
+
+int apf_plan_add_variant(apf_plan *p, const char *workload,
+			 const char *variant)
+{
+	size_t add = 0;
+	for (size_t i = 0; i < p->n; i++)
+		add += !strcmp(p->units[i].workload, workload) &&
+		       !strcmp(p->units[i].variant, "base");
+	struct apf_plan_unit *u = realloc(p->units, (p->n + add) * sizeof *u);
+	if (!u)
+		return apf_error(APF_ENOMEM, "plan", "out of memory");
+	p->units = u;
+	size_t n = p->n;
+	for (size_t i = 0; i < n; i++) {
+		if (strcmp(u[i].workload, workload) || strcmp(u[i].variant, "base"))
+			continue;
+		struct apf_plan_unit *v = &u[p->n];
+		*v = u[i];
+		v->variant = variant;
+		int rc = apf_hparams_copy(&v->hp, &u[i].hp);
+		if (rc)
+			return rc;
+		p->n++;
+	}
 	return 0;
 }

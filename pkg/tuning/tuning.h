@@ -64,6 +64,7 @@ typedef struct apf_hparams {
 int apf_tuning_draw(const apf_search_space *s, uint32_t seed, long study,
 		    long trial, apf_hparams *out);
 void apf_hparams_free(apf_hparams *h);
+int apf_hparams_copy(apf_hparams *out, const apf_hparams *h);
 /* {"name": value, ...} with numbers written to round-trip exactly. */
 json_t *apf_hparams_to_json(const apf_hparams *h);
 int apf_hparams_from_json(const json_t *j, apf_hparams *out);
@@ -73,6 +74,7 @@ int apf_hparams_from_json(const json_t *j, apf_hparams *out);
  * self-tuning, where the submission uses its own defaults). */
 struct apf_plan_unit {
 	const char *workload; /* borrowed from the caller's names */
+	const char *variant;  /* "base", or a held-out variant's name */
 	long study, trial;    /* 0-based */
 	apf_hparams hp;
 };
@@ -86,6 +88,11 @@ int apf_plan_build(apf_plan **out, char *const *workloads, size_t nworkloads,
 		   long studies, long trials, uint32_t seed,
 		   const apf_search_space *space);
 void apf_plan_free(apf_plan *p);
+/* Adds, for a workload already in the plan, a unit of `variant` beside each
+ * of its base units (same study, trial and hyperparameters): what a
+ * held-out draw asks a run to execute. variant is borrowed. */
+int apf_plan_add_variant(apf_plan *p, const char *workload,
+			 const char *variant);
 
 /* The Halton radical inverse of index in a prime base (exposed for tests). */
 double apf_halton(uint64_t index, unsigned base);

@@ -296,3 +296,33 @@ class Hostile(RunCase):
 
     def test_training_during_an_evaluation(self):
         self.hostile("train_during_eval")
+
+
+class HeldOut(RunCase):
+    def test_run_with_a_held_out_draw_runs_the_variant_units(self):
+        entry = self.pack_baseline()
+        draw = self.write("draw.json", json.dumps(
+            {"seed": "test", "draws": [{"base": BLOBS, "variant": "gelu"}]}))
+        run = self.path("run")
+        r = self.run_unit(entry, run, "--heldout", draw)
+        self.assertEqual(r.rc, 0, r)
+        recs = self.check_run(run)
+        units = sorted(x["unit"] for x in recs if x["event"] == "trial_end")
+        self.assertEqual(units, [f"study_0/{BLOBS}/trial_1", f"study_0/{BLOBS}_gelu/trial_1"])
+        start = [x for x in recs if x["event"] == "trial_start" and x["variant"] == "gelu"][0]
+        self.assertEqual(start["workload"], BLOBS)
+        with open(os.path.join(run, "heldout.json")) as a, open(draw) as b:
+            self.assertEqual(a.read(), b.read())
+        self.ok("verify", run)
+        # A later session needs no --heldout; another draw is refused.
+        self.assertEqual(self.run_unit(entry, run, trial="2").rc, 0)
+        other = self.write("other.json", json.dumps(
+            {"seed": "x", "draws": [{"base": BLOBS, "variant": "gelu"}], "note": 1}))
+        self.fails(2, "run", entry, "-o", run, "--trial", "3", "--heldout", other,
+                   match="differs from the draw")
+        s = self.ok("score", run)
+        self.assertIn(f"{BLOBS}_gelu", s.out)
+        self.fails(2, "run", entry, "-o", self.path("r2"), "--heldout",
+                   self.write("bad.json", json.dumps(
+                       {"seed": "t", "draws": [{"base": BLOBS, "variant": "nope"}]})),
+                   match="does not have")
