@@ -76,5 +76,6 @@ int cmd_inspect(int argc, char **argv);
 int cmd_verify(int argc, char **argv);
 int cmd_plan(int argc, char **argv);
 int cmd_score(int argc, char **argv);
+int cmd_heldout(int argc, char **argv);
 
 #endif

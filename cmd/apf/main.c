@@ -19,6 +19,7 @@ static const struct apf_command commands[] = {
 	{"verify", cmd_verify, "verify an entry's signature and contents"},
 	{"plan", cmd_plan, "print the trials a run will execute"},
 	{"score", cmd_score, "performance profiles and benchmark scores"},
+	{"heldout", cmd_heldout, "draw or verify the held-out variants"},
 };
 
 #define NCOMMANDS (sizeof commands / sizeof commands[0])
