@@ -638,6 +638,14 @@ static int parse_entries(const struct parser *p, apf_heldout *h, json_t *a)
 	return 0;
 }
 
+static int cmp_pick(const void *a, const void *b)
+{
+	return strcmp(((const struct apf_heldout_pick *)a)->base,
+		      ((const struct apf_heldout_pick *)b)->base);
+}
+
+/* Appends the picks of one list; the caller sorts them once all are in
+ * (inserting each at its place would be quadratic in a large file). */
 static int parse_picks(const struct parser *p, apf_heldout *h, json_t *a,
 		       int drawn)
 {
@@ -647,33 +655,49 @@ static int parse_picks(const struct parser *p, apf_heldout *h, json_t *a,
 	const char *list = drawn ? "draws" : "undrawn";
 	if (!json_is_array(a))
 		return bad(p, list, "expected an array");
-	for (size_t i = 0; i < json_array_size(a); i++) {
+	size_t n = json_array_size(a);
+	struct apf_heldout_pick *np =
+		realloc(h->picks, (h->npicks + n + 1) * sizeof *np);
+	if (!np)
+		return nomem();
+	h->picks = np;
+	for (size_t i = 0; i < n; i++) {
 		char where[64];
 		snprintf(where, sizeof where, "%s[%zu]", list, i);
 		json_t *o = json_array_get(a, i);
-		struct apf_heldout_pick pk = {0};
+		struct apf_heldout_pick *pk = &h->picks[h->npicks];
+		memset(pk, 0, sizeof *pk);
+		/* Counted before it is filled, so free releases what is. */
+		h->npicks++;
 		int rc = object_keys(p, o, where,
 				     drawn ? draw_keys : undrawn_keys);
 		if (!rc)
 			rc = get_name(p, json_object_get(o, "base"), where,
-				      &pk.base);
+				      &pk->base);
 		if (!rc)
 			rc = get_digest(p, o, "spec_sha256", where,
-					pk.spec_sha256);
+					pk->spec_sha256);
 		if (!rc && drawn)
 			rc = get_name(p, json_object_get(o, "variant"), where,
-				      &pk.variant);
+				      &pk->variant);
 		if (!rc && drawn)
 			rc = get_names(p, json_object_get(o, "variants"), where,
-				       &pk.variants, &pk.nvariants);
-		if (rc) {
-			pick_clear(&pk);
-			return rc;
-		}
-		rc = insert_pick(h, &pk, p->name);
+				       &pk->variants, &pk->nvariants);
 		if (rc)
 			return rc;
 	}
+	return 0;
+}
+
+static int sort_picks(const struct parser *p, apf_heldout *h)
+{
+	if (h->npicks)
+		qsort(h->picks, h->npicks, sizeof *h->picks, cmp_pick);
+	for (size_t i = 1; i < h->npicks; i++)
+		if (!strcmp(h->picks[i - 1].base, h->picks[i].base))
+			return apf_error(APF_EINPUT, p->name,
+					 "workload %s is listed twice",
+					 h->picks[i].base);
 	return 0;
 }
 
@@ -713,6 +737,8 @@ static int parse_root(const struct parser *p, apf_heldout *h, json_t *root)
 		rc = parse_picks(p, h, json_object_get(root, "draws"), 1);
 	if (!rc)
 		rc = parse_picks(p, h, json_object_get(root, "undrawn"), 0);
+	if (!rc)
+		rc = sort_picks(p, h);
 	return rc;
 }
 

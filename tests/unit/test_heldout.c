@@ -376,6 +376,46 @@ static void compare_names_the_first_difference(void **state)
 	apf_heldout_free(want);
 }
 
+/* 100,000 draws in reverse order read in a moment, sorted; a base listed
+ * twice is found however far apart. Inserting each pick at its sorted
+ * place made this quadratic (its failure mode is the runner's timeout). */
+static void large_file_reads_in_linear_time(void **state)
+{
+	(void)state;
+	enum { N = 100000 };
+	apf_buf b = {0};
+	for (int dup = 0; dup < 2; dup++) {
+		b.len = 0;
+		assert_int_equal(apf_buf_puts(&b, "{\"format\": \"apf-heldout-v1\", "
+					      "\"method\": \"seed\", \"seed\": \"1\", "
+					      "\"entries\": [], \"undrawn\": [], "
+					      "\"draws\": ["), 0);
+		for (int i = 0; i < N; i++)
+			assert_int_equal(
+				apf_buf_printf(&b, "%s{\"base\": \"w%06d\", "
+					       "\"variant\": \"v\", \"variants\": "
+					       "[\"v\"], \"spec_sha256\": \"" D0 "\"}",
+					       i ? ", " : "",
+					       dup && i == N - 1 ? 7 : N - i),
+				0);
+		assert_int_equal(apf_buf_puts(&b, "]}\n"), 0);
+		apf_heldout *h = NULL;
+		int rc = apf_heldout_parse(&h, b.data, b.len, "big.json");
+		if (dup) {
+			assert_int_equal(rc, APF_EINPUT);
+			assert_non_null(strstr(apf_error_message(),
+					       "workload w000007 is listed twice"));
+		} else {
+			assert_apf_ok(rc);
+			assert_int_equal(h->npicks, N);
+			assert_string_equal(h->picks[0].base, "w000001");
+			assert_string_equal(h->picks[N - 1].base, "w100000");
+		}
+		apf_heldout_free(h);
+	}
+	apf_buf_free(&b);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -389,6 +429,7 @@ int main(void)
 		cmocka_unit_test(file_round_trips),
 		cmocka_unit_test(parse_refuses_malformed_files),
 		cmocka_unit_test(compare_names_the_first_difference),
+		cmocka_unit_test(large_file_reads_in_linear_time),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
