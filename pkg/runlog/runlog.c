@@ -324,8 +324,16 @@ static int walk(const char *path, apf_runlog_fn fn, void *user,
 		madvise((void *)data, size, MADV_SEQUENTIAL);
 	}
 	close(fd);
+	/* A batch holds at most the lines there are: a short log (the usual
+	 * case when resuming, and every fuzz input) should not pay for
+	 * zeroing BATCH records. */
+	size_t cap = 1;
+	for (const char *p = data, *nl; cap < BATCH && p && size &&
+					(nl = memchr(p, '\n', size - (size_t)(p - data)));
+	     p = nl + 1 < data + size ? nl + 1 : NULL)
+		cap++;
 	struct batch b = {0};
-	b.lines = calloc(BATCH, sizeof *b.lines);
+	b.lines = calloc(cap, sizeof *b.lines);
 	pthread_mutex_init(&b.lock, NULL);
 	int threads = apf_cpu_count();
 	char head[65];
@@ -336,7 +344,7 @@ static int walk(const char *path, apf_runlog_fn fn, void *user,
 	while (!rc && off < size) {
 		b.n = 0;
 		size_t scan = off;
-		while (b.n < BATCH && scan < size) {
+		while (b.n < cap && scan < size) {
 			const char *nl = memchr(data + scan, '\n', size - scan);
 			size_t len = nl ? (size_t)(nl - (data + scan)) : size - scan;
 			struct line *ln = &b.lines[b.n++];
