@@ -495,12 +495,19 @@ static int heldout_append(apf_score_heldout *h, const char *base,
 			apf_buf_free(&full);
 			return rc;
 		}
-	struct apf_score_variant *nv = realloc(h->v, (h->n + 1) * sizeof *nv);
-	if (!nv) {
-		apf_buf_free(&full);
-		return apf_error(APF_ENOMEM, h->source, "out of memory");
+	/* Doubling at each power of two (the struct keeps no capacity): one
+	 * element more each time copies the whole list under allocators that
+	 * never grow in place, such as AddressSanitizer's. */
+	if ((h->n & (h->n - 1)) == 0) {
+		struct apf_score_variant *nv =
+			realloc(h->v, (h->n ? 2 * h->n : 1) * sizeof *nv);
+		if (!nv) {
+			apf_buf_free(&full);
+			return apf_error(APF_ENOMEM, h->source,
+					 "out of memory");
+		}
+		h->v = nv;
 	}
-	h->v = nv;
 	h->v[h->n].variant = full.data;
 	h->v[h->n].base = base ? apf_strdup(base) : NULL;
 	if (base && !h->v[h->n].base) {
