@@ -44,6 +44,7 @@ CMD_SRC  := $(wildcard cmd/apf/*.c)
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
 UNIT_LIB := $(wildcard tests/unit/lib/*.c)
 BENCH_SRC:= $(wildcard bench/*/*.c)
+HELPER_SRC := $(wildcard tests/helpers/*.c)
 
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/version.o \
             $(CU_SRC:%.cu=$(BUILD)/obj/%.o)
@@ -51,6 +52,7 @@ CMD_OBJ  := $(CMD_SRC:%.c=$(BUILD)/obj/%.o)
 UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 UNIT_LIB_OBJ := $(UNIT_LIB:%.c=$(BUILD)/obj/%.o)
 BENCH_BIN:= $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
+HELPER_BIN := $(HELPER_SRC:tests/helpers/%.c=$(BUILD)/tests/helpers/%)
 
 ifneq ($(CU_SRC),)
 CPPFLAGS_APF += -DAPF_HAVE_CUDA -I/usr/local/cuda/include
@@ -104,7 +106,19 @@ $(BUILD)/bench/%: bench/%.c $(BUILD)/libapf.a
 	$(Q)$(CC) $(CPPFLAGS_APF) $(CFLAGS_APF) $(CFLAGS) $(LDFLAGS_APF) -o $@ $< \
 	    $(BUILD)/libapf.a $(LIBS)
 
-unit-tests: $(UNIT_BIN)
+# Programs the unit tests run inside the sandbox (tests/helpers/*.c). Never
+# sanitized, not even by make check: inside the sandbox AddressSanitizer
+# cannot reserve its shadow memory under RLIMIT_AS ("ReserveShadowMemoryRange
+# failed"), and LeakSanitizer's exit-time check clones a tracer that reads
+# /proc/<parent>/task and ptrace()s the threads, which the filter stops as
+# faults. The code under test (libapf, the test binaries) is sanitized.
+$(BUILD)/tests/helpers/%: tests/helpers/%.c
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  HELPER  $@")
+	$(Q)$(CC) -std=c17 -D_GNU_SOURCE -O1 -g -Wall -Wextra -Werror -pthread \
+	    -o $@ $<
+
+unit-tests: $(UNIT_BIN) $(HELPER_BIN)
 
 deps:
 	@scripts/deps.sh build test

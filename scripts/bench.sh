@@ -1,16 +1,23 @@
 #!/bin/bash
-# Runs every benchmark: each bench/<name>/run.sh BUILD_DIR, one after the
-# other (they time themselves against peers measured in the same run, so
-# they must not compete for the cores), and prints all their
-# `RESULT <bench> <metric> <value>` lines again at the end as a summary.
+# Runs every benchmark, one after the other (each times itself against a
+# peer measured in the same run, so they must not compete for the cores),
+# and prints all their `RESULT <bench> <metric> <value>` lines (DESIGN.md
+# section 1) again at the end as a summary.
 #
 #   scripts/bench.sh BUILD_DIR       (make bench passes $(BUILD))
 #
+# A bench is bench/<name>/ and runs as the first of:
+#   bench/<name>/run.sh BUILD_DIR    (bash)
+#   bench/<name>/run BUILD_DIR       (an executable script)
+#   BUILD_DIR/bench/<name>/<prog>    (each program built from bench/<name>/*.c)
 # BENCH (default: all) is a space-separated list of bench names to run.
-# Each bench's full output is kept in BUILD_DIR/bench/<name>.log. A bench
-# fails when it exits non-zero, prints no RESULT line, or prints a RESULT
-# line that is not `RESULT <name> <metric> <number>`; the others still run,
-# and the exit status is 1 when any failed.
+# Each bench's whole output is kept in BUILD_DIR/bench/<name>.log.
+#
+# A bench fails when it exits non-zero or prints a RESULT line that is not
+# `RESULT <name> <metric> <number>`; the others still run, and the exit
+# status is 1 when any failed. A bench that exits 0 without any RESULT line
+# is reported as skipped, with its last line as the reason (e.g. the kernel
+# refuses what it measures).
 set -uo pipefail
 
 if [ $# -ne 1 ] || [ ! -d "$1" ]; then
@@ -25,26 +32,47 @@ cd "$root" || exit 2
 
 summary=()
 failed=()
+skipped=()
 ran=0
 number='^-?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?$|^-?(inf|nan)$'
 
-for run in bench/*/run.sh; do
-	[ -f "$run" ] || continue
-	name=$(basename "$(dirname "$run")")
+# Runs one bench's programs in turn; the status is the first failure's.
+run_bench() {
+	local name=$1 dir=bench/$1 status=0 found=0 prog s
+	if [ -f "$dir/run.sh" ]; then
+		bash "$dir/run.sh" "$build"
+		return
+	fi
+	if [ -x "$dir/run" ]; then
+		"$dir/run" "$build"
+		return
+	fi
+	for prog in "$build/bench/$name"/*; do
+		[ -f "$prog" ] && [ -x "$prog" ] || continue
+		found=1
+		"$prog" || { s=$?; [ $status -eq 0 ] && status=$s; }
+	done
+	if [ $found -eq 0 ]; then
+		echo "bench $name: no run.sh, no executable run, and no program" \
+			"built in $build/bench/$name" >&2
+		return 127
+	fi
+	return $status
+}
+
+for dir in bench/*/; do
+	name=$(basename "$dir")
 	case " ${BENCH:-$name} " in *" $name "*) ;; *) continue ;; esac
 	ran=$((ran + 1))
 	log=$logs/$name.log
 	echo "bench: $name"
 	t0=$(date +%s)
-	bash "$run" "$build" 2>&1 | tee "$log"
+	run_bench "$name" 2>&1 | tee "$log"
 	rc=${PIPESTATUS[0]}
 	secs=$(($(date +%s) - t0))
 	why=""
 	[ "$rc" -ne 0 ] && why="exit status $rc"
 	lines=$(grep '^RESULT ' "$log" || true)
-	if [ -z "$why" ] && [ -z "$lines" ]; then
-		why="printed no RESULT line"
-	fi
 	while read -r tag bench metric value extra; do
 		[ -n "$tag" ] || continue
 		if [ "$bench" != "$name" ] || [ -z "$metric" ] || [ -n "$extra" ] ||
@@ -57,19 +85,27 @@ for run in bench/*/run.sh; do
 	if [ -n "$why" ]; then
 		failed+=("$name ($why; log: $log)")
 		echo "bench: $name FAILED after ${secs}s: $why" >&2
+	elif [ -z "$lines" ]; then
+		last=$(grep -v '^[[:space:]]*$' "$log" | tail -n 1)
+		skipped+=("$name (${last:-no output}; log: $log)")
+		echo "bench: $name skipped: no RESULT line"
 	else
 		echo "bench: $name done in ${secs}s"
 	fi
 done
 
 if [ "$ran" -eq 0 ]; then
-	echo "apf: bench: no bench matches '${BENCH:-}' under bench/*/run.sh" >&2
+	echo "apf: bench: no bench matches '${BENCH:-}' under bench/*/" >&2
 	exit 2
 fi
 echo
-echo "bench summary: $((ran - ${#failed[@]})) passed, ${#failed[@]} failed"
+echo "bench summary: $((ran - ${#failed[@]} - ${#skipped[@]})) passed," \
+	"${#failed[@]} failed, ${#skipped[@]} skipped"
 for l in "${summary[@]}"; do
 	echo "$l"
+done
+for s in "${skipped[@]}"; do
+	echo "SKIPPED $s"
 done
 for f in "${failed[@]}"; do
 	echo "FAILED $f"

@@ -75,7 +75,12 @@ int cmd_pack(int argc, char **argv);
 int cmd_inspect(int argc, char **argv);
 int cmd_verify(int argc, char **argv);
 int cmd_plan(int argc, char **argv);
+int cmd_run(int argc, char **argv);
+int cmd_build_internal(int argc, char **argv);
+int cmd_trial_internal(int argc, char **argv);
+int cmd_eval_internal(int argc, char **argv);
 int cmd_score(int argc, char **argv);
 int cmd_heldout(int argc, char **argv);
+int cmd_workloads(int argc, char **argv);
 
 #endif

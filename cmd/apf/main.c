@@ -18,8 +18,14 @@ static const struct apf_command commands[] = {
 	{"inspect", cmd_inspect, "show what an entry holds"},
 	{"verify", cmd_verify, "verify an entry's signature and contents"},
 	{"plan", cmd_plan, "print the trials a run will execute"},
+	{"run", cmd_run, "run an entry's trials in the sealed runner"},
 	{"score", cmd_score, "performance profiles and benchmark scores"},
 	{"heldout", cmd_heldout, "draw or verify the held-out variants"},
+	{"workloads", cmd_workloads, "list workloads, variants, targets and budgets"},
+	/* started by apf run, not by people */
+	{"__build", cmd_build_internal, NULL},
+	{"__trial", cmd_trial_internal, NULL},
+	{"__eval", cmd_eval_internal, NULL},
 };
 
 #define NCOMMANDS (sizeof commands / sizeof commands[0])
@@ -31,8 +37,9 @@ static void print_help(FILE *f)
 		   "benchmark entries\nso that a result can be trusted without "
 		   "rerunning it.\n\ncommands:\n");
 	for (size_t i = 0; i < NCOMMANDS; i++)
-		fprintf(f, "  %-10s %s\n", commands[i].name,
-			commands[i].summary);
+		if (commands[i].summary)
+			fprintf(f, "  %-10s %s\n", commands[i].name,
+				commands[i].summary);
 	fprintf(f, "\n'apf <command> --help' describes a command. "
 		   "Exit codes: 0 ok, 1 verification failed,\n2 usage or input "
 		   "error, 3 run stopped abnormally.\n");

@@ -13,46 +13,6 @@
 #include "entry/entry.h"
 #include "tuning/tuning.h"
 
-/* The entry's plan: verified entry, its search space checked against the
- * manifest's digest. */
-static int load_plan(const apf_entry *e, apf_plan **out)
-{
-	const apf_manifest *m = e->manifest;
-	apf_search_space *space = NULL;
-	int rc = 0;
-	if (!strcmp(m->tuning.ruleset, "external")) {
-		char *text;
-		size_t len;
-		char hex[65];
-		rc = apf_entry_read_file(e, "tuning_search_space.ini", 1 << 20,
-					 &text, &len);
-		if (!rc)
-			rc = apf_sha256_hex(text, len, hex);
-		if (!rc && strcmp(hex, m->tuning.search_space_digest))
-			rc = apf_error(APF_EVERIFY, e->path,
-				       "tuning_search_space.ini differs from the "
-				       "manifest's search-space digest");
-		if (!rc)
-			rc = apf_search_space_parse(&space, text,
-						    "tuning_search_space.ini");
-		free(text);
-	}
-	char **names = NULL;
-	if (!rc) {
-		names = apf_calloc(m->nworkloads, sizeof *names);
-		for (size_t i = 0; names && i < m->nworkloads; i++)
-			names[i] = m->workloads[i].name;
-		if (!names)
-			rc = apf_error(APF_ENOMEM, "plan", "out of memory");
-	}
-	if (!rc)
-		rc = apf_plan_build(out, names, m->nworkloads, m->tuning.studies,
-				    m->tuning.trials, m->tuning.seed, space);
-	free(names);
-	apf_search_space_free(space);
-	return rc;
-}
-
 static void print_text(const apf_entry *e, const apf_plan *p)
 {
 	const apf_manifest *m = e->manifest;
@@ -69,7 +29,7 @@ static void print_text(const apf_entry *e, const apf_plan *p)
 	printf("\n");
 	for (size_t i = 0; i < p->n; i++) {
 		const struct apf_plan_unit *u = &p->units[i];
-		printf("%-16s %5ld %5ld", u->workload, u->study, u->trial);
+		printf("%-16s %5ld %5ld", u->workload, u->study, u->trial + 1);
 		for (size_t d = 0; d < u->hp.n; d++) {
 			if (u->hp.words[d])
 				printf("  %-14s", u->hp.words[d]);
@@ -89,7 +49,7 @@ static void print_json(const apf_entry *e, const apf_plan *p)
 		json_array_append_new(
 			units, json_pack("{s:s, s:I, s:I, s:o}", "workload",
 					 u->workload, "study", (json_int_t)u->study,
-					 "trial", (json_int_t)u->trial, "hparams",
+					 "trial", (json_int_t)u->trial + 1, "hparams",
 					 apf_hparams_to_json(&u->hp)));
 	}
 	json_t *o = json_pack("{s:s, s:s, s:s, s:s, s:I, s:I, s:I, s:f, s:o}",
@@ -134,7 +94,7 @@ int cmd_plan(int argc, char **argv)
 	if (!rc)
 		rc = apf_entry_verify(&e, argv[1], kr);
 	if (!rc)
-		rc = load_plan(e, &p);
+		rc = apf_entry_plan(e, &p);
 	if (!rc && as_json)
 		print_json(e, p);
 	else if (!rc)

@@ -489,3 +489,24 @@ int apf_config_list(const apf_config *c, const char *section, const char *key,
 	*n = k;
 	return 0;
 }
+
+int apf_config_set(apf_config *c, const char *section, const char *key,
+		   const char *value)
+{
+	for (size_t i = 0; i < c->n; i++)
+		if (!strcmp(c->e[i].section, section) &&
+		    !strcmp(c->e[i].key, key)) {
+			char *v = apf_strdup(value);
+			if (!v)
+				return apf_error(APF_ENOMEM, c->name,
+						 "out of memory");
+			free(c->e[i].value);
+			c->e[i].value = v;
+			return 0;
+		}
+	struct reader r = {"", "", 0, 1};
+	struct parse p = {c, &r, 0};
+	if (!handler(&p, section, key, value))
+		return p.rc;
+	return 0;
+}

@@ -63,6 +63,11 @@ int apf_config_check_keys(const apf_config *c, const char *section,
 int apf_config_error(const apf_config *c, const char *section, const char *key,
 		     const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 
+/* Sets a value, replacing the key's value or adding it (line 0: it came
+ * from no file). */
+int apf_config_set(apf_config *c, const char *section, const char *key,
+		   const char *value);
+
 /* Splits "a, b, c" at commas, trimming spaces; empty items are an error.
  * Free with apf_config_list_free. */
 int apf_config_list(const apf_config *c, const char *section, const char *key,

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "archive/archive.h"
+#include "tuning/tuning.h"
 
 #define MAX_ENVELOPE (16u << 20)
 
@@ -334,4 +335,43 @@ int apf_entry_read_file(const apf_entry *e, const char *rel, size_t max,
 	if (len)
 		*len = b.len;
 	return 0;
+}
+
+int apf_entry_plan(const apf_entry *e, struct apf_plan **out)
+{
+	*out = NULL;
+	const apf_manifest *m = e->manifest;
+	apf_search_space *space = NULL;
+	int rc = 0;
+	if (!strcmp(m->tuning.ruleset, "external")) {
+		char *text;
+		size_t len;
+		char hex[65];
+		rc = apf_entry_read_file(e, "tuning_search_space.ini", 1 << 20,
+					 &text, &len);
+		if (!rc)
+			rc = apf_sha256_hex(text, len, hex);
+		if (!rc && strcmp(hex, m->tuning.search_space_digest))
+			rc = apf_error(APF_EVERIFY, e->path,
+				       "tuning_search_space.ini differs from the "
+				       "manifest's search-space digest");
+		if (!rc)
+			rc = apf_search_space_parse(&space, text,
+						    "tuning_search_space.ini");
+		free(text);
+	}
+	char **names = NULL;
+	if (!rc) {
+		names = apf_calloc(m->nworkloads, sizeof *names);
+		for (size_t i = 0; names && i < m->nworkloads; i++)
+			names[i] = m->workloads[i].name;
+		if (!names)
+			rc = apf_error(APF_ENOMEM, "plan", "out of memory");
+	}
+	if (!rc)
+		rc = apf_plan_build(out, names, m->nworkloads, m->tuning.studies,
+				    m->tuning.trials, m->tuning.seed, space);
+	free(names);
+	apf_search_space_free(space);
+	return rc;
 }

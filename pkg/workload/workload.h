@@ -17,6 +17,10 @@
  *     [variant.<v>]   overrides of [model] keys, and optionally the variant's
  *                     own validation_target / test_target
  *
+ * The runtime half (below the spec functions) binds a spec and a variant to
+ * its model code (workloads/<name>/model.c, found by the [workload] model name),
+ * its dataset, the loss and the metrics, on a backend.
+ *
  * Workloads live in $APF_WORKLOADS_DIR, else <prefix>/share/apf/workloads
  * next to an installed binary, else the source tree's workloads/. A dataset's
  * path can be redirected with $APF_DATASETS_DIR/<dataset name>.
@@ -25,6 +29,8 @@
 #define APF_WORKLOAD_H
 
 #include "config/config.h"
+#include "data/data.h"
+#include "nn/nn.h"
 
 struct apf_budget {
 	double max_runtime_s;
@@ -78,5 +84,151 @@ const struct apf_budget *apf_workload_budget(const apf_workload_spec *w,
 					     const char *device);
 /* True when value meets target in the workload's direction. */
 int apf_workload_meets(int direction, double value, double target);
+
+/* ---- runtime ------------------------------------------------------------------
+ *
+ * A trial's trainable state lives in memory the caller provides (the runner's
+ * shared arena): apf_workload_bind points the model at the parameters and the
+ * model state, apf_workload_data_pos is the data stream's position. The
+ * workload's own memory (activations, gradients, batches) is private.
+ *
+ * Evaluation needs only the spec, the variant and that memory: it runs the
+ * model in eval mode over fixed batches in file order, never writes the
+ * memory, and gives bit-identical metrics for a fixed thread count.
+ */
+
+/* Model code: builds the net for a variant. `keys` lists the [model] keys it
+ * reads (NULL-terminated); others are refused. */
+struct apf_model_def {
+	const char *name;
+	const char *const *keys;
+	int (*build)(apf_net **out, apf_backend *be,
+		     const apf_workload_spec *w, const char *variant, int H,
+		     int W, int C, int classes);
+};
+/* The model code apf knows, by [workload] model name; NULL if none. */
+const struct apf_model_def *apf_model_find(const char *name);
+extern const struct apf_model_def apf_model_mlp, apf_model_resnet;
+
+/* [model] values under a variant, typed, with a default when unset;
+ * malformed values fail naming the section that set them. */
+int apf_model_long(const apf_workload_spec *w, const char *variant,
+		   const char *key, long dflt, long min, long max, long *out);
+int apf_model_double(const apf_workload_spec *w, const char *variant,
+		     const char *key, double dflt, double min, double max,
+		     double *out);
+int apf_model_string(const apf_workload_spec *w, const char *variant,
+		     const char *key, const char *dflt, const char **out);
+
+typedef struct apf_workload apf_workload;
+
+/* Where a trial's randomness comes from: (seed, study, trial); the purpose
+ * is set per use. */
+typedef struct apf_trial_key {
+	uint64_t seed;
+	uint32_t study, trial;
+} apf_trial_key;
+
+enum { APF_WORKLOAD_NO_DATA = 1 }; /* open flags: model only (listing) */
+
+int apf_workload_open(apf_workload **out, const apf_workload_spec *spec,
+		      const char *variant, apf_backend *be,
+		      const apf_trial_key *key, int flags);
+void apf_workload_close(apf_workload *wl);
+
+apf_net *apf_workload_net(apf_workload *wl);
+apf_backend *apf_workload_backend(apf_workload *wl);
+const apf_image_dataset *apf_workload_dataset(const apf_workload *wl);
+const char *apf_workload_variant_name(const apf_workload *wl);
+
+/* Binds parameters and model state (backend memory of the net's
+ * param_floats and state_floats floats) and initialises them from the
+ * trial key (purpose APF_RNG_INIT) with the variant's init scheme. */
+int apf_workload_bind(apf_workload *wl, float *params, float *state);
+int apf_workload_init(apf_workload *wl);
+
+/* A batch in backend memory, owned by the workload. */
+typedef struct apf_batch {
+	const float *x;   /* (B,H,W,C) */
+	const int32_t *y; /* (B) */
+	int B;
+} apf_batch;
+
+/* The next training batch after *pos (shuffled per epoch from the trial
+ * key); advances *pos. The batch stays valid until the next call. */
+int apf_workload_next_batch(apf_workload *wl, apf_data_pos *pos, int B,
+			    apf_batch *out);
+/* Mean training loss of the batch (label smoothing as the variant says) and
+ * its gradient, written to grads (param_floats floats of backend memory).
+ * Batch-norm running statistics in the bound state are updated; dropout
+ * draws from (trial key, APF_RNG_DROPOUT, step). */
+int apf_workload_loss_grad(apf_workload *wl, const apf_batch *batch,
+			   uint64_t step, double *loss, float *grads);
+
+struct apf_split_metrics {
+	double loss;      /* mean cross-entropy, no smoothing */
+	double accuracy;
+	size_t n;         /* examples evaluated */
+};
+
+typedef struct apf_workload_eval {
+	struct apf_split_metrics split[3]; /* by enum apf_split_id; train is
+					      the first `validation size`
+					      examples of the train split */
+} apf_workload_eval;
+
+/* Evaluates params and state (read, never written) on the splits in
+ * `splits` (bit mask of 1 << apf_split_id). */
+int apf_workload_evaluate(apf_workload *wl, const float *params,
+			  const float *state, unsigned splits,
+			  apf_workload_eval *out);
+/* The workload's metric (accuracy here) of one split's metrics. */
+double apf_workload_metric(const apf_workload *wl,
+			   const struct apf_split_metrics *m);
+
+/* ---- the reference AdamW loop ---------------------------------------------
+ *
+ * Until the sealed runner and the submissions exist, this loop trains a
+ * workload for tests, benchmarks and provisional targets. It keeps all
+ * trainable state in one arena exactly as the runner will: [parameters |
+ * model state | AdamW m | AdamW v], one allocation.
+ */
+struct apf_adamw {
+	double lr, b1, b2, eps, weight_decay;
+	double warmup_frac; /* linear warmup over this share of steps, then
+			       cosine decay to 0 */
+};
+
+/* One AdamW update of all parameters, built from the backend's vector ops:
+ * weight decay only on weight kinds; t is the 1-based step. scratch holds
+ * param_floats floats. */
+void apf_adamw_update(apf_backend *be, const apf_net *net, float *params,
+		      const float *grads, float *m, float *v, float *scratch,
+		      const struct apf_adamw *h, double lr, long t);
+double apf_adamw_lr(const struct apf_adamw *h, long step, long total);
+
+struct apf_fit_opts {
+	long steps;
+	int batch;
+	struct apf_adamw adamw;
+	long eval_every;      /* 0: only at the end; < 0: never */
+	unsigned eval_splits; /* bit mask; 0: validation */
+	/* Called after each evaluation; non-zero stops the loop. */
+	int (*on_eval)(void *user, long step, double seconds,
+		       const apf_workload_eval *ev);
+	void *user;
+};
+
+struct apf_fit_result {
+	apf_workload_eval last;
+	double best_validation; /* best validation metric seen */
+	long steps_done;
+	double train_seconds;   /* excluding evaluation */
+	double last_loss;
+	uint8_t digest[32];     /* SHA-256 of parameters and model state */
+};
+
+int apf_workload_fit(apf_workload *wl, const struct apf_fit_opts *o,
+		     struct apf_fit_result *res);
 
 #endif

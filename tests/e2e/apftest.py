@@ -119,3 +119,69 @@ def reseal(tar_bytes):
     attacker who knows the format would make it."""
     frame = compress(tar_bytes)
     return frame + trailer_for(frame)
+
+
+# ---- run directories -----------------------------------------------------
+
+BLOBS = "blobs_mlp"
+
+
+def read_log(run_dir):
+    """The log's records, after checking seq and the prev chain."""
+    import json
+    recs = []
+    prev = "0" * 64
+    with open(os.path.join(run_dir, "log.jsonl"), "rb") as f:
+        data = f.read()
+    assert data.endswith(b"\n"), "the log ends in a torn line"
+    for i, line in enumerate(data.split(b"\n")[:-1]):
+        rec = json.loads(line)
+        assert rec["seq"] == i, f"line {i + 1}: seq {rec['seq']}"
+        assert rec["prev"] == prev, f"line {i + 1}: prev breaks the chain"
+        prev = hashlib.sha256(line).hexdigest()
+        recs.append(rec)
+    return recs, prev
+
+
+def check_head_signature(run_dir, pubkey):
+    """log.dsse.json signs the last line's hash, checked with openssl."""
+    import base64
+    import json
+    import tempfile
+    _, head = read_log(run_dir)
+    with open(os.path.join(run_dir, "log.dsse.json")) as f:
+        env = json.load(f)
+    body = base64.b64decode(env["payload"])
+    payload = json.loads(body)
+    assert payload["head"] == head, "the signed head is not the last line"
+    ptype = env["payloadType"].encode()
+    pae = b"DSSEv1 %d %s %d %s" % (len(ptype), ptype, len(body), body)
+    with tempfile.TemporaryDirectory() as d:
+        with open(os.path.join(d, "pae"), "wb") as f:
+            f.write(pae)
+        with open(os.path.join(d, "sig"), "wb") as f:
+            f.write(base64.b64decode(env["signatures"][0]["sig"]))
+        p = subprocess.run(["openssl", "pkeyutl", "-verify", "-pubin", "-inkey", pubkey,
+                            "-rawin", "-in", os.path.join(d, "pae"), "-sigfile",
+                            os.path.join(d, "sig")], capture_output=True, text=True)
+        assert p.returncode == 0, p.stdout + p.stderr
+    return payload
+
+
+def unit_records(recs, unit):
+    """A unit's records after discarding work lost to crashes (from_eval)."""
+    out = []
+    for r in recs:
+        if r.get("unit") != unit:
+            continue
+        if r["event"] == "resume":
+            keep = r["from_eval"]
+            if keep == 0:
+                out = []
+            else:
+                idx = [i for i, x in enumerate(out) if x["event"] == "eval" and x["index"] == keep]
+                assert idx, f"resume from eval {keep} that is not in the log"
+                out = out[:idx[0] + 1]
+            continue
+        out.append(r)
+    return out

@@ -1,7 +1,9 @@
 """scripts/bench.sh, the driver behind `make bench`, on stand-in benches in
-a scratch copy of the tree: every bench runs even after one fails, the
-RESULT lines are repeated as a summary, and a bench that fails, prints no
-RESULT line or a malformed one is named and makes the whole command fail."""
+a scratch copy of the tree: each of the three kinds of bench runs (run.sh,
+an executable `run`, programs built from the bench's C files), every bench
+runs even after one fails, the RESULT lines are repeated as a summary, a
+bench that fails or prints a malformed RESULT line is named and makes the
+whole command fail, and one that prints no RESULT line is a skip."""
 import os
 import shutil
 import subprocess
@@ -10,13 +12,20 @@ import unittest
 
 from apftest import ROOT
 
+# name -> {file: (mode, text)}; "build:" files go under build/bench/<name>/.
 BENCHES = {
-    "alpha": "echo 'bench alpha: warming up'\necho 'RESULT alpha speed_ratio 1.25'\n"
-             "echo 'RESULT alpha size_ratio 0.5'\n",
-    "broken": "echo 'RESULT broken half 3'\necho 'peer missing' >&2\nexit 3\n",
-    "mute": "echo 'nothing to report'\n",
-    "sloppy": "echo 'RESULT sloppy ratio fast'\n",
-    "zulu": "test -d \"$1\" || exit 9\necho \"RESULT zulu build_dir_given 1\"\n",
+    "alpha": {"run.sh": (0o644, "echo 'bench alpha: warming up'\n"
+                         "echo 'RESULT alpha speed_ratio 1.25'\n"
+                         "echo 'RESULT alpha size_ratio 0.5'\n")},
+    "broken": {"run.sh": (0o644, "echo 'RESULT broken half 3'\n"
+                          "echo 'peer missing' >&2\nexit 3\n")},
+    "empty": {"README": (0o644, "nothing to run here\n")},
+    "mute": {"run.sh": (0o644, "echo 'bench mute: skipped: no namespaces' >&2\n")},
+    "prog": {"build:one": (0o755, "echo 'RESULT prog one_ms 2.5'\n"),
+             "build:two": (0o755, "echo 'RESULT prog two_ms 1e-3'\n")},
+    "script": {"run": (0o755, "test -d \"$1\" || exit 9\n"
+                       "echo 'RESULT script build_dir_given 1'\n")},
+    "sloppy": {"run.sh": (0o644, "echo 'RESULT sloppy ratio fast'\n")},
 }
 
 
@@ -26,12 +35,18 @@ class BenchScript(unittest.TestCase):
         os.makedirs(os.path.join(self.tmp, "scripts"))
         shutil.copy(os.path.join(ROOT, "scripts", "bench.sh"),
                     os.path.join(self.tmp, "scripts", "bench.sh"))
-        for name, body in BENCHES.items():
-            d = os.path.join(self.tmp, "bench", name)
-            os.makedirs(d)
-            with open(os.path.join(d, "run.sh"), "w") as f:
-                f.write("#!/bin/bash\n" + body)
-        os.makedirs(os.path.join(self.tmp, "build"))
+        for name, files in BENCHES.items():
+            os.makedirs(os.path.join(self.tmp, "bench", name))
+            for f, (mode, body) in files.items():
+                if f.startswith("build:"):
+                    p = os.path.join(self.tmp, "build", "bench", name, f[6:])
+                else:
+                    p = os.path.join(self.tmp, "bench", name, f)
+                os.makedirs(os.path.dirname(p), exist_ok=True)
+                with open(p, "w") as fh:
+                    fh.write(("#!/bin/bash\n" if f != "README" else "") + body)
+                os.chmod(p, mode)
+        os.makedirs(os.path.join(self.tmp, "build"), exist_ok=True)
 
     def tearDown(self):
         shutil.rmtree(self.tmp, ignore_errors=True)
@@ -46,26 +61,31 @@ class BenchScript(unittest.TestCase):
         self.assertEqual(p.returncode, 1, p)
         out = p.stdout
         summary = out[out.index("bench summary:"):].splitlines()
-        self.assertEqual(summary[0], "bench summary: 2 passed, 3 failed")
-        self.assertEqual(summary[1:5], [
+        self.assertEqual(summary[0], "bench summary: 3 passed, 3 failed, 1 skipped")
+        self.assertEqual(summary[1:7], [
             "RESULT alpha speed_ratio 1.25", "RESULT alpha size_ratio 0.5",
-            "RESULT broken half 3", "RESULT zulu build_dir_given 1"])
+            "RESULT broken half 3", "RESULT prog one_ms 2.5",
+            "RESULT prog two_ms 1e-3", "RESULT script build_dir_given 1"])
+        self.assertTrue(summary[7].startswith(
+            "SKIPPED mute (bench mute: skipped: no namespaces; log:"), summary)
         failed = [l for l in summary if l.startswith("FAILED ")]
         self.assertEqual(len(failed), 3, out)
         self.assertIn("FAILED broken (exit status 3;", failed[0])
-        self.assertIn("FAILED mute (printed no RESULT line;", failed[1])
+        self.assertIn("FAILED empty (exit status 127;", failed[1])
         self.assertIn("FAILED sloppy (malformed line 'RESULT sloppy ratio fast'",
                       failed[2])
         self.assertIn("bench: broken FAILED", p.stderr)
         # Each bench's whole output is kept, stderr included.
         with open(os.path.join(self.tmp, "build", "bench", "broken.log")) as f:
             self.assertIn("peer missing", f.read())
+        with open(os.path.join(self.tmp, "build", "bench", "empty.log")) as f:
+            self.assertIn("no run.sh, no executable run, and no program", f.read())
 
     def test_selection_and_success(self):
-        p = self.bench("build", env={"BENCH": "alpha zulu"})
+        p = self.bench("build", env={"BENCH": "alpha script mute"})
         self.assertEqual(p.returncode, 0, p)
-        self.assertIn("bench summary: 2 passed, 0 failed", p.stdout)
-        self.assertNotIn("mute", p.stdout)
+        self.assertIn("bench summary: 2 passed, 0 failed, 1 skipped", p.stdout)
+        self.assertNotIn("sloppy", p.stdout)
         p = self.bench("build", env={"BENCH": "nosuch"})
         self.assertEqual(p.returncode, 2, p)
         self.assertIn("apf: bench: no bench matches", p.stderr)

@@ -133,6 +133,21 @@ static void load_reports_missing_file(void **state)
 	assert_non_null(strstr(apf_error_message(), "/nonexistent/w.ini: open"));
 }
 
+static void set_replaces_or_adds(void **state)
+{
+	(void)state;
+	apf_config *c;
+	assert_apf_ok(apf_config_parse(&c, "[model]\ndropout = 0.2\n", "s.ini"));
+	assert_apf_ok(apf_config_set(c, "model", "dropout", "0.1"));
+	assert_apf_ok(apf_config_set(c, "model", "label_smoothing", "0.2"));
+	assert_apf_ok(apf_config_set(c, "new", "k", "v"));
+	assert_string_equal(apf_config_get(c, "model", "dropout"), "0.1");
+	assert_string_equal(apf_config_get(c, "model", "label_smoothing"), "0.2");
+	assert_true(apf_config_has_section(c, "new"));
+	assert_int_equal(apf_config_line(c, "model", "label_smoothing"), 0);
+	apf_config_free(c);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -142,6 +157,7 @@ int main(void)
 		cmocka_unit_test(lines_longer_than_inih_default_parse),
 		cmocka_unit_test(lists_split_and_trim),
 		cmocka_unit_test(load_reports_missing_file),
+		cmocka_unit_test(set_replaces_or_adds),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

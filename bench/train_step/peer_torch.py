@@ -1,0 +1,94 @@
+#!/usr/bin/python3
+"""PyTorch peer of bench/train_step: the same models, shapes, optimizer and
+thread count as apf's, timed the same way (warm-up, then the median of
+several repetitions of a fixed number of steps).
+
+    peer_torch.py {mlp|cnn} BATCH THREADS STEPS REPS
+
+Prints `samples_per_s <median>` and `peak_rss_mib <this process's peak>`. The models mirror
+workloads/fmnist_mlp (784-1024-1024-10, ReLU) and workloads/fmnist_cnn (the
+small ResNet: stem, three stages of one basic block at 16-32-64 channels,
+batch norm, global average pool, linear head), in channels-last layout as
+apf computes them.
+"""
+import resource
+import statistics
+import sys
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Block(nn.Module):
+    def __init__(self, cin, cout, stride):
+        super().__init__()
+        self.a = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+        self.an = nn.BatchNorm2d(cout)
+        self.b = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+        self.bn = nn.BatchNorm2d(cout)
+        self.proj = None
+        if stride != 1 or cin != cout:
+            self.proj = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, 0, bias=False),
+                                      nn.BatchNorm2d(cout))
+
+    def forward(self, x):
+        y = F.relu(self.an(self.a(x)))
+        y = self.bn(self.b(y))
+        return F.relu(y + (self.proj(x) if self.proj is not None else x))
+
+
+class ResNet(nn.Module):
+    def __init__(self, width=16, stages=3):
+        super().__init__()
+        self.stem = nn.Conv2d(1, width, 3, 1, 1, bias=False)
+        self.stem_n = nn.BatchNorm2d(width)
+        blocks, c = [], width
+        for s in range(stages):
+            blocks.append(Block(c, width << s, 2 if s > 0 else 1))
+            c = width << s
+        self.blocks = nn.Sequential(*blocks)
+        self.head = nn.Linear(c, 10)
+
+    def forward(self, x):
+        x = F.relu(self.stem_n(self.stem(x)))
+        x = self.blocks(x)
+        return self.head(x.mean((2, 3)))
+
+
+def main():
+    kind, batch, threads, steps, reps = sys.argv[1], *map(int, sys.argv[2:6])
+    torch.set_num_threads(threads)
+    torch.manual_seed(0)
+    if kind == "mlp":
+        model = nn.Sequential(nn.Linear(784, 1024), nn.ReLU(),
+                              nn.Linear(1024, 1024), nn.ReLU(),
+                              nn.Linear(1024, 10))
+        x = torch.randn(batch, 784)
+    else:
+        model = ResNet().to(memory_format=torch.channels_last)
+        x = torch.randn(batch, 1, 28, 28).to(memory_format=torch.channels_last)
+    y = torch.randint(0, 10, (batch,))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=1e-4)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+
+    for _ in range(max(2, steps // 4)):
+        step()
+    rates = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            step()
+        rates.append(steps * batch / (time.perf_counter() - t0))
+    print(f"samples_per_s {statistics.median(rates):.1f}")
+    print(f"peak_rss_mib {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.1f}")
+
+
+if __name__ == "__main__":
+    main()

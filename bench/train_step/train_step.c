@@ -1,0 +1,147 @@
+/*
+ * train_step.c: apf's side of bench/train_step. Times whole training steps
+ * (next batch from the real dataset, forward, backward, AdamW update) of a
+ * workload's base model and prints samples per second, the share of the
+ * machine's sgemm peak reached, and the process's peak memory.
+ *
+ *     train_step WORKLOAD BATCH THREADS STEPS REPS
+ *
+ * Output, one figure per line:
+ *     samples_per_s <median over REPS runs of STEPS steps, after warm-up>
+ *     gflops <model GEMM FLOPs per second at that rate>
+ *     sgemm_peak_gflops <best of square 1024 and 2048 sgemm, same threads>
+ *     peak_rss_mib <VmHWM of this process: data + model + optimizer>
+ *
+ * FLOPs count the multiply-adds of convolutions and linear layers, times 2
+ * (multiply and add), times 3 (forward, input gradient, weight gradient).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cblas.h>
+
+#include "workload/workload.h"
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return (x > y) - (x < y);
+}
+
+static double sgemm_peak(void)
+{
+	double best = 0;
+	for (int n = 1024; n <= 2048; n *= 2) {
+		float *a = calloc((size_t)n * n, sizeof *a);
+		float *b = calloc((size_t)n * n, sizeof *b);
+		float *c = calloc((size_t)n * n, sizeof *c);
+		if (!a || !b || !c)
+			exit(2);
+		for (size_t i = 0; i < (size_t)n * n; i++)
+			a[i] = b[i] = (float)(i % 13) * 1e-3f;
+		for (int r = 0; r < 4; r++) {
+			uint64_t t0 = apf_now_ns();
+			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n,
+				    n, n, 1.0f, a, n, b, n, 0.0f, c, n);
+			double g = 2.0 * n * n * (double)n /
+				   (double)(apf_now_ns() - t0);
+			best = r > 0 && g > best ? g : best; /* skip the first */
+		}
+		free(a);
+		free(b);
+		free(c);
+	}
+	return best;
+}
+
+static long peak_rss_kib(void)
+{
+	FILE *f = fopen("/proc/self/status", "r");
+	char line[256];
+	long kib = -1;
+	while (f && fgets(line, sizeof line, f))
+		if (!strncmp(line, "VmHWM:", 6))
+			kib = strtol(line + 6, NULL, 10);
+	if (f)
+		fclose(f);
+	return kib;
+}
+
+static int die(void)
+{
+	fprintf(stderr, "train_step: %s\n", apf_error_message());
+	return 2;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc != 6) {
+		fprintf(stderr, "usage: train_step WORKLOAD BATCH THREADS STEPS "
+				"REPS\n");
+		return 2;
+	}
+	const char *name = argv[1];
+	int B = atoi(argv[2]), threads = atoi(argv[3]);
+	long steps = atol(argv[4]), reps = atol(argv[5]);
+	if (B <= 0 || threads <= 0 || steps <= 0 || reps <= 0 || reps > 100)
+		return fprintf(stderr, "train_step: bad arguments\n"), 2;
+	apf_workload_spec *spec;
+	apf_backend *be;
+	apf_workload *wl;
+	apf_trial_key key = {1, 0, 0};
+	if (apf_workload_spec_load(&spec, name) ||
+	    apf_backend_cpu_new(&be, threads) ||
+	    apf_workload_open(&wl, spec, "base", be, &key, 0))
+		return die();
+	apf_net *net = apf_workload_net(wl);
+	size_t np = apf_net_param_floats(net), ns = apf_net_state_floats(net);
+	float *arena, *grads, *scratch;
+	if (be->alloc(be, (3 * np + ns) * sizeof(float), (void **)&arena) ||
+	    be->alloc(be, np * sizeof(float), (void **)&grads) ||
+	    be->alloc(be, np * sizeof(float), (void **)&scratch))
+		return die();
+	float *params = arena, *state = arena + np, *m = state + ns, *v = m + np;
+	if (apf_workload_bind(wl, params, state) || apf_workload_init(wl))
+		return die();
+	struct apf_adamw h = {1e-3, 0.9, 0.999, 1e-8, 1e-4, 0.0};
+	apf_data_pos pos = {0, 0};
+	long t = 0;
+	double *rates = calloc((size_t)reps, sizeof *rates);
+	long warm = steps / 4 > 2 ? steps / 4 : 2;
+	for (long r = -1; r < reps; r++) {
+		long n = r < 0 ? warm : steps;
+		uint64_t t0 = apf_now_ns();
+		for (long s = 0; s < n; s++) {
+			apf_batch b;
+			double loss;
+			if (apf_workload_next_batch(wl, &pos, B, &b) ||
+			    apf_workload_loss_grad(wl, &b, (uint64_t)t, &loss,
+						   grads))
+				return die();
+			t++;
+			apf_adamw_update(be, net, params, grads, m, v, scratch,
+					 &h, h.lr, t);
+		}
+		if (be->sync(be))
+			return die();
+		if (r >= 0)
+			rates[r] = (double)n * B * 1e9 /
+				   (double)(apf_now_ns() - t0);
+	}
+	qsort(rates, (size_t)reps, sizeof *rates, cmp_double);
+	double rate = rates[reps / 2];
+	double flops = 6.0 * apf_net_forward_macs(net);
+	printf("samples_per_s %.1f\n", rate);
+	printf("gflops %.1f\n", rate * flops / 1e9);
+	printf("peak_rss_mib %.1f\n", peak_rss_kib() / 1024.0);
+	printf("sgemm_peak_gflops %.1f\n", sgemm_peak());
+	free(rates);
+	be->free(be, arena);
+	be->free(be, grads);
+	be->free(be, scratch);
+	apf_workload_close(wl);
+	apf_workload_spec_free(spec);
+	apf_backend_free(be);
+	return 0;
+}

@@ -1,0 +1,105 @@
+/*
+ * run.c: `apf run ENTRY.apf [-o RUN_DIR] ...`, the sealed runner, and the
+ * hidden subcommands it starts (`apf __build`, `apf __trial`, `apf __eval`).
+ */
+#include "cmd.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "runner/runner.h"
+#include "trial/trial.h"
+
+int cmd_run(int argc, char **argv)
+{
+	struct apf_run_opts o = {.study = -1, .trial = -1};
+	long study = -1, trial = -1, threads = 0, memory_mib = 0;
+	int resume = 0, unsealed = 0, drift = 0, quiet = 0;
+	const struct apf_opt opts[] = {
+		{"output", 'o', OPT_STRING, &o.run_dir, "RUN_DIR",
+		 "the run directory (default: <entry>.run)"},
+		{"key", 'k', OPT_STRING, &o.key_path, "KEY",
+		 "sign the log with this private key (default: $APF_HOME/keys/"
+		 "default)"},
+		{"entry-key", 0, OPT_STRING, &o.trust_key, "PUB.pem",
+		 "trust only this key for the entry (default: $APF_HOME/trusted/)"},
+		{"workload", 0, OPT_STRING, &o.workload, "W",
+		 "run only this workload's units"},
+		{"study", 0, OPT_INT, &study, "K", "run only study K (from 0)"},
+		{"trial", 0, OPT_INT, &trial, "N", "run only trial N (from 1)"},
+		{"device", 0, OPT_STRING, &o.device, "cpu|cuda",
+		 "where trials run (default: cpu)"},
+		{"threads", 0, OPT_INT, &threads, "N",
+		 "compute threads (default: all usable cores)"},
+		{"resume", 0, OPT_FLAG, &resume, NULL,
+		 "continue an interrupted run from its last checkpoints"},
+		{"unsealed", 0, OPT_FLAG, &unsealed, NULL,
+		 "run without namespaces when the kernel refuses them (logged)"},
+		{"allow-env-drift", 0, OPT_FLAG, &drift, NULL,
+		 "run although this machine differs from the entry's record "
+		 "(logged)"},
+		{"memory-limit", 0, OPT_INT, &memory_mib, "MiB",
+		 "address-space limit of a trial (default: 16384)"},
+		{"quiet", 'q', OPT_FLAG, &quiet, NULL, "no progress line"},
+		{0},
+	};
+	const struct apf_usage usage = {
+		"run ENTRY.apf [-o RUN_DIR] [-k KEY] [--workload W] [--study K] "
+		"[--trial N]\n           [--device cpu|cuda] [--resume] "
+		"[--unsealed]",
+		"Run an entry's trials in the sealed runner: the entry is "
+		"verified, its workloads'\nspecs and datasets and this machine's "
+		"environment are checked against the\nmanifest, then every "
+		"trial runs sandboxed with harness-controlled timing and\n"
+		"evaluation, into a hash-chained, signed log with checkpoints.",
+		"A failed trial (a sandbox fault, a crash, a submission error) is "
+		"logged and the\nrun goes on. `apf verify RUN_DIR` checks the "
+		"result; `apf score RUN_DIR` scores it.",
+		1, 1};
+	int nargs, rc = cmd_start("run", &usage, opts, argc, argv, &nargs);
+	if (rc >= 0)
+		return rc;
+	if (threads < 0 || threads > 4096 || memory_mib < 0 || study < -1 ||
+	    (trial != -1 && trial < 1)) {
+		apf_error(APF_EUSAGE, "run",
+			  "--threads, --memory-limit, --study or --trial out of "
+			  "range");
+		return cmd_fail(APF_EUSAGE);
+	}
+	o.entry = argv[1];
+	o.study = study;
+	o.trial = trial;
+	o.threads = (int)threads;
+	o.resume = resume;
+	o.unsealed = unsealed;
+	o.allow_env_drift = drift;
+	o.memory_limit = (uint64_t)memory_mib << 20;
+	o.quiet = quiet || !progress_enabled();
+	rc = apf_run(&o);
+	return rc ? cmd_fail(rc) : 0;
+}
+
+/* apf __build SRC_DIR INCLUDE_DIR OUT.so: runs inside the build sandbox. */
+int cmd_build_internal(int argc, char **argv)
+{
+	if (argc != 4) {
+		apf_error(APF_EUSAGE, "__build", "SRC_DIR INCLUDE_DIR OUT.so");
+		return cmd_fail(APF_EUSAGE);
+	}
+	apf_buf log = {0};
+	int rc = apf_submission_build(argv[1], argv[2], argv[3], &log);
+	if (log.len)
+		fwrite(log.data, 1, log.len, stderr);
+	apf_buf_free(&log);
+	return rc ? cmd_fail(rc) : 0;
+}
+
+int cmd_trial_internal(int argc, char **argv)
+{
+	return apf_runner_trial_main(argc, argv);
+}
+
+int cmd_eval_internal(int argc, char **argv)
+{
+	return apf_runner_eval_main(argc, argv);
+}

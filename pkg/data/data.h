@@ -1,0 +1,101 @@
+/*
+ * data: datasets for the workloads. An IDX reader for the (gzip'd) files
+ * Debian ships, the labelled-image splits built from them, and batching with
+ * seeded per-epoch shuffling.
+ *
+ * Images stay as bytes in memory and are normalised as batches are gathered
+ * ((v / 255 - mean) / std), so a 60k-image dataset costs 47 MB, not 188.
+ *
+ * Data order is a pure function of (key, epoch): the epoch's permutation is
+ * a Fisher-Yates shuffle driven by the Philox stream (key, step = epoch), and
+ * the stream's position is the small struct apf_data_pos kept in the trial's
+ * arena. Restoring the struct restores the stream; nothing else is needed.
+ * A batch never straddles epochs: when fewer than B examples remain, the next
+ * epoch starts (the remainder is dropped, as drop_last does).
+ */
+#ifndef APF_DATA_H
+#define APF_DATA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/base.h"
+#include "rng/rng.h"
+
+/* ---- IDX files (LeCun's format: magic 0 0 type ndim, big-endian dims) ---- */
+
+typedef struct apf_idx {
+	int ndim;
+	uint32_t dims[4];
+	size_t count;     /* dims[0] */
+	size_t item_size; /* product of the other dims */
+	uint8_t *data;    /* count * item_size bytes */
+} apf_idx;
+
+/* Reads an unsigned-byte IDX file, gzip'd or plain; refuses other element
+ * types, more than 4 dimensions, more than max_bytes of data, truncated
+ * files and trailing bytes, each with a one-line reason naming the file. */
+int apf_idx_read(apf_idx **out, const char *path, size_t max_bytes);
+void apf_idx_free(apf_idx *idx);
+
+/* ---- labelled image splits ------------------------------------------------ */
+
+typedef struct apf_split {
+	const uint8_t *x; /* n images of H*W*C bytes */
+	const uint8_t *y; /* n labels */
+	size_t n;
+} apf_split;
+
+enum apf_split_id { APF_SPLIT_TRAIN, APF_SPLIT_VALIDATION, APF_SPLIT_TEST };
+
+typedef struct apf_image_dataset_opts {
+	const char *dir;          /* the dataset's directory */
+	const char *train_images, *train_labels; /* names inside dir */
+	const char *test_images, *test_labels;
+	size_t validation_size;   /* taken from the end of the training file */
+	size_t train_size;        /* 0: all that precede the validation part */
+	int classes;
+	float mean, std;          /* of pixel / 255 */
+} apf_image_dataset_opts;
+
+typedef struct apf_image_dataset {
+	int H, W, C, classes;
+	float mean, std;
+	apf_split split[3];       /* by enum apf_split_id */
+	apf_idx *files[4];
+} apf_image_dataset;
+
+int apf_image_dataset_load(apf_image_dataset **out,
+			   const apf_image_dataset_opts *opts);
+void apf_image_dataset_free(apf_image_dataset *ds);
+const char *apf_split_name(int split);
+
+/* Gathers examples idx[0..B) of a split into x (B,H,W,C) normalised floats
+ * and y (B) labels (host memory). idx NULL: examples first..first+B. */
+void apf_image_gather(const apf_image_dataset *ds, int split,
+		      const uint32_t *idx, size_t first, size_t B, float *x,
+		      int32_t *y);
+
+/* ---- order ----------------------------------------------------------------- */
+
+/* Where a trial's training stream stands; lives in the arena. */
+typedef struct apf_data_pos {
+	uint64_t epoch;
+	uint64_t index; /* examples of this epoch already served */
+} apf_data_pos;
+
+/* perm (n) = the epoch's order: Fisher-Yates over the stream (key, epoch). */
+void apf_data_permutation(uint32_t *perm, size_t n, const apf_rng_key *key,
+			  uint64_t epoch);
+
+/* Serves batches of one split in the shuffled order. Caches the current
+ * epoch's permutation; the position itself is the caller's. */
+typedef struct apf_batcher apf_batcher;
+int apf_batcher_new(apf_batcher **out, const apf_image_dataset *ds, int split,
+		    const apf_rng_key *key);
+void apf_batcher_free(apf_batcher *b);
+/* Fills x, y with the next B examples after *pos and advances it. */
+int apf_batcher_next(apf_batcher *b, apf_data_pos *pos, size_t B, float *x,
+		     int32_t *y);
+
+#endif

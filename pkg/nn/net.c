@@ -1,0 +1,934 @@
+/*
+ * net.c: networks as a list of layers over numbered tensors (see nn.h).
+ *
+ * Building a net only records layers and assigns offsets: parameters and
+ * model state get consecutive, 16-float aligned slices in creation order, so
+ * the layout is a pure function of the model code and its keys. Nothing
+ * trainable is allocated here; apf_net_bind points the layers at the
+ * caller's memory.
+ *
+ * Backward walks the layers in reverse. Whether a layer writes or adds into
+ * an input's gradient is fixed when the net is finished: the first consumer
+ * met in reverse order writes, later ones accumulate. So tensors read twice
+ * (residuals) sum their gradients in a fixed order without zeroing.
+ */
+#include "nn/nn.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define ALIGN_FLOATS 16
+
+enum op_type {
+	OP_LINEAR = 1,
+	OP_CONV,
+	OP_BATCHNORM,
+	OP_LAYERNORM,
+	OP_ACT,
+	OP_MAXPOOL,
+	OP_AVGPOOL,
+	OP_GAP,
+	OP_DROPOUT,
+	OP_ADD,
+};
+
+struct tensor {
+	int H, W, C;
+	float *data; /* max_batch examples; tensor 0 points at the caller's x */
+	float *grad;
+};
+
+struct op {
+	int type;
+	int in[2], nin, out;
+	int accum[2];
+	int param[2];  /* weight / scale, bias; -1 when absent */
+	int state[2];  /* running mean, running var; -1 when absent */
+	int act, K, S, P;
+	float momentum, eps, p;
+	int dropout_index;
+	float *save_a, *save_b; /* bn: mean/rstd (C); ln: mean/rstd (rows) */
+	int32_t *argmax;
+};
+
+struct apf_net {
+	apf_backend *be;
+	struct tensor *t;
+	size_t nt, cap_t;
+	struct op *ops;
+	size_t nops, cap_ops;
+	apf_param *params;
+	size_t nparams, cap_params, param_floats;
+	apf_state_entry *state;
+	size_t nstate, cap_state, state_floats;
+	int out;
+	int finished;
+	int ndropout;
+	float *bound_params, *bound_state;
+	int max_batch, with_grads;
+	float *work;
+	size_t work_floats;
+	int last_B, last_train; /* the forward backward continues */
+	uint32_t last_key[2];
+	uint64_t last_step;
+};
+
+static size_t tensor_numel(const struct tensor *t)
+{
+	return (size_t)t->H * t->W * t->C;
+}
+
+const char *apf_param_kind_name(int kind)
+{
+	static const char *const names[] = {
+		NULL, "weight", "bias", "conv_weight", "norm_scale",
+		"norm_bias", "embedding", "attention_q", "attention_k",
+		"attention_v", "attention_out"};
+	if (kind < 1 || kind > APF_PARAM_ATTN_OUT)
+		return "unknown";
+	return names[kind];
+}
+
+int apf_activation_parse(const char *name)
+{
+	if (!name)
+		return 0;
+	if (!strcmp(name, "relu"))
+		return APF_ACT_RELU;
+	if (!strcmp(name, "gelu"))
+		return APF_ACT_GELU;
+	if (!strcmp(name, "silu"))
+		return APF_ACT_SILU;
+	if (!strcmp(name, "tanh"))
+		return APF_ACT_TANH;
+	return 0;
+}
+
+const char *apf_activation_name(int act)
+{
+	switch (act) {
+	case APF_ACT_RELU:
+		return "relu";
+	case APF_ACT_GELU:
+		return "gelu";
+	case APF_ACT_SILU:
+		return "silu";
+	case APF_ACT_TANH:
+		return "tanh";
+	}
+	return "unknown";
+}
+
+/* ---- building ------------------------------------------------------------- */
+
+static int grow(void **v, size_t *cap, size_t n, size_t size)
+{
+	if (n < *cap)
+		return 0;
+	size_t nc = *cap ? 2 * *cap : 16;
+	void *p = realloc(*v, nc * size);
+	if (!p)
+		return apf_error(APF_ENOMEM, "net", "out of memory");
+	memset((char *)p + *cap * size, 0, (nc - *cap) * size);
+	*v = p;
+	*cap = nc;
+	return 0;
+}
+
+int apf_net_new(apf_net **out, apf_backend *be, int H, int W, int C)
+{
+	*out = NULL;
+	if (H <= 0 || W <= 0 || C <= 0)
+		return apf_error(APF_EINPUT, "net", "input shape %dx%dx%d",
+				 H, W, C);
+	apf_net *net = apf_calloc(1, sizeof *net);
+	if (!net)
+		return apf_error(APF_ENOMEM, "net", "out of memory");
+	net->be = be;
+	net->out = -1;
+	if (grow((void **)&net->t, &net->cap_t, 0, sizeof *net->t)) {
+		free(net);
+		return APF_ENOMEM;
+	}
+	net->t[0] = (struct tensor){H, W, C, NULL, NULL};
+	net->nt = 1;
+	*out = net;
+	return 0;
+}
+
+static void free_buffers(apf_net *net)
+{
+	apf_backend *be = net->be;
+	for (size_t i = 1; i < net->nt; i++) {
+		be->free(be, net->t[i].data);
+		be->free(be, net->t[i].grad);
+		net->t[i].data = net->t[i].grad = NULL;
+	}
+	for (size_t i = 0; i < net->nops; i++) {
+		struct op *o = &net->ops[i];
+		if (o->type == OP_LAYERNORM) {
+			be->free(be, o->save_a);
+			be->free(be, o->save_b);
+			o->save_a = o->save_b = NULL;
+		}
+		be->free(be, o->argmax);
+		o->argmax = NULL;
+	}
+	be->free(be, net->work);
+	net->work = NULL;
+	net->work_floats = 0;
+	net->max_batch = 0;
+	net->with_grads = 0;
+}
+
+void apf_net_free(apf_net *net)
+{
+	if (!net)
+		return;
+	free_buffers(net);
+	for (size_t i = 0; i < net->nops; i++)
+		if (net->ops[i].type == OP_BATCHNORM) {
+			net->be->free(net->be, net->ops[i].save_a);
+			net->be->free(net->be, net->ops[i].save_b);
+		}
+	free(net->t);
+	free(net->ops);
+	free(net->params);
+	free(net->state);
+	free(net);
+}
+
+static int check_in(apf_net *net, int in)
+{
+	if (net->finished)
+		return apf_error(APF_EINTERNAL, "net",
+				 "layer added after apf_net_finish");
+	if (in < 0 || (size_t)in >= net->nt)
+		return apf_error(APF_EINTERNAL, "net", "no tensor %d", in);
+	return 0;
+}
+
+static int new_tensor(apf_net *net, int H, int W, int C)
+{
+	if (H <= 0 || W <= 0 || C <= 0)
+		return apf_error(APF_EINPUT, "net",
+				 "a layer's output would be %dx%dx%d", H, W, C);
+	if (grow((void **)&net->t, &net->cap_t, net->nt, sizeof *net->t))
+		return APF_ENOMEM;
+	net->t[net->nt] = (struct tensor){H, W, C, NULL, NULL};
+	return (int)net->nt++;
+}
+
+static struct op *new_op(apf_net *net, int type, int in0, int in1)
+{
+	if (grow((void **)&net->ops, &net->cap_ops, net->nops, sizeof *net->ops))
+		return NULL;
+	struct op *o = &net->ops[net->nops++];
+	memset(o, 0, sizeof *o);
+	o->type = type;
+	o->in[0] = in0;
+	o->in[1] = in1;
+	o->nin = in1 >= 0 ? 2 : 1;
+	o->param[0] = o->param[1] = -1;
+	o->state[0] = o->state[1] = -1;
+	return o;
+}
+
+static size_t align_up(size_t n)
+{
+	return (n + ALIGN_FLOATS - 1) / ALIGN_FLOATS * ALIGN_FLOATS;
+}
+
+static int add_param(apf_net *net, const char *layer, const char *what,
+		     int kind, int ndim, const int *shape, int fan_in)
+{
+	if (grow((void **)&net->params, &net->cap_params, net->nparams,
+		 sizeof *net->params))
+		return APF_ENOMEM;
+	apf_param *p = &net->params[net->nparams];
+	memset(p, 0, sizeof *p);
+	if ((size_t)snprintf(p->name, sizeof p->name, "%s.%s", layer, what) >=
+	    sizeof p->name)
+		return apf_error(APF_EINPUT, layer, "parameter name too long");
+	for (size_t i = 0; i < net->nparams; i++)
+		if (!strcmp(net->params[i].name, p->name))
+			return apf_error(APF_EINPUT, p->name,
+					 "two parameters with this name");
+	p->kind = kind;
+	p->ndim = ndim;
+	p->numel = 1;
+	for (int i = 0; i < ndim; i++) {
+		p->shape[i] = shape[i];
+		p->numel *= (size_t)shape[i];
+	}
+	p->fan_in = fan_in;
+	p->offset = net->param_floats;
+	net->param_floats = align_up(net->param_floats + p->numel);
+	return (int)net->nparams++;
+}
+
+static int add_state(apf_net *net, const char *layer, const char *what,
+		     size_t numel)
+{
+	if (grow((void **)&net->state, &net->cap_state, net->nstate,
+		 sizeof *net->state))
+		return APF_ENOMEM;
+	apf_state_entry *s = &net->state[net->nstate];
+	if ((size_t)snprintf(s->name, sizeof s->name, "%s.%s", layer, what) >=
+	    sizeof s->name)
+		return apf_error(APF_EINPUT, layer, "state name too long");
+	s->numel = numel;
+	s->offset = net->state_floats;
+	net->state_floats = align_up(net->state_floats + numel);
+	return (int)net->nstate++;
+}
+
+int apf_net_linear(apf_net *net, int in, int out_features, int bias,
+		   const char *name)
+{
+	int rc = check_in(net, in);
+	if (rc)
+		return rc;
+	int C = (int)tensor_numel(&net->t[in]);
+	int t = new_tensor(net, 1, 1, out_features);
+	if (t < 0)
+		return t;
+	struct op *o = new_op(net, OP_LINEAR, in, -1);
+	if (!o)
+		return APF_ENOMEM;
+	o->out = t;
+	int wshape[2] = {out_features, C};
+	if ((o->param[0] = add_param(net, name, "weight", APF_PARAM_WEIGHT, 2,
+				     wshape, C)) < 0)
+		return o->param[0];
+	if (bias && (o->param[1] = add_param(net, name, "bias", APF_PARAM_BIAS,
+					     1, &out_features, C)) < 0)
+		return o->param[1];
+	return t;
+}
+
+int apf_net_conv2d(apf_net *net, int in, int out_channels, int kernel,
+		   int stride, int pad, int bias, const char *name)
+{
+	int rc = check_in(net, in);
+	if (rc)
+		return rc;
+	if (kernel <= 0 || stride <= 0 || pad < 0 || pad >= kernel)
+		return apf_error(APF_EINPUT, name,
+				 "conv kernel %d, stride %d, padding %d",
+				 kernel, stride, pad);
+	struct tensor x = net->t[in];
+	int OH = (x.H + 2 * pad - kernel) / stride + 1;
+	int OW = (x.W + 2 * pad - kernel) / stride + 1;
+	int t = new_tensor(net, OH, OW, out_channels);
+	if (t < 0)
+		return t;
+	struct op *o = new_op(net, OP_CONV, in, -1);
+	if (!o)
+		return APF_ENOMEM;
+	o->out = t;
+	o->K = kernel, o->S = stride, o->P = pad;
+	int wshape[4] = {out_channels, kernel, kernel, x.C};
+	int fan_in = kernel * kernel * x.C;
+	if ((o->param[0] = add_param(net, name, "weight",
+				     APF_PARAM_CONV_WEIGHT, 4, wshape,
+				     fan_in)) < 0)
+		return o->param[0];
+	if (bias && (o->param[1] = add_param(net, name, "bias", APF_PARAM_BIAS,
+					     1, &out_channels, fan_in)) < 0)
+		return o->param[1];
+	return t;
+}
+
+static int norm_layer(apf_net *net, int type, int in, float momentum,
+		      float eps, const char *name)
+{
+	int rc = check_in(net, in);
+	if (rc)
+		return rc;
+	struct tensor x = net->t[in];
+	int t = new_tensor(net, x.H, x.W, x.C);
+	if (t < 0)
+		return t;
+	struct op *o = new_op(net, type, in, -1);
+	if (!o)
+		return APF_ENOMEM;
+	o->out = t;
+	o->momentum = momentum;
+	o->eps = eps;
+	if ((o->param[0] = add_param(net, name, "scale", APF_PARAM_NORM_SCALE,
+				     1, &x.C, x.C)) < 0)
+		return o->param[0];
+	if ((o->param[1] = add_param(net, name, "bias", APF_PARAM_NORM_BIAS, 1,
+				     &x.C, x.C)) < 0)
+		return o->param[1];
+	if (type == OP_BATCHNORM) {
+		if ((o->state[0] = add_state(net, name, "running_mean",
+					     (size_t)x.C)) < 0)
+			return o->state[0];
+		if ((o->state[1] = add_state(net, name, "running_var",
+					     (size_t)x.C)) < 0)
+			return o->state[1];
+		/* Batch statistics are per channel, independent of the batch
+		 * size, so they are allocated once here. */
+		int rc2 = net->be->alloc(net->be, (size_t)x.C * sizeof(float),
+					 (void **)&o->save_a);
+		if (!rc2)
+			rc2 = net->be->alloc(net->be,
+					     (size_t)x.C * sizeof(float),
+					     (void **)&o->save_b);
+		if (rc2)
+			return rc2;
+	}
+	return t;
+}
+
+int apf_net_batchnorm(apf_net *net, int in, float momentum, float eps,
+		      const char *name)
+{
+	return norm_layer(net, OP_BATCHNORM, in, momentum, eps, name);
+}
+
+int apf_net_layernorm(apf_net *net, int in, float eps, const char *name)
+{
+	return norm_layer(net, OP_LAYERNORM, in, 0.0f, eps, name);
+}
+
+static int same_shape_op(apf_net *net, int type, int in)
+{
+	int rc = check_in(net, in);
+	if (rc)
+		return rc;
+	struct tensor x = net->t[in];
+	int t = new_tensor(net, x.H, x.W, x.C);
+	if (t < 0)
+		return t;
+	struct op *o = new_op(net, type, in, -1);
+	if (!o)
+		return APF_ENOMEM;
+	o->out = t;
+	return t;
+}
+
+int apf_net_activation(apf_net *net, int in, int act)
+{
+	if (act < APF_ACT_RELU || act > APF_ACT_TANH)
+		return apf_error(APF_EINPUT, "net", "unknown activation %d",
+				 act);
+	int t = same_shape_op(net, OP_ACT, in);
+	if (t >= 0)
+		net->ops[net->nops - 1].act = act;
+	return t;
+}
+
+static int pool(apf_net *net, int type, int in, int K, int S, int P)
+{
+	int rc = check_in(net, in);
+	if (rc)
+		return rc;
+	if (K <= 0 || S <= 0 || P < 0 || P >= K)
+		return apf_error(APF_EINPUT, "net",
+				 "pooling window %d, stride %d, padding %d", K,
+				 S, P);
+	struct tensor x = net->t[in];
+	int t = new_tensor(net, (x.H + 2 * P - K) / S + 1,
+			   (x.W + 2 * P - K) / S + 1, x.C);
+	if (t < 0)
+		return t;
+	struct op *o = new_op(net, type, in, -1);
+	if (!o)
+		return APF_ENOMEM;
+	o->out = t;
+	o->K = K, o->S = S, o->P = P;
+	return t;
+}
+
+int apf_net_maxpool2d(apf_net *net, int in, int kernel, int stride, int pad)
+{
+	return pool(net, OP_MAXPOOL, in, kernel, stride, pad);
+}
+
+int apf_net_avgpool2d(apf_net *net, int in, int kernel, int stride, int pad)
+{
+	return pool(net, OP_AVGPOOL, in, kernel, stride, pad);
+}
+
+int apf_net_global_avgpool(apf_net *net, int in)
+{
+	int rc = check_in(net, in);
+	if (rc)
+		return rc;
+	int t = new_tensor(net, 1, 1, net->t[in].C);
+	if (t < 0)
+		return t;
+	struct op *o = new_op(net, OP_GAP, in, -1);
+	if (!o)
+		return APF_ENOMEM;
+	o->out = t;
+	return t;
+}
+
+int apf_net_dropout(apf_net *net, int in, float p)
+{
+	if (!(p >= 0.0f && p < 1.0f))
+		return apf_error(APF_EINPUT, "net",
+				 "dropout rate %g outside [0, 1)", p);
+	int t = same_shape_op(net, OP_DROPOUT, in);
+	if (t >= 0) {
+		net->ops[net->nops - 1].p = p;
+		net->ops[net->nops - 1].dropout_index = net->ndropout++;
+	}
+	return t;
+}
+
+int apf_net_add(apf_net *net, int a, int b)
+{
+	int rc = check_in(net, a);
+	if (!rc)
+		rc = check_in(net, b);
+	if (rc)
+		return rc;
+	struct tensor x = net->t[a], y = net->t[b];
+	if (x.H != y.H || x.W != y.W || x.C != y.C)
+		return apf_error(APF_EINPUT, "net",
+				 "adding tensors of shapes %dx%dx%d and "
+				 "%dx%dx%d",
+				 x.H, x.W, x.C, y.H, y.W, y.C);
+	int t = new_tensor(net, x.H, x.W, x.C);
+	if (t < 0)
+		return t;
+	struct op *o = new_op(net, OP_ADD, a, b);
+	if (!o)
+		return APF_ENOMEM;
+	o->out = t;
+	return t;
+}
+
+int apf_net_finish(apf_net *net, int out)
+{
+	int rc = check_in(net, out);
+	if (rc)
+		return rc;
+	if (out == 0 || net->t[out].H != 1 || net->t[out].W != 1)
+		return apf_error(APF_EINPUT, "net",
+				 "the output must be a (B, classes) layer "
+				 "output");
+	int *written = apf_calloc(net->nt, sizeof *written);
+	if (!written)
+		return apf_error(APF_ENOMEM, "net", "out of memory");
+	written[out] = 1;
+	for (size_t i = net->nops; i-- > 0;) {
+		struct op *o = &net->ops[i];
+		for (int k = 0; k < o->nin; k++) {
+			o->accum[k] = written[o->in[k]];
+			written[o->in[k]] = 1;
+		}
+	}
+	/* Every tensor must reach the output, or its gradient would be read
+	 * unwritten. */
+	for (size_t t = 1; t < net->nt; t++)
+		if (!written[t]) {
+			free(written);
+			return apf_error(APF_EINPUT, "net",
+					 "tensor %zu does not reach the output",
+					 t);
+		}
+	free(written);
+	net->out = out;
+	net->finished = 1;
+	return 0;
+}
+
+/* ---- layout --------------------------------------------------------------- */
+
+void apf_net_tensor_shape(const apf_net *net, int t, int *H, int *W, int *C)
+{
+	*H = net->t[t].H, *W = net->t[t].W, *C = net->t[t].C;
+}
+
+size_t apf_net_nparams(const apf_net *net)
+{
+	return net->nparams;
+}
+
+const apf_param *apf_net_param(const apf_net *net, size_t i)
+{
+	return i < net->nparams ? &net->params[i] : NULL;
+}
+
+size_t apf_net_param_floats(const apf_net *net)
+{
+	return net->param_floats;
+}
+
+size_t apf_net_nstate(const apf_net *net)
+{
+	return net->nstate;
+}
+
+const apf_state_entry *apf_net_state(const apf_net *net, size_t i)
+{
+	return i < net->nstate ? &net->state[i] : NULL;
+}
+
+size_t apf_net_state_floats(const apf_net *net)
+{
+	return net->state_floats;
+}
+
+int apf_net_out_features(const apf_net *net)
+{
+	return net->out >= 0 ? net->t[net->out].C : 0;
+}
+
+double apf_net_forward_macs(const apf_net *net)
+{
+	double macs = 0;
+	for (size_t i = 0; i < net->nops; i++) {
+		const struct op *o = &net->ops[i];
+		const struct tensor *x = &net->t[o->in[0]], *y = &net->t[o->out];
+		if (o->type == OP_LINEAR)
+			macs += (double)tensor_numel(x) * y->C;
+		else if (o->type == OP_CONV)
+			macs += (double)y->H * y->W * y->C * o->K * o->K * x->C;
+	}
+	return macs;
+}
+
+void apf_net_bind(apf_net *net, float *params, float *state)
+{
+	net->bound_params = params;
+	net->bound_state = state;
+}
+
+int apf_net_init(apf_net *net, const apf_rng_key *key, const char *init)
+{
+	if (!net->finished)
+		return apf_error(APF_EINTERNAL, "net", "init before finish");
+	if (!net->bound_params || (net->state_floats && !net->bound_state))
+		return apf_error(APF_EINTERNAL, "net", "init before bind");
+	enum { KAIMING_UNIFORM, HE_NORMAL, LECUN_NORMAL } scheme;
+	if (!init || !strcmp(init, "kaiming_uniform"))
+		scheme = KAIMING_UNIFORM;
+	else if (!strcmp(init, "he_normal"))
+		scheme = HE_NORMAL;
+	else if (!strcmp(init, "lecun_normal"))
+		scheme = LECUN_NORMAL;
+	else
+		return apf_error(APF_EINPUT, init,
+				 "unknown init (kaiming_uniform, he_normal, "
+				 "lecun_normal)");
+	/* Drawn on the host in parameter order and uploaded, so every backend
+	 * starts from the same bits. */
+	size_t np = net->param_floats, ns = net->state_floats;
+	float *host = apf_calloc(np + ns, sizeof *host);
+	if (!host)
+		return apf_error(APF_ENOMEM, "net init", "out of memory");
+	apf_rng r;
+	apf_rng_init(&r, key, 0);
+	for (size_t i = 0; i < net->nparams; i++) {
+		const apf_param *p = &net->params[i];
+		float *w = host + p->offset;
+		if (p->kind == APF_PARAM_NORM_SCALE) {
+			for (size_t j = 0; j < p->numel; j++)
+				w[j] = 1.0f;
+			continue;
+		}
+		if (p->kind != APF_PARAM_WEIGHT &&
+		    p->kind != APF_PARAM_CONV_WEIGHT)
+			continue; /* biases stay 0 */
+		double fan = p->fan_in > 0 ? p->fan_in : 1;
+		for (size_t j = 0; j < p->numel; j++) {
+			if (scheme == KAIMING_UNIFORM) {
+				/* PyTorch's default: kaiming_uniform(a=sqrt 5)
+				 * gives bound 1/sqrt(fan_in). */
+				float b = (float)(1.0 / sqrt(fan));
+				w[j] = (2.0f * apf_rng_uniform(&r) - 1.0f) * b;
+			} else {
+				double g = scheme == HE_NORMAL ? 2.0 : 1.0;
+				w[j] = (float)(sqrt(g / fan) *
+					       apf_rng_normal(&r));
+			}
+		}
+	}
+	float *st = host + np;
+	for (size_t i = 0; i < net->nops; i++) {
+		const struct op *o = &net->ops[i];
+		if (o->type != OP_BATCHNORM)
+			continue;
+		const apf_state_entry *var = &net->state[o->state[1]];
+		for (size_t j = 0; j < var->numel; j++)
+			st[var->offset + j] = 1.0f;
+	}
+	net->be->upload(net->be, net->bound_params, host, np * sizeof *host);
+	if (ns)
+		net->be->upload(net->be, net->bound_state, st, ns * sizeof *st);
+	free(host);
+	return net->be->sync(net->be);
+}
+
+/* ---- running -------------------------------------------------------------- */
+
+static int alloc_floats(apf_backend *be, float **p, size_t n)
+{
+	return be->alloc(be, n * sizeof **p, (void **)p);
+}
+
+int apf_net_reserve(apf_net *net, int max_batch, int with_grads)
+{
+	if (!net->finished)
+		return apf_error(APF_EINTERNAL, "net", "reserve before finish");
+	if (max_batch <= net->max_batch && (!with_grads || net->with_grads))
+		return 0;
+	if (max_batch < net->max_batch)
+		max_batch = net->max_batch;
+	with_grads |= net->with_grads;
+	free_buffers(net);
+	apf_backend *be = net->be;
+	size_t B = (size_t)max_batch;
+	int rc = 0;
+	for (size_t i = 1; !rc && i < net->nt; i++) {
+		size_t n = B * tensor_numel(&net->t[i]);
+		rc = alloc_floats(be, &net->t[i].data, n);
+		if (!rc && with_grads)
+			rc = alloc_floats(be, &net->t[i].grad, n);
+	}
+	size_t work = 0;
+	for (size_t i = 0; !rc && i < net->nops; i++) {
+		struct op *o = &net->ops[i];
+		const struct tensor *x = &net->t[o->in[0]], *y = &net->t[o->out];
+		size_t rows = B * x->H * x->W;
+		if (o->type == OP_LAYERNORM) {
+			rc = alloc_floats(be, &o->save_a, rows);
+			if (!rc)
+				rc = alloc_floats(be, &o->save_b, rows);
+		} else if (o->type == OP_MAXPOOL) {
+			rc = be->alloc(be, B * tensor_numel(y) * sizeof(int32_t),
+				       (void **)&o->argmax);
+		} else if (o->type == OP_CONV) {
+			size_t w = be->conv2d_work(be, max_batch, x->H, x->W,
+						   x->C, y->C, o->K, o->S,
+						   o->P);
+			work = w > work ? w : work;
+		}
+	}
+	if (!rc && work)
+		rc = alloc_floats(be, &net->work, work);
+	if (rc) {
+		free_buffers(net);
+		return rc;
+	}
+	net->work_floats = work;
+	net->max_batch = max_batch;
+	net->with_grads = with_grads;
+	return 0;
+}
+
+static const float *param_ptr(const apf_net *net, int p)
+{
+	return p < 0 ? NULL : net->bound_params + net->params[p].offset;
+}
+
+static float *state_ptr(const apf_net *net, int s)
+{
+	return net->bound_state + net->state[s].offset;
+}
+
+/* Each dropout layer draws from its own key, derived from the step's key and
+ * the layer's index, so two layers never share a mask. */
+static void dropout_key(const uint32_t key[2], int index, uint32_t out[2])
+{
+	uint32_t ctr[4] = {(uint32_t)index, 0, 0, 0xd0u}, w[4];
+	apf_philox4x32_10(ctr, key, w);
+	out[0] = w[0], out[1] = w[1];
+}
+
+int apf_net_forward(apf_net *net, const float **logits, const float *x,
+		    int B, int train, const uint32_t dkey[2], uint64_t dstep)
+{
+	*logits = NULL;
+	if (!net->bound_params)
+		return apf_error(APF_EINTERNAL, "net", "forward before bind");
+	if (B <= 0)
+		return apf_error(APF_EINPUT, "net", "batch size %d", B);
+	int rc = apf_net_reserve(net, B, train);
+	if (rc)
+		return rc;
+	apf_backend *be = net->be;
+	net->t[0].data = (float *)x;
+	static const uint32_t zero_key[2];
+	if (!dkey)
+		dkey = zero_key;
+	for (size_t i = 0; i < net->nops; i++) {
+		struct op *o = &net->ops[i];
+		struct tensor *in = &net->t[o->in[0]], *out = &net->t[o->out];
+		size_t n = (size_t)B * tensor_numel(out);
+		int rows = B * in->H * in->W;
+		switch (o->type) {
+		case OP_LINEAR:
+			be->linear_forward(be, out->data, in->data,
+					   param_ptr(net, o->param[0]),
+					   param_ptr(net, o->param[1]), B,
+					   (int)tensor_numel(in), out->C);
+			break;
+		case OP_CONV:
+			be->conv2d_forward(be, out->data, in->data,
+					   param_ptr(net, o->param[0]),
+					   param_ptr(net, o->param[1]), B,
+					   in->H, in->W, in->C, out->C, o->K,
+					   o->S, o->P, net->work);
+			break;
+		case OP_BATCHNORM:
+			be->batchnorm_forward(be, out->data, o->save_a,
+					      o->save_b, in->data,
+					      param_ptr(net, o->param[0]),
+					      param_ptr(net, o->param[1]),
+					      state_ptr(net, o->state[0]),
+					      state_ptr(net, o->state[1]), rows,
+					      in->C, o->momentum, o->eps, train);
+			break;
+		case OP_LAYERNORM:
+			be->layernorm_forward(be, out->data, o->save_a,
+					      o->save_b, in->data,
+					      param_ptr(net, o->param[0]),
+					      param_ptr(net, o->param[1]), rows,
+					      in->C, o->eps);
+			break;
+		case OP_ACT:
+			be->activation_forward(be, o->act, out->data, in->data,
+					       n);
+			break;
+		case OP_MAXPOOL:
+			be->maxpool2d_forward(be, out->data, o->argmax,
+					      in->data, B, in->H, in->W, in->C,
+					      o->K, o->S, o->P);
+			break;
+		case OP_AVGPOOL:
+			be->avgpool2d_forward(be, out->data, in->data, B, in->H,
+					      in->W, in->C, o->K, o->S, o->P);
+			break;
+		case OP_GAP:
+			be->global_avgpool_forward(be, out->data, in->data, B,
+						   in->H * in->W, in->C);
+			break;
+		case OP_DROPOUT:
+			if (train && o->p > 0.0f) {
+				uint32_t k[2];
+				dropout_key(dkey, o->dropout_index, k);
+				be->dropout_forward(be, out->data, in->data, n,
+						    o->p, k, dstep);
+			} else {
+				be->copy(be, out->data, in->data, n);
+			}
+			break;
+		case OP_ADD:
+			be->add_forward(be, out->data, in->data,
+					net->t[o->in[1]].data, n);
+			break;
+		}
+	}
+	net->last_B = B;
+	net->last_train = train;
+	net->last_key[0] = dkey[0], net->last_key[1] = dkey[1];
+	net->last_step = dstep;
+	*logits = net->t[net->out].data;
+	return 0;
+}
+
+int apf_net_backward(apf_net *net, float *grads, const float *dlogits)
+{
+	if (!net->last_train || !net->with_grads)
+		return apf_error(APF_EINTERNAL, "net",
+				 "backward without a training forward");
+	apf_backend *be = net->be;
+	int B = net->last_B;
+	struct tensor *tout = &net->t[net->out];
+	be->copy(be, tout->grad, dlogits, (size_t)B * tensor_numel(tout));
+	for (size_t i = net->nops; i-- > 0;) {
+		struct op *o = &net->ops[i];
+		struct tensor *in = &net->t[o->in[0]], *out = &net->t[o->out];
+		/* The network input needs no gradient. */
+		float *din = o->in[0] == 0 ? NULL : in->grad;
+		const float *dout = out->grad;
+		size_t n = (size_t)B * tensor_numel(out);
+		int rows = B * in->H * in->W;
+		float *gw = o->param[0] >= 0
+				    ? grads + net->params[o->param[0]].offset
+				    : NULL;
+		float *gb = o->param[1] >= 0
+				    ? grads + net->params[o->param[1]].offset
+				    : NULL;
+		int acc = o->accum[0];
+		switch (o->type) {
+		case OP_LINEAR:
+			be->linear_backward(be, din, gw, gb, dout, in->data,
+					    param_ptr(net, o->param[0]), B,
+					    (int)tensor_numel(in), out->C, acc);
+			break;
+		case OP_CONV:
+			be->conv2d_backward(be, din, gw, gb, dout, in->data,
+					    param_ptr(net, o->param[0]), B,
+					    in->H, in->W, in->C, out->C, o->K,
+					    o->S, o->P, net->work, acc);
+			break;
+		case OP_BATCHNORM:
+			be->batchnorm_backward(be, din, gw, gb, dout, in->data,
+					       param_ptr(net, o->param[0]),
+					       o->save_a, o->save_b, rows,
+					       in->C, acc);
+			break;
+		case OP_LAYERNORM:
+			be->layernorm_backward(be, din, gw, gb, dout, in->data,
+					       param_ptr(net, o->param[0]),
+					       o->save_a, o->save_b, rows,
+					       in->C, acc);
+			break;
+		case OP_ACT:
+			if (din)
+				be->activation_backward(be, o->act, din, dout,
+							in->data, out->data, n,
+							acc);
+			break;
+		case OP_MAXPOOL:
+			if (din)
+				be->maxpool2d_backward(be, din, dout, o->argmax,
+						       B, in->H, in->W, in->C,
+						       o->K, o->S, o->P, acc);
+			break;
+		case OP_AVGPOOL:
+			if (din)
+				be->avgpool2d_backward(be, din, dout, B, in->H,
+						       in->W, in->C, o->K, o->S,
+						       o->P, acc);
+			break;
+		case OP_GAP:
+			if (din)
+				be->global_avgpool_backward(be, din, dout, B,
+							    in->H * in->W,
+							    in->C, acc);
+			break;
+		case OP_DROPOUT:
+			if (!din)
+				break;
+			if (o->p > 0.0f) {
+				uint32_t k[2];
+				dropout_key(net->last_key, o->dropout_index, k);
+				be->dropout_backward(be, din, dout, n, o->p, k,
+						     net->last_step, acc);
+			} else {
+				be->accumulate(be, din, dout, n, acc);
+			}
+			break;
+		case OP_ADD:
+			for (int k = 0; k < 2; k++)
+				if (o->in[k] != 0)
+					be->accumulate(be,
+						       net->t[o->in[k]].grad,
+						       dout, n, o->accum[k]);
+			break;
+		}
+	}
+	return be->sync(be);
+}

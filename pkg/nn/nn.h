@@ -1,0 +1,329 @@
+/*
+ * nn: float32 tensors in flat buffers, the backend interface every compute
+ * device implements, and networks built from layers on top of it.
+ *
+ * Backends. struct apf_backend is a table of functions over flat float
+ * buffers that the backend owns (host memory on CPU, device memory on CUDA).
+ * Models call only these functions, so adding a backend never changes a
+ * model. The CPU backend (nn/cpu) is the readable reference, llm.c style:
+ * one `<layer>_forward` / `<layer>_backward` pair per layer, shapes in the
+ * parameter names; faster backends are tested against it.
+ *
+ * Layout conventions: activations are row-major with the batch first; images
+ * are NHWC (B,H,W,C), so a convolution is one GEMM over im2col rows and a
+ * norm over channels is contiguous. Linear weights are (OC,C), convolution
+ * weights (OC,KH,KW,C). Backward functions write parameter gradients (=) and
+ * write or accumulate input gradients as `accum` says (0: =, 1: +=), so a
+ * tensor read by several layers (a residual) sums its gradients without an
+ * extra pass.
+ *
+ * Determinism. For a fixed thread count every function gives bit-identical
+ * results run to run: reductions run in a fixed order (per channel or per
+ * row, accumulated in double where they feed a statistic), GEMM goes to
+ * OpenBLAS with its thread count pinned, and randomness (dropout) comes from
+ * counter-based Philox words addressed by element index (rng.h), never from
+ * a thread's position.
+ *
+ * Errors. Compute functions return void: a device backend reports a failed
+ * launch at the next sync() (sticky, first error wins), which callers check
+ * where results leave the device. Allocation returns a status at once.
+ */
+#ifndef APF_NN_H
+#define APF_NN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/base.h"
+#include "rng/rng.h"
+
+/* Parameter kinds (DESIGN.md section 4): what an optimizer may treat apart,
+ * e.g. no weight decay on biases and norm parameters. */
+enum apf_param_kind {
+	APF_PARAM_WEIGHT = 1,
+	APF_PARAM_BIAS,
+	APF_PARAM_CONV_WEIGHT,
+	APF_PARAM_NORM_SCALE,
+	APF_PARAM_NORM_BIAS,
+	APF_PARAM_EMBEDDING,
+	APF_PARAM_ATTN_Q,
+	APF_PARAM_ATTN_K,
+	APF_PARAM_ATTN_V,
+	APF_PARAM_ATTN_OUT,
+};
+const char *apf_param_kind_name(int kind);
+
+enum apf_activation {
+	APF_ACT_RELU = 1,
+	APF_ACT_GELU,  /* tanh approximation, as GPT-2 and PyTorch's 'tanh' */
+	APF_ACT_SILU,
+	APF_ACT_TANH,
+};
+/* "relu", "gelu", "silu", "tanh" -> enum; 0 when unknown. */
+int apf_activation_parse(const char *name);
+const char *apf_activation_name(int act);
+
+typedef struct apf_backend apf_backend;
+
+struct apf_backend {
+	const char *name; /* "cpu", "cuda" */
+	int threads;      /* compute threads (BLAS), pinned at creation */
+
+	/* ---- memory ---- */
+	int (*alloc)(apf_backend *be, size_t nbytes, void **out); /* zeroed */
+	void (*free)(apf_backend *be, void *p);
+	void (*upload)(apf_backend *be, void *dst, const void *src, size_t n);
+	void (*download)(apf_backend *be, void *dst, const void *src, size_t n);
+	/* First error since the last sync, after waiting for queued work. */
+	int (*sync)(apf_backend *be);
+
+	/* ---- GEMM, row-major: C = alpha op(A) op(B) + beta C ---- */
+	void (*gemm)(apf_backend *be, int trans_a, int trans_b, int M, int N,
+		     int K, float alpha, const float *A, int lda, const float *B,
+		     int ldb, float beta, float *C, int ldc);
+
+	/* ---- layers ---- */
+	/* out (B,OC) = inp (B,C) weight(OC,C)^T + bias (OC); bias may be NULL */
+	void (*linear_forward)(apf_backend *be, float *out, const float *inp,
+			       const float *weight, const float *bias, int B,
+			       int C, int OC);
+	/* dinp may be NULL (not needed); dbias NULL when there is no bias */
+	void (*linear_backward)(apf_backend *be, float *dinp, float *dweight,
+				float *dbias, const float *dout,
+				const float *inp, const float *weight, int B,
+				int C, int OC, int accum);
+	/* out (B,OH,OW,OC) from inp (B,H,W,C), weight (OC,K,K,C), square
+	 * kernel K, stride S, zero padding P; work holds conv_work floats. */
+	void (*conv2d_forward)(apf_backend *be, float *out, const float *inp,
+			       const float *weight, const float *bias, int B,
+			       int H, int W, int C, int OC, int K, int S, int P,
+			       float *work);
+	void (*conv2d_backward)(apf_backend *be, float *dinp, float *dweight,
+				float *dbias, const float *dout,
+				const float *inp, const float *weight, int B,
+				int H, int W, int C, int OC, int K, int S,
+				int P, float *work, int accum);
+	/* Floats of work the conv needs for these shapes. */
+	size_t (*conv2d_work)(apf_backend *be, int B, int H, int W, int C,
+			      int OC, int K, int S, int P);
+	/* Batch norm over N rows of C channels. Training: normalise with the
+	 * batch statistics, save mean and 1/std (C each) for backward, and
+	 * update running mean / unbiased variance with momentum. Eval: use the
+	 * running statistics and touch nothing else. */
+	void (*batchnorm_forward)(apf_backend *be, float *out, float *save_mean,
+				  float *save_rstd, const float *inp,
+				  const float *scale, const float *bias,
+				  float *run_mean, float *run_var, int N, int C,
+				  float momentum, float eps, int train);
+	void (*batchnorm_backward)(apf_backend *be, float *dinp, float *dscale,
+				   float *dbias, const float *dout,
+				   const float *inp, const float *scale,
+				   const float *save_mean,
+				   const float *save_rstd, int N, int C,
+				   int accum);
+	/* Layer norm of each of N rows of C features; mean, rstd (N). */
+	void (*layernorm_forward)(apf_backend *be, float *out, float *mean,
+				  float *rstd, const float *inp,
+				  const float *scale, const float *bias, int N,
+				  int C, float eps);
+	void (*layernorm_backward)(apf_backend *be, float *dinp, float *dscale,
+				   float *dbias, const float *dout,
+				   const float *inp, const float *scale,
+				   const float *mean, const float *rstd, int N,
+				   int C, int accum);
+	void (*activation_forward)(apf_backend *be, int act, float *out,
+				   const float *inp, size_t n);
+	void (*activation_backward)(apf_backend *be, int act, float *dinp,
+				    const float *dout, const float *inp,
+				    const float *out, size_t n, int accum);
+	/* Max pooling, window K, stride S, padding P (padding never wins);
+	 * argmax (B,OH,OW,C) int32 indices into inp, saved for backward. */
+	void (*maxpool2d_forward)(apf_backend *be, float *out, int32_t *argmax,
+				  const float *inp, int B, int H, int W, int C,
+				  int K, int S, int P);
+	void (*maxpool2d_backward)(apf_backend *be, float *dinp,
+				   const float *dout, const int32_t *argmax,
+				   int B, int H, int W, int C, int K, int S,
+				   int P, int accum);
+	/* Average pooling; padding counts as zeros (count_include_pad). */
+	void (*avgpool2d_forward)(apf_backend *be, float *out, const float *inp,
+				  int B, int H, int W, int C, int K, int S,
+				  int P);
+	void (*avgpool2d_backward)(apf_backend *be, float *dinp,
+				   const float *dout, int B, int H, int W,
+				   int C, int K, int S, int P, int accum);
+	/* out (B,C) = mean over HW of inp (B,HW,C) */
+	void (*global_avgpool_forward)(apf_backend *be, float *out,
+				       const float *inp, int B, int HW, int C);
+	void (*global_avgpool_backward)(apf_backend *be, float *dinp,
+					const float *dout, int B, int HW, int C,
+					int accum);
+	/* Inverted dropout: element i is kept when its Philox word
+	 * apf_rng_word(key, step, i) maps to a uniform >= p; kept values are
+	 * scaled by 1/(1-p). Backward regenerates the mask from the same
+	 * words, so no mask is stored. */
+	void (*dropout_forward)(apf_backend *be, float *out, const float *inp,
+				size_t n, float p, const uint32_t key[2],
+				uint64_t step);
+	void (*dropout_backward)(apf_backend *be, float *dinp,
+				 const float *dout, size_t n, float p,
+				 const uint32_t key[2], uint64_t step,
+				 int accum);
+	/* out = a + b (a residual join); its backward is `accumulate`. */
+	void (*add_forward)(apf_backend *be, float *out, const float *a,
+			    const float *b, size_t n);
+	/* dst = src (accum 0) or dst += src (accum 1). */
+	void (*accumulate)(apf_backend *be, float *dst, const float *src,
+			   size_t n, int accum);
+	/* Softmax cross-entropy of logits (B,V) against labels (B): losses
+	 * (B) per example with label smoothing s (target (1-s) on the label,
+	 * s/V spread over all classes); probs (B,V) saved for backward. */
+	void (*softmax_xent_forward)(apf_backend *be, float *losses,
+				     float *probs, const float *logits,
+				     const int32_t *labels, int B, int V,
+				     float smoothing);
+	/* dlogits = dloss * (probs - target), dloss the weight of each
+	 * example's loss (1/B for a mean). */
+	void (*softmax_xent_backward)(apf_backend *be, float *dlogits,
+				      const float *probs, const int32_t *labels,
+				      int B, int V, float smoothing,
+				      float dloss);
+	/* How many rows of logits (B,V) have their first maximum at the label. */
+	long (*count_correct)(apf_backend *be, const float *logits,
+			      const int32_t *labels, int B, int V);
+
+	/* ---- vector operations (what optimizers are written with) ----
+	 * All over n floats; outputs may alias inputs. Reductions accumulate
+	 * in double in index order and return to the host. */
+	void (*fill)(apf_backend *be, float *x, float v, size_t n);
+	void (*copy)(apf_backend *be, float *dst, const float *src, size_t n);
+	void (*scale)(apf_backend *be, float *x, float a, size_t n); /* x *= a */
+	void (*axpy)(apf_backend *be, float *y, float a, const float *x,
+		     size_t n);                                /* y += a x */
+	void (*axpby)(apf_backend *be, float *y, float a, const float *x,
+		      float b, size_t n);                      /* y = a x + b y */
+	void (*add_scalar)(apf_backend *be, float *x, float a, size_t n);
+	void (*mul)(apf_backend *be, float *z, const float *x, const float *y,
+		    size_t n);                                 /* z = x * y */
+	void (*div)(apf_backend *be, float *z, const float *x, const float *y,
+		    size_t n);                                 /* z = x / y */
+	void (*sqrt)(apf_backend *be, float *y, const float *x, size_t n);
+	void (*max)(apf_backend *be, float *z, const float *x, const float *y,
+		    size_t n);                                 /* z = max(x, y) */
+	void (*clamp)(apf_backend *be, float *x, float lo, float hi, size_t n);
+	/* Adam-style moments, one pass: m = b1 m + (1-b1) g,
+	 * v = b2 v + (1-b2) g^2. */
+	void (*moments)(apf_backend *be, float *m, float *v, const float *g,
+			float b1, float b2, size_t n);
+	/* The Adam direction, one pass: d = (m c1) / (sqrt(v c2) + eps), with
+	 * c1, c2 the bias corrections 1/(1-b1^t), 1/(1-b2^t). */
+	void (*adam_direction)(apf_backend *be, float *d, const float *m,
+			       const float *v, float c1, float c2, float eps,
+			       size_t n);
+	double (*dot)(apf_backend *be, const float *x, const float *y,
+		      size_t n);
+	double (*sum)(apf_backend *be, const float *x, size_t n);
+	double (*norm2)(apf_backend *be, const float *x, size_t n);
+	double (*max_abs)(apf_backend *be, const float *x, size_t n);
+
+	void *impl;
+};
+
+/* The CPU backend with `threads` BLAS threads (<= 0: 1). OpenBLAS's thread
+ * count is process-wide, so every CPU backend of a process uses the count of
+ * the latest one created; a trial has one. */
+int apf_backend_cpu_new(apf_backend **out, int threads);
+void apf_backend_free(apf_backend *be);
+
+/* ---- networks ------------------------------------------------------------
+ *
+ * An apf_net is a list of layers over numbered tensors, built once by model
+ * code (tensor 0 is the input). Building fixes the layout of parameters and
+ * model state (batch-norm running statistics); the caller then provides that
+ * memory with apf_net_bind, so all trainable state can live in one arena the
+ * caller owns (shared memory, a checkpoint). Activations, gradients and
+ * workspace belong to the net. Forward in eval mode reads the bound memory
+ * and never writes it.
+ */
+
+#define APF_NET_MAX_DIMS 4
+
+typedef struct apf_param {
+	char name[64];           /* "block1.conv1.weight" */
+	int kind;                /* enum apf_param_kind */
+	int ndim;
+	int shape[APF_NET_MAX_DIMS];
+	size_t offset;           /* floats from the start of the parameters */
+	size_t numel;
+	int fan_in;              /* for initialisation */
+} apf_param;
+
+/* Model state the net keeps besides parameters (running statistics). */
+typedef struct apf_state_entry {
+	char name[64];
+	size_t offset, numel;    /* floats from the start of the model state */
+} apf_state_entry;
+
+typedef struct apf_net apf_net;
+
+/* input: H, W, C of one example (an MLP's flat input is 1, 1, features). */
+int apf_net_new(apf_net **out, apf_backend *be, int H, int W, int C);
+void apf_net_free(apf_net *net);
+
+/* Layers. Each returns the output tensor's id (>= 0) or a negative status.
+ * `name` prefixes the layer's parameter names. */
+int apf_net_linear(apf_net *net, int in, int out_features, int bias,
+		   const char *name);
+int apf_net_conv2d(apf_net *net, int in, int out_channels, int kernel,
+		   int stride, int pad, int bias, const char *name);
+int apf_net_batchnorm(apf_net *net, int in, float momentum, float eps,
+		      const char *name);
+int apf_net_layernorm(apf_net *net, int in, float eps, const char *name);
+int apf_net_activation(apf_net *net, int in, int act);
+int apf_net_maxpool2d(apf_net *net, int in, int kernel, int stride, int pad);
+int apf_net_avgpool2d(apf_net *net, int in, int kernel, int stride, int pad);
+int apf_net_global_avgpool(apf_net *net, int in);
+int apf_net_dropout(apf_net *net, int in, float p);
+int apf_net_add(apf_net *net, int a, int b);
+/* Declares the output (logits) tensor; no layer may be added after. */
+int apf_net_finish(apf_net *net, int out);
+
+/* Shape of one example of a tensor (H, W, C). */
+void apf_net_tensor_shape(const apf_net *net, int t, int *H, int *W, int *C);
+size_t apf_net_nparams(const apf_net *net);
+const apf_param *apf_net_param(const apf_net *net, size_t i);
+size_t apf_net_param_floats(const apf_net *net);
+size_t apf_net_nstate(const apf_net *net);
+const apf_state_entry *apf_net_state(const apf_net *net, size_t i);
+size_t apf_net_state_floats(const apf_net *net);
+int apf_net_out_features(const apf_net *net);
+/* Multiply-adds of one example's forward pass (for FLOP figures). */
+double apf_net_forward_macs(const apf_net *net);
+
+/* Binds the caller's parameter and model-state buffers (backend memory of
+ * param_floats and state_floats floats); may be called again to rebind. */
+void apf_net_bind(apf_net *net, float *params, float *state);
+/* Initialises the bound parameters and state: weights from the `init`
+ * scheme ("kaiming_uniform" as PyTorch's default, "he_normal",
+ * "lecun_normal"), biases 0, norm scale 1 / bias 0, running mean 0 / var 1.
+ * Draws from (key, step 0) in parameter order, so the result depends only on
+ * the key and the layout. */
+int apf_net_init(apf_net *net, const apf_rng_key *key, const char *init);
+
+/* Sizes activation buffers for batches up to max_batch; with_grads also
+ * allocates what backward needs. Called implicitly by forward. */
+int apf_net_reserve(apf_net *net, int max_batch, int with_grads);
+/* Forward of x (B,H,W,C) (backend memory); returns the logits (B,V) in
+ * backend memory owned by the net. train: batch statistics, running
+ * statistics updated, dropout on (its words from dropout_key at
+ * dropout_step); eval: running statistics, no dropout, bound memory only
+ * read. */
+int apf_net_forward(apf_net *net, const float **logits, const float *x,
+		    int B, int train, const uint32_t dropout_key[2],
+		    uint64_t dropout_step);
+/* Backward of the latest training forward from dlogits (B,V): writes the
+ * parameter gradients, laid out as the parameters, to grads (backend
+ * memory of param_floats floats). */
+int apf_net_backward(apf_net *net, float *grads, const float *dlogits);
+
+#endif

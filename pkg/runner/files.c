@@ -1,0 +1,131 @@
+/*
+ * files.c: the run directory's derived files: the signed head of the log
+ * (log.dsse.json) and each unit's eval_measurements.csv. Both are rewritten
+ * atomically at every eval, so a crash leaves the previous version.
+ */
+#include "runner/internal.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "runlog/runlog.h"
+#include "sign/sign.h"
+
+#define HEAD_PAYLOAD_TYPE "application/vnd.apf.runlog-head+json"
+
+int files_now_iso(char out[32])
+{
+	time_t t = time(NULL);
+	struct tm tm;
+	gmtime_r(&t, &tm);
+	strftime(out, 32, "%Y-%m-%dT%H:%M:%SZ", &tm);
+	return 0;
+}
+
+int files_sign_head(struct run *r)
+{
+	json_t *p = json_pack("{s:s, s:s, s:I, s:s}", "format",
+			      "apf-runlog-head-v1", "run_json_sha256",
+			      r->run_json_sha256, "records",
+			      (json_int_t)apf_runlog_count(r->log), "head",
+			      apf_runlog_head(r->log));
+	char *payload = p ? json_dumps(p, JSON_COMPACT) : NULL;
+	json_decref(p);
+	if (!payload)
+		return apf_error(APF_ENOMEM, "log.dsse.json", "out of memory");
+	apf_buf env = {0};
+	int rc = apf_dsse_sign(r->key, HEAD_PAYLOAD_TYPE, payload,
+			       strlen(payload), &env);
+	free(payload);
+	char *path = apf_path_join(r->run_dir, "log.dsse.json");
+	if (!rc)
+		rc = apf_file_write(path, env.data, env.len, 0644, 0);
+	free(path);
+	apf_buf_free(&env);
+	return rc;
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+	return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+static void put_number(apf_buf *b, double v, int is_seconds)
+{
+	if (isnan(v))
+		apf_buf_puts(b, "nan");
+	else if (is_seconds)
+		apf_buf_printf(b, "%.9f", v);
+	else
+		apf_buf_printf(b, "%.9g", v);
+}
+
+int files_write_csv(const char *path, const json_t *rows)
+{
+	/* Columns: the AlgoPerf ones, every metric the rows carry, sorted
+	 * bytewise as AlgoPerf writes them. */
+	static const char *const fixed[] = {
+		"accumulated_eval_time", "accumulated_logging_time",
+		"accumulated_submission_time", "global_step", "preemption_count",
+		"score", "total_duration"};
+	const char *cols[64];
+	size_t n = 0;
+	for (size_t i = 0; i < sizeof fixed / sizeof *fixed; i++)
+		cols[n++] = fixed[i];
+	json_t *first = json_array_get(rows, 0);
+	const char *key;
+	json_t *v;
+	json_object_foreach(json_object_get(first, "metrics"), key, v)
+	{
+		if (n < 64)
+			cols[n++] = key;
+	}
+	qsort(cols, n, sizeof *cols, cmp_str);
+	apf_buf b = {0};
+	for (size_t c = 0; c < n; c++)
+		apf_buf_printf(&b, "%s%s", c ? "," : "", cols[c]);
+	apf_buf_puts(&b, "\n");
+	size_t i;
+	json_t *row;
+	json_array_foreach(rows, i, row)
+	{
+		json_t *m = json_object_get(row, "metrics");
+#define NS(k) ((double)json_integer_value(json_object_get(row, k)) / 1e9)
+		for (size_t c = 0; c < n; c++) {
+			const char *col = cols[c];
+			if (c)
+				apf_buf_puts(&b, ",");
+			if (!strcmp(col, "accumulated_eval_time"))
+				put_number(&b, NS("accumulated_eval_ns"), 1);
+			else if (!strcmp(col, "accumulated_logging_time"))
+				put_number(&b, NS("accumulated_logging_ns"), 1);
+			else if (!strcmp(col, "accumulated_submission_time") ||
+				 !strcmp(col, "score"))
+				put_number(&b, NS("accumulated_submission_ns"), 1);
+			else if (!strcmp(col, "total_duration"))
+				put_number(&b, NS("total_duration_ns"), 1);
+			else if (!strcmp(col, "global_step") ||
+				 !strcmp(col, "preemption_count"))
+				apf_buf_printf(&b, "%lld",
+					       (long long)json_integer_value(
+						       json_object_get(row, col)));
+			else if (json_is_integer(json_object_get(m, col)))
+				apf_buf_printf(&b, "%lld",
+					       (long long)json_integer_value(
+						       json_object_get(m, col)));
+			else
+				put_number(&b, json_number_value(
+						       json_object_get(m, col)),
+					   0);
+		}
+#undef NS
+		apf_buf_puts(&b, "\n");
+	}
+	int rc = b.data ? apf_file_write(path, b.data, b.len, 0644, 0)
+			: apf_error(APF_ENOMEM, path, "out of memory");
+	apf_buf_free(&b);
+	return rc;
+}

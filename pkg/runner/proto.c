@@ -1,0 +1,277 @@
+/*
+ * proto.c: the line channel between the runner's processes, the hidden
+ * subcommands' arguments, and the regularisation hyperparameters a trial
+ * hands to its workload.
+ */
+#include "runner/internal.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "tuning/tuning.h"
+#include "workload/workload.h"
+
+int chan_send(int fd, const char *fmt, ...)
+{
+	char line[LINE_MAX_BYTES];
+	va_list ap;
+	va_start(ap, fmt);
+	int n = vsnprintf(line, sizeof line - 1, fmt, ap);
+	va_end(ap);
+	if (n < 0 || (size_t)n >= sizeof line - 1)
+		return apf_error(APF_EINTERNAL, "channel", "line too long");
+	line[n++] = '\n';
+	const char *p = line;
+	while (n > 0) {
+		/* A peer that died must be an error here, not a SIGPIPE. */
+		ssize_t w = send(fd, p, (size_t)n, MSG_NOSIGNAL);
+		if (w < 0 && errno == ENOTSOCK)
+			w = write(fd, p, (size_t)n);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w < 0)
+			return apf_error_errno(APF_EIO, errno, "channel", "write");
+		p += w;
+		n -= (int)w;
+	}
+	return 0;
+}
+
+/* Moves the first complete line of the buffer to out. */
+static int take_line(struct line_chan *c, char *out, size_t size)
+{
+	char *nl = memchr(c->buf, '\n', c->len);
+	if (!nl)
+		return 0;
+	size_t n = (size_t)(nl - c->buf);
+	if (n >= size)
+		return apf_error(APF_EINPUT, "channel", "line too long");
+	memcpy(out, c->buf, n);
+	out[n] = 0;
+	memmove(c->buf, nl + 1, c->len - n - 1);
+	c->len -= n + 1;
+	return 1;
+}
+
+int chan_pending(const struct line_chan *c)
+{
+	return memchr(c->buf, '\n', c->len) != NULL;
+}
+
+/* One read of what is there: >0 bytes, 0 at EOF, -1 would block. */
+static int fill(struct line_chan *c)
+{
+	if (c->len == sizeof c->buf)
+		return apf_error(APF_EINPUT, "channel",
+				 "a line longer than %d bytes", LINE_MAX_BYTES);
+	for (;;) {
+		ssize_t r = read(c->fd, c->buf + c->len, sizeof c->buf - c->len);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+			return -1;
+		if (r < 0)
+			return apf_error_errno(APF_EIO, errno, "channel", "read");
+		c->len += (size_t)r;
+		return r == 0 ? 0 : 1;
+	}
+}
+
+int chan_try(struct line_chan *c, char *out, size_t size)
+{
+	int t = take_line(c, out, size);
+	if (t)
+		return t;
+	struct pollfd p = {c->fd, POLLIN, 0};
+	if (poll(&p, 1, 0) <= 0)
+		return 0;
+	int f = fill(c);
+	if (f < 0 && f != -1)
+		return f;
+	if (f == 0)
+		return 2;
+	return take_line(c, out, size);
+}
+
+int chan_recv(struct line_chan *c, char *out, size_t size, int timeout_ms)
+{
+	uint64_t deadline = timeout_ms < 0 ? 0
+					   : apf_now_ns() +
+						     (uint64_t)timeout_ms * 1000000u;
+	for (;;) {
+		int t = take_line(c, out, size);
+		if (t)
+			return t;
+		int wait = -1;
+		if (timeout_ms >= 0) {
+			uint64_t now = apf_now_ns();
+			if (now >= deadline)
+				return -1;
+			wait = (int)((deadline - now) / 1000000u) + 1;
+		}
+		struct pollfd p = {c->fd, POLLIN, 0};
+		int r = poll(&p, 1, wait);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0)
+			return apf_error_errno(APF_EIO, errno, "channel", "poll");
+		if (r == 0)
+			continue;
+		int f = fill(c);
+		if (f == 0)
+			return 0;
+		if (f < -1)
+			return f;
+	}
+}
+
+/* ---- arguments --------------------------------------------------------------- */
+
+static int want(const char *name, const char *v)
+{
+	if (!v)
+		return apf_error(APF_EUSAGE, "runner", "--%s needs a value", name);
+	return 0;
+}
+
+int unit_args_parse(struct unit_args *a, int argc, char **argv)
+{
+	memset(a, 0, sizeof *a);
+	a->threads = 1;
+	a->device = "cpu";
+	a->variant = "base";
+	for (int i = 1; i < argc; i++) {
+		const char *k = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+		if (strncmp(k, "--", 2))
+			return apf_error(APF_EUSAGE, "runner",
+					 "unexpected argument '%s'", k);
+		k += 2;
+		int rc = want(k, v);
+		if (rc)
+			return rc;
+		i++;
+		if (!strcmp(k, "workloads"))
+			a->workloads_dir = v;
+		else if (!strcmp(k, "workload"))
+			a->workload = v;
+		else if (!strcmp(k, "variant"))
+			a->variant = v;
+		else if (!strcmp(k, "seed"))
+			a->seed = strtoull(v, NULL, 10);
+		else if (!strcmp(k, "study"))
+			a->study = (uint32_t)strtoul(v, NULL, 10);
+		else if (!strcmp(k, "trial"))
+			a->trial = (uint32_t)strtoul(v, NULL, 10);
+		else if (!strcmp(k, "threads"))
+			a->threads = atoi(v);
+		else if (!strcmp(k, "device"))
+			a->device = v;
+		else if (!strcmp(k, "so"))
+			a->so = v;
+		else if (!strcmp(k, "hparams"))
+			a->hparams = v;
+		else if (!strcmp(k, "max-steps"))
+			a->max_steps = strtoll(v, NULL, 10);
+		else if (!strcmp(k, "step-hint"))
+			a->step_hint = strtoll(v, NULL, 10);
+		else if (!strcmp(k, "budget-s"))
+			a->budget_s = strtod(v, NULL);
+		else if (!strcmp(k, "arena-bytes"))
+			a->arena_bytes = strtoull(v, NULL, 10);
+		else if (!strcmp(k, "stop-at"))
+			a->stop_at = strtoll(v, NULL, 10);
+		else
+			return apf_error(APF_EUSAGE, "runner",
+					 "unknown option --%s", k);
+	}
+	if (!a->workloads_dir || !a->workload || a->threads < 1 ||
+	    !a->arena_bytes)
+		return apf_error(APF_EUSAGE, "runner",
+				 "--workloads, --workload, --threads and "
+				 "--arena-bytes are required");
+	return 0;
+}
+
+int unit_args_to_argv(const struct unit_args *a, int trial, char **argv,
+		      size_t *n, apf_buf *storage)
+{
+	/* Values are formatted into one buffer; offsets become pointers at
+	 * the end, since the buffer moves while it grows. */
+	size_t offs[32], k = 0;
+#define ADD(key, fmt, ...)                                                    \
+	do {                                                                  \
+		offs[k++] = storage->len;                                     \
+		apf_buf_printf(storage, "--" key "%c" fmt "%c", 0,            \
+			       __VA_ARGS__, 0);                               \
+	} while (0)
+	ADD("workloads", "%s", a->workloads_dir);
+	ADD("workload", "%s", a->workload);
+	ADD("variant", "%s", a->variant);
+	ADD("seed", "%llu", (unsigned long long)a->seed);
+	ADD("study", "%u", a->study);
+	ADD("trial", "%u", a->trial);
+	ADD("threads", "%d", a->threads);
+	ADD("device", "%s", a->device);
+	ADD("arena-bytes", "%llu", (unsigned long long)a->arena_bytes);
+	if (trial) {
+		ADD("so", "%s", a->so);
+		ADD("hparams", "%s", a->hparams);
+		ADD("max-steps", "%lld", (long long)a->max_steps);
+		ADD("step-hint", "%lld", (long long)a->step_hint);
+		ADD("budget-s", "%.17g", a->budget_s);
+		if (a->stop_at > 0)
+			ADD("stop-at", "%lld", (long long)a->stop_at);
+	}
+#undef ADD
+	if (!storage->data)
+		return apf_error(APF_ENOMEM, "runner", "out of memory");
+	for (size_t i = 0; i < k; i++) {
+		char *key = storage->data + offs[i];
+		argv[(*n)++] = key;
+		argv[(*n)++] = key + strlen(key) + 1;
+	}
+	return 0;
+}
+
+/* ---- regularisation ---------------------------------------------------------- */
+
+static int model_has_key(const apf_workload_spec *spec, const char *key)
+{
+	const struct apf_model_def *md = apf_model_find(spec->model);
+	for (const char *const *k = md ? md->keys : NULL; k && *k; k++)
+		if (!strcmp(*k, key))
+			return 1;
+	return 0;
+}
+
+int apply_regularisation(struct apf_workload_spec *spec, const char *variant,
+			 const struct apf_hparams *hp)
+{
+	static const char *const map[][2] = {{"dropout_rate", "dropout"},
+					     {"label_smoothing",
+					      "label_smoothing"}};
+	for (size_t m = 0; m < 2; m++) {
+		const char *name = map[m][0], *key = map[m][1];
+		for (size_t i = 0; hp && i < hp->n; i++) {
+			if (strcmp(hp->names[i], name) || hp->words[i] ||
+			    !model_has_key(spec, key))
+				continue;
+			char v[64], sec[128];
+			snprintf(v, sizeof v, "%.17g", hp->values[i]);
+			int rc = apf_config_set(spec->ini, "model", key, v);
+			snprintf(sec, sizeof sec, "variant.%s", variant);
+			if (!rc && variant && strcmp(variant, "base") &&
+			    apf_config_get(spec->ini, sec, key))
+				rc = apf_config_set(spec->ini, sec, key, v);
+			if (rc)
+				return rc;
+		}
+	}
+	return 0;
+}

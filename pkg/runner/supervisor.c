@@ -1,0 +1,777 @@
+/*
+ * supervisor.c: `apf run` before and around the units: the checks before
+ * anything runs (the entry verifies; workload specs and datasets on this
+ * machine match the manifest's digests; the environment matches the
+ * manifest's or the drift is allowed and logged; the kernel allows the
+ * sandbox or --unsealed says otherwise), the run directory (new, resumed, or
+ * one more unit of the same entry), and the loop over units.
+ */
+#include "runner/runner.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "entry/entry.h"
+#include "hash/hash.h"
+#include "runlog/runlog.h"
+#include "runner/internal.h"
+#include "sandbox/sandbox.h"
+#include "sign/sign.h"
+#include "sysinfo/sysinfo.h"
+#include "tuning/tuning.h"
+#include "workload/workload.h"
+
+extern const char apf_build_id[];
+
+static volatile sig_atomic_t stop_signal;
+
+static void on_signal(int sig)
+{
+	stop_signal = sig;
+}
+
+int apf_run_interrupted(void)
+{
+	return stop_signal != 0;
+}
+
+void unit_name(const struct apf_plan_unit *u, char *out, size_t size)
+{
+	snprintf(out, size, "study_%ld/%s/trial_%ld", u->study, u->workload,
+		 u->trial + 1);
+}
+
+/* ---- checks before anything runs ------------------------------------------ */
+
+static int check_inputs(struct run *r)
+{
+	const apf_manifest *m = r->entry->manifest;
+	for (size_t i = 0; i < m->nworkloads; i++) {
+		const struct apf_manifest_workload *mw = &m->workloads[i];
+		apf_workload_spec *w;
+		int rc = apf_workload_spec_load(&w, mw->name);
+		if (rc)
+			return apf_error_prefix(rc, "workload");
+		apf_tree *t = NULL;
+		char hex[65];
+		rc = apf_tree_hash(&t, w->dir, NULL);
+		if (!rc) {
+			apf_hex(hex, t->digest, APF_SHA256_LEN);
+			if (strcmp(hex, mw->spec_digest))
+				rc = apf_error(APF_EVERIFY, w->dir,
+					       "workload '%s' differs from the "
+					       "entry's (spec sha256 %.16s..., the "
+					       "manifest says %.16s...)",
+					       mw->name, hex, mw->spec_digest);
+		}
+		apf_tree_free(t);
+		t = NULL;
+		const struct apf_manifest_dataset *d =
+			rc ? NULL : apf_manifest_find_dataset(m, mw->dataset);
+		if (!rc && d) {
+			rc = apf_tree_hash(&t, w->dataset_path, NULL);
+			if (!rc) {
+				apf_hex(hex, t->digest, APF_SHA256_LEN);
+				if (strcmp(hex, d->tree_digest))
+					rc = apf_error(
+						APF_EVERIFY, w->dataset_path,
+						"dataset '%s' differs from the "
+						"entry's (sha256 %.16s..., the "
+						"manifest says %.16s...)",
+						d->name, hex, d->tree_digest);
+			}
+			apf_tree_free(t);
+		}
+		apf_workload_spec_free(w);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+struct drift {
+	json_t *fields;
+	apf_buf text;
+};
+
+static void on_drift(void *user, const char *field, const char *expected,
+		     const char *actual)
+{
+	struct drift *d = user;
+	json_array_append_new(d->fields,
+			      json_pack("{s:s, s:s, s:s}", "field", field,
+					"expected", expected, "actual", actual));
+	apf_buf_printf(&d->text, "%s%s (entry %s, here %s)",
+		       d->text.len ? "; " : "", field, expected, actual);
+}
+
+/* ---- the run directory ---------------------------------------------------- */
+
+static json_t *run_json(struct run *r)
+{
+	const apf_manifest *m = r->entry->manifest;
+	const apf_plan *p = r->plan;
+	json_t *units = json_array();
+	for (size_t i = 0; i < p->n; i++)
+		json_array_append_new(
+			units, json_pack("{s:s, s:s, s:I, s:I}", "workload",
+					 p->units[i].workload, "variant", "base",
+					 "study", (json_int_t)p->units[i].study,
+					 "trial",
+					 (json_int_t)p->units[i].trial + 1));
+	char host[256] = "unknown";
+	gethostname(host, sizeof host - 1);
+	char keyid[APF_KEYID_HEX], created[32];
+	apf_key_id(r->key, keyid);
+	files_now_iso(created);
+	const char *base = strrchr(r->entry->path, '/');
+	return json_pack(
+		"{s:s, s:s, s:{s:s, s:s, s:s, s:s}, s:{s:s, s:s, s:s, s:s}, "
+		"s:s, s:b, s:i, s:{s:s, s:s, s:I, s:I, s:I, s:f, s:o}, s:O, s:s}",
+		"format", "apf-run-v1", "submission", m->submission.name, "entry",
+		"file", base ? base + 1 : r->entry->path, "sha256",
+		r->entry->file_digest, "manifest_sha256",
+		r->entry->manifest_digest, "signer", r->entry->signer, "runner",
+		"keyid", keyid, "host", host, "apf_version", APF_VERSION, "build",
+		apf_build_id, "device", r->device, "sealed", r->sealed, "threads",
+		r->threads, "plan", "ruleset", m->tuning.ruleset, "rules",
+		m->tuning.rules, "studies", (json_int_t)m->tuning.studies,
+		"trials", (json_int_t)m->tuning.trials, "seed",
+		(json_int_t)m->tuning.seed, "budget_multiplier",
+		m->tuning.budget_multiplier, "units", units, "environment",
+		r->env, "created", created);
+}
+
+static int copy_file(const char *from, const char *to)
+{
+	char *data;
+	size_t len;
+	int rc = apf_file_read(from, 1u << 30, &data, &len);
+	if (rc)
+		return rc;
+	rc = apf_file_write(to, data, len, 0644, APF_ATOMIC_NOREPLACE);
+	free(data);
+	return rc;
+}
+
+static int log_run_start(struct run *r, const json_t *drift)
+{
+	json_t *f = json_pack("{s:s, s:s, s:s, s:b, s:s, s:i}", "run_json_sha256",
+			      r->run_json_sha256, "entry_sha256",
+			      r->entry->file_digest, "manifest_sha256",
+			      r->entry->manifest_digest, "sealed", r->sealed,
+			      "device", r->device, "threads", r->threads);
+	int rc = apf_runlog_append(r->log, apf_now_ns(), "run_start", f, 0);
+	json_decref(f);
+	if (!rc && drift && json_array_size(drift)) {
+		f = json_pack("{s:b, s:O}", "allowed", 1, "fields", drift);
+		rc = apf_runlog_append(r->log, apf_now_ns(), "env_drift", f, 0);
+		json_decref(f);
+	}
+	if (!rc && !r->sealed) {
+		f = json_pack("{s:s}", "reason",
+			      "--unsealed: no namespaces; the path checks can "
+			      "race, and the host is visible");
+		rc = apf_runlog_append(r->log, apf_now_ns(), "unsealed", f, 0);
+		json_decref(f);
+	}
+	return rc ? rc : apf_runlog_sync(r->log);
+}
+
+/* The directory is made whole under a temporary name and renamed into
+ * place, so a crash leaves either no run directory or one with run.json,
+ * the entry and a log holding run_start. */
+static int create_run_dir(struct run *r, const json_t *drift)
+{
+	apf_buf tmp = {0};
+	apf_buf_printf(&tmp, "%s.tmp.XXXXXX", r->run_dir);
+	if (!tmp.data || !mkdtemp(tmp.data)) {
+		int e = errno;
+		apf_buf_free(&tmp);
+		return apf_error_errno(APF_EIO, e, r->run_dir, "create");
+	}
+	chmod(tmp.data, 0755);
+	char *entry_copy = apf_path_join(tmp.data, "entry.apf");
+	char *rj = apf_path_join(tmp.data, "run.json");
+	char *logp = apf_path_join(tmp.data, "log.jsonl");
+	json_t *j = run_json(r);
+	char *text = j ? json_dumps(j, JSON_INDENT(2)) : NULL;
+	int rc = text ? 0 : apf_error(APF_ENOMEM, "run.json", "out of memory");
+	if (!rc)
+		rc = copy_file(r->entry->path, entry_copy);
+	if (!rc) {
+		apf_buf b = {0};
+		apf_buf_printf(&b, "%s\n", text);
+		rc = apf_sha256_hex(b.data, b.len, r->run_json_sha256);
+		if (!rc)
+			rc = apf_file_write(rj, b.data, b.len, 0644,
+					    APF_ATOMIC_NOREPLACE);
+		apf_buf_free(&b);
+	}
+	if (!rc)
+		rc = apf_runlog_create(&r->log, logp);
+	if (!rc)
+		rc = log_run_start(r, drift);
+	if (!rc && rename(tmp.data, r->run_dir) != 0)
+		rc = apf_error_errno(errno == EEXIST || errno == ENOTEMPTY
+					     ? APF_EINPUT
+					     : APF_EIO,
+				     errno, r->run_dir, "create");
+	if (!rc) {
+		char *parent = apf_strdup(r->run_dir);
+		char *slash = parent ? strrchr(parent, '/') : NULL;
+		if (slash)
+			*slash = 0;
+		rc = apf_fsync_dir(slash ? parent : ".");
+		free(parent);
+	}
+	if (rc) {
+		apf_runlog_close(r->log);
+		r->log = NULL;
+		apf_remove_tree(tmp.data);
+	}
+	free(text);
+	json_decref(j);
+	free(entry_copy);
+	free(rj);
+	free(logp);
+	apf_buf_free(&tmp);
+	return rc;
+}
+
+/* An existing run directory must be of this entry, runner and settings. */
+static int open_run_dir(struct run *r)
+{
+	char *rj = apf_path_join(r->run_dir, "run.json");
+	char *logp = apf_path_join(r->run_dir, "log.jsonl");
+	char *text = NULL;
+	size_t len;
+	int rc = apf_file_read(rj, 1 << 24, &text, &len);
+	json_t *j = NULL;
+	if (!rc) {
+		apf_sha256_hex(text, len, r->run_json_sha256);
+		j = json_loadb(text, len, JSON_REJECT_DUPLICATES, NULL);
+		if (!j)
+			rc = apf_error(APF_EINPUT, rj, "not valid JSON");
+	}
+	char keyid[APF_KEYID_HEX];
+	apf_key_id(r->key, keyid);
+	if (!rc) {
+		const char *sha = json_string_value(
+			json_object_get(json_object_get(j, "entry"), "sha256"));
+		const char *kid = json_string_value(
+			json_object_get(json_object_get(j, "runner"), "keyid"));
+		const char *dev = json_string_value(json_object_get(j, "device"));
+		json_t *sealed = json_object_get(j, "sealed");
+		json_int_t threads = json_integer_value(json_object_get(j, "threads"));
+		if (!sha || strcmp(sha, r->entry->file_digest))
+			rc = apf_error(APF_EINPUT, r->run_dir,
+				       "a run of another entry");
+		else if (!kid || strcmp(kid, keyid))
+			rc = apf_error(APF_EINPUT, r->run_dir,
+				       "signed by another runner key");
+		else if (!dev || strcmp(dev, r->device) ||
+			 json_is_true(sealed) != r->sealed ||
+			 threads != r->threads)
+			rc = apf_error(APF_EINPUT, r->run_dir,
+				       "ran with other settings (device %s, "
+				       "%s, %lld threads); use the same",
+				       dev ? dev : "?",
+				       json_is_true(sealed) ? "sealed" : "unsealed",
+				       (long long)threads);
+	}
+	uint64_t cut = 0;
+	if (!rc)
+		rc = apf_runlog_open_append(&r->log, logp, r->o->resume, &cut);
+	if (rc == APF_EVERIFY && !r->o->resume)
+		apf_error(APF_EINPUT, r->run_dir,
+			  "its log ends in a torn record (a crash?): continue it "
+			  "with --resume");
+	if (!rc && cut)
+		fprintf(stderr, "apf: run: cut %llu bytes of a torn record from "
+				"the log's end\n",
+			(unsigned long long)cut);
+	free(text);
+	json_decref(j);
+	free(rj);
+	free(logp);
+	return rc == APF_EVERIFY ? APF_EINPUT : rc;
+}
+
+/* ---- the log's story of each unit ------------------------------------------ */
+
+static long unit_index(struct run *r, const char *name)
+{
+	char buf[512];
+	for (size_t i = 0; i < r->plan->n; i++) {
+		unit_name(&r->plan->units[i], buf, sizeof buf);
+		if (!strcmp(buf, name))
+			return (long)i;
+	}
+	return -1;
+}
+
+static int scan_record(void *user, const struct apf_runlog_record *rec)
+{
+	struct run *r = user;
+	const char *unit = json_string_value(json_object_get(rec->obj, "unit"));
+	if (!unit)
+		return 0;
+	long i = unit_index(r, unit);
+	if (i < 0)
+		return 0;
+	struct unit_state *s = &r->states[i];
+	const char *ev = rec->event;
+	json_t *o = (json_t *)rec->obj;
+#define I(k) json_integer_value(json_object_get(o, k))
+	if (!strcmp(ev, "trial_start")) {
+		s->started = 1;
+	} else if (!strcmp(ev, "eval")) {
+		s->last_eval = I("index");
+		s->global_step = I("global_step");
+		s->sub_ns = (uint64_t)I("accumulated_submission_ns");
+		s->eval_ns = (uint64_t)I("accumulated_eval_ns");
+		s->log_ns = (uint64_t)I("accumulated_logging_ns");
+		snprintf(s->ckpt_sha256, sizeof s->ckpt_sha256, "%s",
+			 json_string_value(json_object_get(
+				 json_object_get(o, "checkpoint"), "sha256")));
+		if (!s->rows)
+			s->rows = json_array();
+		json_array_append(s->rows, o);
+		if (s->time_to_target_ns < 0 &&
+		    json_is_true(json_object_get(o, "validation_target_met")))
+			s->time_to_target_ns = (int64_t)s->sub_ns;
+	} else if (!strcmp(ev, "trial_end")) {
+		s->ended = 1;
+		s->failed = json_is_true(json_object_get(o, "failed"));
+	} else if (!strcmp(ev, "resume")) {
+		s->preemptions = I("preemption_count");
+		/* Work after the eval it resumes from was lost. */
+		int64_t from = I("from_eval");
+		while (s->rows && (int64_t)json_array_size(s->rows) > from)
+			json_array_remove(s->rows, json_array_size(s->rows) - 1);
+		if (from == 0) {
+			json_decref(s->rows);
+			s->rows = NULL;
+			s->last_eval = 0;
+			s->sub_ns = s->eval_ns = s->log_ns = 0;
+			s->global_step = 0;
+			s->time_to_target_ns = -1;
+		}
+	}
+#undef I
+	return 0;
+}
+
+static int scan_log(struct run *r)
+{
+	char *logp = apf_path_join(r->run_dir, "log.jsonl");
+	for (size_t i = 0; i < r->plan->n; i++)
+		r->states[i].time_to_target_ns = -1;
+	int rc = apf_runlog_read(logp, scan_record, r, NULL);
+	free(logp);
+	return rc;
+}
+
+/* ---- the run ------------------------------------------------------------------ */
+
+static int selected(const struct run *r, const struct apf_plan_unit *u)
+{
+	const struct apf_run_opts *o = r->o;
+	return (!o->workload || !strcmp(o->workload, u->workload)) &&
+	       (o->study < 0 || o->study == u->study) &&
+	       (o->trial < 0 || o->trial == u->trial + 1);
+}
+
+static char *self_exe(void)
+{
+	char buf[PATH_MAX];
+	ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
+	if (n <= 0)
+		return NULL;
+	buf[n] = 0;
+	return apf_strdup(buf);
+}
+
+static char *default_run_dir(const char *entry)
+{
+	const char *base = strrchr(entry, '/');
+	base = base ? base + 1 : entry;
+	size_t n = strlen(base);
+	if (n > 4 && !strcmp(base + n - 4, ".apf"))
+		n -= 4;
+	apf_buf b = {0};
+	apf_buf_printf(&b, "%.*s.run", (int)n, base);
+	return b.data;
+}
+
+static void summary(struct run *r)
+{
+	fprintf(stderr, "apf: run: %s: %zu unit%s completed, %zu failed\n",
+		r->run_dir, r->completed, r->completed == 1 ? "" : "s",
+		r->failed);
+}
+
+static void run_free(struct run *r)
+{
+	if (r->work)
+		apf_remove_tree(r->work);
+	free(r->work);
+	free(r->src);
+	free(r->run_dir);
+	free(r->workloads_dir);
+	free(r->include_dir);
+	free(r->exe);
+	apf_runlog_close(r->log);
+	apf_key_free(r->key);
+	json_decref(r->env);
+	for (size_t i = 0; r->states && r->plan && i < r->plan->n; i++)
+		json_decref(r->states[i].rows);
+	free(r->states);
+	apf_plan_free(r->plan);
+	apf_entry_free(r->entry);
+}
+
+static int prepare(struct run *r)
+{
+	const struct apf_run_opts *o = r->o;
+	r->device = o->device ? o->device : "cpu";
+	if (strcmp(r->device, "cpu"))
+		return apf_error(APF_EINPUT, "run",
+				 "--device %s: this apf is built for the cpu only",
+				 r->device);
+	r->sealed = !o->unsealed;
+	/* 1. the entry */
+	apf_keyring *kr = NULL;
+	int rc = apf_keyring_default(&kr, o->trust_key);
+	if (!rc) {
+		const char *t = getenv("TMPDIR");
+		apf_buf b = {0};
+		apf_buf_printf(&b, "%s/apf-run-XXXXXX", t && *t ? t : "/tmp");
+		r->work = b.data;
+		if (!r->work || !mkdtemp(r->work))
+			rc = apf_error_errno(APF_EIO, errno, "run",
+					     "create a work directory");
+	}
+	if (!rc) {
+		char *real = realpath(r->work, NULL);
+		if (real) {
+			free(r->work);
+			r->work = real;
+		}
+		char *dest = apf_path_join(r->work, "entry");
+		rc = dest ? apf_entry_extract(&r->entry, o->entry, dest, kr)
+			  : apf_error(APF_ENOMEM, "run", "out of memory");
+		r->src = dest ? apf_path_join(dest, "submission") : NULL;
+		free(dest);
+	}
+	apf_keyring_free(kr);
+	if (!rc)
+		rc = apf_entry_plan(r->entry, &r->plan);
+	if (!rc) {
+		/* Threads: as recorded in the entry, so a CPU trial computes
+		 * bit for bit what the submitter's machine did. */
+		json_int_t rec = json_integer_value(json_object_get(
+			json_object_get(r->entry->manifest->environment, "blas"),
+			"threads"));
+		r->threads = o->threads > 0 ? o->threads
+			     : rec > 0	    ? (int)rec
+					    : apf_cpu_count();
+	}
+	if (!rc) {
+		r->states = apf_calloc(r->plan->n, sizeof *r->states);
+		if (!r->states)
+			rc = apf_error(APF_ENOMEM, "run", "out of memory");
+	}
+	/* 2. inputs on this machine */
+	if (!rc)
+		rc = apf_workloads_dir(&r->workloads_dir);
+	if (!rc) {
+		/* Sandbox mounts want canonical paths. */
+		char *real = realpath(r->workloads_dir, NULL);
+		if (real) {
+			free(r->workloads_dir);
+			r->workloads_dir = real;
+		}
+	}
+	if (!rc)
+		rc = check_inputs(r);
+	/* 3. the environment */
+	if (!rc)
+		rc = apf_env_capture(&r->env);
+	if (!rc && r->threads > 0) {
+		/* The run's BLAS threads are part of the record. */
+		json_object_set_new(json_object_get(r->env, "blas"), "threads",
+				    json_integer(r->threads));
+	}
+	/* 4. the sandbox */
+	if (!rc && r->sealed) {
+		rc = apf_sandbox_probe(APF_SANDBOX_SEALED);
+		if (rc)
+			apf_error_prefix(rc, "run: cannot seal the trial (use "
+					     "--unsealed to run anyway, "
+					     "recorded in the log)");
+	}
+	if (!rc) {
+		r->exe = self_exe();
+		char *root = r->exe ? apf_strdup(r->exe) : NULL;
+		/* include/ beside the binary's tree: <root>/include, where
+		 * root is the build's parent, or the installed prefix. */
+		char *slash = root ? strrchr(root, '/') : NULL;
+		if (slash)
+			*slash = 0;
+		char *cands[2] = {root ? apf_path_join(root, "../include") : NULL,
+				  apf_path_join(APF_SOURCE_DIR, "include")};
+		for (int i = 0; i < 2 && !r->include_dir; i++) {
+			char *h = cands[i] ? apf_path_join(cands[i], "apf/submission.h")
+					   : NULL;
+			struct stat st;
+			if (h && stat(h, &st) == 0)
+				r->include_dir = realpath(cands[i], NULL);
+			free(h);
+		}
+		free(cands[0]);
+		free(cands[1]);
+		free(root);
+		if (!r->exe || !r->include_dir)
+			rc = apf_error(APF_EINPUT, "run",
+				       "cannot find apf's own binary and "
+				       "include/apf/submission.h");
+	}
+	return rc;
+}
+
+int apf_run(const struct apf_run_opts *o)
+{
+	struct run r = {0};
+	r.o = o;
+	int rc = prepare(&r);
+	struct drift d = {json_array(), {0}};
+	if (!rc) {
+		int n = apf_env_compare(r.entry->manifest->environment, r.env,
+					on_drift, &d);
+		if (n && !o->allow_env_drift)
+			rc = apf_error(APF_EVERIFY, "environment",
+				       "%d field%s differ%s from the entry's "
+				       "record: %s (--allow-env-drift runs "
+				       "anyway and logs it)",
+				       n, n == 1 ? "" : "s", n == 1 ? "s" : "",
+				       d.text.data);
+	}
+	size_t nsel = 0;
+	for (size_t i = 0; !rc && i < r.plan->n; i++)
+		nsel += selected(&r, &r.plan->units[i]);
+	if (!rc && nsel == 0)
+		rc = apf_error(APF_EUSAGE, "run",
+			       "no unit of the plan matches --workload/--study/"
+			       "--trial (see apf plan)");
+	int fresh = 0;
+	if (!rc) {
+		int created = 0;
+		rc = apf_key_open_signing(&r.key, o->key_path, &created);
+		if (!rc && created)
+			fprintf(stderr, "apf: run: created runner key in "
+					"$APF_HOME/keys (trusted on this "
+					"machine)\n");
+	}
+	if (!rc) {
+		r.run_dir = o->run_dir ? apf_strdup(o->run_dir)
+				       : default_run_dir(o->entry);
+		struct stat st;
+		if (stat(r.run_dir, &st) == 0)
+			rc = open_run_dir(&r);
+		else if (o->resume)
+			rc = apf_error(APF_EINPUT, r.run_dir,
+				       "no such run directory to resume");
+		else {
+			rc = create_run_dir(&r, d.fields);
+			fresh = 1;
+		}
+	}
+	if (!rc)
+		rc = scan_log(&r);
+	/* A unit that started and did not end was interrupted: only
+	 * --resume continues it. */
+	for (size_t i = 0; !rc && i < r.plan->n; i++)
+		if (r.states[i].started && !r.states[i].ended && !o->resume &&
+		    selected(&r, &r.plan->units[i])) {
+			char name[512];
+			unit_name(&r.plan->units[i], name, sizeof name);
+			rc = apf_error(APF_EINPUT, r.run_dir,
+				       "%s was interrupted: continue it with "
+				       "--resume",
+				       name);
+		}
+	if (!rc && !fresh)
+		rc = log_run_start(&r, d.fields);
+	struct sigaction sa = {0}, old_int, old_term;
+	sa.sa_handler = on_signal;
+	sigaction(SIGINT, &sa, &old_int);
+	sigaction(SIGTERM, &sa, &old_term);
+	for (size_t i = 0; !rc && i < r.plan->n && !stop_signal; i++) {
+		if (!selected(&r, &r.plan->units[i]) || r.states[i].ended)
+			continue;
+		rc = unit_run(&r, i);
+	}
+	if (!rc && stop_signal)
+		rc = apf_error(APF_EABORT, "run",
+			       "interrupted; continue with apf run %s -o %s "
+			       "--resume",
+			       o->entry, r.run_dir);
+	if (r.log && !stop_signal && (!rc || rc == APF_EABORT)) {
+		json_t *f = json_pack("{s:I, s:I, s:I}", "units", (json_int_t)nsel,
+				      "completed", (json_int_t)r.completed,
+				      "failed", (json_int_t)r.failed);
+		int lrc = apf_runlog_append(r.log, apf_now_ns(), "run_end", f, 1);
+		json_decref(f);
+		if (!lrc)
+			lrc = files_sign_head(&r);
+		if (!rc)
+			rc = lrc;
+	}
+	sigaction(SIGINT, &old_int, NULL);
+	sigaction(SIGTERM, &old_term, NULL);
+	if (!rc)
+		summary(&r);
+	json_decref(d.fields);
+	apf_buf_free(&d.text);
+	run_free(&r);
+	return rc;
+}
+
+/* ---- audits: re-evaluation and replay for the verifier ------------------------- */
+
+struct apf_audit {
+	struct apf_run_opts o;
+	struct run r;
+	char *entry_path;
+};
+
+int apf_audit_open(apf_audit **out, const char *run_dir, const char *entry_key)
+{
+	*out = NULL;
+	apf_audit *a = apf_calloc(1, sizeof *a);
+	if (!a)
+		return apf_error(APF_ENOMEM, "audit", "out of memory");
+	a->entry_path = apf_path_join(run_dir, "entry.apf");
+	char *rj = apf_path_join(run_dir, "run.json"), *text = NULL;
+	int rc = a->entry_path && rj ? apf_file_read(rj, 1 << 24, &text, NULL)
+				     : apf_error(APF_ENOMEM, "audit", "out of memory");
+	json_t *j = rc ? NULL : json_loads(text, 0, NULL);
+	if (!rc && !j)
+		rc = apf_error(APF_EINPUT, rj, "not valid JSON");
+	a->o.entry = a->entry_path;
+	a->o.trust_key = entry_key;
+	a->o.threads = (int)json_integer_value(json_object_get(j, "threads"));
+	a->o.device = json_string_value(json_object_get(j, "device"));
+	a->o.study = a->o.trial = -1;
+	/* Replay sealed where the kernel allows it; an auditor's machine that
+	 * refuses namespaces still replays, with the filter. */
+	a->o.unsealed = apf_sandbox_probe(APF_SANDBOX_SEALED) != 0;
+	apf_error_clear();
+	a->r.o = &a->o;
+	a->r.audit = 1;
+	if (!rc)
+		rc = prepare(&a->r);
+	a->r.run_dir = rc ? NULL : apf_strdup(run_dir);
+	free(text);
+	free(rj);
+	if (!rc) {
+		/* The device string lives in j; keep what prepare copied. */
+		a->o.device = a->r.device = "cpu";
+	}
+	json_decref(j);
+	if (rc) {
+		apf_audit_close(a);
+		return rc;
+	}
+	*out = a;
+	return 0;
+}
+
+void apf_audit_close(apf_audit *a)
+{
+	if (!a)
+		return;
+	run_free(&a->r);
+	free(a->entry_path);
+	free(a);
+}
+
+static int audit_unit(apf_audit *a, const char *unit, size_t *index)
+{
+	long i = unit_index(&a->r, unit);
+	if (i < 0)
+		return apf_error(APF_EVERIFY, unit, "not a unit of the entry's plan");
+	*index = (size_t)i;
+	return 0;
+}
+
+static int read_ckpt(apf_audit *a, const char *unit, const json_t *eval,
+		     char **data, size_t *len)
+{
+	const char *file = json_string_value(
+		json_object_get(json_object_get(eval, "checkpoint"), "file"));
+	if (!file || strstr(file, ".."))
+		return apf_error(APF_EVERIFY, unit, "an eval names no checkpoint");
+	apf_buf p = {0};
+	apf_buf_printf(&p, "%s/%s/%s", a->r.run_dir, unit, file);
+	int rc = apf_file_read(p.data, 1u << 31, data, len);
+	apf_buf_free(&p);
+	return rc;
+}
+
+int apf_audit_reeval(apf_audit *a, const char *unit, const json_t *eval,
+		     char *why, size_t size)
+{
+	size_t index = 0;
+	char *data = NULL;
+	size_t len = 0;
+	int rc = audit_unit(a, unit, &index);
+	if (!rc)
+		rc = read_ckpt(a, unit, eval, &data, &len);
+	if (!rc)
+		rc = unit_reeval(&a->r, index, data, len,
+				 json_object_get(eval, "metrics"), why, size);
+	free(data);
+	return rc;
+}
+
+int apf_audit_replay(apf_audit *a, const char *unit, const json_t *from,
+		     const json_t *to, char *why, size_t size)
+{
+	size_t index = 0;
+	char *f = NULL, *t = NULL;
+	size_t flen = 0, tlen = 0;
+	int rc = audit_unit(a, unit, &index);
+	if (!rc)
+		rc = read_ckpt(a, unit, from, &f, &flen);
+	if (!rc)
+		rc = read_ckpt(a, unit, to, &t, &tlen);
+	if (!rc) {
+		struct replay_spec rs = {
+			.from = f,
+			.expect = t,
+			.from_len = flen,
+			.expect_len = tlen,
+			.from_step = json_integer_value(json_object_get(from, "global_step")),
+			.to_step = json_integer_value(json_object_get(to, "global_step")),
+			.eval_index = json_integer_value(json_object_get(from, "index")),
+			.sub_ns = (uint64_t)json_integer_value(
+				json_object_get(from, "accumulated_submission_ns")),
+			.metrics = json_object_get(from, "metrics")};
+		rc = unit_replay(&a->r, index, &rs, why, size);
+	}
+	free(f);
+	free(t);
+	return rc;
+}

@@ -1,0 +1,241 @@
+/*
+ * trialproc.c: `apf __trial`, the trial process. Runs inside the sandbox with
+ * the arena (fd 3), the control page (fd 4) and the channel to the
+ * supervisor (fd 5); untrusted once the submission is loaded.
+ *
+ * Order matters: everything that needs a process, a thread or an exec (the
+ * BLAS thread pool, the dataset, the backend) is set up first; then the
+ * trial asks the supervisor to lock the sandbox, and only then loads the
+ * submission, so not even the submission's constructors run unlocked.
+ */
+#include "runner/runner.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "runner/internal.h"
+#include "trial/trial.h"
+#include "tuning/tuning.h"
+#include "workload/workload.h"
+
+struct tp {
+	struct unit_args a;
+	struct line_chan ch;
+	void *arena;
+	struct apf_control *ctl;
+	apf_backend *be;
+	apf_workload_spec *spec;
+	apf_workload *wl;
+	apf_hparams hp;
+	apf_submission *sub;
+	apf_trial *trial;
+};
+
+/* Reports an error to the supervisor (best effort). */
+static void report(void)
+{
+	char msg[600];
+	snprintf(msg, sizeof msg, "%s", apf_error_message());
+	for (char *p = msg; *p; p++)
+		if (*p == '\n')
+			*p = ' ';
+	chan_send(FD_CHANNEL, "error %s", msg);
+}
+
+static int expect(struct tp *t, const char *word, char *line, size_t size)
+{
+	int r = chan_recv(&t->ch, line, size, -1);
+	if (r != 1)
+		return apf_error(APF_EABORT, "trial", "the supervisor went away");
+	if (strncmp(line, word, strlen(word)))
+		return apf_error(APF_EABORT, "trial", "expected '%s' from the "
+						      "supervisor, got '%.40s'",
+				 word, line);
+	return 0;
+}
+
+static int read_hparams(const char *path, apf_hparams *hp)
+{
+	char *text;
+	int rc = apf_file_read(path, 1 << 20, &text, NULL);
+	if (rc)
+		return rc;
+	json_error_t je;
+	json_t *j = json_loads(text, JSON_REJECT_DUPLICATES, &je);
+	free(text);
+	if (!j)
+		return apf_error(APF_EINPUT, path, "not JSON: %s", je.text);
+	rc = apf_hparams_from_json(j, hp);
+	json_decref(j);
+	return rc;
+}
+
+/* "go <ns> <index> <8 numbers>": what the submission sees of the clock and
+ * of the last eval. */
+static int parse_go(struct tp *t, const char *line)
+{
+	unsigned long long ns;
+	int idx;
+	double v[6];
+	if (sscanf(line, "go %llu %d %lf %lf %lf %lf %lf %lf", &ns, &idx, &v[0],
+		   &v[1], &v[2], &v[3], &v[4], &v[5]) != 8)
+		return apf_error(APF_EABORT, "trial", "malformed go");
+	apf_trial_set_submission_time(t->trial, (double)ns / 1e9);
+	if (idx > 0) {
+		apf_trial_arena(t->trial)->evals = idx;
+		apf_eval_results ev = {idx,
+				       apf_trial_global_step(t->trial),
+				       v[0],
+				       v[1],
+				       v[2],
+				       v[3],
+				       v[4],
+				       v[5],
+				       t->spec->validation_target,
+				       t->spec->direction};
+		apf_trial_set_eval(t->trial, &ev);
+	}
+	return 0;
+}
+
+static int setup(struct tp *t)
+{
+	t->arena = mmap(NULL, t->a.arena_bytes, PROT_READ | PROT_WRITE,
+			MAP_SHARED, FD_ARENA, 0);
+	t->ctl = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, FD_CONTROL,
+		      0);
+	if (t->arena == MAP_FAILED || t->ctl == MAP_FAILED)
+		return apf_error_errno(APF_EABORT, errno, "trial",
+				       "map the arena");
+	if (strcmp(t->a.device, "cpu"))
+		return apf_error(APF_EINPUT, "trial", "device '%s' is not built in",
+				 t->a.device);
+	int rc = apf_backend_cpu_new(&t->be, t->a.threads);
+	if (!rc) {
+		/* Start the BLAS thread pool now: no thread may be created once
+		 * the sandbox is locked. */
+		float *m = NULL;
+		rc = t->be->alloc(t->be, 3 * 64 * 64 * sizeof(float), (void **)&m);
+		if (!rc)
+			t->be->gemm(t->be, 0, 0, 64, 64, 64, 1.0f, m, 64,
+				    m + 4096, 64, 0.0f, m + 8192, 64);
+		if (m)
+			t->be->free(t->be, m);
+	}
+	if (!rc) {
+		char *dir = apf_path_join(t->a.workloads_dir, t->a.workload);
+		rc = dir ? apf_workload_spec_load_dir(&t->spec, dir)
+			 : apf_error(APF_ENOMEM, "trial", "out of memory");
+		free(dir);
+	}
+	if (!rc)
+		rc = read_hparams(t->a.hparams, &t->hp);
+	if (!rc)
+		rc = apply_regularisation(t->spec, t->a.variant, &t->hp);
+	if (!rc) {
+		apf_trial_key key = {t->a.seed, t->a.study, t->a.trial};
+		rc = apf_workload_open(&t->wl, t->spec, t->a.variant, t->be, &key,
+				       0);
+	}
+	return rc;
+}
+
+static int train(struct tp *t)
+{
+	char line[LINE_MAX_BYTES];
+	int rc = chan_send(FD_CHANNEL, "lock");
+	if (!rc)
+		rc = expect(t, "locked", line, sizeof line);
+	if (!rc)
+		rc = apf_submission_load(&t->sub, t->a.so);
+	struct apf_objective obj;
+	if (!rc) {
+		apf_objective_of_workload(&obj, t->wl);
+		const apf_image_dataset *ds = apf_workload_dataset(t->wl);
+		struct apf_trial_info info = {
+			.workload = t->a.workload,
+			.variant = t->a.variant,
+			.metric = t->spec->metric,
+			.device = t->a.device,
+			.train_examples = (int64_t)ds->split[APF_SPLIT_TRAIN].n,
+			.max_runtime_s = t->a.budget_s,
+			.max_steps = t->a.max_steps,
+			.step_hint = t->a.step_hint,
+			.key = {t->a.seed, t->a.study, t->a.trial}};
+		rc = apf_trial_new(&t->trial, &obj, t->be, t->sub, &t->hp, &info,
+				   t->arena, t->a.arena_bytes);
+	}
+	if (!rc)
+		rc = apf_trial_init(t->trial);
+	if (!rc)
+		rc = chan_send(FD_CHANNEL, "ready %lld %d",
+			       (long long)apf_trial_global_step(t->trial),
+			       apf_trial_batch_size(t->trial));
+	if (!rc)
+		rc = expect(t, "go", line, sizeof line);
+	if (!rc)
+		rc = parse_go(t, line);
+	while (!rc) {
+		int complete = 0;
+		rc = apf_trial_step(t->trial, &complete);
+		if (rc)
+			break;
+		int64_t step = apf_trial_global_step(t->trial);
+		__atomic_store_n(&t->ctl->step, step, __ATOMIC_RELAXED);
+		const char *why = complete ? "complete"
+				  : t->a.max_steps > 0 && step >= t->a.max_steps
+					  ? "max_steps"
+				  : t->a.stop_at > 0 && step >= t->a.stop_at
+					  ? "due"
+				  : __atomic_load_n(&t->ctl->eval_requested,
+						    __ATOMIC_ACQUIRE)
+					  ? "due"
+					  : NULL;
+		if (!why)
+			continue;
+		__atomic_store_n(&t->ctl->eval_requested, 0, __ATOMIC_RELEASE);
+		rc = apf_trial_prepare_eval(t->trial);
+		if (!rc)
+			rc = chan_send(FD_CHANNEL, "eval %lld %s", (long long)step,
+				       why);
+		if (!rc) {
+			int r = chan_recv(&t->ch, line, sizeof line, -1);
+			if (r != 1)
+				rc = apf_error(APF_EABORT, "trial",
+					       "the supervisor went away");
+			else if (!strcmp(line, "stop"))
+				break;
+			else if (!strncmp(line, "go ", 3))
+				rc = parse_go(t, line);
+			else
+				rc = apf_error(APF_EABORT, "trial",
+					       "unexpected '%.40s'", line);
+		}
+	}
+	return rc;
+}
+
+int apf_runner_trial_main(int argc, char **argv)
+{
+	struct tp t = {0};
+	t.ch.fd = FD_CHANNEL;
+	int rc = unit_args_parse(&t.a, argc, argv);
+	if (!rc)
+		rc = setup(&t);
+	if (!rc)
+		rc = train(&t);
+	if (rc)
+		report();
+	apf_trial_free(t.trial);
+	apf_workload_close(t.wl);
+	apf_workload_spec_free(t.spec);
+	apf_hparams_free(&t.hp);
+	if (t.be)
+		apf_backend_free(t.be);
+	return rc ? 1 : 0;
+}

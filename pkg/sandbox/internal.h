@@ -1,0 +1,119 @@
+/*
+ * internal.h: what the files of pkg/sandbox share and nothing else includes:
+ * the sandbox's state, the syscall table (filter.c), and the policy and
+ * notification helpers (notify.c) that spawn.c calls.
+ */
+#ifndef APF_SANDBOX_INTERNAL_H
+#define APF_SANDBOX_INTERNAL_H
+
+#include <linux/filter.h>
+#include <stdint.h>
+#include <sys/resource.h>
+#include <sys/types.h>
+
+#include "sandbox/sandbox.h"
+
+/* How the supervisor treats a notified syscall. */
+enum sc_class {
+	SC_ALLOW,     /* newer than libseccomp, known to be harmless */
+	SC_FORBIDDEN, /* always a fault */
+	SC_SOCKET,    /* socket, socketpair: a fault unless AF_UNIX */
+	SC_IOCTL,     /* TIOCSTI, TIOCLINUX */
+	SC_CLONE,     /* clone: flags say thread or process */
+	SC_CLONE3,    /* flags in memory: ENOSYS in setup, a fault when locked */
+	SC_FORK,      /* fork, vfork */
+	SC_EXEC,      /* execve, execveat */
+	SC_PATH,      /* a path the policy must allow */
+	SC_SOCKADDR,  /* connect, bind */
+	SC_PID,       /* acts on another process: checked when unsealed */
+	SC_EXIT,      /* exit_group: the memory snapshot */
+};
+
+/* How a path argument is used (SC_PATH, SC_EXEC). */
+enum sc_path_kind {
+	P_OPEN,         /* access and follow from the open flags (arg flags) */
+	P_OPENAT2,      /* same, flags from struct open_how at arg flags */
+	P_WRITE,        /* writes, follows a final symlink */
+	P_WRITE_NOFOLLOW,
+	P_WRITE_AT,     /* writes; AT_SYMLINK_NOFOLLOW / AT_EMPTY_PATH in flags */
+	P_LINK,         /* path: read (follow per AT_SYMLINK_FOLLOW), path2: write */
+	P_RENAME,       /* both paths write, no follow */
+	P_EXEC,         /* read; AT_ flags in arg flags when >= 0 */
+};
+
+struct sc_info {
+	const char *name;
+	enum sc_class cls;
+	/* Argument indexes, -1 when absent. */
+	signed char dirfd, path, dirfd2, path2, flags;
+	unsigned char kind;   /* enum sc_path_kind */
+	/* SC_FORBIDDEN: how to print the arguments, one letter each: d int,
+	 * x hex, s string, P ptrace request, c clone flags. SC_PID: the index
+	 * of the pid argument, then that of the signal, or '!' when only a
+	 * pid other than 0 is notified ("01": kill, "0!": prlimit64). */
+	const char *args;
+	int unified_nr;       /* the number on every architecture (>= 424) */
+	int nr;               /* resolved for this architecture, -1: none */
+};
+
+/* The table, resolved once for the native architecture. */
+const struct sc_info *apf_sandbox_syscalls(size_t *n);
+const struct sc_info *apf_sandbox_syscall_lookup(int nr);
+/* The BPF program (malloc'd) the sandboxed process installs. */
+int apf_sandbox_filter_build(struct sock_filter **prog, size_t *len);
+
+struct policy_entry {
+	char *prefix;
+	size_t len;
+	int access;
+};
+
+struct apf_sandbox {
+	enum apf_sandbox_mode mode;
+	enum apf_sandbox_phase phase;
+	pid_t child;       /* our direct child: init (sealed) or the program */
+	int child_pidfd;
+	pid_t pid;         /* the program */
+	int pidfd;
+	int notify_fd;
+	int notify_hup;
+	int chan;          /* our end of the socketpair with init/program */
+	int exec_done;     /* the program's own first execve was answered */
+	uint64_t spawns, spawn_limit;
+	uint64_t t_start;
+	dev_t pidns_dev;   /* the sandbox's pid namespace (sealed) */
+	ino_t pidns_ino;
+	struct policy_entry *policy;
+	size_t npolicy, cappolicy;
+	int faulted;
+	char fault[APF_SANDBOX_TEXT_MAX];
+	char refusal[APF_SANDBOX_TEXT_MAX]; /* the last REFUSED call */
+	int killed;
+	int stopped;       /* by apf_sandbox_stop, not yet continued */
+	uint64_t memory_limit;
+	uint64_t peak_vm;
+	/* what init (or waitid) told us */
+	int have_status;
+	int status;        /* wait status of the program */
+	struct rusage ru;
+	char setup_error[APF_SANDBOX_TEXT_MAX];
+	int ended;
+	apf_sandbox_end end;
+	void *req, *resp;  /* seccomp_notif buffers of the kernel's sizes */
+	size_t req_size, resp_size;
+};
+
+/* Policy: adds a prefix (normalised); the defaults every sandbox has. */
+int apf_sandbox_policy_add(apf_sandbox *sb, const char *prefix, int access);
+int apf_sandbox_policy_defaults(apf_sandbox *sb);
+/* Kills everything in the sandbox now (SIGKILL), without reaping. */
+void apf_sandbox_kill_now(apf_sandbox *sb);
+/* Records the first fault and kills the sandbox. */
+void apf_sandbox_record_fault(apf_sandbox *sb, const char *text);
+/* Reads the program's peak virtual size into sb->peak_vm. */
+void apf_sandbox_snapshot_vm(apf_sandbox *sb);
+/* Lexical normalisation of an absolute path: "//", ".", ".." folded;
+ * returns 0 or -ENAMETOOLONG / -EINVAL (not absolute). */
+int apf_sandbox_normalize(char *out, size_t size, const char *path);
+
+#endif

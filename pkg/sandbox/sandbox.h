@@ -1,0 +1,273 @@
+/*
+ * sandbox: the cell the sealed runner runs untrusted code in (DESIGN.md 6).
+ *
+ * A sandbox is one program, started with apf_sandbox_spawn and watched by
+ * the calling process, the supervisor, until apf_sandbox_reap says how it
+ * ended. Two layers keep it in:
+ *
+ * Namespaces (sealed mode). The process runs in new user, mount, pid, ipc,
+ * uts and network namespaces: root inside, the invoking user outside; a root
+ * made of the caller's bind mounts (read-only or writable), a size-limited
+ * tmpfs scratch, a fresh /proc (its machine-wide parts - sys, sysrq-trigger,
+ * irq, bus, fs - read-only) and a /dev with only null, zero, full, random and
+ * urandom; the host's root is detached, so the keys, the run directory and
+ * $HOME are simply not there. The root itself is read-only. The network
+ * namespace has only a loopback, left down. Nested user namespaces are
+ * disabled (max_user_namespaces = 0). There is no /dev/shm: share memory
+ * with the program by passing a memfd.
+ * The first process in the pid namespace is a small init of ours (pid 1): it
+ * forks the program (pid 2), reaps orphans, and reports the program's wait
+ * status and resource usage to the supervisor before it exits, which takes
+ * every process left in the namespace with it.
+ *
+ * The filter. Before execve the program drops every capability, sets
+ * no_new_privs and its rlimits, keeps only the descriptors the caller passed
+ * (at fixed numbers; 0-2 default to /dev/null), and installs a seccomp filter
+ * whose interesting syscalls return SECCOMP_RET_USER_NOTIF. The listener
+ * descriptor comes to the supervisor over a socketpair, so the supervisor -
+ * never the untrusted process - decides each such call and names every
+ * violation. A fault kills the whole sandbox at once and is remembered; the
+ * call itself fails with EPERM and never runs.
+ *   - always a fault: sockets other than AF_UNIX, ptrace, process_vm_*,
+ *     mount and the new mount API, pivot_root, chroot, setns, unshare, bpf,
+ *     perf_event_open, kexec, module loading, key management, reboot, swap,
+ *     acct, clock setting, userfaultfd, io_uring, personality, handle-based
+ *     opens, pidfd_getfd, kcmp, fanotify, iopl/ioperm, syslog, quotactl,
+ *     seccomp (a nested filter), TIOCSTI/TIOCLINUX, and the rest of the list
+ *     in filter.c;
+ *   - phase-dependent: creating a process or a thread, and execve, are
+ *     allowed in the setup phase (a compiler needs them) and faults once the
+ *     caller locks the sandbox - except the program's own first execve;
+ *     namespace flags on clone are a fault in any phase; clone3 is answered
+ *     ENOSYS in setup (its flags live in memory the caller could change
+ *     after the check; glibc falls back to clone, whose flags are registers);
+ *   - paths: open*, creat, truncate, mkdir, rmdir, unlink, rename, link,
+ *     symlink, chmod, chown, mknod, utimes, *xattr, execve and AF_UNIX
+ *     connect/bind: the supervisor reads the path from the process's memory,
+ *     resolves it as the kernel would (cwd or dirfd, "..", symlinks, the
+ *     /proc/self magic links) in the sandbox's own view, and checks it
+ *     against the path policy: reading needs a policy prefix (or a directory
+ *     above one), writing needs a writable prefix.
+ * The path check detects and names; the mount namespace enforces. A thread
+ * that rewrites the path between the check and the kernel's own lookup wins
+ * only access to what is mounted anyway. In unsealed mode there is no mount
+ * namespace behind the check, so that race is real: unsealed runs are
+ * marked so in the log for that reason.
+ *
+ * Passed descriptors. A descriptor of a host file can be reopened through
+ * /proc/self/fd with another access mode, past the mount namespace; the path
+ * check names that (the host path is outside the policy), but only the check
+ * stands in the way. Pass pipes, sockets and memfds.
+ *
+ * Unsealed mode (--unsealed): no namespaces and no mounts - the program sees
+ * the host - but rlimits, no_new_privs, the dropped capabilities and the
+ * filter with its supervisor are the same; the policy then speaks of host
+ * paths (a mount entry stands for its source, the scratch must exist).
+ * Signals and the like to processes outside the program's process group are
+ * faults. It is not isolation: beyond the race above, datagrams sent to an
+ * address (sendto, sendmsg) and processes that leave the process group in the
+ * setup phase are not policed, and a supervisor running as root leaves the
+ * program root (without capabilities) on the host.
+ *
+ * Freezing: apf_sandbox_stop sends SIGSTOP to the program and returns once
+ * every one of its threads is stopped; apf_sandbox_cont resumes them. In the
+ * locked phase the program cannot create processes or threads, and locking
+ * fails (as a fault) while any other process is alive in the sandbox, so the
+ * program's thread group is the whole trial. Lock when the program is
+ * waiting for the runner's go, after anything that starts threads lazily (a
+ * BLAS or OpenMP pool: make one call first) has started them.
+ *
+ * How it ended (apf_sandbox_end): exit code; crash with its signal; the
+ * sandbox fault that killed it; killed by the runner; memory limit (an
+ * allocation failed under RLIMIT_AS: a failure or crash whose peak memory -
+ * the larger of peak RSS and peak virtual size seen at exit, abort, or a
+ * stop - is within 1/8 of the limit); CPU or file-size limit (SIGXCPU,
+ * SIGXFSZ); setup failure. No cgroup is used: the memory limit is RLIMIT_AS.
+ *
+ * Serving notifications: a notified call blocks the calling thread until the
+ * supervisor answers, so the supervisor must poll apf_sandbox_notify_fd and
+ * call apf_sandbox_notify_handle when it is readable (apf_sandbox_wait does
+ * both). One apf_sandbox is used by one supervisor thread; that thread is the
+ * spawned process's parent, and the sandbox is killed if it exits
+ * (PR_SET_PDEATHSIG). The sandbox reaps its own children by pidfd; a
+ * supervisor must not wait for "any child" (waitpid(-1, ...)).
+ *
+ * Needs Linux 5.12 or newer (clone3 or clone with pidfds, seccomp user
+ * notification with CONTINUE, close_range, mount_setattr); apf_sandbox_probe
+ * names the step a kernel refuses.
+ */
+#ifndef APF_SANDBOX_H
+#define APF_SANDBOX_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "base/base.h"
+
+typedef struct apf_sandbox apf_sandbox;
+
+enum apf_sandbox_mode { APF_SANDBOX_SEALED = 0, APF_SANDBOX_UNSEALED = 1 };
+enum apf_sandbox_phase { APF_SANDBOX_SETUP = 0, APF_SANDBOX_LOCKED = 1 };
+
+/* Access to a path; WRITE implies READ. */
+enum { APF_SANDBOX_READ = 1, APF_SANDBOX_WRITE = 3 };
+
+/* A bind mount of a host file or directory into the new root. */
+struct apf_sandbox_mount {
+	const char *source; /* host path (symlinks are resolved first) */
+	const char *target; /* absolute path inside; NULL: same as source */
+	int access;         /* APF_SANDBOX_READ (read-only) or _WRITE */
+	int optional;       /* a missing source is skipped, not an error */
+};
+
+/* A policy entry beyond what the mounts and the scratch imply. */
+struct apf_sandbox_path {
+	const char *prefix; /* absolute; matches itself and what lies below */
+	int access;
+};
+
+/* A descriptor of the caller's that the program gets as number target. */
+struct apf_sandbox_fd {
+	int fd;
+	int target;
+};
+
+struct apf_sandbox_limits {
+	/* RLIMIT_AS bytes; 0: unlimited. CUDA reserves far more address space
+	 * than it uses, so a GPU trial needs 0 here. */
+	uint64_t address_space;
+	uint64_t open_files;    /* RLIMIT_NOFILE; 0: 256 */
+	/* RLIMIT_NPROC, processes and threads (a BLAS thread pool counts);
+	 * 0: 1024. Sealed only: unsealed, it would count the user's every
+	 * process on the host. */
+	uint64_t processes;
+	uint64_t file_size;     /* RLIMIT_FSIZE bytes; 0: unlimited */
+	uint64_t cpu_seconds;   /* RLIMIT_CPU; 0: unlimited */
+	/* Processes and threads the supervisor lets the sandbox create in the
+	 * setup phase, in total; 0: 1024. (RLIMIT_NPROC does not bind a
+	 * sandbox whose outside user is root, so this is the one that does.) */
+	uint64_t spawns;
+};
+
+struct apf_sandbox_config {
+	enum apf_sandbox_mode mode;
+	const char *const *argv;  /* argv[0]: the program, as the sandbox sees it */
+	const char *const *envp;  /* NULL: an empty environment */
+	const char *cwd;          /* inside; NULL: the scratch, else "/" */
+	const struct apf_sandbox_mount *mounts;
+	size_t nmounts;
+	const char *scratch;      /* the writable tmpfs, inside; NULL: none */
+	uint64_t scratch_bytes;   /* 0: 64 MiB */
+	const struct apf_sandbox_path *paths;
+	size_t npaths;
+	const struct apf_sandbox_fd *fds;
+	size_t nfds;
+	struct apf_sandbox_limits limits;
+	const char *hostname;     /* NULL: "apf-sandbox" */
+};
+
+#define APF_SANDBOX_TEXT_MAX 512
+
+enum apf_sandbox_verdict {
+	APF_SANDBOX_NONE = 0, /* nothing was pending */
+	APF_SANDBOX_ALLOWED,  /* the call continues */
+	APF_SANDBOX_REFUSED,  /* the call fails with an errno; not a fault */
+	APF_SANDBOX_FAULT,    /* a sandbox fault: the sandbox has been killed */
+};
+
+/* One answered notification. */
+typedef struct apf_sandbox_event {
+	enum apf_sandbox_verdict verdict;
+	pid_t tid;         /* the calling thread, in the supervisor's numbering */
+	int nr;            /* syscall number */
+	const char *name;  /* syscall name */
+	/* FAULT and REFUSED: one line naming the call, its key arguments and
+	 * what was wrong, e.g. `openat("/root/k.pem", O_RDONLY) outside the
+	 * sandbox`. Empty for ALLOWED. */
+	char text[APF_SANDBOX_TEXT_MAX];
+} apf_sandbox_event;
+
+enum apf_sandbox_outcome {
+	APF_SANDBOX_EXITED = 0,   /* exit_code */
+	APF_SANDBOX_CRASHED,      /* killed by signal */
+	APF_SANDBOX_FAULTED,      /* killed after a sandbox fault (fault) */
+	APF_SANDBOX_KILLED,       /* killed by the runner (apf_sandbox_kill) */
+	APF_SANDBOX_MEMORY_LIMIT, /* an allocation failed at the memory limit */
+	APF_SANDBOX_CPU_LIMIT,    /* RLIMIT_CPU (SIGXCPU) */
+	APF_SANDBOX_FILE_LIMIT,   /* RLIMIT_FSIZE (SIGXFSZ) */
+	APF_SANDBOX_SETUP_FAILED, /* the sandbox or the execve failed */
+};
+
+typedef struct apf_sandbox_end {
+	enum apf_sandbox_outcome outcome;
+	int exit_code;        /* EXITED, and MEMORY_LIMIT by exit; else -1 */
+	int signal;           /* the signal that ended it, else 0 */
+	uint64_t wall_ns;     /* spawn to end, supervisor's monotonic clock */
+	uint64_t user_ns, system_ns; /* CPU time of the program and its children */
+	uint64_t peak_rss;    /* bytes, the largest of the program and its children */
+	uint64_t peak_vm;     /* bytes, peak virtual size last seen; 0: unknown */
+	uint64_t memory_limit; /* RLIMIT_AS in force; 0: none */
+	/* One line for the log: "exited with code 0", "crashed: SIGSEGV",
+	 * "sandbox fault: socket(AF_INET, SOCK_STREAM, 0) ...", "memory limit
+	 * exceeded: peak 250 MiB of 256 MiB (SIGABRT)", ... */
+	char reason[APF_SANDBOX_TEXT_MAX + 64];
+} apf_sandbox_end;
+
+/* 0 when this kernel allows a sandbox of this mode, else APF_EABORT with a
+ * one-line reason ("sandbox: user namespaces: ...") so that apf run can
+ * fail closed. It starts and reaps a real, minimal sandbox. */
+int apf_sandbox_probe(enum apf_sandbox_mode mode);
+
+/* Starts the program. Returns once the program's filter is in place and the
+ * supervisor holds its listener; the program's own execve is then waiting
+ * for apf_sandbox_notify_handle. Bad configuration: APF_EINPUT; the kernel
+ * refusing a step: APF_EABORT naming it. */
+int apf_sandbox_spawn(apf_sandbox **out, const struct apf_sandbox_config *cfg);
+
+/* The program's pid and its pidfd, as the supervisor sees them. */
+pid_t apf_sandbox_pid(const apf_sandbox *sb);
+int apf_sandbox_pidfd(const apf_sandbox *sb);
+/* Readable when a notification is pending (POLLHUP once nothing can send
+ * more); readable when the sandbox has ended. */
+int apf_sandbox_notify_fd(const apf_sandbox *sb);
+int apf_sandbox_exit_fd(const apf_sandbox *sb);
+
+/* Answers one pending notification, if any (it never blocks). Returns 0 with
+ * *ev filled (verdict NONE when nothing was pending), or an APF_E* status when
+ * the supervisor itself failed. */
+int apf_sandbox_notify_handle(apf_sandbox *sb, apf_sandbox_event *ev);
+
+/* Adds a policy prefix while the sandbox runs. */
+int apf_sandbox_allow(apf_sandbox *sb, const char *prefix, int access);
+
+/* SETUP -> LOCKED (there is no way back). Locking while another process is
+ * alive in the sandbox is a fault: APF_EABORT, and the sandbox is killed. */
+int apf_sandbox_set_phase(apf_sandbox *sb, enum apf_sandbox_phase phase);
+enum apf_sandbox_phase apf_sandbox_phase(const apf_sandbox *sb);
+
+/* Freezes every thread of the program; returns once all are stopped. */
+int apf_sandbox_stop(apf_sandbox *sb);
+int apf_sandbox_cont(apf_sandbox *sb);
+/* Kills everything in the sandbox for good (outcome KILLED unless a fault
+ * came first). */
+int apf_sandbox_kill(apf_sandbox *sb);
+
+/* The first fault's text, or NULL. */
+const char *apf_sandbox_fault(const apf_sandbox *sb);
+
+/* Non-blocking: 1 and *end filled once the sandbox has ended (again on later
+ * calls), 0 while it runs, or an APF_E* status. */
+int apf_sandbox_reap(apf_sandbox *sb, apf_sandbox_end *end);
+/* Serves notifications until the sandbox ends (1, *end filled) or timeout_ms
+ * passes (0; -1 waits for ever). Faults are recorded, not returned. */
+int apf_sandbox_wait(apf_sandbox *sb, int timeout_ms, apf_sandbox_end *end);
+
+/* Kills the sandbox if it still runs, reaps it, and frees. NULL is fine. */
+void apf_sandbox_free(apf_sandbox *sb);
+
+/* "exited", "crashed", "sandbox_fault", "killed", "memory_limit",
+ * "cpu_limit", "file_size_limit", "setup_failed". */
+const char *apf_sandbox_outcome_name(enum apf_sandbox_outcome o);
+
+#endif

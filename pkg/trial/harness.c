@@ -1,0 +1,744 @@
+/*
+ * harness.c: the operations of include/apf/ops.h on the trial's backend, and
+ * the step that drives a submission.
+ *
+ * Every operation checks its arguments before the backend sees them: vectors
+ * must lie inside the arena or the gradient buffer with matching lengths,
+ * slots are allocated only during init_optimizer_state, batches must be the
+ * harness's. The first misuse is kept (sticky) and turns the submission's
+ * call into a failed trial with that message; later operations do nothing.
+ * A misbehaving submission therefore fails cleanly instead of corrupting
+ * the harness's memory through it.
+ */
+#include "trial/internal.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+_Static_assert((int)APF_KIND_WEIGHT == (int)APF_PARAM_WEIGHT &&
+		       (int)APF_KIND_ATTN_OUT == (int)APF_PARAM_ATTN_OUT,
+	       "ops.h kinds must equal nn.h kinds");
+
+#define MAX_LOG_LINES 200
+
+struct apf_trial {
+	struct apf_ctx ctx; /* first: what the submission holds */
+	struct apf_objective obj;
+	apf_backend *be;
+	const apf_submission *sub;
+	const apf_hparams *hp;
+	struct apf_trial_info info;
+	char *arena;
+	size_t capacity;
+	struct apf_arena_header *h;
+	float *params, *state, *grads;
+	int batch;
+	int in_init;
+	int err;
+	char msg[320];
+	int log_lines;
+	apf_eval_results last_eval;
+	double submission_time_s;
+	apf_batch cur;
+	int have_batch;
+	apf_param_info *pinfo;
+	uint64_t prng_key;
+};
+
+static apf_trial *T(apf_ctx *c)
+{
+	return (apf_trial *)c;
+}
+
+static void misuse(apf_trial *t, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+static void misuse(apf_trial *t, const char *fmt, ...)
+{
+	if (t->err)
+		return;
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(t->msg, sizeof t->msg, fmt, ap);
+	va_end(ap);
+	t->err = 1;
+}
+
+/* A vector is usable when it lies wholly in the arena's used part or in the
+ * gradient buffer. */
+static int vec_ok(apf_trial *t, apf_vec v, const char *op)
+{
+	if (t->err)
+		return 0;
+	uintptr_t p = (uintptr_t)v.p, a = (uintptr_t)t->arena,
+		  g = (uintptr_t)t->grads;
+	size_t bytes = v.n * sizeof(float);
+	int in_arena = p >= a + APF_ARENA_HEADER && p <= a + t->h->used &&
+		       bytes <= a + t->h->used - p;
+	int in_grads = p >= g && p <= g + t->obj.param_floats * sizeof(float) &&
+		       bytes <= g + t->obj.param_floats * sizeof(float) - p;
+	if (!v.p || (p % sizeof(float)) || !(in_arena || in_grads)) {
+		misuse(t, "%s: a vector outside the parameters, gradients and "
+			  "slots",
+		       op);
+		return 0;
+	}
+	return 1;
+}
+
+static int same(apf_trial *t, apf_vec a, apf_vec b, const char *op)
+{
+	if (!vec_ok(t, a, op) || !vec_ok(t, b, op))
+		return 0;
+	if (a.n != b.n) {
+		misuse(t, "%s: vectors of %zu and %zu floats", op, a.n, b.n);
+		return 0;
+	}
+	return 1;
+}
+
+/* ---- parameters ------------------------------------------------------------ */
+
+static int op_nparams(apf_ctx *c)
+{
+	return (int)T(c)->obj.nparams;
+}
+
+static int op_param_info(apf_ctx *c, int i, apf_param_info *out)
+{
+	apf_trial *t = T(c);
+	if (i < 0 || (size_t)i >= t->obj.nparams) {
+		misuse(t, "param_info: no parameter %d", i);
+		return -1;
+	}
+	*out = t->pinfo[i];
+	return 0;
+}
+
+static apf_vec op_param(apf_ctx *c, int i)
+{
+	apf_trial *t = T(c);
+	if (i < 0 || (size_t)i >= t->obj.nparams) {
+		misuse(t, "param: no parameter %d", i);
+		return (apf_vec){0};
+	}
+	return (apf_vec){t->params + t->pinfo[i].offset, t->pinfo[i].numel};
+}
+
+static apf_vec op_grad(apf_ctx *c, int i)
+{
+	apf_trial *t = T(c);
+	if (i < 0 || (size_t)i >= t->obj.nparams) {
+		misuse(t, "grad: no parameter %d", i);
+		return (apf_vec){0};
+	}
+	return (apf_vec){t->grads + t->pinfo[i].offset, t->pinfo[i].numel};
+}
+
+static apf_vec op_params_flat(apf_ctx *c)
+{
+	return (apf_vec){T(c)->params, T(c)->obj.param_floats};
+}
+
+static apf_vec op_grads_flat(apf_ctx *c)
+{
+	return (apf_vec){T(c)->grads, T(c)->obj.param_floats};
+}
+
+static int op_loss_grad(apf_ctx *c, const apf_batch *b, double *loss)
+{
+	apf_trial *t = T(c);
+	if (t->err)
+		return -1;
+	if (t->obj.next_batch && (b != &t->cur || !t->have_batch)) {
+		misuse(t, "loss_grad: not a batch the harness handed out");
+		return -1;
+	}
+	int rc = t->obj.loss_grad(t->obj.user, t->params, b,
+				  (uint64_t)t->h->global_step, loss, t->grads);
+	if (rc) {
+		misuse(t, "loss_grad: %s", apf_error_message());
+		return -1;
+	}
+	if (!isfinite(*loss)) {
+		misuse(t, "the training loss is not finite (%g) at step %lld",
+		       *loss, (long long)t->h->global_step);
+		return -1;
+	}
+	return 0;
+}
+
+static int op_next_batch(apf_ctx *c, const apf_batch **out)
+{
+	apf_trial *t = T(c);
+	*out = NULL;
+	if (t->err)
+		return -1;
+	if (!t->obj.next_batch) {
+		misuse(t, "next_batch: this objective has no data");
+		return -1;
+	}
+	apf_data_pos pos = {t->h->data_epoch, t->h->data_index};
+	int rc = t->obj.next_batch(t->obj.user, &pos, t->batch, &t->cur);
+	if (rc) {
+		misuse(t, "next_batch: %s", apf_error_message());
+		return -1;
+	}
+	t->h->data_epoch = pos.epoch;
+	t->h->data_index = pos.index;
+	t->have_batch = 1;
+	*out = &t->cur;
+	return 0;
+}
+
+/* ---- slots ------------------------------------------------------------------ */
+
+static struct apf_arena_slot *find_slot(apf_trial *t, const char *name)
+{
+	for (uint32_t i = 0; i < t->h->nslots; i++)
+		if (!strcmp(t->h->slots[i].name, name))
+			return &t->h->slots[i];
+	return NULL;
+}
+
+static struct apf_arena_slot *alloc_slot(apf_trial *t, const char *op,
+					 const char *name, uint64_t n,
+					 uint32_t kind, size_t item)
+{
+	size_t len = name ? strlen(name) : 0;
+	if (!t->in_init) {
+		misuse(t, "%s '%s': state is allocated in init_optimizer_state "
+			  "only",
+		       op, name ? name : "");
+		return NULL;
+	}
+	if (len == 0 || len >= APF_SLOT_NAME) {
+		misuse(t, "%s: a name of 1 to %d characters", op,
+		       APF_SLOT_NAME - 1);
+		return NULL;
+	}
+	if (find_slot(t, name)) {
+		misuse(t, "%s '%s': allocated twice", op, name);
+		return NULL;
+	}
+	if (t->h->nslots == APF_ARENA_MAX_SLOTS) {
+		misuse(t, "%s '%s': more than %d slots", op, name,
+		       APF_ARENA_MAX_SLOTS);
+		return NULL;
+	}
+	uint64_t off = (t->h->used + 63) / 64 * 64;
+	if (n > (t->h->capacity - off) / item) {
+		misuse(t, "%s '%s': %llu values do not fit the arena", op, name,
+		       (unsigned long long)n);
+		return NULL;
+	}
+	struct apf_arena_slot *s = &t->h->slots[t->h->nslots++];
+	memset(s, 0, sizeof *s);
+	memcpy(s->name, name, len);
+	s->offset = off;
+	s->n = n;
+	s->kind = kind;
+	memset(t->arena + off, 0, n * item);
+	t->h->used = off + n * item;
+	return s;
+}
+
+static int op_slot(apf_ctx *c, const char *name, size_t n, apf_vec *out)
+{
+	apf_trial *t = T(c);
+	*out = (apf_vec){0};
+	if (t->err)
+		return -1;
+	struct apf_arena_slot *s;
+	if (n > 0) {
+		s = alloc_slot(t, "slot", name, n, APF_SLOT_VECTOR, sizeof(float));
+	} else {
+		s = name ? find_slot(t, name) : NULL;
+		if (!s || s->kind != APF_SLOT_VECTOR)
+			misuse(t, "slot '%s': no such vector slot",
+			       name ? name : "");
+	}
+	if (t->err || !s)
+		return -1;
+	*out = (apf_vec){(float *)(t->arena + s->offset), s->n};
+	return 0;
+}
+
+static int op_scalar(apf_ctx *c, const char *name, double **out)
+{
+	apf_trial *t = T(c);
+	*out = NULL;
+	if (t->err)
+		return -1;
+	struct apf_arena_slot *s = name ? find_slot(t, name) : NULL;
+	if (!s && t->in_init)
+		s = alloc_slot(t, "scalar", name, 1, APF_SLOT_SCALAR,
+			       sizeof(double));
+	else if (!s || s->kind != APF_SLOT_SCALAR)
+		misuse(t, "scalar '%s': no such scalar", name ? name : "");
+	if (t->err || !s)
+		return -1;
+	*out = (double *)(t->arena + s->offset);
+	return 0;
+}
+
+/* ---- hyperparameters ----------------------------------------------------------- */
+
+static long hp_find(const apf_hparams *hp, const char *name)
+{
+	for (size_t i = 0; hp && name && i < hp->n; i++)
+		if (!strcmp(hp->names[i], name))
+			return (long)i;
+	return -1;
+}
+
+static double op_hparam(const apf_hparams *hp, const char *name, double dflt)
+{
+	long i = hp_find(hp, name);
+	return i < 0 || hp->words[i] ? dflt : hp->values[i];
+}
+
+static const char *op_hparam_word(const apf_hparams *hp, const char *name,
+				  const char *dflt)
+{
+	long i = hp_find(hp, name);
+	return i < 0 || !hp->words[i] ? dflt : hp->words[i];
+}
+
+static int op_hparam_has(const apf_hparams *hp, const char *name)
+{
+	return hp_find(hp, name) >= 0;
+}
+
+/* ---- vector operations ------------------------------------------------------- */
+
+#define BE(t) ((t)->be)
+
+static void op_fill(apf_ctx *c, apf_vec x, float v)
+{
+	if (vec_ok(T(c), x, "fill"))
+		BE(T(c))->fill(BE(T(c)), x.p, v, x.n);
+}
+
+static void op_copy(apf_ctx *c, apf_vec d, apf_vec s)
+{
+	if (same(T(c), d, s, "copy"))
+		BE(T(c))->copy(BE(T(c)), d.p, s.p, d.n);
+}
+
+static void op_scale(apf_ctx *c, apf_vec x, float a)
+{
+	if (vec_ok(T(c), x, "scale"))
+		BE(T(c))->scale(BE(T(c)), x.p, a, x.n);
+}
+
+static void op_axpy(apf_ctx *c, apf_vec y, float a, apf_vec x)
+{
+	if (same(T(c), y, x, "axpy"))
+		BE(T(c))->axpy(BE(T(c)), y.p, a, x.p, y.n);
+}
+
+static void op_axpby(apf_ctx *c, apf_vec y, float a, apf_vec x, float b)
+{
+	if (same(T(c), y, x, "axpby"))
+		BE(T(c))->axpby(BE(T(c)), y.p, a, x.p, b, y.n);
+}
+
+static void op_add_scalar(apf_ctx *c, apf_vec x, float a)
+{
+	if (vec_ok(T(c), x, "add_scalar"))
+		BE(T(c))->add_scalar(BE(T(c)), x.p, a, x.n);
+}
+
+static void op_mul(apf_ctx *c, apf_vec z, apf_vec x, apf_vec y)
+{
+	if (same(T(c), z, x, "mul") && same(T(c), z, y, "mul"))
+		BE(T(c))->mul(BE(T(c)), z.p, x.p, y.p, z.n);
+}
+
+static void op_div(apf_ctx *c, apf_vec z, apf_vec x, apf_vec y)
+{
+	if (same(T(c), z, x, "div") && same(T(c), z, y, "div"))
+		BE(T(c))->div(BE(T(c)), z.p, x.p, y.p, z.n);
+}
+
+static void op_sqrt(apf_ctx *c, apf_vec y, apf_vec x)
+{
+	if (same(T(c), y, x, "sqrt"))
+		BE(T(c))->sqrt(BE(T(c)), y.p, x.p, y.n);
+}
+
+static void op_max(apf_ctx *c, apf_vec z, apf_vec x, apf_vec y)
+{
+	if (same(T(c), z, x, "max") && same(T(c), z, y, "max"))
+		BE(T(c))->max(BE(T(c)), z.p, x.p, y.p, z.n);
+}
+
+static void op_clamp(apf_ctx *c, apf_vec x, float lo, float hi)
+{
+	if (!(lo <= hi))
+		misuse(T(c), "clamp: lo %g above hi %g", lo, hi);
+	if (vec_ok(T(c), x, "clamp"))
+		BE(T(c))->clamp(BE(T(c)), x.p, lo, hi, x.n);
+}
+
+static void op_moments(apf_ctx *c, apf_vec m, apf_vec v, apf_vec g, float b1,
+		       float b2)
+{
+	if (same(T(c), m, v, "moments") && same(T(c), m, g, "moments"))
+		BE(T(c))->moments(BE(T(c)), m.p, v.p, g.p, b1, b2, m.n);
+}
+
+static void op_adam_direction(apf_ctx *c, apf_vec d, apf_vec m, apf_vec v,
+			      float c1, float c2, float eps)
+{
+	if (same(T(c), d, m, "adam_direction") &&
+	    same(T(c), d, v, "adam_direction"))
+		BE(T(c))->adam_direction(BE(T(c)), d.p, m.p, v.p, c1, c2, eps,
+					 d.n);
+}
+
+static double op_dot(apf_ctx *c, apf_vec x, apf_vec y)
+{
+	return same(T(c), x, y, "dot") ? BE(T(c))->dot(BE(T(c)), x.p, y.p, x.n)
+				       : NAN;
+}
+
+static double op_sum(apf_ctx *c, apf_vec x)
+{
+	return vec_ok(T(c), x, "sum") ? BE(T(c))->sum(BE(T(c)), x.p, x.n) : NAN;
+}
+
+static double op_norm2(apf_ctx *c, apf_vec x)
+{
+	return vec_ok(T(c), x, "norm2") ? BE(T(c))->norm2(BE(T(c)), x.p, x.n)
+					: NAN;
+}
+
+static double op_max_abs(apf_ctx *c, apf_vec x)
+{
+	return vec_ok(T(c), x, "max_abs") ? BE(T(c))->max_abs(BE(T(c)), x.p, x.n)
+					  : NAN;
+}
+
+/* ---- the rest ------------------------------------------------------------------ */
+
+static int op_workload(apf_ctx *c, apf_workload_info *out)
+{
+	apf_trial *t = T(c);
+	*out = (apf_workload_info){t->info.workload, t->info.variant,
+				   t->info.metric, t->info.device,
+				   t->info.train_examples};
+	return 0;
+}
+
+static apf_vec op_slice(apf_ctx *c, apf_vec x, size_t off, size_t n)
+{
+	apf_trial *t = T(c);
+	if (!vec_ok(t, x, "slice"))
+		return (apf_vec){0};
+	if (off > x.n || n > x.n - off) {
+		misuse(t, "slice: [%zu, %zu) outside a vector of %zu", off,
+		       off + n, x.n);
+		return (apf_vec){0};
+	}
+	return (apf_vec){x.p + off, n};
+}
+
+static void op_log(apf_ctx *c, const char *message)
+{
+	apf_trial *t = T(c);
+	if (!message || t->log_lines >= MAX_LOG_LINES)
+		return;
+	if (++t->log_lines == MAX_LOG_LINES)
+		fprintf(stderr, "[%s] (further submission messages dropped)\n",
+			t->info.workload);
+	else
+		fprintf(stderr, "[%s] %.*s\n", t->info.workload, 300, message);
+}
+
+static double op_uniform(apf_prng r, uint64_t index)
+{
+	uint32_t key[2] = {(uint32_t)r.key, (uint32_t)(r.key >> 32)};
+	uint64_t hi = apf_rng_word(key, r.step, 2 * index);
+	uint64_t lo = apf_rng_word(key, r.step, 2 * index + 1);
+	return (double)((hi << 21) ^ (lo >> 11)) * 0x1.0p-53;
+}
+
+static const struct apf_ops ops = {
+	.size = sizeof(struct apf_ops),
+	.nparams = op_nparams,
+	.param_info = op_param_info,
+	.param = op_param,
+	.grad = op_grad,
+	.params_flat = op_params_flat,
+	.grads_flat = op_grads_flat,
+	.loss_grad = op_loss_grad,
+	.next_batch = op_next_batch,
+	.slot = op_slot,
+	.scalar = op_scalar,
+	.hparam = op_hparam,
+	.hparam_word = op_hparam_word,
+	.hparam_has = op_hparam_has,
+	.fill = op_fill,
+	.copy = op_copy,
+	.scale = op_scale,
+	.axpy = op_axpy,
+	.axpby = op_axpby,
+	.add_scalar = op_add_scalar,
+	.mul = op_mul,
+	.div = op_div,
+	.sqrt = op_sqrt,
+	.max = op_max,
+	.clamp = op_clamp,
+	.moments = op_moments,
+	.adam_direction = op_adam_direction,
+	.dot = op_dot,
+	.sum = op_sum,
+	.norm2 = op_norm2,
+	.max_abs = op_max_abs,
+	.workload = op_workload,
+	.slice = op_slice,
+	.log = op_log,
+	.uniform = op_uniform,
+};
+
+/* ---- the workload as an objective ---------------------------------------------- */
+
+static int wl_loss_grad(void *user, const float *params, const apf_batch *b,
+			uint64_t step, double *loss, float *grads)
+{
+	(void)params; /* the net is bound to the arena's parameters */
+	return apf_workload_loss_grad(user, b, step, loss, grads);
+}
+
+static int wl_next_batch(void *user, apf_data_pos *pos, int B, apf_batch *out)
+{
+	return apf_workload_next_batch(user, pos, B, out);
+}
+
+static int wl_bind(void *user, float *params, float *state)
+{
+	return apf_workload_bind(user, params, state);
+}
+
+static int wl_init(void *user, float *params, float *state)
+{
+	int rc = apf_workload_bind(user, params, state);
+	return rc ? rc : apf_workload_init(user);
+}
+
+void apf_objective_of_workload(struct apf_objective *o, apf_workload *wl)
+{
+	apf_net *net = apf_workload_net(wl);
+	memset(o, 0, sizeof *o);
+	o->user = wl;
+	o->nparams = apf_net_nparams(net);
+	o->params = o->nparams ? apf_net_param(net, 0) : NULL;
+	o->param_floats = apf_net_param_floats(net);
+	o->state_floats = apf_net_state_floats(net);
+	o->loss_grad = wl_loss_grad;
+	o->next_batch = wl_next_batch;
+	o->init = wl_init;
+	o->bind = wl_bind;
+}
+
+/* ---- the trial --------------------------------------------------------------- */
+
+static int fail_from_ctx(apf_trial *t, const char *call)
+{
+	return apf_error(APF_EINPUT, "submission", "%s: %s", call, t->msg);
+}
+
+int apf_trial_new(apf_trial **out, const struct apf_objective *obj,
+		  apf_backend *be, const apf_submission *sub,
+		  const apf_hparams *hp, const struct apf_trial_info *info,
+		  void *arena, size_t capacity)
+{
+	*out = NULL;
+	apf_trial *t = apf_calloc(1, sizeof *t);
+	if (!t)
+		return apf_error(APF_ENOMEM, "trial", "out of memory");
+	t->ctx.ops = &ops;
+	t->obj = *obj;
+	t->be = be;
+	t->sub = sub;
+	t->hp = hp;
+	t->info = *info;
+	t->arena = arena;
+	t->capacity = capacity;
+	t->h = arena;
+	int rc = 0;
+	if (memcmp(t->h->magic, APF_ARENA_MAGIC, 8) == 0) {
+		rc = apf_arena_check(arena, capacity);
+		if (!rc && (t->h->params_floats != obj->param_floats ||
+			    t->h->state_floats != obj->state_floats))
+			rc = apf_error(APF_EVERIFY, "arena",
+				       "laid out for another model");
+		if (!rc)
+			t->h->capacity = capacity;
+	} else {
+		rc = apf_arena_format(arena, capacity, obj->param_floats,
+				      obj->state_floats);
+	}
+	if (!rc) {
+		t->params = apf_arena_params(arena);
+		t->state = apf_arena_state(arena);
+		rc = be->alloc(be, (obj->param_floats ? obj->param_floats : 1) *
+					   sizeof(float),
+			       (void **)&t->grads);
+	}
+	if (!rc) {
+		t->pinfo = apf_calloc(obj->nparams, sizeof *t->pinfo);
+		if (!t->pinfo)
+			rc = apf_error(APF_ENOMEM, "trial", "out of memory");
+	}
+	for (size_t i = 0; !rc && i < obj->nparams; i++) {
+		const apf_param *p = &obj->params[i];
+		apf_param_info *pi = &t->pinfo[i];
+		pi->name = p->name;
+		pi->kind = p->kind;
+		pi->ndim = p->ndim;
+		for (int d = 0; d < p->ndim && d < 4; d++)
+			pi->shape[d] = p->shape[d];
+		pi->numel = p->numel;
+		pi->offset = p->offset;
+	}
+	if (!rc && sub && info->workload)
+		rc = apf_submission_batch_size(sub, info->workload, &t->batch);
+	if (!rc && obj->bind)
+		rc = obj->bind(obj->user, t->params, t->state);
+	apf_rng_key k = {info->key.seed, info->key.study, info->key.trial,
+			 APF_RNG_SUBMISSION};
+	t->prng_key = apf_rng_philox_key(&k);
+	t->last_eval = (apf_eval_results){0, 0, NAN, NAN, NAN, NAN, NAN, NAN,
+					  NAN, 1};
+	if (rc) {
+		apf_trial_free(t);
+		return rc;
+	}
+	*out = t;
+	return 0;
+}
+
+void apf_trial_free(apf_trial *t)
+{
+	if (!t)
+		return;
+	if (t->grads)
+		t->be->free(t->be, t->grads);
+	free(t->pinfo);
+	free(t);
+}
+
+static apf_prng prng_at(const apf_trial *t)
+{
+	return (apf_prng){t->prng_key, (uint64_t)t->h->global_step};
+}
+
+int apf_trial_init(apf_trial *t)
+{
+	if (t->h->initialized)
+		return 0;
+	int rc = t->obj.init ? t->obj.init(t->obj.user, t->params, t->state) : 0;
+	if (rc)
+		return rc;
+	t->in_init = 1;
+	int r = t->sub->init(&t->ctx, t->hp, prng_at(t));
+	t->in_init = 0;
+	if (t->err)
+		return fail_from_ctx(t, "init_optimizer_state");
+	if (r < 0)
+		return apf_error(APF_EINPUT, "submission",
+				 "init_optimizer_state returned %d", r);
+	rc = t->be->sync(t->be);
+	if (!rc)
+		t->h->initialized = 1;
+	return rc;
+}
+
+int apf_trial_step(apf_trial *t, int *complete)
+{
+	*complete = 0;
+	if (!t->h->initialized)
+		return apf_error(APF_EINTERNAL, "trial", "step before init");
+	int64_t step = t->h->global_step;
+	const apf_batch *b = NULL;
+	t->have_batch = 0;
+	if (t->sub->select) {
+		int r = t->sub->select(&t->ctx, t->hp, step, prng_at(t), &b);
+		if (t->err)
+			return fail_from_ctx(t, "data_selection");
+		if (r < 0)
+			return apf_error(APF_EINPUT, "submission",
+					 "data_selection returned %d", r);
+		if (t->obj.next_batch && (b != &t->cur || !t->have_batch))
+			return apf_error(APF_EINPUT, "submission",
+					 "data_selection: not a batch from "
+					 "apf_next_batch");
+	} else if (t->obj.next_batch) {
+		op_next_batch(&t->ctx, &b);
+		if (t->err)
+			return fail_from_ctx(t, "next batch");
+	}
+	apf_train_state ts = {step,
+			      t->submission_time_s,
+			      t->info.max_runtime_s,
+			      t->info.max_steps,
+			      t->info.step_hint,
+			      (int)t->h->evals};
+	int r = t->sub->update(&t->ctx, t->hp, b, &t->last_eval, step,
+			       prng_at(t), &ts);
+	if (t->err)
+		return fail_from_ctx(t, "update_params");
+	if (r < 0)
+		return apf_error(APF_EINPUT, "submission",
+				 "update_params returned %d at step %lld", r,
+				 (long long)step);
+	int rc = t->be->sync(t->be);
+	if (rc)
+		return rc;
+	t->h->global_step = step + 1;
+	*complete = r == APF_TRAINING_COMPLETE;
+	return 0;
+}
+
+int apf_trial_prepare_eval(apf_trial *t)
+{
+	if (!t->sub->prepare)
+		return 0;
+	int r = t->sub->prepare(&t->ctx, t->hp, t->h->global_step, prng_at(t));
+	if (t->err)
+		return fail_from_ctx(t, "prepare_for_eval");
+	if (r < 0)
+		return apf_error(APF_EINPUT, "submission",
+				 "prepare_for_eval returned %d", r);
+	return t->be->sync(t->be);
+}
+
+void apf_trial_set_eval(apf_trial *t, const apf_eval_results *ev)
+{
+	t->last_eval = *ev;
+}
+
+void apf_trial_set_submission_time(apf_trial *t, double seconds)
+{
+	t->submission_time_s = seconds;
+}
+
+int64_t apf_trial_global_step(const apf_trial *t)
+{
+	return t->h->global_step;
+}
+
+struct apf_arena_header *apf_trial_arena(apf_trial *t)
+{
+	return t->h;
+}
+
+int apf_trial_batch_size(const apf_trial *t)
+{
+	return t->batch;
+}

@@ -1,0 +1,166 @@
+/*
+ * trial: one training trial - a workload, a submission (a shared object
+ * implementing include/apf/submission.h) and the arena that holds all of
+ * the trial's state - and the harness that drives them step by step.
+ *
+ * The arena. One contiguous block of memory, laid out as
+ *
+ *     [ header (4 KiB) | parameters | model state | slots ... ]
+ *
+ * The header holds the section offsets, the slot table (name, offset,
+ * length of each state slot and scalar the submission allocated), the
+ * global step and the data stream's position. Nothing in it is a pointer,
+ * so the arena can live in shared memory mapped at different addresses by
+ * the trial, the supervisor and the evaluator, and a checkpoint is the
+ * arena's first `used` bytes written as they are. Restoring a checkpoint
+ * into a fresh arena restores the whole trial: parameters, batch-norm
+ * statistics, optimizer state, step, data position and randomness (which is
+ * counter-based, keyed by the trial and the step).
+ *
+ * The harness implements the operations of include/apf/ops.h for the
+ * submission on the trial's backend. It is the only code between the
+ * submission and the workload, and it checks every call's arguments.
+ */
+#ifndef APF_TRIAL_H
+#define APF_TRIAL_H
+
+#include <stdint.h>
+
+#include "apf/submission.h"
+#include "base/base.h"
+#include "tuning/tuning.h"
+#include "workload/workload.h"
+
+/* ---- the arena ------------------------------------------------------------ */
+
+#define APF_ARENA_MAGIC "APFARN01"
+#define APF_ARENA_HEADER 4096
+#define APF_ARENA_MAX_SLOTS 48
+#define APF_SLOT_NAME 48
+
+enum apf_slot_kind { APF_SLOT_VECTOR = 1, APF_SLOT_SCALAR = 2 };
+
+struct apf_arena_slot {
+	char name[APF_SLOT_NAME];
+	uint64_t offset;  /* bytes from the arena's start */
+	uint64_t n;       /* floats (vector) or 1 (scalar, a double) */
+	uint32_t kind;
+	uint32_t pad;
+};
+
+struct apf_arena_header {
+	char magic[8];
+	uint32_t version;
+	uint32_t initialized;      /* init_optimizer_state has run */
+	uint64_t capacity;         /* bytes */
+	uint64_t used;             /* bytes; what a checkpoint holds */
+	uint64_t params_offset, params_floats;
+	uint64_t state_offset, state_floats;
+	uint64_t slots_offset;
+	int64_t global_step;
+	uint64_t data_epoch, data_index;
+	int64_t evals;             /* evaluations done */
+	uint32_t nslots;
+	uint32_t pad;
+	struct apf_arena_slot slots[APF_ARENA_MAX_SLOTS];
+};
+
+/* Bytes an arena needs for a model, with room for optimizer slots of up to
+ * slot_factor times the parameters. */
+size_t apf_arena_capacity(size_t params_floats, size_t state_floats,
+			  unsigned slot_factor);
+/* Writes a fresh header into mem (capacity bytes, zeroed beforehand). */
+int apf_arena_format(void *mem, size_t capacity, size_t params_floats,
+		     size_t state_floats);
+/* Checks a header read from a checkpoint or shared memory of `bytes`
+ * bytes: magic, version, offsets and slots inside the block, slot names
+ * NUL-terminated. Everything that reads an arena checks it first. */
+int apf_arena_check(const void *mem, size_t bytes);
+float *apf_arena_params(void *mem);
+float *apf_arena_state(void *mem);
+
+/* ---- submissions ---------------------------------------------------------- */
+
+typedef struct apf_submission apf_submission;
+
+/* The fixed compiler flags every submission is built with (recorded in
+ * the log). NULL-terminated. */
+extern const char *const apf_submission_cflags[];
+
+/* Compiles the submission's C sources (submission.ini [build] sources, by
+ * default every *.c at the top of src_dir) into out_so with `cc` and the
+ * fixed flags, against include_dir (the directory holding apf/). The
+ * compiler's output goes to `log` (may be NULL). A compile error is
+ * APF_EINPUT with the first error line. */
+int apf_submission_build(const char *src_dir, const char *include_dir,
+			 const char *out_so, apf_buf *log);
+/* Loads a built submission: checks apf_abi_version and the required
+ * symbols. */
+int apf_submission_load(apf_submission **out, const char *so_path);
+void apf_submission_free(apf_submission *s);
+int apf_submission_batch_size(const apf_submission *s, const char *workload,
+			      int *out);
+
+/* ---- the harness ---------------------------------------------------------- */
+
+/* What the harness trains on: a workload, or (for tests of optimizers) any
+ * objective with a parameter table. */
+struct apf_objective {
+	void *user;
+	size_t nparams;
+	const apf_param *params;   /* table as the net describes it */
+	size_t param_floats, state_floats;
+	/* loss and gradient of params at this batch (NULL batch allowed) */
+	int (*loss_grad)(void *user, const float *params, const apf_batch *batch,
+			 uint64_t step, double *loss, float *grads);
+	/* next training batch after *pos */
+	int (*next_batch)(void *user, apf_data_pos *pos, int B,
+			  apf_batch *out);
+	/* initial parameters and state */
+	int (*init)(void *user, float *params, float *state);
+	/* points the model at the arena's parameters and state (may be NULL) */
+	int (*bind)(void *user, float *params, float *state);
+};
+
+/* The objective of a workload (params bound into the arena by the
+ * harness). */
+void apf_objective_of_workload(struct apf_objective *o, apf_workload *wl);
+
+struct apf_trial_info {
+	const char *workload;      /* name handed to the submission */
+	const char *variant;
+	const char *metric;
+	const char *device;
+	int64_t train_examples;
+	double max_runtime_s;
+	int64_t max_steps;
+	int64_t step_hint;
+	apf_trial_key key;
+};
+
+typedef struct apf_trial apf_trial;
+
+/* A trial over arena memory of `capacity` bytes: a fresh arena (zeroed) is
+ * formatted, an existing one (a restored checkpoint) is checked. */
+int apf_trial_new(apf_trial **out, const struct apf_objective *obj,
+		  apf_backend *be, const apf_submission *sub,
+		  const apf_hparams *hp, const struct apf_trial_info *info,
+		  void *arena, size_t capacity);
+void apf_trial_free(apf_trial *t);
+/* Initialises parameters and runs init_optimizer_state, unless the arena
+ * is already initialised (a resumed trial). */
+int apf_trial_init(apf_trial *t);
+/* One step: data_selection (or the next batch), update_params, step + 1.
+ * *complete is set when the submission ended training. */
+int apf_trial_step(apf_trial *t, int *complete);
+/* prepare_for_eval, when the submission has it. */
+int apf_trial_prepare_eval(apf_trial *t);
+/* What the submission sees of the last evaluation and the clock. */
+void apf_trial_set_eval(apf_trial *t, const apf_eval_results *ev);
+void apf_trial_set_submission_time(apf_trial *t, double seconds);
+int64_t apf_trial_global_step(const apf_trial *t);
+struct apf_arena_header *apf_trial_arena(apf_trial *t);
+/* Batch size the submission asked for. */
+int apf_trial_batch_size(const apf_trial *t);
+
+#endif

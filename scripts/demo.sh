@@ -1,0 +1,50 @@
+#!/bin/sh
+# make demo: the main job on the built-in default. Packs the NAdamW baseline
+# for fmnist_mlp, runs one study x one trial in the sealed runner, verifies
+# the run, and says where it is and how long the trial took to reach the
+# workload's validation target. Signing keys live in $APF_HOME (default
+# ~/.config/apf); one is created on first use.
+set -eu
+build=${1:-build}
+apf="$build/apf"
+out="$build/demo"
+mkdir -p "$out"
+rm -rf "$out/nadamw.apf" "$out/nadamw.run"
+
+echo "== apf keygen (once)"
+if ! "$apf" keygen >/dev/null 2>"$out/keygen.err"; then
+	grep -q "refusing to overwrite" "$out/keygen.err" || { cat "$out/keygen.err" >&2; exit 1; }
+	echo "using the existing key in ${APF_HOME:-$HOME/.config/apf}/keys"
+fi
+
+echo "== apf pack submissions/baselines/nadamw -w fmnist_mlp"
+"$apf" pack submissions/baselines/nadamw -w fmnist_mlp -o "$out/nadamw.apf"
+"$apf" verify "$out/nadamw.apf"
+
+echo "== apf plan (first trials)"
+"$apf" plan "$out/nadamw.apf" | head -4
+
+unsealed=""
+if ! unshare -U -r -m -p -n -f true 2>/dev/null; then
+	echo "(this kernel refuses user namespaces: running --unsealed, as the log will say)"
+	unsealed="--unsealed"
+fi
+echo "== apf run: study 0, trial 1 (a budget of 180 s of training time)"
+"$apf" run "$out/nadamw.apf" -o "$out/nadamw.run" --study 0 --trial 1 $unsealed
+
+echo "== apf verify $out/nadamw.run"
+"$apf" verify "$out/nadamw.run" 2>&1 || true
+
+echo "== apf score"
+"$apf" score "$out/nadamw.run"
+echo
+echo "run directory: $out/nadamw.run"
+echo "  log:          $out/nadamw.run/log.jsonl (signed head: log.dsse.json)"
+echo "  measurements: $out/nadamw.run/study_0/fmnist_mlp/trial_1/eval_measurements.csv"
+tail -n 1 "$out/nadamw.run/log.jsonl" >/dev/null
+ttt=$(grep '"event":"trial_end"' "$out/nadamw.run/log.jsonl" | sed -n 's/.*"time_to_target_ns":\([0-9]*\).*/\1/p')
+if [ -n "$ttt" ]; then
+	echo "time to target: $(echo "$ttt" | awk '{printf "%.1f s of submission time", $1 / 1e9}')"
+else
+	echo "time to target: not reached within the budget"
+fi

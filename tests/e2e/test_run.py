@@ -1,0 +1,295 @@
+"""End-to-end: apf run on real entries - the sealed runner.
+
+A baseline is packed for a test workload that trains in about a second
+(tests/data/workloads/blobs_mlp), run, and its run directory checked from
+the outside: the log's chain and schema, the signed head (with openssl),
+checkpoints against their digests, the CSV against the eval records,
+time-to-target. Hostile submissions must each be stopped and named as a
+sandbox fault, their trial failed, the run intact.
+"""
+import csv
+import json
+import os
+import signal
+import subprocess
+import time
+import hashlib
+
+import apftest
+from apftest import ApfCase, BLOBS
+
+SCHEMAS = os.path.join(apftest.ROOT, "manifests")
+
+
+def sandbox_available():
+    """apf run fails closed when the kernel refuses namespaces."""
+    probe = subprocess.run(["unshare", "-U", "-r", "-n", "-m", "-p", "-f", "true"],
+                           capture_output=True)
+    return probe.returncode == 0
+
+
+class RunCase(ApfCase):
+    def setUp(self):
+        super().setUp()
+        if not sandbox_available():
+            self.skipTest("the kernel refuses user namespaces here")
+        self.pub = os.path.join(self.home, "keys", "default.pub.pem")
+
+    def pack_baseline(self, name="nadamw", out="e.apf"):
+        src = os.path.join(apftest.ROOT, "submissions", "baselines", name)
+        entry = self.path(out)
+        self.ok("pack", src, "-w", BLOBS, "-o", entry)
+        return entry
+
+    def pack_source(self, name, code, ruleset="self"):
+        sub = self.path(name)
+        self.write(f"{name}/submission.ini",
+                   f"[submission]\nname = {name}\nauthors = tests\nruleset = {ruleset}\n"
+                   "[tuning]\nstudies = 2\n")
+        self.write(f"{name}/submission.c", code)
+        entry = self.path(f"{name}.apf")
+        self.ok("pack", sub, "-w", BLOBS, "-o", entry)
+        return entry
+
+    def run_unit(self, entry, run_dir, *extra, study="0", trial="1"):
+        return self.apf("run", entry, "-o", run_dir, "--study", study, "--trial", trial,
+                        *extra, timeout=300)
+
+    def check_run(self, run_dir):
+        """Chain, head signature, schemas, checkpoints, CSVs."""
+        import jsonschema
+        recs, _ = apftest.read_log(run_dir)
+        apftest.check_head_signature(run_dir, self.pub)
+        with open(os.path.join(SCHEMAS, "log-events.schema.json")) as f:
+            ev_schema = jsonschema.Draft202012Validator(json.load(f))
+        with open(os.path.join(SCHEMAS, "run.schema.json")) as f:
+            run_schema = jsonschema.Draft202012Validator(json.load(f))
+        with open(os.path.join(run_dir, "run.json")) as f:
+            run_schema.validate(json.load(f))
+        for r in recs:
+            ev_schema.validate(r)
+        units = sorted({r["unit"] for r in recs if "unit" in r})
+        for unit in units:
+            mine = apftest.unit_records(recs, unit)
+            evals = [r for r in mine if r["event"] == "eval"]
+            d = os.path.join(run_dir, unit)
+            for e in evals:
+                with open(os.path.join(d, e["checkpoint"]["file"]), "rb") as f:
+                    self.assertEqual(hashlib.sha256(f.read()).hexdigest(),
+                                     e["checkpoint"]["sha256"], f"{unit} eval {e['index']}")
+            if evals:
+                with open(os.path.join(d, "eval_measurements.csv")) as f:
+                    rows = list(csv.DictReader(f))
+                self.assertEqual(len(rows), len(evals), unit)
+                for row, e in zip(rows, evals):
+                    self.assertEqual(int(row["global_step"]), e["global_step"])
+                    self.assertAlmostEqual(float(row["score"]),
+                                           e["accumulated_submission_ns"] / 1e9, places=8)
+                    self.assertAlmostEqual(float(row["validation/accuracy"]),
+                                           e["metrics"]["validation/accuracy"], places=8)
+        return recs
+
+
+class Run(RunCase):
+    def test_baseline_run_reaches_target_with_a_verifiable_log(self):
+        entry = self.pack_baseline()
+        run = self.path("run")
+        r = self.run_unit(entry, run)
+        self.assertEqual(r.rc, 0, r)
+        recs = self.check_run(run)
+        events = [x["event"] for x in recs]
+        self.assertEqual(events[0], "run_start")
+        self.assertEqual(events[-1], "run_end")
+        for e in ("trial_start", "build", "clock_start", "step_block", "eval", "trial_end"):
+            self.assertIn(e, events)
+        end = [x for x in recs if x["event"] == "trial_end"][0]
+        self.assertFalse(end["failed"], end)
+        self.assertEqual(end["reason"], "targets")
+        first = [x for x in recs if x["event"] == "eval" and x["validation_target_met"]][0]
+        self.assertEqual(end["time_to_target_ns"], first["accumulated_submission_ns"])
+        evals = [x for x in recs if x["event"] == "eval"]
+        self.assertEqual(evals[0]["global_step"], 1)  # the first eval follows step 1
+        # Submission time is the sum of the running intervals.
+        blocks = [x for x in recs if x["event"] == "step_block"]
+        self.assertEqual(sum(b["end_ns"] - b["start_ns"] for b in blocks),
+                         evals[-1]["accumulated_submission_ns"])
+        unit = os.path.join(run, "study_0", BLOBS, "trial_1")
+        with open(os.path.join(unit, "hparams.json")) as f:
+            hp = json.load(f)
+        plan = json.loads(self.ok("plan", entry, "--json").out)
+        self.assertEqual(hp, plan["units"][0]["hparams"])
+        # The run directory is self-contained.
+        with open(os.path.join(run, "entry.apf"), "rb") as a, open(entry, "rb") as b:
+            self.assertEqual(a.read(), b.read())
+        # apf score reads it.
+        s = self.ok("score", run, "--csv", self.path("s.csv"))
+        self.assertIn("nadamw", s.out)
+
+    def test_units_merge_into_one_run_directory(self):
+        entry = self.pack_baseline()
+        run = self.path("run")
+        self.assertEqual(self.run_unit(entry, run).rc, 0)
+        self.assertEqual(self.run_unit(entry, run, trial="2").rc, 0)
+        recs = self.check_run(run)
+        units = {x["unit"] for x in recs if x["event"] == "trial_end"}
+        self.assertEqual(units, {f"study_0/{BLOBS}/trial_1", f"study_0/{BLOBS}/trial_2"})
+        # A unit that is done is not run again.
+        self.assertEqual(self.run_unit(entry, run).rc, 0)
+        ends = [x for x in apftest.read_log(run)[0] if x["event"] == "trial_end"]
+        self.assertEqual(len(ends), 2)
+
+    def test_refusals_before_anything_runs(self):
+        entry = self.pack_baseline()
+        self.fails(2, "run", entry, "-o", self.path("r"), "--trial", "99", match="no unit")
+        self.fails(2, "run", entry, "-o", self.path("r"), "--resume", match="no such run")
+        # A workload spec changed after packing.
+        wl = self.path("workloads")
+        import shutil
+        shutil.copytree(apftest.TEST_WORKLOADS, wl)
+        with open(os.path.join(wl, BLOBS, "workload.ini"), "a") as f:
+            f.write("\n; edited\n")
+        self.fails(1, "run", entry, "-o", self.path("r2"), env={"APF_WORKLOADS_DIR": wl},
+                   match="differs from the entry's")
+        self.assertFalse(os.path.exists(self.path("r")))
+
+    def test_environment_drift_is_refused_or_logged(self):
+        # Packed in a container image; run outside it.
+        src = os.path.join(apftest.ROOT, "submissions", "baselines", "nadamw")
+        entry = self.path("e.apf")
+        self.ok("pack", src, "-w", BLOBS, "-o", entry,
+                env={"APF_IMAGE_DIGEST": "sha256:" + "ab" * 32})
+        self.fails(1, "run", entry, "-o", self.path("r"), match="image_digest")
+        self.assertFalse(os.path.exists(self.path("r")))
+        r = self.run_unit(entry, self.path("r"), "--allow-env-drift")
+        self.assertEqual(r.rc, 0, r)
+        drift = [x for x in self.check_run(self.path("r")) if x["event"] == "env_drift"]
+        self.assertEqual([f["field"] for f in drift[0]["fields"]], ["image_digest"])
+
+
+HOSTILE_HEAD = r"""
+#include <apf/submission.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <fcntl.h>
+#include <unistd.h>
+#include <signal.h>
+#include <pthread.h>
+#include <sys/socket.h>
+#include <netinet/in.h>
+const int apf_abi_version = APF_ABI_VERSION;
+int get_batch_size(const char *w) { (void)w; return 64; }
+int init_optimizer_state(apf_ctx *c, const apf_hparams *h, apf_prng r)
+{ (void)c; (void)h; (void)r; return 0; }
+static void hostile(apf_ctx *c);
+int update_params(apf_ctx *c, const apf_hparams *h, const apf_batch *b,
+		  const apf_eval_results *e, int64_t s, apf_prng r,
+		  const apf_train_state *t)
+{
+	(void)h; (void)e; (void)r; (void)t;
+	double loss;
+	if (apf_loss_grad(c, b, &loss))
+		return -1;
+	apf_axpy(c, apf_all_params(c), -0.05f, apf_all_grads(c));
+	if (s == 3)
+		hostile(c);
+	return 0;
+}
+"""
+
+HOSTILE = {
+    "inet_socket": ("syscall", "socket", r"""
+static void hostile(apf_ctx *c) { (void)c;
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	printf("socket: %d\n", fd); }"""),
+    "read_key": ("path", "default.key.pem", r"""
+static void hostile(apf_ctx *c) { (void)c;
+	int fd = open("@KEY@", O_RDONLY);
+	char buf[256]; if (fd >= 0 && read(fd, buf, sizeof buf) > 0) puts("got the key"); }"""),
+    "write_dataset": ("path", "blobs", r"""
+static void hostile(apf_ctx *c) { (void)c;
+	int fd = open("@DATA@/train-labels-idx1-ubyte.gz", O_WRONLY | O_APPEND);
+	if (fd >= 0) write(fd, "x", 1); }"""),
+    "write_log": ("path", "log.jsonl", r"""
+static void hostile(apf_ctx *c) { (void)c;
+	int fd = open("@RUN@/log.jsonl", O_WRONLY | O_APPEND);
+	if (fd >= 0) write(fd, "{}\n", 3); }"""),
+    "fork_bomb": ("syscall", "clone", r"""
+static void hostile(apf_ctx *c) { (void)c;
+	for (int i = 0; i < 100000; i++) fork(); }"""),
+    "memory": ("memory", "memory limit", r"""
+static void hostile(apf_ctx *c) { (void)c;
+	for (;;) { char *p = malloc(64 << 20); if (!p) abort(); memset(p, 1, 64 << 20); } }"""),
+    "endless_loop": ("timeout", "budget", r"""
+static void hostile(apf_ctx *c) { (void)c;
+	volatile unsigned long x = 0; for (;;) x++; }"""),
+    "segfault": ("crash", "SIGSEGV", r"""
+static void hostile(apf_ctx *c) { (void)c;
+	volatile int *p = NULL; *p = 1; }"""),
+    "train_during_eval": ("syscall", "clone", r"""
+static apf_ctx *ctx;
+static void *background(void *arg) { (void)arg;
+	for (;;) apf_scale(ctx, apf_all_params(ctx), 0.999f); return NULL; }
+static void hostile(apf_ctx *c) { ctx = c;
+	pthread_t t; pthread_create(&t, NULL, background, NULL); }"""),
+}
+
+
+class Hostile(RunCase):
+    def hostile(self, name):
+        kind, detail, body = HOSTILE[name]
+        run = self.path("run")
+        code = HOSTILE_HEAD + body
+        code = code.replace("@KEY@", os.path.join(self.home, "keys", "default.key.pem"))
+        code = code.replace("@DATA@", os.path.join(apftest.ROOT, "tests", "data", "datasets", "blobs"))
+        code = code.replace("@RUN@", run)
+        self.ok("keygen")
+        blobs = os.path.join(apftest.ROOT, "tests", "data", "datasets", "blobs")
+        data_before = self.ok("hash", blobs).out
+        entry = self.pack_source(name, code)
+        extra = ["--memory-limit", "1024"] if name == "memory" else []
+        t0 = time.time()
+        r = self.run_unit(entry, run, *extra, trial="1")
+        self.assertEqual(r.rc, 0, r)  # a failed trial is a result; the run is intact
+        self.assertLess(time.time() - t0, 120)
+        recs = self.check_run(run)
+        faults = [x for x in recs if x["event"] == "sandbox_fault"]
+        self.assertEqual(len(faults), 1, recs)
+        self.assertEqual(faults[0]["kind"], kind, faults[0])
+        self.assertIn(detail, faults[0]["detail"])
+        end = [x for x in recs if x["event"] == "trial_end"][0]
+        self.assertTrue(end["failed"])
+        self.assertEqual(end["reason"], "fault")
+        # Nothing outside the sandbox changed, and the run goes on.
+        self.assertEqual(self.ok("hash", blobs).out, data_before)
+        r = self.run_unit(entry, run, study="1")
+        self.assertEqual(r.rc, 0, r)
+        self.check_run(run)
+        return faults[0]
+
+    def test_inet_socket(self):
+        self.hostile("inet_socket")
+
+    def test_reading_the_runner_key(self):
+        self.hostile("read_key")
+
+    def test_writing_into_the_dataset(self):
+        self.hostile("write_dataset")
+
+    def test_writing_to_the_log(self):
+        self.hostile("write_log")
+
+    def test_fork_bomb(self):
+        self.hostile("fork_bomb")
+
+    def test_allocating_past_the_memory_limit(self):
+        self.hostile("memory")
+
+    def test_endless_loop_past_the_budget(self):
+        self.hostile("endless_loop")
+
+    def test_segfault(self):
+        self.hostile("segfault")
+
+    def test_training_during_an_evaluation(self):
+        self.hostile("train_during_eval")

@@ -1,0 +1,111 @@
+"""apf workloads: the shipped workloads with their variants, targets and
+budgets, as text and as JSON (checked against a schema), and one-line errors
+with exit 2 for a missing or broken workload."""
+import json
+import os
+import subprocess
+import tempfile
+import unittest
+
+import jsonschema
+
+APF = os.environ.get("APF_BIN", "build/apf")
+
+SCHEMA = {
+    "type": "object",
+    "required": ["workloads"],
+    "properties": {"workloads": {"type": "array", "items": {
+        "type": "object",
+        "required": ["name", "model", "metric", "direction", "validation_target",
+                     "test_target", "targets", "parameters", "dataset", "budget",
+                     "variants"],
+        "properties": {
+            "direction": {"enum": ["max", "min"]},
+            "targets": {"enum": ["provisional", "derived"]},
+            "parameters": {"type": "integer", "minimum": 1},
+            "validation_target": {"type": "number"},
+            "test_target": {"type": "number"},
+            "dataset": {"type": "object", "required": ["name", "path"]},
+            "budget": {"type": "object", "required": ["cpu", "gpu"],
+                       "properties": {"cpu": {
+                           "type": "object",
+                           "required": ["max_runtime_s", "eval_period_s"]}}},
+            "variants": {"type": "array", "items": {
+                "type": "object",
+                "required": ["name", "overrides", "parameters",
+                             "validation_target", "test_target"]}},
+        }}}},
+}
+
+
+def apf(*args, env=None):
+    e = dict(os.environ)
+    e.pop("APF_WORKLOADS_DIR", None)
+    e.update(env or {})
+    return subprocess.run([APF, *args], capture_output=True, text=True, env=e)
+
+
+class Workloads(unittest.TestCase):
+    def test_json_lists_both_fashion_mnist_workloads_with_three_variants(self):
+        p = apf("workloads", "--json")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        doc = json.loads(p.stdout)
+        jsonschema.validate(doc, SCHEMA)
+        by = {w["name"]: w for w in doc["workloads"]}
+        self.assertIn("fmnist_mlp", by)
+        self.assertIn("fmnist_cnn", by)
+        for w in by.values():
+            self.assertGreaterEqual(len(w["variants"]), 3)
+            self.assertEqual(w["targets"], "provisional")
+            self.assertEqual(w["metric"], "accuracy")
+            # minutes, not hours, on CPU
+            self.assertLessEqual(w["budget"]["cpu"]["max_runtime_s"], 3600)
+            self.assertLess(w["budget"]["cpu"]["eval_period_s"],
+                            w["budget"]["cpu"]["max_runtime_s"])
+            self.assertEqual(w["dataset"]["digest"],
+                             "6eeb8e27457c005dce8106105de6cb2b03d7eb4fccbf90435c38f283cc7c0442")
+        # 784-1024-1024-10 with biases
+        self.assertEqual(by["fmnist_mlp"]["parameters"],
+                         784 * 1024 + 1024 + 1024 * 1024 + 1024 + 1024 * 10 + 10)
+        narrow = [v for v in by["fmnist_mlp"]["variants"] if v["name"] == "narrow"][0]
+        self.assertEqual(narrow["overrides"]["hidden"], "256, 256")
+        self.assertEqual(narrow["parameters"], 784 * 256 + 256 + 256 * 256 + 256 + 2570)
+
+    def test_text_names_targets_budgets_and_variants(self):
+        p = apf("workloads", "fmnist_cnn")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("targets (provisional): validation 0.9", p.stdout)
+        self.assertIn("budget cpu: 600 s, eval every 30 s", p.stdout)
+        self.assertIn("silu", p.stdout)
+        self.assertNotIn("fmnist_mlp", p.stdout)
+
+    def test_unknown_workload_is_a_one_line_error(self):
+        p = apf("workloads", "nope")
+        self.assertEqual(p.returncode, 2)
+        self.assertEqual(p.stdout, "")
+        self.assertEqual(len(p.stderr.splitlines()), 1)
+        self.assertTrue(p.stderr.startswith("apf: nope: no such workload"))
+
+    def test_broken_model_keys_are_refused_with_the_reason(self):
+        with tempfile.TemporaryDirectory() as d:
+            os.makedirs(os.path.join(d, "bad"))
+            with open(os.path.join(d, "bad", "workload.ini"), "w") as f:
+                f.write("[workload]\nname = bad\nmodel = mlp\nloss = cross_entropy\n"
+                        "metric = accuracy\ndirection = max\nvalidation_target = 0.5\n"
+                        "test_target = 0.5\n[dataset]\nname = d\npath = d\n"
+                        "[model]\nactivation = swish\n"
+                        "[budget.cpu]\nmax_runtime_s = 1\neval_period_s = 1\n")
+            p = apf("workloads", "--json", env={"APF_WORKLOADS_DIR": d})
+            self.assertEqual(p.returncode, 2)
+            self.assertEqual(p.stdout, "")
+            self.assertEqual(p.stderr.strip(),
+                             "apf: bad: [model] activation: 'swish' (relu, gelu, silu, tanh)")
+
+    def test_usage_errors_exit_2(self):
+        p = apf("workloads", "--jsn")
+        self.assertEqual(p.returncode, 2)
+        self.assertIn("unknown option", p.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()

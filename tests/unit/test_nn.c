@@ -1,0 +1,991 @@
+/*
+ * test_nn.c: the CPU backend's layers against double-precision references,
+ * their gradients against central finite differences of those references,
+ * the accumulate mode of every backward, the vector operations, and the
+ * network layer on top: layout, binding, init, wiring of residuals,
+ * eval-mode purity and run-to-run determinism.
+ *
+ * Each layer case gives a naive double forward (the reference), and calls
+ * the backend's float forward and backward. The checker draws inputs,
+ * compares the forwards, then compares every input's gradient of
+ * L = sum(r * out) (r random) with (L(x+h) - L(x-h)) / 2h computed in double.
+ */
+#include "testlib.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "hash/hash.h"
+#include "nn/nn.h"
+
+#define MAXIN 3
+
+struct lcase {
+	const char *name;
+	int nin;
+	size_t in_n[MAXIN];
+	size_t out_n;
+	int B, H, W, C, OC, K, S, P, act;
+	float p, smoothing;
+	int uniform_dout; /* the backward takes one weight for all outputs */
+	void (*ref)(const struct lcase *c, double *const *in, double *out);
+	void (*fwd)(const struct lcase *c, apf_backend *be, float *const *in,
+		    float *out, float *save);
+	void (*bwd)(const struct lcase *c, apf_backend *be, float *const *in,
+		    const float *out, const float *dout, float *const *din,
+		    float *save, int accum);
+};
+
+static int outdim(int n, int K, int S, int P)
+{
+	return (n + 2 * P - K) / S + 1;
+}
+
+/* ---- references (double) and adapters ------------------------------------ */
+
+static void linear_ref(const struct lcase *c, double *const *in, double *out)
+{
+	for (int b = 0; b < c->B; b++)
+		for (int o = 0; o < c->OC; o++) {
+			double s = in[2][o];
+			for (int i = 0; i < c->C; i++)
+				s += in[0][b * c->C + i] * in[1][o * c->C + i];
+			out[b * c->OC + o] = s;
+		}
+}
+static void linear_fwd(const struct lcase *c, apf_backend *be,
+		       float *const *in, float *out, float *save)
+{
+	(void)save;
+	be->linear_forward(be, out, in[0], in[1], in[2], c->B, c->C, c->OC);
+}
+static void linear_bwd(const struct lcase *c, apf_backend *be,
+		       float *const *in, const float *out, const float *dout,
+		       float *const *din, float *save, int accum)
+{
+	(void)out, (void)save;
+	be->linear_backward(be, din[0], din[1], din[2], dout, in[0], in[1],
+			    c->B, c->C, c->OC, accum);
+}
+
+static void conv_ref(const struct lcase *c, double *const *in, double *out)
+{
+	int OH = outdim(c->H, c->K, c->S, c->P), OW = outdim(c->W, c->K, c->S, c->P);
+	for (int b = 0; b < c->B; b++)
+		for (int oh = 0; oh < OH; oh++)
+			for (int ow = 0; ow < OW; ow++)
+				for (int o = 0; o < c->OC; o++) {
+					double s = in[2][o];
+					for (int kh = 0; kh < c->K; kh++)
+						for (int kw = 0; kw < c->K; kw++) {
+							int ih = oh * c->S - c->P + kh;
+							int iw = ow * c->S - c->P + kw;
+							if (ih < 0 || ih >= c->H || iw < 0 || iw >= c->W)
+								continue;
+							for (int i = 0; i < c->C; i++)
+								s += in[0][((b * c->H + ih) * c->W + iw) * c->C + i] *
+								     in[1][((o * c->K + kh) * c->K + kw) * c->C + i];
+						}
+					out[((b * OH + oh) * OW + ow) * c->OC + o] = s;
+				}
+}
+static void conv_fwd(const struct lcase *c, apf_backend *be, float *const *in,
+		     float *out, float *save)
+{
+	be->conv2d_forward(be, out, in[0], in[1], in[2], c->B, c->H, c->W, c->C,
+			   c->OC, c->K, c->S, c->P, save);
+}
+static void conv_bwd(const struct lcase *c, apf_backend *be, float *const *in,
+		     const float *out, const float *dout, float *const *din,
+		     float *save, int accum)
+{
+	(void)out;
+	be->conv2d_backward(be, din[0], din[1], din[2], dout, in[0], in[1],
+			    c->B, c->H, c->W, c->C, c->OC, c->K, c->S, c->P,
+			    save, accum);
+}
+
+/* rows = B*H*W, channels C */
+static void bn_ref(const struct lcase *c, double *const *in, double *out)
+{
+	int N = c->B * c->H * c->W, C = c->C;
+	for (int k = 0; k < C; k++) {
+		double m = 0, v = 0;
+		for (int n = 0; n < N; n++)
+			m += in[0][n * C + k];
+		m /= N;
+		for (int n = 0; n < N; n++)
+			v += (in[0][n * C + k] - m) * (in[0][n * C + k] - m);
+		v /= N;
+		for (int n = 0; n < N; n++)
+			out[n * C + k] = (in[0][n * C + k] - m) / sqrt(v + 1e-5) *
+					 in[1][k] + in[2][k];
+	}
+}
+static void bn_fwd(const struct lcase *c, apf_backend *be, float *const *in,
+		   float *out, float *save)
+{
+	int N = c->B * c->H * c->W;
+	/* running statistics live past the saved ones in the scratch */
+	float *rm = save + 2 * c->C, *rv = save + 3 * c->C;
+	be->batchnorm_forward(be, out, save, save + c->C, in[0], in[1], in[2],
+			      rm, rv, N, c->C, 0.1f, 1e-5f, 1);
+}
+static void bn_bwd(const struct lcase *c, apf_backend *be, float *const *in,
+		   const float *out, const float *dout, float *const *din,
+		   float *save, int accum)
+{
+	(void)out;
+	be->batchnorm_backward(be, din[0], din[1], din[2], dout, in[0], in[1],
+			       save, save + c->C, c->B * c->H * c->W, c->C,
+			       accum);
+}
+
+static void ln_ref(const struct lcase *c, double *const *in, double *out)
+{
+	int N = c->B, C = c->C;
+	for (int n = 0; n < N; n++) {
+		double m = 0, v = 0;
+		for (int k = 0; k < C; k++)
+			m += in[0][n * C + k];
+		m /= C;
+		for (int k = 0; k < C; k++)
+			v += (in[0][n * C + k] - m) * (in[0][n * C + k] - m);
+		v /= C;
+		for (int k = 0; k < C; k++)
+			out[n * C + k] = (in[0][n * C + k] - m) / sqrt(v + 1e-5) *
+					 in[1][k] + in[2][k];
+	}
+}
+static void ln_fwd(const struct lcase *c, apf_backend *be, float *const *in,
+		   float *out, float *save)
+{
+	be->layernorm_forward(be, out, save, save + c->B, in[0], in[1], in[2],
+			      c->B, c->C, 1e-5f);
+}
+static void ln_bwd(const struct lcase *c, apf_backend *be, float *const *in,
+		   const float *out, const float *dout, float *const *din,
+		   float *save, int accum)
+{
+	(void)out;
+	be->layernorm_backward(be, din[0], din[1], din[2], dout, in[0], in[1],
+			       save, save + c->B, c->B, c->C, accum);
+}
+
+static double act_d(int act, double x)
+{
+	switch (act) {
+	case APF_ACT_RELU:
+		return x > 0 ? x : 0;
+	case APF_ACT_GELU:
+		return 0.5 * x * (1 + tanh(sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
+	case APF_ACT_SILU:
+		return x / (1 + exp(-x));
+	default:
+		return tanh(x);
+	}
+}
+static void act_ref(const struct lcase *c, double *const *in, double *out)
+{
+	for (size_t i = 0; i < c->out_n; i++)
+		out[i] = act_d(c->act, in[0][i]);
+}
+static void act_fwd(const struct lcase *c, apf_backend *be, float *const *in,
+		    float *out, float *save)
+{
+	(void)save;
+	be->activation_forward(be, c->act, out, in[0], c->out_n);
+}
+static void act_bwd(const struct lcase *c, apf_backend *be, float *const *in,
+		    const float *out, const float *dout, float *const *din,
+		    float *save, int accum)
+{
+	(void)save;
+	be->activation_backward(be, c->act, din[0], dout, in[0], out, c->out_n,
+				accum);
+}
+
+static void pool_ref(const struct lcase *c, double *const *in, double *out,
+		     int is_max)
+{
+	int OH = outdim(c->H, c->K, c->S, c->P), OW = outdim(c->W, c->K, c->S, c->P);
+	for (int b = 0; b < c->B; b++)
+		for (int oh = 0; oh < OH; oh++)
+			for (int ow = 0; ow < OW; ow++)
+				for (int k = 0; k < c->C; k++) {
+					double best = -INFINITY, sum = 0;
+					for (int kh = 0; kh < c->K; kh++)
+						for (int kw = 0; kw < c->K; kw++) {
+							int ih = oh * c->S - c->P + kh;
+							int iw = ow * c->S - c->P + kw;
+							if (ih < 0 || ih >= c->H || iw < 0 || iw >= c->W)
+								continue;
+							double v = in[0][((b * c->H + ih) * c->W + iw) * c->C + k];
+							best = v > best ? v : best;
+							sum += v;
+						}
+					out[((b * OH + oh) * OW + ow) * c->C + k] =
+						is_max ? best : sum / (c->K * c->K);
+				}
+}
+static void maxpool_ref(const struct lcase *c, double *const *in, double *out)
+{
+	pool_ref(c, in, out, 1);
+}
+static void avgpool_ref(const struct lcase *c, double *const *in, double *out)
+{
+	pool_ref(c, in, out, 0);
+}
+static void maxpool_fwd(const struct lcase *c, apf_backend *be,
+			float *const *in, float *out, float *save)
+{
+	be->maxpool2d_forward(be, out, (int32_t *)save, in[0], c->B, c->H, c->W,
+			      c->C, c->K, c->S, c->P);
+}
+static void maxpool_bwd(const struct lcase *c, apf_backend *be,
+			float *const *in, const float *out, const float *dout,
+			float *const *din, float *save, int accum)
+{
+	(void)in, (void)out;
+	be->maxpool2d_backward(be, din[0], dout, (const int32_t *)save, c->B,
+			       c->H, c->W, c->C, c->K, c->S, c->P, accum);
+}
+static void avgpool_fwd(const struct lcase *c, apf_backend *be,
+			float *const *in, float *out, float *save)
+{
+	(void)save;
+	be->avgpool2d_forward(be, out, in[0], c->B, c->H, c->W, c->C, c->K,
+			      c->S, c->P);
+}
+static void avgpool_bwd(const struct lcase *c, apf_backend *be,
+			float *const *in, const float *out, const float *dout,
+			float *const *din, float *save, int accum)
+{
+	(void)in, (void)out, (void)save;
+	be->avgpool2d_backward(be, din[0], dout, c->B, c->H, c->W, c->C, c->K,
+			       c->S, c->P, accum);
+}
+
+static void gap_ref(const struct lcase *c, double *const *in, double *out)
+{
+	int HW = c->H * c->W;
+	for (int b = 0; b < c->B; b++)
+		for (int k = 0; k < c->C; k++) {
+			double s = 0;
+			for (int p = 0; p < HW; p++)
+				s += in[0][(b * HW + p) * c->C + k];
+			out[b * c->C + k] = s / HW;
+		}
+}
+static void gap_fwd(const struct lcase *c, apf_backend *be, float *const *in,
+		    float *out, float *save)
+{
+	(void)save;
+	be->global_avgpool_forward(be, out, in[0], c->B, c->H * c->W, c->C);
+}
+static void gap_bwd(const struct lcase *c, apf_backend *be, float *const *in,
+		    const float *out, const float *dout, float *const *din,
+		    float *save, int accum)
+{
+	(void)in, (void)out, (void)save;
+	be->global_avgpool_backward(be, din[0], dout, c->B, c->H * c->W, c->C,
+				    accum);
+}
+
+static const uint32_t drop_key[2] = {0x12345678u, 0x9abcdef0u};
+static void dropout_ref(const struct lcase *c, double *const *in, double *out)
+{
+	for (size_t i = 0; i < c->out_n; i++) {
+		int keep = apf_rng_to_uniform(apf_rng_word(drop_key, 5, i)) >= c->p;
+		out[i] = keep ? in[0][i] / (1.0 - c->p) : 0.0;
+	}
+}
+static void dropout_fwd(const struct lcase *c, apf_backend *be,
+			float *const *in, float *out, float *save)
+{
+	(void)save;
+	be->dropout_forward(be, out, in[0], c->out_n, c->p, drop_key, 5);
+}
+static void dropout_bwd(const struct lcase *c, apf_backend *be,
+			float *const *in, const float *out, const float *dout,
+			float *const *din, float *save, int accum)
+{
+	(void)in, (void)out, (void)save;
+	be->dropout_backward(be, din[0], dout, c->out_n, c->p, drop_key, 5,
+			     accum);
+}
+
+static void add_ref(const struct lcase *c, double *const *in, double *out)
+{
+	for (size_t i = 0; i < c->out_n; i++)
+		out[i] = in[0][i] + in[1][i];
+}
+static void add_fwd(const struct lcase *c, apf_backend *be, float *const *in,
+		    float *out, float *save)
+{
+	(void)save;
+	be->add_forward(be, out, in[0], in[1], c->out_n);
+}
+static void add_bwd(const struct lcase *c, apf_backend *be, float *const *in,
+		    const float *out, const float *dout, float *const *din,
+		    float *save, int accum)
+{
+	(void)in, (void)out, (void)save;
+	be->accumulate(be, din[0], dout, c->out_n, accum);
+	be->accumulate(be, din[1], dout, c->out_n, accum);
+}
+
+static const int32_t xent_labels[4] = {2, 0, 4, 2};
+static void xent_ref(const struct lcase *c, double *const *in, double *out)
+{
+	int V = c->C;
+	for (int b = 0; b < c->B; b++) {
+		const double *z = in[0] + b * V;
+		double mx = z[0], s = 0;
+		for (int v = 1; v < V; v++)
+			mx = z[v] > mx ? z[v] : mx;
+		for (int v = 0; v < V; v++)
+			s += exp(z[v] - mx);
+		double loss = 0;
+		for (int v = 0; v < V; v++) {
+			double t = c->smoothing / V +
+				   (v == xent_labels[b] ? 1 - c->smoothing : 0);
+			loss -= t * (z[v] - mx - log(s));
+		}
+		out[b] = loss;
+	}
+}
+static void xent_fwd(const struct lcase *c, apf_backend *be, float *const *in,
+		     float *out, float *save)
+{
+	be->softmax_xent_forward(be, out, save, in[0], xent_labels, c->B, c->C,
+				 c->smoothing);
+}
+static void xent_bwd(const struct lcase *c, apf_backend *be, float *const *in,
+		     const float *out, const float *dout, float *const *din,
+		     float *save, int accum)
+{
+	(void)in, (void)out, (void)accum;
+	be->softmax_xent_backward(be, din[0], save, xent_labels, c->B, c->C,
+				  c->smoothing, dout[0]);
+}
+
+/* ---- the checker ---------------------------------------------------------- */
+
+static double *dup_d(const double *x, size_t n)
+{
+	double *d = malloc(n * sizeof *d);
+	memcpy(d, x, n * sizeof *d);
+	return d;
+}
+
+static double loss_of(const struct lcase *c, double *const *in, const double *r,
+		      double *out)
+{
+	c->ref(c, in, out);
+	double L = 0;
+	for (size_t i = 0; i < c->out_n; i++)
+		L += r[i] * out[i];
+	return L;
+}
+
+static void check_layer(const struct lcase *c)
+{
+	apf_backend *be;
+	assert_apf_ok(apf_backend_cpu_new(&be, 1));
+	apf_rng_key key = {7, 0, 0, APF_RNG_TEST};
+	apf_rng rng;
+	apf_rng_init(&rng, &key, (uint64_t)strlen(c->name));
+	double *ind[MAXIN] = {0};
+	float *inf[MAXIN] = {0}, *dinf[MAXIN] = {0}, *dacc[MAXIN] = {0};
+	for (int k = 0; k < c->nin; k++) {
+		ind[k] = malloc(c->in_n[k] * sizeof(double));
+		inf[k] = malloc(c->in_n[k] * sizeof(float));
+		dinf[k] = malloc(c->in_n[k] * sizeof(float));
+		dacc[k] = malloc(c->in_n[k] * sizeof(float));
+		for (size_t i = 0; i < c->in_n[k]; i++) {
+			/* Values representable in float, so both sides see
+			 * the same inputs. */
+			inf[k][i] = 2.0f * apf_rng_uniform(&rng) - 1.0f;
+			ind[k][i] = inf[k][i];
+		}
+	}
+	double *outd = malloc(c->out_n * sizeof *outd);
+	double *r = malloc(c->out_n * sizeof *r);
+	float *outf = malloc(c->out_n * sizeof *outf);
+	float *rf = malloc(c->out_n * sizeof *rf);
+	float *save = calloc(1 << 16, sizeof *save);
+	for (size_t i = 0; i < c->out_n; i++) {
+		rf[i] = c->uniform_dout ? 0.37f : 2.0f * apf_rng_uniform(&rng) - 1.0f;
+		r[i] = rf[i];
+	}
+	/* forward against the reference */
+	c->ref(c, ind, outd);
+	c->fwd(c, be, inf, outf, save);
+	for (size_t i = 0; i < c->out_n; i++)
+		if (fabs(outf[i] - outd[i]) > 1e-5 + 1e-4 * fabs(outd[i]))
+			fail_msg("%s: forward[%zu] = %.7g, reference %.7g", c->name,
+				 i, outf[i], outd[i]);
+	/* backward against central differences of the reference */
+	c->bwd(c, be, inf, outf, rf, dinf, save, 0);
+	const double h = 1e-6;
+	double *tmp = malloc(c->out_n * sizeof *tmp);
+	for (int k = 0; k < c->nin; k++) {
+		double *saved = dup_d(ind[k], c->in_n[k]);
+		for (size_t i = 0; i < c->in_n[k]; i++) {
+			ind[k][i] = saved[i] + h;
+			double lp = loss_of(c, ind, r, tmp);
+			ind[k][i] = saved[i] - h;
+			double lm = loss_of(c, ind, r, tmp);
+			ind[k][i] = saved[i];
+			double num = (lp - lm) / (2 * h);
+			if (fabs(dinf[k][i] - num) > 2e-4 + 2e-3 * fabs(num))
+				fail_msg("%s: d input %d [%zu] = %.7g, finite "
+					 "difference %.7g",
+					 c->name, k, i, dinf[k][i], num);
+		}
+		free(saved);
+	}
+	/* accumulate mode adds exactly what write mode writes (softmax
+	 * cross-entropy's backward has no accumulate mode) */
+	if (c->ref != xent_ref) {
+		for (int k = 0; k < c->nin; k++)
+			for (size_t i = 0; i < c->in_n[k]; i++)
+				dacc[k][i] = 0.5f;
+		c->fwd(c, be, inf, outf, save);
+		c->bwd(c, be, inf, outf, rf, dacc, save, 1);
+		for (size_t i = 0; i < c->in_n[0]; i++)
+			if (fabsf(dacc[0][i] - (0.5f + dinf[0][i])) > 1e-6f)
+				fail_msg("%s: accumulate [%zu] = %g, want 0.5 + %g",
+					 c->name, i, dacc[0][i], dinf[0][i]);
+	}
+	for (int k = 0; k < c->nin; k++) {
+		free(ind[k]);
+		free(inf[k]);
+		free(dinf[k]);
+		free(dacc[k]);
+	}
+	free(tmp);
+	free(outd);
+	free(r);
+	free(outf);
+	free(rf);
+	free(save);
+	apf_backend_free(be);
+}
+
+static void linear_gradients_match_finite_differences(void **state)
+{
+	(void)state;
+	struct lcase c = {.name = "linear", .nin = 3, .B = 3, .C = 5, .OC = 4,
+			  .ref = linear_ref, .fwd = linear_fwd, .bwd = linear_bwd};
+	c.in_n[0] = 15, c.in_n[1] = 20, c.in_n[2] = 4, c.out_n = 12;
+	check_layer(&c);
+}
+
+static void conv_case(int B, int H, int W, int C, int OC, int K, int S, int P)
+{
+	struct lcase c = {.name = "conv2d", .nin = 3, .B = B, .H = H, .W = W,
+			  .C = C, .OC = OC, .K = K, .S = S, .P = P,
+			  .ref = conv_ref, .fwd = conv_fwd, .bwd = conv_bwd};
+	c.in_n[0] = (size_t)B * H * W * C;
+	c.in_n[1] = (size_t)OC * K * K * C;
+	c.in_n[2] = (size_t)OC;
+	c.out_n = (size_t)B * outdim(H, K, S, P) * outdim(W, K, S, P) * OC;
+	check_layer(&c);
+}
+
+static void conv2d_gradients_match_finite_differences(void **state)
+{
+	(void)state;
+	conv_case(2, 5, 4, 3, 4, 3, 1, 1); /* padded 3x3 */
+	conv_case(2, 5, 5, 2, 3, 3, 2, 1); /* strided */
+	conv_case(2, 3, 3, 4, 3, 1, 1, 0); /* pointwise: GEMM on the input */
+	conv_case(1, 5, 5, 3, 2, 1, 2, 0); /* 1x1 projection, stride 2 */
+	conv_case(1, 6, 6, 1, 2, 5, 1, 2); /* 5x5, one input channel */
+}
+
+static void batchnorm_gradients_match_finite_differences(void **state)
+{
+	(void)state;
+	struct lcase c = {.name = "batchnorm", .nin = 3, .B = 2, .H = 2, .W = 2,
+			  .C = 3, .ref = bn_ref, .fwd = bn_fwd, .bwd = bn_bwd};
+	c.in_n[0] = 24, c.in_n[1] = 3, c.in_n[2] = 3, c.out_n = 24;
+	check_layer(&c);
+}
+
+static void layernorm_gradients_match_finite_differences(void **state)
+{
+	(void)state;
+	struct lcase c = {.name = "layernorm", .nin = 3, .B = 4, .C = 5,
+			  .ref = ln_ref, .fwd = ln_fwd, .bwd = ln_bwd};
+	c.in_n[0] = 20, c.in_n[1] = 5, c.in_n[2] = 5, c.out_n = 20;
+	check_layer(&c);
+}
+
+static void activation_gradients_match_finite_differences(void **state)
+{
+	(void)state;
+	const int acts[] = {APF_ACT_RELU, APF_ACT_GELU, APF_ACT_SILU,
+			    APF_ACT_TANH};
+	for (int i = 0; i < 4; i++) {
+		struct lcase c = {.name = apf_activation_name(acts[i]), .nin = 1,
+				  .act = acts[i], .ref = act_ref,
+				  .fwd = act_fwd, .bwd = act_bwd};
+		c.in_n[0] = 37, c.out_n = 37;
+		check_layer(&c);
+	}
+}
+
+static void pool_case(const char *name, int is_max, int B, int H, int W, int C,
+		      int K, int S, int P)
+{
+	struct lcase c = {.name = name, .nin = 1, .B = B, .H = H, .W = W,
+			  .C = C, .K = K, .S = S, .P = P,
+			  .ref = is_max ? maxpool_ref : avgpool_ref,
+			  .fwd = is_max ? maxpool_fwd : avgpool_fwd,
+			  .bwd = is_max ? maxpool_bwd : avgpool_bwd};
+	c.in_n[0] = (size_t)B * H * W * C;
+	c.out_n = (size_t)B * outdim(H, K, S, P) * outdim(W, K, S, P) * C;
+	check_layer(&c);
+}
+
+static void pooling_gradients_match_finite_differences(void **state)
+{
+	(void)state;
+	pool_case("maxpool", 1, 2, 4, 4, 2, 2, 2, 0);
+	pool_case("maxpool overlapping", 1, 1, 5, 5, 2, 3, 2, 1);
+	pool_case("avgpool", 0, 2, 4, 4, 2, 2, 2, 0);
+	pool_case("avgpool padded", 0, 1, 5, 4, 3, 3, 1, 1);
+	struct lcase g = {.name = "global_avgpool", .nin = 1, .B = 2, .H = 2,
+			  .W = 3, .C = 3, .ref = gap_ref, .fwd = gap_fwd,
+			  .bwd = gap_bwd};
+	g.in_n[0] = 36, g.out_n = 6;
+	check_layer(&g);
+}
+
+static void dropout_add_and_loss_gradients_match_finite_differences(void **state)
+{
+	(void)state;
+	struct lcase d = {.name = "dropout", .nin = 1, .p = 0.3f,
+			  .ref = dropout_ref, .fwd = dropout_fwd,
+			  .bwd = dropout_bwd};
+	d.in_n[0] = 41, d.out_n = 41;
+	check_layer(&d);
+	struct lcase a = {.name = "add", .nin = 2, .ref = add_ref,
+			  .fwd = add_fwd, .bwd = add_bwd};
+	a.in_n[0] = a.in_n[1] = 9, a.out_n = 9;
+	check_layer(&a);
+	for (int s = 0; s < 2; s++) {
+		struct lcase x = {.name = "softmax_xent", .nin = 1, .B = 4,
+				  .C = 5, .smoothing = s ? 0.1f : 0.0f,
+				  .uniform_dout = 1, .ref = xent_ref,
+				  .fwd = xent_fwd, .bwd = xent_bwd};
+		x.in_n[0] = 20, x.out_n = 4;
+		check_layer(&x);
+	}
+}
+
+static void dropout_keeps_the_stated_share(void **state)
+{
+	(void)state;
+	apf_backend *be;
+	assert_apf_ok(apf_backend_cpu_new(&be, 1));
+	size_t n = 100000;
+	float *x = malloc(n * sizeof *x), *y = malloc(n * sizeof *y);
+	for (size_t i = 0; i < n; i++)
+		x[i] = 1.0f;
+	be->dropout_forward(be, y, x, n, 0.25f, drop_key, 1);
+	size_t kept = 0;
+	for (size_t i = 0; i < n; i++) {
+		assert_true(y[i] == 0.0f || fabsf(y[i] - 1.0f / 0.75f) < 1e-6f);
+		kept += y[i] != 0.0f;
+	}
+	assert_true(fabs(kept / (double)n - 0.75) < 0.01);
+	free(x);
+	free(y);
+	apf_backend_free(be);
+}
+
+/* Multi-chunk im2col (batches larger than one chunk) gives the same result
+ * as the whole-batch reference, gradients included. */
+static void conv_over_many_chunks_matches_reference(void **state)
+{
+	(void)state;
+	apf_backend *be;
+	assert_apf_ok(apf_backend_cpu_new(&be, 2));
+	struct lcase c = {.B = 48, .H = 28, .W = 28, .C = 16, .OC = 16, .K = 3,
+			  .S = 1, .P = 1};
+	size_t nx = (size_t)c.B * 28 * 28 * 16, nw = 16 * 9 * 16;
+	size_t work = be->conv2d_work(be, c.B, 28, 28, 16, 16, 3, 1, 1);
+	assert_true(work < (size_t)c.B * 28 * 28 * 9 * 16); /* really chunked */
+	float *x = malloc(nx * 4), *w = malloc(nw * 4), *b = calloc(16, 4);
+	float *y = malloc(nx * 4), *dy = malloc(nx * 4), *dx = malloc(nx * 4);
+	float *dw = malloc(nw * 4), *db = malloc(16 * 4), *ws = malloc(work * 4);
+	double *xd = malloc(nx * 8), *wd = malloc(nw * 8), *bd = calloc(16, 8);
+	double *yd = malloc(nx * 8);
+	apf_rng_key key = {3, 0, 0, APF_RNG_TEST};
+	apf_rng r;
+	apf_rng_init(&r, &key, 0);
+	for (size_t i = 0; i < nx; i++)
+		xd[i] = x[i] = apf_rng_uniform(&r) - 0.5f;
+	for (size_t i = 0; i < nw; i++)
+		wd[i] = w[i] = apf_rng_uniform(&r) - 0.5f;
+	for (size_t i = 0; i < nx; i++)
+		dy[i] = 1.0f;
+	be->conv2d_forward(be, y, x, w, b, c.B, 28, 28, 16, 16, 3, 1, 1, ws);
+	double *in[3] = {xd, wd, bd};
+	conv_ref(&c, in, yd);
+	for (size_t i = 0; i < nx; i++)
+		assert_true(fabs(y[i] - yd[i]) < 1e-4);
+	be->conv2d_backward(be, dx, dw, db, dy, x, w, c.B, 28, 28, 16, 16, 3, 1,
+			    1, ws, 0);
+	/* with dout = 1: dbias = rows, dweight[o][kh][kw][i] = sum of the
+	 * inputs the tap sees */
+	assert_true(fabsf(db[0] - (float)(c.B * 784)) < 1e-2f);
+	for (int kh = 0; kh < 3; kh++)
+		for (int kw = 0; kw < 3; kw++) {
+			double s = 0;
+			for (int bb = 0; bb < c.B; bb++)
+				for (int oh = 0; oh < 28; oh++)
+					for (int ow = 0; ow < 28; ow++) {
+						int ih = oh - 1 + kh, iw = ow - 1 + kw;
+						if (ih >= 0 && ih < 28 && iw >= 0 && iw < 28)
+							s += xd[((bb * 28 + ih) * 28 + iw) * 16 + 5];
+					}
+			float got = dw[((3 * 3 + kh) * 3 + kw) * 16 + 5];
+			assert_true(fabs(got - s) < 1e-3 * (1 + fabs(s)));
+		}
+	free(x), free(w), free(b), free(y), free(dy), free(dx), free(dw);
+	free(db), free(ws), free(xd), free(wd), free(bd), free(yd);
+	apf_backend_free(be);
+}
+
+static void batchnorm_running_statistics_and_eval_mode(void **state)
+{
+	(void)state;
+	apf_backend *be;
+	assert_apf_ok(apf_backend_cpu_new(&be, 1));
+	float x[8] = {1, 10, 3, 20, 5, 30, 7, 40}; /* 4 rows, 2 channels */
+	float scale[2] = {1, 2}, bias[2] = {0, 1}, y[8], m[2], rs[2];
+	float rm[2] = {0, 0}, rv[2] = {1, 1};
+	be->batchnorm_forward(be, y, m, rs, x, scale, bias, rm, rv, 4, 2, 0.1f,
+			      1e-5f, 1);
+	/* channel 0: mean 4, biased var 5, unbiased 20/3 */
+	assert_true(fabsf(rm[0] - 0.4f) < 1e-6f);
+	assert_true(fabsf(rv[0] - (0.9f + 0.1f * 20.0f / 3.0f)) < 1e-5f);
+	assert_true(fabsf(rm[1] - 2.5f) < 1e-5f);
+	float rm0[2] = {rm[0], rm[1]}, rv0[2] = {rv[0], rv[1]};
+	be->batchnorm_forward(be, y, m, rs, x, scale, bias, rm, rv, 4, 2, 0.1f,
+			      1e-5f, 0);
+	assert_memory_equal(rm, rm0, sizeof rm); /* eval leaves them alone */
+	assert_memory_equal(rv, rv0, sizeof rv);
+	float want = (x[3] - rm[1]) / sqrtf(rv[1] + 1e-5f) * 2 + 1;
+	assert_true(fabsf(y[3] - want) < 1e-5f);
+	apf_backend_free(be);
+}
+
+/* ---- vector operations ---------------------------------------------------- */
+
+static void vector_ops_compute_what_they_say(void **state)
+{
+	(void)state;
+	apf_backend *be;
+	assert_apf_ok(apf_backend_cpu_new(&be, 1));
+	enum { N = 7 };
+	float x[N], y[N], z[N], m[N], v[N], g[N], d[N];
+	for (int i = 0; i < N; i++) {
+		x[i] = (float)(i + 1);
+		y[i] = (float)(2 * i - 5);
+	}
+	be->fill(be, z, 3.0f, N);
+	for (int i = 0; i < N; i++)
+		assert_true(z[i] == 3.0f);
+	be->copy(be, z, x, N);
+	assert_memory_equal(z, x, sizeof z);
+	be->scale(be, z, 2.0f, N);
+	assert_true(z[6] == 14.0f);
+	be->axpy(be, z, -2.0f, x, N);
+	assert_true(z[0] == 0.0f && z[6] == 0.0f);
+	be->copy(be, z, y, N);
+	be->axpby(be, z, 2.0f, x, 0.5f, N); /* z = 2x + 0.5y */
+	assert_true(z[0] == 2.0f - 2.5f);
+	be->add_scalar(be, z, 1.0f, N);
+	assert_true(z[0] == 0.5f);
+	be->mul(be, z, x, y, N);
+	assert_true(z[1] == -6.0f);
+	be->div(be, z, y, x, N);
+	assert_true(z[3] == 0.25f);
+	be->sqrt(be, z, x, N);
+	assert_true(z[3] == 2.0f);
+	be->max(be, z, x, y, N);
+	assert_true(z[0] == 1.0f && z[6] == 7.0f);
+	be->copy(be, z, y, N);
+	be->clamp(be, z, -1.0f, 2.0f, N);
+	assert_true(z[0] == -1.0f && z[3] == 1.0f && z[6] == 2.0f);
+	be->mul(be, z, z, z, N); /* aliasing is allowed */
+	assert_true(z[0] == 1.0f);
+	assert_true(be->dot(be, x, y, N) == 84.0);
+	assert_true(be->sum(be, x, N) == 28.0);
+	assert_true(fabs(be->norm2(be, x, N) - sqrt(140.0)) < 1e-12);
+	assert_true(be->max_abs(be, y, N) == 7.0);
+	for (int i = 0; i < N; i++) {
+		m[i] = 1.0f, v[i] = 4.0f, g[i] = (float)i;
+	}
+	be->moments(be, m, v, g, 0.9f, 0.99f, N);
+	assert_true(fabsf(m[2] - (0.9f + 0.1f * 2)) < 1e-6f);
+	assert_true(fabsf(v[2] - (0.99f * 4 + 0.01f * 4)) < 1e-6f);
+	be->adam_direction(be, d, m, v, 2.0f, 0.5f, 1e-8f, N);
+	float want = m[2] * 2.0f / (sqrtf(v[2] * 0.5f) + 1e-8f);
+	assert_true(fabsf(d[2] - want) < 1e-6f);
+	apf_backend_free(be);
+}
+
+/* ---- networks ------------------------------------------------------------- */
+
+/* conv-bn-gelu, a residual join read twice, pooling, GAP, linear. `smooth`
+ * swaps max pooling for average pooling: finite differences of a float
+ * forward need a step large enough to flip a max. */
+static apf_net *small_net(apf_backend *be, int with_dropout, int smooth)
+{
+	apf_net *net;
+	assert_apf_ok(apf_net_new(&net, be, 6, 6, 2));
+	int t = apf_net_conv2d(net, 0, 4, 3, 1, 1, 0, "stem");
+	t = apf_net_batchnorm(net, t, 0.1f, 1e-5f, "stem.bn");
+	t = apf_net_activation(net, t, APF_ACT_GELU);
+	int a = apf_net_conv2d(net, t, 4, 3, 1, 1, 1, "res");
+	a = apf_net_layernorm(net, a, 1e-5f, "res.ln");
+	int sum = apf_net_add(net, a, t); /* t read twice */
+	int p = smooth ? apf_net_avgpool2d(net, sum, 2, 2, 0)
+		       : apf_net_maxpool2d(net, sum, 2, 2, 0);
+	int q = apf_net_avgpool2d(net, p, 3, 1, 1);
+	q = apf_net_global_avgpool(net, q);
+	if (with_dropout)
+		q = apf_net_dropout(net, q, 0.2f);
+	q = apf_net_linear(net, q, 3, 1, "head");
+	assert_true(q > 0);
+	assert_apf_ok(apf_net_finish(net, q));
+	return net;
+}
+
+static double net_loss(apf_net *net, const float *x, int B, const float *r)
+{
+	const float *out;
+	assert_apf_ok(apf_net_forward(net, &out, x, B, 1, NULL, 0));
+	double L = 0;
+	for (int i = 0; i < B * 3; i++)
+		L += (double)r[i] * out[i];
+	return L;
+}
+
+static void net_layout_names_kinds_and_aligned_offsets(void **state)
+{
+	(void)state;
+	apf_backend *be;
+	assert_apf_ok(apf_backend_cpu_new(&be, 1));
+	apf_net *net = small_net(be, 0, 0);
+	assert_int_equal(apf_net_nparams(net), 9);
+	const apf_param *p0 = apf_net_param(net, 0);
+	assert_string_equal(p0->name, "stem.weight");
+	assert_int_equal(p0->kind, APF_PARAM_CONV_WEIGHT);
+	assert_int_equal(p0->numel, 4 * 3 * 3 * 2);
+	assert_int_equal(apf_net_param(net, 1)->kind, APF_PARAM_NORM_SCALE);
+	assert_string_equal(apf_net_param(net, 8)->name, "head.bias");
+	size_t end = 0;
+	for (size_t i = 0; i < apf_net_nparams(net); i++) {
+		const apf_param *p = apf_net_param(net, i);
+		assert_int_equal(p->offset % 16, 0);
+		assert_true(p->offset >= end);
+		end = p->offset + p->numel;
+	}
+	assert_true(apf_net_param_floats(net) >= end);
+	assert_int_equal(apf_net_nstate(net), 2);
+	assert_string_equal(apf_net_state(net, 1)->name, "stem.bn.running_var");
+	assert_string_equal(apf_param_kind_name(APF_PARAM_ATTN_Q), "attention_q");
+	apf_net_free(net);
+	apf_backend_free(be);
+}
+
+static void net_gradient_matches_finite_differences(void **state)
+{
+	(void)state;
+	apf_backend *be;
+	assert_apf_ok(apf_backend_cpu_new(&be, 1));
+	apf_net *net = small_net(be, 0, 1);
+	size_t np = apf_net_param_floats(net), ns = apf_net_state_floats(net);
+	float *params = calloc(np, 4), *st = calloc(ns, 4), *g = calloc(np, 4);
+	apf_net_bind(net, params, st);
+	apf_rng_key key = {5, 0, 0, APF_RNG_INIT};
+	assert_apf_ok(apf_net_init(net, &key, "he_normal"));
+	enum { B = 3 };
+	float x[B * 72], r[B * 3];
+	apf_rng rr;
+	apf_rng_init(&rr, &key, 9);
+	for (int i = 0; i < B * 72; i++)
+		x[i] = apf_rng_normal(&rr);
+	for (int i = 0; i < B * 3; i++)
+		r[i] = apf_rng_uniform(&rr) - 0.5f;
+	/* perturb norm parameters away from 1 / 0 so their gradients matter */
+	for (size_t i = 0; i < apf_net_nparams(net); i++) {
+		const apf_param *p = apf_net_param(net, i);
+		for (size_t j = 0; j < p->numel; j++)
+			params[p->offset + j] += 0.1f * apf_rng_normal(&rr);
+	}
+	net_loss(net, x, B, r);
+	assert_apf_ok(apf_net_backward(net, g, r));
+	/* float forward, so a larger step and tolerance; a wiring mistake
+	 * (a missed residual gradient, a wrong accumulate) is far larger */
+	const float h = 1e-2f;
+	int checked = 0;
+	for (size_t i = 0; i < apf_net_nparams(net); i++) {
+		const apf_param *p = apf_net_param(net, i);
+		for (size_t j = 0; j < p->numel; j += 3) {
+			float *w = &params[p->offset + j], keep = *w;
+			*w = keep + h;
+			double lp = net_loss(net, x, B, r);
+			*w = keep - h;
+			double lm = net_loss(net, x, B, r);
+			*w = keep;
+			double num = (lp - lm) / (2 * h);
+			double got = g[p->offset + j];
+			if (fabs(got - num) > 2e-3 + 3e-2 * fabs(num))
+				fail_msg("%s[%zu]: backward %.6g, finite "
+					 "difference %.6g",
+					 p->name, j, got, num);
+			checked++;
+		}
+	}
+	assert_true(checked > 50);
+	free(params), free(st), free(g);
+	apf_net_free(net);
+	apf_backend_free(be);
+}
+
+static void digest(const float *p, size_t n, char hex[APF_SHA256_HEX])
+{
+	assert_apf_ok(apf_sha256_hex(p, n * sizeof *p, hex));
+}
+
+static void net_runs_are_bit_identical_and_eval_is_read_only(void **state)
+{
+	(void)state;
+	/* [run][train output, gradients, eval output] */
+	char h[2][3][APF_SHA256_HEX];
+	enum { B = 64 };
+	for (int run = 0; run < 2; run++) {
+		apf_backend *be;
+		assert_apf_ok(apf_backend_cpu_new(&be, 2));
+		apf_net *net = small_net(be, 1, 0);
+		size_t np = apf_net_param_floats(net);
+		size_t ns = apf_net_state_floats(net);
+		float *params = calloc(np, 4), *st = calloc(ns, 4);
+		float *g = calloc(np, 4), *pcopy = malloc(np * 4);
+		apf_net_bind(net, params, st);
+		apf_rng_key key = {11, 2, 3, APF_RNG_INIT};
+		assert_apf_ok(apf_net_init(net, &key, NULL));
+		float *x = malloc(B * 72 * 4), r[B * 3];
+		apf_rng rr;
+		apf_rng_init(&rr, &key, 1);
+		for (int i = 0; i < B * 72; i++)
+			x[i] = apf_rng_normal(&rr);
+		for (int i = 0; i < B * 3; i++)
+			r[i] = apf_rng_uniform(&rr);
+		const float *out;
+		uint32_t dk[2] = {1, 2};
+		assert_apf_ok(apf_net_forward(net, &out, x, B, 1, dk, 4));
+		digest(out, B * 3, h[run][0]);
+		assert_apf_ok(apf_net_backward(net, g, r));
+		digest(g, np, h[run][1]);
+		/* eval reads the bound memory and writes none of it */
+		char before[APF_SHA256_HEX], after[APF_SHA256_HEX];
+		digest(st, ns, before);
+		memcpy(pcopy, params, np * 4);
+		assert_apf_ok(apf_net_forward(net, &out, x, B, 0, NULL, 0));
+		digest(st, ns, after);
+		assert_string_equal(before, after);
+		assert_memory_equal(params, pcopy, np * 4);
+		digest(out, B * 3, h[run][2]);
+		free(x), free(pcopy), free(params), free(st), free(g);
+		apf_net_free(net);
+		apf_backend_free(be);
+	}
+	for (int i = 0; i < 3; i++)
+		assert_string_equal(h[0][i], h[1][i]);
+}
+
+static void net_refuses_bad_graphs(void **state)
+{
+	(void)state;
+	apf_backend *be;
+	assert_apf_ok(apf_backend_cpu_new(&be, 1));
+	apf_net *net;
+	assert_apf_ok(apf_net_new(&net, be, 4, 4, 1));
+	int a = apf_net_conv2d(net, 0, 2, 3, 1, 1, 0, "c");
+	int b = apf_net_conv2d(net, 0, 3, 3, 1, 1, 0, "d");
+	assert_int_equal(apf_net_add(net, a, b), APF_EINPUT);
+	assert_non_null(strstr(apf_error_message(), "adding tensors"));
+	int g = apf_net_global_avgpool(net, a);
+	int o = apf_net_linear(net, g, 2, 1, "o");
+	/* tensor b never reaches the output */
+	assert_int_equal(apf_net_finish(net, o), APF_EINPUT);
+	assert_non_null(strstr(apf_error_message(), "does not reach"));
+	apf_net_free(net);
+	assert_apf_ok(apf_net_new(&net, be, 4, 4, 1));
+	assert_int_equal(apf_net_conv2d(net, 0, 2, 9, 1, 1, 0, "big"), APF_EINPUT);
+	assert_int_equal(apf_net_dropout(net, 0, 1.0f), APF_EINPUT);
+	a = apf_net_linear(net, 0, 2, 0, "x");
+	assert_int_equal(apf_net_linear(net, a, 2, 0, "x"), APF_EINPUT);
+	assert_non_null(strstr(apf_error_message(), "two parameters"));
+	apf_net_free(net);
+	apf_backend_free(be);
+}
+
+static void init_depends_on_key_only(void **state)
+{
+	(void)state;
+	apf_backend *be;
+	assert_apf_ok(apf_backend_cpu_new(&be, 1));
+	apf_net *net = small_net(be, 0, 0);
+	size_t np = apf_net_param_floats(net), ns = apf_net_state_floats(net);
+	float *p1 = calloc(np, 4), *p2 = calloc(np, 4), *st = calloc(ns, 4);
+	apf_rng_key k1 = {1, 0, 0, APF_RNG_INIT}, k2 = {1, 0, 1, APF_RNG_INIT};
+	apf_net_bind(net, p1, st);
+	assert_apf_ok(apf_net_init(net, &k1, "lecun_normal"));
+	apf_net_bind(net, p2, st);
+	assert_apf_ok(apf_net_init(net, &k1, "lecun_normal"));
+	assert_memory_equal(p1, p2, np * 4);
+	assert_apf_ok(apf_net_init(net, &k2, "lecun_normal"));
+	assert_memory_not_equal(p1, p2, np * 4);
+	assert_true(apf_net_param(net, 1)->kind == APF_PARAM_NORM_SCALE &&
+		    p2[apf_net_param(net, 1)->offset] == 1.0f);
+	assert_true(st[apf_net_state(net, 1)->offset] == 1.0f); /* var */
+	assert_int_equal(apf_net_init(net, &k1, "xavier"), APF_EINPUT);
+	free(p1), free(p2), free(st);
+	apf_net_free(net);
+	apf_backend_free(be);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(linear_gradients_match_finite_differences),
+		cmocka_unit_test(conv2d_gradients_match_finite_differences),
+		cmocka_unit_test(batchnorm_gradients_match_finite_differences),
+		cmocka_unit_test(layernorm_gradients_match_finite_differences),
+		cmocka_unit_test(activation_gradients_match_finite_differences),
+		cmocka_unit_test(pooling_gradients_match_finite_differences),
+		cmocka_unit_test(dropout_add_and_loss_gradients_match_finite_differences),
+		cmocka_unit_test(dropout_keeps_the_stated_share),
+		cmocka_unit_test(conv_over_many_chunks_matches_reference),
+		cmocka_unit_test(batchnorm_running_statistics_and_eval_mode),
+		cmocka_unit_test(vector_ops_compute_what_they_say),
+		cmocka_unit_test(net_layout_names_kinds_and_aligned_offsets),
+		cmocka_unit_test(net_gradient_matches_finite_differences),
+		cmocka_unit_test(net_runs_are_bit_identical_and_eval_is_read_only),
+		cmocka_unit_test(net_refuses_bad_graphs),
+		cmocka_unit_test(init_depends_on_key_only),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
