@@ -1,25 +1,113 @@
-#!/bin/sh
-# Runs every benchmark: for each bench/<name>/, its `run` or `run.sh` script
-# when it has one (given the build directory), else each program built from
-# it. Each
-# figure is printed as "RESULT <bench> <metric> <value>" (DESIGN.md section 1).
-# Usage: scripts/bench.sh BUILD_DIR
-set -eu
-build="${1:-build}"
-cd "$(dirname "$0")/.."
-status=0
+#!/bin/bash
+# Runs every benchmark, one after the other (each times itself against a
+# peer measured in the same run, so they must not compete for the cores),
+# and prints all their `RESULT <bench> <metric> <value>` lines (DESIGN.md
+# section 1) again at the end as a summary.
+#
+#   scripts/bench.sh BUILD_DIR       (make bench passes $(BUILD))
+#
+# A bench is bench/<name>/ and runs as the first of:
+#   bench/<name>/run.sh BUILD_DIR    (bash)
+#   bench/<name>/run BUILD_DIR       (an executable script)
+#   BUILD_DIR/bench/<name>/<prog>    (each program built from bench/<name>/*.c)
+# BENCH (default: all) is a space-separated list of bench names to run.
+# Each bench's whole output is kept in BUILD_DIR/bench/<name>.log.
+#
+# A bench fails when it exits non-zero or prints a RESULT line that is not
+# `RESULT <name> <metric> <number>`; the others still run, and the exit
+# status is 1 when any failed. A bench that exits 0 without any RESULT line
+# is reported as skipped, with its last line as the reason (e.g. the kernel
+# refuses what it measures).
+set -uo pipefail
+
+if [ $# -ne 1 ] || [ ! -d "$1" ]; then
+	echo "apf: bench: usage: scripts/bench.sh BUILD_DIR (a built tree)" >&2
+	exit 2
+fi
+root=$(cd "$(dirname "$0")/.." && pwd)
+build=$(cd "$1" && pwd)
+logs=$build/bench
+mkdir -p "$logs"
+cd "$root" || exit 2
+
+summary=()
+failed=()
+skipped=()
+ran=0
+number='^-?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?$|^-?(inf|nan)$'
+
+# Runs one bench's programs in turn; the status is the first failure's.
+run_bench() {
+	local name=$1 dir=bench/$1 status=0 found=0 prog s
+	if [ -f "$dir/run.sh" ]; then
+		bash "$dir/run.sh" "$build"
+		return
+	fi
+	if [ -x "$dir/run" ]; then
+		"$dir/run" "$build"
+		return
+	fi
+	for prog in "$build/bench/$name"/*; do
+		[ -f "$prog" ] && [ -x "$prog" ] || continue
+		found=1
+		"$prog" || { s=$?; [ $status -eq 0 ] && status=$s; }
+	done
+	if [ $found -eq 0 ]; then
+		echo "bench $name: no run.sh, no executable run, and no program" \
+			"built in $build/bench/$name" >&2
+		return 127
+	fi
+	return $status
+}
+
 for dir in bench/*/; do
 	name=$(basename "$dir")
-	echo "== bench/$name"
-	if [ -x "$dir/run" ]; then
-		"$dir/run" "$build" || status=1
-	elif [ -x "$dir/run.sh" ]; then
-		"$dir/run.sh" "$build" || status=1
+	case " ${BENCH:-$name} " in *" $name "*) ;; *) continue ;; esac
+	ran=$((ran + 1))
+	log=$logs/$name.log
+	echo "bench: $name"
+	t0=$(date +%s)
+	run_bench "$name" 2>&1 | tee "$log"
+	rc=${PIPESTATUS[0]}
+	secs=$(($(date +%s) - t0))
+	why=""
+	[ "$rc" -ne 0 ] && why="exit status $rc"
+	lines=$(grep '^RESULT ' "$log" || true)
+	while read -r tag bench metric value extra; do
+		[ -n "$tag" ] || continue
+		if [ "$bench" != "$name" ] || [ -z "$metric" ] || [ -n "$extra" ] ||
+			! [[ $value =~ $number ]]; then
+			why=${why:-"malformed line '$tag $bench $metric $value${extra:+ $extra}'"}
+			continue
+		fi
+		summary+=("RESULT $bench $metric $value")
+	done <<<"$lines"
+	if [ -n "$why" ]; then
+		failed+=("$name ($why; log: $log)")
+		echo "bench: $name FAILED after ${secs}s: $why" >&2
+	elif [ -z "$lines" ]; then
+		last=$(grep -v '^[[:space:]]*$' "$log" | tail -n 1)
+		skipped+=("$name (${last:-no output}; log: $log)")
+		echo "bench: $name skipped: no RESULT line"
 	else
-		for prog in "$build/bench/$name"/*; do
-			[ -x "$prog" ] || continue
-			"$prog" || status=1
-		done
+		echo "bench: $name done in ${secs}s"
 	fi
 done
-exit $status
+
+if [ "$ran" -eq 0 ]; then
+	echo "apf: bench: no bench matches '${BENCH:-}' under bench/*/" >&2
+	exit 2
+fi
+echo
+echo "bench summary: $((ran - ${#failed[@]} - ${#skipped[@]})) passed," \
+	"${#failed[@]} failed, ${#skipped[@]} skipped"
+for l in "${summary[@]}"; do
+	echo "$l"
+done
+for s in "${skipped[@]}"; do
+	echo "SKIPPED $s"
+done
+for f in "${failed[@]}"; do
+	echo "FAILED $f"
+done
+[ ${#failed[@]} -eq 0 ]

@@ -7,7 +7,7 @@ build="gcc make pkg-config git libarchive-dev libssl-dev libgit2-dev libinih-dev
 libjansson-dev libopenblas-dev libseccomp-dev zlib1g-dev libzstd-dev"
 test="libcmocka-dev python3 python3-jsonschema openssl zstd dataset-fashion-mnist
 util-linux iproute2"
-bench="python3-torch coreutils dataset-fashion-mnist"
+bench="python3-torch coreutils bc dataset-fashion-mnist"
 
 want=""
 for g in "$@"; do

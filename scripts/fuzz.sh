@@ -4,10 +4,13 @@
 #   scripts/fuzz.sh DIR          (make fuzz passes build/fuzz/bin)
 #
 # FUZZ_SECONDS (default 60) is the time per target; FUZZ_JOBS (default 1)
-# the parallel fuzzing processes per target. Corpora grow in
-# build/fuzz/corpus/<target>, seeded by tests/fuzz/<target>_seeds.py when it
-# exists; crashing inputs land in build/fuzz/crashes/<target>/. The exit
-# status is non-zero when any target found a crash, leak or timeout.
+# the parallel fuzzing processes per target; FUZZ_TARGETS (default: all) a
+# space-separated list of target names to run. Corpora grow in
+# build/fuzz/corpus/<target>, seeded with the committed examples in
+# tests/fuzz/seeds/<target>/ (made by tests/fuzz/make_seeds.py) and by
+# tests/fuzz/<target>_seeds.py when it exists; crashing inputs land in
+# build/fuzz/crashes/<target>/. The exit status is non-zero when any target
+# found a crash, leak or timeout.
 set -eu
 
 dir=$(cd "${1:?usage: scripts/fuzz.sh FUZZ_BINARY_DIR}" && pwd)
@@ -24,12 +27,17 @@ fi
 for bin in "$dir"/fuzz_*; do
 	[ -x "$bin" ] || continue
 	name=$(basename "$bin")
+	case " ${FUZZ_TARGETS:-$name} " in *" $name "*) ;; *) continue ;; esac
 	corpus=$work/corpus/$name
 	crashes=$work/crashes/$name
 	mkdir -p "$corpus" "$crashes"
 	seeds=$root/tests/fuzz/${name}_seeds.py
 	if [ -f "$seeds" ] && [ -z "$(ls -A "$corpus")" ]; then
 		/usr/bin/python3 "$seeds" "$corpus"
+	fi
+	# The committed seeds join the corpus every time (a no-op once there).
+	if [ -d "$root/tests/fuzz/seeds/$name" ]; then
+		cp -n "$root/tests/fuzz/seeds/$name"/* "$corpus"/ 2>/dev/null || true
 	fi
 	echo "fuzz: $name for ${secs}s ($(ls "$corpus" | wc -l) inputs in corpus)"
 	par=""

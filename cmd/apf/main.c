@@ -21,6 +21,7 @@ static const struct apf_command commands[] = {
 	{"run", cmd_run, "run an entry's trials in the sealed runner"},
 	{"score", cmd_score, "performance profiles and benchmark scores"},
 	{"train", cmd_train, "train a workload with the reference AdamW (development)"},
+	{"heldout", cmd_heldout, "draw or verify the held-out variants"},
 	{"workloads", cmd_workloads, "list workloads, variants, targets and budgets"},
 	/* started by apf run, not by people */
 	{"__build", cmd_build_internal, NULL},

@@ -24,11 +24,17 @@ static json_t *digest_obj(const char *hex)
 	return json_pack("{s:s}", "sha256", hex);
 }
 
+/* The name is built whole, however long: the parser compares it with the
+ * predicate's name in full, so a cut name would not read back. */
 static json_t *subject(const char *prefix, const char *name, const char *hex)
 {
-	char full[512];
-	snprintf(full, sizeof full, "%s%s", prefix, name);
-	return json_pack("{s:s, s:o}", "name", full, "digest", digest_obj(hex));
+	apf_buf full = {0};
+	json_t *s = apf_buf_printf(&full, "%s%s", prefix, name)
+			    ? NULL
+			    : json_pack("{s:s, s:o}", "name", full.data,
+					"digest", digest_obj(hex));
+	apf_buf_free(&full);
+	return s;
 }
 
 static const char *mode_str(int mode)

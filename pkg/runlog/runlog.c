@@ -456,10 +456,10 @@ static void batch_free(struct batch *b, int nthreads)
 
 /* Splits the next lines of data[*off..size) into b. */
 static void batch_fill(struct batch *b, const char *data, size_t size,
-		       size_t *off, size_t slot_size)
+		       size_t *off, size_t slot_size, size_t cap)
 {
 	size_t scan = *off;
-	while (b->n < BATCH && scan < size) {
+	while (b->n < cap && scan < size) {
 		const char *nl = memchr(data + scan, '\n', size - scan);
 		size_t len = nl ? (size_t)(nl - (data + scan)) : size - scan;
 		struct line *ln = &b->lines[b->n];
@@ -579,11 +579,21 @@ static int walk(const char *path, const struct apf_runlog_read_opts *o,
 	struct batch bt[2] = {{0}};
 	struct worker_arg args[64];
 	int rc = 0;
+	/* A batch holds at most the lines there are: a short log (a resume,
+	 * a fuzz input) should not pay for zeroing BATCH records. */
+	size_t cap = 1;
+	for (const char *p = data; cap < BATCH && p && p < data + size;) {
+		const char *nl = memchr(p, '\n', size - (size_t)(p - data));
+		if (!nl)
+			break;
+		cap++;
+		p = nl + 1;
+	}
 	for (int k = 0; k < 2 && !rc; k++) {
-		bt[k].lines = calloc(BATCH, sizeof *bt[k].lines);
+		bt[k].lines = calloc(cap, sizeof *bt[k].lines);
 		bt[k].tv = calloc((size_t)pl.nthreads, sizeof *bt[k].tv);
 		if (o->slot_size)
-			bt[k].slots = calloc(BATCH, o->slot_size);
+			bt[k].slots = calloc(cap, o->slot_size);
 		if (!bt[k].lines || !bt[k].tv || (o->slot_size && !bt[k].slots))
 			rc = apf_error(APF_ENOMEM, path, "out of memory");
 	}
@@ -604,7 +614,7 @@ static int walk(const char *path, const struct apf_runlog_read_opts *o,
 	size_t off = 0;
 	int cur = 0;
 	if (!rc && off < size) {
-		batch_fill(&bt[cur], data, size, &off, o->slot_size);
+		batch_fill(&bt[cur], data, size, &off, o->slot_size, cap);
 		submit(&pl, &bt[cur]);
 		finish(&pl, &bt[cur]);
 	}
@@ -612,7 +622,7 @@ static int walk(const char *path, const struct apf_runlog_read_opts *o,
 		int nxt = 1 - cur;
 		batch_reset(&bt[nxt], pl.nthreads);
 		if (off < size) {
-			batch_fill(&bt[nxt], data, size, &off, o->slot_size);
+			batch_fill(&bt[nxt], data, size, &off, o->slot_size, cap);
 			submit(&pl, &bt[nxt]);
 		}
 		rc = consume(&w, &bt[cur], valid_bytes);

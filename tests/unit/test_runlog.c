@@ -206,6 +206,59 @@ static void reserved_keys_and_existing_logs_are_refused(void **state)
 	testlib_tmpdir_free(dir);
 }
 
+/* A log longer than one reading batch (16384 lines): every record is seen
+ * in order, a broken line past the first batch is named, and a torn tail
+ * there is cut. Batches are sized by the lines a log holds, so both the
+ * short and the long path are covered. */
+static void log_longer_than_a_batch(void **state)
+{
+	(void)state;
+	enum { N = 16384 + 700 };
+	char *dir = testlib_tmpdir();
+	apf_buf b = {0};
+	char prev[65] = APF_RUNLOG_ZERO_HEAD;
+	size_t line_start, broken_at = 0;
+	for (int i = 0; i < N; i++) {
+		line_start = b.len;
+		assert_int_equal(apf_buf_printf(&b,
+						"{\"seq\":%d,\"prev\":\"%s\","
+						"\"t_ns\":%d,\"event\":\"step_block\","
+						"\"step\":%d}",
+						i, prev, 1000 + i, i),
+				 0);
+		assert_apf_ok(apf_sha256_hex(b.data + line_start,
+					     b.len - line_start, prev));
+		if (i == 16384 + 500)
+			broken_at = b.len - 2; /* the last digit of "step" */
+		assert_int_equal(apf_buf_puts(&b, "\n"), 0);
+	}
+	testlib_write(dir, "log.jsonl", b.data, b.len, 0644);
+	char *path = apf_path_join(dir, "log.jsonl");
+	struct seen s = {0};
+	struct apf_runlog_summary sum;
+	assert_apf_ok(apf_runlog_read(path, count_cb, &s, &sum));
+	assert_int_equal(s.n, N);
+	assert_string_equal(sum.head, prev);
+	/* One changed digit in line 16885: the next line's prev breaks. */
+	b.data[broken_at] ^= 1;
+	testlib_write(dir, "log.jsonl", b.data, b.len, 0644);
+	assert_int_equal(apf_runlog_read(path, NULL, NULL, NULL), APF_EVERIFY);
+	assert_non_null(strstr(apf_error_message(), "line 16886: prev"));
+	/* Restored, plus a torn line: cut on reopening, all records kept. */
+	b.data[broken_at] ^= 1;
+	assert_int_equal(apf_buf_puts(&b, "{\"seq\":"), 0);
+	testlib_write(dir, "log.jsonl", b.data, b.len, 0644);
+	apf_runlog *l;
+	uint64_t cut;
+	assert_apf_ok(apf_runlog_open_append(&l, path, 1, &cut));
+	assert_int_equal(cut, 7);
+	assert_int_equal(apf_runlog_count(l), N);
+	assert_apf_ok(apf_runlog_close(l));
+	apf_buf_free(&b);
+	free(path);
+	testlib_tmpdir_free(dir);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -213,6 +266,7 @@ int main(void)
 		cmocka_unit_test(tampering_names_the_line),
 		cmocka_unit_test(torn_tail_is_cut_and_chain_continues),
 		cmocka_unit_test(reserved_keys_and_existing_logs_are_refused),
+		cmocka_unit_test(log_longer_than_a_batch),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

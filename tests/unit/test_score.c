@@ -716,6 +716,47 @@ static void base_of_variants(void **state)
 	apf_score_heldout_free(h);
 }
 
+/* A held-out file of 100,000 draws reads in a moment and keeps its order;
+ * a name listed twice is found however far apart. The duplicate check was
+ * pairwise, so this took minutes (its failure mode is the runner's
+ * timeout). */
+static void heldout_large_file_reads_in_linear_time(void **state)
+{
+	(void)state;
+	char *dir = testlib_tmpdir();
+	enum { N = 100000 };
+	apf_buf b = {0};
+	for (int dup = 0; dup < 2; dup++) {
+		b.len = 0;
+		assert_int_equal(apf_buf_puts(&b, "{\"seed\": \"1\", \"draws\": ["), 0);
+		for (int i = 0; i < N; i++)
+			assert_int_equal(apf_buf_printf(&b, "%s{\"base\": \"w%06d\", "
+							"\"variant\": \"v\"}",
+							i ? ", " : "",
+							dup && i == N - 1 ? 7 : N - i),
+					 0);
+		assert_int_equal(apf_buf_puts(&b, "]}\n"), 0);
+		testlib_write(dir, "draw.json", b.data, b.len, 0644);
+		char *p = apf_path_join(dir, "draw.json");
+		apf_score_heldout *h = NULL;
+		int rc = apf_score_heldout_load(&h, p);
+		if (dup) {
+			assert_int_equal(rc, APF_EINPUT);
+			assert_non_null(strstr(apf_error_message(),
+					       "variant w000007_v is listed twice"));
+		} else {
+			assert_apf_ok(rc);
+			assert_int_equal(h->n, N);
+			assert_string_equal(h->v[0].variant, "w100000_v");
+			assert_string_equal(h->v[N - 1].base, "w000001");
+		}
+		apf_score_heldout_free(h);
+		free(p);
+	}
+	apf_buf_free(&b);
+	testlib_tmpdir_free(dir);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -739,6 +780,7 @@ int main(void)
 		cmocka_unit_test(pipeline_algoperf_takes_variants_from_logs),
 		cmocka_unit_test(pipeline_input_errors),
 		cmocka_unit_test(base_of_variants),
+		cmocka_unit_test(heldout_large_file_reads_in_linear_time),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
