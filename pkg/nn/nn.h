@@ -236,6 +236,11 @@ struct apf_backend {
  * count is process-wide, so every CPU backend of a process uses the count of
  * the latest one created; a trial has one. */
 int apf_backend_cpu_new(apf_backend **out, int threads);
+/* The same backend with its plain kernels only: the reference its fast
+ * (AVX2/FMA) kernels are tested against. apf_backend_cpu_new takes the fast
+ * ones where the CPU has them; both are deterministic, but their bits
+ * differ. */
+int apf_backend_cpu_plain_new(apf_backend **out, int threads);
 void apf_backend_free(apf_backend *be);
 
 /* ---- networks ------------------------------------------------------------

@@ -17,6 +17,7 @@
 #pragma GCC optimize("O3")
 
 #include "nn/nn.h"
+#include "nn/cpu/fast.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -61,6 +62,7 @@ struct pool {
 	void *arg;
 	unsigned long generation;
 	int pending, stop;
+	int fast; /* route the shapes fast.c takes to it */
 };
 
 static void *worker(void *v)
@@ -92,6 +94,12 @@ static int nthreads(const apf_backend *be)
 {
 	const struct pool *p = be->impl;
 	return p->n;
+}
+
+static int use_fast(const apf_backend *be)
+{
+	const struct pool *p = be->impl;
+	return p->fast;
 }
 
 /* Runs fn(arg, t, nt) on every thread and waits for all. */
@@ -331,8 +339,14 @@ static size_t conv2d_work(apf_backend *be, int B, int H, int W, int C, int OC,
 	size_t nt = (size_t)nthreads(be);
 	/* a column buffer per thread, a weight-gradient partial for each
 	 * thread but the first, and the flipped weights */
-	return nt * conv_col_floats(cb, H, W, C, OC, K, S, P) +
-	       (nt - 1) * (size_t)OC * K * K * C + (size_t)OC * K * K * C;
+	size_t plain = nt * conv_col_floats(cb, H, W, C, OC, K, S, P) +
+		       (nt - 1) * (size_t)OC * K * K * C +
+		       (size_t)OC * K * K * C;
+	if (!use_fast(be))
+		return plain;
+	size_t fast = apf_cpu_conv_fast_work(B, H, W, C, OC, K, S, P,
+					     (int)nt);
+	return fast > plain ? fast : plain;
 }
 
 struct conv_arg {
@@ -430,6 +444,26 @@ static void parallel_blas(apf_backend *be, task_fn fn, void *arg)
 		openblas_set_num_threads(be->threads);
 }
 
+static void fast_fwd_task(void *v, int t, int nt)
+{
+	apf_cpu_conv_fast_forward(v, t, nt);
+}
+
+/* The fast backward: each thread its weight-gradient partial, then its
+ * images' input gradient (job->dinp NULL: none). */
+static void fast_bwd_task(void *v, int t, int nt)
+{
+	struct apf_conv_job *j = v;
+	apf_cpu_conv_fast_dweight(j, t, nt);
+	if (j->dinp)
+		apf_cpu_conv_fast_dinp(j, t, nt);
+}
+
+static void fast_dinp_task(void *v, int t, int nt)
+{
+	apf_cpu_conv_fast_dinp(v, t, nt);
+}
+
 // out (B,OH,OW,OC) = conv(inp (B,H,W,C), weight (OC,K,K,C)) + bias (OC)
 static void conv2d_forward(apf_backend *be, float *out, const float *inp,
 			   const float *weight, const float *bias, int B, int H,
@@ -439,6 +473,17 @@ static void conv2d_forward(apf_backend *be, float *out, const float *inp,
 	if (conv_is_pointwise(K, S, P)) {
 		/* a 1x1 stride-1 conv is one GEMM on the input itself */
 		linear_forward(be, out, inp, weight, bias, B * H * W, C, OC);
+		return;
+	}
+	if (use_fast(be) && apf_cpu_conv_fast_forward_ok(C, OC, K)) {
+		struct apf_conv_job j = {
+			.B = B, .H = H, .W = W, .C = C, .OC = OC, .K = K,
+			.S = S, .P = P, .OH = conv_out(H, K, S, P),
+			.OW = conv_out(W, K, S, P), .inp = inp,
+			.weight = weight, .bias = bias, .out = out,
+			.work = work};
+		apf_cpu_conv_fast_prepare(&j);
+		parallel(be, fast_fwd_task, &j);
 		return;
 	}
 	struct conv_arg a = {.out = out, .inp = inp, .weight = weight,
@@ -461,6 +506,37 @@ static void conv2d_backward(apf_backend *be, float *dinp, float *dweight,
 		linear_backward(be, dinp, dweight, dbias, dout, inp, weight,
 				B * H * W, C, OC, accum);
 		return;
+	}
+	if (use_fast(be)) {
+		struct apf_conv_job j = {
+			.B = B, .H = H, .W = W, .C = C, .OC = OC, .K = K,
+			.S = S, .P = P, .OH = OH, .OW = OW, .inp = inp,
+			.weight = weight, .dout = dout, .dinp = dinp,
+			.accum = accum, .work = work};
+		int fast_dinp = dinp && apf_cpu_conv_fast_dinp_ok(C, OC, K);
+		if (apf_cpu_conv_fast_dweight_ok(C, OC, K) && (!dinp || fast_dinp)) {
+			parallel(be, fast_bwd_task, &j);
+			int nt = nthreads(be);
+			size_t nw = (size_t)OC * K * K * C;
+			memcpy(dweight, apf_cpu_conv_fast_dweight_part(&j, 0, nt),
+			       nw * sizeof *dweight);
+			/* partials added in thread order */
+			for (int t = 1; t < nt; t++) {
+				const float *part =
+					apf_cpu_conv_fast_dweight_part(&j, t, nt);
+				for (size_t i = 0; i < nw; i++)
+					dweight[i] += part[i];
+			}
+			if (dbias)
+				column_sums(dbias, dout, (size_t)B * OH * OW,
+					    OC);
+			return;
+		}
+		if (fast_dinp) {
+			/* the input gradient here, the rest plainly below */
+			parallel(be, fast_dinp_task, &j);
+			dinp = NULL;
+		}
 	}
 	struct conv_arg a = {.dinp = dinp, .dweight = dweight, .dout = dout,
 			     .inp = inp, .weight = weight, .work = work, .B = B,
@@ -1513,7 +1589,7 @@ static void pool_stop(struct pool *p, int started)
 	pthread_cond_destroy(&p->done);
 }
 
-int apf_backend_cpu_new(apf_backend **out, int threads)
+static int cpu_new(apf_backend **out, int threads, int fast)
 {
 	*out = NULL;
 	if (threads > MAX_THREADS)
@@ -1531,6 +1607,7 @@ int apf_backend_cpu_new(apf_backend **out, int threads)
 	be->threads = threads > 0 ? threads : 1;
 	be->impl = p;
 	p->n = be->threads;
+	p->fast = fast;
 	pthread_mutex_init(&p->mu, NULL);
 	pthread_cond_init(&p->work, NULL);
 	pthread_cond_init(&p->done, NULL);
@@ -1548,6 +1625,16 @@ int apf_backend_cpu_new(apf_backend **out, int threads)
 	openblas_set_num_threads(be->threads);
 	*out = be;
 	return 0;
+}
+
+int apf_backend_cpu_new(apf_backend **out, int threads)
+{
+	return cpu_new(out, threads, apf_cpu_fast_supported());
+}
+
+int apf_backend_cpu_plain_new(apf_backend **out, int threads)
+{
+	return cpu_new(out, threads, 0);
 }
 
 void apf_backend_free(apf_backend *be)

@@ -1,0 +1,518 @@
+/*
+ * fast.c: the CPU backend's AVX2/FMA kernels (see fast.h): direct NHWC
+ * convolutions for small channel counts and batch norm fused with ReLU.
+ *
+ * Why not im2col + sgemm for these layers: with 16 to 64 channels the GEMMs
+ * are skinny (N = 16..64, K = 9 C), OpenBLAS spends much of its time packing,
+ * and im2col writes nine copies of the input. Here a zero-padded copy of a
+ * few images (one copy, cache-resident) feeds a 6 x 16 register tile.
+ *
+ * Invariants: every function is one thread's share (t of nt) of a layer;
+ * shares are whole images (convolutions) or whole rows (batch norm) from a
+ * static split; every accumulation runs in a fixed order. Only unaligned
+ * vector loads and stores are used, and no load reads outside the buffers.
+ */
+#pragma GCC optimize("O3")
+
+#include "nn/cpu/fast.h"
+
+#include <immintrin.h>
+#include <string.h>
+
+#define TGT __attribute__((target("avx2,fma")))
+
+int apf_cpu_fast_supported(void)
+{
+	__builtin_cpu_init();
+	return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+}
+
+/* Thread t's share [*b, *e) of n items. */
+static void share(int n, int t, int nt, int *b, int *e)
+{
+	int per = n / nt, extra = n % nt;
+	*b = t * per + (t < extra ? t : extra);
+	*e = *b + per + (t < extra ? 1 : 0);
+}
+
+/* ---- direct convolution ---------------------------------------------------- */
+
+/* A padded chunk aims at this many floats: a few images, so the weight
+ * gradient's repeated passes over it hit L2. */
+#define CHUNK_FLOATS ((size_t)48 * 1024)
+#define TILE_PX 6 /* pixels per register tile */
+#define MAX_TAPS 64
+
+int apf_cpu_conv_fast_forward_ok(int C, int OC, int K)
+{
+	return C >= 1 && OC % 16 == 0 && K * K <= MAX_TAPS;
+}
+
+int apf_cpu_conv_fast_dinp_ok(int C, int OC, int K)
+{
+	return OC >= 1 && C % 16 == 0 && K * K <= MAX_TAPS;
+}
+
+int apf_cpu_conv_fast_dweight_ok(int C, int OC, int K)
+{
+	return C % 8 == 0 && OC % 4 == 0 && K >= 1;
+}
+
+/* Geometry shared by the sizing and the kernels. */
+struct geo {
+	int Hp, Wp;     /* input padded by P on every side */
+	int QL, Hq, Wq; /* output gradient padded for the input gradient */
+	size_t in_img, dy_img; /* floats of one padded image of each */
+	int nb_in, nb_dy;      /* images per chunk */
+	size_t pad_floats, part_floats, thread_floats, wt_floats;
+};
+
+static int chunk_images(size_t per_img, int share_max)
+{
+	size_t nb = CHUNK_FLOATS / (per_img ? per_img : 1);
+	if (nb < 1)
+		nb = 1;
+	return nb > (size_t)share_max ? share_max : (int)nb;
+}
+
+static size_t round16(size_t n)
+{
+	return (n + 15) / 16 * 16;
+}
+
+static void geometry(struct geo *g, int B, int H, int W, int C, int OC, int K,
+		     int S, int P, int nt)
+{
+	int OH = (H + 2 * P - K) / S + 1, OW = (W + 2 * P - K) / S + 1;
+	int share_max = (B + nt - 1) / nt;
+	if (share_max < 1)
+		share_max = 1;
+	g->Hp = H + 2 * P, g->Wp = W + 2 * P;
+	/* Rows of the output gradient an input row reaches run from
+	 * -(QL) to (H-1+P)/S; pad so both ends exist. */
+	g->QL = (K - 1 - P + S - 1) / S;
+	int QRh = (H - 1 + P) / S - (OH - 1), QRw = (W - 1 + P) / S - (OW - 1);
+	g->Hq = g->QL + OH + (QRh > 0 ? QRh : 0);
+	g->Wq = g->QL + OW + (QRw > 0 ? QRw : 0);
+	g->in_img = (size_t)g->Hp * g->Wp * C;
+	g->dy_img = (size_t)g->Hq * g->Wq * OC;
+	g->nb_in = chunk_images(g->in_img, share_max);
+	g->nb_dy = chunk_images(g->dy_img, share_max);
+	size_t a = g->nb_in * g->in_img, b = g->nb_dy * g->dy_img;
+	g->pad_floats = round16(a > b ? a : b);
+	g->part_floats = round16((size_t)OC * K * K * C);
+	g->thread_floats = g->pad_floats + g->part_floats;
+	g->wt_floats = round16((size_t)K * K * C * OC);
+}
+
+size_t apf_cpu_conv_fast_work(int B, int H, int W, int C, int OC, int K,
+			      int S, int P, int nt)
+{
+	struct geo g;
+	geometry(&g, B, H, W, C, OC, K, S, P, nt);
+	return g.wt_floats + (size_t)nt * g.thread_floats;
+}
+
+static void job_geometry(const struct apf_conv_job *j, struct geo *g, int nt)
+{
+	geometry(g, j->B, j->H, j->W, j->C, j->OC, j->K, j->S, j->P, nt);
+}
+
+static float *thread_pad(const struct apf_conv_job *j, const struct geo *g,
+			 int t)
+{
+	return j->work + g->wt_floats + (size_t)t * g->thread_floats;
+}
+
+float *apf_cpu_conv_fast_dweight_part(const struct apf_conv_job *j, int t,
+				      int nt)
+{
+	struct geo g;
+	job_geometry(j, &g, nt);
+	return thread_pad(j, &g, t) + g.pad_floats;
+}
+
+void apf_cpu_conv_fast_prepare(struct apf_conv_job *j)
+{
+	/* wt[kh][kw][c][o] = weight[o][kh][kw][c]: the forward tile loads 16
+	 * output channels of one input channel as two vectors */
+	int KK = j->K * j->K, C = j->C, OC = j->OC;
+	j->wt = j->work;
+	for (int o = 0; o < OC; o++)
+		for (int k = 0; k < KK; k++)
+			for (int c = 0; c < C; c++)
+				j->wt[((size_t)k * C + c) * OC + o] =
+					j->weight[((size_t)o * KK + k) * C + c];
+}
+
+/* dst (nb, h+lo+hi, w+lo+hi, ch) = src (nb, h, w, ch) with zero borders of
+ * lo rows/columns before and hi after (hi_h rows, hi_w columns). */
+static void pad_images(float *dst, const float *src, int nb, int h, int w,
+		       int ch, int lo, int hi_h, int hi_w)
+{
+	int hp = h + lo + hi_h, wp = w + lo + hi_w;
+	size_t rowp = (size_t)wp * ch, row = (size_t)w * ch;
+	for (int b = 0; b < nb; b++)
+		for (int r = 0; r < hp; r++) {
+			float *d = dst + ((size_t)b * hp + r) * rowp;
+			int sr = r - lo;
+			if (sr < 0 || sr >= h) {
+				memset(d, 0, rowp * sizeof *d);
+				continue;
+			}
+			memset(d, 0, (size_t)lo * ch * sizeof *d);
+			memcpy(d + (size_t)lo * ch,
+			       src + ((size_t)b * h + sr) * row,
+			       row * sizeof *d);
+			memset(d + (size_t)lo * ch + row, 0,
+			       (size_t)hi_w * ch * sizeof *d);
+		}
+}
+
+/* The register tile: for pixels i < np, out[i][0..15] (=, or += when
+ * accum) sum over taps t and channels c < cin of
+ * px[i][toff[t] + c] * tw[t][c * ldw + 0..15], plus bias[0..15] if given.
+ * Pixels np..5 repeat pixel 0 and are not stored. With stats, the stored
+ * values' sums go to stats[0..15], their squares' to stats[nstat..]. */
+TGT static void tile_6x16(const float *const px[TILE_PX],
+			  float *const out[TILE_PX], int np,
+			  const ptrdiff_t *toff, const float *const *tw,
+			  int ntaps, int cin, int ldw, const float *bias,
+			  int accum, double *stats, int nstat)
+{
+	__m256 a0 = _mm256_setzero_ps(), b0 = a0, a1 = a0, b1 = a0;
+	__m256 a2 = a0, b2 = a0, a3 = a0, b3 = a0, a4 = a0, b4 = a0;
+	__m256 a5 = a0, b5 = a0;
+	for (int t = 0; t < ntaps; t++) {
+		const float *w = tw[t];
+		ptrdiff_t o = toff[t];
+		const float *p0 = px[0] + o, *p1 = px[1] + o, *p2 = px[2] + o;
+		const float *p3 = px[3] + o, *p4 = px[4] + o, *p5 = px[5] + o;
+		for (int c = 0; c < cin; c++, w += ldw) {
+			__m256 w0 = _mm256_loadu_ps(w);
+			__m256 w1 = _mm256_loadu_ps(w + 8);
+			__m256 x;
+			x = _mm256_broadcast_ss(p0 + c);
+			a0 = _mm256_fmadd_ps(x, w0, a0);
+			b0 = _mm256_fmadd_ps(x, w1, b0);
+			x = _mm256_broadcast_ss(p1 + c);
+			a1 = _mm256_fmadd_ps(x, w0, a1);
+			b1 = _mm256_fmadd_ps(x, w1, b1);
+			x = _mm256_broadcast_ss(p2 + c);
+			a2 = _mm256_fmadd_ps(x, w0, a2);
+			b2 = _mm256_fmadd_ps(x, w1, b2);
+			x = _mm256_broadcast_ss(p3 + c);
+			a3 = _mm256_fmadd_ps(x, w0, a3);
+			b3 = _mm256_fmadd_ps(x, w1, b3);
+			x = _mm256_broadcast_ss(p4 + c);
+			a4 = _mm256_fmadd_ps(x, w0, a4);
+			b4 = _mm256_fmadd_ps(x, w1, b4);
+			x = _mm256_broadcast_ss(p5 + c);
+			a5 = _mm256_fmadd_ps(x, w0, a5);
+			b5 = _mm256_fmadd_ps(x, w1, b5);
+		}
+	}
+	__m256 lo[TILE_PX] = {a0, a1, a2, a3, a4, a5};
+	__m256 hi[TILE_PX] = {b0, b1, b2, b3, b4, b5};
+	__m256 blo = _mm256_setzero_ps(), bhi = blo;
+	if (bias) {
+		blo = _mm256_loadu_ps(bias);
+		bhi = _mm256_loadu_ps(bias + 8);
+	}
+	for (int i = 0; i < np; i++) {
+		float *d = out[i];
+		__m256 l = lo[i], h = hi[i];
+		if (accum) {
+			l = _mm256_add_ps(_mm256_loadu_ps(d), l);
+			h = _mm256_add_ps(_mm256_loadu_ps(d + 8), h);
+		} else if (bias) {
+			l = _mm256_add_ps(blo, l);
+			h = _mm256_add_ps(bhi, h);
+		}
+		_mm256_storeu_ps(d, l);
+		_mm256_storeu_ps(d + 8, h);
+	}
+	if (!stats)
+		return;
+	/* batch-norm statistics of the stored values: float partials over
+	 * the tile's pixels in order, added to the double sums
+	 * (stats[0..15]) and sums of squares (stats[nstat..nstat+15]) */
+	for (int half = 0; half < 2; half++) {
+		__m256 s = _mm256_setzero_ps(), q = s;
+		for (int i = 0; i < np; i++) {
+			__m256 v = _mm256_loadu_ps(out[i] + 8 * half);
+			s = _mm256_add_ps(s, v);
+			q = _mm256_fmadd_ps(v, v, q);
+		}
+		double *ds = stats + 8 * half, *dq = ds + nstat;
+		__m256d s0 = _mm256_cvtps_pd(_mm256_castps256_ps128(s));
+		__m256d s1 = _mm256_cvtps_pd(_mm256_extractf128_ps(s, 1));
+		__m256d q0 = _mm256_cvtps_pd(_mm256_castps256_ps128(q));
+		__m256d q1 = _mm256_cvtps_pd(_mm256_extractf128_ps(q, 1));
+		_mm256_storeu_pd(ds, _mm256_add_pd(_mm256_loadu_pd(ds), s0));
+		_mm256_storeu_pd(ds + 4,
+				 _mm256_add_pd(_mm256_loadu_pd(ds + 4), s1));
+		_mm256_storeu_pd(dq, _mm256_add_pd(_mm256_loadu_pd(dq), q0));
+		_mm256_storeu_pd(dq + 4,
+				 _mm256_add_pd(_mm256_loadu_pd(dq + 4), q1));
+	}
+}
+
+/* Output pixels (img, row, col) of a chunk, in that order, with the strides
+ * that place each pixel's input base and output. */
+struct grid {
+	const float *in;   /* padded chunk */
+	ptrdiff_t in_img, in_row, in_col; /* input strides of img, row, col */
+	float *out;
+	ptrdiff_t out_img, out_row, out_col;
+	int rows, cols, nimg;
+};
+
+TGT static void run_tiles(const struct grid *g, const ptrdiff_t *toff,
+			  const float *const *tw, int ntaps, int cin, int ldw,
+			  int cout, const float *bias, int accum,
+			  double *stats)
+{
+	int n = g->nimg * g->rows * g->cols;
+	const float *twc[MAX_TAPS];
+	int img = 0, r = 0, c = 0; /* the next pixel */
+	for (int p = 0; p < n; p += TILE_PX) {
+		const float *px[TILE_PX];
+		float *out[TILE_PX];
+		int np = n - p < TILE_PX ? n - p : TILE_PX;
+		for (int i = 0; i < np; i++) {
+			px[i] = g->in + img * g->in_img + r * g->in_row +
+				c * g->in_col;
+			out[i] = g->out + img * g->out_img + r * g->out_row +
+				 c * g->out_col;
+			if (++c == g->cols) {
+				c = 0;
+				if (++r == g->rows)
+					r = 0, img++;
+			}
+		}
+		for (int i = np; i < TILE_PX; i++)
+			px[i] = px[0], out[i] = out[0];
+		for (int o0 = 0; o0 < cout; o0 += 16) {
+			float *oo[TILE_PX];
+			for (int i = 0; i < TILE_PX; i++)
+				oo[i] = out[i] + o0;
+			for (int t = 0; t < ntaps; t++)
+				twc[t] = tw[t] + o0;
+			tile_6x16(px, oo, np, toff, twc, ntaps, cin, ldw,
+				  bias ? bias + o0 : NULL, accum,
+				  stats ? stats + o0 : NULL, cout);
+		}
+	}
+}
+
+void apf_cpu_conv_fast_forward(struct apf_conv_job *j, int t, int nt)
+{
+	struct geo g;
+	job_geometry(j, &g, nt);
+	int b0, b1;
+	share(j->B, t, nt, &b0, &b1);
+	int K = j->K, C = j->C, OC = j->OC;
+	float *pad = thread_pad(j, &g, t);
+	ptrdiff_t toff[MAX_TAPS];
+	const float *tw[MAX_TAPS];
+	for (int kh = 0; kh < K; kh++)
+		for (int kw = 0; kw < K; kw++) {
+			toff[kh * K + kw] = ((ptrdiff_t)kh * g.Wp + kw) * C;
+			tw[kh * K + kw] = j->wt + (size_t)(kh * K + kw) * C * OC;
+		}
+	double *stats = j->stats ? j->stats + (size_t)t * 2 * OC : NULL;
+	if (stats)
+		memset(stats, 0, 2 * (size_t)OC * sizeof *stats);
+	for (int b = b0; b < b1; b += g.nb_in) {
+		int nb = b1 - b < g.nb_in ? b1 - b : g.nb_in;
+		pad_images(pad, j->inp + (size_t)b * j->H * j->W * C, nb, j->H,
+			   j->W, C, j->P, j->P, j->P);
+		struct grid gr = {
+			.in = pad, .in_img = (ptrdiff_t)g.in_img,
+			.in_row = (ptrdiff_t)j->S * g.Wp * C,
+			.in_col = (ptrdiff_t)j->S * C,
+			.out = j->out + (size_t)b * j->OH * j->OW * OC,
+			.out_img = (ptrdiff_t)j->OH * j->OW * OC,
+			.out_row = (ptrdiff_t)j->OW * OC, .out_col = OC,
+			.rows = j->OH, .cols = j->OW, .nimg = nb};
+		run_tiles(&gr, toff, tw, K * K, C, OC, OC, j->bias, 0, stats);
+	}
+}
+
+void apf_cpu_conv_fast_dinp(struct apf_conv_job *j, int t, int nt)
+{
+	struct geo g;
+	job_geometry(j, &g, nt);
+	int b0, b1;
+	share(j->B, t, nt, &b0, &b1);
+	int K = j->K, S = j->S, P = j->P, C = j->C, OC = j->OC;
+	float *pad = thread_pad(j, &g, t);
+	for (int b = b0; b < b1; b += g.nb_dy) {
+		int nb = b1 - b < g.nb_dy ? b1 - b : g.nb_dy;
+		pad_images(pad, j->dout + (size_t)b * j->OH * j->OW * OC, nb,
+			   j->OH, j->OW, OC, g.QL, g.Hq - g.QL - j->OH,
+			   g.Wq - g.QL - j->OW);
+		float *dx = j->dinp + (size_t)b * j->H * j->W * C;
+		/* input pixels (rh + S m, rw + S n) see the same taps:
+		 * kh with (rh + P - kh) divisible by S, output row
+		 * m + (rh + P - kh) / S */
+		for (int rh = 0; rh < S && rh < j->H; rh++)
+			for (int rw = 0; rw < S && rw < j->W; rw++) {
+				ptrdiff_t toff[MAX_TAPS];
+				const float *tw[MAX_TAPS];
+				int ntaps = 0;
+				for (int kh = 0; kh < K; kh++) {
+					int vh = rh + P - kh;
+					if (((vh % S) + S) % S)
+						continue;
+					for (int kw = 0; kw < K; kw++) {
+						int vw = rw + P - kw;
+						if (((vw % S) + S) % S)
+							continue;
+						toff[ntaps] = ((ptrdiff_t)(vh / S) * g.Wq + vw / S) * OC;
+						tw[ntaps] = j->weight + (size_t)(kh * K + kw) * C;
+						ntaps++;
+					}
+				}
+				struct grid gr = {
+					.in = pad + ((size_t)g.QL * g.Wq + g.QL) * OC,
+					.in_img = (ptrdiff_t)g.dy_img,
+					.in_row = (ptrdiff_t)g.Wq * OC,
+					.in_col = OC,
+					.out = dx + ((size_t)rh * j->W + rw) * C,
+					.out_img = (ptrdiff_t)j->H * j->W * C,
+					.out_row = (ptrdiff_t)S * j->W * C,
+					.out_col = (ptrdiff_t)S * C,
+					.rows = (j->H - rh + S - 1) / S,
+					.cols = (j->W - rw + S - 1) / S,
+					.nimg = nb};
+				if (ntaps == 0 && j->accum)
+					continue;
+				run_tiles(&gr, toff, tw, ntaps, OC, K * K * C,
+					  C, NULL, j->accum, NULL);
+			}
+	}
+}
+
+/* Weight-gradient tile: acc[r][k] (output channel o0 + r, column k) +=
+ * sum over the chunk's pixels of dy[pixel][o0 + r] * x[pixel][xoff[k] ..
+ * + 8]; columns k >= ncol repeat column 0 and are not stored. */
+TGT static void dweight_tile(float *part, const ptrdiff_t dwoff[3],
+			     ptrdiff_t dw_ld, int ncol, const float *dy,
+			     const float *x, const ptrdiff_t xoff[3],
+			     const struct apf_conv_job *j, const struct geo *g,
+			     int nb)
+{
+	__m256 acc[4][3];
+	for (int r = 0; r < 4; r++)
+		for (int k = 0; k < 3; k++)
+			acc[r][k] = k < ncol ? _mm256_loadu_ps(part + r * dw_ld + dwoff[k])
+					     : _mm256_setzero_ps();
+	__m256 a00 = acc[0][0], a01 = acc[0][1], a02 = acc[0][2];
+	__m256 a10 = acc[1][0], a11 = acc[1][1], a12 = acc[1][2];
+	__m256 a20 = acc[2][0], a21 = acc[2][1], a22 = acc[2][2];
+	__m256 a30 = acc[3][0], a31 = acc[3][1], a32 = acc[3][2];
+	ptrdiff_t x0 = xoff[0], x1 = xoff[ncol > 1 ? 1 : 0],
+		  x2 = xoff[ncol > 2 ? 2 : 0];
+	int OC = j->OC, S = j->S, C = j->C, OW = j->OW;
+	for (int b = 0; b < nb; b++)
+		for (int oh = 0; oh < j->OH; oh++) {
+			const float *d = dy + ((size_t)b * j->OH + oh) * OW * OC;
+			const float *xr = x + (size_t)b * g->in_img +
+					  (size_t)oh * S * g->Wp * C;
+			for (int ow = 0; ow < OW; ow++, d += OC,
+				 xr += (ptrdiff_t)S * C) {
+				__m256 v0 = _mm256_loadu_ps(xr + x0);
+				__m256 v1 = _mm256_loadu_ps(xr + x1);
+				__m256 v2 = _mm256_loadu_ps(xr + x2);
+				__m256 e;
+				e = _mm256_broadcast_ss(d);
+				a00 = _mm256_fmadd_ps(e, v0, a00);
+				a01 = _mm256_fmadd_ps(e, v1, a01);
+				a02 = _mm256_fmadd_ps(e, v2, a02);
+				e = _mm256_broadcast_ss(d + 1);
+				a10 = _mm256_fmadd_ps(e, v0, a10);
+				a11 = _mm256_fmadd_ps(e, v1, a11);
+				a12 = _mm256_fmadd_ps(e, v2, a12);
+				e = _mm256_broadcast_ss(d + 2);
+				a20 = _mm256_fmadd_ps(e, v0, a20);
+				a21 = _mm256_fmadd_ps(e, v1, a21);
+				a22 = _mm256_fmadd_ps(e, v2, a22);
+				e = _mm256_broadcast_ss(d + 3);
+				a30 = _mm256_fmadd_ps(e, v0, a30);
+				a31 = _mm256_fmadd_ps(e, v1, a31);
+				a32 = _mm256_fmadd_ps(e, v2, a32);
+			}
+		}
+	__m256 res[4][3] = {{a00, a01, a02}, {a10, a11, a12},
+			    {a20, a21, a22}, {a30, a31, a32}};
+	for (int r = 0; r < 4; r++)
+		for (int k = 0; k < ncol; k++)
+			_mm256_storeu_ps(part + r * dw_ld + dwoff[k], res[r][k]);
+}
+
+void apf_cpu_conv_fast_dweight(struct apf_conv_job *j, int t, int nt)
+{
+	struct geo g;
+	job_geometry(j, &g, nt);
+	int b0, b1;
+	share(j->B, t, nt, &b0, &b1);
+	int K = j->K, C = j->C, OC = j->OC;
+	float *pad = thread_pad(j, &g, t);
+	float *part = pad + g.pad_floats;
+	ptrdiff_t dw_ld = (ptrdiff_t)K * K * C;
+	memset(part, 0, (size_t)OC * dw_ld * sizeof *part);
+	/* the columns of one kernel row: (kw, 8 channels), three at a time */
+	int ncols = K * C / 8;
+	for (int b = b0; b < b1; b += g.nb_in) {
+		int nb = b1 - b < g.nb_in ? b1 - b : g.nb_in;
+		pad_images(pad, j->inp + (size_t)b * j->H * j->W * C, nb, j->H,
+			   j->W, C, j->P, j->P, j->P);
+		const float *dy = j->dout + (size_t)b * j->OH * j->OW * OC;
+		for (int kh = 0; kh < K; kh++)
+			for (int o0 = 0; o0 < OC; o0 += 4)
+				for (int c0 = 0; c0 < ncols; c0 += 3) {
+					ptrdiff_t xoff[3], dwoff[3];
+					int n = ncols - c0 < 3 ? ncols - c0 : 3;
+					for (int k = 0; k < n; k++) {
+						int col = c0 + k;
+						int kw = col / (C / 8);
+						int c = col % (C / 8) * 8;
+						xoff[k] = (ptrdiff_t)kw * C + c;
+						dwoff[k] = (ptrdiff_t)(kh * K + kw) * C + c;
+					}
+					dweight_tile(part + o0 * dw_ld, dwoff,
+						     dw_ld, n, dy + o0,
+						     pad + (size_t)kh * g.Wp * C,
+						     xoff, j, &g, nb);
+				}
+	}
+}
+
+/* ---- batch norm + ReLU ------------------------------------------------------ */
+
+int apf_cpu_bn_fast_ok(int C)
+{
+	return C % 8 == 0 && C <= 256;
+}
+
+void apf_cpu_bn_fast_stats(struct apf_bn_job *j, int t, int nt)
+{
+	(void)j, (void)t, (void)nt;
+}
+
+void apf_cpu_bn_fast_apply(struct apf_bn_job *j, int t, int nt)
+{
+	(void)j, (void)t, (void)nt;
+}
+
+void apf_cpu_bn_fast_dsums(struct apf_bn_job *j, int t, int nt)
+{
+	(void)j, (void)t, (void)nt;
+}
+
+void apf_cpu_bn_fast_dx(struct apf_bn_job *j, int t, int nt)
+{
+	(void)j, (void)t, (void)nt;
+}
