@@ -179,11 +179,228 @@ static void fast_conv_matches_plain_on_odd_shapes(void **state)
 			conv_compare(&shapes[i], threads);
 }
 
+/* ---- batch norm + ReLU ------------------------------------------------- */
+
+/* The fused layer against the plain backend's batch norm, add and ReLU:
+ * forward in training and eval mode, running statistics, and backward from
+ * the plain forward's output (so both see the same ReLU mask), write and
+ * accumulate modes, with and without a residual. */
+static void bn_relu_compare(int N, int C, int with_res, float offset,
+			    int threads)
+{
+	apf_backend *plain, *fast;
+	assert_apf_ok(apf_backend_cpu_plain_new(&plain, threads));
+	assert_apf_ok(apf_backend_cpu_new(&fast, threads));
+	assert_null(plain->batchnorm_relu_forward);
+	assert_non_null(fast->batchnorm_relu_forward);
+	size_t n = (size_t)N * C;
+	apf_rng_key key = {12, (uint32_t)C, (uint32_t)with_res, APF_RNG_TEST};
+	apf_rng r;
+	apf_rng_init(&r, &key, (uint64_t)N);
+	float *x = rand_floats(&r, n, offset - 1, offset + 2);
+	float *res = rand_floats(&r, n, -1, 1), *dy = rand_floats(&r, n, -1, 1);
+	float *sc = rand_floats(&r, (size_t)C, 0.5f, 1.5f);
+	float *bi = rand_floats(&r, (size_t)C, -0.5f, 0.5f);
+	float *y_p = floats(n, NAN), *y_f = floats(n, NAN), *s_p = floats(n, NAN);
+	float *m_p = floats((size_t)C, NAN), *r_p = floats((size_t)C, NAN);
+	float *m_f = floats((size_t)C, NAN), *r_f = floats((size_t)C, NAN);
+	float *rm_p = floats((size_t)C, 0.1f), *rv_p = floats((size_t)C, 2);
+	float *rm_f = floats((size_t)C, 0.1f), *rv_f = floats((size_t)C, 2);
+	const float *rp = with_res ? res : NULL;
+	char what[96];
+	snprintf(what, sizeof what, "bn+relu N%d C%d res%d offset %g t%d", N,
+		 C, with_res, offset, threads);
+	/* forward, training */
+	plain->batchnorm_forward(plain, s_p, m_p, r_p, x, sc, bi, rm_p, rv_p, N,
+				 C, 0.1f, 1e-5f, 1);
+	if (with_res)
+		plain->add_forward(plain, s_p, s_p, res, n);
+	plain->activation_forward(plain, APF_ACT_RELU, y_p, s_p, n);
+	fast->batchnorm_relu_forward(fast, y_f, m_f, r_f, x, rp, sc, bi, rm_f,
+				     rv_f, N, C, 0.1f, 1e-5f, 1);
+	assert_close(what, y_f, y_p, n, 1e-5);
+	assert_close(what, m_f, m_p, (size_t)C, 1e-6);
+	assert_close(what, r_f, r_p, (size_t)C, 1e-5);
+	assert_close(what, rm_f, rm_p, (size_t)C, 1e-6);
+	assert_close(what, rv_f, rv_p, (size_t)C, 1e-5);
+	/* forward, eval: the running statistics, touched by neither */
+	float *e_f = floats(n, NAN), *e_p = floats(n, NAN);
+	plain->batchnorm_forward(plain, s_p, NULL, NULL, x, sc, bi, rm_p, rv_p,
+				 N, C, 0.1f, 1e-5f, 0);
+	if (with_res)
+		plain->add_forward(plain, s_p, s_p, res, n);
+	plain->activation_forward(plain, APF_ACT_RELU, e_p, s_p, n);
+	fast->batchnorm_relu_forward(fast, e_f, NULL, NULL, x, rp, sc, bi,
+				     rm_p, rv_p, N, C, 0.1f, 1e-5f, 0);
+	assert_close(what, e_f, e_p, n, 1e-5);
+	/* backward: relu, add, batch norm against the fused one */
+	float *g = floats(n, NAN), *dx_p = floats(n, NAN), *dx_f = floats(n, NAN);
+	float *dr_f = floats(n, NAN);
+	float *ds_p = floats((size_t)C, NAN), *db_p = floats((size_t)C, NAN);
+	float *ds_f = floats((size_t)C, NAN), *db_f = floats((size_t)C, NAN);
+	plain->batchnorm_forward(plain, s_p, m_p, r_p, x, sc, bi, rm_p, rv_p, N,
+				 C, 0.1f, 1e-5f, 1);
+	if (with_res)
+		plain->add_forward(plain, s_p, s_p, res, n);
+	plain->activation_forward(plain, APF_ACT_RELU, y_p, s_p, n);
+	plain->activation_backward(plain, APF_ACT_RELU, g, dy, s_p, y_p, n, 0);
+	plain->batchnorm_backward(plain, dx_p, ds_p, db_p, g, x, sc, m_p, r_p,
+				  N, C, 0);
+	fast->batchnorm_relu_backward(fast, dx_f, with_res ? dr_f : NULL, ds_f,
+				      db_f, dy, y_p, x, sc, m_p, r_p, N, C, 0,
+				      0);
+	assert_close(what, ds_f, ds_p, (size_t)C, 1e-5);
+	assert_close(what, db_f, db_p, (size_t)C, 1e-5);
+	assert_close(what, dx_f, dx_p, n, 1e-5);
+	if (with_res)
+		assert_memory_equal(dr_f, g, n * sizeof *g);
+	/* accumulate adds exactly what write mode writes */
+	float *ax = floats(n, 0.5f), *ar = floats(n, 0.25f);
+	fast->batchnorm_relu_backward(fast, ax, with_res ? ar : NULL, ds_f,
+				      db_f, dy, y_p, x, sc, m_p, r_p, N, C, 1,
+				      1);
+	for (size_t i = 0; i < n; i++) {
+		if (ax[i] != 0.5f + dx_f[i])
+			fail_msg("%s: accumulate dx[%zu]", what, i);
+		if (with_res && ar[i] != 0.25f + dr_f[i])
+			fail_msg("%s: accumulate dres[%zu]", what, i);
+	}
+	/* bit-identical with itself */
+	float *y2 = floats(n, NAN), *dx2 = floats(n, NAN);
+	fast->batchnorm_relu_forward(fast, y2, m_f, r_f, x, rp, sc, bi, rm_f,
+				     rv_f, N, C, 0.1f, 1e-5f, 1);
+	fast->batchnorm_relu_forward(fast, y_f, m_f, r_f, x, rp, sc, bi, rm_f,
+				     rv_f, N, C, 0.1f, 1e-5f, 1);
+	assert_memory_equal(y2, y_f, n * sizeof *y2);
+	fast->batchnorm_relu_backward(fast, dx2, NULL, ds_f, db_f, dy, y_p, x,
+				      sc, m_p, r_p, N, C, 0, 0);
+	assert_memory_equal(dx2, dx_f, n * sizeof *dx2);
+	free(x), free(res), free(dy), free(sc), free(bi), free(y_p), free(y_f);
+	free(s_p), free(m_p), free(r_p), free(m_f), free(r_f), free(rm_p);
+	free(rv_p), free(rm_f), free(rv_f), free(e_f), free(e_p), free(g);
+	free(dx_p), free(dx_f), free(dr_f), free(ds_p), free(db_p), free(ds_f);
+	free(db_f), free(ax), free(ar), free(y2), free(dx2);
+	apf_backend_free(plain);
+	apf_backend_free(fast);
+}
+
+static void fused_batchnorm_relu_matches_the_three_layers(void **state)
+{
+	(void)state;
+	require_fast();
+	for (int threads = 1; threads <= 2; threads++) {
+		bn_relu_compare(3000, 16, 0, 0.0f, threads); /* threaded rows */
+		bn_relu_compare(3000, 16, 1, 0.0f, threads);
+		bn_relu_compare(517, 64, 1, 0.0f, threads);
+		bn_relu_compare(999, 12, 1, 0.0f, threads);  /* scalar tail */
+		bn_relu_compare(40, 3, 0, 0.0f, threads);
+		/* a mean far from zero against its spread */
+		bn_relu_compare(3000, 16, 0, 300.0f, threads);
+	}
+}
+
+/* ---- a whole ResNet ------------------------------------------------------ */
+
+/* The fmnist_cnn shape at small size: stem, an identity block, a strided
+ * block with a projection; conv-bn-relu and conv-bn-add-relu chains (fused
+ * on the fast backend), a projection batch norm that stays unfused. */
+static apf_net *resnet(apf_backend *be)
+{
+	apf_net *net;
+	assert_apf_ok(apf_net_new(&net, be, 12, 12, 1));
+	int t = apf_net_conv2d(net, 0, 16, 3, 1, 1, 0, "stem");
+	t = apf_net_batchnorm(net, t, 0.1f, 1e-5f, "stem.bn");
+	t = apf_net_activation(net, t, APF_ACT_RELU);
+	int a = apf_net_conv2d(net, t, 16, 3, 1, 1, 0, "b1.a");
+	a = apf_net_batchnorm(net, a, 0.1f, 1e-5f, "b1.a.bn");
+	a = apf_net_activation(net, a, APF_ACT_RELU);
+	a = apf_net_conv2d(net, a, 16, 3, 1, 1, 0, "b1.b");
+	a = apf_net_batchnorm(net, a, 0.1f, 1e-5f, "b1.b.bn");
+	t = apf_net_activation(net, apf_net_add(net, a, t), APF_ACT_RELU);
+	a = apf_net_conv2d(net, t, 32, 3, 2, 1, 0, "b2.a");
+	a = apf_net_batchnorm(net, a, 0.1f, 1e-5f, "b2.a.bn");
+	a = apf_net_activation(net, a, APF_ACT_RELU);
+	a = apf_net_conv2d(net, a, 32, 3, 1, 1, 0, "b2.b");
+	a = apf_net_batchnorm(net, a, 0.1f, 1e-5f, "b2.b.bn");
+	int p = apf_net_conv2d(net, t, 32, 1, 2, 0, 0, "b2.proj");
+	p = apf_net_batchnorm(net, p, 0.1f, 1e-5f, "b2.proj.bn");
+	t = apf_net_activation(net, apf_net_add(net, a, p), APF_ACT_RELU);
+	t = apf_net_global_avgpool(net, t);
+	t = apf_net_linear(net, t, 10, 1, "head");
+	assert_true(t > 0);
+	assert_apf_ok(apf_net_finish(net, t));
+	return net;
+}
+
+/* Logits, parameter gradients and running statistics after two training
+ * steps' forward and backward (the second from the first's statistics). */
+static void resnet_run(apf_backend *be, float **logits, float **grads,
+		       float **state, size_t *np, size_t *ns)
+{
+	apf_net *net = resnet(be);
+	*np = apf_net_param_floats(net), *ns = apf_net_state_floats(net);
+	float *params = calloc(*np, 4);
+	*grads = calloc(*np, 4), *state = calloc(*ns, 4);
+	apf_net_bind(net, params, *state);
+	apf_rng_key key = {13, 0, 0, APF_RNG_INIT};
+	assert_apf_ok(apf_net_init(net, &key, "kaiming_uniform"));
+	enum { B = 6 };
+	apf_rng r;
+	apf_rng_init(&r, &key, 1);
+	float *x = rand_floats(&r, (size_t)B * 144, -1, 1);
+	float *dl = rand_floats(&r, (size_t)B * 10, -0.1f, 0.1f);
+	const float *out;
+	*logits = malloc(B * 10 * sizeof **logits);
+	for (int step = 0; step < 2; step++) {
+		assert_apf_ok(apf_net_forward(net, &out, x, B, 1, NULL, 0));
+		memcpy(*logits, out, B * 10 * sizeof **logits);
+		assert_apf_ok(apf_net_backward(net, *grads, dl));
+	}
+	free(params), free(x), free(dl);
+	apf_net_free(net);
+}
+
+static void fast_resnet_matches_plain_and_repeats_bit_for_bit(void **state)
+{
+	(void)state;
+	require_fast();
+	apf_backend *plain;
+	assert_apf_ok(apf_backend_cpu_plain_new(&plain, 1));
+	float *lp, *gp, *sp;
+	size_t np, ns;
+	resnet_run(plain, &lp, &gp, &sp, &np, &ns);
+	for (int threads = 1; threads <= 2; threads++) {
+		apf_backend *fast;
+		assert_apf_ok(apf_backend_cpu_new(&fast, threads));
+		float *lf, *gf, *sf, *lf2, *gf2, *sf2;
+		resnet_run(fast, &lf, &gf, &sf, &np, &ns);
+		resnet_run(fast, &lf2, &gf2, &sf2, &np, &ns);
+		assert_close("resnet logits", lf, lp, 60, 1e-4);
+		assert_close("resnet state", sf, sp, ns, 1e-4);
+		apf_net *net = resnet(fast);
+		for (size_t i = 0; i < apf_net_nparams(net); i++) {
+			const apf_param *p = apf_net_param(net, i);
+			assert_close(p->name, gf + p->offset, gp + p->offset,
+				     p->numel, 1e-4);
+		}
+		apf_net_free(net);
+		assert_memory_equal(lf, lf2, 60 * sizeof *lf);
+		assert_memory_equal(gf, gf2, np * sizeof *gf);
+		assert_memory_equal(sf, sf2, ns * sizeof *sf);
+		free(lf), free(gf), free(sf), free(lf2), free(gf2), free(sf2);
+		apf_backend_free(fast);
+	}
+	free(lp), free(gp), free(sp);
+	apf_backend_free(plain);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(fast_conv_matches_plain_on_fmnist_cnn_shapes),
 		cmocka_unit_test(fast_conv_matches_plain_on_odd_shapes),
+		cmocka_unit_test(fused_batchnorm_relu_matches_the_three_layers),
+		cmocka_unit_test(fast_resnet_matches_plain_and_repeats_bit_for_bit),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -852,6 +852,126 @@ static void batchnorm_backward(apf_backend *be, float *dinp, float *dscale,
 	free(a);
 }
 
+/* ---- batch norm + ReLU, fused (fast.c) -------------------------------------- */
+
+static void bnf_stats_task(void *v, int t, int nt)
+{
+	apf_cpu_bn_fast_stats(v, t, nt);
+}
+
+static void bnf_apply_task(void *v, int t, int nt)
+{
+	apf_cpu_bn_fast_apply(v, t, nt);
+}
+
+static void bnf_dsums_task(void *v, int t, int nt)
+{
+	apf_cpu_bn_fast_dsums(v, t, nt);
+}
+
+static void bnf_dx_task(void *v, int t, int nt)
+{
+	apf_cpu_bn_fast_dx(v, t, nt);
+}
+
+/* Runs a row-split task on the threads a layer of N x C deserves; returns
+ * how many took part (each leaves one partial). */
+static int bnf_run(apf_backend *be, task_fn fn, void *arg, int N, int C)
+{
+	if ((size_t)N * C < PAR_MIN || nthreads(be) == 1) {
+		fn(arg, 0, 1);
+		return 1;
+	}
+	parallel(be, fn, arg);
+	return nthreads(be);
+}
+
+/* Column c of the partials, added in thread order. */
+static double bnf_total(const double *part, int nt, int C, int c)
+{
+	double s = 0.0;
+	for (int t = 0; t < nt; t++)
+		s += part[(size_t)t * 2 * C + c];
+	return s;
+}
+
+static void batchnorm_relu_forward(apf_backend *be, float *out,
+				   float *save_mean, float *save_rstd,
+				   const float *inp, const float *res,
+				   const float *scale, const float *bias,
+				   float *run_mean, float *run_var, int N, int C,
+				   float momentum, float eps, int train)
+{
+	float *coef = malloc(3 * (size_t)C * sizeof *coef);
+	double *part = malloc((size_t)nthreads(be) * 2 * C * sizeof *part);
+	if (!coef || !part)
+		abort(); /* a few KiB; nothing sensible to do without it */
+	float *a = coef, *b = coef + C, *shift = coef + 2 * C;
+	struct apf_bn_job j = {.N = N, .C = C, .inp = inp, .res = res,
+			       .shift = shift, .a = a, .b = b, .y = out,
+			       .part = part};
+	if (train) {
+		memcpy(shift, inp, (size_t)C * sizeof *shift);
+		int nt = bnf_run(be, bnf_stats_task, &j, N, C);
+		for (int c = 0; c < C; c++) {
+			double m = bnf_total(part, nt, C, c) / N;
+			double sq = bnf_total(part, nt, C, C + c) / N;
+			double var = sq - m * m;
+			var = var > 0.0 ? var : 0.0;
+			double mean = shift[c] + m;
+			save_mean[c] = (float)mean;
+			save_rstd[c] = (float)(1.0 / sqrt(var + eps));
+			double unbiased = N > 1 ? var * N / (N - 1) : var;
+			run_mean[c] = (1.0f - momentum) * run_mean[c] +
+				      momentum * save_mean[c];
+			run_var[c] = (1.0f - momentum) * run_var[c] +
+				     momentum * (float)unbiased;
+			a[c] = scale[c] * save_rstd[c];
+			b[c] = bias[c] - save_mean[c] * a[c];
+		}
+	} else {
+		for (int c = 0; c < C; c++) {
+			a[c] = scale[c] / sqrtf(run_var[c] + eps);
+			b[c] = bias[c] - run_mean[c] * a[c];
+		}
+	}
+	bnf_run(be, bnf_apply_task, &j, N, C);
+	free(coef);
+	free(part);
+}
+
+static void batchnorm_relu_backward(apf_backend *be, float *dinp, float *dres,
+				    float *dscale, float *dbias,
+				    const float *dout, const float *out,
+				    const float *inp, const float *scale,
+				    const float *mean, const float *rstd, int N,
+				    int C, int accum, int accum_res)
+{
+	float *coef = malloc(3 * (size_t)C * sizeof *coef);
+	double *part = malloc((size_t)nthreads(be) * 2 * C * sizeof *part);
+	if (!coef || !part)
+		abort();
+	float *k0 = coef, *k1 = coef + C, *k2 = coef + 2 * C;
+	struct apf_bn_job j = {.N = N, .C = C, .inp = inp, .dout = dout,
+			       .out = out, .mean = mean, .k0 = k0, .k1 = k1,
+			       .k2 = k2, .dinp = dinp, .dres = dres,
+			       .accum_inp = accum, .accum_res = accum_res,
+			       .part = part};
+	int nt = bnf_run(be, bnf_dsums_task, &j, N, C);
+	for (int c = 0; c < C; c++) {
+		/* sum of g xhat = rstd * sum of g (x - mean) */
+		dbias[c] = (float)bnf_total(part, nt, C, c);
+		dscale[c] = (float)(bnf_total(part, nt, C, C + c) * rstd[c]);
+		k0[c] = scale[c] * rstd[c];
+		k1[c] = dbias[c] / N;
+		k2[c] = rstd[c] * dscale[c] / N;
+	}
+	if (dinp || dres)
+		bnf_run(be, bnf_dx_task, &j, N, C);
+	free(coef);
+	free(part);
+}
+
 /* ---- layer norm ----------------------------------------------------------- */
 
 // out, inp are (N,C); mean, rstd (N); scale, bias (C)
@@ -1608,6 +1728,10 @@ static int cpu_new(apf_backend **out, int threads, int fast)
 	be->impl = p;
 	p->n = be->threads;
 	p->fast = fast;
+	if (fast) {
+		be->batchnorm_relu_forward = batchnorm_relu_forward;
+		be->batchnorm_relu_backward = batchnorm_relu_backward;
+	}
 	pthread_mutex_init(&p->mu, NULL);
 	pthread_cond_init(&p->work, NULL);
 	pthread_cond_init(&p->done, NULL);

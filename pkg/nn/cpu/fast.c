@@ -17,6 +17,7 @@
 #include "nn/cpu/fast.h"
 
 #include <immintrin.h>
+#include <math.h>
 #include <string.h>
 
 #define TGT __attribute__((target("avx2,fma")))
@@ -490,29 +491,166 @@ void apf_cpu_conv_fast_dweight(struct apf_conv_job *j, int t, int nt)
 	}
 }
 
-/* ---- batch norm + ReLU ------------------------------------------------------ */
+/* ---- batch norm + ReLU ------------------------------------------------------
+ *
+ * Rows are read in blocks of BN_ROWS (a block of a few KiB stays in L1
+ * while every 8-channel group sums over it); per block and group the sums
+ * run in float over the rows in order and are then added into the double
+ * per-thread partials. Statistics sum x - shift, shift a sample of each
+ * channel (the first row), so E[x^2] - E[x]^2 cancels nothing when the mean
+ * is large against the spread. Channels past the last multiple of 8 take a
+ * scalar loop of the same order.
+ */
+#define BN_ROWS 16
 
-int apf_cpu_bn_fast_ok(int C)
+static void bn_rows(const struct apf_bn_job *j, int t, int nt, int *r0, int *r1)
 {
-	return C % 8 == 0 && C <= 256;
+	share(j->N, t, nt, r0, r1);
 }
 
-void apf_cpu_bn_fast_stats(struct apf_bn_job *j, int t, int nt)
+static void add_float8(double *d, __m256 v) TGT;
+static void add_float8(double *d, __m256 v)
 {
-	(void)j, (void)t, (void)nt;
+	__m256d lo = _mm256_cvtps_pd(_mm256_castps256_ps128(v));
+	__m256d hi = _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1));
+	_mm256_storeu_pd(d, _mm256_add_pd(_mm256_loadu_pd(d), lo));
+	_mm256_storeu_pd(d + 4, _mm256_add_pd(_mm256_loadu_pd(d + 4), hi));
 }
 
-void apf_cpu_bn_fast_apply(struct apf_bn_job *j, int t, int nt)
+TGT void apf_cpu_bn_fast_stats(struct apf_bn_job *j, int t, int nt)
 {
-	(void)j, (void)t, (void)nt;
+	int r0, r1, C = j->C, C8 = C / 8 * 8;
+	bn_rows(j, t, nt, &r0, &r1);
+	double *s = j->part + (size_t)t * 2 * C, *q = s + C;
+	memset(s, 0, 2 * (size_t)C * sizeof *s);
+	for (int rb = r0; rb < r1; rb += BN_ROWS) {
+		int re = r1 - rb < BN_ROWS ? r1 : rb + BN_ROWS;
+		for (int c = 0; c < C8; c += 8) {
+			__m256 sh = _mm256_loadu_ps(j->shift + c);
+			__m256 fs = _mm256_setzero_ps(), fq = fs;
+			for (int r = rb; r < re; r++) {
+				__m256 x = _mm256_sub_ps(
+					_mm256_loadu_ps(j->inp + (size_t)r * C + c), sh);
+				fs = _mm256_add_ps(fs, x);
+				fq = _mm256_fmadd_ps(x, x, fq);
+			}
+			add_float8(s + c, fs);
+			add_float8(q + c, fq);
+		}
+		for (int c = C8; c < C; c++) {
+			float fs = 0, fq = 0;
+			for (int r = rb; r < re; r++) {
+				float x = j->inp[(size_t)r * C + c] - j->shift[c];
+				fs += x;
+				fq = fmaf(x, x, fq);
+			}
+			s[c] += fs;
+			q[c] += fq;
+		}
+	}
 }
 
-void apf_cpu_bn_fast_dsums(struct apf_bn_job *j, int t, int nt)
+TGT void apf_cpu_bn_fast_apply(struct apf_bn_job *j, int t, int nt)
 {
-	(void)j, (void)t, (void)nt;
+	int r0, r1, C = j->C, C8 = C / 8 * 8;
+	bn_rows(j, t, nt, &r0, &r1);
+	__m256 zero = _mm256_setzero_ps();
+	for (int r = r0; r < r1; r++) {
+		const float *x = j->inp + (size_t)r * C;
+		const float *res = j->res ? j->res + (size_t)r * C : NULL;
+		float *y = j->y + (size_t)r * C;
+		for (int c = 0; c < C8; c += 8) {
+			__m256 v = _mm256_fmadd_ps(_mm256_loadu_ps(x + c),
+						   _mm256_loadu_ps(j->a + c),
+						   _mm256_loadu_ps(j->b + c));
+			if (res)
+				v = _mm256_add_ps(v, _mm256_loadu_ps(res + c));
+			_mm256_storeu_ps(y + c, _mm256_max_ps(v, zero));
+		}
+		for (int c = C8; c < C; c++) {
+			float v = fmaf(x[c], j->a[c], j->b[c]);
+			if (res)
+				v += res[c];
+			y[c] = v > 0.0f ? v : 0.0f;
+		}
+	}
 }
 
-void apf_cpu_bn_fast_dx(struct apf_bn_job *j, int t, int nt)
+TGT void apf_cpu_bn_fast_dsums(struct apf_bn_job *j, int t, int nt)
 {
-	(void)j, (void)t, (void)nt;
+	int r0, r1, C = j->C, C8 = C / 8 * 8;
+	bn_rows(j, t, nt, &r0, &r1);
+	double *s = j->part + (size_t)t * 2 * C, *q = s + C;
+	memset(s, 0, 2 * (size_t)C * sizeof *s);
+	__m256 zero = _mm256_setzero_ps();
+	for (int rb = r0; rb < r1; rb += BN_ROWS) {
+		int re = r1 - rb < BN_ROWS ? r1 : rb + BN_ROWS;
+		for (int c = 0; c < C8; c += 8) {
+			__m256 m = _mm256_loadu_ps(j->mean + c);
+			__m256 fs = _mm256_setzero_ps(), fq = fs;
+			for (int r = rb; r < re; r++) {
+				size_t o = (size_t)r * C + c;
+				__m256 live = _mm256_cmp_ps(_mm256_loadu_ps(j->out + o),
+							    zero, _CMP_GT_OQ);
+				__m256 g = _mm256_and_ps(live, _mm256_loadu_ps(j->dout + o));
+				__m256 xc = _mm256_sub_ps(_mm256_loadu_ps(j->inp + o), m);
+				fs = _mm256_add_ps(fs, g);
+				fq = _mm256_fmadd_ps(g, xc, fq);
+			}
+			add_float8(s + c, fs);
+			add_float8(q + c, fq);
+		}
+		for (int c = C8; c < C; c++) {
+			float fs = 0, fq = 0;
+			for (int r = rb; r < re; r++) {
+				size_t o = (size_t)r * C + c;
+				float g = j->out[o] > 0.0f ? j->dout[o] : 0.0f;
+				fs += g;
+				fq = fmaf(g, j->inp[o] - j->mean[c], fq);
+			}
+			s[c] += fs;
+			q[c] += fq;
+		}
+	}
+}
+
+TGT void apf_cpu_bn_fast_dx(struct apf_bn_job *j, int t, int nt)
+{
+	int r0, r1, C = j->C, C8 = C / 8 * 8;
+	bn_rows(j, t, nt, &r0, &r1);
+	__m256 zero = _mm256_setzero_ps();
+	for (int r = r0; r < r1; r++) {
+		size_t o = (size_t)r * C;
+		for (int c = 0; c < C8; c += 8) {
+			__m256 live = _mm256_cmp_ps(_mm256_loadu_ps(j->out + o + c),
+						    zero, _CMP_GT_OQ);
+			__m256 g = _mm256_and_ps(live, _mm256_loadu_ps(j->dout + o + c));
+			if (j->dres) {
+				float *d = j->dres + o + c;
+				_mm256_storeu_ps(d, j->accum_res
+					? _mm256_add_ps(_mm256_loadu_ps(d), g) : g);
+			}
+			if (!j->dinp)
+				continue;
+			__m256 xc = _mm256_sub_ps(_mm256_loadu_ps(j->inp + o + c),
+						  _mm256_loadu_ps(j->mean + c));
+			__m256 u = _mm256_sub_ps(g, _mm256_loadu_ps(j->k1 + c));
+			u = _mm256_fnmadd_ps(xc, _mm256_loadu_ps(j->k2 + c), u);
+			__m256 dx = _mm256_mul_ps(_mm256_loadu_ps(j->k0 + c), u);
+			float *d = j->dinp + o + c;
+			_mm256_storeu_ps(d, j->accum_inp
+				? _mm256_add_ps(_mm256_loadu_ps(d), dx) : dx);
+		}
+		for (int c = C8; c < C; c++) {
+			float g = j->out[o + c] > 0.0f ? j->dout[o + c] : 0.0f;
+			if (j->dres)
+				j->dres[o + c] = j->accum_res ? j->dres[o + c] + g : g;
+			if (!j->dinp)
+				continue;
+			float u = g - j->k1[c];
+			u = fmaf(-(j->inp[o + c] - j->mean[c]), j->k2[c], u);
+			float dx = j->k0[c] * u;
+			j->dinp[o + c] = j->accum_inp ? j->dinp[o + c] + dx : dx;
+		}
+	}
 }

@@ -60,22 +60,26 @@ void apf_cpu_conv_fast_dweight(struct apf_conv_job *j, int t, int nt);
 float *apf_cpu_conv_fast_dweight_part(const struct apf_conv_job *j, int t,
 				      int nt);
 
-/* ---- batch norm fused with its activation ----------------------------------
+/* ---- batch norm fused with ReLU ---------------------------------------------
  *
- * out = relu(bn(x) [+ res]) in one pass; backward in two (sums, then the
- * input gradient and the residual's gradient). ReLU only: its derivative is
- * read from the output, so the pre-activation never needs storing.
+ * Forward: statistics in one pass (sums of x - shift and of its square),
+ * then out = max(0, a x + b [+ res]) in one more; backward: the sums of g
+ * and g (x - mean), g = dout where out > 0, then in one pass the input
+ * gradient k0 (g - k1 - (x - mean) k2) and the residual's gradient g. ReLU
+ * only: its derivative is read from the output, so nothing else is stored.
+ * Rows (N of C channels) split across threads; part holds each thread's
+ * 2 C double sums, which the caller adds in thread order.
  */
 struct apf_bn_job {
-	int N, C, accum_inp, accum_res;
+	int N, C;
 	const float *inp, *res, *dout, *out;
-	const float *a, *b;    /* forward: out = max(0, a x + b [+ res]) */
-	const float *mean;     /* backward */
+	const float *shift;              /* stats */
+	const float *a, *b;              /* apply */
+	const float *mean, *k0, *k1, *k2; /* dsums (mean), dx */
 	float *y, *dinp, *dres;
-	double *part;          /* per thread 2*C sums */
-	const float *k;        /* backward: dx = k0 g + k1 x + k2 per channel */
+	int accum_inp, accum_res;
+	double *part;
 };
-int apf_cpu_bn_fast_ok(int C);
 void apf_cpu_bn_fast_stats(struct apf_bn_job *j, int t, int nt);
 void apf_cpu_bn_fast_apply(struct apf_bn_job *j, int t, int nt);
 void apf_cpu_bn_fast_dsums(struct apf_bn_job *j, int t, int nt);
