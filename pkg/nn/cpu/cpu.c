@@ -515,6 +515,7 @@ static void conv2d_backward(apf_backend *be, float *dinp, float *dweight,
 			.accum = accum, .work = work};
 		int fast_dinp = dinp && apf_cpu_conv_fast_dinp_ok(C, OC, K);
 		if (apf_cpu_conv_fast_dweight_ok(C, OC, K) && (!dinp || fast_dinp)) {
+			apf_cpu_conv_fast_prepare_backward(&j);
 			parallel(be, fast_bwd_task, &j);
 			int nt = nthreads(be);
 			size_t nw = (size_t)OC * K * K * C;
@@ -534,6 +535,7 @@ static void conv2d_backward(apf_backend *be, float *dinp, float *dweight,
 		}
 		if (fast_dinp) {
 			/* the input gradient here, the rest plainly below */
+			apf_cpu_conv_fast_prepare_backward(&j);
 			parallel(be, fast_dinp_task, &j);
 			dinp = NULL;
 		}

@@ -59,14 +59,29 @@ int apf_cpu_conv_fast_dweight_ok(int C, int OC, int K)
 	return C % 8 == 0 && OC % 4 == 0 && K >= 1;
 }
 
-/* Geometry shared by the sizing and the kernels. */
+/* Geometry shared by the sizing and the kernels. A thread's work is
+ * [padded chunk][weight-gradient partial][Winograd tiles V][M][dU], after
+ * the shared transformed weights. */
 struct geo {
 	int Hp, Wp;     /* input padded by P on every side */
 	int QL, Hq, Wq; /* output gradient padded for the input gradient */
 	size_t in_img, dy_img; /* floats of one padded image of each */
 	int nb_in, nb_dy;      /* images per chunk */
-	size_t pad_floats, part_floats, thread_floats, wt_floats;
+	int wino;              /* the Winograd path takes this shape */
+	int TH, TW, Hw, Ww;    /* Winograd: 2x2 tiles per image, padded dims */
+	size_t w_img;          /* floats of one padded image, either side */
+	int nb_w, TG;          /* images per chunk, tiles per group */
+	size_t pad_floats, part_floats, v_floats, du_floats;
+	size_t thread_floats, wt_floats;
 };
+
+/* Winograd tiles of one group (V and M) aim at this many floats. */
+#define WINO_FLOATS ((size_t)24 * 1024)
+
+int apf_cpu_conv_wino_ok(int C, int OC, int K, int S, int P)
+{
+	return K == 3 && S == 1 && P == 1 && C % 16 == 0 && OC % 16 == 0;
+}
 
 static int chunk_images(size_t per_img, int share_max)
 {
@@ -100,10 +115,31 @@ static void geometry(struct geo *g, int B, int H, int W, int C, int OC, int K,
 	g->nb_in = chunk_images(g->in_img, share_max);
 	g->nb_dy = chunk_images(g->dy_img, share_max);
 	size_t a = g->nb_in * g->in_img, b = g->nb_dy * g->dy_img;
-	g->pad_floats = round16(a > b ? a : b);
+	g->pad_floats = a > b ? a : b;
 	g->part_floats = round16((size_t)OC * K * K * C);
-	g->thread_floats = g->pad_floats + g->part_floats;
 	g->wt_floats = round16((size_t)K * K * C * OC);
+	g->wino = apf_cpu_conv_wino_ok(C, OC, K, S, P);
+	g->v_floats = g->du_floats = 0;
+	if (g->wino) {
+		/* output H x W in 2x2 tiles from 4x4 input tiles: one row and
+		 * column of zeros before, enough after to finish the last */
+		int CM = C > OC ? C : OC;
+		g->TH = (H + 1) / 2, g->TW = (W + 1) / 2;
+		g->Hw = 2 * g->TH + 2, g->Ww = 2 * g->TW + 2;
+		g->w_img = (size_t)g->Hw * g->Ww * CM;
+		g->nb_w = chunk_images(g->w_img, share_max);
+		size_t w = g->nb_w * g->w_img;
+		g->pad_floats = g->pad_floats > w ? g->pad_floats : w;
+		size_t tg = WINO_FLOATS / (16 * (size_t)(C + OC)) / 6 * 6;
+		g->TG = tg < 6 ? 6 : (int)tg;
+		g->v_floats = round16(16 * (size_t)g->TG * CM);
+		g->du_floats = round16(16 * (size_t)C * OC);
+		size_t u = round16(16 * (size_t)C * OC);
+		g->wt_floats = g->wt_floats > u ? g->wt_floats : u;
+	}
+	g->pad_floats = round16(g->pad_floats);
+	g->thread_floats = g->pad_floats + g->part_floats + 2 * g->v_floats +
+			   g->du_floats;
 }
 
 size_t apf_cpu_conv_fast_work(int B, int H, int W, int C, int OC, int K,
@@ -133,12 +169,34 @@ float *apf_cpu_conv_fast_dweight_part(const struct apf_conv_job *j, int t,
 	return thread_pad(j, &g, t) + g.pad_floats;
 }
 
+static void wino_weights(float *U, const float *weight, int C, int OC,
+			 int flip);
+static void wino_conv(const struct geo *g, const float *in, float *out,
+		      const float *U, int H, int W, int cin, int cout, int b0,
+		      int b1, float *pad, float *V, float *M, const float *bias,
+		      int accum);
+static void wino_dweight(struct apf_conv_job *j, const struct geo *g, int t,
+			 int nt);
+static float *thread_v(const struct apf_conv_job *j, const struct geo *g,
+		       int t);
+
+void apf_cpu_conv_fast_prepare_backward(struct apf_conv_job *j)
+{
+	j->wt = j->work;
+	if (j->dinp && apf_cpu_conv_wino_ok(j->C, j->OC, j->K, j->S, j->P))
+		wino_weights(j->wt, j->weight, j->C, j->OC, 1);
+}
+
 void apf_cpu_conv_fast_prepare(struct apf_conv_job *j)
 {
+	j->wt = j->work;
+	if (apf_cpu_conv_wino_ok(j->C, j->OC, j->K, j->S, j->P)) {
+		wino_weights(j->wt, j->weight, j->C, j->OC, 0);
+		return;
+	}
 	/* wt[kh][kw][c][o] = weight[o][kh][kw][c]: the forward tile loads 16
 	 * output channels of one input channel as two vectors */
 	int KK = j->K * j->K, C = j->C, OC = j->OC;
-	j->wt = j->work;
 	for (int o = 0; o < OC; o++)
 		for (int k = 0; k < KK; k++)
 			for (int c = 0; c < C; c++)
@@ -315,6 +373,12 @@ void apf_cpu_conv_fast_forward(struct apf_conv_job *j, int t, int nt)
 	share(j->B, t, nt, &b0, &b1);
 	int K = j->K, C = j->C, OC = j->OC;
 	float *pad = thread_pad(j, &g, t);
+	if (g.wino) {
+		float *V = thread_v(j, &g, t);
+		wino_conv(&g, j->inp, j->out, j->wt, j->H, j->W, C, OC, b0, b1,
+			  pad, V, V + g.v_floats, j->bias, 0);
+		return;
+	}
 	ptrdiff_t toff[MAX_TAPS];
 	const float *tw[MAX_TAPS];
 	for (int kh = 0; kh < K; kh++)
@@ -349,6 +413,12 @@ void apf_cpu_conv_fast_dinp(struct apf_conv_job *j, int t, int nt)
 	share(j->B, t, nt, &b0, &b1);
 	int K = j->K, S = j->S, P = j->P, C = j->C, OC = j->OC;
 	float *pad = thread_pad(j, &g, t);
+	if (g.wino) {
+		float *V = thread_v(j, &g, t);
+		wino_conv(&g, j->dout, j->dinp, j->wt, j->H, j->W, OC, C, b0,
+			  b1, pad, V, V + g.v_floats, NULL, j->accum);
+		return;
+	}
 	for (int b = b0; b < b1; b += g.nb_dy) {
 		int nb = b1 - b < g.nb_dy ? b1 - b : g.nb_dy;
 		pad_images(pad, j->dout + (size_t)b * j->OH * j->OW * OC, nb,
@@ -457,6 +527,10 @@ void apf_cpu_conv_fast_dweight(struct apf_conv_job *j, int t, int nt)
 {
 	struct geo g;
 	job_geometry(j, &g, nt);
+	if (g.wino) {
+		wino_dweight(j, &g, t, nt);
+		return;
+	}
 	int b0, b1;
 	share(j->B, t, nt, &b0, &b1);
 	int K = j->K, C = j->C, OC = j->OC;
@@ -489,6 +563,297 @@ void apf_cpu_conv_fast_dweight(struct apf_conv_job *j, int t, int nt)
 						     xoff, j, &g, nb);
 				}
 	}
+}
+
+/* ---- Winograd F(2x2, 3x3) -----------------------------------------------------
+ *
+ * For 3x3 convolutions of stride 1 and padding 1 (Lavin and Gray, 2016): a
+ * 2x2 output tile is A^T [(G g G^T) . (B^T d B)] A over its 4x4 input tile
+ * d, 16 multiplies per channel pair instead of 36. Tiles go in groups of TG:
+ * their inputs transformed into V (16 x TG x cin), 16 GEMMs (the 6x16
+ * register tile) give M (16 x TG x cout), which is transformed out. The
+ * input gradient is the same convolution of the output gradient with the
+ * flipped, transposed kernel; the weight gradient sums (A dY A^T) . V over
+ * tiles into dU (16 x OC x C) and maps that back with G^T dU G. The
+ * transforms' coefficients are 0, +-1 and 1/2, so rounding stays close to
+ * the direct sums' (the tests hold both to the plain path).
+ */
+
+/* U[xi][ci][co] = (G g G^T)[xi] of the 3x3 kernel g from input channel ci
+ * to output channel co: forward (flip 0) ci = c, co = o, g = weight[o][.][.][c];
+ * input gradient (flip 1) ci = o, co = c, g = weight[o] flipped. */
+static void wino_weights(float *U, const float *weight, int C, int OC, int flip)
+{
+	int cin = flip ? OC : C, cout = flip ? C : OC;
+	for (int o = 0; o < OC; o++)
+		for (int c = 0; c < C; c++) {
+			float g[3][3], t[4][3];
+			for (int kh = 0; kh < 3; kh++)
+				for (int kw = 0; kw < 3; kw++) {
+					int h = flip ? 2 - kh : kh, w = flip ? 2 - kw : kw;
+					g[kh][kw] = weight[((size_t)(o * 3 + h) * 3 + w) * C + c];
+				}
+			for (int k = 0; k < 3; k++) {
+				t[0][k] = g[0][k];
+				t[1][k] = 0.5f * (g[0][k] + g[1][k] + g[2][k]);
+				t[2][k] = 0.5f * (g[0][k] - g[1][k] + g[2][k]);
+				t[3][k] = g[2][k];
+			}
+			int ci = flip ? o : c, co = flip ? c : o;
+			for (int i = 0; i < 4; i++) {
+				float u[4] = {t[i][0],
+					      0.5f * (t[i][0] + t[i][1] + t[i][2]),
+					      0.5f * (t[i][0] - t[i][1] + t[i][2]),
+					      t[i][2]};
+				for (int k = 0; k < 4; k++)
+					U[((size_t)(4 * i + k) * cin + ci) * cout + co] = u[k];
+			}
+		}
+}
+
+/* V[xi * vs + 0..cin) = (B^T d B)[xi] of the 4x4 input tile at d (rows
+ * `row` floats apart, pixels cin apart), 8 channels at a time. */
+TGT static void wino_in(float *V, size_t vs, const float *d, size_t row,
+			int cin)
+{
+	for (int c = 0; c < cin; c += 8) {
+		__m256 x[4][4], t[4][4];
+		for (int i = 0; i < 4; i++)
+			for (int k = 0; k < 4; k++)
+				x[i][k] = _mm256_loadu_ps(d + i * row + (size_t)k * cin + c);
+		for (int k = 0; k < 4; k++) {
+			t[0][k] = _mm256_sub_ps(x[0][k], x[2][k]);
+			t[1][k] = _mm256_add_ps(x[1][k], x[2][k]);
+			t[2][k] = _mm256_sub_ps(x[2][k], x[1][k]);
+			t[3][k] = _mm256_sub_ps(x[1][k], x[3][k]);
+		}
+		for (int i = 0; i < 4; i++) {
+			float *v = V + (size_t)(4 * i) * vs + c;
+			_mm256_storeu_ps(v, _mm256_sub_ps(t[i][0], t[i][2]));
+			_mm256_storeu_ps(v + vs, _mm256_add_ps(t[i][1], t[i][2]));
+			_mm256_storeu_ps(v + 2 * vs, _mm256_sub_ps(t[i][2], t[i][1]));
+			_mm256_storeu_ps(v + 3 * vs, _mm256_sub_ps(t[i][1], t[i][3]));
+		}
+	}
+}
+
+/* The tile's outputs inside the image (nh x nw of its 2x2) at y (rows yrow
+ * floats apart, pixels cout apart) = (A^T m A) of M[xi * ms + 0..cout). */
+TGT static void wino_out(float *y, size_t yrow, int nh, int nw, const float *M,
+			 size_t ms, int cout, const float *bias, int accum)
+{
+	for (int o = 0; o < cout; o += 8) {
+		__m256 m[4][4], s0[4], s1[4], r[2][2];
+		for (int i = 0; i < 4; i++)
+			for (int k = 0; k < 4; k++)
+				m[i][k] = _mm256_loadu_ps(M + (size_t)(4 * i + k) * ms + o);
+		for (int k = 0; k < 4; k++) {
+			s0[k] = _mm256_add_ps(_mm256_add_ps(m[0][k], m[1][k]), m[2][k]);
+			s1[k] = _mm256_sub_ps(_mm256_sub_ps(m[1][k], m[2][k]), m[3][k]);
+		}
+		r[0][0] = _mm256_add_ps(_mm256_add_ps(s0[0], s0[1]), s0[2]);
+		r[0][1] = _mm256_sub_ps(_mm256_sub_ps(s0[1], s0[2]), s0[3]);
+		r[1][0] = _mm256_add_ps(_mm256_add_ps(s1[0], s1[1]), s1[2]);
+		r[1][1] = _mm256_sub_ps(_mm256_sub_ps(s1[1], s1[2]), s1[3]);
+		for (int i = 0; i < nh; i++)
+			for (int k = 0; k < nw; k++) {
+				float *p = y + i * yrow + (size_t)k * cout + o;
+				__m256 v = r[i][k];
+				if (accum)
+					v = _mm256_add_ps(_mm256_loadu_ps(p), v);
+				else if (bias)
+					v = _mm256_add_ps(_mm256_loadu_ps(bias + o), v);
+				_mm256_storeu_ps(p, v);
+			}
+	}
+}
+
+static float *thread_v(const struct apf_conv_job *j, const struct geo *g,
+		       int t)
+{
+	return j->work + g->wt_floats + (size_t)t * g->thread_floats +
+	       g->pad_floats + g->part_floats;
+}
+
+/* Images [b0, b1): out (H,W,cout) = or += the 3x3 stride-1 padding-1
+ * convolution of in (H,W,cin) by the transformed kernel U. */
+static void wino_conv(const struct geo *g, const float *in, float *out,
+		      const float *U, int H, int W, int cin, int cout, int b0,
+		      int b1, float *pad, float *V, float *M, const float *bias,
+		      int accum)
+{
+	size_t vs = (size_t)g->TG * cin, ms = (size_t)g->TG * cout;
+	size_t row = (size_t)g->Ww * cin, img = (size_t)g->Hw * row;
+	int per_img = g->TH * g->TW;
+	static const ptrdiff_t toff0[1] = {0};
+	for (int b = b0; b < b1; b += g->nb_w) {
+		int nb = b1 - b < g->nb_w ? b1 - b : g->nb_w;
+		pad_images(pad, in + (size_t)b * H * W * cin, nb, H, W, cin, 1,
+			   g->Hw - H - 1, g->Ww - W - 1);
+		int n = nb * per_img;
+		for (int q0 = 0; q0 < n; q0 += g->TG) {
+			int nq = n - q0 < g->TG ? n - q0 : g->TG;
+			for (int s = 0; s < nq; s++) {
+				int q = q0 + s, im = q / per_img, r = q % per_img;
+				int ty = r / g->TW, tx = r % g->TW;
+				wino_in(V + (size_t)s * cin, vs,
+					pad + im * img + 2 * ty * row + (size_t)2 * tx * cin,
+					row, cin);
+			}
+			for (int xi = 0; xi < 16; xi++) {
+				struct grid gr = {
+					.in = V + xi * vs, .in_col = cin,
+					.out = M + xi * ms, .out_col = cout,
+					.rows = 1, .cols = nq, .nimg = 1};
+				const float *u = U + (size_t)xi * cin * cout;
+				run_tiles(&gr, toff0, &u, 1, cin, cout, cout,
+					  NULL, 0, NULL);
+			}
+			for (int s = 0; s < nq; s++) {
+				int q = q0 + s, im = q / per_img, r = q % per_img;
+				int ty = r / g->TW, tx = r % g->TW;
+				int nh = H - 2 * ty < 2 ? H - 2 * ty : 2;
+				int nw = W - 2 * tx < 2 ? W - 2 * tx : 2;
+				float *y = out + (((size_t)(b + im) * H + 2 * ty) * W + 2 * tx) * cout;
+				wino_out(y, (size_t)W * cout, nh, nw,
+					 M + (size_t)s * cout, ms, cout, bias,
+					 accum);
+			}
+		}
+	}
+}
+
+/* Z[xi * zs + 0..OC) = (A y A^T)[xi] of the 2x2 output-gradient tile at y
+ * (nh x nw of it inside the image; the rest counts as 0). */
+TGT static void wino_dy(float *Z, size_t zs, const float *y, size_t yrow,
+			int nh, int nw, int OC)
+{
+	__m256 zero = _mm256_setzero_ps();
+	for (int o = 0; o < OC; o += 8) {
+		__m256 v[2][2], a[4][2];
+		for (int i = 0; i < 2; i++)
+			for (int k = 0; k < 2; k++)
+				v[i][k] = i < nh && k < nw
+					? _mm256_loadu_ps(y + i * yrow + (size_t)k * OC + o)
+					: zero;
+		for (int k = 0; k < 2; k++) {
+			a[0][k] = v[0][k];
+			a[1][k] = _mm256_add_ps(v[0][k], v[1][k]);
+			a[2][k] = _mm256_sub_ps(v[0][k], v[1][k]);
+			a[3][k] = _mm256_sub_ps(zero, v[1][k]);
+		}
+		for (int i = 0; i < 4; i++) {
+			float *z = Z + (size_t)(4 * i) * zs + o;
+			_mm256_storeu_ps(z, a[i][0]);
+			_mm256_storeu_ps(z + zs, _mm256_add_ps(a[i][0], a[i][1]));
+			_mm256_storeu_ps(z + 2 * zs, _mm256_sub_ps(a[i][0], a[i][1]));
+			_mm256_storeu_ps(z + 3 * zs, _mm256_sub_ps(zero, a[i][1]));
+		}
+	}
+}
+
+/* du rows r < nr (ldu apart), 16 columns: += sum over n slots s of
+ * z[s * zs + r] * v[s * vsl + 0..15]. Rows nr..5 repeat row 0, unstored. */
+TGT static void reduce_6x16(float *du, size_t ldu, int nr, const float *z,
+			    size_t zs, const float *v, size_t vsl, int n)
+{
+	__m256 a[6][2];
+	for (int r = 0; r < 6; r++)
+		for (int k = 0; k < 2; k++)
+			a[r][k] = r < nr ? _mm256_loadu_ps(du + r * ldu + 8 * k)
+					 : _mm256_setzero_ps();
+	__m256 a00 = a[0][0], a01 = a[0][1], a10 = a[1][0], a11 = a[1][1];
+	__m256 a20 = a[2][0], a21 = a[2][1], a30 = a[3][0], a31 = a[3][1];
+	__m256 a40 = a[4][0], a41 = a[4][1], a50 = a[5][0], a51 = a[5][1];
+	int r1 = nr > 1, r2 = nr > 2 ? 2 : 0, r3 = nr > 3 ? 3 : 0;
+	int r4 = nr > 4 ? 4 : 0, r5 = nr > 5 ? 5 : 0;
+	for (int s = 0; s < n; s++, z += zs, v += vsl) {
+		__m256 v0 = _mm256_loadu_ps(v), v1 = _mm256_loadu_ps(v + 8), e;
+		e = _mm256_broadcast_ss(z);
+		a00 = _mm256_fmadd_ps(e, v0, a00);
+		a01 = _mm256_fmadd_ps(e, v1, a01);
+		e = _mm256_broadcast_ss(z + r1);
+		a10 = _mm256_fmadd_ps(e, v0, a10);
+		a11 = _mm256_fmadd_ps(e, v1, a11);
+		e = _mm256_broadcast_ss(z + r2);
+		a20 = _mm256_fmadd_ps(e, v0, a20);
+		a21 = _mm256_fmadd_ps(e, v1, a21);
+		e = _mm256_broadcast_ss(z + r3);
+		a30 = _mm256_fmadd_ps(e, v0, a30);
+		a31 = _mm256_fmadd_ps(e, v1, a31);
+		e = _mm256_broadcast_ss(z + r4);
+		a40 = _mm256_fmadd_ps(e, v0, a40);
+		a41 = _mm256_fmadd_ps(e, v1, a41);
+		e = _mm256_broadcast_ss(z + r5);
+		a50 = _mm256_fmadd_ps(e, v0, a50);
+		a51 = _mm256_fmadd_ps(e, v1, a51);
+	}
+	__m256 res[6][2] = {{a00, a01}, {a10, a11}, {a20, a21},
+			    {a30, a31}, {a40, a41}, {a50, a51}};
+	for (int r = 0; r < nr; r++)
+		for (int k = 0; k < 2; k++)
+			_mm256_storeu_ps(du + r * ldu + 8 * k, res[r][k]);
+}
+
+/* Thread t's weight gradient by Winograd, into its partial (OC,3,3,C). */
+static void wino_dweight(struct apf_conv_job *j, const struct geo *g, int t,
+			 int nt)
+{
+	int b0, b1, H = j->H, W = j->W, C = j->C, OC = j->OC;
+	share(j->B, t, nt, &b0, &b1);
+	float *pad = thread_pad(j, g, t), *part = pad + g->pad_floats;
+	float *V = thread_v(j, g, t), *Z = V + g->v_floats;
+	float *dU = Z + g->v_floats;
+	memset(dU, 0, 16 * (size_t)OC * C * sizeof *dU);
+	size_t vs = (size_t)g->TG * C, zs = (size_t)g->TG * OC;
+	size_t row = (size_t)g->Ww * C, img = (size_t)g->Hw * row;
+	int per_img = g->TH * g->TW;
+	for (int b = b0; b < b1; b += g->nb_w) {
+		int nb = b1 - b < g->nb_w ? b1 - b : g->nb_w;
+		pad_images(pad, j->inp + (size_t)b * H * W * C, nb, H, W, C, 1,
+			   g->Hw - H - 1, g->Ww - W - 1);
+		int n = nb * per_img;
+		for (int q0 = 0; q0 < n; q0 += g->TG) {
+			int nq = n - q0 < g->TG ? n - q0 : g->TG;
+			for (int s = 0; s < nq; s++) {
+				int q = q0 + s, im = q / per_img, r = q % per_img;
+				int ty = r / g->TW, tx = r % g->TW;
+				wino_in(V + (size_t)s * C, vs,
+					pad + im * img + 2 * ty * row + (size_t)2 * tx * C,
+					row, C);
+				int nh = H - 2 * ty < 2 ? H - 2 * ty : 2;
+				int nw = W - 2 * tx < 2 ? W - 2 * tx : 2;
+				const float *y = j->dout + (((size_t)(b + im) * H + 2 * ty) * W + 2 * tx) * OC;
+				wino_dy(Z + (size_t)s * OC, zs, y, (size_t)W * OC,
+					nh, nw, OC);
+			}
+			for (int xi = 0; xi < 16; xi++)
+				for (int o0 = 0; o0 < OC; o0 += 6)
+					for (int c0 = 0; c0 < C; c0 += 16)
+						reduce_6x16(dU + ((size_t)xi * OC + o0) * C + c0,
+							    C, OC - o0 < 6 ? OC - o0 : 6,
+							    Z + xi * zs + o0, OC,
+							    V + xi * vs + c0, C, nq);
+		}
+	}
+	/* part[o][kh][kw][c] = (G^T dU G)[kh][kw] */
+	for (int o = 0; o < OC; o++)
+		for (int c = 0; c < C; c++) {
+			float u[4][4], t3[3][4];
+			for (int xi = 0; xi < 16; xi++)
+				u[xi / 4][xi % 4] = dU[((size_t)xi * OC + o) * C + c];
+			for (int k = 0; k < 4; k++) {
+				t3[0][k] = u[0][k] + 0.5f * (u[1][k] + u[2][k]);
+				t3[1][k] = 0.5f * (u[1][k] - u[2][k]);
+				t3[2][k] = 0.5f * (u[1][k] + u[2][k]) + u[3][k];
+			}
+			for (int kh = 0; kh < 3; kh++) {
+				float *d = part + ((size_t)o * 9 + kh * 3) * C + c;
+				d[0] = t3[kh][0] + 0.5f * (t3[kh][1] + t3[kh][2]);
+				d[C] = 0.5f * (t3[kh][1] - t3[kh][2]);
+				d[2 * C] = 0.5f * (t3[kh][1] + t3[kh][2]) + t3[kh][3];
+			}
+		}
 }
 
 /* ---- batch norm + ReLU ------------------------------------------------------

@@ -38,7 +38,7 @@ struct apf_conv_job {
 	float *out;          /* forward: (B,OH,OW,OC) */
 	float *dinp;         /* input gradient (B,H,W,C), or NULL */
 	int accum;           /* dinp: 0 write, 1 add */
-	float *wt;           /* forward weights as (K,K,C,OC); conv_fast_prepare */
+	float *wt;           /* transformed weights; conv_fast_prepare* */
 	float *work;         /* apf_cpu_conv_fast_work floats */
 	double *stats;       /* forward: per thread 2*OC sums (x, x^2), or NULL */
 };
@@ -50,8 +50,13 @@ int apf_cpu_conv_fast_dweight_ok(int C, int OC, int K);
 /* Floats of work for B images on nt threads. */
 size_t apf_cpu_conv_fast_work(int B, int H, int W, int C, int OC, int K,
 			      int S, int P, int nt);
-/* Before the forward: the transposed weights job->wt (serial, small). */
+/* 1 when the Winograd F(2x2, 3x3) kernels take the shape (3x3, stride 1,
+ * padding 1, channels in multiples of 16). */
+int apf_cpu_conv_wino_ok(int C, int OC, int K, int S, int P);
+/* Before the forward and the backward: the transformed weights job->wt
+ * (serial, small). */
 void apf_cpu_conv_fast_prepare(struct apf_conv_job *j);
+void apf_cpu_conv_fast_prepare_backward(struct apf_conv_job *j);
 void apf_cpu_conv_fast_forward(struct apf_conv_job *j, int t, int nt);
 void apf_cpu_conv_fast_dinp(struct apf_conv_job *j, int t, int nt);
 /* Thread t's weight gradient (OC,K,K,C) over its images, written to
