@@ -299,6 +299,75 @@ static void fused_batchnorm_relu_matches_the_three_layers(void **state)
 	}
 }
 
+/* Plain batch norm (no ReLU): the fast backend's two-pass kernels against
+ * the plain three-pass ones. */
+static void bn_compare(int N, int C, float offset, int threads)
+{
+	apf_backend *plain, *fast;
+	assert_apf_ok(apf_backend_cpu_plain_new(&plain, threads));
+	assert_apf_ok(apf_backend_cpu_new(&fast, threads));
+	size_t n = (size_t)N * C;
+	apf_rng_key key = {14, (uint32_t)C, 0, APF_RNG_TEST};
+	apf_rng r;
+	apf_rng_init(&r, &key, (uint64_t)N);
+	float *x = rand_floats(&r, n, offset - 1, offset + 2);
+	float *dy = rand_floats(&r, n, -1, 1);
+	float *sc = rand_floats(&r, (size_t)C, 0.5f, 1.5f);
+	float *bi = rand_floats(&r, (size_t)C, -0.5f, 0.5f);
+	float *y[2], *m[2], *rs[2], *rm[2], *rv[2], *dx[2], *ds[2], *db[2];
+	apf_backend *be[2] = {plain, fast};
+	for (int k = 0; k < 2; k++) {
+		y[k] = floats(n, NAN), dx[k] = floats(n, NAN);
+		m[k] = floats((size_t)C, NAN), rs[k] = floats((size_t)C, NAN);
+		rm[k] = floats((size_t)C, 0.1f), rv[k] = floats((size_t)C, 2);
+		ds[k] = floats((size_t)C, NAN), db[k] = floats((size_t)C, NAN);
+		be[k]->batchnorm_forward(be[k], y[k], m[k], rs[k], x, sc, bi,
+					 rm[k], rv[k], N, C, 0.1f, 1e-5f, 1);
+		/* both from the plain path's statistics */
+		be[k]->batchnorm_backward(be[k], dx[k], ds[k], db[k], dy, x, sc,
+					  m[0], rs[0], N, C, 0);
+	}
+	char what[64];
+	snprintf(what, sizeof what, "bn N%d C%d offset %g t%d", N, C, offset,
+		 threads);
+	assert_close(what, y[1], y[0], n, 1e-5);
+	assert_close(what, m[1], m[0], (size_t)C, 1e-6);
+	assert_close(what, rs[1], rs[0], (size_t)C, 1e-5);
+	assert_close(what, rv[1], rv[0], (size_t)C, 1e-5);
+	assert_close(what, dx[1], dx[0], n, 1e-5);
+	assert_close(what, ds[1], ds[0], (size_t)C, 1e-5);
+	assert_close(what, db[1], db[0], (size_t)C, 1e-5);
+	float *acc = floats(n, 0.5f);
+	fast->batchnorm_backward(fast, acc, ds[1], db[1], dy, x, sc, m[0], rs[0],
+				 N, C, 1);
+	for (size_t i = 0; i < n; i++)
+		if (acc[i] != 0.5f + dx[1][i])
+			fail_msg("%s: accumulate [%zu]", what, i);
+	/* eval mode */
+	for (int k = 0; k < 2; k++)
+		be[k]->batchnorm_forward(be[k], y[k], NULL, NULL, x, sc, bi,
+					 rm[0], rv[0], N, C, 0.1f, 1e-5f, 0);
+	assert_close(what, y[1], y[0], n, 1e-5);
+	for (int k = 0; k < 2; k++) {
+		free(y[k]), free(dx[k]), free(m[k]), free(rs[k]), free(rm[k]);
+		free(rv[k]), free(ds[k]), free(db[k]);
+	}
+	free(x), free(dy), free(sc), free(bi), free(acc);
+	apf_backend_free(plain);
+	apf_backend_free(fast);
+}
+
+static void fast_batchnorm_matches_plain(void **state)
+{
+	(void)state;
+	require_fast();
+	for (int threads = 1; threads <= 2; threads++) {
+		bn_compare(3000, 32, 0.0f, threads);
+		bn_compare(700, 20, 0.0f, threads);
+		bn_compare(3000, 16, -500.0f, threads);
+	}
+}
+
 /* ---- a whole ResNet ------------------------------------------------------ */
 
 /* The fmnist_cnn shape at small size: stem, an identity block, a strided
@@ -400,6 +469,7 @@ int main(void)
 		cmocka_unit_test(fast_conv_matches_plain_on_fmnist_cnn_shapes),
 		cmocka_unit_test(fast_conv_matches_plain_on_odd_shapes),
 		cmocka_unit_test(fused_batchnorm_relu_matches_the_three_layers),
+		cmocka_unit_test(fast_batchnorm_matches_plain),
 		cmocka_unit_test(fast_resnet_matches_plain_and_repeats_bit_for_bit),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -775,6 +775,19 @@ static double bn_total(const apf_backend *be, const struct bn_arg *a, int k,
 	return s;
 }
 
+static void bn_fast_forward(apf_backend *be, float *out, float *save_mean,
+			    float *save_rstd, const float *inp,
+			    const float *res, const float *scale,
+			    const float *bias, float *run_mean, float *run_var,
+			    int N, int C, float momentum, float eps, int train,
+			    int relu);
+static void bn_fast_backward(apf_backend *be, float *dinp, float *dres,
+			     float *dscale, float *dbias, const float *dout,
+			     const float *out, const float *inp,
+			     const float *scale, const float *mean,
+			     const float *rstd, int N, int C, int accum,
+			     int accum_res, int relu);
+
 static void batchnorm_forward(apf_backend *be, float *out, float *save_mean,
 			      float *save_rstd, const float *inp,
 			      const float *scale, const float *bias,
@@ -785,6 +798,12 @@ static void batchnorm_forward(apf_backend *be, float *out, float *save_mean,
 		batchnorm_forward_s(be, out, save_mean, save_rstd, inp, scale,
 				    bias, run_mean, run_var, N, C, momentum,
 				    eps, train);
+		return;
+	}
+	if (use_fast(be)) {
+		bn_fast_forward(be, out, save_mean, save_rstd, inp, NULL, scale,
+				bias, run_mean, run_var, N, C, momentum, eps,
+				train, 0);
 		return;
 	}
 	struct bn_arg *a = malloc(sizeof *a);
@@ -831,6 +850,11 @@ static void batchnorm_backward(apf_backend *be, float *dinp, float *dscale,
 	if (C > BN_BLOCK) {
 		batchnorm_backward_s(be, dinp, dscale, dbias, dout, inp, scale,
 				     mean, rstd, N, C, accum);
+		return;
+	}
+	if (use_fast(be)) {
+		bn_fast_backward(be, dinp, NULL, dscale, dbias, dout, NULL, inp,
+				 scale, mean, rstd, N, C, accum, 0, 0);
 		return;
 	}
 	struct bn_arg *a = malloc(sizeof *a);
@@ -897,21 +921,22 @@ static double bnf_total(const double *part, int nt, int C, int c)
 	return s;
 }
 
-static void batchnorm_relu_forward(apf_backend *be, float *out,
-				   float *save_mean, float *save_rstd,
-				   const float *inp, const float *res,
-				   const float *scale, const float *bias,
-				   float *run_mean, float *run_var, int N, int C,
-				   float momentum, float eps, int train)
+/* out = bn(inp) [+ res], then ReLU when relu. */
+static void bn_fast_forward(apf_backend *be, float *out, float *save_mean,
+			    float *save_rstd, const float *inp,
+			    const float *res, const float *scale,
+			    const float *bias, float *run_mean, float *run_var,
+			    int N, int C, float momentum, float eps, int train,
+			    int relu)
 {
-	float *coef = malloc(3 * (size_t)C * sizeof *coef);
+	float *coef = malloc(2 * (size_t)C * sizeof *coef);
 	double *part = malloc((size_t)nthreads(be) * 2 * C * sizeof *part);
 	if (!coef || !part)
 		abort(); /* a few KiB; nothing sensible to do without it */
-	float *a = coef, *b = coef + C, *shift = coef + 2 * C;
+	float *a = coef, *shift = coef + C;
 	struct apf_bn_job j = {.N = N, .C = C, .inp = inp, .res = res,
-			       .shift = shift, .a = a, .b = b, .y = out,
-			       .part = part};
+			       .shift = shift, .a = a, .b = bias, .y = out,
+			       .relu = relu, .part = part};
 	if (train) {
 		memcpy(shift, inp, (size_t)C * sizeof *shift);
 		int nt = bnf_run(be, bnf_stats_task, &j, N, C);
@@ -929,25 +954,25 @@ static void batchnorm_relu_forward(apf_backend *be, float *out,
 			run_var[c] = (1.0f - momentum) * run_var[c] +
 				     momentum * (float)unbiased;
 			a[c] = scale[c] * save_rstd[c];
-			b[c] = bias[c] - save_mean[c] * a[c];
 		}
+		j.mean = save_mean;
 	} else {
-		for (int c = 0; c < C; c++) {
+		for (int c = 0; c < C; c++)
 			a[c] = scale[c] / sqrtf(run_var[c] + eps);
-			b[c] = bias[c] - run_mean[c] * a[c];
-		}
+		j.mean = run_mean;
 	}
 	bnf_run(be, bnf_apply_task, &j, N, C);
 	free(coef);
 	free(part);
 }
 
-static void batchnorm_relu_backward(apf_backend *be, float *dinp, float *dres,
-				    float *dscale, float *dbias,
-				    const float *dout, const float *out,
-				    const float *inp, const float *scale,
-				    const float *mean, const float *rstd, int N,
-				    int C, int accum, int accum_res)
+/* The backward of bn_fast_forward; out is read only when relu. */
+static void bn_fast_backward(apf_backend *be, float *dinp, float *dres,
+			     float *dscale, float *dbias, const float *dout,
+			     const float *out, const float *inp,
+			     const float *scale, const float *mean,
+			     const float *rstd, int N, int C, int accum,
+			     int accum_res, int relu)
 {
 	float *coef = malloc(3 * (size_t)C * sizeof *coef);
 	double *part = malloc((size_t)nthreads(be) * 2 * C * sizeof *part);
@@ -957,8 +982,8 @@ static void batchnorm_relu_backward(apf_backend *be, float *dinp, float *dres,
 	struct apf_bn_job j = {.N = N, .C = C, .inp = inp, .dout = dout,
 			       .out = out, .mean = mean, .k0 = k0, .k1 = k1,
 			       .k2 = k2, .dinp = dinp, .dres = dres,
-			       .accum_inp = accum, .accum_res = accum_res,
-			       .part = part};
+			       .relu = relu, .accum_inp = accum,
+			       .accum_res = accum_res, .part = part};
 	int nt = bnf_run(be, bnf_dsums_task, &j, N, C);
 	for (int c = 0; c < C; c++) {
 		/* sum of g xhat = rstd * sum of g (x - mean) */
@@ -972,6 +997,28 @@ static void batchnorm_relu_backward(apf_backend *be, float *dinp, float *dres,
 		bnf_run(be, bnf_dx_task, &j, N, C);
 	free(coef);
 	free(part);
+}
+
+static void batchnorm_relu_forward(apf_backend *be, float *out,
+				   float *save_mean, float *save_rstd,
+				   const float *inp, const float *res,
+				   const float *scale, const float *bias,
+				   float *run_mean, float *run_var, int N, int C,
+				   float momentum, float eps, int train)
+{
+	bn_fast_forward(be, out, save_mean, save_rstd, inp, res, scale, bias,
+			run_mean, run_var, N, C, momentum, eps, train, 1);
+}
+
+static void batchnorm_relu_backward(apf_backend *be, float *dinp, float *dres,
+				    float *dscale, float *dbias,
+				    const float *dout, const float *out,
+				    const float *inp, const float *scale,
+				    const float *mean, const float *rstd, int N,
+				    int C, int accum, int accum_res)
+{
+	bn_fast_backward(be, dinp, dres, dscale, dbias, dout, out, inp, scale,
+			 mean, rstd, N, C, accum, accum_res, 1);
 }
 
 /* ---- layer norm ----------------------------------------------------------- */

@@ -925,18 +925,19 @@ TGT void apf_cpu_bn_fast_apply(struct apf_bn_job *j, int t, int nt)
 		const float *res = j->res ? j->res + (size_t)r * C : NULL;
 		float *y = j->y + (size_t)r * C;
 		for (int c = 0; c < C8; c += 8) {
-			__m256 v = _mm256_fmadd_ps(_mm256_loadu_ps(x + c),
-						   _mm256_loadu_ps(j->a + c),
+			__m256 xc = _mm256_sub_ps(_mm256_loadu_ps(x + c),
+						  _mm256_loadu_ps(j->mean + c));
+			__m256 v = _mm256_fmadd_ps(xc, _mm256_loadu_ps(j->a + c),
 						   _mm256_loadu_ps(j->b + c));
 			if (res)
 				v = _mm256_add_ps(v, _mm256_loadu_ps(res + c));
-			_mm256_storeu_ps(y + c, _mm256_max_ps(v, zero));
+			_mm256_storeu_ps(y + c, j->relu ? _mm256_max_ps(v, zero) : v);
 		}
 		for (int c = C8; c < C; c++) {
-			float v = fmaf(x[c], j->a[c], j->b[c]);
+			float v = fmaf(x[c] - j->mean[c], j->a[c], j->b[c]);
 			if (res)
 				v += res[c];
-			y[c] = v > 0.0f ? v : 0.0f;
+			y[c] = !j->relu || v > 0.0f ? v : 0.0f;
 		}
 	}
 }
@@ -955,9 +956,10 @@ TGT void apf_cpu_bn_fast_dsums(struct apf_bn_job *j, int t, int nt)
 			__m256 fs = _mm256_setzero_ps(), fq = fs;
 			for (int r = rb; r < re; r++) {
 				size_t o = (size_t)r * C + c;
-				__m256 live = _mm256_cmp_ps(_mm256_loadu_ps(j->out + o),
-							    zero, _CMP_GT_OQ);
-				__m256 g = _mm256_and_ps(live, _mm256_loadu_ps(j->dout + o));
+				__m256 g = _mm256_loadu_ps(j->dout + o);
+				if (j->relu)
+					g = _mm256_and_ps(g, _mm256_cmp_ps(
+						_mm256_loadu_ps(j->out + o), zero, _CMP_GT_OQ));
 				__m256 xc = _mm256_sub_ps(_mm256_loadu_ps(j->inp + o), m);
 				fs = _mm256_add_ps(fs, g);
 				fq = _mm256_fmadd_ps(g, xc, fq);
@@ -969,7 +971,7 @@ TGT void apf_cpu_bn_fast_dsums(struct apf_bn_job *j, int t, int nt)
 			float fs = 0, fq = 0;
 			for (int r = rb; r < re; r++) {
 				size_t o = (size_t)r * C + c;
-				float g = j->out[o] > 0.0f ? j->dout[o] : 0.0f;
+				float g = !j->relu || j->out[o] > 0.0f ? j->dout[o] : 0.0f;
 				fs += g;
 				fq = fmaf(g, j->inp[o] - j->mean[c], fq);
 			}
@@ -987,9 +989,10 @@ TGT void apf_cpu_bn_fast_dx(struct apf_bn_job *j, int t, int nt)
 	for (int r = r0; r < r1; r++) {
 		size_t o = (size_t)r * C;
 		for (int c = 0; c < C8; c += 8) {
-			__m256 live = _mm256_cmp_ps(_mm256_loadu_ps(j->out + o + c),
-						    zero, _CMP_GT_OQ);
-			__m256 g = _mm256_and_ps(live, _mm256_loadu_ps(j->dout + o + c));
+			__m256 g = _mm256_loadu_ps(j->dout + o + c);
+			if (j->relu)
+				g = _mm256_and_ps(g, _mm256_cmp_ps(
+					_mm256_loadu_ps(j->out + o + c), zero, _CMP_GT_OQ));
 			if (j->dres) {
 				float *d = j->dres + o + c;
 				_mm256_storeu_ps(d, j->accum_res
@@ -1007,7 +1010,7 @@ TGT void apf_cpu_bn_fast_dx(struct apf_bn_job *j, int t, int nt)
 				? _mm256_add_ps(_mm256_loadu_ps(d), dx) : dx);
 		}
 		for (int c = C8; c < C; c++) {
-			float g = j->out[o + c] > 0.0f ? j->dout[o + c] : 0.0f;
+			float g = !j->relu || j->out[o + c] > 0.0f ? j->dout[o + c] : 0.0f;
 			if (j->dres)
 				j->dres[o + c] = j->accum_res ? j->dres[o + c] + g : g;
 			if (!j->dinp)

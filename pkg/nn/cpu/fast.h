@@ -68,10 +68,11 @@ float *apf_cpu_conv_fast_dweight_part(const struct apf_conv_job *j, int t,
 /* ---- batch norm fused with ReLU ---------------------------------------------
  *
  * Forward: statistics in one pass (sums of x - shift and of its square),
- * then out = max(0, a x + b [+ res]) in one more; backward: the sums of g
+ * then out = max(0, (x - mean) a + b [+ res]) in one more; backward: the sums of g
  * and g (x - mean), g = dout where out > 0, then in one pass the input
  * gradient k0 (g - k1 - (x - mean) k2) and the residual's gradient g. ReLU
  * only: its derivative is read from the output, so nothing else is stored.
+ * With relu 0 the same passes are a plain batch norm (g = dout).
  * Rows (N of C channels) split across threads; part holds each thread's
  * 2 C double sums, which the caller adds in thread order.
  */
@@ -79,9 +80,10 @@ struct apf_bn_job {
 	int N, C;
 	const float *inp, *res, *dout, *out;
 	const float *shift;              /* stats */
-	const float *a, *b;              /* apply */
-	const float *mean, *k0, *k1, *k2; /* dsums (mean), dx */
+	const float *a, *b;              /* apply (with mean) */
+	const float *mean, *k0, *k1, *k2; /* apply, dsums, dx */
 	float *y, *dinp, *dres;
+	int relu;                        /* 0: plain batch norm, no mask */
 	int accum_inp, accum_res;
 	double *part;
 };
