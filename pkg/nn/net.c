@@ -11,6 +11,14 @@
  * an input's gradient is fixed when the net is finished: the first consumer
  * met in reverse order writes, later ones accumulate. So tensors read twice
  * (residuals) sum their gradients in a fixed order without zeroing.
+ *
+ * Fusion. Where the backend has batchnorm_relu_*, finishing the net finds
+ * batch norm -> ReLU and batch norm -> add -> ReLU chains whose inner
+ * tensors nothing else reads, and runs each as one layer at the ReLU's
+ * place: the inner tensors are never stored (nor allocated). A chain is
+ * fused only when no other layer between its batch norm and its ReLU reads
+ * the chain's inputs, so every gradient is still written or accumulated in
+ * the order the flags above assume.
  */
 #include "nn/nn.h"
 
@@ -36,6 +44,7 @@ enum op_type {
 
 struct tensor {
 	int H, W, C;
+	int fused; /* inside a fused chain: never stored */
 	float *data; /* max_batch examples; tensor 0 points at the caller's x */
 	float *grad;
 };
@@ -51,6 +60,9 @@ struct op {
 	int dropout_index;
 	float *save_a, *save_b; /* bn: mean/rstd (C); ln: mean/rstd (rows) */
 	int32_t *argmax;
+	int fused_into;         /* runs inside the chain ending at this op */
+	int fbn, fadd;          /* a fused chain's tail: its bn and add ops */
+	int fres, fres_accum;   /* the add's other input and its accum flag */
 };
 
 struct apf_net {
@@ -152,7 +164,7 @@ int apf_net_new(apf_net **out, apf_backend *be, int H, int W, int C)
 		free(net);
 		return APF_ENOMEM;
 	}
-	net->t[0] = (struct tensor){H, W, C, NULL, NULL};
+	net->t[0] = (struct tensor){H, W, C, 0, NULL, NULL};
 	net->nt = 1;
 	*out = net;
 	return 0;
@@ -217,7 +229,7 @@ static int new_tensor(apf_net *net, int H, int W, int C)
 				 "a layer's output would be %dx%dx%d", H, W, C);
 	if (grow((void **)&net->t, &net->cap_t, net->nt, sizeof *net->t))
 		return APF_ENOMEM;
-	net->t[net->nt] = (struct tensor){H, W, C, NULL, NULL};
+	net->t[net->nt] = (struct tensor){H, W, C, 0, NULL, NULL};
 	return (int)net->nt++;
 }
 
@@ -233,6 +245,7 @@ static struct op *new_op(apf_net *net, int type, int in0, int in1)
 	o->nin = in1 >= 0 ? 2 : 1;
 	o->param[0] = o->param[1] = -1;
 	o->state[0] = o->state[1] = -1;
+	o->fused_into = o->fbn = o->fadd = o->fres = -1;
 	return o;
 }
 
@@ -506,6 +519,80 @@ int apf_net_add(apf_net *net, int a, int b)
 	return t;
 }
 
+/* Whether an op strictly between ops lo and hi, other than skip, reads
+ * tensor t. */
+static int read_between(const apf_net *net, size_t lo, size_t hi, size_t skip,
+			int t)
+{
+	for (size_t i = lo + 1; i < hi; i++)
+		if (i != skip)
+			for (int k = 0; k < net->ops[i].nin; k++)
+				if (net->ops[i].in[k] == t)
+					return 1;
+	return 0;
+}
+
+/* Marks the batch norm (-> add) -> ReLU chains to run fused (see the top of
+ * this file). */
+static int fuse_chains(apf_net *net)
+{
+	int *prod = malloc(net->nt * sizeof *prod);
+	int *uses = apf_calloc(net->nt, sizeof *uses);
+	if (!prod || !uses) {
+		free(prod);
+		free(uses);
+		return apf_error(APF_ENOMEM, "net", "out of memory");
+	}
+	for (size_t t = 0; t < net->nt; t++)
+		prod[t] = -1;
+	for (size_t i = 0; i < net->nops; i++) {
+		prod[net->ops[i].out] = (int)i;
+		for (int k = 0; k < net->ops[i].nin; k++)
+			uses[net->ops[i].in[k]]++;
+	}
+	for (size_t i = 0; i < net->nops; i++) {
+		struct op *a = &net->ops[i];
+		int tin = a->in[0];
+		if (a->type != OP_ACT || a->act != APF_ACT_RELU || tin == 0 ||
+		    uses[tin] != 1 || tin == net->out)
+			continue;
+		int p = prod[tin], bn = -1, add = -1, res = -1, rk = 0;
+		if (net->ops[p].type == OP_BATCHNORM) {
+			bn = p;
+		} else if (net->ops[p].type == OP_ADD) {
+			for (int k = 0; k < 2 && bn < 0; k++) {
+				int x = net->ops[p].in[k], q = prod[x];
+				if (x != 0 && q >= 0 && uses[x] == 1 &&
+				    x != net->out &&
+				    net->ops[q].type == OP_BATCHNORM) {
+					bn = q, add = p;
+					res = net->ops[p].in[1 - k], rk = 1 - k;
+				}
+			}
+		}
+		if (bn < 0)
+			continue;
+		struct op *b = &net->ops[bn];
+		if (read_between(net, (size_t)bn, i, add < 0 ? i : (size_t)add,
+				 b->in[0]) ||
+		    (add >= 0 && read_between(net, (size_t)add, i, i, res)))
+			continue;
+		b->fused_into = (int)i;
+		net->t[b->out].fused = 1;
+		if (add >= 0) {
+			net->ops[add].fused_into = (int)i;
+			net->t[net->ops[add].out].fused = 1;
+			a->fres = res;
+			a->fres_accum = net->ops[add].accum[rk];
+		}
+		a->fbn = bn;
+		a->fadd = add;
+	}
+	free(prod);
+	free(uses);
+	return 0;
+}
+
 int apf_net_finish(apf_net *net, int out)
 {
 	int rc = check_in(net, out);
@@ -538,6 +625,8 @@ int apf_net_finish(apf_net *net, int out)
 	free(written);
 	net->out = out;
 	net->finished = 1;
+	if (net->be->batchnorm_relu_forward && net->be->batchnorm_relu_backward)
+		return fuse_chains(net);
 	return 0;
 }
 
@@ -691,6 +780,8 @@ int apf_net_reserve(apf_net *net, int max_batch, int with_grads)
 	int rc = 0;
 	for (size_t i = 1; !rc && i < net->nt; i++) {
 		size_t n = B * tensor_numel(&net->t[i]);
+		if (net->t[i].fused)
+			continue;
 		rc = alloc_floats(be, &net->t[i].data, n);
 		if (!rc && with_grads)
 			rc = alloc_floats(be, &net->t[i].grad, n);
@@ -745,6 +836,34 @@ static void dropout_key(const uint32_t key[2], int index, uint32_t out[2])
 	out[0] = w[0], out[1] = w[1];
 }
 
+/* A fused chain (tail: its ReLU op o): relu(bn(x) [+ res]). */
+static void fused_forward(apf_net *net, const struct op *o, int B, int train)
+{
+	const struct op *bn = &net->ops[o->fbn];
+	const struct tensor *x = &net->t[bn->in[0]];
+	net->be->batchnorm_relu_forward(
+		net->be, net->t[o->out].data, bn->save_a, bn->save_b, x->data,
+		o->fres >= 0 ? net->t[o->fres].data : NULL,
+		param_ptr(net, bn->param[0]), param_ptr(net, bn->param[1]),
+		state_ptr(net, bn->state[0]), state_ptr(net, bn->state[1]),
+		B * x->H * x->W, x->C, bn->momentum, bn->eps, train);
+}
+
+static void fused_backward(apf_net *net, const struct op *o, float *grads,
+			   int B)
+{
+	const struct op *bn = &net->ops[o->fbn];
+	const struct tensor *x = &net->t[bn->in[0]];
+	float *dres = o->fres > 0 ? net->t[o->fres].grad : NULL;
+	net->be->batchnorm_relu_backward(
+		net->be, bn->in[0] == 0 ? NULL : x->grad, dres,
+		grads + net->params[bn->param[0]].offset,
+		grads + net->params[bn->param[1]].offset, net->t[o->out].grad,
+		net->t[o->out].data, x->data, param_ptr(net, bn->param[0]),
+		bn->save_a, bn->save_b, B * x->H * x->W, x->C, bn->accum[0],
+		o->fres_accum);
+}
+
 int apf_net_forward(apf_net *net, const float **logits, const float *x,
 		    int B, int train, const uint32_t dkey[2], uint64_t dstep)
 {
@@ -766,6 +885,12 @@ int apf_net_forward(apf_net *net, const float **logits, const float *x,
 		struct tensor *in = &net->t[o->in[0]], *out = &net->t[o->out];
 		size_t n = (size_t)B * tensor_numel(out);
 		int rows = B * in->H * in->W;
+		if (o->fused_into >= 0)
+			continue; /* runs at its chain's ReLU */
+		if (o->fbn >= 0) {
+			fused_forward(net, o, B, train);
+			continue;
+		}
 		switch (o->type) {
 		case OP_LINEAR:
 			be->linear_forward(be, out->data, in->data,
@@ -861,6 +986,12 @@ int apf_net_backward(apf_net *net, float *grads, const float *dlogits)
 				    ? grads + net->params[o->param[1]].offset
 				    : NULL;
 		int acc = o->accum[0];
+		if (o->fused_into >= 0)
+			continue; /* done at its chain's ReLU */
+		if (o->fbn >= 0) {
+			fused_backward(net, o, grads, B);
+			continue;
+		}
 		switch (o->type) {
 		case OP_LINEAR:
 			be->linear_backward(be, din, gw, gb, dout, in->data,

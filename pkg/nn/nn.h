@@ -124,6 +124,28 @@ struct apf_backend {
 				   const float *save_mean,
 				   const float *save_rstd, int N, int C,
 				   int accum);
+	/* Batch norm, a residual added, and ReLU in one layer: out =
+	 * relu(bn(inp) + res) (res NULL: none), train and eval as
+	 * batchnorm_forward, whose statistics it saves. Optional: NULL where
+	 * a backend has no fused kernel; nets then run the three layers. */
+	void (*batchnorm_relu_forward)(apf_backend *be, float *out,
+				       float *save_mean, float *save_rstd,
+				       const float *inp, const float *res,
+				       const float *scale, const float *bias,
+				       float *run_mean, float *run_var, int N,
+				       int C, float momentum, float eps,
+				       int train);
+	/* Its backward, from its output `out` and dout: dinp as
+	 * batchnorm_backward's, dres the residual's gradient; either may be
+	 * NULL; each written or added as accum / accum_res say. */
+	void (*batchnorm_relu_backward)(apf_backend *be, float *dinp,
+					float *dres, float *dscale,
+					float *dbias, const float *dout,
+					const float *out, const float *inp,
+					const float *scale,
+					const float *save_mean,
+					const float *save_rstd, int N, int C,
+					int accum, int accum_res);
 	/* Layer norm of each of N rows of C features; mean, rstd (N). */
 	void (*layernorm_forward)(apf_backend *be, float *out, float *mean,
 				  float *rstd, const float *inp,
@@ -236,6 +258,11 @@ struct apf_backend {
  * count is process-wide, so every CPU backend of a process uses the count of
  * the latest one created; a trial has one. */
 int apf_backend_cpu_new(apf_backend **out, int threads);
+/* The same backend with its plain kernels only: the reference its fast
+ * (AVX2/FMA) kernels are tested against. apf_backend_cpu_new takes the fast
+ * ones where the CPU has them; both are deterministic, but their bits
+ * differ. */
+int apf_backend_cpu_plain_new(apf_backend **out, int threads);
 void apf_backend_free(apf_backend *be);
 
 /* ---- networks ------------------------------------------------------------

@@ -6,8 +6,9 @@
  * eval-mode purity and run-to-run determinism.
  *
  * Each layer case gives a naive double forward (the reference), and calls
- * the backend's float forward and backward. The checker draws inputs,
- * compares the forwards, then compares every input's gradient of
+ * the backend's float forward and backward, on the plain CPU backend and on
+ * the default one (fast kernels). The checker draws inputs, compares the
+ * forwards, then compares every input's gradient of
  * L = sum(r * out) (r random) with (L(x+h) - L(x-h)) / 2h computed in double.
  */
 #include "testlib.h"
@@ -391,10 +392,8 @@ static double loss_of(const struct lcase *c, double *const *in, const double *r,
 	return L;
 }
 
-static void check_layer(const struct lcase *c)
+static void check_layer_on(const struct lcase *c, apf_backend *be)
 {
-	apf_backend *be;
-	assert_apf_ok(apf_backend_cpu_new(&be, 1));
 	apf_rng_key key = {7, 0, 0, APF_RNG_TEST};
 	apf_rng rng;
 	apf_rng_init(&rng, &key, (uint64_t)strlen(c->name));
@@ -473,6 +472,18 @@ static void check_layer(const struct lcase *c)
 	free(outf);
 	free(rf);
 	free(save);
+}
+
+/* On the plain backend and on the default one (its fast kernels where the
+ * CPU has them). */
+static void check_layer(const struct lcase *c)
+{
+	apf_backend *be;
+	assert_apf_ok(apf_backend_cpu_plain_new(&be, 1));
+	check_layer_on(c, be);
+	apf_backend_free(be);
+	assert_apf_ok(apf_backend_cpu_new(&be, 1));
+	check_layer_on(c, be);
 	apf_backend_free(be);
 }
 
@@ -505,6 +516,9 @@ static void conv2d_gradients_match_finite_differences(void **state)
 	conv_case(2, 3, 3, 4, 3, 1, 1, 0); /* pointwise: GEMM on the input */
 	conv_case(1, 5, 5, 3, 2, 1, 2, 0); /* 1x1 projection, stride 2 */
 	conv_case(1, 6, 6, 1, 2, 5, 1, 2); /* 5x5, one input channel */
+	/* shapes the fast kernels take: Winograd, direct with stride 2 */
+	conv_case(1, 4, 3, 16, 16, 3, 1, 1);
+	conv_case(1, 5, 5, 16, 16, 3, 2, 1);
 }
 
 static void batchnorm_gradients_match_finite_differences(void **state)
@@ -513,6 +527,9 @@ static void batchnorm_gradients_match_finite_differences(void **state)
 	struct lcase c = {.name = "batchnorm", .nin = 3, .B = 2, .H = 2, .W = 2,
 			  .C = 3, .ref = bn_ref, .fwd = bn_fwd, .bwd = bn_bwd};
 	c.in_n[0] = 24, c.in_n[1] = 3, c.in_n[2] = 3, c.out_n = 24;
+	check_layer(&c);
+	c.C = 10; /* a vector of 8 channels and a tail */
+	c.in_n[0] = 80, c.in_n[1] = 10, c.in_n[2] = 10, c.out_n = 80;
 	check_layer(&c);
 }
 

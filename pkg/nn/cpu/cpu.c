@@ -17,6 +17,7 @@
 #pragma GCC optimize("O3")
 
 #include "nn/nn.h"
+#include "nn/cpu/fast.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -61,6 +62,7 @@ struct pool {
 	void *arg;
 	unsigned long generation;
 	int pending, stop;
+	int fast; /* route the shapes fast.c takes to it */
 };
 
 static void *worker(void *v)
@@ -92,6 +94,12 @@ static int nthreads(const apf_backend *be)
 {
 	const struct pool *p = be->impl;
 	return p->n;
+}
+
+static int use_fast(const apf_backend *be)
+{
+	const struct pool *p = be->impl;
+	return p->fast;
 }
 
 /* Runs fn(arg, t, nt) on every thread and waits for all. */
@@ -331,8 +339,14 @@ static size_t conv2d_work(apf_backend *be, int B, int H, int W, int C, int OC,
 	size_t nt = (size_t)nthreads(be);
 	/* a column buffer per thread, a weight-gradient partial for each
 	 * thread but the first, and the flipped weights */
-	return nt * conv_col_floats(cb, H, W, C, OC, K, S, P) +
-	       (nt - 1) * (size_t)OC * K * K * C + (size_t)OC * K * K * C;
+	size_t plain = nt * conv_col_floats(cb, H, W, C, OC, K, S, P) +
+		       (nt - 1) * (size_t)OC * K * K * C +
+		       (size_t)OC * K * K * C;
+	if (!use_fast(be))
+		return plain;
+	size_t fast = apf_cpu_conv_fast_work(B, H, W, C, OC, K, S, P,
+					     (int)nt);
+	return fast > plain ? fast : plain;
 }
 
 struct conv_arg {
@@ -430,6 +444,26 @@ static void parallel_blas(apf_backend *be, task_fn fn, void *arg)
 		openblas_set_num_threads(be->threads);
 }
 
+static void fast_fwd_task(void *v, int t, int nt)
+{
+	apf_cpu_conv_fast_forward(v, t, nt);
+}
+
+/* The fast backward: each thread its weight-gradient partial, then its
+ * images' input gradient (job->dinp NULL: none). */
+static void fast_bwd_task(void *v, int t, int nt)
+{
+	struct apf_conv_job *j = v;
+	apf_cpu_conv_fast_dweight(j, t, nt);
+	if (j->dinp)
+		apf_cpu_conv_fast_dinp(j, t, nt);
+}
+
+static void fast_dinp_task(void *v, int t, int nt)
+{
+	apf_cpu_conv_fast_dinp(v, t, nt);
+}
+
 // out (B,OH,OW,OC) = conv(inp (B,H,W,C), weight (OC,K,K,C)) + bias (OC)
 static void conv2d_forward(apf_backend *be, float *out, const float *inp,
 			   const float *weight, const float *bias, int B, int H,
@@ -439,6 +473,17 @@ static void conv2d_forward(apf_backend *be, float *out, const float *inp,
 	if (conv_is_pointwise(K, S, P)) {
 		/* a 1x1 stride-1 conv is one GEMM on the input itself */
 		linear_forward(be, out, inp, weight, bias, B * H * W, C, OC);
+		return;
+	}
+	if (use_fast(be) && apf_cpu_conv_fast_forward_ok(C, OC, K)) {
+		struct apf_conv_job j = {
+			.B = B, .H = H, .W = W, .C = C, .OC = OC, .K = K,
+			.S = S, .P = P, .OH = conv_out(H, K, S, P),
+			.OW = conv_out(W, K, S, P), .inp = inp,
+			.weight = weight, .bias = bias, .out = out,
+			.work = work};
+		apf_cpu_conv_fast_prepare(&j);
+		parallel(be, fast_fwd_task, &j);
 		return;
 	}
 	struct conv_arg a = {.out = out, .inp = inp, .weight = weight,
@@ -461,6 +506,39 @@ static void conv2d_backward(apf_backend *be, float *dinp, float *dweight,
 		linear_backward(be, dinp, dweight, dbias, dout, inp, weight,
 				B * H * W, C, OC, accum);
 		return;
+	}
+	if (use_fast(be)) {
+		struct apf_conv_job j = {
+			.B = B, .H = H, .W = W, .C = C, .OC = OC, .K = K,
+			.S = S, .P = P, .OH = OH, .OW = OW, .inp = inp,
+			.weight = weight, .dout = dout, .dinp = dinp,
+			.accum = accum, .work = work};
+		int fast_dinp = dinp && apf_cpu_conv_fast_dinp_ok(C, OC, K);
+		if (apf_cpu_conv_fast_dweight_ok(C, OC, K) && (!dinp || fast_dinp)) {
+			apf_cpu_conv_fast_prepare_backward(&j);
+			parallel(be, fast_bwd_task, &j);
+			int nt = nthreads(be);
+			size_t nw = (size_t)OC * K * K * C;
+			memcpy(dweight, apf_cpu_conv_fast_dweight_part(&j, 0, nt),
+			       nw * sizeof *dweight);
+			/* partials added in thread order */
+			for (int t = 1; t < nt; t++) {
+				const float *part =
+					apf_cpu_conv_fast_dweight_part(&j, t, nt);
+				for (size_t i = 0; i < nw; i++)
+					dweight[i] += part[i];
+			}
+			if (dbias)
+				column_sums(dbias, dout, (size_t)B * OH * OW,
+					    OC);
+			return;
+		}
+		if (fast_dinp) {
+			/* the input gradient here, the rest plainly below */
+			apf_cpu_conv_fast_prepare_backward(&j);
+			parallel(be, fast_dinp_task, &j);
+			dinp = NULL;
+		}
 	}
 	struct conv_arg a = {.dinp = dinp, .dweight = dweight, .dout = dout,
 			     .inp = inp, .weight = weight, .work = work, .B = B,
@@ -697,6 +775,19 @@ static double bn_total(const apf_backend *be, const struct bn_arg *a, int k,
 	return s;
 }
 
+static void bn_fast_forward(apf_backend *be, float *out, float *save_mean,
+			    float *save_rstd, const float *inp,
+			    const float *res, const float *scale,
+			    const float *bias, float *run_mean, float *run_var,
+			    int N, int C, float momentum, float eps, int train,
+			    int relu);
+static void bn_fast_backward(apf_backend *be, float *dinp, float *dres,
+			     float *dscale, float *dbias, const float *dout,
+			     const float *out, const float *inp,
+			     const float *scale, const float *mean,
+			     const float *rstd, int N, int C, int accum,
+			     int accum_res, int relu);
+
 static void batchnorm_forward(apf_backend *be, float *out, float *save_mean,
 			      float *save_rstd, const float *inp,
 			      const float *scale, const float *bias,
@@ -707,6 +798,12 @@ static void batchnorm_forward(apf_backend *be, float *out, float *save_mean,
 		batchnorm_forward_s(be, out, save_mean, save_rstd, inp, scale,
 				    bias, run_mean, run_var, N, C, momentum,
 				    eps, train);
+		return;
+	}
+	if (use_fast(be)) {
+		bn_fast_forward(be, out, save_mean, save_rstd, inp, NULL, scale,
+				bias, run_mean, run_var, N, C, momentum, eps,
+				train, 0);
 		return;
 	}
 	struct bn_arg *a = malloc(sizeof *a);
@@ -755,6 +852,11 @@ static void batchnorm_backward(apf_backend *be, float *dinp, float *dscale,
 				     mean, rstd, N, C, accum);
 		return;
 	}
+	if (use_fast(be)) {
+		bn_fast_backward(be, dinp, NULL, dscale, dbias, dout, NULL, inp,
+				 scale, mean, rstd, N, C, accum, 0, 0);
+		return;
+	}
 	struct bn_arg *a = malloc(sizeof *a);
 	if (!a)
 		abort();
@@ -774,6 +876,149 @@ static void batchnorm_backward(apf_backend *be, float *dinp, float *dscale,
 		bn_run(be, a);
 	}
 	free(a);
+}
+
+/* ---- batch norm + ReLU, fused (fast.c) -------------------------------------- */
+
+static void bnf_stats_task(void *v, int t, int nt)
+{
+	apf_cpu_bn_fast_stats(v, t, nt);
+}
+
+static void bnf_apply_task(void *v, int t, int nt)
+{
+	apf_cpu_bn_fast_apply(v, t, nt);
+}
+
+static void bnf_dsums_task(void *v, int t, int nt)
+{
+	apf_cpu_bn_fast_dsums(v, t, nt);
+}
+
+static void bnf_dx_task(void *v, int t, int nt)
+{
+	apf_cpu_bn_fast_dx(v, t, nt);
+}
+
+/* Runs a row-split task on the threads a layer of N x C deserves; returns
+ * how many took part (each leaves one partial). */
+static int bnf_run(apf_backend *be, task_fn fn, void *arg, int N, int C)
+{
+	if ((size_t)N * C < PAR_MIN || nthreads(be) == 1) {
+		fn(arg, 0, 1);
+		return 1;
+	}
+	parallel(be, fn, arg);
+	return nthreads(be);
+}
+
+/* Column c of the partials, added in thread order. */
+static double bnf_total(const double *part, int nt, int C, int c)
+{
+	double s = 0.0;
+	for (int t = 0; t < nt; t++)
+		s += part[(size_t)t * 2 * C + c];
+	return s;
+}
+
+/* out = bn(inp) [+ res], then ReLU when relu. */
+static void bn_fast_forward(apf_backend *be, float *out, float *save_mean,
+			    float *save_rstd, const float *inp,
+			    const float *res, const float *scale,
+			    const float *bias, float *run_mean, float *run_var,
+			    int N, int C, float momentum, float eps, int train,
+			    int relu)
+{
+	float *coef = malloc(2 * (size_t)C * sizeof *coef);
+	double *part = malloc((size_t)nthreads(be) * 2 * C * sizeof *part);
+	if (!coef || !part)
+		abort(); /* a few KiB; nothing sensible to do without it */
+	float *a = coef, *shift = coef + C;
+	struct apf_bn_job j = {.N = N, .C = C, .inp = inp, .res = res,
+			       .shift = shift, .a = a, .b = bias, .y = out,
+			       .relu = relu, .part = part};
+	if (train) {
+		memcpy(shift, inp, (size_t)C * sizeof *shift);
+		int nt = bnf_run(be, bnf_stats_task, &j, N, C);
+		for (int c = 0; c < C; c++) {
+			double m = bnf_total(part, nt, C, c) / N;
+			double sq = bnf_total(part, nt, C, C + c) / N;
+			double var = sq - m * m;
+			var = var > 0.0 ? var : 0.0;
+			double mean = shift[c] + m;
+			save_mean[c] = (float)mean;
+			save_rstd[c] = (float)(1.0 / sqrt(var + eps));
+			double unbiased = N > 1 ? var * N / (N - 1) : var;
+			run_mean[c] = (1.0f - momentum) * run_mean[c] +
+				      momentum * save_mean[c];
+			run_var[c] = (1.0f - momentum) * run_var[c] +
+				     momentum * (float)unbiased;
+			a[c] = scale[c] * save_rstd[c];
+		}
+		j.mean = save_mean;
+	} else {
+		for (int c = 0; c < C; c++)
+			a[c] = scale[c] / sqrtf(run_var[c] + eps);
+		j.mean = run_mean;
+	}
+	bnf_run(be, bnf_apply_task, &j, N, C);
+	free(coef);
+	free(part);
+}
+
+/* The backward of bn_fast_forward; out is read only when relu. */
+static void bn_fast_backward(apf_backend *be, float *dinp, float *dres,
+			     float *dscale, float *dbias, const float *dout,
+			     const float *out, const float *inp,
+			     const float *scale, const float *mean,
+			     const float *rstd, int N, int C, int accum,
+			     int accum_res, int relu)
+{
+	float *coef = malloc(3 * (size_t)C * sizeof *coef);
+	double *part = malloc((size_t)nthreads(be) * 2 * C * sizeof *part);
+	if (!coef || !part)
+		abort();
+	float *k0 = coef, *k1 = coef + C, *k2 = coef + 2 * C;
+	struct apf_bn_job j = {.N = N, .C = C, .inp = inp, .dout = dout,
+			       .out = out, .mean = mean, .k0 = k0, .k1 = k1,
+			       .k2 = k2, .dinp = dinp, .dres = dres,
+			       .relu = relu, .accum_inp = accum,
+			       .accum_res = accum_res, .part = part};
+	int nt = bnf_run(be, bnf_dsums_task, &j, N, C);
+	for (int c = 0; c < C; c++) {
+		/* sum of g xhat = rstd * sum of g (x - mean) */
+		dbias[c] = (float)bnf_total(part, nt, C, c);
+		dscale[c] = (float)(bnf_total(part, nt, C, C + c) * rstd[c]);
+		k0[c] = scale[c] * rstd[c];
+		k1[c] = dbias[c] / N;
+		k2[c] = rstd[c] * dscale[c] / N;
+	}
+	if (dinp || dres)
+		bnf_run(be, bnf_dx_task, &j, N, C);
+	free(coef);
+	free(part);
+}
+
+static void batchnorm_relu_forward(apf_backend *be, float *out,
+				   float *save_mean, float *save_rstd,
+				   const float *inp, const float *res,
+				   const float *scale, const float *bias,
+				   float *run_mean, float *run_var, int N, int C,
+				   float momentum, float eps, int train)
+{
+	bn_fast_forward(be, out, save_mean, save_rstd, inp, res, scale, bias,
+			run_mean, run_var, N, C, momentum, eps, train, 1);
+}
+
+static void batchnorm_relu_backward(apf_backend *be, float *dinp, float *dres,
+				    float *dscale, float *dbias,
+				    const float *dout, const float *out,
+				    const float *inp, const float *scale,
+				    const float *mean, const float *rstd, int N,
+				    int C, int accum, int accum_res)
+{
+	bn_fast_backward(be, dinp, dres, dscale, dbias, dout, out, inp, scale,
+			 mean, rstd, N, C, accum, accum_res, 1);
 }
 
 /* ---- layer norm ----------------------------------------------------------- */
@@ -1513,7 +1758,7 @@ static void pool_stop(struct pool *p, int started)
 	pthread_cond_destroy(&p->done);
 }
 
-int apf_backend_cpu_new(apf_backend **out, int threads)
+static int cpu_new(apf_backend **out, int threads, int fast)
 {
 	*out = NULL;
 	if (threads > MAX_THREADS)
@@ -1531,6 +1776,11 @@ int apf_backend_cpu_new(apf_backend **out, int threads)
 	be->threads = threads > 0 ? threads : 1;
 	be->impl = p;
 	p->n = be->threads;
+	p->fast = fast;
+	if (fast) {
+		be->batchnorm_relu_forward = batchnorm_relu_forward;
+		be->batchnorm_relu_backward = batchnorm_relu_backward;
+	}
 	pthread_mutex_init(&p->mu, NULL);
 	pthread_cond_init(&p->work, NULL);
 	pthread_cond_init(&p->done, NULL);
@@ -1548,6 +1798,16 @@ int apf_backend_cpu_new(apf_backend **out, int threads)
 	openblas_set_num_threads(be->threads);
 	*out = be;
 	return 0;
+}
+
+int apf_backend_cpu_new(apf_backend **out, int threads)
+{
+	return cpu_new(out, threads, apf_cpu_fast_supported());
+}
+
+int apf_backend_cpu_plain_new(apf_backend **out, int threads)
+{
+	return cpu_new(out, threads, 0);
 }
 
 void apf_backend_free(apf_backend *be)

@@ -1,0 +1,95 @@
+/*
+ * fast.h: the CPU backend's AVX2/FMA kernels (fast.c), internal to nn/cpu.
+ *
+ * cpu.c keeps the plain kernels, the readable reference; when the CPU has
+ * AVX2 and FMA it routes the shapes these kernels take to them. Each kernel
+ * here is one thread's share of a layer, `(job, t, nt)`: cpu.c's pool runs
+ * it on every thread, so this file knows nothing of threads. Shares depend
+ * only on the sizes and nt, and every sum runs in a fixed order, so a fixed
+ * thread count gives bit-identical results (nn.h); the bits differ from the
+ * plain kernels' (FMA rounds once, sums group differently), within a tight
+ * tolerance the tests check.
+ */
+#ifndef APF_NN_CPU_FAST_H
+#define APF_NN_CPU_FAST_H
+
+#include <stddef.h>
+
+/* 1 when this CPU runs the kernels below (AVX2 and FMA). */
+int apf_cpu_fast_supported(void);
+
+/* ---- direct convolution (NHWC, no im2col) ----------------------------------
+ *
+ * Forward and input gradient run one register-blocked micro-kernel over a
+ * zero-padded copy of a few images at a time (the padding makes every tap of
+ * every pixel a fixed offset from the pixel, so no bounds checks): 6 output
+ * pixels x 16 output channels in 12 accumulators. The input gradient is the
+ * same kernel over the padded output gradient, one pass per residue class of
+ * the stride. The weight gradient reduces over pixels with 4 output channels
+ * x 3 (tap, 8-channel) columns in 12 accumulators, into one partial per
+ * thread that the caller adds in thread order.
+ */
+struct apf_conv_job {
+	int B, H, W, C, OC, K, S, P, OH, OW;
+	const float *inp;    /* (B,H,W,C) */
+	const float *weight; /* (OC,K,K,C) */
+	const float *bias;   /* (OC) or NULL, forward only */
+	const float *dout;   /* (B,OH,OW,OC), backward only */
+	float *out;          /* forward: (B,OH,OW,OC) */
+	float *dinp;         /* input gradient (B,H,W,C), or NULL */
+	int accum;           /* dinp: 0 write, 1 add */
+	float *wt;           /* transformed weights; conv_fast_prepare* */
+	float *work;         /* apf_cpu_conv_fast_work floats */
+	double *stats;       /* forward: per thread 2*OC sums (x, x^2), or NULL */
+};
+
+/* Which parts the fast kernels take for this shape. */
+int apf_cpu_conv_fast_forward_ok(int C, int OC, int K);
+int apf_cpu_conv_fast_dinp_ok(int C, int OC, int K);
+int apf_cpu_conv_fast_dweight_ok(int C, int OC, int K);
+/* Floats of work for B images on nt threads. */
+size_t apf_cpu_conv_fast_work(int B, int H, int W, int C, int OC, int K,
+			      int S, int P, int nt);
+/* 1 when the Winograd F(2x2, 3x3) kernels take the shape (3x3, stride 1,
+ * padding 1, channels in multiples of 16). */
+int apf_cpu_conv_wino_ok(int C, int OC, int K, int S, int P);
+/* Before the forward and the backward: the transformed weights job->wt
+ * (serial, small). */
+void apf_cpu_conv_fast_prepare(struct apf_conv_job *j);
+void apf_cpu_conv_fast_prepare_backward(struct apf_conv_job *j);
+void apf_cpu_conv_fast_forward(struct apf_conv_job *j, int t, int nt);
+void apf_cpu_conv_fast_dinp(struct apf_conv_job *j, int t, int nt);
+/* Thread t's weight gradient (OC,K,K,C) over its images, written to
+ * apf_cpu_conv_fast_dweight_part(j, t, nt). */
+void apf_cpu_conv_fast_dweight(struct apf_conv_job *j, int t, int nt);
+float *apf_cpu_conv_fast_dweight_part(const struct apf_conv_job *j, int t,
+				      int nt);
+
+/* ---- batch norm fused with ReLU ---------------------------------------------
+ *
+ * Forward: statistics in one pass (sums of x - shift and of its square),
+ * then out = max(0, (x - mean) a + b [+ res]) in one more; backward: the sums of g
+ * and g (x - mean), g = dout where out > 0, then in one pass the input
+ * gradient k0 (g - k1 - (x - mean) k2) and the residual's gradient g. ReLU
+ * only: its derivative is read from the output, so nothing else is stored.
+ * With relu 0 the same passes are a plain batch norm (g = dout).
+ * Rows (N of C channels) split across threads; part holds each thread's
+ * 2 C double sums, which the caller adds in thread order.
+ */
+struct apf_bn_job {
+	int N, C;
+	const float *inp, *res, *dout, *out;
+	const float *shift;              /* stats */
+	const float *a, *b;              /* apply (with mean) */
+	const float *mean, *k0, *k1, *k2; /* apply, dsums, dx */
+	float *y, *dinp, *dres;
+	int relu;                        /* 0: plain batch norm, no mask */
+	int accum_inp, accum_res;
+	double *part;
+};
+void apf_cpu_bn_fast_stats(struct apf_bn_job *j, int t, int nt);
+void apf_cpu_bn_fast_apply(struct apf_bn_job *j, int t, int nt);
+void apf_cpu_bn_fast_dsums(struct apf_bn_job *j, int t, int nt);
+void apf_cpu_bn_fast_dx(struct apf_bn_job *j, int t, int nt);
+
+#endif

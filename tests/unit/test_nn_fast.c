@@ -1,0 +1,476 @@
+/*
+ * test_nn_fast.c: the CPU backend's fast (AVX2/FMA) kernels against its
+ * plain ones, the oracle (apf_backend_cpu_plain_new): every layer the fast
+ * kernels take, on the fmnist_cnn shapes and on odd ones (partial tiles,
+ * strides, 5x5 kernels, shapes that fall back), forward and backward, write
+ * and accumulate modes, one and two threads. The two agree to a tight
+ * tolerance; each is bit-identical with itself run to run.
+ *
+ * Skips where the CPU has no AVX2/FMA: apf_backend_cpu_new is then the
+ * plain backend, which test_nn.c covers.
+ */
+#include "testlib.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "nn/nn.h"
+#include "nn/cpu/fast.h"
+
+static float *rand_floats(apf_rng *r, size_t n, float lo, float hi)
+{
+	float *x = malloc(n * sizeof *x);
+	assert_non_null(x);
+	for (size_t i = 0; i < n; i++)
+		x[i] = lo + (hi - lo) * apf_rng_uniform(r);
+	return x;
+}
+
+static float *floats(size_t n, float v)
+{
+	float *x = malloc((n ? n : 1) * sizeof *x);
+	assert_non_null(x);
+	for (size_t i = 0; i < n; i++)
+		x[i] = v;
+	return x;
+}
+
+/* |got - want| <= tol * (1 + max |want|): scaled to the array, tight enough
+ * that a wrong tap, channel or pixel shows (those are off by O(max)). */
+static void assert_close(const char *what, const float *got, const float *want,
+			 size_t n, double tol)
+{
+	double mx = 0;
+	for (size_t i = 0; i < n; i++)
+		mx = fmax(mx, fabs(want[i]));
+	for (size_t i = 0; i < n; i++)
+		if (!(fabs(got[i] - want[i]) <= tol * (1 + mx)))
+			fail_msg("%s[%zu] = %.8g, plain %.8g (max %.3g)", what,
+				 i, got[i], want[i], mx);
+}
+
+static void require_fast(void)
+{
+	if (!apf_cpu_fast_supported())
+		SKIP_BECAUSE("this CPU has no AVX2/FMA, so no fast kernels");
+}
+
+struct conv_shape {
+	int B, H, W, C, OC, K, S, P, bias;
+};
+
+struct conv_out {
+	float *y, *dx, *dxacc, *dw, *db;
+};
+
+static void conv_run(apf_backend *be, const struct conv_shape *s,
+		     const float *x, const float *w, const float *bias,
+		     const float *dy, struct conv_out *o)
+{
+	int OH = (s->H + 2 * s->P - s->K) / s->S + 1;
+	int OW = (s->W + 2 * s->P - s->K) / s->S + 1;
+	size_t nx = (size_t)s->B * s->H * s->W * s->C;
+	size_t ny = (size_t)s->B * OH * OW * s->OC;
+	size_t nw = (size_t)s->OC * s->K * s->K * s->C;
+	size_t work = be->conv2d_work(be, s->B, s->H, s->W, s->C, s->OC, s->K,
+				      s->S, s->P);
+	float *ws = floats(work, NAN); /* garbage the kernels must not read */
+	o->y = floats(ny, NAN);
+	o->dx = floats(nx, NAN);
+	o->dxacc = floats(nx, 0.5f);
+	o->dw = floats(nw, NAN);
+	o->db = floats((size_t)s->OC, NAN);
+	be->conv2d_forward(be, o->y, x, w, s->bias ? bias : NULL, s->B, s->H,
+			   s->W, s->C, s->OC, s->K, s->S, s->P, ws);
+	be->conv2d_backward(be, o->dx, o->dw, s->bias ? o->db : NULL, dy, x, w,
+			    s->B, s->H, s->W, s->C, s->OC, s->K, s->S, s->P,
+			    ws, 0);
+	float *dw2 = floats(nw, NAN);
+	be->conv2d_backward(be, o->dxacc, dw2, NULL, dy, x, w, s->B, s->H,
+			    s->W, s->C, s->OC, s->K, s->S, s->P, ws, 1);
+	assert_memory_equal(dw2, o->dw, nw * sizeof *dw2);
+	free(dw2);
+	free(ws);
+}
+
+static void conv_out_free(struct conv_out *o)
+{
+	free(o->y), free(o->dx), free(o->dxacc), free(o->dw), free(o->db);
+}
+
+static void conv_compare(const struct conv_shape *s, int threads)
+{
+	apf_backend *plain, *fast;
+	assert_apf_ok(apf_backend_cpu_plain_new(&plain, threads));
+	assert_apf_ok(apf_backend_cpu_new(&fast, threads));
+	int OH = (s->H + 2 * s->P - s->K) / s->S + 1;
+	int OW = (s->W + 2 * s->P - s->K) / s->S + 1;
+	size_t nx = (size_t)s->B * s->H * s->W * s->C;
+	size_t ny = (size_t)s->B * OH * OW * s->OC;
+	size_t nw = (size_t)s->OC * s->K * s->K * s->C;
+	apf_rng_key key = {11, (uint32_t)s->C, (uint32_t)s->OC, APF_RNG_TEST};
+	apf_rng r;
+	apf_rng_init(&r, &key, (uint64_t)(s->H * 100 + s->K * 10 + s->S));
+	float *x = rand_floats(&r, nx, -1, 1), *w = rand_floats(&r, nw, -0.5f, 0.5f);
+	float *b = rand_floats(&r, (size_t)s->OC, -1, 1);
+	float *dy = rand_floats(&r, ny, -1, 1);
+	struct conv_out p, f, f2;
+	conv_run(plain, s, x, w, b, dy, &p);
+	conv_run(fast, s, x, w, b, dy, &f);
+	conv_run(fast, s, x, w, b, dy, &f2);
+	char what[160];
+	snprintf(what, sizeof what, "conv B%d %dx%dx%d->%d K%d S%d P%d t%d",
+		 s->B, s->H, s->W, s->C, s->OC, s->K, s->S, s->P, threads);
+	assert_close(what, f.y, p.y, ny, 1e-5);
+	assert_close(what, f.dx, p.dx, nx, 1e-5);
+	assert_close(what, f.dw, p.dw, nw, 1e-5);
+	if (s->bias)
+		assert_close(what, f.db, p.db, (size_t)s->OC, 1e-5);
+	/* accumulate adds exactly what write mode writes */
+	for (size_t i = 0; i < nx; i++)
+		if (f.dxacc[i] != 0.5f + f.dx[i])
+			fail_msg("%s: accumulate [%zu] = %.8g, want 0.5 + %.8g",
+				 what, i, f.dxacc[i], f.dx[i]);
+	/* the fast path is deterministic with itself */
+	assert_memory_equal(f.y, f2.y, ny * sizeof(float));
+	assert_memory_equal(f.dx, f2.dx, nx * sizeof(float));
+	assert_memory_equal(f.dw, f2.dw, nw * sizeof(float));
+	conv_out_free(&p), conv_out_free(&f), conv_out_free(&f2);
+	free(x), free(w), free(b), free(dy);
+	apf_backend_free(plain);
+	apf_backend_free(fast);
+}
+
+static void fast_conv_matches_plain_on_fmnist_cnn_shapes(void **state)
+{
+	(void)state;
+	require_fast();
+	static const struct conv_shape shapes[] = {
+		{3, 28, 28, 1, 16, 3, 1, 1, 0},   /* stem */
+		{3, 28, 28, 16, 16, 3, 1, 1, 0},  /* stage 1 */
+		{3, 28, 28, 16, 32, 3, 2, 1, 0},  /* stage 2, first conv */
+		{3, 28, 28, 16, 32, 1, 2, 0, 0},  /* stage 2 projection */
+		{3, 14, 14, 32, 32, 3, 1, 1, 0},
+		{3, 14, 14, 32, 64, 3, 2, 1, 0},
+		{3, 14, 14, 32, 64, 1, 2, 0, 0},
+		{3, 7, 7, 64, 64, 3, 1, 1, 1},
+	};
+	for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++)
+		for (int threads = 1; threads <= 2; threads++)
+			conv_compare(&shapes[i], threads);
+}
+
+static void fast_conv_matches_plain_on_odd_shapes(void **state)
+{
+	(void)state;
+	require_fast();
+	static const struct conv_shape shapes[] = {
+		{2, 9, 7, 16, 16, 5, 2, 2, 1},  /* 5x5, stride 2, odd sizes */
+		{2, 7, 7, 16, 16, 3, 2, 1, 0},  /* stride 2 onto an odd map */
+		{2, 6, 5, 32, 20, 3, 1, 1, 1},  /* forward falls back */
+		{2, 5, 6, 24, 16, 3, 1, 0, 0},  /* input gradient falls back */
+		{1, 4, 4, 16, 16, 3, 1, 2, 0},  /* padding wider than needed */
+		{5, 3, 3, 8, 16, 3, 3, 1, 1},   /* stride 3, one pixel per row */
+		{1, 11, 13, 48, 48, 3, 1, 1, 0},/* several 16-channel blocks */
+	};
+	for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++)
+		for (int threads = 1; threads <= 2; threads++)
+			conv_compare(&shapes[i], threads);
+}
+
+/* ---- batch norm + ReLU ------------------------------------------------- */
+
+/* The fused layer against the plain backend's batch norm, add and ReLU:
+ * forward in training and eval mode, running statistics, and backward from
+ * the plain forward's output (so both see the same ReLU mask), write and
+ * accumulate modes, with and without a residual. */
+static void bn_relu_compare(int N, int C, int with_res, float offset,
+			    int threads)
+{
+	apf_backend *plain, *fast;
+	assert_apf_ok(apf_backend_cpu_plain_new(&plain, threads));
+	assert_apf_ok(apf_backend_cpu_new(&fast, threads));
+	assert_null(plain->batchnorm_relu_forward);
+	assert_non_null(fast->batchnorm_relu_forward);
+	size_t n = (size_t)N * C;
+	apf_rng_key key = {12, (uint32_t)C, (uint32_t)with_res, APF_RNG_TEST};
+	apf_rng r;
+	apf_rng_init(&r, &key, (uint64_t)N);
+	float *x = rand_floats(&r, n, offset - 1, offset + 2);
+	float *res = rand_floats(&r, n, -1, 1), *dy = rand_floats(&r, n, -1, 1);
+	float *sc = rand_floats(&r, (size_t)C, 0.5f, 1.5f);
+	float *bi = rand_floats(&r, (size_t)C, -0.5f, 0.5f);
+	float *y_p = floats(n, NAN), *y_f = floats(n, NAN), *s_p = floats(n, NAN);
+	float *m_p = floats((size_t)C, NAN), *r_p = floats((size_t)C, NAN);
+	float *m_f = floats((size_t)C, NAN), *r_f = floats((size_t)C, NAN);
+	float *rm_p = floats((size_t)C, 0.1f), *rv_p = floats((size_t)C, 2);
+	float *rm_f = floats((size_t)C, 0.1f), *rv_f = floats((size_t)C, 2);
+	const float *rp = with_res ? res : NULL;
+	char what[96];
+	snprintf(what, sizeof what, "bn+relu N%d C%d res%d offset %g t%d", N,
+		 C, with_res, offset, threads);
+	/* forward, training */
+	plain->batchnorm_forward(plain, s_p, m_p, r_p, x, sc, bi, rm_p, rv_p, N,
+				 C, 0.1f, 1e-5f, 1);
+	if (with_res)
+		plain->add_forward(plain, s_p, s_p, res, n);
+	plain->activation_forward(plain, APF_ACT_RELU, y_p, s_p, n);
+	fast->batchnorm_relu_forward(fast, y_f, m_f, r_f, x, rp, sc, bi, rm_f,
+				     rv_f, N, C, 0.1f, 1e-5f, 1);
+	assert_close(what, y_f, y_p, n, 1e-5);
+	assert_close(what, m_f, m_p, (size_t)C, 1e-6);
+	assert_close(what, r_f, r_p, (size_t)C, 1e-5);
+	assert_close(what, rm_f, rm_p, (size_t)C, 1e-6);
+	assert_close(what, rv_f, rv_p, (size_t)C, 1e-5);
+	/* forward, eval: the running statistics, touched by neither */
+	float *e_f = floats(n, NAN), *e_p = floats(n, NAN);
+	plain->batchnorm_forward(plain, s_p, NULL, NULL, x, sc, bi, rm_p, rv_p,
+				 N, C, 0.1f, 1e-5f, 0);
+	if (with_res)
+		plain->add_forward(plain, s_p, s_p, res, n);
+	plain->activation_forward(plain, APF_ACT_RELU, e_p, s_p, n);
+	fast->batchnorm_relu_forward(fast, e_f, NULL, NULL, x, rp, sc, bi,
+				     rm_p, rv_p, N, C, 0.1f, 1e-5f, 0);
+	assert_close(what, e_f, e_p, n, 1e-5);
+	/* backward: relu, add, batch norm against the fused one */
+	float *g = floats(n, NAN), *dx_p = floats(n, NAN), *dx_f = floats(n, NAN);
+	float *dr_f = floats(n, NAN);
+	float *ds_p = floats((size_t)C, NAN), *db_p = floats((size_t)C, NAN);
+	float *ds_f = floats((size_t)C, NAN), *db_f = floats((size_t)C, NAN);
+	plain->batchnorm_forward(plain, s_p, m_p, r_p, x, sc, bi, rm_p, rv_p, N,
+				 C, 0.1f, 1e-5f, 1);
+	if (with_res)
+		plain->add_forward(plain, s_p, s_p, res, n);
+	plain->activation_forward(plain, APF_ACT_RELU, y_p, s_p, n);
+	plain->activation_backward(plain, APF_ACT_RELU, g, dy, s_p, y_p, n, 0);
+	plain->batchnorm_backward(plain, dx_p, ds_p, db_p, g, x, sc, m_p, r_p,
+				  N, C, 0);
+	fast->batchnorm_relu_backward(fast, dx_f, with_res ? dr_f : NULL, ds_f,
+				      db_f, dy, y_p, x, sc, m_p, r_p, N, C, 0,
+				      0);
+	assert_close(what, ds_f, ds_p, (size_t)C, 1e-5);
+	assert_close(what, db_f, db_p, (size_t)C, 1e-5);
+	assert_close(what, dx_f, dx_p, n, 1e-5);
+	if (with_res)
+		assert_memory_equal(dr_f, g, n * sizeof *g);
+	/* accumulate adds exactly what write mode writes */
+	float *ax = floats(n, 0.5f), *ar = floats(n, 0.25f);
+	fast->batchnorm_relu_backward(fast, ax, with_res ? ar : NULL, ds_f,
+				      db_f, dy, y_p, x, sc, m_p, r_p, N, C, 1,
+				      1);
+	for (size_t i = 0; i < n; i++) {
+		if (ax[i] != 0.5f + dx_f[i])
+			fail_msg("%s: accumulate dx[%zu]", what, i);
+		if (with_res && ar[i] != 0.25f + dr_f[i])
+			fail_msg("%s: accumulate dres[%zu]", what, i);
+	}
+	/* bit-identical with itself */
+	float *y2 = floats(n, NAN), *dx2 = floats(n, NAN);
+	fast->batchnorm_relu_forward(fast, y2, m_f, r_f, x, rp, sc, bi, rm_f,
+				     rv_f, N, C, 0.1f, 1e-5f, 1);
+	fast->batchnorm_relu_forward(fast, y_f, m_f, r_f, x, rp, sc, bi, rm_f,
+				     rv_f, N, C, 0.1f, 1e-5f, 1);
+	assert_memory_equal(y2, y_f, n * sizeof *y2);
+	fast->batchnorm_relu_backward(fast, dx2, NULL, ds_f, db_f, dy, y_p, x,
+				      sc, m_p, r_p, N, C, 0, 0);
+	assert_memory_equal(dx2, dx_f, n * sizeof *dx2);
+	free(x), free(res), free(dy), free(sc), free(bi), free(y_p), free(y_f);
+	free(s_p), free(m_p), free(r_p), free(m_f), free(r_f), free(rm_p);
+	free(rv_p), free(rm_f), free(rv_f), free(e_f), free(e_p), free(g);
+	free(dx_p), free(dx_f), free(dr_f), free(ds_p), free(db_p), free(ds_f);
+	free(db_f), free(ax), free(ar), free(y2), free(dx2);
+	apf_backend_free(plain);
+	apf_backend_free(fast);
+}
+
+static void fused_batchnorm_relu_matches_the_three_layers(void **state)
+{
+	(void)state;
+	require_fast();
+	for (int threads = 1; threads <= 2; threads++) {
+		bn_relu_compare(3000, 16, 0, 0.0f, threads); /* threaded rows */
+		bn_relu_compare(3000, 16, 1, 0.0f, threads);
+		bn_relu_compare(517, 64, 1, 0.0f, threads);
+		bn_relu_compare(999, 12, 1, 0.0f, threads);  /* scalar tail */
+		bn_relu_compare(40, 3, 0, 0.0f, threads);
+		/* a mean far from zero against its spread */
+		bn_relu_compare(3000, 16, 0, 300.0f, threads);
+	}
+}
+
+/* Plain batch norm (no ReLU): the fast backend's two-pass kernels against
+ * the plain three-pass ones. */
+static void bn_compare(int N, int C, float offset, int threads)
+{
+	apf_backend *plain, *fast;
+	assert_apf_ok(apf_backend_cpu_plain_new(&plain, threads));
+	assert_apf_ok(apf_backend_cpu_new(&fast, threads));
+	size_t n = (size_t)N * C;
+	apf_rng_key key = {14, (uint32_t)C, 0, APF_RNG_TEST};
+	apf_rng r;
+	apf_rng_init(&r, &key, (uint64_t)N);
+	float *x = rand_floats(&r, n, offset - 1, offset + 2);
+	float *dy = rand_floats(&r, n, -1, 1);
+	float *sc = rand_floats(&r, (size_t)C, 0.5f, 1.5f);
+	float *bi = rand_floats(&r, (size_t)C, -0.5f, 0.5f);
+	float *y[2], *m[2], *rs[2], *rm[2], *rv[2], *dx[2], *ds[2], *db[2];
+	apf_backend *be[2] = {plain, fast};
+	for (int k = 0; k < 2; k++) {
+		y[k] = floats(n, NAN), dx[k] = floats(n, NAN);
+		m[k] = floats((size_t)C, NAN), rs[k] = floats((size_t)C, NAN);
+		rm[k] = floats((size_t)C, 0.1f), rv[k] = floats((size_t)C, 2);
+		ds[k] = floats((size_t)C, NAN), db[k] = floats((size_t)C, NAN);
+		be[k]->batchnorm_forward(be[k], y[k], m[k], rs[k], x, sc, bi,
+					 rm[k], rv[k], N, C, 0.1f, 1e-5f, 1);
+		/* both from the plain path's statistics */
+		be[k]->batchnorm_backward(be[k], dx[k], ds[k], db[k], dy, x, sc,
+					  m[0], rs[0], N, C, 0);
+	}
+	char what[64];
+	snprintf(what, sizeof what, "bn N%d C%d offset %g t%d", N, C, offset,
+		 threads);
+	assert_close(what, y[1], y[0], n, 1e-5);
+	assert_close(what, m[1], m[0], (size_t)C, 1e-6);
+	assert_close(what, rs[1], rs[0], (size_t)C, 1e-5);
+	assert_close(what, rv[1], rv[0], (size_t)C, 1e-5);
+	assert_close(what, dx[1], dx[0], n, 1e-5);
+	assert_close(what, ds[1], ds[0], (size_t)C, 1e-5);
+	assert_close(what, db[1], db[0], (size_t)C, 1e-5);
+	float *acc = floats(n, 0.5f);
+	fast->batchnorm_backward(fast, acc, ds[1], db[1], dy, x, sc, m[0], rs[0],
+				 N, C, 1);
+	for (size_t i = 0; i < n; i++)
+		if (acc[i] != 0.5f + dx[1][i])
+			fail_msg("%s: accumulate [%zu]", what, i);
+	/* eval mode */
+	for (int k = 0; k < 2; k++)
+		be[k]->batchnorm_forward(be[k], y[k], NULL, NULL, x, sc, bi,
+					 rm[0], rv[0], N, C, 0.1f, 1e-5f, 0);
+	assert_close(what, y[1], y[0], n, 1e-5);
+	for (int k = 0; k < 2; k++) {
+		free(y[k]), free(dx[k]), free(m[k]), free(rs[k]), free(rm[k]);
+		free(rv[k]), free(ds[k]), free(db[k]);
+	}
+	free(x), free(dy), free(sc), free(bi), free(acc);
+	apf_backend_free(plain);
+	apf_backend_free(fast);
+}
+
+static void fast_batchnorm_matches_plain(void **state)
+{
+	(void)state;
+	require_fast();
+	for (int threads = 1; threads <= 2; threads++) {
+		bn_compare(3000, 32, 0.0f, threads);
+		bn_compare(700, 20, 0.0f, threads);
+		bn_compare(3000, 16, -500.0f, threads);
+	}
+}
+
+/* ---- a whole ResNet ------------------------------------------------------ */
+
+/* The fmnist_cnn shape at small size: stem, an identity block, a strided
+ * block with a projection; conv-bn-relu and conv-bn-add-relu chains (fused
+ * on the fast backend), a projection batch norm that stays unfused. */
+static apf_net *resnet(apf_backend *be)
+{
+	apf_net *net;
+	assert_apf_ok(apf_net_new(&net, be, 12, 12, 1));
+	int t = apf_net_conv2d(net, 0, 16, 3, 1, 1, 0, "stem");
+	t = apf_net_batchnorm(net, t, 0.1f, 1e-5f, "stem.bn");
+	t = apf_net_activation(net, t, APF_ACT_RELU);
+	int a = apf_net_conv2d(net, t, 16, 3, 1, 1, 0, "b1.a");
+	a = apf_net_batchnorm(net, a, 0.1f, 1e-5f, "b1.a.bn");
+	a = apf_net_activation(net, a, APF_ACT_RELU);
+	a = apf_net_conv2d(net, a, 16, 3, 1, 1, 0, "b1.b");
+	a = apf_net_batchnorm(net, a, 0.1f, 1e-5f, "b1.b.bn");
+	t = apf_net_activation(net, apf_net_add(net, a, t), APF_ACT_RELU);
+	a = apf_net_conv2d(net, t, 32, 3, 2, 1, 0, "b2.a");
+	a = apf_net_batchnorm(net, a, 0.1f, 1e-5f, "b2.a.bn");
+	a = apf_net_activation(net, a, APF_ACT_RELU);
+	a = apf_net_conv2d(net, a, 32, 3, 1, 1, 0, "b2.b");
+	a = apf_net_batchnorm(net, a, 0.1f, 1e-5f, "b2.b.bn");
+	int p = apf_net_conv2d(net, t, 32, 1, 2, 0, 0, "b2.proj");
+	p = apf_net_batchnorm(net, p, 0.1f, 1e-5f, "b2.proj.bn");
+	t = apf_net_activation(net, apf_net_add(net, a, p), APF_ACT_RELU);
+	t = apf_net_global_avgpool(net, t);
+	t = apf_net_linear(net, t, 10, 1, "head");
+	assert_true(t > 0);
+	assert_apf_ok(apf_net_finish(net, t));
+	return net;
+}
+
+/* Logits, parameter gradients and running statistics after two training
+ * steps' forward and backward (the second from the first's statistics). */
+static void resnet_run(apf_backend *be, float **logits, float **grads,
+		       float **state, size_t *np, size_t *ns)
+{
+	apf_net *net = resnet(be);
+	*np = apf_net_param_floats(net), *ns = apf_net_state_floats(net);
+	float *params = calloc(*np, 4);
+	*grads = calloc(*np, 4), *state = calloc(*ns, 4);
+	apf_net_bind(net, params, *state);
+	apf_rng_key key = {13, 0, 0, APF_RNG_INIT};
+	assert_apf_ok(apf_net_init(net, &key, "kaiming_uniform"));
+	enum { B = 6 };
+	apf_rng r;
+	apf_rng_init(&r, &key, 1);
+	float *x = rand_floats(&r, (size_t)B * 144, -1, 1);
+	float *dl = rand_floats(&r, (size_t)B * 10, -0.1f, 0.1f);
+	const float *out;
+	*logits = malloc(B * 10 * sizeof **logits);
+	for (int step = 0; step < 2; step++) {
+		assert_apf_ok(apf_net_forward(net, &out, x, B, 1, NULL, 0));
+		memcpy(*logits, out, B * 10 * sizeof **logits);
+		assert_apf_ok(apf_net_backward(net, *grads, dl));
+	}
+	free(params), free(x), free(dl);
+	apf_net_free(net);
+}
+
+static void fast_resnet_matches_plain_and_repeats_bit_for_bit(void **state)
+{
+	(void)state;
+	require_fast();
+	apf_backend *plain;
+	assert_apf_ok(apf_backend_cpu_plain_new(&plain, 1));
+	float *lp, *gp, *sp;
+	size_t np, ns;
+	resnet_run(plain, &lp, &gp, &sp, &np, &ns);
+	for (int threads = 1; threads <= 2; threads++) {
+		apf_backend *fast;
+		assert_apf_ok(apf_backend_cpu_new(&fast, threads));
+		float *lf, *gf, *sf, *lf2, *gf2, *sf2;
+		resnet_run(fast, &lf, &gf, &sf, &np, &ns);
+		resnet_run(fast, &lf2, &gf2, &sf2, &np, &ns);
+		assert_close("resnet logits", lf, lp, 60, 1e-4);
+		assert_close("resnet state", sf, sp, ns, 1e-4);
+		apf_net *net = resnet(fast);
+		for (size_t i = 0; i < apf_net_nparams(net); i++) {
+			const apf_param *p = apf_net_param(net, i);
+			assert_close(p->name, gf + p->offset, gp + p->offset,
+				     p->numel, 1e-4);
+		}
+		apf_net_free(net);
+		assert_memory_equal(lf, lf2, 60 * sizeof *lf);
+		assert_memory_equal(gf, gf2, np * sizeof *gf);
+		assert_memory_equal(sf, sf2, ns * sizeof *sf);
+		free(lf), free(gf), free(sf), free(lf2), free(gf2), free(sf2);
+		apf_backend_free(fast);
+	}
+	free(lp), free(gp), free(sp);
+	apf_backend_free(plain);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(fast_conv_matches_plain_on_fmnist_cnn_shapes),
+		cmocka_unit_test(fast_conv_matches_plain_on_odd_shapes),
+		cmocka_unit_test(fused_batchnorm_relu_matches_the_three_layers),
+		cmocka_unit_test(fast_batchnorm_matches_plain),
+		cmocka_unit_test(fast_resnet_matches_plain_and_repeats_bit_for_bit),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
