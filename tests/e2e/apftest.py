@@ -32,6 +32,12 @@ class ApfCase(unittest.TestCase):
         self.home = os.path.join(self.tmp, "home")
         self.env = dict(os.environ)
         self.env["APF_HOME"] = self.home
+        # apf run's work directories (and anything else apf puts in $TMPDIR)
+        # live inside the case's directory: a run the test kills cannot
+        # leave them behind in /tmp.
+        self.scratch = os.path.join(self.tmp, "tmp")
+        os.mkdir(self.scratch)
+        self.env["TMPDIR"] = self.scratch
         self.env["APF_WORKLOADS_DIR"] = TEST_WORKLOADS
         self.env["SOURCE_DATE_EPOCH"] = "1700000000"
         self.env.pop("APF_FAULT", None)

@@ -124,6 +124,8 @@ class Run(RunCase):
         # apf score reads it.
         s = self.ok("score", run, "--csv", self.path("s.csv"))
         self.assertIn("nadamw", s.out)
+        # The runner's work directory (extracted entry, built .so, scratch) is gone.
+        self.assertEqual(os.listdir(self.scratch), [])
 
     def test_units_merge_into_one_run_directory(self):
         entry = self.pack_baseline()
@@ -265,6 +267,8 @@ class Hostile(RunCase):
         r = self.run_unit(entry, run, study="1")
         self.assertEqual(r.rc, 0, r)
         self.check_run(run)
+        # Whatever the trial did, the runner removed its work directories.
+        self.assertEqual(os.listdir(self.scratch), [])
         return faults[0]
 
     def test_inet_socket(self):
