@@ -1,6 +1,7 @@
 """apf workloads: the shipped workloads with their variants, targets and
 budgets, as text and as JSON (checked against a schema), and one-line errors
 with exit 2 for a missing or broken workload."""
+import configparser
 import json
 import os
 import subprocess
@@ -10,6 +11,7 @@ import unittest
 import jsonschema
 
 APF = os.environ.get("APF_BIN", "build/apf")
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 SCHEMA = {
     "type": "object",
@@ -56,7 +58,8 @@ class Workloads(unittest.TestCase):
         self.assertIn("fmnist_cnn", by)
         for w in by.values():
             self.assertGreaterEqual(len(w["variants"]), 3)
-            self.assertEqual(w["targets"], "provisional")
+            # derived from the baselines (workloads/derive_targets.py)
+            self.assertEqual(w["targets"], "derived")
             self.assertEqual(w["metric"], "accuracy")
             # minutes, not hours, on CPU
             self.assertLessEqual(w["budget"]["cpu"]["max_runtime_s"], 3600)
@@ -74,7 +77,13 @@ class Workloads(unittest.TestCase):
     def test_text_names_targets_budgets_and_variants(self):
         p = apf("workloads", "fmnist_cnn")
         self.assertEqual(p.returncode, 0, p.stderr)
-        self.assertIn("targets (provisional): validation 0.9016, test 0.898", p.stdout)
+        ini = configparser.ConfigParser(inline_comment_prefixes=(";",))
+        ini.read(os.path.join(ROOT, "workloads", "fmnist_cnn", "workload.ini"))
+        val = format(float(ini["workload"]["validation_target"]), "g")
+        test = format(float(ini["workload"]["test_target"]), "g")
+        self.assertIn(f"targets: validation {val}, test {test}\n", p.stdout)
+        self.assertIn(f"silu         activation = silu; 77754 parameters; targets {val} / {test}",
+                      p.stdout)
         self.assertIn("budget cpu: 600 s, eval every 30 s", p.stdout)
         self.assertIn("silu", p.stdout)
         self.assertNotIn("fmnist_mlp", p.stdout)
