@@ -113,6 +113,7 @@ struct run {
 	struct apf_entry *entry;
 	struct apf_plan *plan;
 	char *work;               /* private temporary directory */
+	int work_lock;            /* > 0: flock'd work/.lock while we live */
 	char *src;                /* the extracted submission */
 	char *run_dir;
 	char *workloads_dir;

@@ -8,6 +8,7 @@
  */
 #include "runner/runner.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -439,6 +440,8 @@ static void run_free(struct run *r)
 {
 	if (r->work)
 		apf_remove_tree(r->work);
+	if (r->work_lock > 0)
+		close(r->work_lock);
 	free(r->work);
 	free(r->src);
 	free(r->run_dir);
@@ -498,6 +501,58 @@ static int add_heldout(struct run *r)
 	return rc;
 }
 
+/* Work directories are $TMPDIR/apf-run-XXXXXX, each holding .lock, which
+ * its runner keeps flock'd while it lives. A runner that was killed (kill
+ * -9, power loss) cannot remove its own, so every runner removes those of
+ * its user whose lock it can take: their owner is gone. A directory with no
+ * .lock (from an older apf, or one still being created) is never touched. */
+static void sweep_dead_work_dirs(const char *tmpdir)
+{
+	DIR *d = opendir(tmpdir);
+	if (!d)
+		return;
+	struct dirent *de;
+	while ((de = readdir(d))) {
+		if (strncmp(de->d_name, "apf-run-", 8) || strlen(de->d_name) != 14)
+			continue;
+		char *dir = apf_path_join(tmpdir, de->d_name);
+		char *lock = dir ? apf_path_join(dir, ".lock") : NULL;
+		struct stat st;
+		if (lock && lstat(dir, &st) == 0 && S_ISDIR(st.st_mode) &&
+		    st.st_uid == geteuid()) {
+			int fd = open(lock, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+			if (fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) == 0)
+				apf_remove_tree(dir); /* best effort */
+			if (fd >= 0)
+				close(fd);
+		}
+		free(lock);
+		free(dir);
+	}
+	closedir(d);
+	apf_error_clear();
+}
+
+/* The lock is taken on a file under another name and renamed into place,
+ * so a sweeping runner never sees .lock unlocked while we live. */
+static int lock_work_dir(struct run *r)
+{
+	char *tmp = apf_path_join(r->work, ".lock.new");
+	char *lock = apf_path_join(r->work, ".lock");
+	int rc = tmp && lock ? 0 : apf_error(APF_ENOMEM, "run", "out of memory");
+	int fd = rc ? -1
+		    : open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	if (!rc && (fd < 0 || flock(fd, LOCK_EX) != 0 || rename(tmp, lock) != 0))
+		rc = apf_error_errno(APF_EIO, errno, r->work, "lock the work directory");
+	if (rc && fd >= 0)
+		close(fd);
+	else if (!rc)
+		r->work_lock = fd;
+	free(tmp);
+	free(lock);
+	return rc;
+}
+
 static int prepare(struct run *r)
 {
 	const struct apf_run_opts *o = r->o;
@@ -512,12 +567,16 @@ static int prepare(struct run *r)
 	int rc = apf_keyring_default(&kr, o->trust_key);
 	if (!rc) {
 		const char *t = getenv("TMPDIR");
+		t = t && *t ? t : "/tmp";
+		sweep_dead_work_dirs(t);
 		apf_buf b = {0};
-		apf_buf_printf(&b, "%s/apf-run-XXXXXX", t && *t ? t : "/tmp");
+		apf_buf_printf(&b, "%s/apf-run-XXXXXX", t);
 		r->work = b.data;
 		if (!r->work || !mkdtemp(r->work))
 			rc = apf_error_errno(APF_EIO, errno, "run",
 					     "create a work directory");
+		if (!rc)
+			rc = lock_work_dir(r);
 	}
 	if (!rc) {
 		char *real = realpath(r->work, NULL);

@@ -62,5 +62,8 @@ class Crash(RunCase):
             for x in resumes:
                 self.assertGreaterEqual(x["preemption_count"], 1, where)
             from_evals += [x["from_eval"] for x in resumes]
+            # The killed runner's work directory was swept by the next run
+            # (its lock was free), and that run removed its own.
+            self.assertEqual(os.listdir(self.scratch), [], where)
         # The kills landed inside trials too, not only around them.
         self.assertTrue(any(f > 0 for f in from_evals), from_evals)
