@@ -384,6 +384,22 @@ static long parse_literal(struct parser *p, const char *word, int type)
 
 static long parse_value(struct parser *p, int depth);
 
+/* After a member: 1 when a ',' says another follows, 0 at the closing
+ * bracket, -1 (failed) otherwise. */
+static int next_member(struct parser *p, char close, const char *why)
+{
+	skip_ws(p);
+	if (p->pos < p->len && p->s[p->pos] == ',') {
+		p->pos++;
+		return 1;
+	}
+	if (p->pos < p->len && p->s[p->pos] == close) {
+		p->pos++;
+		return 0;
+	}
+	return fail(p, why);
+}
+
 static long parse_object(struct parser *p, int depth)
 {
 	long t = new_tok(p, APF_JOBJECT, p->pos);
@@ -433,16 +449,11 @@ static long parse_object(struct parser *p, int depth)
 			if (parse_value(p, depth + 1) < 0)
 				return -1;
 			p->tok[t].size++;
-			skip_ws(p);
-			if (p->pos < p->len && p->s[p->pos] == ',') {
-				p->pos++;
-				continue;
-			}
-			if (p->pos < p->len && p->s[p->pos] == '}') {
-				p->pos++;
+			int more = next_member(p, '}', "expected ',' or '}'");
+			if (more < 0)
+				return -1;
+			if (!more)
 				break;
-			}
-			return fail(p, "expected ',' or '}'");
 		}
 	}
 	p->tok[t].len = (uint32_t)(p->pos - p->tok[t].start);
@@ -464,16 +475,11 @@ static long parse_array(struct parser *p, int depth)
 			if (parse_value(p, depth + 1) < 0)
 				return -1;
 			p->tok[t].size++;
-			skip_ws(p);
-			if (p->pos < p->len && p->s[p->pos] == ',') {
-				p->pos++;
-				continue;
-			}
-			if (p->pos < p->len && p->s[p->pos] == ']') {
-				p->pos++;
+			int more = next_member(p, ']', "expected ',' or ']'");
+			if (more < 0)
+				return -1;
+			if (!more)
 				break;
-			}
-			return fail(p, "expected ',' or ']'");
 		}
 	}
 	p->tok[t].len = (uint32_t)(p->pos - p->tok[t].start);

@@ -284,6 +284,28 @@ static int build(struct unit *u, char *detail, size_t size)
 	return record(u, "build", f, 0);
 }
 
+/* What the trial and evaluator processes are told; the same for a run,
+ * a replay and a re-evaluation, so an audit runs what the runner ran. */
+static struct unit_args unit_args_of(const struct unit *u)
+{
+	const struct run *r = u->r;
+	return (struct unit_args){
+		.workloads_dir = r->workloads_dir,
+		.workload = u->pu->workload,
+		.variant = u->pu->variant,
+		.seed = r->entry->manifest->tuning.seed,
+		.study = (uint32_t)u->pu->study,
+		.trial = (uint32_t)u->pu->trial + 1,
+		.threads = r->threads,
+		.device = r->device,
+		.so = u->so,
+		.hparams = u->hparams,
+		.max_steps = u->spec ? u->spec->max_steps : 0,
+		.step_hint = u->spec ? u->spec->max_steps : 0,
+		.budget_s = (double)u->budget_ns / 1e9,
+		.arena_bytes = u->capacity};
+}
+
 static int spawn_evaluator(struct unit *u, struct unit_args *a)
 {
 	int sv[2];
@@ -943,21 +965,7 @@ int unit_run(struct run *r, size_t index)
 	if (!rc)
 		rc = make_arena(&u, restore, restore_len);
 	free(restore);
-	struct unit_args a = {
-		.workloads_dir = r->workloads_dir,
-		.workload = u.pu->workload,
-		.variant = u.pu->variant,
-		.seed = r->entry->manifest->tuning.seed,
-		.study = (uint32_t)u.pu->study,
-		.trial = (uint32_t)u.pu->trial + 1,
-		.threads = r->threads,
-		.device = r->device,
-		.so = u.so,
-		.hparams = u.hparams,
-		.max_steps = u.spec ? u.spec->max_steps : 0,
-		.step_hint = u.spec ? u.spec->max_steps : 0,
-		.budget_s = (double)u.budget_ns / 1e9,
-		.arena_bytes = u.capacity};
+	struct unit_args a = unit_args_of(&u);
 	if (!rc)
 		rc = spawn_evaluator(&u, &a);
 	uint64_t spawn_t = apf_now_ns();
@@ -1151,22 +1159,8 @@ int unit_replay(struct run *r, size_t index, const struct replay_spec *rs,
 	u.global_step = rs->from_step;
 	u.sub_ns = rs->sub_ns;
 	u.evals = rs->eval_index;
-	struct unit_args a = {
-		.workloads_dir = r->workloads_dir,
-		.workload = u.pu->workload,
-		.variant = u.pu->variant,
-		.seed = r->entry->manifest->tuning.seed,
-		.study = (uint32_t)u.pu->study,
-		.trial = (uint32_t)u.pu->trial + 1,
-		.threads = r->threads,
-		.device = r->device,
-		.so = u.so,
-		.hparams = u.hparams,
-		.max_steps = u.spec ? u.spec->max_steps : 0,
-		.step_hint = u.spec ? u.spec->max_steps : 0,
-		.budget_s = (double)u.budget_ns / 1e9,
-		.arena_bytes = u.capacity,
-		.stop_at = rs->to_step};
+	struct unit_args a = unit_args_of(&u);
+	a.stop_at = rs->to_step;
 	if (!rc)
 		rc = spawn_trial(&u, &a);
 	char line[LINE_MAX_BYTES];
@@ -1242,15 +1236,7 @@ int unit_reeval(struct run *r, size_t index, const void *ckpt, size_t len,
 			       "the checkpoint is larger than the model's arena");
 	if (!rc)
 		rc = make_arena(&u, ckpt, len);
-	struct unit_args a = {.workloads_dir = r->workloads_dir,
-			      .workload = u.pu->workload,
-			      .variant = u.pu->variant,
-			      .seed = r->entry->manifest->tuning.seed,
-			      .study = (uint32_t)u.pu->study,
-			      .trial = (uint32_t)u.pu->trial + 1,
-			      .threads = r->threads,
-			      .device = r->device,
-			      .arena_bytes = u.capacity};
+	struct unit_args a = unit_args_of(&u);
 	if (!rc)
 		rc = spawn_evaluator(&u, &a);
 	json_t *m = NULL;

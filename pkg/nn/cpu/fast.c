@@ -942,13 +942,27 @@ TGT void apf_cpu_bn_fast_apply(struct apf_bn_job *j, int t, int nt)
 	}
 }
 
+/* dout at o, masked by the ReLU's output where the layer has one. */
+static inline TGT __m256 bn_grad8(const struct apf_bn_job *j, size_t o)
+{
+	__m256 g = _mm256_loadu_ps(j->dout + o);
+	if (j->relu)
+		g = _mm256_and_ps(g, _mm256_cmp_ps(_mm256_loadu_ps(j->out + o),
+						   _mm256_setzero_ps(), _CMP_GT_OQ));
+	return g;
+}
+
+static inline float bn_grad1(const struct apf_bn_job *j, size_t o)
+{
+	return !j->relu || j->out[o] > 0.0f ? j->dout[o] : 0.0f;
+}
+
 TGT void apf_cpu_bn_fast_dsums(struct apf_bn_job *j, int t, int nt)
 {
 	int r0, r1, C = j->C, C8 = C / 8 * 8;
 	bn_rows(j, t, nt, &r0, &r1);
 	double *s = j->part + (size_t)t * 2 * C, *q = s + C;
 	memset(s, 0, 2 * (size_t)C * sizeof *s);
-	__m256 zero = _mm256_setzero_ps();
 	for (int rb = r0; rb < r1; rb += BN_ROWS) {
 		int re = r1 - rb < BN_ROWS ? r1 : rb + BN_ROWS;
 		for (int c = 0; c < C8; c += 8) {
@@ -956,10 +970,7 @@ TGT void apf_cpu_bn_fast_dsums(struct apf_bn_job *j, int t, int nt)
 			__m256 fs = _mm256_setzero_ps(), fq = fs;
 			for (int r = rb; r < re; r++) {
 				size_t o = (size_t)r * C + c;
-				__m256 g = _mm256_loadu_ps(j->dout + o);
-				if (j->relu)
-					g = _mm256_and_ps(g, _mm256_cmp_ps(
-						_mm256_loadu_ps(j->out + o), zero, _CMP_GT_OQ));
+				__m256 g = bn_grad8(j, o);
 				__m256 xc = _mm256_sub_ps(_mm256_loadu_ps(j->inp + o), m);
 				fs = _mm256_add_ps(fs, g);
 				fq = _mm256_fmadd_ps(g, xc, fq);
@@ -971,7 +982,7 @@ TGT void apf_cpu_bn_fast_dsums(struct apf_bn_job *j, int t, int nt)
 			float fs = 0, fq = 0;
 			for (int r = rb; r < re; r++) {
 				size_t o = (size_t)r * C + c;
-				float g = !j->relu || j->out[o] > 0.0f ? j->dout[o] : 0.0f;
+				float g = bn_grad1(j, o);
 				fs += g;
 				fq = fmaf(g, j->inp[o] - j->mean[c], fq);
 			}
@@ -985,14 +996,10 @@ TGT void apf_cpu_bn_fast_dx(struct apf_bn_job *j, int t, int nt)
 {
 	int r0, r1, C = j->C, C8 = C / 8 * 8;
 	bn_rows(j, t, nt, &r0, &r1);
-	__m256 zero = _mm256_setzero_ps();
 	for (int r = r0; r < r1; r++) {
 		size_t o = (size_t)r * C;
 		for (int c = 0; c < C8; c += 8) {
-			__m256 g = _mm256_loadu_ps(j->dout + o + c);
-			if (j->relu)
-				g = _mm256_and_ps(g, _mm256_cmp_ps(
-					_mm256_loadu_ps(j->out + o + c), zero, _CMP_GT_OQ));
+			__m256 g = bn_grad8(j, o + c);
 			if (j->dres) {
 				float *d = j->dres + o + c;
 				_mm256_storeu_ps(d, j->accum_res
@@ -1010,7 +1017,7 @@ TGT void apf_cpu_bn_fast_dx(struct apf_bn_job *j, int t, int nt)
 				? _mm256_add_ps(_mm256_loadu_ps(d), dx) : dx);
 		}
 		for (int c = C8; c < C; c++) {
-			float g = !j->relu || j->out[o + c] > 0.0f ? j->dout[o + c] : 0.0f;
+			float g = bn_grad1(j, o + c);
 			if (j->dres)
 				j->dres[o + c] = j->accum_res ? j->dres[o + c] + g : g;
 			if (!j->dinp)
