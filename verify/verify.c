@@ -28,6 +28,7 @@
 
 #include "hash/hash.h"
 #include "score/score.h"
+#include "workload/workload.h"
 
 #define HEAD_TYPE "application/vnd.apf.runlog-head+json"
 #define HEAD_FORMAT "apf-runlog-head-v1"
@@ -109,17 +110,6 @@ struct key {
 	int type;
 };
 
-static int name_ok(const char *s)
-{
-	if (!*s)
-		return 0;
-	for (; *s; s++)
-		if (!((*s >= 'a' && *s <= 'z') || (*s >= '0' && *s <= '9') ||
-		      *s == '_' || *s == '-'))
-			return 0;
-	return 1;
-}
-
 static int time_ok(const char *s)
 {
 	static const char form[] = "dddd-dd-ddTdd:dd:ddZ";
@@ -137,7 +127,7 @@ static int type_ok(json_t *x, int type)
 	case K_STR:
 		return json_is_string(x);
 	case K_NAME:
-		return json_is_string(x) && name_ok(json_string_value(x));
+		return json_is_string(x) && apf_workload_name_ok(json_string_value(x));
 	case K_SHA:
 		return json_is_string(x) && apf_is_hex_digest(json_string_value(x));
 	case K_BOOL:

@@ -54,18 +54,6 @@ void apf_heldout_free(apf_heldout *h)
 	free(h);
 }
 
-/* The rule workload.ini applies to workload and variant names. */
-static int name_ok(const char *s)
-{
-	if (!*s)
-		return 0;
-	for (; *s; s++)
-		if (!((*s >= 'a' && *s <= 'z') || (*s >= '0' && *s <= '9') ||
-		      *s == '_' || *s == '-'))
-			return 0;
-	return 1;
-}
-
 /* ---- seed and choice -------------------------------------------------- */
 
 int apf_heldout_seed_from_digests(char out[APF_HELDOUT_SEED_MAX],
@@ -223,7 +211,7 @@ static int copy_sorted(char ***out, char *const *v, size_t n)
 int apf_heldout_pick(apf_heldout *h, const char *base, const char *spec_sha256,
 		     char *const *variants, size_t nvariants)
 {
-	if (!name_ok(base))
+	if (!apf_workload_name_ok(base))
 		return apf_error(APF_EINPUT, base,
 				 "not a workload name (lowercase letters, "
 				 "digits, _ and -)");
@@ -238,7 +226,7 @@ int apf_heldout_pick(apf_heldout *h, const char *base, const char *spec_sha256,
 	if (!rc)
 		p.nvariants = nvariants;
 	for (size_t i = 0; !rc && i < p.nvariants; i++) {
-		if (!name_ok(p.variants[i]))
+		if (!apf_workload_name_ok(p.variants[i]))
 			rc = apf_error(APF_EINPUT, base,
 				       "variant '%s' is not a variant name",
 				       p.variants[i]);
@@ -573,7 +561,7 @@ static int get_digest(const struct parser *p, json_t *o, const char *key,
 static int get_name(const struct parser *p, json_t *v, const char *where,
 		    char **out)
 {
-	if (!json_is_string(v) || !name_ok(json_string_value(v)))
+	if (!json_is_string(v) || !apf_workload_name_ok(json_string_value(v)))
 		return bad(p, where,
 			   "expected a name (lowercase letters, digits, _ "
 			   "and -)");

@@ -340,17 +340,6 @@ static int has_ini(const char *dir, const char *name, size_t len)
 	return yes;
 }
 
-static int valid_name(const char *s)
-{
-	if (!*s)
-		return 0;
-	for (; *s; s++)
-		if (!((*s >= 'a' && *s <= 'z') || (*s >= '0' && *s <= '9') ||
-		      *s == '_' || *s == '-'))
-			return 0;
-	return 1;
-}
-
 /* Loads a workload, or a variant B_<v> of base B, from workload.ini. */
 static int load_from_workloads(apf_score_targets *t, const char *workload)
 {
@@ -362,7 +351,7 @@ static int load_from_workloads(apf_score_targets *t, const char *workload)
 		if (!(t->source = apf_strdup(t->dir)))
 			return apf_error(APF_ENOMEM, workload, "out of memory");
 	}
-	if (!valid_name(workload))
+	if (!apf_workload_name_ok(workload))
 		return apf_error(APF_EINPUT, workload,
 				 "not a workload name (lowercase letters, "
 				 "digits, _ and -)");

@@ -120,7 +120,7 @@ int apf_workloads_list(char ***names, size_t *n)
 	return 0;
 }
 
-static int valid_name(const char *s)
+int apf_workload_name_ok(const char *s)
 {
 	if (!*s)
 		return 0;
@@ -191,7 +191,7 @@ static int load_variants(apf_workload_spec *w)
 		if (strncmp(s, "variant.", 8) != 0)
 			continue;
 		const char *vname = s + 8;
-		if (!valid_name(vname) || !strcmp(vname, "base"))
+		if (!apf_workload_name_ok(vname) || !strcmp(vname, "base"))
 			return apf_error(APF_EINPUT, apf_config_name(c),
 					 "line %d: [%s]: a variant name is "
 					 "lowercase letters, digits, _ and - "
@@ -261,7 +261,7 @@ int apf_workload_spec_load_dir(apf_workload_spec **out, const char *dir)
 	if (!rc) {
 		const char *base = strrchr(dir, '/');
 		base = base && base[1] ? base + 1 : dir;
-		if (!valid_name(w->name))
+		if (!apf_workload_name_ok(w->name))
 			rc = apf_config_error(c, "workload", "name",
 					      "lowercase letters, digits, _ "
 					      "and - only");
@@ -355,7 +355,7 @@ int apf_workload_spec_load_dir(apf_workload_spec **out, const char *dir)
 int apf_workload_spec_load(apf_workload_spec **out, const char *name)
 {
 	*out = NULL;
-	if (!valid_name(name))
+	if (!apf_workload_name_ok(name))
 		return apf_error(APF_EINPUT, name,
 				 "not a workload name (lowercase letters, "
 				 "digits, _ and -)");

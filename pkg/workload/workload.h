@@ -72,6 +72,8 @@ void apf_workloads_list_free(char **names, size_t n);
 /* Loads and validates workloads/<name>/workload.ini. */
 int apf_workload_spec_load(apf_workload_spec **out, const char *name);
 int apf_workload_spec_load_dir(apf_workload_spec **out, const char *dir);
+/* The rule for workload and variant names: non-empty, [a-z0-9_-] only. */
+int apf_workload_name_ok(const char *s);
 void apf_workload_spec_free(apf_workload_spec *w);
 
 /* A variant by name ("base" or NULL for the base workload); NULL if absent. */
