@@ -73,8 +73,53 @@ void apf_atomic_abort(apf_atomic *af);
 
 int apf_file_write(const char *path, const void *buf, size_t len, mode_t mode,
 		   int flags);
-/* Reads a whole file, NUL-terminated; refuses files over max bytes. */
+/* Reads a whole regular file, NUL-terminated; refuses anything else (a
+ * FIFO, a device: opened without blocking, never read) and files over max
+ * bytes. Follows a symlink: for paths the user names. */
 int apf_file_read(const char *path, size_t max, char **out, size_t *len);
+
+/* ---- files others wrote ------------------------------------------------------
+ * A run directory or an entry comes from someone apf does not trust, so what
+ * apf reads of it never blocks and is never unbounded (DESIGN.md 7): a file
+ * is opened O_NONBLOCK | O_NOFOLLOW, must be a regular file ("not a regular
+ * file (a FIFO)"), and each kind has its cap below. Inside a run directory
+ * no symlink is followed in any component, so nothing outside it is ever
+ * read or measured. Every refusal is APF_EINPUT naming the file; callers
+ * for whom the file is evidence (a checkpoint the log describes) turn it
+ * into APF_EVERIFY. */
+#define APF_MAX_ENTRY_BYTES ((uint64_t)1 << 30)      /* entry.apf */
+#define APF_MAX_LOG_BYTES ((uint64_t)16 << 30)       /* log.jsonl (mapped) */
+#define APF_MAX_RUN_JSON_BYTES ((size_t)64 << 20)    /* run.json */
+#define APF_MAX_SMALL_JSON_BYTES ((size_t)1 << 20)   /* log.dsse.json,
+						      * hparams.json,
+						      * heldout.json */
+#define APF_MAX_CSV_BYTES ((size_t)256 << 20)        /* eval_measurements.csv */
+#define APF_MAX_CKPT_BYTES ((uint64_t)64 << 30)      /* one checkpoint */
+
+enum {
+	APF_FILE_MISSING_OK = 1, /* absent: return 0 with *fd = -1 / NULL */
+	APF_FILE_FOLLOW = 2,     /* path's last component may be a symlink
+				  * (a path the user named) */
+};
+struct stat;
+/* Opens a regular file for reading (O_RDONLY | O_NOFOLLOW | O_NONBLOCK |
+ * O_CLOEXEC); *st (may be NULL) receives its fstat. */
+int apf_file_open_regular(int *fd, struct stat *st, const char *path, int flags);
+/* Opens dir/rel the same way, following no symlink in any component of rel
+ * (dir itself is the caller's): rel is relative, without empty, "." or ".."
+ * components. Errors name dir/rel. */
+int apf_file_open_beneath(int *fd, struct stat *st, const char *dir,
+			  const char *rel, int flags);
+/* Reads an open regular file whole, NUL-terminated, refusing more than max
+ * bytes (checked before reading, and again as it is read); what names it
+ * in errors. Leaves fd open. */
+int apf_file_read_fd(int fd, const char *what, size_t max, char **out,
+		     size_t *len);
+int apf_file_read_regular(const char *path, size_t max, char **out,
+			  size_t *len);
+/* With APF_FILE_MISSING_OK an absent file gives 0 and *out = NULL. */
+int apf_file_read_beneath(const char *dir, const char *rel, size_t max,
+			  int flags, char **out, size_t *len);
 /* write(2) until done, retrying on EINTR, through the fault point. */
 int apf_write_all(int fd, const void *buf, size_t len, const char *what);
 int apf_fsync_dir(const char *dir);
@@ -99,6 +144,13 @@ int apf_unhex(uint8_t *out, const char *in, size_t n); /* exactly 2n hex chars *
 int apf_is_hex_digest(const char *s);                   /* 64 lowercase hex */
 /* Valid UTF-8 without NUL, newline or other C0 controls. */
 int apf_utf8_path_ok(const char *s);
+/* Copies untrusted text (a compiler's output, a trial's message) so that it
+ * is safe on a terminal and one line: valid printable UTF-8 is kept; each
+ * byte of a control (C0 including tab and newline, DEL, C1, the line
+ * separators and bidirectional overrides) or of invalid UTF-8 becomes
+ * \xNN. A backslash is kept, so escaping twice changes nothing. Always
+ * NUL-terminated when size > 0; cut only between characters or escapes. */
+void apf_text_escape(char *out, size_t size, const char *in);
 
 /* $APF_HOME, else ~/.config/apf. Caller frees. */
 char *apf_home(void);

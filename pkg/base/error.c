@@ -1,6 +1,12 @@
 /*
  * error.c: the one place that formats error messages, and the map from status
  * codes to the exit codes of DESIGN.md section 2.
+ *
+ * A message can carry text apf does not control (a compiler's output, a
+ * trial's message, a file name from an archive), and the CLI prints it to a
+ * terminal: every message is stored escaped (apf_text_escape), so no escape
+ * sequence or control byte of it ever reaches the terminal, whichever code
+ * prints it.
  */
 #include "base/base.h"
 
@@ -11,12 +17,17 @@
 
 static _Thread_local char msg[MSG_MAX];
 
-/* Errors are one line: any newline a cause brought in becomes a space. */
-static void flatten(char *s)
+/* Errors are one line: a newline or carriage return a cause brought in
+ * becomes a space (a compiler's lines read better so than as \x0a), and
+ * every other control byte is escaped. dst holds MSG_MAX bytes. */
+static void store(char *dst, const char *raw)
 {
-	for (; *s; s++)
+	char flat[MSG_MAX];
+	snprintf(flat, sizeof flat, "%s", raw);
+	for (char *s = flat; *s; s++)
 		if (*s == '\n' || *s == '\r')
 			*s = ' ';
+	apf_text_escape(dst, MSG_MAX, flat);
 }
 
 /* Bounded concatenation: messages longer than MSG_MAX are cut, by design. */
@@ -35,11 +46,11 @@ static void join(char *dst, const char *const *parts, int n)
 static int vset(int code, int errnum, const char *what, const char *fmt,
 		va_list ap)
 {
-	char why[MSG_MAX];
+	char why[MSG_MAX], raw[MSG_MAX];
 	vsnprintf(why, sizeof why, fmt, ap);
 	const char *parts[] = {what, why, errnum ? strerror(errnum) : NULL};
-	join(msg, parts, errnum ? 3 : 2);
-	flatten(msg);
+	join(raw, parts, errnum ? 3 : 2);
+	store(msg, raw);
 	return code;
 }
 
@@ -67,8 +78,9 @@ int apf_error_prefix(int code, const char *what)
 	char old[MSG_MAX];
 	memcpy(old, msg, sizeof old);
 	const char *parts[] = {what, old[0] ? old : apf_status_name(code)};
-	join(msg, parts, 2);
-	flatten(msg);
+	char raw[MSG_MAX];
+	join(raw, parts, 2);
+	store(msg, raw);
 	return code;
 }
 
@@ -91,7 +103,8 @@ void apf_error_take(char *buf, size_t size)
 void apf_error_restore(int code, const char *message)
 {
 	(void)code;
-	snprintf(msg, sizeof msg, "%s", message);
+	/* It may come from another process (a trial's report). */
+	store(msg, message ? message : "");
 }
 
 int apf_exit_code(int status)

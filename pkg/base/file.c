@@ -1,7 +1,9 @@
 /*
  * file.c: crash-safe writes (temporary + fsync + rename + directory fsync),
- * whole-file reads with a size cap, directory helpers, and the fault-injection
- * point every write, fsync and rename passes through.
+ * whole-file reads with a size cap that never block on a FIFO or a device
+ * and, inside a directory apf does not trust, never follow a symlink,
+ * directory helpers, and the fault-injection point every write, fsync and
+ * rename passes through.
  *
  * Invariant: after apf_atomic_commit returns 0 the new content is durable and
  * visible under the target name; after any failure the target is untouched
@@ -252,24 +254,182 @@ int apf_file_write(const char *path, const void *buf, size_t len, mode_t mode,
 	return apf_atomic_commit(af);
 }
 
-int apf_file_read(const char *path, size_t max, char **out, size_t *len)
+/* ---- reading files others wrote ------------------------------------------- */
+
+static const char *file_kind(mode_t m)
+{
+	if (S_ISDIR(m))
+		return "a directory";
+	if (S_ISFIFO(m))
+		return "a FIFO";
+	if (S_ISCHR(m))
+		return "a character device";
+	if (S_ISBLK(m))
+		return "a block device";
+	if (S_ISSOCK(m))
+		return "a socket";
+	if (S_ISLNK(m))
+		return "a symbolic link";
+	return "of an unknown type";
+}
+
+/* fd was just opened: a regular file, or closed and refused. */
+static int check_regular(int fd, struct stat *st, const char *what)
+{
+	struct stat own;
+	if (!st)
+		st = &own;
+	if (fstat(fd, st) != 0) {
+		int e = errno;
+		close(fd);
+		return apf_error_errno(APF_EIO, e, what, "stat");
+	}
+	if (!S_ISREG(st->st_mode)) {
+		close(fd);
+		return apf_error(APF_EINPUT, what, "not a regular file (%s)",
+				 file_kind(st->st_mode));
+	}
+	return 0;
+}
+
+/* open(2) failed with e on what. O_NOFOLLOW reports a symlink as ELOOP. */
+static int open_failed(int e, const char *what)
+{
+	if (e == ELOOP)
+		return apf_error(APF_EINPUT, what,
+				 "a symbolic link, not a regular file; not "
+				 "followed");
+	return apf_error_errno(e == ENOENT || e == EACCES || e == ENOTDIR ||
+					       e == EPERM
+				       ? APF_EINPUT
+				       : APF_EIO,
+			       e, what, "open");
+}
+
+#define READ_FLAGS (O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC)
+
+int apf_file_open_regular(int *fd, struct stat *st, const char *path, int flags)
+{
+	*fd = -1;
+	int f = open(path, READ_FLAGS | (flags & APF_FILE_FOLLOW ? 0 : O_NOFOLLOW));
+	if (f < 0) {
+		if (errno == ENOENT && (flags & APF_FILE_MISSING_OK))
+			return 0;
+		return open_failed(errno, path);
+	}
+	int rc = check_regular(f, st, path);
+	if (!rc)
+		*fd = f;
+	return rc;
+}
+
+/* rel's components, checked: relative, none empty, "." or "..". */
+static int rel_ok(const char *rel)
+{
+	if (!*rel || *rel == '/')
+		return 0;
+	for (const char *p = rel; *p;) {
+		size_t n = strcspn(p, "/");
+		if (n == 0 || (n == 1 && p[0] == '.') ||
+		    (n == 2 && p[0] == '.' && p[1] == '.'))
+			return 0;
+		p += n;
+		if (*p == '/' && !*++p)
+			return 0; /* a trailing slash */
+	}
+	return 1;
+}
+
+int apf_file_open_beneath(int *fd, struct stat *st, const char *dir,
+			  const char *rel, int flags)
+{
+	*fd = -1;
+	apf_buf what = {0};
+	if (apf_buf_printf(&what, "%s/%s", dir, rel) != 0) {
+		apf_buf_free(&what);
+		return apf_error(APF_ENOMEM, dir, "out of memory");
+	}
+	if (!rel_ok(rel)) {
+		int rc = apf_error(APF_EINPUT, what.data,
+				   "not a plain relative path (absolute, empty "
+				   "or with . or .. components)");
+		apf_buf_free(&what);
+		return rc;
+	}
+	int rc = 0;
+	int at = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (at < 0) {
+		rc = errno == ENOENT && (flags & APF_FILE_MISSING_OK)
+			     ? 0
+			     : apf_error_errno(APF_EINPUT, errno, dir, "open directory");
+		apf_buf_free(&what);
+		return rc;
+	}
+	char comp[NAME_MAX + 1];
+	for (const char *p = rel;;) {
+		size_t n = strcspn(p, "/");
+		if (n > NAME_MAX) {
+			rc = apf_error(APF_EINPUT, what.data, "a name too long");
+			break;
+		}
+		memcpy(comp, p, n);
+		comp[n] = 0;
+		int last = !p[n];
+		int f = openat(at, comp,
+			       last ? READ_FLAGS | O_NOFOLLOW
+				    : O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		if (f < 0) {
+			int e = errno;
+			struct stat lst;
+			if (e == ENOENT && (flags & APF_FILE_MISSING_OK))
+				;
+			else if (last)
+				rc = open_failed(e, what.data);
+			else if (fstatat(at, comp, &lst, AT_SYMLINK_NOFOLLOW) == 0 &&
+				 S_ISLNK(lst.st_mode))
+				rc = apf_error(APF_EINPUT, what.data,
+					       "%.*s is a symbolic link; none is "
+					       "followed here",
+					       (int)(p + n - rel), rel);
+			else if (e == ENOTDIR || e == ELOOP)
+				rc = apf_error(APF_EINPUT, what.data,
+					       "%.*s is not a directory",
+					       (int)(p + n - rel), rel);
+			else
+				rc = open_failed(e, what.data);
+			break;
+		}
+		close(at);
+		at = -1;
+		if (last) {
+			rc = check_regular(f, st, what.data);
+			if (!rc)
+				*fd = f;
+			break;
+		}
+		at = f;
+		p += n + 1;
+	}
+	if (at >= 0)
+		close(at);
+	apf_buf_free(&what);
+	return rc;
+}
+
+int apf_file_read_fd(int fd, const char *what, size_t max, char **out,
+		     size_t *len)
 {
 	*out = NULL;
 	if (len)
 		*len = 0;
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return apf_error_errno(APF_EINPUT, errno, path, "open");
 	struct stat st;
-	if (fstat(fd, &st) != 0) {
-		int e = errno;
-		close(fd);
-		return apf_error_errno(APF_EIO, e, path, "stat");
-	}
-	if (S_ISDIR(st.st_mode)) {
-		close(fd);
-		return apf_error(APF_EINPUT, path, "is a directory");
-	}
+	if (fstat(fd, &st) != 0)
+		return apf_error_errno(APF_EIO, errno, what, "stat");
+	/* A sparse or huge file is refused before a byte of it is read. */
+	if (S_ISREG(st.st_mode) && (uint64_t)st.st_size > max)
+		return apf_error(APF_EINPUT, what,
+				 "%llu bytes, larger than the %zu-byte limit",
+				 (unsigned long long)st.st_size, max);
 	apf_buf b = {0};
 	char chunk[65536];
 	for (;;) {
@@ -278,31 +438,74 @@ int apf_file_read(const char *path, size_t max, char **out, size_t *len)
 			continue;
 		if (n < 0) {
 			int e = errno;
-			close(fd);
 			apf_buf_free(&b);
-			return apf_error_errno(APF_EIO, e, path, "read");
+			return apf_error_errno(APF_EIO, e, what, "read");
 		}
 		if (n == 0)
 			break;
+		/* It can still grow while it is read. */
 		if (b.len + (size_t)n > max) {
-			close(fd);
 			apf_buf_free(&b);
-			return apf_error(APF_EINPUT, path,
+			return apf_error(APF_EINPUT, what,
 					 "larger than the %zu-byte limit", max);
 		}
 		if (apf_buf_append(&b, chunk, (size_t)n) != 0) {
-			close(fd);
 			apf_buf_free(&b);
-			return apf_error(APF_ENOMEM, path, "out of memory");
+			return apf_error(APF_ENOMEM, what, "out of memory");
 		}
 	}
-	close(fd);
 	if (!b.data && apf_buf_append(&b, "", 0) != 0)
-		return apf_error(APF_ENOMEM, path, "out of memory");
+		return apf_error(APF_ENOMEM, what, "out of memory");
 	*out = b.data;
 	if (len)
 		*len = b.len;
 	return 0;
+}
+
+static int read_open(int fd, int rc, const char *what, size_t max, char **out,
+		     size_t *len)
+{
+	*out = NULL;
+	if (len)
+		*len = 0;
+	if (rc || fd < 0)
+		return rc;
+	rc = apf_file_read_fd(fd, what, max, out, len);
+	close(fd);
+	return rc;
+}
+
+int apf_file_read(const char *path, size_t max, char **out, size_t *len)
+{
+	int fd;
+	int rc = apf_file_open_regular(&fd, NULL, path, APF_FILE_FOLLOW);
+	return read_open(fd, rc, path, max, out, len);
+}
+
+int apf_file_read_regular(const char *path, size_t max, char **out,
+			  size_t *len)
+{
+	int fd;
+	int rc = apf_file_open_regular(&fd, NULL, path, 0);
+	return read_open(fd, rc, path, max, out, len);
+}
+
+int apf_file_read_beneath(const char *dir, const char *rel, size_t max,
+			  int flags, char **out, size_t *len)
+{
+	int fd;
+	int rc = apf_file_open_beneath(&fd, NULL, dir, rel, flags);
+	if (rc || fd < 0) {
+		*out = NULL;
+		if (len)
+			*len = 0;
+		return rc;
+	}
+	apf_buf what = {0};
+	apf_buf_printf(&what, "%s/%s", dir, rel);
+	rc = read_open(fd, 0, what.data ? what.data : rel, max, out, len);
+	apf_buf_free(&what);
+	return rc;
 }
 
 int apf_mkdirs(const char *path, mode_t mode)

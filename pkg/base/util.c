@@ -113,38 +113,91 @@ int apf_is_hex_digest(const char *s)
 	return 1;
 }
 
+/* The length of the valid UTF-8 sequence at p and its code point, or 0:
+ * truncated, overlong, a surrogate or past U+10FFFF. */
+static int utf8_char(const unsigned char *p, unsigned *cp)
+{
+	unsigned c = *p;
+	int extra;
+	unsigned min;
+	if (c < 0x80) {
+		*cp = c;
+		return 1;
+	} else if ((c & 0xe0) == 0xc0) {
+		extra = 1, min = 0x80, c &= 0x1f;
+	} else if ((c & 0xf0) == 0xe0) {
+		extra = 2, min = 0x800, c &= 0x0f;
+	} else if ((c & 0xf8) == 0xf0) {
+		extra = 3, min = 0x10000, c &= 0x07;
+	} else {
+		return 0;
+	}
+	for (int i = 1; i <= extra; i++) {
+		if ((p[i] & 0xc0) != 0x80)
+			return 0;
+		c = c << 6 | (p[i] & 0x3f);
+	}
+	if (c < min || c > 0x10ffff || (c >= 0xd800 && c <= 0xdfff))
+		return 0;
+	*cp = c;
+	return extra + 1;
+}
+
 int apf_utf8_path_ok(const char *s)
 {
 	const unsigned char *p = (const unsigned char *)s;
 	while (*p) {
-		unsigned c = *p;
-		int extra;
-		unsigned min;
-		if (c < 0x20 || c == 0x7f)
+		unsigned c;
+		int n = utf8_char(p, &c);
+		if (!n || c < 0x20 || c == 0x7f)
 			return 0;
-		if (c < 0x80) {
-			p++;
-			continue;
-		} else if ((c & 0xe0) == 0xc0) {
-			extra = 1, min = 0x80, c &= 0x1f;
-		} else if ((c & 0xf0) == 0xe0) {
-			extra = 2, min = 0x800, c &= 0x0f;
-		} else if ((c & 0xf8) == 0xf0) {
-			extra = 3, min = 0x10000, c &= 0x07;
-		} else {
-			return 0;
-		}
-		p++;
-		for (int i = 0; i < extra; i++, p++) {
-			if ((*p & 0xc0) != 0x80)
-				return 0;
-			c = c << 6 | (*p & 0x3f);
-		}
-		/* Overlong forms, surrogates and values past U+10FFFF. */
-		if (c < min || c > 0x10ffff || (c >= 0xd800 && c <= 0xdfff))
-			return 0;
+		p += n;
 	}
 	return 1;
+}
+
+/* Code points a terminal acts on instead of showing: C0 and C1 controls,
+ * DEL, the line and paragraph separators, and the bidirectional overrides
+ * and isolates that reorder what follows them on the line. */
+static int terminal_control(unsigned c)
+{
+	return c < 0x20 || (c >= 0x7f && c <= 0x9f) || c == 0x2028 ||
+	       c == 0x2029 || (c >= 0x202a && c <= 0x202e) ||
+	       (c >= 0x2066 && c <= 0x2069);
+}
+
+void apf_text_escape(char *out, size_t size, const char *in)
+{
+	static const char digits[] = "0123456789abcdef";
+	if (!size)
+		return;
+	const unsigned char *p = (const unsigned char *)(in ? in : "");
+	size_t len = 0;
+	while (*p) {
+		unsigned c;
+		int n = utf8_char(p, &c);
+		if (n && !terminal_control(c)) {
+			/* Whole characters only: a cut never leaves half of
+			 * one. */
+			if (len + (size_t)n >= size)
+				break;
+			memcpy(out + len, p, (size_t)n);
+			len += (size_t)n;
+			p += n;
+			continue;
+		}
+		/* Each byte of an invalid sequence or a control, as \xNN. */
+		int bytes = n ? n : 1;
+		if (len + 4 * (size_t)bytes >= size)
+			break;
+		for (int i = 0; i < bytes; i++, p++) {
+			out[len++] = '\\';
+			out[len++] = 'x';
+			out[len++] = digits[*p >> 4];
+			out[len++] = digits[*p & 15];
+		}
+	}
+	out[len] = 0;
 }
 
 char *apf_strdup(const char *s)

@@ -1,10 +1,13 @@
 /*
  * test_base.c: the error convention, atomic files under injected faults,
- * UTF-8 path checks and hex.
+ * reading files others wrote (never blocking, never following a symlink
+ * out, capped), escaping untrusted text for a terminal, UTF-8 path checks
+ * and hex.
  */
 #include "testlib.h"
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -169,6 +172,179 @@ static void remove_tree_does_not_follow_symlinks(void **state)
 	testlib_tmpdir_free(outside);
 }
 
+/* ---- reading files others wrote ------------------------------------------ */
+
+static void open_regular_refuses_fifo_symlink_and_directory_without_blocking(
+	void **state)
+{
+	(void)state;
+	char *dir = testlib_tmpdir();
+	testlib_write_str(dir, "f", "data");
+	char *f = apf_path_join(dir, "f"), *fifo = apf_path_join(dir, "fifo"),
+	     *link = apf_path_join(dir, "link");
+	assert_int_equal(mkfifo(fifo, 0600), 0);
+	assert_int_equal(symlink(f, link), 0);
+	int fd;
+	struct stat st;
+	assert_apf_ok(apf_file_open_regular(&fd, &st, f, 0));
+	assert_true(fd >= 0);
+	assert_int_equal(st.st_size, 4);
+	close(fd);
+	/* Nobody writes the FIFO: a blocking open would hang the test. */
+	assert_int_equal(apf_file_open_regular(&fd, NULL, fifo, 0), APF_EINPUT);
+	assert_int_equal(fd, -1);
+	assert_non_null(strstr(apf_error_message(), "not a regular file (a FIFO)"));
+	assert_non_null(strstr(apf_error_message(), fifo));
+	char *data = NULL;
+	assert_int_equal(apf_file_read(fifo, 100, &data, NULL), APF_EINPUT);
+	assert_null(data);
+	assert_int_equal(apf_file_open_regular(&fd, NULL, link, 0), APF_EINPUT);
+	assert_non_null(strstr(apf_error_message(), "symbolic link"));
+	assert_apf_ok(apf_file_open_regular(&fd, NULL, link, APF_FILE_FOLLOW));
+	close(fd);
+	assert_int_equal(apf_file_open_regular(&fd, NULL, dir, APF_FILE_FOLLOW),
+			 APF_EINPUT);
+	assert_non_null(strstr(apf_error_message(), "a directory"));
+	assert_int_equal(apf_file_open_regular(&fd, NULL, "/dev/zero",
+					       APF_FILE_FOLLOW),
+			 APF_EINPUT);
+	assert_non_null(strstr(apf_error_message(), "a character device"));
+	char *none = apf_path_join(dir, "none");
+	assert_apf_ok(apf_file_open_regular(&fd, NULL, none, APF_FILE_MISSING_OK));
+	assert_int_equal(fd, -1);
+	assert_int_equal(apf_file_open_regular(&fd, NULL, none, 0), APF_EINPUT);
+	free(none);
+	free(f);
+	free(fifo);
+	free(link);
+	testlib_tmpdir_free(dir);
+}
+
+static void open_beneath_follows_no_symlink_in_any_component(void **state)
+{
+	(void)state;
+	char *outside = testlib_tmpdir(), *dir = testlib_tmpdir();
+	testlib_write_str(outside, "sub/f", "secret");
+	testlib_write_str(dir, "a/b/f", "inside");
+	char *sub = apf_path_join(outside, "sub"), *link = apf_path_join(dir, "l");
+	assert_int_equal(symlink(sub, link), 0);
+	char *flink = apf_path_join(dir, "a/fl"), *of = apf_path_join(sub, "f");
+	assert_int_equal(symlink(of, flink), 0);
+	int fd;
+	char *data;
+	size_t len;
+	assert_apf_ok(apf_file_read_beneath(dir, "a/b/f", 100, 0, &data, &len));
+	assert_string_equal(data, "inside");
+	free(data);
+	/* A directory component that is a symlink, and a last one. */
+	assert_int_equal(apf_file_open_beneath(&fd, NULL, dir, "l/f", 0),
+			 APF_EINPUT);
+	assert_non_null(strstr(apf_error_message(), "l is a symbolic link"));
+	assert_int_equal(apf_file_open_beneath(&fd, NULL, dir, "a/fl", 0),
+			 APF_EINPUT);
+	assert_non_null(strstr(apf_error_message(), "symbolic link"));
+	/* Paths that could leave the directory are refused unopened. */
+	const char *bad[] = {"../x", "a/../../x", "/etc/passwd", "", "a//f",
+			     "./a/b/f", "a/b/f/"};
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		assert_int_equal(apf_file_open_beneath(&fd, NULL, dir, bad[i], 0),
+				 APF_EINPUT);
+		assert_int_equal(fd, -1);
+	}
+	/* A file where a directory should be. */
+	assert_int_equal(apf_file_open_beneath(&fd, NULL, dir, "a/b/f/g", 0),
+			 APF_EINPUT);
+	assert_non_null(strstr(apf_error_message(), "a/b/f is not a directory"));
+	assert_apf_ok(apf_file_read_beneath(dir, "a/x/y", 100,
+					    APF_FILE_MISSING_OK, &data, NULL));
+	assert_null(data);
+	assert_int_equal(apf_file_read_beneath(dir, "a/x", 100, 0, &data, NULL),
+			 APF_EINPUT);
+	free(sub);
+	free(link);
+	free(flink);
+	free(of);
+	testlib_tmpdir_free(dir);
+	testlib_tmpdir_free(outside);
+}
+
+static void sparse_file_over_the_cap_is_refused_before_reading(void **state)
+{
+	(void)state;
+	char *dir = testlib_tmpdir();
+	char *p = apf_path_join(dir, "big");
+	int fd = open(p, O_WRONLY | O_CREAT, 0644);
+	assert_true(fd >= 0);
+	assert_int_equal(ftruncate(fd, (off_t)1 << 40), 0);
+	close(fd);
+	char *data = NULL;
+	uint64_t t0 = apf_now_ns();
+	assert_int_equal(apf_file_read_regular(p, 1 << 20, &data, NULL), APF_EINPUT);
+	assert_true(apf_now_ns() - t0 < 1000000000ull);
+	assert_null(data);
+	assert_non_null(strstr(apf_error_message(), "1099511627776 bytes, larger "
+						    "than the 1048576-byte limit"));
+	free(p);
+	testlib_tmpdir_free(dir);
+}
+
+/* ---- escaping -------------------------------------------------------------- */
+
+static void text_escape_keeps_printable_utf8_and_escapes_controls(void **state)
+{
+	(void)state;
+	char out[256];
+	apf_text_escape(out, sizeof out, "caf\xc3\xa9 \xe2\x82\xac a\\b");
+	assert_string_equal(out, "caf\xc3\xa9 \xe2\x82\xac a\\b");
+	apf_text_escape(out, sizeof out, "\x1b[31mred\x1b[0m\a\r\n\t\x7f");
+	assert_string_equal(out, "\\x1b[31mred\\x1b[0m\\x07\\x0d\\x0a\\x09\\x7f");
+	/* C1 CSI, as UTF-8 and as a bare byte; invalid and overlong bytes. */
+	apf_text_escape(out, sizeof out, "\xc2\x9b" "2J|\x9b|\xff|\xc0\xaf|\xc3");
+	assert_string_equal(out, "\\xc2\\x9b2J|\\x9b|\\xff|\\xc0\\xaf|\\xc3");
+	/* Right-to-left override: it would reorder the rest of the line. */
+	apf_text_escape(out, sizeof out, "a\xe2\x80\xae" "b");
+	assert_string_equal(out, "a\\xe2\\x80\\xaeb");
+	/* Escaping what is escaped changes nothing. */
+	char twice[256];
+	apf_text_escape(twice, sizeof twice, out);
+	assert_string_equal(twice, out);
+	apf_text_escape(out, sizeof out, NULL);
+	assert_string_equal(out, "");
+}
+
+static void text_escape_cuts_between_characters_and_escapes(void **state)
+{
+	(void)state;
+	char out[8];
+	memset(out, 'z', sizeof out);
+	apf_text_escape(out, 6, "ab\x1b" "cd");
+	assert_string_equal(out, "ab"); /* \x1b needs 4 of the 3 left */
+	apf_text_escape(out, 5, "ab\xe2\x82\xac");
+	assert_string_equal(out, "ab"); /* the euro sign needs 3 of 2 left */
+	apf_text_escape(out, 1, "abc");
+	assert_string_equal(out, "");
+	out[0] = 'z';
+	apf_text_escape(out, 0, "abc");
+	assert_int_equal(out[0], 'z');
+	apf_text_escape(out, 8, "abcdefghij");
+	assert_string_equal(out, "abcdefg");
+}
+
+static void error_messages_reach_the_terminal_escaped(void **state)
+{
+	(void)state;
+	apf_error(APF_EINPUT, "build", "trial says \x1b]0;owned\x07 %s", "\x9b");
+	assert_string_equal(apf_error_message(),
+			    "build: trial says \\x1b]0;owned\\x07 \\x9b");
+	apf_error_prefix(APF_EINPUT, "unit\x1b");
+	assert_string_equal(apf_error_message(),
+			    "unit\\x1b: build: trial says \\x1b]0;owned\\x07 \\x9b");
+	apf_error_restore(APF_EINPUT, "from a trial: \x1b[2J");
+	assert_string_equal(apf_error_message(), "from a trial: \\x1b[2J");
+	for (const char *m = apf_error_message(); *m; m++)
+		assert_true((unsigned char)*m >= 0x20 && *m != 0x7f);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -181,6 +357,12 @@ int main(void)
 		cmocka_unit_test(utf8_paths),
 		cmocka_unit_test(hex_round_trip),
 		cmocka_unit_test(remove_tree_does_not_follow_symlinks),
+		cmocka_unit_test(open_regular_refuses_fifo_symlink_and_directory_without_blocking),
+		cmocka_unit_test(open_beneath_follows_no_symlink_in_any_component),
+		cmocka_unit_test(sparse_file_over_the_cap_is_refused_before_reading),
+		cmocka_unit_test(text_escape_keeps_printable_utf8_and_escapes_controls),
+		cmocka_unit_test(text_escape_cuts_between_characters_and_escapes),
+		cmocka_unit_test(error_messages_reach_the_terminal_escaped),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
