@@ -1038,20 +1038,20 @@ int apf_archive_reader_open(apf_archive_reader **out, const char *path,
 		r->lim.max_total_bytes = (uint64_t)4 << 30;
 	if (!r->lim.max_members)
 		r->lim.max_members = 100000;
+	if (!r->lim.max_archive_bytes)
+		r->lim.max_archive_bytes = APF_MAX_ENTRY_BYTES;
 	int rc = 0;
 	struct stat st;
-	r->fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (r->fd < 0)
-		rc = apf_error_errno(errno == ENOENT || errno == EACCES ||
-						     errno == ENOTDIR
-					     ? APF_EINPUT
-					     : APF_EIO,
-				     errno, path, "open");
-	else if (fstat(r->fd, &st) != 0)
-		rc = apf_error_errno(APF_EIO, errno, path, "stat");
-	else if (!S_ISREG(st.st_mode))
+	/* A FIFO or a device named as the entry must neither block nor
+	 * stream forever: regular files only, opened without blocking, of at
+	 * most max_archive_bytes. */
+	rc = apf_file_open_regular(&r->fd, &st, path, APF_FILE_FOLLOW);
+	if (rc == 0 && (uint64_t)st.st_size > r->lim.max_archive_bytes)
 		rc = apf_error(APF_EINPUT, path,
-			       "not an apf entry (not a regular file)");
+			       "%llu bytes, larger than the %llu-byte limit "
+			       "of an entry",
+			       (unsigned long long)st.st_size,
+			       (unsigned long long)r->lim.max_archive_bytes);
 	if (rc == 0)
 		rc = check_integrity(r->fd, (uint64_t)st.st_size, path,
 				     r->digest);

@@ -66,6 +66,7 @@ struct apf_archive_limits {
 	uint64_t max_member_bytes; /* 0: 1 GiB */
 	uint64_t max_total_bytes;  /* 0: 4 GiB */
 	size_t max_members;        /* 0: 100000 */
+	uint64_t max_archive_bytes; /* the .apf file; 0: APF_MAX_ENTRY_BYTES */
 };
 
 enum apf_member_type { APF_MEMBER_FILE = 'f', APF_MEMBER_SYMLINK = 'l' };

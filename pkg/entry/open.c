@@ -11,8 +11,11 @@
  */
 #include "entry/entry.h"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "archive/archive.h"
 #include "tuning/tuning.h"
@@ -28,6 +31,63 @@ void apf_entry_free(apf_entry *e)
 	free(e->signer_source);
 	free(e->path);
 	free(e);
+}
+
+/* The entry file's digest and size. The file is opened the way every file
+ * from someone else is (a regular file, without blocking) and capped, so
+ * an entry.apf that is a FIFO, /dev/zero or a sparse giant is refused
+ * before it is read. */
+static int hash_entry_file(const char *path, char hex[65], uint64_t *bytes)
+{
+	int fd;
+	struct stat st;
+	int rc = apf_file_open_regular(&fd, &st, path, APF_FILE_FOLLOW);
+	if (rc)
+		return rc;
+	if ((uint64_t)st.st_size > APF_MAX_ENTRY_BYTES) {
+		close(fd);
+		return apf_error(APF_EINPUT, path,
+				 "%llu bytes, larger than the %llu-byte limit "
+				 "of an entry",
+				 (unsigned long long)st.st_size,
+				 (unsigned long long)APF_MAX_ENTRY_BYTES);
+	}
+	apf_sha256 *h = NULL;
+	rc = apf_sha256_new(&h);
+	enum { BUF = 1 << 18 };
+	char *buf = rc ? NULL : malloc(BUF);
+	if (!rc && !buf)
+		rc = apf_error(APF_ENOMEM, path, "out of memory");
+	uint64_t total = 0;
+	while (!rc) {
+		ssize_t n = read(fd, buf, BUF);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			rc = apf_error_errno(APF_EIO, errno, path, "read");
+		if (n <= 0)
+			break;
+		total += (uint64_t)n;
+		if (total > APF_MAX_ENTRY_BYTES)
+			rc = apf_error(APF_EINPUT, path,
+				       "grew past the %llu-byte limit of an "
+				       "entry while it was read",
+				       (unsigned long long)APF_MAX_ENTRY_BYTES);
+		else
+			rc = apf_sha256_update(h, buf, (size_t)n);
+	}
+	uint8_t d[APF_SHA256_LEN];
+	if (!rc)
+		rc = apf_sha256_final(h, d);
+	if (!rc) {
+		apf_hex(hex, d, sizeof d);
+		*bytes = total;
+	}
+	if (h)
+		apf_sha256_free(h);
+	free(buf);
+	close(fd);
+	return rc;
 }
 
 /* Failures after the archive opened mean the contents are not what was
@@ -181,9 +241,7 @@ static int open_entry(apf_entry **out, const char *path, const apf_keyring *kr,
 		free(e);
 		return apf_error(APF_ENOMEM, path, "out of memory");
 	}
-	uint8_t fd[APF_SHA256_LEN];
-	int rc = apf_sha256_file(path, fd, &e->file_bytes);
-	apf_hex(e->file_digest, fd, sizeof fd);
+	int rc = hash_entry_file(path, e->file_digest, &e->file_bytes);
 	apf_archive_reader *r = NULL;
 	if (!rc)
 		rc = apf_archive_reader_open(&r, path, NULL);

@@ -548,13 +548,19 @@ static int consume(struct walk_state *w, struct batch *b, uint64_t *valid_bytes)
 static int walk(const char *path, const struct apf_runlog_read_opts *o,
 		struct apf_runlog_summary *sum, uint64_t *valid_bytes)
 {
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return apf_error_errno(APF_EINPUT, errno, path, "open");
+	/* Whoever wrote the log is not trusted by its reader: a FIFO or a
+	 * device would block or never end, a symlink could point anywhere. */
+	int fd;
 	struct stat st;
-	if (fstat(fd, &st) != 0) {
+	int rc = apf_file_open_regular(&fd, &st, path, 0);
+	if (rc)
+		return rc;
+	if ((uint64_t)st.st_size > APF_MAX_LOG_BYTES) {
 		close(fd);
-		return apf_error_errno(APF_EIO, errno, path, "stat");
+		return apf_error(APF_EINPUT, path,
+				 "%llu bytes, larger than the %llu-byte limit",
+				 (unsigned long long)st.st_size,
+				 (unsigned long long)APF_MAX_LOG_BYTES);
 	}
 	size_t size = (size_t)st.st_size;
 	const char *data = NULL;
@@ -578,7 +584,6 @@ static int walk(const char *path, const struct apf_runlog_read_opts *o,
 	pthread_cond_init(&pl.done, NULL);
 	struct batch bt[2] = {{0}};
 	struct worker_arg args[64];
-	int rc = 0;
 	/* A batch holds at most the lines there are: a short log (a resume,
 	 * a fuzz input) should not pay for zeroing BATCH records. */
 	size_t cap = 1;
