@@ -279,9 +279,16 @@ static int verify_run(const char *dir, const char *key_path,
 		uint32_t s = (uint32_t)seed;
 		if (seed < 0 && getrandom(&s, sizeof s, 0) != sizeof s)
 			s = (uint32_t)apf_now_ns();
+		/* An unfinished run's verdict (exit 3, why it is unfinished)
+		 * must outlive the audit, which clears and sets the message
+		 * as it goes. */
+		char verdict[1024];
+		apf_error_take(verdict, sizeof verdict);
 		int arc = audit(r, dir, entry_key, reeval, replay, s);
 		if (arc)
 			rc = arc;
+		else
+			apf_error_restore(rc, verdict);
 	}
 	if (as_json && r)
 		print_run_json(r, rc);
