@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "hash/hash.h"
 
@@ -36,6 +37,24 @@ static char *unit_file(const struct vx *v, const struct vx_unit *u,
 		return NULL;
 	}
 	return b.data;
+}
+
+/* A unit's file, read the way every file of the run is (base.h): inside
+ * the run directory, no symlink followed, regular, capped. *text is NULL
+ * when it is missing. A file the log describes that cannot be read so is
+ * evidence against the run: APF_EVERIFY. */
+static int read_unit_file(const struct vx *v, const struct vx_unit *u,
+			  const char *rel, size_t max, char **text, size_t *len)
+{
+	apf_buf r = {0};
+	if (apf_buf_printf(&r, "%s/%s", u->name, rel)) {
+		apf_buf_free(&r);
+		return apf_error(APF_ENOMEM, v->dir, "out of memory");
+	}
+	int rc = apf_file_read_beneath(v->dir, r.data, max, APF_FILE_MISSING_OK,
+				       text, len);
+	apf_buf_free(&r);
+	return rc == APF_EINPUT ? APF_EVERIFY : rc;
 }
 
 /* ---- hparams.json ------------------------------------------------------------ */
@@ -59,10 +78,18 @@ int apf_vx_hparams_files(struct vx *v)
 		if (!file)
 			return apf_error(APF_ENOMEM, v->dir, "out of memory");
 		json_error_t je;
-		json_t *h = json_load_file(file, JSON_REJECT_DUPLICATES, &je);
-		int rc = 0;
-		struct stat st;
-		if (!h && stat(file, &st) != 0)
+		char *text = NULL;
+		size_t len = 0;
+		int rc = read_unit_file(v, u, "hparams.json",
+					APF_MAX_SMALL_JSON_BYTES, &text, &len);
+		int missing = !rc && !text;
+		json_t *h = text ? json_loadb(text, len, JSON_REJECT_DUPLICATES,
+					      &je)
+				 : NULL;
+		free(text);
+		if (rc)
+			;
+		else if (missing)
 			rc = apf_error(APF_EVERIFY, file,
 				       "missing (the trial started at %s line "
 				       "%" PRIu64 ")",
@@ -299,9 +326,13 @@ static int check_csv(const struct vx *v, const struct vx_unit *u)
 	struct csv_ctx c = {v, u, file};
 	char *text = NULL;
 	size_t len = 0;
-	struct stat st;
-	int rc = 0;
-	if (stat(file, &st) != 0) {
+	int rc = read_unit_file(v, u, "eval_measurements.csv", APF_MAX_CSV_BYTES,
+				&text, &len);
+	if (rc) {
+		free(file);
+		return apf_error_prefix(rc, apf_vx_label(APF_VERIFY_TIMING));
+	}
+	if (!text) {
 		if (u->nevals > (!v->rep->complete && u->state != U_ENDED))
 			rc = csv_fail(&c, 0, NULL,
 				      "missing, but the log has %zu evals",
@@ -309,7 +340,6 @@ static int check_csv(const struct vx *v, const struct vx_unit *u)
 		free(file);
 		return rc;
 	}
-	rc = apf_file_read(file, 1u << 30, &text, &len);
 	struct csv_row hdr = {0}, row = {0};
 	int *kind = NULL;
 	long *metric = NULL;
@@ -437,6 +467,8 @@ struct ckpt_job {
 	const struct vx_eval *e;
 	int rc;             /* 0, or what was wrong: */
 	int missing;
+	char refused[300];  /* why it was not read (not a regular file in
+			     * the run, too large, unreadable) */
 	uint64_t size;
 	uint8_t sha[32];
 };
@@ -448,26 +480,73 @@ struct ckpt_pool {
 	pthread_mutex_t lock;
 };
 
+/* SHA-256 of the open file, reading at most max bytes. */
+static int sha256_fd(int fd, uint64_t max, uint8_t out[32], uint64_t *size)
+{
+	apf_sha256 *h = NULL;
+	int rc = apf_sha256_new(&h);
+	enum { BUF = 1 << 18 };
+	char *buf = rc ? NULL : malloc(BUF);
+	if (!rc && !buf)
+		rc = apf_error(APF_ENOMEM, "checkpoint", "out of memory");
+	uint64_t total = 0;
+	while (!rc) {
+		ssize_t n = read(fd, buf, BUF);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			rc = apf_error_errno(APF_EIO, errno, "checkpoint", "read");
+		if (n <= 0)
+			break;
+		total += (uint64_t)n;
+		rc = total > max ? apf_error(APF_EINPUT, "checkpoint",
+					     "grew while it was read")
+				 : apf_sha256_update(h, buf, (size_t)n);
+	}
+	if (!rc)
+		rc = apf_sha256_final(h, out);
+	*size = total;
+	free(buf);
+	if (h)
+		apf_sha256_free(h);
+	return rc;
+}
+
+/* Runs on a worker thread: what goes wrong is kept in the job, as the
+ * error message is the thread's own. Nothing of a file that is not a
+ * regular file inside the run is measured or read, so a symlink to a file
+ * elsewhere discloses nothing of it (not even its size). */
 static void hash_job(const struct vx *v, struct ckpt_job *j)
 {
-	char rel[64];
-	snprintf(rel, sizeof rel, "ckpt/%" PRIu64 ".bin", j->e->index);
-	char *file = unit_file(v, j->u, rel);
-	if (!file) {
-		j->rc = APF_ENOMEM;
-		return;
-	}
+	char rel[600];
+	snprintf(rel, sizeof rel, "%s/ckpt/%" PRIu64 ".bin", j->u->name,
+		 j->e->index);
+	int fd;
 	struct stat st;
-	if (stat(file, &st) != 0 || !S_ISREG(st.st_mode)) {
+	int rc = apf_file_open_beneath(&fd, &st, v->dir, rel,
+				       APF_FILE_MISSING_OK);
+	if (rc == APF_ENOMEM) {
+		j->rc = APF_ENOMEM;
+	} else if (rc) {
+		j->rc = rc;
+		apf_error_take(j->refused, sizeof j->refused);
+	} else if (fd < 0) {
 		j->missing = 1;
 	} else if ((uint64_t)st.st_size != j->e->bytes) {
 		j->size = (uint64_t)st.st_size;
+	} else if ((uint64_t)st.st_size > APF_MAX_CKPT_BYTES) {
+		j->rc = APF_EINPUT;
+		snprintf(j->refused, sizeof j->refused,
+			 "%llu bytes, larger than the %llu-byte limit",
+			 (unsigned long long)st.st_size,
+			 (unsigned long long)APF_MAX_CKPT_BYTES);
 	} else {
-		j->size = (uint64_t)st.st_size;
-		j->rc = apf_sha256_file(file, j->sha, &j->size);
-		apf_error_clear();
+		j->rc = sha256_fd(fd, APF_MAX_CKPT_BYTES, j->sha, &j->size);
+		if (j->rc)
+			apf_error_take(j->refused, sizeof j->refused);
 	}
-	free(file);
+	if (fd >= 0)
+		close(fd);
 }
 
 static void *ckpt_worker(void *arg)
@@ -538,7 +617,7 @@ int apf_vx_checkpoints(struct vx *v)
 		else if (bad->missing)
 			what = "missing";
 		else if (bad->rc)
-			what = "unreadable";
+			what = bad->refused[0] ? bad->refused : "unreadable";
 		else if (bad->size != bad->e->bytes) {
 			snprintf(why, sizeof why,
 				 "%" PRIu64 " bytes, the log says %" PRIu64,
@@ -552,10 +631,14 @@ int apf_vx_checkpoints(struct vx *v)
 				 want);
 			what = why;
 		}
+		/* A refusal's message names the file already. */
+		int named = bad->refused[0] && file &&
+			    !strncmp(bad->refused, file, strlen(file));
 		rc = apf_error(APF_EVERIFY, apf_vx_label(APF_VERIFY_CHECKPOINTS),
-			       "%s: %s (eval %" PRIu64 " of %s, %s line %" PRIu64
+			       "%s%s%s (eval %" PRIu64 " of %s, %s line %" PRIu64
 			       ")",
-			       file ? file : rel, what, bad->e->index,
+			       named ? "" : file ? file : rel, named ? "" : ": ",
+			       what, bad->e->index,
 			       bad->u->name, v->log_path, bad->e->line);
 		free(file);
 	}

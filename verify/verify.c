@@ -82,10 +82,17 @@ static char *in_run(const struct vx *v, const char *rel)
 
 static int check_entry(struct vx *v)
 {
+	/* The entry reader follows a symlink (an entry the user names may be
+	 * one); the run's own must be a regular file inside the run. */
+	int fd;
+	int rc = apf_file_open_beneath(&fd, NULL, v->dir, "entry.apf", 0);
+	if (rc)
+		return rc;
+	close(fd);
 	char *path = in_run(v, "entry.apf");
 	if (!path)
 		return apf_error(APF_ENOMEM, v->dir, "out of memory");
-	int rc = apf_entry_verify(&v->entry, path, v->o->entry_keys);
+	rc = apf_entry_verify(&v->entry, path, v->o->entry_keys);
 	free(path);
 	if (rc)
 		return rc;
@@ -462,7 +469,8 @@ static int load_run_json(struct vx *v)
 		return apf_error(APF_ENOMEM, v->dir, "out of memory");
 	char *text = NULL;
 	size_t len = 0;
-	int rc = apf_file_read(file, 64 << 20, &text, &len);
+	int rc = apf_file_read_beneath(v->dir, "run.json",
+				       APF_MAX_RUN_JSON_BYTES, 0, &text, &len);
 	if (!rc)
 		rc = apf_sha256_hex(text, len, v->run_json_sha);
 	if (!rc) {
@@ -505,15 +513,16 @@ static int load_head(struct vx *v)
 	size_t len = 0;
 	struct apf_dsse d = {0};
 	json_t *pl = NULL;
-	struct stat st;
-	if (stat(file, &st) != 0 && errno == ENOENT) {
+	int rc = apf_file_read_beneath(v->dir, "log.dsse.json",
+				       APF_MAX_SMALL_JSON_BYTES,
+				       APF_FILE_MISSING_OK, &text, &len);
+	if (!rc && !text) {
 		/* The runner signs at the first eval: a run that stopped
 		 * before it has no signature yet. */
 		v->no_head = 1;
 		free(file);
 		return 0;
 	}
-	int rc = apf_file_read(file, 1 << 20, &text, &len);
 	if (!rc) {
 		rc = apf_dsse_verify(text, len, v->o->runner_keys, &d);
 		if (rc)
@@ -607,10 +616,12 @@ static int compare_head(struct vx *v, const struct apf_runlog_summary *sum)
  * prefix and the run stopped abnormally. */
 static int torn_tail(struct vx *v, struct apf_runlog_summary *sum)
 {
-	int fd = open(v->log_path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return 0;
+	int fd;
 	struct stat st;
+	if (apf_file_open_regular(&fd, NULL, v->log_path, 0)) {
+		apf_error_clear();
+		return 0;
+	}
 	int torn = 0;
 	if (fstat(fd, &st) == 0 && (uint64_t)st.st_size > v->bytes_seen &&
 	    (uint64_t)st.st_size - v->bytes_seen < (1u << 20)) {
@@ -638,7 +649,7 @@ static int check_log(struct vx *v)
 	if (rc)
 		return rc;
 	struct stat st;
-	if (stat(v->log_path, &st) == 0)
+	if (lstat(v->log_path, &st) == 0)
 		v->rep->log_bytes = (uint64_t)st.st_size;
 	const struct apf_runlog_read_opts ro = {
 		.fn = apf_vx_record,
@@ -732,11 +743,24 @@ static int check_heldout(struct vx *v)
 	char *file = in_run(v, "heldout.json");
 	if (!file)
 		return apf_error(APF_ENOMEM, v->dir, "out of memory");
+	/* The reader in pkg/score takes a path: the file is checked here to be
+	 * a regular file inside the run, of a sane size, first. */
+	int fd;
 	struct stat st;
-	int exists = stat(file, &st) == 0;
-	int rc = 0;
+	int rc = apf_file_open_beneath(&fd, &st, v->dir, "heldout.json",
+				       APF_FILE_MISSING_OK);
+	int exists = fd >= 0;
+	if (exists)
+		close(fd);
+	if (!rc && exists && (uint64_t)st.st_size > APF_MAX_SMALL_JSON_BYTES)
+		rc = apf_error(APF_EINPUT, file,
+			       "%llu bytes, larger than the %zu-byte limit",
+			       (unsigned long long)st.st_size,
+			       APF_MAX_SMALL_JSON_BYTES);
+	if (rc)
+		rc = APF_EVERIFY;
 	apf_score_heldout *h = NULL;
-	if (!exists && nvar)
+	if (!rc && !exists && nvar)
 		rc = apf_error(APF_EVERIFY, file,
 			       "missing: run.json runs held-out variant units "
 			       "(%s first), which must come from a held-out "

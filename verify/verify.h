@@ -47,6 +47,14 @@
  * records and (unless it was killed) run_end; a unit interrupted by a
  * crash goes on in a later session after a resume record.
  *
+ * Every file of the run directory is read as pkg/base reads files others
+ * wrote: without blocking, regular files only, no symlink followed in any
+ * component below RUN_DIR, each kind capped (base.h's APF_MAX_*). A refused
+ * file counts as that file malformed: entry.apf, run.json, log.jsonl and
+ * log.dsse.json are input errors (exit 2); hparams.json, the CSVs, the
+ * checkpoints and heldout.json, which the log vouches for, fail their
+ * check (exit 1), and a refused checkpoint's target is never measured.
+ *
  * Returns 0 (verified, the run complete), APF_EVERIFY (a check failed),
  * APF_EABORT (everything there verified, but the run stopped abnormally or
  * is still running: the log ends without run_end, or a unit was left
