@@ -109,6 +109,9 @@ static struct sc_info table[] = {
 	FORBID("move_pages", "d"),
 	FORBID("process_madvise", "d"),
 	FORBID("process_mrelease", "d"),
+	/* Memory no limit can count: unevictable, and out of every mapping
+	 * once unmapped. */
+	FORBIDU("memfd_secret", "x", 447),
 
 	PLAIN("socket", SC_SOCKET),
 	PLAIN("socketpair", SC_SOCKET),
@@ -120,6 +123,10 @@ static struct sc_info table[] = {
 	PLAIN("connect", SC_SOCKADDR),
 	PLAIN("bind", SC_SOCKADDR),
 	PLAIN("exit_group", SC_EXIT),
+	/* Memory held by a descriptor or a key, not by a mapping, so that
+	 * RLIMIT_AS does not see it (memory.c, notify.c). */
+	PLAIN("memfd_create", SC_MEMFD),
+	PLAIN("shmget", SC_SHM),
 	E("execve", SC_EXEC, -1, 0, -1, -1, -1, P_EXEC, NULL, 0),
 	E("execveat", SC_EXEC, 0, 1, -1, -1, 4, P_EXEC, NULL, 0),
 

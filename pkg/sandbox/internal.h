@@ -1,7 +1,8 @@
 /*
  * internal.h: what the files of pkg/sandbox share and nothing else includes:
- * the sandbox's state, the syscall table (filter.c), and the policy and
- * notification helpers (notify.c) that spawn.c calls.
+ * the sandbox's state, the syscall table (filter.c), the policy and
+ * notification helpers (notify.c) and the memory limit (memory.c) that
+ * spawn.c calls.
  */
 #ifndef APF_SANDBOX_INTERNAL_H
 #define APF_SANDBOX_INTERNAL_H
@@ -27,6 +28,8 @@ enum sc_class {
 	SC_SOCKADDR,  /* connect, bind */
 	SC_PID,       /* acts on another process: checked when unsealed */
 	SC_EXIT,      /* exit_group: the memory snapshot */
+	SC_MEMFD,     /* memfd_create: a fault when locked */
+	SC_SHM,       /* shmget: a fault unless sealed and counted */
 };
 
 /* How a path argument is used (SC_PATH, SC_EXEC). */
@@ -68,6 +71,14 @@ struct policy_entry {
 	int access;
 };
 
+/* What counts limits.memory (memory.c). */
+enum sb_memory {
+	SB_MEM_NONE,    /* no memory limit asked for */
+	SB_MEM_CGROUP2,
+	SB_MEM_CGROUP1,
+	SB_MEM_RLIMIT,  /* no cgroup to be had: RLIMIT_AS and refusals */
+};
+
 struct apf_sandbox {
 	enum apf_sandbox_mode mode;
 	enum apf_sandbox_phase phase;
@@ -90,8 +101,13 @@ struct apf_sandbox {
 	char refusal[APF_SANDBOX_TEXT_MAX]; /* the last REFUSED call */
 	int killed;
 	int stopped;       /* by apf_sandbox_stop, not yet continued */
-	uint64_t memory_limit;
+	uint64_t memory_limit; /* RLIMIT_AS in force */
 	uint64_t peak_vm;
+	enum sb_memory mem;
+	uint64_t mem_bytes;    /* limits.memory */
+	char *cgroup;          /* the sandbox's own cgroup directory, or NULL */
+	int cg_read;           /* its counters below have been read */
+	uint64_t cg_oom_kills, cg_failcnt, cg_peak;
 	/* what init (or waitid) told us */
 	int have_status;
 	int status;        /* wait status of the program */
@@ -112,6 +128,13 @@ void apf_sandbox_kill_now(apf_sandbox *sb);
 void apf_sandbox_record_fault(apf_sandbox *sb, const char *text);
 /* Reads the program's peak virtual size into sb->peak_vm. */
 void apf_sandbox_snapshot_vm(apf_sandbox *sb);
+/* The memory limit: chooses the mechanism and makes the cgroup (before
+ * the clone); moves the program into it (before its execve is answered);
+ * reads its counters once the sandbox has ended; removes it. */
+int apf_sandbox_memory_setup(apf_sandbox *sb, uint64_t bytes);
+int apf_sandbox_memory_enter(apf_sandbox *sb, pid_t pid);
+void apf_sandbox_memory_read(apf_sandbox *sb);
+void apf_sandbox_memory_remove(apf_sandbox *sb);
 /* Lexical normalisation of an absolute path: "//", ".", ".." folded;
  * returns 0 or -ENAMETOOLONG / -EINVAL (not absolute). */
 int apf_sandbox_normalize(char *out, size_t size, const char *path);

@@ -1020,6 +1020,44 @@ static struct decision spawned(apf_sandbox *sb, struct text *t,
 	return ALLOW;
 }
 
+/* memfd_create: the runner passes every memfd the program needs before it
+ * locks; one made after that is memory the rlimit fallback cannot count,
+ * and a training step has no use for it whatever counts it. */
+static struct decision handle_memfd(struct who *w, const uint64_t *a,
+				    int locked, struct text *t)
+{
+	if (!locked)
+		return ALLOW;
+	char name[256];
+	tput(t, "memfd_create(");
+	if (read_str(w->tid, a[0], name, sizeof name) >= 0)
+		tquote(t, name);
+	else
+		tput(t, "0x%llx", (unsigned long long)a[0]);
+	tput(t, ", 0x%x) in the locked phase: memory the runner did not pass",
+	     (unsigned)a[1]);
+	return fault();
+}
+
+/* shmget: a segment holds memory with no descriptor and no mapping. Sealed,
+ * it lives in the sandbox's IPC namespace and dies with it, and a cgroup
+ * counts its pages; without a cgroup nothing counts them, and unsealed it
+ * would outlive the sandbox on the host. */
+static struct decision handle_shm(struct who *w, const uint64_t *a,
+				  struct text *t)
+{
+	const apf_sandbox *sb = w->sb;
+	int sealed = sb->mode == APF_SANDBOX_SEALED;
+	if (sealed && sb->mem != SB_MEM_RLIMIT)
+		return ALLOW;
+	tput(t, "shmget(0x%llx, %llu, 0x%llx) creates SysV shared memory %s",
+	     (unsigned long long)a[0], (unsigned long long)a[1],
+	     (unsigned long long)a[2],
+	     sealed ? "that the memory limit cannot count (no cgroup)"
+		    : "that would outlive the sandbox");
+	return fault();
+}
+
 static struct decision decide(apf_sandbox *sb, const struct seccomp_notif *req,
 			      apf_sandbox_event *ev, struct text *t)
 {
@@ -1130,6 +1168,10 @@ static struct decision decide(apf_sandbox *sb, const struct seccomp_notif *req,
 	case SC_EXIT:
 		apf_sandbox_snapshot_vm(sb);
 		return ALLOW;
+	case SC_MEMFD:
+		return handle_memfd(&w, a, locked, t);
+	case SC_SHM:
+		return handle_shm(&w, a, t);
 	}
 	return ALLOW;
 }

@@ -33,14 +33,18 @@
  *     perf_event_open, kexec, module loading, key management, reboot, swap,
  *     acct, clock setting, userfaultfd, io_uring, personality, handle-based
  *     opens, pidfd_getfd, kcmp, fanotify, iopl/ioperm, syslog, quotactl,
- *     seccomp (a nested filter), TIOCSTI/TIOCLINUX, and the rest of the list
- *     in filter.c;
+ *     seccomp (a nested filter), TIOCSTI/TIOCLINUX, memfd_secret, and the
+ *     rest of the list in filter.c;
  *   - phase-dependent: creating a process or a thread, and execve, are
  *     allowed in the setup phase (a compiler needs them) and faults once the
  *     caller locks the sandbox - except the program's own first execve;
  *     namespace flags on clone are a fault in any phase; clone3 is answered
  *     ENOSYS in setup (its flags live in memory the caller could change
  *     after the check; glibc falls back to clone, whose flags are registers);
+ *     memfd_create, too, is a fault once locked, whatever counts the memory
+ *     limit (pass every memfd the program needs before locking);
+ *   - shmget: a fault unless the sandbox is sealed (its segments die with
+ *     its IPC namespace) and its memory limit, if any, is a cgroup's;
  *   - paths: open*, creat, truncate, mkdir, rmdir, unlink, rename, link,
  *     symlink, chmod, chown, mknod, utimes, *xattr, execve and AF_UNIX
  *     connect/bind: the supervisor reads the path from the process's memory,
@@ -77,12 +81,43 @@
  * waiting for the runner's go, after anything that starts threads lazily (a
  * BLAS or OpenMP pool: make one call first) has started them.
  *
+ * The memory limit (limits.memory) counts everything the program can hold,
+ * by the first of these the kernel offers (apf_sandbox_memory_mechanism):
+ *   - "cgroup2", where /sys/fs/cgroup is cgroup2 and our own cgroup hands
+ *     the memory controller down; "cgroup1", where the memory controller has
+ *     a v1 hierarchy and we may make a child of our own memory cgroup (root,
+ *     in practice). A cgroup of the sandbox's own, made before the clone,
+ *     that the program enters before its own execve runs (init, ours, stays
+ *     out): memory.max / memory.limit_in_bytes, swap held to nothing
+ *     (memory.swap.max 0, memory.memsw.limit_in_bytes). It counts every
+ *     page the program and its children fault - anonymous memory, page
+ *     tables, memfds (its own and the passed ones it fills), SysV shm, the
+ *     scratch tmpfs, the page cache of the files it reads and writes - and
+ *     kernel memory charged to it (pipe buffers and the like). The kernel's
+ *     OOM killer ends the program when a charge cannot be met. The cgroup
+ *     is removed when the sandbox ends (what is left in it killed first).
+ *   - "rlimit", where no cgroup is to be had (not root and nothing
+ *     delegated, no memory controller): RLIMIT_AS, lowered so that it and
+ *     the scratch fit the limit together - the sealed scratch counts at its
+ *     full size, cut to half the limit when it is larger, and RLIMIT_AS is
+ *     at most the limit less the scratch. That counts what is mapped; what
+ *     is not mapped is refused instead: memfd_create once locked (always),
+ *     shmget (always). Not counted: a memfd passed by the caller that the
+ *     program grows (seal it, F_SEAL_GROW), memfds the program made in
+ *     the setup phase, the unsealed scratch (the caller's directory), and,
+ *     with address_space 0 (unlimited), all of its anonymous memory;
+ *     RLIMIT_FSIZE still bounds each file.
+ * A step that fails once a cgroup looked usable is an APF_EABORT naming the
+ * step, never a silent fallback.
+ *
  * How it ended (apf_sandbox_end): exit code; crash with its signal; the
- * sandbox fault that killed it; killed by the runner; memory limit (an
- * allocation failed under RLIMIT_AS: a failure or crash whose peak memory -
- * the larger of peak RSS and peak virtual size seen at exit, abort, or a
- * stop - is within 1/8 of the limit); CPU or file-size limit (SIGXCPU,
- * SIGXFSZ); setup failure. No cgroup is used: the memory limit is RLIMIT_AS.
+ * sandbox fault that killed it; killed by the runner; memory limit (the
+ * cgroup's OOM killer ended it: memory.oom_control's or memory.events'
+ * oom_kill counter rose, or the limit was hit and the program died of
+ * SIGKILL; or an allocation failed under RLIMIT_AS: a failure or crash whose
+ * peak memory - the larger of peak RSS and peak virtual size seen at exit,
+ * abort, or a stop - is within 1/8 of RLIMIT_AS); CPU or file-size limit
+ * (SIGXCPU, SIGXFSZ); setup failure.
  *
  * Serving notifications: a notified call blocks the calling thread until the
  * supervisor answers, so the supervisor must poll apf_sandbox_notify_fd and
@@ -137,6 +172,10 @@ struct apf_sandbox_limits {
 	/* RLIMIT_AS bytes; 0: unlimited. CUDA reserves far more address space
 	 * than it uses, so a GPU trial needs 0 here. */
 	uint64_t address_space;
+	/* Bytes of everything the program can hold, counted by a cgroup where
+	 * the kernel offers one, else by RLIMIT_AS and refusals (see above);
+	 * 0: none. Set address_space too: it still binds with a cgroup. */
+	uint64_t memory;
 	uint64_t open_files;    /* RLIMIT_NOFILE; 0: 256 */
 	/* RLIMIT_NPROC, processes and threads (a BLAS thread pool counts);
 	 * 0: 1024. Sealed only: unsealed, it would count the user's every
@@ -208,9 +247,11 @@ typedef struct apf_sandbox_end {
 	uint64_t peak_rss;    /* bytes, the largest of the program and its children */
 	uint64_t peak_vm;     /* bytes, peak virtual size last seen; 0: unknown */
 	uint64_t memory_limit; /* RLIMIT_AS in force; 0: none */
+	uint64_t memory_peak;  /* bytes, the cgroup's peak charge; 0: unknown */
 	/* One line for the log: "exited with code 0", "crashed: SIGSEGV",
 	 * "sandbox fault: socket(AF_INET, SOCK_STREAM, 0) ...", "memory limit
-	 * exceeded: peak 250 MiB of 256 MiB (SIGABRT)", ... */
+	 * exceeded: peak 250 MiB of 256 MiB (SIGABRT)", "memory limit exceeded:
+	 * peak 1024 MiB of 1024 MiB (cgroup1, OOM kill)", ... */
 	char reason[APF_SANDBOX_TEXT_MAX + 64];
 } apf_sandbox_end;
 
@@ -252,6 +293,12 @@ int apf_sandbox_cont(apf_sandbox *sb);
 /* Kills everything in the sandbox for good (outcome KILLED unless a fault
  * came first). */
 int apf_sandbox_kill(apf_sandbox *sb);
+
+/* What counts limits.memory: "cgroup2", "cgroup1", "rlimit", or "none"
+ * (no memory limit asked for), for the log. */
+const char *apf_sandbox_memory_mechanism(const apf_sandbox *sb);
+/* The sandbox's cgroup directory while it exists, or NULL. */
+const char *apf_sandbox_memory_cgroup(const apf_sandbox *sb);
 
 /* The first fault's text, or NULL. */
 const char *apf_sandbox_fault(const apf_sandbox *sb);

@@ -669,13 +669,28 @@ static int plan_build(struct plan *p, const struct apf_sandbox_config *cfg,
 	}
 	p->nfds = cfg->nfds;
 
-	p->rl_as.rlim_cur = p->rl_as.rlim_max = lim(cfg->limits.address_space, 0);
+	int sealed = cfg->mode == APF_SANDBOX_SEALED;
+	uint64_t scratch_bytes = cfg->scratch_bytes ? cfg->scratch_bytes
+						    : DEFAULT_SCRATCH_BYTES;
+	uint64_t as = cfg->limits.address_space;
+	if (sb->mem == SB_MEM_RLIMIT) {
+		/* Nothing counts the scratch's pages: they come out of the
+		 * memory limit at the scratch's full size, which is at most
+		 * half of it, and RLIMIT_AS gets the rest. */
+		uint64_t m = cfg->limits.memory;
+		if (sealed && cfg->scratch && scratch_bytes > m / 2)
+			scratch_bytes = m / 2;
+		uint64_t room = m - (sealed && cfg->scratch ? scratch_bytes : 0);
+		if (as && as > room)
+			as = room;
+	}
+	p->rl_as.rlim_cur = p->rl_as.rlim_max = lim(as, 0);
 	p->rl_nofile.rlim_cur = p->rl_nofile.rlim_max = (rlim_t)nofile;
 	p->rl_nproc.rlim_cur = p->rl_nproc.rlim_max =
 		lim(cfg->limits.processes, 1024);
 	p->rl_fsize.rlim_cur = p->rl_fsize.rlim_max = lim(cfg->limits.file_size, 0);
 	p->rl_cpu.rlim_cur = p->rl_cpu.rlim_max = lim(cfg->limits.cpu_seconds, 0);
-	sb->memory_limit = cfg->limits.address_space;
+	sb->memory_limit = as;
 	sb->spawn_limit = cfg->limits.spawns ? cfg->limits.spawns : 1024;
 
 	const char *host = cfg->hostname ? cfg->hostname : DEFAULT_HOSTNAME;
@@ -685,7 +700,6 @@ static int plan_build(struct plan *p, const struct apf_sandbox_config *cfg,
 	snprintf(p->uid_map, sizeof p->uid_map, "0 %u 1\n", (unsigned)geteuid());
 	snprintf(p->gid_map, sizeof p->gid_map, "0 %u 1\n", (unsigned)getegid());
 
-	int sealed = cfg->mode == APF_SANDBOX_SEALED;
 	if (cfg->nmounts && !(p->mnts = calloc(cfg->nmounts, sizeof *p->mnts)))
 		return APF_ENOMEM;
 	for (size_t i = 0; i < cfg->nmounts; i++) {
@@ -748,10 +762,9 @@ static int plan_build(struct plan *p, const struct apf_sandbox_config *cfg,
 				return rc;
 			if (!(p->scratch = join2("/newroot", cfg->scratch)))
 				return APF_ENOMEM;
-			unsigned long long bytes = cfg->scratch_bytes
-				? cfg->scratch_bytes : DEFAULT_SCRATCH_BYTES;
 			snprintf(p->scratch_opts, sizeof p->scratch_opts,
-				 "size=%llu,mode=0755", bytes);
+				 "size=%llu,mode=0755",
+				 (unsigned long long)scratch_bytes);
 		} else {
 			struct stat st;
 			if (stat(cfg->scratch, &st) < 0 || !S_ISDIR(st.st_mode))
@@ -907,6 +920,8 @@ static int spawn(apf_sandbox **out, const struct apf_sandbox_config *cfg,
 	struct plan p;
 	int rc = apf_sandbox_policy_defaults(sb);
 	if (rc == 0)
+		rc = apf_sandbox_memory_setup(sb, cfg->limits.memory);
+	if (rc == 0)
 		rc = plan_build(&p, cfg, sb);
 	else
 		memset(&p, 0, sizeof p);
@@ -992,6 +1007,10 @@ static int spawn(apf_sandbox **out, const struct apf_sandbox_config *cfg,
 			sb->pidns_dev = st.st_dev;
 			sb->pidns_ino = st.st_ino;
 		}
+		/* Its execve waits for our answer: nothing has run yet that
+		 * the cgroup should have counted. */
+		if (rc == 0)
+			rc = apf_sandbox_memory_enter(sb, prog);
 		if (rc == 0) {
 			*out = sb;
 			return 0;
@@ -1325,6 +1344,20 @@ static const char *signame(int sig, char *buf, size_t size)
 	return buf;
 }
 
+/* The cgroup's word on how it ended: the kernel's OOM killer struck, or
+ * the limit was hit and the program died of SIGKILL (from the OOM killer
+ * of a kernel without the oom_kill counter: nobody else sends it). Only a
+ * program that did not end well; init reporting nothing counts as such. */
+static int cgroup_oom(const apf_sandbox *sb, const apf_sandbox_end *e)
+{
+	if (sb->mem != SB_MEM_CGROUP1 && sb->mem != SB_MEM_CGROUP2)
+		return 0;
+	int failed = !sb->have_status || e->signal || e->exit_code != 0;
+	return failed && (sb->cg_oom_kills > 0 ||
+			  (sb->cg_failcnt > 0 &&
+			   (!sb->have_status || e->signal == SIGKILL)));
+}
+
 static void classify(apf_sandbox *sb, const siginfo_t *si)
 {
 	apf_sandbox_end *e = &sb->end;
@@ -1334,6 +1367,8 @@ static void classify(apf_sandbox *sb, const siginfo_t *si)
 	e->wall_ns = apf_now_ns() - sb->t_start;
 	e->memory_limit = sb->memory_limit;
 	e->peak_vm = sb->peak_vm;
+	apf_sandbox_memory_read(sb);
+	e->memory_peak = sb->cg_peak;
 	if (sb->have_status) {
 		e->user_ns = tv_ns(sb->ru.ru_utime);
 		e->system_ns = tv_ns(sb->ru.ru_stime);
@@ -1358,6 +1393,14 @@ static void classify(apf_sandbox *sb, const siginfo_t *si)
 	} else if (sb->killed) {
 		e->outcome = APF_SANDBOX_KILLED;
 		snprintf(e->reason, sizeof e->reason, "killed by the runner");
+	} else if (cgroup_oom(sb, e)) {
+		e->outcome = APF_SANDBOX_MEMORY_LIMIT;
+		snprintf(e->reason, sizeof e->reason,
+			 "memory limit exceeded: peak %llu MiB of %llu MiB (%s%s)",
+			 (unsigned long long)(sb->cg_peak >> 20),
+			 (unsigned long long)(sb->mem_bytes >> 20),
+			 apf_sandbox_memory_mechanism(sb),
+			 sb->cg_oom_kills ? ", OOM kill" : "");
 	} else if (!sb->have_status) {
 		/* init died without reporting: someone outside killed it */
 		e->outcome = APF_SANDBOX_CRASHED;
@@ -1442,6 +1485,7 @@ int apf_sandbox_reap(apf_sandbox *sb, apf_sandbox_end *end)
 	classify(sb, &si);
 	sb->ended = 1;
 	sb->notify_hup = 1;
+	apf_sandbox_memory_remove(sb);
 	*end = sb->end;
 	return 1;
 }
@@ -1488,6 +1532,8 @@ void apf_sandbox_free(apf_sandbox *sb)
 		       errno == EINTR)
 			;
 	}
+	apf_sandbox_memory_remove(sb);
+	free(sb->cgroup);
 	int fds[] = {sb->child_pidfd, sb->pidfd, sb->notify_fd, sb->chan};
 	for (size_t i = 0; i < sizeof fds / sizeof fds[0]; i++)
 		if (fds[i] >= 0)
