@@ -3,7 +3,9 @@
  * tests/helpers/sandboxee (built unsanitized), which reports what it sees as
  * "key value" lines on a pipe; its "wait" mode lets a test lock the sandbox
  * before the action. Sealed tests skip, with the probe's reason, where the
- * kernel refuses namespaces.
+ * kernel refuses namespaces. The memory-limit tests run tests/helpers/memhog
+ * and check whichever mechanism the sandbox reports: a cgroup (as root) or
+ * the rlimit fallback (elsewhere); no test may leave a cgroup behind.
  */
 #include "testlib.h"
 
@@ -40,6 +42,7 @@ struct run {
 	struct apf_sandbox_path paths[8];
 	size_t npaths;
 	struct apf_sandbox_limits limits;
+	uint64_t scratch_bytes; /* 0: 32 MiB */
 	const char *argv[16];
 	apf_sandbox *sb;
 	int in_w, out_r;
@@ -47,9 +50,45 @@ struct run {
 	size_t outlen;
 	apf_sandbox_end end;
 	int ended;
+	char mechanism[16];    /* apf_sandbox_memory_mechanism */
+	char cgroup[PATH_MAX]; /* the sandbox's cgroup, "" when none */
 };
 
 /* ---- running the helper ------------------------------------------------- */
+
+/* Where this process's sandboxes make their cgroups, once one has. */
+static char cgroup_parent[PATH_MAX];
+
+static void note_cgroup_parent(const char *cg)
+{
+	const char *slash = strrchr(cg, '/');
+	assert_non_null(slash);
+	size_t n = (size_t)(slash - cg);
+	assert_true(n < sizeof cgroup_parent);
+	memcpy(cgroup_parent, cg, n);
+	cgroup_parent[n] = 0;
+}
+
+/* The cgroups this process's sandboxes left in their parent directory. */
+static int our_cgroups_left(void)
+{
+	if (!cgroup_parent[0])
+		return 0;
+	char mine[64];
+	snprintf(mine, sizeof mine, "apf-sandbox-%d-", (int)getpid());
+	DIR *d = opendir(cgroup_parent);
+	assert_non_null(d);
+	int n = 0;
+	struct dirent *de;
+	while ((de = readdir(d)))
+		if (!strncmp(de->d_name, mine, strlen(mine))) {
+			print_message("left behind: %s/%s\n", cgroup_parent,
+				      de->d_name);
+			n++;
+		}
+	closedir(d);
+	return n;
+}
 
 /* snprintf that fails the test instead of cutting a path short. */
 static void fmt(char *buf, size_t size, const char *f, ...)
@@ -159,13 +198,21 @@ static int run_spawn(struct run *r)
 	cfg.mounts = r->mounts;
 	cfg.nmounts = r->nmounts;
 	cfg.scratch = r->scratch;
-	cfg.scratch_bytes = 32 << 20;
+	cfg.scratch_bytes = r->scratch_bytes ? r->scratch_bytes : 32 << 20;
 	cfg.paths = r->paths;
 	cfg.npaths = r->npaths;
 	cfg.fds = fds;
 	cfg.nfds = 3;
 	cfg.limits = r->limits;
 	int rc = apf_sandbox_spawn(&r->sb, &cfg);
+	if (rc == 0) {
+		const char *cg = apf_sandbox_memory_cgroup(r->sb);
+		fmt(r->mechanism, sizeof r->mechanism, "%s",
+		    apf_sandbox_memory_mechanism(r->sb));
+		fmt(r->cgroup, sizeof r->cgroup, "%s", cg ? cg : "");
+		if (cg)
+			note_cgroup_parent(cg);
+	}
 	close(in[0]);
 	close(out[1]);
 	r->in_w = in[1];
@@ -232,6 +279,10 @@ static void finish(struct run *r)
 static void run_free(struct run *r)
 {
 	apf_sandbox_free(r->sb);
+	struct stat st;
+	if (r->cgroup[0] && stat(r->cgroup, &st) == 0)
+		fail_msg("the sandbox's cgroup %s is still there", r->cgroup);
+	assert_int_equal(our_cgroups_left(), 0);
 	if (r->in_w >= 0)
 		close(r->in_w);
 	if (r->out_r >= 0)
@@ -1036,6 +1087,216 @@ static void unsealed_scratch_is_writable(void **state)
 	run_free(&r);
 }
 
+/* ---- the memory limit --------------------------------------------------- */
+
+#define MIB (1ull << 20)
+
+static void use_memhog(struct run *r)
+{
+	*strrchr(r->prog, '/') = 0;
+	size_t n = strlen(r->prog);
+	fmt(r->prog + n, sizeof r->prog - n, "/memhog");
+	r->argv[0] = r->prog;
+}
+
+/* As the runner sets them: the memory limit, and RLIMIT_AS at the same. */
+static void set_memory(struct run *r, uint64_t bytes)
+{
+	r->limits.memory = bytes;
+	r->limits.address_space = bytes;
+}
+
+static int counted_by_cgroup(const struct run *r)
+{
+	return !strncmp(r->mechanism, "cgroup", 6);
+}
+
+/* Locks the sandbox once the program is ready, lets it go, runs it out. */
+static void lock_and_go(struct run *r)
+{
+	assert_true(pump_until(r, "ready", 10));
+	assert_apf_ok(apf_sandbox_set_phase(r->sb, APF_SANDBOX_LOCKED));
+	assert_int_equal(write(r->in_w, "g", 1), 1);
+	finish(r);
+}
+
+static void assert_ended_within(const struct run *r, int seconds)
+{
+	if (r->end.wall_ns > (uint64_t)seconds * 1000000000ull)
+		fail_msg("the sandbox took %.1f s to end (%s)",
+			 (double)r->end.wall_ns / 1e9, r->end.reason);
+}
+
+/* A cgroup's OOM kill, named as such, with the peak it saw. */
+static void assert_cgroup_memory_limit(const struct run *r, uint64_t limit)
+{
+	assert_outcome((struct run *)r, APF_SANDBOX_MEMORY_LIMIT);
+	char want[64];
+	fmt(want, sizeof want, "of %llu MiB (%s", (unsigned long long)(limit >> 20),
+	    r->mechanism);
+	if (!strstr(r->end.reason, "memory limit exceeded: peak ") ||
+	    !strstr(r->end.reason, want))
+		fail_msg("reason '%s' does not say '%s'", r->end.reason, want);
+	assert_true(r->end.memory_peak >= limit - limit / 4);
+	print_message("%s\n", r->end.reason);
+}
+
+/* The runner passes every memfd before it locks: one made after that is a
+ * fault, whatever counts the memory (here: before the 2 GiB fallocate). */
+static void memfd_made_after_lock_is_a_named_fault(void **state)
+{
+	(void)state;
+	require_sealed();
+	struct run r;
+	run_init(&r, SEALED);
+	use_memhog(&r);
+	set_memory(&r, 256 * MIB);
+	run_locked(&r, "memfd", "2048");
+	assert_string_not_equal(r.mechanism, "none");
+	assert_fault(&r, "memfd_create(\"memhog\", 0x1) in the locked phase");
+	assert_null(value(&r, "memfd"));
+	assert_ended_within(&r, 10);
+	run_free(&r);
+}
+
+/* A memfd made in the setup phase and filled (fallocate, never mapped, so
+ * RLIMIT_AS never sees it) after the lock: the cgroup counts its pages. */
+static void memfd_filled_after_lock_is_a_memory_limit(void **state)
+{
+	(void)state;
+	require_sealed();
+	struct run r;
+	run_init(&r, SEALED);
+	use_memhog(&r);
+	set_memory(&r, 256 * MIB);
+	run_args(&r, "premade", "wait", "memfd", "2048");
+	assert_apf_ok(run_spawn(&r));
+	if (!counted_by_cgroup(&r)) {
+		run_free(&r);
+		SKIP_BECAUSE("the memory limit is counted by %s here, which does "
+			     "not count a memfd made before the lock (sandbox.h)",
+			     r.mechanism);
+	}
+	lock_and_go(&r);
+	assert_cgroup_memory_limit(&r, 256 * MIB);
+	assert_null(value(&r, "memfd"));
+	assert_ended_within(&r, 10);
+	run_free(&r);
+}
+
+/* A scratch larger than the limit, filled: the cgroup counts the tmpfs
+ * pages; the fallback cuts the scratch to half the limit. Either way it is
+ * contained, and run_free checks that no cgroup is left charged. */
+static void scratch_filled_past_the_limit_is_contained(void **state)
+{
+	(void)state;
+	require_sealed();
+	struct run r;
+	run_init(&r, SEALED);
+	use_memhog(&r);
+	set_memory(&r, 128 * MIB);
+	r.scratch_bytes = 512 * MIB;
+	run_args(&r, "wait", "scratch", "/scratch", "400");
+	assert_apf_ok(run_spawn(&r));
+	lock_and_go(&r);
+	if (counted_by_cgroup(&r)) {
+		assert_cgroup_memory_limit(&r, 128 * MIB);
+		assert_null(value(&r, "scratch"));
+	} else {
+		assert_outcome(&r, APF_SANDBOX_EXITED);
+		const char *v = value(&r, "scratch");
+		assert_non_null(v);
+		assert_true(strtoull(v, NULL, 10) <= 64);
+		assert_non_null(strstr(v, strerror(ENOSPC)));
+		/* RLIMIT_AS: the limit less the scratch's 64 MiB */
+		assert_int_equal(r.end.memory_limit, 64 * MIB);
+	}
+	assert_ended_within(&r, 20);
+	run_free(&r);
+}
+
+static void honest_program_under_the_memory_limit(enum apf_sandbox_mode mode)
+{
+	struct run r;
+	run_init(&r, mode);
+	use_memhog(&r);
+	set_memory(&r, 256 * MIB);
+	run_locked(&r, "anon", "64");
+	assert_outcome(&r, APF_SANDBOX_EXITED);
+	assert_int_equal(r.end.exit_code, 0);
+	assert_string_equal(value(&r, "anon"), "ok");
+	print_message("memory limit counted by %s\n", r.mechanism);
+	if (counted_by_cgroup(&r)) {
+		assert_true(r.cgroup[0] != 0);
+		assert_true(r.end.memory_peak >= 64 * MIB);
+		assert_true(r.end.memory_peak < 256 * MIB);
+		assert_int_equal(r.end.memory_limit, 256 * MIB);
+	} else {
+		assert_string_equal(r.mechanism, "rlimit");
+		assert_int_equal(r.end.memory_limit,
+				 mode == SEALED ? 224 * MIB : 256 * MIB);
+	}
+	run_free(&r);
+}
+
+static void honest_program_under_the_memory_limit_exits_0(void **state)
+{
+	(void)state;
+	require_sealed();
+	honest_program_under_the_memory_limit(SEALED);
+}
+
+static void unsealed_honest_program_under_the_memory_limit_exits_0(void **state)
+{
+	(void)state;
+	require_unsealed();
+	honest_program_under_the_memory_limit(UNSEALED);
+}
+
+/* SysV shared memory: counted where a cgroup counts (sealed, its segments
+ * die with the IPC namespace), refused where nothing would. */
+static void sysv_shm_is_counted_or_refused(void **state)
+{
+	(void)state;
+	require_sealed();
+	struct run r;
+	run_init(&r, SEALED);
+	use_memhog(&r);
+	r.limits.memory = 256 * MIB; /* no RLIMIT_AS: shmat maps it all */
+	run_locked(&r, "shm", "2048");
+	if (counted_by_cgroup(&r))
+		assert_cgroup_memory_limit(&r, 256 * MIB);
+	else
+		assert_fault(&r, "shmget(0x0, 2147483648, 0x380) creates SysV "
+				 "shared memory that the memory limit cannot count");
+	assert_null(value(&r, "shm"));
+	assert_ended_within(&r, 10);
+	run_free(&r);
+}
+
+static void unsealed_shmget_is_a_named_fault(void **state)
+{
+	(void)state;
+	require_unsealed();
+	struct run r;
+	run_init(&r, UNSEALED);
+	use_memhog(&r);
+	run_action(&r, "shm", "1", NULL, NULL);
+	assert_fault(&r, "that would outlive the sandbox");
+	run_free(&r);
+}
+
+/* Every test's run_free checks its own sandbox; this scans the parent once
+ * more after them all. */
+static void no_cgroup_is_left_behind(void **state)
+{
+	(void)state;
+	if (!cgroup_parent[0])
+		SKIP_BECAUSE("no sandbox had a cgroup here");
+	print_message("scanned %s\n", cgroup_parent);
+	assert_int_equal(our_cgroups_left(), 0);
+}
+
 /* ---- the interface ------------------------------------------------------ */
 
 /* Yes, or no with one line that says why. */
@@ -1138,6 +1399,14 @@ int main(void)
 		cmocka_unit_test(unsealed_runs_without_namespaces),
 		cmocka_unit_test(unsealed_still_names_forbidden_calls),
 		cmocka_unit_test(unsealed_scratch_is_writable),
+		cmocka_unit_test(memfd_made_after_lock_is_a_named_fault),
+		cmocka_unit_test(memfd_filled_after_lock_is_a_memory_limit),
+		cmocka_unit_test(scratch_filled_past_the_limit_is_contained),
+		cmocka_unit_test(honest_program_under_the_memory_limit_exits_0),
+		cmocka_unit_test(unsealed_honest_program_under_the_memory_limit_exits_0),
+		cmocka_unit_test(sysv_shm_is_counted_or_refused),
+		cmocka_unit_test(unsealed_shmget_is_a_named_fault),
+		cmocka_unit_test(no_cgroup_is_left_behind),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
