@@ -108,6 +108,7 @@ struct apf_sandbox {
 	char *cgroup;          /* the sandbox's own cgroup directory, or NULL */
 	int cg_read;           /* its counters below have been read */
 	uint64_t cg_oom_kills, cg_failcnt, cg_peak;
+	int cg_oom_counted;    /* the kernel has an oom_kill counter */
 	/* what init (or waitid) told us */
 	int have_status;
 	int status;        /* wait status of the program */

@@ -117,13 +117,16 @@ static int write_text(const char *path, const char *s)
 }
 
 /* The number after "key " at the start of a line of a flat-keyed cgroup
- * file; 0 when absent. */
-static uint64_t keyed(const char *text, const char *key)
+ * file; 0 when absent (*found says which). */
+static uint64_t keyed(const char *text, const char *key, int *found)
 {
 	size_t k = strlen(key);
 	for (const char *p = text; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : p)
-		if (!strncmp(p, key, k) && p[k] == ' ')
+		if (!strncmp(p, key, k) && p[k] == ' ') {
+			if (found)
+				*found = 1;
 			return strtoull(p + k + 1, NULL, 10);
+		}
 	return 0;
 }
 
@@ -414,14 +417,16 @@ void apf_sandbox_memory_read(apf_sandbox *sb)
 	if (sb->mem == SB_MEM_CGROUP2) {
 		cg_file(path, sb->cgroup, "memory.events");
 		if (read_text(path, buf, sizeof buf) > 0) {
-			sb->cg_oom_kills = keyed(buf, "oom_kill");
-			sb->cg_failcnt = keyed(buf, "max");
+			sb->cg_oom_kills = keyed(buf, "oom_kill",
+						 &sb->cg_oom_counted);
+			sb->cg_failcnt = keyed(buf, "max", NULL);
 		}
 		sb->cg_peak = file_u64(sb->cgroup, "memory.peak");
 	} else {
 		cg_file(path, sb->cgroup, "memory.oom_control");
 		if (read_text(path, buf, sizeof buf) > 0)
-			sb->cg_oom_kills = keyed(buf, "oom_kill");
+			sb->cg_oom_kills = keyed(buf, "oom_kill",
+						 &sb->cg_oom_counted);
 		sb->cg_failcnt = file_u64(sb->cgroup, "memory.failcnt") +
 				 file_u64(sb->cgroup, "memory.memsw.failcnt");
 		uint64_t a = file_u64(sb->cgroup, "memory.max_usage_in_bytes");

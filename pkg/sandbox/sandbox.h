@@ -113,8 +113,8 @@
  * How it ended (apf_sandbox_end): exit code; crash with its signal; the
  * sandbox fault that killed it; killed by the runner; memory limit (the
  * cgroup's OOM killer ended it: memory.oom_control's or memory.events'
- * oom_kill counter rose, or the limit was hit and the program died of
- * SIGKILL; or an allocation failed under RLIMIT_AS: a failure or crash whose
+ * oom_kill counter rose - before Linux 4.13, which has none, the limit was
+ * hit and the program died of SIGKILL; or an allocation failed under RLIMIT_AS: a failure or crash whose
  * peak memory - the larger of peak RSS and peak virtual size seen at exit,
  * abort, or a stop - is within 1/8 of RLIMIT_AS); CPU or file-size limit
  * (SIGXCPU, SIGXFSZ); setup failure.

@@ -1344,18 +1344,20 @@ static const char *signame(int sig, char *buf, size_t size)
 	return buf;
 }
 
-/* The cgroup's word on how it ended: the kernel's OOM killer struck, or
- * the limit was hit and the program died of SIGKILL (from the OOM killer
- * of a kernel without the oom_kill counter: nobody else sends it). Only a
- * program that did not end well; init reporting nothing counts as such. */
+/* The cgroup's word on how it ended: the kernel's OOM killer struck; on a
+ * kernel without the oom_kill counter (before 4.13), the limit was hit and
+ * the program died of SIGKILL. (Hitting the limit alone says nothing: the
+ * kernel reclaims page cache there all the time.) Only a program that did
+ * not end well; init reporting nothing counts as such. */
 static int cgroup_oom(const apf_sandbox *sb, const apf_sandbox_end *e)
 {
 	if (sb->mem != SB_MEM_CGROUP1 && sb->mem != SB_MEM_CGROUP2)
 		return 0;
 	int failed = !sb->have_status || e->signal || e->exit_code != 0;
-	return failed && (sb->cg_oom_kills > 0 ||
-			  (sb->cg_failcnt > 0 &&
-			   (!sb->have_status || e->signal == SIGKILL)));
+	if (sb->cg_oom_counted)
+		return failed && sb->cg_oom_kills > 0;
+	return failed && sb->cg_failcnt > 0 &&
+	       (!sb->have_status || e->signal == SIGKILL);
 }
 
 static void classify(apf_sandbox *sb, const siginfo_t *si)
