@@ -1,14 +1,17 @@
 /*
  * score.c: `apf score DIR... [--rules R] [--targets F] [--heldout F]
- * [--svg F] [--csv F] [--self-tuning] [--json]`: performance profiles and
- * benchmark scores from AlgoPerf's logs or apf runs (DESIGN.md section 8).
+ * [--svg F] [--csv F] [--self-tuning] [--strict] [--json]`: performance
+ * profiles and benchmark scores from AlgoPerf's logs or apf runs (DESIGN.md
+ * section 8).
  *
  * The rules default to apf when any input is an apf run, else to the
  * AlgoPerf version the targets file names (0.5 or 0.6), else algoperf-0.6.
- * Warnings (skipped trials, unexpected study counts) go to stderr; the table
- * or the JSON to stdout; --csv and --svg files are written atomically, and
- * only once everything has been computed. A failure prints one line and
- * nothing else.
+ * Warnings (skipped trials, unexpected study counts, trials refused for
+ * malformed or impossible numbers) go to stderr and into the JSON; the
+ * table or the JSON to stdout; --csv and --svg files are written
+ * atomically, and only once everything has been computed. --strict makes
+ * refused trials and unexpected counts errors (exit 2). A failure prints
+ * one line and nothing else.
  */
 #include "cmd.h"
 
@@ -34,7 +37,7 @@ int cmd_score(int argc, char **argv)
 {
 	const char *rules_name = NULL, *targets_path = NULL,
 		   *heldout_path = NULL, *svg = NULL, *csv = NULL;
-	int json = 0, self_tuning = 0;
+	int json = 0, self_tuning = 0, strict = 0;
 	const struct apf_opt opts[] = {
 		{"rules", 'r', OPT_STRING, &rules_name, "R",
 		 "apf, algoperf-0.5 or algoperf-0.6"},
@@ -48,13 +51,16 @@ int cmd_score(int argc, char **argv)
 		 "write submission,score,<times...> rows"},
 		{"self-tuning", 0, OPT_FLAG, &self_tuning, NULL,
 		 "the submissions follow the self-tuning ruleset"},
+		{"strict", 0, OPT_FLAG, &strict, NULL,
+		 "refused trials and unexpected counts are errors (exit 2)"},
 		{"json", 0, OPT_FLAG, &json, NULL,
 		 "print JSON instead of the table"},
 		{0},
 	};
 	const struct apf_usage usage = {
 		"score RUN_DIR|LOG_DIR ... [--rules R] [--targets FILE] "
-		"[--heldout FILE] [--svg FILE] [--csv FILE] [--self-tuning] [--json]",
+		"[--heldout FILE] [--svg FILE] [--csv FILE] [--self-tuning] "
+		"[--strict] [--json]",
 		"Score submissions: time-to-target per trial, the best trial per "
 		"study, the median\nover studies, performance profiles over the "
 		"base workloads, and the benchmark\nscore (the profile's "
@@ -68,7 +74,16 @@ int cmd_score(int argc, char **argv)
 		"algoperf-0.6 reproduce AlgoPerf's published\nscorer (the trial "
 		"that met the target at the earliest eval; v0.5: 5 studies and\n"
 		"held-out variants, v0.6: 3 studies and none). Default: apf for "
-		"apf runs, else\nthe targets file's benchmark version.",
+		"apf runs, else\nthe targets file's benchmark version.\n\n"
+		"Every number read from eval_measurements.csv must be a plain "
+		"decimal (no hex,\n'+', inf or trailing text), clocks and "
+		"counters >= 0 (not -0) and never going\nback from one row to "
+		"the next, the target metric empty, nan (missing) or in\nits "
+		"range (accuracy in [0, 1]). A trial that breaks this is refused: "
+		"a warning\nnaming file and line, and the trial never meets its "
+		"target. --strict makes it\nan error (exit 2), as it does "
+		"trial directories without eval_measurements.csv\nand study, "
+		"trial or workload counts other than the rules expect.",
 		1, -1};
 	int nargs, rc = cmd_start("score", &usage, opts, argc, argv, &nargs);
 	if (rc >= 0)
@@ -120,7 +135,8 @@ int cmd_score(int argc, char **argv)
 		rules = &self;
 	}
 	if (!rc)
-		rc = apf_score_compute(&res, logs, targets, heldout, rules);
+		rc = apf_score_compute(&res, logs, targets, heldout, rules,
+				       strict ? APF_SCORE_STRICT : 0);
 	if (!rc && csv)
 		rc = write_file(csv, res, apf_score_format_csv);
 	if (!rc && svg)

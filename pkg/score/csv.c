@@ -3,13 +3,32 @@
  * escapes, newlines inside quotes, CRLF, a UTF-8 byte-order mark) and finding
  * the first eval that meets the target.
  *
- * Only two columns matter: validation/<metric> and the time column (score,
- * else accumulated_submission_time). Both are checked on every row, so a
- * malformed file fails whole, with its name and line, instead of scoring
- * what happened to parse. As in pandas, which AlgoPerf's scorer reads these
- * files with: blank lines are skipped, a short row is padded with empty
- * values, a long row is an error, and an empty value or a NaN token is NaN.
- * A NaN metric never meets a target.
+ * Two kinds of problem, both named "score: <file>:<line>: <why>":
+ *
+ *   - the file is not a CSV the scorer can read (broken quoting, a row
+ *     longer than the header, no metric or time column, empty): an error;
+ *   - a number in it cannot be trusted: the trial is refused. The caller
+ *     decides what that costs (apf score --strict: an error; else a warning
+ *     and the trial never meets its target).
+ *
+ * Columns read: validation/<metric>, the time (score, else
+ * accumulated_submission_time), and, when present, the other AlgoPerf
+ * clocks and counters (accumulated_submission_time, accumulated_eval_time,
+ * accumulated_logging_time, total_duration, global_step,
+ * preemption_count). Each is checked on every row, so a bad value refuses
+ * the whole trial instead of scoring what happened to parse. A number is a
+ * plain decimal: an optional '-', digits, optionally '.' and digits, an
+ * optional exponent (12, 0.5, 1e-3, 1.5E+2); no '+', hex, inf or nan words,
+ * nor trailing text (spaces and tabs around it are dropped). Clocks and
+ * counters must be present, >= 0 (so not -0) and finite, counters whole,
+ * and none may go back from one row to the next (total_duration may across
+ * a preemption, where the wall clock restarts). The metric may be empty or
+ * "nan", the two ways AlgoPerf and apf write a missing value (the v0.5 logs
+ * hold both); missing never meets a target. Otherwise it must be finite and
+ * in its metric's range (apf_score_metric_range): accuracy 2.5 or inf is
+ * refused, never met. As in pandas, which AlgoPerf's scorer reads these
+ * files with: blank lines are skipped, and a short row is padded with empty
+ * values (which a clock then may not be).
  *
  * The parser is our own rather than libcsv's because errors must name the
  * physical line, and malformed quoting must be an error, not a guess.
@@ -18,9 +37,11 @@
 
 #include <errno.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #define MAX_CSV_BYTES (1u << 30)
 
@@ -29,7 +50,50 @@ struct csv {
 	const char *name;
 	long line;      /* physical line of p */
 	long rec_line;  /* line the current record starts on */
+	char *refused;  /* "<name>:<line>: <why>" of a refused value */
 };
+
+/* The file cannot be read as eval measurements. line 0: the whole file. */
+static int malformed(struct csv *c, long line, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+static int malformed(struct csv *c, long line, const char *fmt, ...)
+{
+	char why[512];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(why, sizeof why, fmt, ap);
+	va_end(ap);
+	if (line > 0)
+		return apf_error(APF_EINPUT, "score", "%s:%ld: %s", c->name,
+				 line, why);
+	return apf_error(APF_EINPUT, "score", "%s: %s", c->name, why);
+}
+
+/* A value of the current record that the scorer refuses. */
+static int refuse(struct csv *c, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+static int refuse(struct csv *c, const char *fmt, ...)
+{
+	char why[512];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(why, sizeof why, fmt, ap);
+	va_end(ap);
+	free(c->refused);
+	if (asprintf(&c->refused, "%s:%ld: %s", c->name, c->rec_line, why) <
+	    0) {
+		c->refused = NULL;
+		return apf_error(APF_ENOMEM, "score", "out of memory");
+	}
+	return apf_error(APF_EINPUT, "score", "%s", c->refused);
+}
+
+static int nomem(struct csv *c)
+{
+	return apf_error(APF_ENOMEM, "score", "%s: out of memory", c->name);
+}
 
 /* Reads one field. When keep is set its text goes to f, unquoted. *eor is
  * set when the field ends its record (newline or end of text). */
@@ -44,14 +108,12 @@ static int next_field(struct csv *c, apf_buf *f, int keep, int *eor)
 		p++;
 		for (;;) {
 			if (p >= c->end)
-				return apf_error(APF_EINPUT, c->name,
-						 "line %ld: quoted field never "
-						 "closed",
-						 start);
+				return malformed(c, start,
+						 "quoted field never closed");
 			if (*p == '"') {
 				if (p + 1 < c->end && p[1] == '"') {
 					if (keep && apf_buf_append(f, "\"", 1))
-						return APF_ENOMEM;
+						return nomem(c);
 					p += 2;
 					continue;
 				}
@@ -61,29 +123,27 @@ static int next_field(struct csv *c, apf_buf *f, int keep, int *eor)
 			if (*p == '\n')
 				c->line++;
 			if (keep && apf_buf_append(f, p, 1))
-				return APF_ENOMEM;
+				return nomem(c);
 			p++;
 		}
 		if (p < c->end && *p != ',' && *p != '\n' &&
 		    !(*p == '\r' && (p + 1 == c->end || p[1] == '\n')))
-			return apf_error(APF_EINPUT, c->name,
-					 "line %ld: text after a closing quote",
-					 c->line);
+			return malformed(c, c->line,
+					 "text after a closing quote");
 	} else {
 		const char *s = p;
 		while (p < c->end && *p != ',' && *p != '\n') {
 			if (*p == '"')
-				return apf_error(APF_EINPUT, c->name,
-						 "line %ld: quote inside an "
-						 "unquoted field",
-						 c->line);
+				return malformed(c, c->line,
+						 "quote inside an unquoted "
+						 "field");
 			p++;
 		}
 		size_t n = (size_t)(p - s);
 		if (n && s[n - 1] == '\r')
 			n--;
 		if (keep && apf_buf_append(f, s, n))
-			return APF_ENOMEM;
+			return nomem(c);
 	}
 	if (p < c->end && *p == ',') {
 		p++;
@@ -101,52 +161,172 @@ static int next_field(struct csv *c, apf_buf *f, int keep, int *eor)
 	return 0;
 }
 
-/* pandas' default NA tokens (read_csv na_values). */
-static int is_na_token(const char *s)
+/* ---- the columns read ----------------------------------------------------- */
+
+enum kind {
+	METRIC,  /* the target metric: may be missing; its own range */
+	CLOCK,   /* seconds: required, >= 0 */
+	COUNTER, /* required, >= 0, whole */
+};
+
+/* The clocks and counters, in the order their problems are checked. Every
+ * one of them accumulates over a trial. */
+static const struct {
+	const char *name;
+	enum kind kind;
+} counted[] = {
+	{"score", CLOCK},
+	{"accumulated_submission_time", CLOCK},
+	{"accumulated_eval_time", CLOCK},
+	{"accumulated_logging_time", CLOCK},
+	{"total_duration", CLOCK},
+	{"global_step", COUNTER},
+	{"preemption_count", COUNTER},
+};
+
+#define NCOUNTED (sizeof counted / sizeof *counted)
+#define NSLOTS (NCOUNTED + 1)
+#define METRIC_SLOT NCOUNTED
+#define PREEMPTION_SLOT 6
+#define TOTAL_DURATION_SLOT 4
+
+struct slot {
+	const char *name;   /* the column */
+	const char *metric; /* METRIC: the metric's own name */
+	enum kind kind;
+	double lo, hi;
+	long col;           /* its column in the header; -1 when absent */
+	double v;           /* this row's value and text (cut, for messages) */
+	char text[48];
+	int have_prev;      /* the previous row's */
+	double prev;
+	char prev_text[48];
+	long prev_line;
+};
+
+static int blank_or_tab(char ch)
 {
-	static const char *const na[] = {
-		"#N/A", "#N/A N/A", "#NA", "-1.#IND", "-1.#QNAN", "-NaN",
-		"-nan", "1.#IND", "1.#QNAN", "<NA>", "N/A", "NA", "NULL",
-		"NaN", "None", "n/a", "nan", "null", NULL};
-	for (const char *const *t = na; *t; t++)
-		if (!strcmp(s, *t))
-			return 1;
-	return 0;
+	return ch == ' ' || ch == '\t';
 }
 
-static int parse_value(struct csv *c, const char *col, apf_buf *f, double *out)
+/* -?[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)? */
+static int plain_decimal(const char *s)
+{
+	if (*s == '-')
+		s++;
+	if (*s < '0' || *s > '9')
+		return 0;
+	while (*s >= '0' && *s <= '9')
+		s++;
+	if (*s == '.') {
+		s++;
+		if (*s < '0' || *s > '9')
+			return 0;
+		while (*s >= '0' && *s <= '9')
+			s++;
+	}
+	if (*s == 'e' || *s == 'E') {
+		s++;
+		if (*s == '-' || *s == '+')
+			s++;
+		if (*s < '0' || *s > '9')
+			return 0;
+		while (*s >= '0' && *s <= '9')
+			s++;
+	}
+	return *s == 0;
+}
+
+static int nonfinite_word(const char *s)
+{
+	if (*s == '-' || *s == '+')
+		s++;
+	return !strcasecmp(s, "inf") || !strcasecmp(s, "infinity") ||
+	       !strcasecmp(s, "nan");
+}
+
+/* Sets sl->v from the field's text f, or refuses it. */
+static int read_value(struct csv *c, struct slot *sl, apf_buf *f)
 {
 	char *s = f->data ? f->data : "";
-	while (*s == ' ' || *s == '\t')
+	while (blank_or_tab(*s))
 		s++;
 	size_t n = strlen(s);
-	while (n && (s[n - 1] == ' ' || s[n - 1] == '\t'))
+	while (n && blank_or_tab(s[n - 1]))
 		s[--n] = 0;
-	if (!n || is_na_token(s)) {
-		*out = NAN;
+	if (sl->kind == METRIC && (!n || !strcmp(s, "nan"))) {
+		sl->v = NAN;
 		return 0;
 	}
-	char *end;
-	errno = 0;
-	double v = strtod(s, &end);
-	/* ERANGE on underflow still gives the nearest value; overflow gives
-	 * inf, which is what the text says. */
-	if (end == s || *end)
-		return apf_error(APF_EINPUT, c->name,
-				 "line %ld: column '%s': '%s' is not a number",
-				 c->rec_line, col, s);
-	*out = v;
+	if (!n)
+		return refuse(c, "column '%s': empty; a number is required",
+			      sl->name);
+	if (nonfinite_word(s))
+		return refuse(c, "column '%s': '%s' is not a finite number",
+			      sl->name, s);
+	if (!plain_decimal(s))
+		return refuse(c, "column '%s': '%s' is not a plain decimal "
+				 "number",
+			      sl->name, s);
+	/* Underflow (ERANGE toward 0) still gives the nearest value. */
+	double v = strtod(s, NULL);
+	if (!isfinite(v))
+		return refuse(c, "column '%s': '%s' is not a finite number "
+				 "(too large)",
+			      sl->name, s);
+	if (sl->lo >= 0 && signbit(v))
+		return refuse(c, "column '%s': '%s' is negative%s", sl->name, s,
+			      v == 0 ? " zero" : "");
+	if (sl->kind == COUNTER && floor(v) != v)
+		return refuse(c, "column '%s': '%s' is not a whole number",
+			      sl->name, s);
+	if (v < sl->lo || v > sl->hi) {
+		if (isinf(sl->hi))
+			return refuse(c, "column '%s': %s is outside [%g, inf), "
+					 "the range of %s",
+				      sl->name, s, sl->lo, sl->metric);
+		return refuse(c, "column '%s': %s is outside [%g, %g], the "
+				 "range of %s",
+			      sl->name, s, sl->lo, sl->hi, sl->metric);
+	}
+	sl->v = v;
+	snprintf(sl->text, sizeof sl->text, "%s", s);
 	return 0;
 }
 
-/* The header: finds the metric and time columns. */
-static int read_header(struct csv *c, apf_buf *f, const char *metric_col,
-		       long *ncols, long *mcol, long *tcol, const char **tname)
+/* After a whole row: no clock or counter may go back. */
+static int check_order(struct csv *c, struct slot *slots)
 {
-	long n = 0, score = -1, acc = -1;
+	const struct slot *pre = &slots[PREEMPTION_SLOT];
+	int preempted = pre->col >= 0 && pre->have_prev && pre->v > pre->prev;
+	for (size_t i = 0; i < NCOUNTED; i++) {
+		struct slot *sl = &slots[i];
+		if (sl->col < 0)
+			continue;
+		if (sl->have_prev && sl->v < sl->prev &&
+		    !(i == TOTAL_DURATION_SLOT && preempted))
+			return refuse(c, "column '%s' goes back from %s "
+					 "(line %ld) to %s",
+				      sl->name, sl->prev_text, sl->prev_line,
+				      sl->text);
+	}
+	for (size_t i = 0; i < NCOUNTED; i++) {
+		struct slot *sl = &slots[i];
+		sl->have_prev = 1;
+		sl->prev = sl->v;
+		memcpy(sl->prev_text, sl->text, sizeof sl->text);
+		sl->prev_line = c->rec_line;
+	}
+	return 0;
+}
+
+/* The header: finds the columns read. */
+static int read_header(struct csv *c, apf_buf *f, struct slot *slots,
+		       long *ncols)
+{
+	long n = 0;
 	char **names = NULL;
 	int rc = 0, eor = 0;
-	*mcol = -1;
 	c->rec_line = c->line;
 	while (!eor) {
 		rc = next_field(c, f, 1, &eor);
@@ -155,10 +335,9 @@ static int read_header(struct csv *c, apf_buf *f, const char *metric_col,
 		const char *name = f->data ? f->data : "";
 		for (long i = 0; i < n; i++)
 			if (!strcmp(names[i], name)) {
-				rc = apf_error(APF_EINPUT, c->name,
-					       "line %ld: column '%s' appears "
-					       "twice",
-					       c->rec_line, name);
+				rc = malformed(c, c->rec_line,
+					       "column '%s' appears twice",
+					       name);
 				break;
 			}
 		if (rc)
@@ -166,16 +345,13 @@ static int read_header(struct csv *c, apf_buf *f, const char *metric_col,
 		char **nn = realloc(names, (size_t)(n + 1) * sizeof *nn);
 		if (!nn || !(nn[n] = apf_strdup(name))) {
 			names = nn ? nn : names;
-			rc = apf_error(APF_ENOMEM, c->name, "out of memory");
+			rc = nomem(c);
 			break;
 		}
 		names = nn;
-		if (!strcmp(name, metric_col))
-			*mcol = n;
-		else if (!strcmp(name, "score"))
-			score = n;
-		else if (!strcmp(name, "accumulated_submission_time"))
-			acc = n;
+		for (size_t i = 0; i < NSLOTS; i++)
+			if (!strcmp(name, slots[i].name))
+				slots[i].col = n;
 		n++;
 	}
 	for (long i = 0; i < n; i++)
@@ -184,17 +360,14 @@ static int read_header(struct csv *c, apf_buf *f, const char *metric_col,
 	if (rc)
 		return rc;
 	*ncols = n;
-	*tcol = score >= 0 ? score : acc;
-	*tname = score >= 0 ? "score" : "accumulated_submission_time";
-	if (*mcol < 0)
-		return apf_error(APF_EINPUT, c->name,
-				 "line %ld: no column '%s' (the target metric)",
-				 c->rec_line, metric_col);
-	if (*tcol < 0)
-		return apf_error(APF_EINPUT, c->name,
-				 "line %ld: no time column ('score' or "
-				 "'accumulated_submission_time')",
-				 c->rec_line);
+	if (slots[METRIC_SLOT].col < 0)
+		return malformed(c, c->rec_line,
+				 "no column '%s' (the target metric)",
+				 slots[METRIC_SLOT].name);
+	if (slots[0].col < 0 && slots[1].col < 0)
+		return malformed(c, c->rec_line,
+				 "no time column ('score' or "
+				 "'accumulated_submission_time')");
 	return 0;
 }
 
@@ -205,86 +378,128 @@ static int blank_from(const char *p, const char *end)
 	return p == end || *p == '\n';
 }
 
-int apf_score_parse_trial(const char *text, size_t len, const char *name,
-			  const struct apf_score_target *target, long *evals,
-			  long *hit, double *time)
+static void skip_line(struct csv *c)
+{
+	const char *nl = memchr(c->p, '\n', (size_t)(c->end - c->p));
+	c->p = nl ? nl + 1 : c->end;
+	c->line++;
+}
+
+/* One data row: its values checked, the metric and time returned. */
+static int read_row(struct csv *c, apf_buf *f, struct slot *slots, long ncols)
+{
+	int eor = 0, seen[NSLOTS] = {0};
+	c->rec_line = c->line;
+	for (long i = 0; !eor; i++) {
+		if (i >= ncols)
+			return malformed(c, c->rec_line,
+					 "more fields than the %ld columns of "
+					 "the header",
+					 ncols);
+		struct slot *sl = NULL;
+		for (size_t k = 0; k < NSLOTS && !sl; k++)
+			if (slots[k].col == i)
+				sl = &slots[k];
+		int rc = next_field(c, f, sl != NULL, &eor);
+		if (!rc && sl) {
+			rc = read_value(c, sl, f);
+			seen[sl - slots] = 1;
+		}
+		if (rc)
+			return rc;
+	}
+	/* A short row: the columns it lacks are empty. */
+	for (size_t k = 0; k < NSLOTS; k++)
+		if (slots[k].col >= 0 && !seen[k]) {
+			f->len = 0;
+			if (f->data)
+				f->data[0] = 0;
+			int rc = read_value(c, &slots[k], f);
+			if (rc)
+				return rc;
+		}
+	return check_order(c, slots);
+}
+
+static int parse_trial(const char *text, size_t len, const char *name,
+		       const struct apf_score_target *target, long *evals,
+		       long *hit, double *time, char **refused)
 {
 	*evals = 0;
 	*hit = -1;
 	*time = INFINITY;
-	struct csv c = {text, text + len, name, 1, 1};
+	*refused = NULL;
+	struct csv c = {text, text + len, name, 1, 1, NULL};
 	apf_buf col = {0}, f = {0};
-	long ncols = 0, mcol, tcol;
-	const char *tname = NULL;
+	struct slot slots[NSLOTS];
+	memset(slots, 0, sizeof slots);
+	for (size_t i = 0; i < NSLOTS; i++) {
+		slots[i].col = -1;
+		if (i < NCOUNTED) {
+			slots[i].name = counted[i].name;
+			slots[i].kind = counted[i].kind;
+			slots[i].lo = 0;
+			slots[i].hi = INFINITY;
+		}
+	}
+	long ncols = 0;
 	int rc = apf_buf_printf(&col, "validation/%s", target->metric)
-			 ? apf_error(APF_ENOMEM, name, "out of memory")
+			 ? nomem(&c)
 			 : 0;
+	slots[METRIC_SLOT].name = col.data;
+	slots[METRIC_SLOT].metric = target->metric;
+	slots[METRIC_SLOT].kind = METRIC;
+	apf_score_metric_range(target->metric, &slots[METRIC_SLOT].lo,
+			       &slots[METRIC_SLOT].hi);
+	/* score when present, else accumulated_submission_time. */
+	const struct slot *tslot = NULL;
 	if (len >= 3 && !memcmp(text, "\xef\xbb\xbf", 3))
 		c.p += 3;
 	/* Leading blank lines, as pandas skips them. */
-	while (!rc && c.p < c.end && blank_from(c.p, c.end)) {
-		const char *nl = memchr(c.p, '\n', (size_t)(c.end - c.p));
-		c.p = nl ? nl + 1 : c.end;
-		c.line++;
-	}
+	while (!rc && c.p < c.end && blank_from(c.p, c.end))
+		skip_line(&c);
 	if (!rc && c.p >= c.end)
-		rc = apf_error(APF_EINPUT, name, "empty file (no header line)");
+		rc = malformed(&c, 0, "empty file (no header line)");
 	if (!rc)
-		rc = read_header(&c, &f, col.data, &ncols, &mcol, &tcol,
-				 &tname);
+		rc = read_header(&c, &f, slots, &ncols);
+	if (!rc)
+		tslot = slots[0].col >= 0 ? &slots[0] : &slots[1];
 	while (!rc && c.p < c.end) {
 		if (blank_from(c.p, c.end)) {
-			const char *nl = memchr(c.p, '\n', (size_t)(c.end - c.p));
-			c.p = nl ? nl + 1 : c.end;
-			c.line++;
+			skip_line(&c);
 			continue;
 		}
-		c.rec_line = c.line;
-		double mv = NAN, tv = NAN;
-		int eor = 0;
-		long i = 0;
-		for (; !eor; i++) {
-			if (i >= ncols) {
-				rc = apf_error(APF_EINPUT, name,
-					       "line %ld: more fields than the "
-					       "%ld columns of the header",
-					       c.rec_line, ncols);
-				break;
-			}
-			int keep = i == mcol || i == tcol;
-			rc = next_field(&c, &f, keep, &eor);
-			if (!rc && i == mcol)
-				rc = parse_value(&c, col.data, &f, &mv);
-			if (!rc && i == tcol)
-				rc = parse_value(&c, tname, &f, &tv);
-			if (rc)
-				break;
-		}
+		rc = read_row(&c, &f, slots, ncols);
 		if (rc)
 			break;
-		if (!isnan(tv) && tv < 0)
-			rc = apf_error(APF_EINPUT, name,
-				       "line %ld: negative time %g", c.rec_line,
-				       tv);
-		else if (*hit < 0 &&
-			 apf_score_first_hit(&mv, 1, target->direction,
-					     target->validation) == 0) {
-			if (isnan(tv))
-				rc = apf_error(APF_EINPUT, name,
-					       "line %ld: no time at the first "
-					       "eval that meets the target",
-					       c.rec_line);
+		double mv = slots[METRIC_SLOT].v;
+		if (*hit < 0 && apf_score_first_hit(&mv, 1, target->direction,
+						    target->validation) == 0) {
 			*hit = *evals;
-			*time = tv;
+			*time = tslot->v;
 		}
 		(*evals)++;
 	}
 	if (rc) {
 		*hit = -1;
 		*time = INFINITY;
+		*refused = c.refused;
+	} else {
+		free(c.refused);
 	}
 	apf_buf_free(&col);
 	apf_buf_free(&f);
+	return rc;
+}
+
+int apf_score_parse_trial(const char *text, size_t len, const char *name,
+			  const struct apf_score_target *target, long *evals,
+			  long *hit, double *time)
+{
+	char *refused;
+	int rc = parse_trial(text, len, name, target, evals, hit, time,
+			     &refused);
+	free(refused);
 	return rc;
 }
 
@@ -293,16 +508,23 @@ int apf_score_read_trial(struct apf_score_trial *trial,
 {
 	char *text;
 	size_t len;
+	free(trial->refused);
+	trial->refused = NULL;
 	int rc = apf_file_read(trial->csv, MAX_CSV_BYTES, &text, &len);
 	if (rc)
 		return rc;
 	if (strlen(text) != len)
-		rc = apf_error(APF_EINPUT, trial->csv,
-			       "holds a NUL byte; not a CSV file");
+		rc = apf_error(APF_EINPUT, "score",
+			       "%s: holds a NUL byte; not a CSV file",
+			       trial->csv);
 	else
-		rc = apf_score_parse_trial(text, len, trial->csv, target,
-					   &trial->evals, &trial->hit,
-					   &trial->time);
+		rc = parse_trial(text, len, trial->csv, target, &trial->evals,
+				 &trial->hit, &trial->time, &trial->refused);
 	free(text);
+	if (rc && trial->refused) {
+		/* Refused, not unreadable: the caller weighs it. */
+		apf_error_clear();
+		rc = 0;
+	}
 	return rc;
 }

@@ -141,8 +141,10 @@ static void free_workload(struct apf_score_workload *w)
 {
 	for (size_t i = 0; i < w->nstudies; i++) {
 		struct apf_score_study *s = &w->studies[i];
-		for (size_t j = 0; j < s->ntrials; j++)
+		for (size_t j = 0; j < s->ntrials; j++) {
 			free(s->trials[j].csv);
+			free(s->trials[j].refused);
+		}
 		free(s->trials);
 	}
 	free(w->studies);

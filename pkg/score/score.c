@@ -183,15 +183,12 @@ void apf_score_result_free(apf_score_result *r)
 	free(r);
 }
 
-static int warn(apf_score_result *r, const char *fmt, ...)
-	__attribute__((format(printf, 2, 3)));
-
-static int warn(apf_score_result *r, const char *fmt, ...)
+static int vwarn(apf_score_result *r, const char *fmt, va_list ap)
 {
-	va_list ap;
-	va_start(ap, fmt);
-	int n = vsnprintf(NULL, 0, fmt, ap);
-	va_end(ap);
+	va_list aq;
+	va_copy(aq, ap);
+	int n = vsnprintf(NULL, 0, fmt, aq);
+	va_end(aq);
 	char *msg = n < 0 ? NULL : malloc((size_t)n + 1);
 	char **nw = msg ? realloc(r->warnings, (r->nwarnings + 1) * sizeof *nw)
 			: NULL;
@@ -200,11 +197,41 @@ static int warn(apf_score_result *r, const char *fmt, ...)
 		return apf_error(APF_ENOMEM, "score", "out of memory");
 	}
 	r->warnings = nw;
-	va_start(ap, fmt);
 	vsnprintf(msg, (size_t)n + 1, fmt, ap);
-	va_end(ap);
 	r->warnings[r->nwarnings++] = msg;
 	return 0;
+}
+
+static int warn(apf_score_result *r, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+static int warn(apf_score_result *r, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	int rc = vwarn(r, fmt, ap);
+	va_end(ap);
+	return rc;
+}
+
+/* What --strict refuses (APF_EINPUT) and the default only warns about. */
+static int problem(apf_score_result *r, unsigned flags, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+static int problem(apf_score_result *r, unsigned flags, const char *fmt, ...)
+{
+	char why[1024];
+	va_list ap;
+	va_start(ap, fmt);
+	int rc = 0;
+	if (flags & APF_SCORE_STRICT) {
+		vsnprintf(why, sizeof why, fmt, ap);
+		rc = apf_error(APF_EINPUT, "score", "%s", why);
+	} else {
+		rc = vwarn(r, fmt, ap);
+	}
+	va_end(ap);
+	return rc;
 }
 
 /* A growable list of workload names, for the columns. */
@@ -250,10 +277,11 @@ static int cmp_str(const void *a, const void *b)
 }
 
 /* Reads every trial of a workload and takes the per-study bests and the
- * median over studies. */
-static int time_workload(struct apf_score_workload *w,
+ * median over studies. A refused trial is a problem (its hit is -1
+ * already, so it never counts as met). */
+static int time_workload(apf_score_result *r, struct apf_score_workload *w,
 			 const struct apf_score_target *target,
-			 const apf_score_rules *rules)
+			 const apf_score_rules *rules, unsigned flags)
 {
 	double *per_study = apf_calloc(w->nstudies, sizeof *per_study);
 	if (!per_study)
@@ -261,7 +289,16 @@ static int time_workload(struct apf_score_workload *w,
 	for (size_t i = 0; i < w->nstudies; i++) {
 		struct apf_score_study *s = &w->studies[i];
 		for (size_t j = 0; j < s->ntrials; j++) {
-			int rc = apf_score_read_trial(&s->trials[j], target);
+			struct apf_score_trial *t = &s->trials[j];
+			int rc = apf_score_read_trial(t, target);
+			if (!rc && t->refused)
+				rc = problem(r, flags,
+					     flags & APF_SCORE_STRICT
+						     ? "%s"
+						     : "%s; the trial counts "
+						       "as never meeting its "
+						       "target",
+					     t->refused);
 			if (rc) {
 				free(per_study);
 				return rc;
@@ -426,31 +463,37 @@ nomem:
 	return apf_error(APF_ENOMEM, "score", "out of memory");
 }
 
-static int warn_counts(apf_score_result *r, const struct apf_score_submission *s,
-		       const struct apf_score_workload *w,
-		       const apf_score_rules *rules)
+/* Trials without logs and study or trial counts the rules don't expect. */
+static int check_counts(apf_score_result *r,
+			const struct apf_score_submission *s,
+			const struct apf_score_workload *w,
+			const apf_score_rules *rules, unsigned flags)
 {
-	if (w->skipped &&
-	    warn(r, "%s: %s: %zu trial director%s without "
-		    "eval_measurements.csv; skipped",
-		 s->name, w->dir_name, w->skipped, w->skipped == 1 ? "y" : "ies"))
-		return APF_ENOMEM;
-	if (!rules->studies)
-		return 0;
-	if (w->nstudies != (size_t)rules->studies &&
-	    warn(r, "%s: %s: %zu stud%s with logs; %s expects %d", s->name,
-		 w->dir_name, w->nstudies, w->nstudies == 1 ? "y" : "ies",
-		 rules->name, rules->studies))
-		return APF_ENOMEM;
+	int rc = 0;
+	if (w->skipped)
+		rc = problem(r, flags,
+			     "%s: %s: %zu trial director%s without "
+			     "eval_measurements.csv%s",
+			     s->name, w->dir_name, w->skipped,
+			     w->skipped == 1 ? "y" : "ies",
+			     flags & APF_SCORE_STRICT ? "" : "; skipped");
+	if (rc || !rules->studies)
+		return rc;
+	if (w->nstudies != (size_t)rules->studies)
+		rc = problem(r, flags, "%s: %s: %zu stud%s with logs; %s expects %d",
+			     s->name, w->dir_name, w->nstudies,
+			     w->nstudies == 1 ? "y" : "ies", rules->name,
+			     rules->studies);
 	size_t odd = 0;
 	for (size_t i = 0; i < w->nstudies; i++)
 		odd += w->studies[i].ntrials != (size_t)rules->trials;
-	if (odd && warn(r, "%s: %s: %zu stud%s with other than %d logged "
-			   "trials",
-			s->name, w->dir_name, odd,
-			odd == 1 ? "y" : "ies", rules->trials))
-		return APF_ENOMEM;
-	return 0;
+	if (!rc && odd)
+		rc = problem(r, flags,
+			     "%s: %s: %zu stud%s with other than %d logged "
+			     "trials",
+			     s->name, w->dir_name, odd, odd == 1 ? "y" : "ies",
+			     rules->trials);
+	return rc;
 }
 
 static double score_of(const apf_score_result *r, size_t i)
@@ -461,7 +504,7 @@ static double score_of(const apf_score_result *r, size_t i)
 int apf_score_compute(apf_score_result **out, apf_score_logs *logs,
 		      apf_score_targets *targets,
 		      const apf_score_heldout *heldout,
-		      const apf_score_rules *rules)
+		      const apf_score_rules *rules, unsigned flags)
 {
 	*out = NULL;
 	apf_score_result *r = apf_calloc(1, sizeof *r);
@@ -529,11 +572,11 @@ int apf_score_compute(apf_score_result **out, apf_score_logs *logs,
 			rc = apf_score_targets_find(targets, rules, w->name,
 						    &tg, NULL);
 			if (!rc && !w->read)
-				rc = time_workload(w, &tg, rules);
+				rc = time_workload(r, w, &tg, rules, flags);
+			if (!rc)
+				rc = check_counts(r, sub, w, rules, flags);
 			if (rc)
 				goto fail;
-			if (warn_counts(r, sub, w, rules))
-				goto nomem;
 			r->raw[s * ncols + c] = w->time;
 		}
 	}
@@ -574,10 +617,13 @@ int apf_score_compute(apf_score_result **out, apf_score_logs *logs,
 		size_t have = 0;
 		for (size_t s = 0; s < nsub; s++)
 			have += !isnan(r->raw[s * ncols + c]);
-		if (!have && warn(r, "%s: no submission has logs for this base "
+		if (!have)
+			rc = problem(r, flags,
+				     "%s: no submission has logs for this base "
 				     "workload",
-				  r->workloads[c]))
-			goto nomem;
+				     r->workloads[c]);
+		if (rc)
+			goto fail;
 	}
 	/* Rank: score, then name; rows of every table move together. */
 	for (size_t i = 1; i < nsub; i++)

@@ -19,7 +19,10 @@
  *
  * Pipeline, each step a function below so tests can check it alone:
  *   1. per trial: the first eval whose validation metric meets the target
- *      (NaN and empty values never do) and the submission time there;
+ *      (NaN and empty values never do) and the submission time there; a
+ *      trial whose numbers are malformed, out of range or going back in
+ *      time is refused: it never meets the target (or, with
+ *      APF_SCORE_STRICT, the scoring fails);
  *   2. per study: the best trial (rules decide which, see apf_score_best);
  *      a study in which no trial met the target is infinite; a study
  *      directory without any logged trial does not count at all;
@@ -91,6 +94,11 @@ void apf_score_rules_self(const apf_score_rules *r, apf_score_rules *out);
 const apf_score_rules *apf_score_rules_for_version(const char *version);
 /* +1 when higher is better, -1 when lower is, 0 when the rules don't say. */
 int apf_score_metric_direction(const apf_score_rules *r, const char *metric);
+/* The values a metric can take, by name (prefix, as for directions):
+ * accuracy and mean average precision [0, 1], ssim [-1, 1], bleu [0, 100],
+ * losses, error rates and wer [0, inf), perplexity [1, inf); any other
+ * metric (-inf, inf). A logged value must also be finite. */
+void apf_score_metric_range(const char *metric, double *lo, double *hi);
 
 /* ---- targets -------------------------------------------------------------- */
 
@@ -164,6 +172,9 @@ struct apf_score_trial {
 	long evals;     /* rows read; -1 before reading */
 	long hit;       /* first eval index meeting the target; -1 if none */
 	double time;    /* submission time at hit; INFINITY if none */
+	/* Why its values were refused, "<csv>:<line>: <why>", else NULL; a
+	 * refused trial never meets its target. */
+	char *refused;
 };
 
 struct apf_score_study {
@@ -208,12 +219,20 @@ int apf_score_logs_have_apf_run(const apf_score_logs *l);
 
 /* ---- one eval_measurements.csv ------------------------------------------- */
 
-/* Reads the columns validation/<metric> and score (else
- * accumulated_submission_time) of an eval_measurements.csv and finds the
- * first eval meeting the target. Errors name the file and line. */
+/* Reads an eval_measurements.csv and finds the first eval meeting the
+ * target: the time is score (else accumulated_submission_time). Every
+ * number read (validation/<metric>, score, accumulated_submission_time,
+ * accumulated_eval_time, accumulated_logging_time, total_duration,
+ * global_step, preemption_count) must be a plain decimal in its range, and
+ * the accumulated ones must not go back from one row to the next; csv.c has
+ * the rules. A value refused so does not fail the call: trial->refused says
+ * why and the trial counts as never meeting its target. A file that is not
+ * a readable CSV, or lacks the metric or time column, is an error. Both
+ * kinds of message read "score: <csv>:<line>: <why>". */
 int apf_score_read_trial(struct apf_score_trial *trial,
 			 const struct apf_score_target *target);
-/* The same over a CSV text; name is used in errors. */
+/* The same over a CSV text, name standing for the file; here a refused
+ * value is an error (APF_EINPUT) too. */
 int apf_score_parse_trial(const char *text, size_t len, const char *name,
 			  const struct apf_score_target *target, long *evals,
 			  long *hit, double *time);
@@ -264,13 +283,20 @@ typedef struct apf_score_result {
 	size_t nwarnings;
 } apf_score_result;
 
+/* apf_score_compute's flags. STRICT: a refused trial (see
+ * apf_score_read_trial), a trial directory without its CSV and a study,
+ * trial or base-workload count other than the rules expect are errors
+ * (APF_EINPUT), as under AlgoPerf's scorer's --strict; without it each is a
+ * warning, and a refused trial counts as never meeting its target. */
+#define APF_SCORE_STRICT 1u
+
 /* Reads the trials the scoring needs and computes everything. heldout may
  * be NULL (then a targets file's held-out list applies, if any). The result
  * points into logs: free it first. */
 int apf_score_compute(apf_score_result **out, apf_score_logs *logs,
 		      apf_score_targets *targets,
 		      const apf_score_heldout *heldout,
-		      const apf_score_rules *rules);
+		      const apf_score_rules *rules, unsigned flags);
 void apf_score_result_free(apf_score_result *r);
 
 /* ---- reports -------------------------------------------------------------- */

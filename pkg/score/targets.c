@@ -84,6 +84,37 @@ int apf_score_metric_direction(const apf_score_rules *r, const char *metric)
 	return 0;
 }
 
+/* What each metric AlgoPerf logs can be, by the same prefixes. SSIM is a
+ * correlation and goes below 0 early in training (the v0.5 fastMRI logs
+ * hold values near -0.08); BLEU is sacreBLEU's 0 to 100; WER counts
+ * insertions, so it passes 1 (4.4 in the v0.5 logs). */
+static const struct {
+	const char *prefix;
+	double lo, hi;
+} metric_ranges[] = {
+	{"accuracy", 0, 1},    {"mean_average_precision", 0, 1},
+	{"ssim", -1, 1},       {"bleu", 0, 100},
+	{"error_rate", 0, INFINITY}, {"wer", 0, INFINITY},
+	{"ce_loss", 0, INFINITY},    {"ctc_loss", 0, INFINITY},
+	{"l1_loss", 0, INFINITY},    {"loss", 0, INFINITY},
+	{"ppl", 1, INFINITY},
+};
+
+void apf_score_metric_range(const char *metric, double *lo, double *hi)
+{
+	*lo = -INFINITY;
+	*hi = INFINITY;
+	for (size_t i = 0; i < sizeof metric_ranges / sizeof *metric_ranges;
+	     i++) {
+		const char *p = metric_ranges[i].prefix;
+		if (!strncmp(metric, p, strlen(p))) {
+			*lo = metric_ranges[i].lo;
+			*hi = metric_ranges[i].hi;
+			return;
+		}
+	}
+}
+
 /* ---- targets -------------------------------------------------------------- */
 
 struct entry {

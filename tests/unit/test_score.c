@@ -2,8 +2,9 @@
  * test_score.c: the scoring steps on hand-computed cases (medians with
  * infinite studies, metric direction, the best trial under each rule set,
  * each held-out penalty step, ties, missing logs, the trapezoid score), the
- * eval_measurements.csv reader and its errors, and the whole pipeline over
- * small AlgoPerf-style logs and apf runs written here.
+ * eval_measurements.csv reader, its errors and the numbers it refuses, and
+ * the whole pipeline over small AlgoPerf-style logs and apf runs written
+ * here, with and without APF_SCORE_STRICT.
  */
 #include "testlib.h"
 
@@ -259,8 +260,8 @@ static void csv_reads_quotes_crlf_bom_and_nan(void **state)
 		"1,10,\"a,\"\"b\"\"\",0.5\r\n"
 		"\r\n"
 		"2,20,\"two\nlines\",\r\n"
-		"3,25,x,NaN\r\n"
-		"4,30,,nan\r\n"
+		"3,25,x,nan\r\n"
+		"4,30,,\r\n"
 		"5,35\r\n"
 		"6,40,y,\" 0.85 \"\r\n"
 		"7,45,z,0.9\r\n";
@@ -308,40 +309,221 @@ static void expect_csv_error(const char *text, const char *message)
 static void csv_errors_name_file_and_line(void **state)
 {
 	(void)state;
-	expect_csv_error("", "bad.csv: empty file (no header line)");
-	expect_csv_error("\n\n", "bad.csv: empty file (no header line)");
+	expect_csv_error("", "score: bad.csv: empty file (no header line)");
+	expect_csv_error("\n\n", "score: bad.csv: empty file (no header line)");
 	expect_csv_error("score,validation/loss\n1,2\n",
-			 "bad.csv: line 1: no column 'validation/accuracy' "
+			 "score: bad.csv:1: no column 'validation/accuracy' "
 			 "(the target metric)");
 	expect_csv_error("global_step,validation/accuracy\n1,0.9\n",
-			 "bad.csv: line 1: no time column ('score' or "
+			 "score: bad.csv:1: no time column ('score' or "
 			 "'accumulated_submission_time')");
 	expect_csv_error("score,score,validation/accuracy\n",
-			 "bad.csv: line 1: column 'score' appears twice");
+			 "score: bad.csv:1: column 'score' appears twice");
 	expect_csv_error("score,validation/accuracy\n1,0.5\n2,abc\n",
-			 "bad.csv: line 3: column 'validation/accuracy': "
-			 "'abc' is not a number");
+			 "score: bad.csv:3: column 'validation/accuracy': "
+			 "'abc' is not a plain decimal number");
 	expect_csv_error("score,validation/accuracy\n1x,0.5\n",
-			 "bad.csv: line 2: column 'score': '1x' is not a "
-			 "number");
+			 "score: bad.csv:2: column 'score': '1x' is not a "
+			 "plain decimal number");
 	expect_csv_error("score,validation/accuracy\n1,0.5,7\n",
-			 "bad.csv: line 2: more fields than the 2 columns of "
+			 "score: bad.csv:2: more fields than the 2 columns of "
 			 "the header");
 	expect_csv_error("score,validation/accuracy\n1,\"0.5\n",
-			 "bad.csv: line 2: quoted field never closed");
+			 "score: bad.csv:2: quoted field never closed");
 	expect_csv_error("score,validation/accuracy\n1,0\"5\n",
-			 "bad.csv: line 2: quote inside an unquoted field");
+			 "score: bad.csv:2: quote inside an unquoted field");
 	expect_csv_error("score,validation/accuracy\n1,\"0.5\"x\n",
-			 "bad.csv: line 2: text after a closing quote");
+			 "score: bad.csv:2: text after a closing quote");
 	/* A quoted newline moves the lines after it. */
 	expect_csv_error("score,n,validation/accuracy\n1,\"a\nb\",0.5\n2,,zz\n",
-			 "bad.csv: line 4: column 'validation/accuracy': 'zz' "
-			 "is not a number");
+			 "score: bad.csv:4: column 'validation/accuracy': 'zz' "
+			 "is not a plain decimal number");
 	expect_csv_error("score,validation/accuracy\n,0.9\n",
-			 "bad.csv: line 2: no time at the first eval that "
-			 "meets the target");
+			 "score: bad.csv:2: column 'score': empty; a number is "
+			 "required");
 	expect_csv_error("score,validation/accuracy\n-1,0.1\n",
-			 "bad.csv: line 2: negative time -1");
+			 "score: bad.csv:2: column 'score': '-1' is negative");
+}
+
+/* Each number the scorer must not trust, with the message it gets. */
+static void csv_refuses_untrustworthy_numbers(void **state)
+{
+	(void)state;
+	static const struct {
+		const char *text, *message;
+	} cases[] = {
+		/* Syntax: plain decimals only. */
+		{"score,validation/accuracy\n0x1p3,0.9\n",
+		 "score: bad.csv:2: column 'score': '0x1p3' is not a plain "
+		 "decimal number"},
+		{"score,validation/accuracy\n1,0x1p-1\n",
+		 "score: bad.csv:2: column 'validation/accuracy': '0x1p-1' is "
+		 "not a plain decimal number"},
+		{"score,validation/accuracy\n+1,0.9\n",
+		 "score: bad.csv:2: column 'score': '+1' is not a plain "
+		 "decimal number"},
+		{"score,validation/accuracy\n1,0.9\n2,0.95x\n",
+		 "score: bad.csv:3: column 'validation/accuracy': '0.95x' is "
+		 "not a plain decimal number"},
+		{"score,validation/accuracy\n1 2,0.9\n",
+		 "score: bad.csv:2: column 'score': '1 2' is not a plain "
+		 "decimal number"},
+		{"score,validation/accuracy\n1.,0.9\n",
+		 "score: bad.csv:2: column 'score': '1.' is not a plain "
+		 "decimal number"},
+		{"score,validation/accuracy\n.5,0.9\n",
+		 "score: bad.csv:2: column 'score': '.5' is not a plain "
+		 "decimal number"},
+		{"score,validation/accuracy\n1e,0.9\n",
+		 "score: bad.csv:2: column 'score': '1e' is not a plain "
+		 "decimal number"},
+		/* Not finite. */
+		{"score,validation/accuracy\n1,inf\n",
+		 "score: bad.csv:2: column 'validation/accuracy': 'inf' is not "
+		 "a finite number"},
+		{"score,validation/accuracy\n1,-Infinity\n",
+		 "score: bad.csv:2: column 'validation/accuracy': '-Infinity' "
+		 "is not a finite number"},
+		{"score,validation/accuracy\n1,0.9\nnan,0.95\n",
+		 "score: bad.csv:3: column 'score': 'nan' is not a finite "
+		 "number"},
+		/* Only "nan" and empty mean a missing metric. */
+		{"score,validation/accuracy\n1,NaN\n",
+		 "score: bad.csv:2: column 'validation/accuracy': 'NaN' is not "
+		 "a finite number"},
+		{"score,validation/accuracy\n1e999,0.9\n",
+		 "score: bad.csv:2: column 'score': '1e999' is not a finite "
+		 "number (too large)"},
+		/* Clocks and counters: >= 0, present, whole for counters. */
+		{"score,validation/accuracy\n-0,0.9\n",
+		 "score: bad.csv:2: column 'score': '-0' is negative zero"},
+		{"score,total_duration,validation/accuracy\n1,-0.0e0,0.9\n",
+		 "score: bad.csv:2: column 'total_duration': '-0.0e0' is "
+		 "negative zero"},
+		{"score,accumulated_eval_time,validation/accuracy\n1,-2.5,0.9\n",
+		 "score: bad.csv:2: column 'accumulated_eval_time': '-2.5' is "
+		 "negative"},
+		{"accumulated_logging_time,score,validation/accuracy\n"
+		 "-1e-3,1,0.9\n",
+		 "score: bad.csv:2: column 'accumulated_logging_time': '-1e-3' "
+		 "is negative"},
+		{"accumulated_submission_time,score,validation/accuracy\n"
+		 "-1,1,0.9\n",
+		 "score: bad.csv:2: column 'accumulated_submission_time': '-1' "
+		 "is negative"},
+		{"global_step,score,validation/accuracy\n1.5,1,0.9\n",
+		 "score: bad.csv:2: column 'global_step': '1.5' is not a whole "
+		 "number"},
+		{"global_step,score,validation/accuracy\n,1,0.9\n",
+		 "score: bad.csv:2: column 'global_step': empty; a number is "
+		 "required"},
+		/* A short row leaves its last columns empty. */
+		{"score,validation/accuracy,total_duration\n1,0.9\n",
+		 "score: bad.csv:2: column 'total_duration': empty; a number "
+		 "is required"},
+		/* Out of the metric's range. */
+		{"score,validation/accuracy\n1,2.5\n",
+		 "score: bad.csv:2: column 'validation/accuracy': 2.5 is "
+		 "outside [0, 1], the range of accuracy"},
+		{"score,validation/accuracy\n1,-0.1\n",
+		 "score: bad.csv:2: column 'validation/accuracy': '-0.1' is "
+		 "negative"},
+		/* Going back in time, or in steps. */
+		{"score,validation/accuracy\n10,0.1\n5,0.9\n",
+		 "score: bad.csv:3: column 'score' goes back from 10 (line 2) "
+		 "to 5"},
+		{"global_step,score,validation/accuracy\n10,1,0.1\n\n5,2,0.9\n",
+		 "score: bad.csv:4: column 'global_step' goes back from 10 "
+		 "(line 2) to 5"},
+		{"score,total_duration,validation/accuracy\n1,9,0.1\n2,8,0.2\n",
+		 "score: bad.csv:3: column 'total_duration' goes back from 9 "
+		 "(line 2) to 8"},
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
+		expect_csv_error(cases[i].text, cases[i].message);
+
+	/* Losses and error rates are >= 0; ssim may be below 0, not -1. */
+	const struct apf_score_target loss = {"loss", -1, 0.5};
+	const struct apf_score_target ssim = {"ssim", 1, 0.7};
+	const struct apf_score_target ppl = {"ppl", -1, 3};
+	const struct {
+		const struct apf_score_target *t;
+		const char *text, *message;
+	} ranged[] = {
+		{&loss, "score,validation/loss\n1,-0.25\n",
+		 "score: r.csv:2: column 'validation/loss': '-0.25' is "
+		 "negative"},
+		{&loss, "score,validation/loss\n1,-0\n",
+		 "score: r.csv:2: column 'validation/loss': '-0' is negative "
+		 "zero"},
+		{&ssim, "score,validation/ssim\n1,-1.5\n",
+		 "score: r.csv:2: column 'validation/ssim': -1.5 is outside "
+		 "[-1, 1], the range of ssim"},
+		{&ppl, "score,validation/ppl\n1,0.5\n",
+		 "score: r.csv:2: column 'validation/ppl': 0.5 is outside [1, "
+		 "inf), the range of ppl"},
+	};
+	for (size_t i = 0; i < sizeof ranged / sizeof *ranged; i++) {
+		long evals, hit;
+		double time;
+		const char *text = ranged[i].text;
+		assert_int_equal(apf_score_parse_trial(text, strlen(text),
+						       "r.csv", ranged[i].t,
+						       &evals, &hit, &time),
+				 APF_EINPUT);
+		if (strcmp(apf_error_message(), ranged[i].message))
+			fail_msg("got '%s', want '%s'", apf_error_message(),
+				 ranged[i].message);
+		assert_int_equal(hit, -1);
+		assert_true(isinf(time));
+	}
+}
+
+/* What AlgoPerf and apf write reads as before. */
+static void csv_accepts_plain_decimals_and_missing_metrics(void **state)
+{
+	(void)state;
+	const char *text =
+		"accumulated_eval_time,accumulated_logging_time,"
+		"accumulated_submission_time,global_step,preemption_count,"
+		"score,total_duration,validation/accuracy\n"
+		"0,0.0,1e-3,0,0,1e-3,12,\n"
+		"1.5E+2,0.0,12,10,0,12,200,nan\n"
+		/* Equal is not going back. */
+		"1.5E+2,0.0,12,10,0,12,200,0.5\n"
+		/* The wall clock restarts at a preemption. */
+		"151,1e-400,13.000000000,20,1,13.000000000,5,0.79\n"
+		"152,1e-400,007.5e1,30,1,75,6,0.8\n"
+		"153,1,80,40,1,80,7,0.95\n";
+	long evals, hit;
+	double time;
+	assert_apf_ok(apf_score_parse_trial(text, strlen(text), "g.csv",
+					    &acc80, &evals, &hit, &time));
+	assert_int_equal(evals, 6);
+	assert_int_equal(hit, 4);
+	assert_true(time == 75);
+	/* SSIM below 0 happens (the v0.5 fastMRI logs have it). */
+	const struct apf_score_target ssim = {"ssim", 1, 0.7};
+	const char *s = "score,validation/ssim\n1,-0.075\n2,0.72\n";
+	assert_apf_ok(apf_score_parse_trial(s, strlen(s), "s.csv", &ssim,
+					    &evals, &hit, &time));
+	assert_int_equal(hit, 1);
+	assert_true(time == 2);
+	/* A metric whose range nobody knows: finite is enough. */
+	const struct apf_score_target odd = {"f1x", 1, -5};
+	const char *o = "score,validation/f1x\n1,-7\n2,-4e3\n3,-5\n";
+	assert_apf_ok(apf_score_parse_trial(o, strlen(o), "o.csv", &odd,
+					    &evals, &hit, &time));
+	assert_int_equal(hit, 2);
+	double lo, hi;
+	apf_score_metric_range("mean_average_precision", &lo, &hi);
+	assert_true(lo == 0 && hi == 1);
+	apf_score_metric_range("bleu", &lo, &hi);
+	assert_true(lo == 0 && hi == 100);
+	apf_score_metric_range("wer", &lo, &hi);
+	assert_true(lo == 0 && isinf(hi));
+	apf_score_metric_range("f1", &lo, &hi);
+	assert_true(isinf(lo) && lo < 0 && isinf(hi));
 }
 
 /* ---- the pipeline --------------------------------------------------- */
@@ -413,9 +595,10 @@ static void scored_free(struct scored *s)
 }
 
 /* Scores root/logs_rel; targets from root/targets_rel or root/workloads. */
-static int score_dir(struct scored *out, const char *root,
-		     const char *logs_rel, const char *targets_rel,
-		     const char *heldout_rel, const char *rules)
+static int score_dir_flags(struct scored *out, const char *root,
+			   const char *logs_rel, const char *targets_rel,
+			   const char *heldout_rel, const char *rules,
+			   unsigned flags)
 {
 	apf_score_targets *targets;
 	apf_score_heldout *heldout = NULL;
@@ -436,10 +619,18 @@ static int score_dir(struct scored *out, const char *root,
 	}
 	out->r = NULL;
 	int rc = apf_score_compute(&out->r, out->logs, targets, heldout,
-				   apf_score_rules_get(rules));
+				   apf_score_rules_get(rules), flags);
 	apf_score_targets_free(targets);
 	apf_score_heldout_free(heldout);
 	return rc;
+}
+
+static int score_dir(struct scored *out, const char *root,
+		     const char *logs_rel, const char *targets_rel,
+		     const char *heldout_rel, const char *rules)
+{
+	return score_dir_flags(out, root, logs_rel, targets_rel, heldout_rel,
+			       rules, 0);
 }
 
 static int has_warning(const apf_score_result *r, const char *part)
@@ -650,17 +841,17 @@ static void pipeline_input_errors(void **state)
 	free(p);
 	apf_score_logs_free(logs);
 
-	/* A malformed CSV fails the scoring, naming the file and line. */
+	/* A CSV that is not one fails the scoring, naming file and line. */
 	testlib_write_str(root, "logs/s2/study_0/wa_pytorch/trial_1/"
 				"eval_measurements.csv",
-			  "score,validation/accuracy\n1,0.5\n2,oops\n");
+			  "score,validation/accuracy\n1,0.5\n2,\"oops\n");
 	struct scored s;
 	assert_int_equal(score_dir(&s, root, "logs", "targets.json", NULL,
 				   "algoperf-0.5"),
 			 APF_EINPUT);
 	assert_non_null(strstr(apf_error_message(),
-			       "wa_pytorch/trial_1/eval_measurements.csv: line "
-			       "3: column 'validation/accuracy': 'oops'"));
+			       "wa_pytorch/trial_1/eval_measurements.csv:3: "
+			       "quoted field never closed"));
 	assert_null(s.r);
 	apf_score_logs_free(s.logs);
 
@@ -691,6 +882,183 @@ static void pipeline_input_errors(void **state)
 	assert_int_equal(apf_score_targets_load_json(&t, p), APF_EINPUT);
 	assert_non_null(strstr(apf_error_message(), "trunc.json: line 1:"));
 	free(p);
+	testlib_tmpdir_free(root);
+}
+
+/* Two submissions, one trial each: b meets the target at 50 s, a's CSV is
+ * the text under test. */
+static char *two_submissions(const char *a_csv)
+{
+	char *root = testlib_tmpdir();
+	testlib_write_str(root, "logs/a/study_0/w_jax/trial_1/"
+				"eval_measurements.csv",
+			  a_csv);
+	testlib_write_str(root, "logs/b/study_0/w_jax/trial_1/"
+				"eval_measurements.csv",
+			  "score,validation/accuracy\n50,0.9\n");
+	testlib_write_str(root, "targets.json",
+			  "{\"base_workloads\": [\"w\"], \"workloads\": "
+			  "{\"w\": {\"target_metric_name\": \"accuracy\", "
+			  "\"validation_target_value\": 0.8}}}");
+	return root;
+}
+
+/* Each refusal names file and line; --strict fails on it; without it the
+ * trial never meets its target. Read leniently (as before), each CSV
+ * would meet the target before b's 50 s and win. */
+static void pipeline_refused_trial_never_meets_its_target(void **state)
+{
+	(void)state;
+	static const struct {
+		const char *csv;
+		long line;
+		const char *why;
+	} cases[] = {
+		{"score,validation/accuracy\n0x1p3,0.9\n", 2,
+		 "column 'score': '0x1p3' is not a plain decimal number"},
+		{"score,validation/accuracy\n-0,0.9\n", 2,
+		 "column 'score': '-0' is negative zero"},
+		{"score,total_duration,validation/accuracy\n1,-5,0.9\n", 2,
+		 "column 'total_duration': '-5' is negative"},
+		{"score,validation/accuracy\n1,inf\n", 2,
+		 "column 'validation/accuracy': 'inf' is not a finite number"},
+		{"score,validation/accuracy\n1,0.9\nnan,0.95\n", 3,
+		 "column 'score': 'nan' is not a finite number"},
+		{"score,validation/accuracy\n1,2.5\n", 2,
+		 "column 'validation/accuracy': 2.5 is outside [0, 1], the "
+		 "range of accuracy"},
+		{"score,validation/accuracy\n10,0.1\n5,0.9\n", 3,
+		 "column 'score' goes back from 10 (line 2) to 5"},
+		{"global_step,score,validation/accuracy\n10,1,0.1\n5,2,0.9\n", 3,
+		 "column 'global_step' goes back from 10 (line 2) to 5"},
+		{"score,validation/accuracy\n1,0.9\n2,0.9x\n", 3,
+		 "column 'validation/accuracy': '0.9x' is not a plain decimal "
+		 "number"},
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+		char *root = two_submissions(cases[i].csv);
+		char *csv = apf_path_join(root, "logs/a/study_0/w_jax/trial_1/"
+						"eval_measurements.csv");
+		char *where;
+		assert_true(asprintf(&where, "%s:%ld: %s", csv, cases[i].line,
+				     cases[i].why) > 0);
+		struct scored s;
+		assert_apf_ok(score_dir(&s, root, "logs", "targets.json", NULL,
+					"apf"));
+		size_t ia, ib;
+		by_name(s.r, "a", &ia);
+		by_name(s.r, "b", &ib);
+		assert_true(isinf(s.r->raw[ia]));
+		assert_true(s.r->score[ia] == 0);
+		assert_true(fabs(s.r->score[ib] - 1.0) < 1e-12);
+		assert_int_equal(s.r->nwarnings, 1);
+		char *want;
+		assert_true(asprintf(&want, "%s; the trial counts as never "
+					    "meeting its target",
+				     where) > 0);
+		if (strcmp(s.r->warnings[0], want))
+			fail_msg("got '%s', want '%s'", s.r->warnings[0], want);
+		free(want);
+		scored_free(&s);
+
+		assert_int_equal(score_dir_flags(&s, root, "logs",
+						 "targets.json", NULL, "apf",
+						 APF_SCORE_STRICT),
+				 APF_EINPUT);
+		assert_null(s.r);
+		assert_true(asprintf(&want, "score: %s", where) > 0);
+		if (strcmp(apf_error_message(), want))
+			fail_msg("got '%s', want '%s'", apf_error_message(),
+				 want);
+		free(want);
+		apf_score_logs_free(s.logs);
+		free(where);
+		free(csv);
+		testlib_tmpdir_free(root);
+	}
+
+	/* The same layout with a good CSV: a wins, strict or not. */
+	char *root = two_submissions("score,validation/accuracy\n1,0.5\n"
+				     "2,0.9\n");
+	for (int strict = 0; strict < 2; strict++) {
+		struct scored s;
+		assert_apf_ok(score_dir_flags(&s, root, "logs", "targets.json",
+					      NULL, "apf",
+					      strict ? APF_SCORE_STRICT : 0));
+		size_t ia, ib;
+		by_name(s.r, "a", &ia);
+		by_name(s.r, "b", &ib);
+		assert_true(s.r->raw[ia] == 2);
+		assert_true(fabs(s.r->score[ia] - 1.0) < 1e-12);
+		/* 50 / 2 = 25 > 4: no credit. */
+		assert_true(s.r->score[ib] == 0);
+		assert_int_equal(s.r->nwarnings, 0);
+		scored_free(&s);
+	}
+	testlib_tmpdir_free(root);
+}
+
+static void expect_strict_error(const char *root, const char *targets,
+				const char *rules, const char *message)
+{
+	struct scored s;
+	assert_int_equal(score_dir_flags(&s, root, "logs", targets, NULL, rules,
+					 APF_SCORE_STRICT),
+			 APF_EINPUT);
+	if (strcmp(apf_error_message(), message))
+		fail_msg("got '%s', want '%s'", apf_error_message(), message);
+	assert_null(s.r);
+	apf_score_logs_free(s.logs);
+}
+
+/* The counts the scorer warns about are errors under --strict. */
+static void pipeline_strict_counts_are_errors(void **state)
+{
+	(void)state;
+	char *root = algoperf_logs();
+	expect_strict_error(root, "targets.json", "algoperf-0.5",
+			    "score: s1: wa_jax: 3 studies with logs; "
+			    "algoperf-0.5 expects 5");
+	testlib_tmpdir_free(root);
+
+	root = two_submissions("score,validation/accuracy\n1,0.9\n");
+	testlib_write_str(root, "logs/b/study_0/w_jax/trial_2/x", "");
+	expect_strict_error(root, "targets.json", "apf",
+			    "score: b: w_jax: 1 trial directory without "
+			    "eval_measurements.csv");
+	testlib_tmpdir_free(root);
+
+	root = two_submissions("score,validation/accuracy\n1,0.9\n");
+	testlib_write_str(root, "t2.json",
+			  "{\"base_workloads\": [\"v\", \"w\"], \"workloads\": "
+			  "{\"w\": {\"target_metric_name\": \"accuracy\", "
+			  "\"validation_target_value\": 0.8}, "
+			  "\"v\": {\"target_metric_name\": \"accuracy\", "
+			  "\"validation_target_value\": 0.8}}}");
+	expect_strict_error(root, "t2.json", "apf",
+			    "score: v: no submission has logs for this base "
+			    "workload");
+	/* Without --strict the same is a warning. */
+	struct scored s;
+	assert_apf_ok(score_dir(&s, root, "logs", "t2.json", NULL, "apf"));
+	assert_true(has_warning(s.r, "v: no submission has logs"));
+	scored_free(&s);
+	testlib_tmpdir_free(root);
+
+	/* Five studies as v0.5 expects, but one trial each. */
+	root = testlib_tmpdir();
+	for (int k = 0; k < 5; k++) {
+		char rel[64];
+		snprintf(rel, sizeof rel, "logs/s/study_%d/w_jax/trial_1", k);
+		write_trial(root, rel, "1,10,0.9\n");
+	}
+	testlib_write_str(root, "targets.json",
+			  "{\"base_workloads\": [\"w\"], \"workloads\": "
+			  "{\"w\": {\"target_metric_name\": \"accuracy\", "
+			  "\"validation_target_value\": 0.8}}}");
+	expect_strict_error(root, "targets.json", "algoperf-0.5",
+			    "score: s: w_jax: 5 studies with other than 5 "
+			    "logged trials");
 	testlib_tmpdir_free(root);
 }
 
@@ -773,12 +1141,16 @@ int main(void)
 		cmocka_unit_test(missing_logs_get_no_credit),
 		cmocka_unit_test(csv_reads_quotes_crlf_bom_and_nan),
 		cmocka_unit_test(csv_errors_name_file_and_line),
+		cmocka_unit_test(csv_refuses_untrustworthy_numbers),
+		cmocka_unit_test(csv_accepts_plain_decimals_and_missing_metrics),
 		cmocka_unit_test(pipeline_algoperf_rules_take_earliest_eval),
 		cmocka_unit_test(pipeline_apf_rules_take_fastest_trial),
 		cmocka_unit_test(pipeline_reports_parse),
 		cmocka_unit_test(pipeline_apf_runs_with_heldout_draw),
 		cmocka_unit_test(pipeline_algoperf_takes_variants_from_logs),
 		cmocka_unit_test(pipeline_input_errors),
+		cmocka_unit_test(pipeline_refused_trial_never_meets_its_target),
+		cmocka_unit_test(pipeline_strict_counts_are_errors),
 		cmocka_unit_test(base_of_variants),
 		cmocka_unit_test(heldout_large_file_reads_in_linear_time),
 	};
