@@ -3,23 +3,32 @@
  * field; git provenance of a directory outside git, a clean checkout, every
  * kind of dirtiness, credentials in remotes, and a repository owned by
  * another user.
+ *
+ * No configuration of the machine or the user takes part: every git
+ * command runs with an identity and neither global nor system config, and
+ * libgit2, in this process, searches no configuration directory, so a
+ * fresh machine without a git identity gives the same results.
  */
 #include "testlib.h"
 
+#include <git2.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "sysinfo/sysinfo.h"
 
+/* cmd may chain several git commands: the variables are exported, not
+ * prefixed to the first one only. */
 static void run(const char *dir, const char *cmd)
 {
 	apf_buf b = {0};
 	apf_buf_printf(&b,
-		       "cd '%s' && GIT_CONFIG_GLOBAL=/dev/null "
-		       "GIT_AUTHOR_NAME=t GIT_AUTHOR_EMAIL=t@t "
-		       "GIT_COMMITTER_NAME=t GIT_COMMITTER_EMAIL=t@t %s "
-		       ">/dev/null 2>&1",
+		       "cd '%s' && export GIT_CONFIG_GLOBAL=/dev/null "
+		       "GIT_CONFIG_NOSYSTEM=1 GIT_AUTHOR_NAME=t "
+		       "GIT_AUTHOR_EMAIL=t@t GIT_COMMITTER_NAME=t "
+		       "GIT_COMMITTER_EMAIL=t@t && (%s) >/dev/null 2>&1",
 		       dir, cmd);
 	if (system(b.data) != 0)
 		fail_msg("command failed: %s", b.data);
@@ -169,8 +178,28 @@ static void repository_owned_by_another_user_still_works(void **state)
 	testlib_tmpdir_free(dir);
 }
 
+/* Empty search paths for every configuration level. libgit2 is kept
+ * initialised until exit, so apf's own init and shutdown leave them. */
+static int libgit2_reads_no_machine_config(void)
+{
+	static const git_config_level_t levels[] = {
+		GIT_CONFIG_LEVEL_PROGRAMDATA, GIT_CONFIG_LEVEL_SYSTEM,
+		GIT_CONFIG_LEVEL_XDG, GIT_CONFIG_LEVEL_GLOBAL};
+	if (git_libgit2_init() < 0)
+		return -1;
+	for (size_t i = 0; i < sizeof levels / sizeof *levels; i++)
+		if (git_libgit2_opts(GIT_OPT_SET_SEARCH_PATH, levels[i], "") < 0)
+			return -1;
+	return 0;
+}
+
 int main(void)
 {
+	if (libgit2_reads_no_machine_config() != 0) {
+		fprintf(stderr, "test_sysinfo: libgit2: cannot clear its "
+				"configuration search paths\n");
+		return 1;
+	}
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(env_record_validates_and_compares),
 		cmocka_unit_test(outside_git_is_recorded_as_such),
