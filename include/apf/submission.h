@@ -13,7 +13,14 @@
  *   int init_optimizer_state(apf_ctx *ctx, const apf_hparams *hp,
  *                            apf_prng rng);                       required
  *       Allocates the optimizer's state slots (apf_slot, apf_scalar) and
- *       initialises them. Runs before the clock starts.
+ *       initialises them. Runs before the clock starts, so it trains
+ *       nothing: apf_loss_grad and apf_next_batch fail here, and the
+ *       parameters, model state and data position it leaves must be the
+ *       workload's initialisation (the runner checks them bit for bit, and
+ *       checkpoints them as ckpt/0.bin for the verifier). The time from
+ *       loading the shared object (its constructors included) to its
+ *       return is measured and bounded: past 1% of the budget (at least
+ *       5 s) the trial faults.
  *
  *   int update_params(apf_ctx *ctx, const apf_hparams *hp,
  *                     const apf_batch *batch,
@@ -28,6 +35,7 @@
  *                        int64_t global_step, apf_prng rng);   optional
  *       Called before each evaluation, timed, e.g. to put averaged weights
  *       in the parameters (Schedule-Free); the next update_params undoes it.
+ *       It gets no data: apf_loss_grad and apf_next_batch fail here.
  *
  *   int data_selection(apf_ctx *ctx, const apf_hparams *hp,
  *                      int64_t global_step, apf_prng rng,

@@ -63,12 +63,23 @@ typedef struct apf_image_dataset {
 	float mean, std;
 	apf_split split[3];       /* by enum apf_split_id */
 	apf_idx *files[4];
+	void *map;                /* a handed-over train split (below) */
+	size_t map_len;
 } apf_image_dataset;
 
 int apf_image_dataset_load(apf_image_dataset **out,
 			   const apf_image_dataset_opts *opts);
 void apf_image_dataset_free(apf_image_dataset *ds);
 const char *apf_split_name(int split);
+
+/* The hand-over of the training split to a trial (handover.c): the trial
+ * holds the train split only, never validation or test. Export copies the
+ * train split into a memfd sealed against writing, shrinking and growing;
+ * import maps such a descriptor (refusing one without those seals) as a
+ * dataset whose validation and test splits are empty. */
+int apf_image_dataset_export_train(int *out_fd, const apf_image_dataset *ds);
+int apf_image_dataset_import_train(apf_image_dataset **out, int fd, float mean,
+				   float std);
 
 /* Gathers examples idx[0..B) of a split into x (B,H,W,C) normalised floats
  * and y (B) labels (host memory). idx NULL: examples first..first+B. */

@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <zlib.h>
 
 #define IDX_UBYTE 0x08
@@ -136,6 +137,8 @@ void apf_image_dataset_free(apf_image_dataset *ds)
 		return;
 	for (int i = 0; i < 4; i++)
 		apf_idx_free(ds->files[i]);
+	if (ds->map)
+		munmap(ds->map, ds->map_len);
 	free(ds);
 }
 

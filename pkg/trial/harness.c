@@ -5,7 +5,13 @@
  * Every operation checks its arguments before the backend sees them: vectors
  * must lie inside the arena or the gradient buffer with matching lengths,
  * slots are allocated only during init_optimizer_state, batches must be the
- * harness's. The first misuse is kept (sticky) and turns the submission's
+ * harness's, and loss, gradients and batches exist only inside the timed
+ * calls that train (update_params, data_selection): init_optimizer_state
+ * runs before the clock and prepare_for_eval gets no data in AlgoPerf.
+ * These checks keep an honest submission honest; they are not the seal, since
+ * submission code shares this process and could bypass them. The seal is the
+ * supervisor's: it checks the state init_optimizer_state leaves, and times
+ * and bounds everything the submission runs before the clock. The first misuse is kept (sticky) and turns the submission's
  * call into a failed trial with that message; later operations do nothing.
  * A misbehaving submission therefore fails cleanly instead of corrupting
  * the harness's memory through it.
@@ -36,7 +42,7 @@ struct apf_trial {
 	struct apf_arena_header *h;
 	float *params, *state, *grads;
 	int batch;
-	int in_init;
+	enum phase { PH_NONE, PH_INIT, PH_SELECT, PH_UPDATE, PH_PREPARE } phase;
 	int err;
 	char msg[320];
 	int log_lines;
@@ -147,10 +153,30 @@ static apf_vec op_grads_flat(apf_ctx *c)
 	return (apf_vec){T(c)->grads, T(c)->obj.param_floats};
 }
 
+static const char *phase_name(enum phase p)
+{
+	return p == PH_INIT	 ? "init_optimizer_state"
+	       : p == PH_PREPARE ? "prepare_for_eval"
+	       : p == PH_SELECT	 ? "data_selection"
+	       : p == PH_UPDATE	 ? "update_params"
+				 : "no submission call";
+}
+
+/* Loss, gradients and batches are training, and training is timed. */
+static int trains(apf_trial *t, const char *op)
+{
+	if (t->phase == PH_SELECT || t->phase == PH_UPDATE)
+		return 1;
+	misuse(t, "%s: called in %s; loss, gradients and batches are for "
+		  "update_params and data_selection only",
+	       op, phase_name(t->phase));
+	return 0;
+}
+
 static int op_loss_grad(apf_ctx *c, const apf_batch *b, double *loss)
 {
 	apf_trial *t = T(c);
-	if (t->err)
+	if (t->err || !trains(t, "loss_grad"))
 		return -1;
 	if (t->obj.next_batch && (b != &t->cur || !t->have_batch)) {
 		misuse(t, "loss_grad: not a batch the harness handed out");
@@ -174,7 +200,7 @@ static int op_next_batch(apf_ctx *c, const apf_batch **out)
 {
 	apf_trial *t = T(c);
 	*out = NULL;
-	if (t->err)
+	if (t->err || !trains(t, "next_batch"))
 		return -1;
 	if (!t->obj.next_batch) {
 		misuse(t, "next_batch: this objective has no data");
@@ -208,7 +234,7 @@ static struct apf_arena_slot *alloc_slot(apf_trial *t, const char *op,
 					 uint32_t kind, size_t item)
 {
 	size_t len = name ? strlen(name) : 0;
-	if (!t->in_init) {
+	if (t->phase != PH_INIT) {
 		misuse(t, "%s '%s': state is allocated in init_optimizer_state "
 			  "only",
 		       op, name ? name : "");
@@ -273,7 +299,7 @@ static int op_scalar(apf_ctx *c, const char *name, double **out)
 	if (t->err)
 		return -1;
 	struct apf_arena_slot *s = name ? find_slot(t, name) : NULL;
-	if (!s && t->in_init)
+	if (!s && t->phase == PH_INIT)
 		s = alloc_slot(t, "scalar", name, 1, APF_SLOT_SCALAR,
 			       sizeof(double));
 	else if (!s || s->kind != APF_SLOT_SCALAR)
@@ -645,9 +671,9 @@ int apf_trial_init(apf_trial *t)
 	int rc = t->obj.init ? t->obj.init(t->obj.user, t->params, t->state) : 0;
 	if (rc)
 		return rc;
-	t->in_init = 1;
+	t->phase = PH_INIT;
 	int r = t->sub->init(&t->ctx, t->hp, prng_at(t));
-	t->in_init = 0;
+	t->phase = PH_NONE;
 	if (t->err)
 		return fail_from_ctx(t, "init_optimizer_state");
 	if (r < 0)
@@ -668,7 +694,9 @@ int apf_trial_step(apf_trial *t, int *complete)
 	const apf_batch *b = NULL;
 	t->have_batch = 0;
 	if (t->sub->select) {
+		t->phase = PH_SELECT;
 		int r = t->sub->select(&t->ctx, t->hp, step, prng_at(t), &b);
+		t->phase = PH_NONE;
 		if (t->err)
 			return fail_from_ctx(t, "data_selection");
 		if (r < 0)
@@ -679,7 +707,9 @@ int apf_trial_step(apf_trial *t, int *complete)
 					 "data_selection: not a batch from "
 					 "apf_next_batch");
 	} else if (t->obj.next_batch) {
+		t->phase = PH_SELECT; /* the harness's default selection */
 		op_next_batch(&t->ctx, &b);
+		t->phase = PH_NONE;
 		if (t->err)
 			return fail_from_ctx(t, "next batch");
 	}
@@ -689,8 +719,10 @@ int apf_trial_step(apf_trial *t, int *complete)
 			      t->info.max_steps,
 			      t->info.step_hint,
 			      (int)t->h->evals};
+	t->phase = PH_UPDATE;
 	int r = t->sub->update(&t->ctx, t->hp, b, &t->last_eval, step,
 			       prng_at(t), &ts);
+	t->phase = PH_NONE;
 	if (t->err)
 		return fail_from_ctx(t, "update_params");
 	if (r < 0)
@@ -709,7 +741,9 @@ int apf_trial_prepare_eval(apf_trial *t)
 {
 	if (!t->sub->prepare)
 		return 0;
+	t->phase = PH_PREPARE;
 	int r = t->sub->prepare(&t->ctx, t->hp, t->h->global_step, prng_at(t));
+	t->phase = PH_NONE;
 	if (t->err)
 		return fail_from_ctx(t, "prepare_for_eval");
 	if (r < 0)

@@ -101,7 +101,9 @@ struct apf_workload {
 	int32_t *dev_y;
 };
 
-static int load_dataset(apf_workload *wl)
+/* The dataset the spec names, or (train_fd >= 0) the train split a
+ * supervisor handed over: the trial never opens the dataset itself. */
+static int load_dataset(apf_workload *wl, int train_fd)
 {
 	const apf_workload_spec *w = wl->spec;
 	const apf_config *c = w->ini;
@@ -152,7 +154,16 @@ static int load_dataset(apf_workload *wl)
 	o.classes = (int)classes;
 	o.mean = (float)mean;
 	o.std = (float)std;
-	rc = apf_image_dataset_load(&wl->ds, &o);
+	if (train_fd >= 0) {
+		rc = apf_image_dataset_import_train(&wl->ds, train_fd, o.mean,
+						    o.std);
+		if (!rc && wl->ds->classes != o.classes)
+			rc = apf_error(APF_EINPUT, "train split",
+				       "%d classes, the spec says %d",
+				       wl->ds->classes, o.classes);
+	} else {
+		rc = apf_image_dataset_load(&wl->ds, &o);
+	}
 	if (rc)
 		return apf_error_prefix(rc, w->name);
 	return 0;
@@ -194,9 +205,9 @@ static int reserve(apf_workload *wl, int B)
 	return rc;
 }
 
-int apf_workload_open(apf_workload **out, const apf_workload_spec *spec,
-		      const char *variant, apf_backend *be,
-		      const apf_trial_key *key, int flags)
+static int open_workload(apf_workload **out, const apf_workload_spec *spec,
+			 const char *variant, apf_backend *be,
+			 const apf_trial_key *key, int flags, int train_fd)
 {
 	*out = NULL;
 	if (variant && strcmp(variant, "base") &&
@@ -235,7 +246,7 @@ int apf_workload_open(apf_workload **out, const apf_workload_spec *spec,
 		rc = apf_config_opt_long(spec->ini, "dataset", "classes", &classes);
 	wl->classes = (int)classes;
 	if (!rc && !(flags & APF_WORKLOAD_NO_DATA)) {
-		rc = load_dataset(wl);
+		rc = load_dataset(wl, train_fd);
 		if (!rc) {
 			wl->H = wl->ds->H, wl->W = wl->ds->W, wl->C = wl->ds->C;
 			wl->classes = wl->ds->classes;
@@ -266,6 +277,22 @@ int apf_workload_open(apf_workload **out, const apf_workload_spec *spec,
 	}
 	*out = wl;
 	return 0;
+}
+
+int apf_workload_open(apf_workload **out, const apf_workload_spec *spec,
+		      const char *variant, apf_backend *be,
+		      const apf_trial_key *key, int flags)
+{
+	return open_workload(out, spec, variant, be, key, flags, -1);
+}
+
+int apf_workload_open_train(apf_workload **out, const apf_workload_spec *spec,
+			    const char *variant, apf_backend *be,
+			    const apf_trial_key *key, int train_fd)
+{
+	if (train_fd < 0)
+		return apf_error(APF_EINTERNAL, spec->name, "no train split");
+	return open_workload(out, spec, variant, be, key, 0, train_fd);
 }
 
 void apf_workload_close(apf_workload *wl)
@@ -415,9 +442,9 @@ int apf_workload_evaluate(apf_workload *wl, const float *params,
 			  apf_workload_eval *out)
 {
 	memset(out, 0, sizeof *out);
-	if (!wl->ds)
+	if (!wl->ds || wl->ds->map)
 		return apf_error(APF_EINTERNAL, wl->spec->name,
-				 "opened without data");
+				 "opened without the evaluation splits");
 	/* Eval-mode layers only read what is bound; the cast lets the same
 	 * net serve training, which writes running statistics. */
 	apf_net_bind(wl->net, (float *)params, (float *)state);

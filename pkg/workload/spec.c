@@ -439,3 +439,9 @@ int apf_workload_meets(int direction, double value, double target)
 {
 	return direction > 0 ? value >= target : value <= target;
 }
+
+uint64_t apf_workload_init_allowance_ns(uint64_t budget_ns)
+{
+	uint64_t share = budget_ns / 100, floor = 5000000000ull;
+	return share > floor ? share : floor;
+}

@@ -84,6 +84,11 @@ const char *apf_workload_model_value(const apf_workload_spec *w,
 				     const char *variant, const char *key);
 const struct apf_budget *apf_workload_budget(const apf_workload_spec *w,
 					     const char *device);
+/* The allowance for a trial's untimed submission code (loading the shared
+ * object, its constructors, init_optimizer_state): 1% of the budget, at
+ * least 5 s. Over it the runner faults the trial; the verifier checks the
+ * log keeps to it. */
+uint64_t apf_workload_init_allowance_ns(uint64_t budget_ns);
 /* True when value meets target in the workload's direction. */
 int apf_workload_meets(int direction, double value, double target);
 
@@ -136,6 +141,12 @@ enum { APF_WORKLOAD_NO_DATA = 1 }; /* open flags: model only (listing) */
 int apf_workload_open(apf_workload **out, const apf_workload_spec *spec,
 		      const char *variant, apf_backend *be,
 		      const apf_trial_key *key, int flags);
+/* A trial's workload: the training split comes from train_fd, a sealed
+ * memfd the supervisor made with apf_image_dataset_export_train; the
+ * dataset's files are never opened and evaluation is refused. */
+int apf_workload_open_train(apf_workload **out, const apf_workload_spec *spec,
+			    const char *variant, apf_backend *be,
+			    const apf_trial_key *key, int train_fd);
 void apf_workload_close(apf_workload *wl);
 
 apf_net *apf_workload_net(apf_workload *wl);
