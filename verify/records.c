@@ -68,6 +68,7 @@ enum ftype {
 #define KEEP_NONE 0xff
 #define FLAG_NULL 0x80
 #define FLAG_CKPT_NAMED 0x40 /* eval: checkpoint.file names its file */
+#define FLAG_CKPT0 0x20      /* clock_start: has a checkpoint */
 
 struct field {
 	const char *name;
@@ -121,6 +122,7 @@ static const struct field f_trial_start[] = {
 	FLD("test_target", F_NUM, REQ, 1, NULL),
 	FLD("metric", F_STR, REQ, 3, NULL),
 	FLD("direction", F_ENUM, REQ, 0, directions),
+	FLD("init_allowance_ns", F_U64_1, REQ, 6, NULL),
 	END};
 static const struct field f_build[] = {
 	UNIT_FIELD,
@@ -132,7 +134,10 @@ static const struct field f_build[] = {
 static const struct field f_clock_start[] = {
 	UNIT_FIELD,
 	FLD("init_ns", F_U64, REQ, 0, NULL),
+	FLD("submission_init_ns", F_U64, REQ, 2, NULL),
 	FLD("batch_size", F_U64_1, REQ, 1, NULL),
+	FLD("checkpoint", F_CKPT, OPT, 1, NULL),
+	FLD("memory_limit", F_OBJ, REQ, KEEP_NONE, NULL),
 	END};
 static const struct field f_step_block[] = {
 	UNIT_FIELD,
@@ -457,6 +462,9 @@ static int take_field(const struct vx *v, const char *line,
 		    apf_jtok_u64(line, &t[bytes], &s->u[9]))
 			return -1;
 		s->tok[2] = (uint32_t)file;
+		if (s->ev == EV_CLOCK_START &&
+		    apf_jtok_eq(line, &t[file], "ckpt/0.bin"))
+			s->flags |= FLAG_CKPT0;
 		break;
 	}
 	}
@@ -852,6 +860,11 @@ static int trial_start(struct vx *v, struct vx_unit *u,
 		what = "max_steps";
 		snprintf(want, sizeof want, "%" PRIu64, u->max_steps);
 		snprintf(got, sizeof got, "%" PRIu64, s->u[5]);
+	} else if (s->u[6] != apf_workload_init_allowance_ns(u->budget_ns)) {
+		what = "init_allowance_ns";
+		snprintf(want, sizeof want, "%" PRIu64,
+			 apf_workload_init_allowance_ns(u->budget_ns));
+		snprintf(got, sizeof got, "%" PRIu64, s->u[6]);
 	} else if (s->d[0] != u->vtarget) {
 		what = "validation_target";
 		snprintf(want, sizeof want, "%.17g", u->vtarget);
@@ -880,6 +893,8 @@ static int trial_start(struct vx *v, struct vx_unit *u,
 					"budget_multiplier")),
 				want);
 	u->state = U_STARTED;
+	u->from_scratch = 1;
+	u->init_allowance = s->u[6];
 	u->start_line = r->line_no;
 	u->seg_t = r->t_ns;
 	if (!u->ever_started)
@@ -1522,6 +1537,23 @@ int apf_vx_record(void *user, const struct apf_runlog_record *r)
 		if (u->state != U_BUILT)
 			return fail_here(v, u, r, s, "a clock_start %s",
 					 state_name(u->state));
+		/* The submission's untimed code ran within its allowance, and a
+		 * trial from scratch names the state its init left (checkpoint
+		 * 0, checked against the workload's initialisation by
+		 * --reeval and replayed from by --replay). */
+		if (s->u[2] > u->init_allowance)
+			return fail_here(v, u, r, s,
+					 "submission_init_ns %" PRIu64 " is over "
+					 "the allowance of %" PRIu64,
+					 s->u[2], u->init_allowance);
+		if (u->from_scratch != !!(s->flags & FLAG_CKPT0))
+			return fail_here(v, u, r, s,
+					 u->from_scratch
+						 ? "a trial from scratch without "
+						   "its initial checkpoint"
+						 : "an initial checkpoint on a "
+						   "resumed trial");
+		u->from_scratch = 0;
 		u->state = U_READY;
 		u->ref_ns = r->t_ns;
 		u->ref_kind = REF_CLOCK;

@@ -113,6 +113,8 @@ struct vx_unit {
 	const apf_hparams *hp; /* the plan's draw */
 	/* What trial_start must say. */
 	uint64_t budget_ns, period_ns, max_steps;
+	uint64_t init_allowance; /* trial_start's init_allowance_ns */
+	int from_scratch;   /* trial_start seen, its clock_start not yet */
 	double vtarget, ttarget;
 	int direction;
 	char *vkey, *tkey;  /* validation/<metric>, test/<metric> */

@@ -3,8 +3,9 @@
  * channel between processes, and the arguments of the hidden subcommands.
  *
  * Messages are single text lines. The trial is untrusted, so every line it
- * sends is length-limited and parsed strictly; anything else is a protocol
- * fault that fails the trial.
+ * sends is length-limited and checked (struct proto) against what the
+ * supervisor asked for; anything else is a protocol fault that fails the
+ * trial, naming the line.
  *
  *   trial -> supervisor          supervisor -> trial
  *   lock                         locked
@@ -13,6 +14,11 @@
  *   error <message>                 <test loss> <test metric>
  *                                stop
  *   (why: due | complete | max_steps)
+ *
+ * An eval is asked for through the control page: the trial reports "due"
+ * at the end of the first step >= eval_at. A run and a replay use the same
+ * field and the same arguments, so the trial cannot tell them apart by
+ * either; the supervisor decides where a replay stops.
  *
  *   supervisor -> evaluator      evaluator -> supervisor
  *   eval                         ok <json metrics>  |  error <message>
@@ -28,15 +34,53 @@
 
 #define LINE_MAX_BYTES 4096
 
-/* Descriptor numbers in the trial and evaluator processes. */
-enum { FD_ARENA = 3, FD_CONTROL = 4, FD_CHANNEL = 5 };
+/* Descriptor numbers in the trial and evaluator processes; FD_TRAIN, the
+ * sealed training split, is the trial's only data. */
+enum { FD_ARENA = 3, FD_CONTROL = 4, FD_CHANNEL = 5, FD_TRAIN = 6 };
 
 /* One shared page; neither side trusts what the other writes in it. */
 struct apf_control {
-	uint32_t eval_requested; /* supervisor -> trial */
-	uint32_t pad;
-	int64_t step;            /* trial -> supervisor, for the progress line */
+	int64_t eval_at; /* supervisor -> trial: report an eval at the end of
+			    the first step >= eval_at; 0: none asked for */
+	int64_t step;    /* trial -> supervisor, for the progress line */
 };
+
+/* What the supervisor accepts from the trial: a small state machine fed
+ * every line the trial sends, so that run and replay check the same way
+ * and a hostile stream can be tested without a trial (tests/unit/test_proto,
+ * tests/fuzz/fuzz_proto). The supervisor's own copy of eval_at decides
+ * whether a "due" report was asked for; the control page's is the trial's
+ * to scribble on. */
+enum proto_phase {
+	PROTO_SETUP,   /* expects lock */
+	PROTO_WAIT,    /* the supervisor's turn: only error is accepted */
+	PROTO_LOCKED,  /* expects ready */
+	PROTO_RUNNING, /* expects eval */
+};
+enum proto_kind { PROTO_LOCK, PROTO_READY, PROTO_EVAL, PROTO_ERROR };
+enum proto_why { WHY_DUE, WHY_COMPLETE, WHY_MAX_STEPS };
+
+struct proto {
+	enum proto_phase phase;
+	int64_t step;      /* the last step accepted (a checkpoint's, at start) */
+	int64_t max_steps; /* 0: none */
+	int64_t eval_at;   /* 0: no eval asked for */
+};
+struct proto_msg {
+	enum proto_kind kind;
+	int64_t step, batch;
+	enum proto_why why;
+	const char *text;  /* error: the message, inside the line */
+};
+/* Checks one line (NUL-terminated, no newline). 0: accepted, *m filled,
+ * and p advanced (lock and ready and eval hand the turn to the supervisor);
+ * APF_EVERIFY: a protocol fault, with the message naming the line. */
+int proto_accept(struct proto *p, const char *line, struct proto_msg *m);
+/* The supervisor's moves: locked sent; go sent, with the step an eval is
+ * due at (0: none yet); an eval asked for while running. */
+void proto_locked(struct proto *p);
+void proto_go(struct proto *p, int64_t eval_at);
+void proto_request(struct proto *p, int64_t eval_at);
 
 /* A buffered line reader over a descriptor. */
 struct line_chan {
@@ -72,8 +116,6 @@ struct unit_args {
 	int64_t step_hint;
 	double budget_s;
 	uint64_t arena_bytes;
-	int64_t stop_at;           /* trial only: report an eval at this step
-				      (a replay); 0: when the supervisor asks */
 };
 int unit_args_parse(struct unit_args *a, int argc, char **argv);
 /* Appends the arguments to an argv under construction. */
@@ -105,6 +147,11 @@ struct unit_state {
 	int64_t preemptions;      /* resumes so far */
 	char ckpt_sha256[65];
 	json_t *rows;             /* the unit's eval records, for the CSV */
+	/* From a fresh trial's clock_start: checkpoint 0, the state
+	 * init_optimizer_state left, as an eval-like object {index 0,
+	 * global_step 0, accumulated_submission_ns 0, checkpoint}; NULL when
+	 * the log has none. */
+	json_t *initial;
 	int64_t time_to_target_ns; /* -1: not met */
 };
 
@@ -158,6 +205,13 @@ struct replay_spec {
 };
 int unit_replay(struct run *r, size_t index, const struct replay_spec *rs,
 		char *why, size_t size);
+
+/* Checks checkpoint 0 (the state after init_optimizer_state) against the
+ * workload's initialisation for the unit's seed, recomputed here: the
+ * parameters and model state bit for bit, at step 0, the data stream
+ * untouched. why names the first difference (empty: equal). */
+int unit_check_initial(struct run *r, size_t index, const void *ckpt,
+		       size_t len, char *why, size_t size);
 
 /* Re-evaluates a checkpoint in a clean evaluator process and compares
  * with the logged metrics; why names the first difference (empty: equal). */

@@ -52,6 +52,10 @@ static int take_line(struct line_chan *c, char *out, size_t size)
 	size_t n = (size_t)(nl - c->buf);
 	if (n >= size)
 		return apf_error(APF_EINPUT, "channel", "line too long");
+	/* A NUL would cut the line short of what was sent, and a check of
+	 * the rest would never see it. */
+	if (memchr(c->buf, 0, n))
+		return apf_error(APF_EINPUT, "channel", "a NUL byte in a line");
 	memcpy(out, c->buf, n);
 	out[n] = 0;
 	memmove(c->buf, nl + 1, c->len - n - 1);
@@ -131,6 +135,128 @@ int chan_recv(struct line_chan *c, char *out, size_t size, int timeout_ms)
 	}
 }
 
+/* ---- what the supervisor accepts from the trial ------------------------------ */
+
+/* A step or batch count: decimal digits only, no sign, no leading zero,
+ * at most 18 digits; the rest of the text after it in *end. */
+static int parse_count(const char *s, const char **end, int64_t *out)
+{
+	const char *p = s;
+	int64_t v = 0;
+	while (*p >= '0' && *p <= '9' && p - s < 18)
+		v = v * 10 + (*p++ - '0');
+	if (p == s || (*s == '0' && p - s > 1) || (*p >= '0' && *p <= '9'))
+		return -1;
+	*end = p;
+	*out = v;
+	return 0;
+}
+
+/* The line as the fault names it: escaped, cut to a readable length. */
+static void quote(char *out, size_t size, const char *line)
+{
+	char cut[84];
+	size_t n = strlen(line);
+	snprintf(cut, sizeof cut, "%.80s%s", line, n > 80 ? "..." : "");
+	apf_text_escape(out, size, cut);
+}
+
+static int refuse(const char *line, const char *why)
+{
+	char q[400];
+	quote(q, sizeof q, line);
+	return apf_error(APF_EVERIFY, "protocol", "'%s' from the trial: %s", q,
+			 why);
+}
+
+static const char *phase_wants(enum proto_phase ph)
+{
+	return ph == PROTO_SETUP    ? "expected lock"
+	       : ph == PROTO_LOCKED ? "expected ready"
+	       : ph == PROTO_RUNNING ? "expected an eval report"
+				     : "the supervisor has not answered yet";
+}
+
+int proto_accept(struct proto *p, const char *line, struct proto_msg *m)
+{
+	memset(m, 0, sizeof *m);
+	if (!strncmp(line, "error ", 6)) {
+		m->kind = PROTO_ERROR;
+		m->text = line + 6;
+		return 0;
+	}
+	const char *e;
+	if (!strcmp(line, "lock")) {
+		if (p->phase != PROTO_SETUP)
+			return refuse(line, phase_wants(p->phase));
+		m->kind = PROTO_LOCK;
+		p->phase = PROTO_WAIT;
+		return 0;
+	}
+	if (!strncmp(line, "ready ", 6)) {
+		if (p->phase != PROTO_LOCKED)
+			return refuse(line, phase_wants(p->phase));
+		if (parse_count(line + 6, &e, &m->step) || *e != ' ' ||
+		    parse_count(e + 1, &e, &m->batch) || *e)
+			return refuse(line, "malformed ready");
+		if (m->step != p->step)
+			return refuse(line, "ready at another step than the "
+					    "checkpoint's");
+		if (m->batch < 1 || m->batch > (1 << 24))
+			return refuse(line, "a batch size outside [1, 2^24]");
+		m->kind = PROTO_READY;
+		p->phase = PROTO_WAIT;
+		return 0;
+	}
+	if (!strncmp(line, "eval ", 5)) {
+		if (p->phase != PROTO_RUNNING)
+			return refuse(line, phase_wants(p->phase));
+		if (parse_count(line + 5, &e, &m->step) || *e != ' ')
+			return refuse(line, "malformed eval report");
+		e++;
+		if (!strcmp(e, "due"))
+			m->why = WHY_DUE;
+		else if (!strcmp(e, "complete"))
+			m->why = WHY_COMPLETE;
+		else if (!strcmp(e, "max_steps"))
+			m->why = WHY_MAX_STEPS;
+		else
+			return refuse(line, "malformed eval report");
+		if (m->step <= p->step)
+			return refuse(line, "a step not after the last one");
+		if (p->max_steps > 0 && m->step > p->max_steps)
+			return refuse(line, "a step past max_steps");
+		if (m->why == WHY_DUE && (!p->eval_at || m->step < p->eval_at))
+			return refuse(line, "an eval the supervisor did not ask "
+					    "for");
+		if (m->why == WHY_MAX_STEPS && m->step != p->max_steps)
+			return refuse(line, "max_steps reported at another step");
+		m->kind = PROTO_EVAL;
+		p->step = m->step;
+		p->eval_at = 0;
+		p->phase = PROTO_WAIT;
+		return 0;
+	}
+	return refuse(line, "not a message of the protocol");
+}
+
+void proto_locked(struct proto *p)
+{
+	p->phase = PROTO_LOCKED;
+}
+
+void proto_go(struct proto *p, int64_t eval_at)
+{
+	p->phase = PROTO_RUNNING;
+	p->eval_at = eval_at;
+}
+
+void proto_request(struct proto *p, int64_t eval_at)
+{
+	if (p->phase == PROTO_RUNNING && !p->eval_at)
+		p->eval_at = eval_at;
+}
+
 /* ---- arguments --------------------------------------------------------------- */
 
 static int want(const char *name, const char *v)
@@ -184,8 +310,6 @@ int unit_args_parse(struct unit_args *a, int argc, char **argv)
 			a->budget_s = strtod(v, NULL);
 		else if (!strcmp(k, "arena-bytes"))
 			a->arena_bytes = strtoull(v, NULL, 10);
-		else if (!strcmp(k, "stop-at"))
-			a->stop_at = strtoll(v, NULL, 10);
 		else
 			return apf_error(APF_EUSAGE, "runner",
 					 "unknown option --%s", k);
@@ -225,8 +349,6 @@ int unit_args_to_argv(const struct unit_args *a, int trial, char **argv,
 		ADD("max-steps", "%lld", (long long)a->max_steps);
 		ADD("step-hint", "%lld", (long long)a->step_hint);
 		ADD("budget-s", "%.17g", a->budget_s);
-		if (a->stop_at > 0)
-			ADD("stop-at", "%lld", (long long)a->stop_at);
 	}
 #undef ADD
 	if (!storage->data)

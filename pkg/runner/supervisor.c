@@ -350,6 +350,14 @@ static int scan_record(void *user, const struct apf_runlog_record *rec)
 #define I(k) json_integer_value(json_object_get(o, k))
 	if (!strcmp(ev, "trial_start")) {
 		s->started = 1;
+	} else if (!strcmp(ev, "clock_start") &&
+		   json_is_object(json_object_get(o, "checkpoint"))) {
+		json_decref(s->initial);
+		s->initial = json_pack("{s:i, s:i, s:i, s:O}", "index", 0,
+				       "global_step", 0,
+				       "accumulated_submission_ns", 0,
+				       "checkpoint",
+				       json_object_get(o, "checkpoint"));
 	} else if (!strcmp(ev, "eval")) {
 		s->last_eval = I("index");
 		s->global_step = I("global_step");
@@ -377,6 +385,8 @@ static int scan_record(void *user, const struct apf_runlog_record *rec)
 		if (from == 0) {
 			json_decref(s->rows);
 			s->rows = NULL;
+			json_decref(s->initial);
+			s->initial = NULL;
 			s->last_eval = 0;
 			s->sub_ns = s->eval_ns = s->log_ns = 0;
 			s->global_step = 0;
@@ -455,8 +465,10 @@ static void run_free(struct run *r)
 	apf_runlog_close(r->log);
 	apf_key_free(r->key);
 	json_decref(r->env);
-	for (size_t i = 0; r->states && r->plan && i < r->plan->n; i++)
+	for (size_t i = 0; r->states && r->plan && i < r->plan->n; i++) {
 		json_decref(r->states[i].rows);
+		json_decref(r->states[i].initial);
+	}
 	free(r->states);
 	apf_plan_free(r->plan);
 	apf_entry_free(r->entry);
@@ -792,6 +804,7 @@ struct apf_audit {
 	struct apf_run_opts o;
 	struct run r;
 	char *entry_path;
+	json_t **evals; /* per unit: checkpoint 0 (when logged), then the evals */
 };
 
 int apf_audit_open(apf_audit **out, const char *run_dir, const char *entry_key)
@@ -835,6 +848,21 @@ int apf_audit_open(apf_audit **out, const char *run_dir, const char *entry_key)
 	if (!rc) {
 		/* The device string lives in j; keep what prepare copied. */
 		a->o.device = a->r.device = "cpu";
+		/* What the audits walk: the initial state first, so that the
+		 * interval from it to the first eval is replayed like any
+		 * other, and --reeval checks it against the initialisation. */
+		a->evals = apf_calloc(a->r.plan->n + 1, sizeof *a->evals);
+		rc = a->evals ? 0 : apf_error(APF_ENOMEM, "audit", "out of memory");
+		for (size_t i = 0; !rc && i < a->r.plan->n; i++) {
+			const struct unit_state *s = &a->r.states[i];
+			if (!s->initial && !s->rows)
+				continue;
+			a->evals[i] = json_array();
+			if (s->initial)
+				json_array_append(a->evals[i], s->initial);
+			if (s->rows)
+				json_array_extend(a->evals[i], s->rows);
+		}
 	}
 	json_decref(j);
 	if (rc) {
@@ -857,13 +885,16 @@ void apf_audit_unit_name(const apf_audit *a, size_t i, char *out, size_t size)
 
 const json_t *apf_audit_unit_evals(const apf_audit *a, size_t i)
 {
-	return a->r.states[i].rows;
+	return a->evals[i];
 }
 
 void apf_audit_close(apf_audit *a)
 {
 	if (!a)
 		return;
+	for (size_t i = 0; a->evals && a->r.plan && i < a->r.plan->n; i++)
+		json_decref(a->evals[i]);
+	free(a->evals);
 	run_free(&a->r);
 	free(a->entry_path);
 	free(a);
@@ -888,6 +919,19 @@ static int read_ckpt(apf_audit *a, const char *unit, const json_t *eval,
 	apf_buf p = {0};
 	apf_buf_printf(&p, "%s/%s/%s", a->r.run_dir, unit, file);
 	int rc = apf_file_read(p.data, 1u << 31, data, len);
+	/* The log names the checkpoint by its digest: an audit reads no other. */
+	const char *want = json_string_value(
+		json_object_get(json_object_get(eval, "checkpoint"), "sha256"));
+	char hex[65] = "";
+	if (!rc)
+		rc = apf_sha256_hex(*data, *len, hex);
+	if (!rc && (!want || strcmp(hex, want)))
+		rc = apf_error(APF_EVERIFY, p.data,
+			       "differs from the checkpoint the log names");
+	if (rc) {
+		free(*data);
+		*data = NULL;
+	}
 	apf_buf_free(&p);
 	return rc;
 }
@@ -901,7 +945,9 @@ int apf_audit_reeval(apf_audit *a, const char *unit, const json_t *eval,
 	int rc = audit_unit(a, unit, &index);
 	if (!rc)
 		rc = read_ckpt(a, unit, eval, &data, &len);
-	if (!rc)
+	if (!rc && json_integer_value(json_object_get(eval, "index")) == 0)
+		rc = unit_check_initial(&a->r, index, data, len, why, size);
+	else if (!rc)
 		rc = unit_reeval(&a->r, index, data, len,
 				 json_object_get(eval, "metrics"), why, size);
 	free(data);

@@ -139,8 +139,8 @@ static int setup(struct tp *t)
 		rc = apply_regularisation(t->spec, t->a.variant, &t->hp);
 	if (!rc) {
 		apf_trial_key key = {t->a.seed, t->a.study, t->a.trial};
-		rc = apf_workload_open(&t->wl, t->spec, t->a.variant, t->be, &key,
-				       0);
+		rc = apf_workload_open_train(&t->wl, t->spec, t->a.variant, t->be,
+					     &key, FD_TRAIN);
 	}
 	return rc;
 }
@@ -187,18 +187,14 @@ static int train(struct tp *t)
 			break;
 		int64_t step = apf_trial_global_step(t->trial);
 		__atomic_store_n(&t->ctl->step, step, __ATOMIC_RELAXED);
+		int64_t at = __atomic_load_n(&t->ctl->eval_at, __ATOMIC_ACQUIRE);
 		const char *why = complete ? "complete"
 				  : t->a.max_steps > 0 && step >= t->a.max_steps
 					  ? "max_steps"
-				  : t->a.stop_at > 0 && step >= t->a.stop_at
-					  ? "due"
-				  : __atomic_load_n(&t->ctl->eval_requested,
-						    __ATOMIC_ACQUIRE)
-					  ? "due"
-					  : NULL;
+				  : at > 0 && step >= at ? "due"
+							 : NULL;
 		if (!why)
 			continue;
-		__atomic_store_n(&t->ctl->eval_requested, 0, __ATOMIC_RELEASE);
 		rc = apf_trial_prepare_eval(t->trial);
 		if (!rc)
 			rc = chan_send(FD_CHANNEL, "eval %lld %s", (long long)step,

@@ -54,6 +54,7 @@
 #define EVAL_TIMEOUT_MS (10 * 60 * 1000)
 #define BUILD_TIMEOUT_MS (5 * 60 * 1000)
 #define DEFAULT_MEMORY (16ull << 30)
+#define SETUP_TIMEOUT_NS (10ull * 60 * 1000000000)
 
 struct unit {
 	struct run *r;
@@ -63,20 +64,32 @@ struct unit {
 	char name[512];
 	char *dir, *work, *scratch, *so, *hparams;
 	apf_workload_spec *spec;
+	/* The supervisor's own copy of the workload: its dataset is what the
+	 * trial's training split is cut from, and init_state (parameters, then
+	 * model state) the initialisation the trial must leave untouched. */
+	apf_backend *wl_be;
+	apf_workload *wl;
+	float *init_state;
 	double val_target, test_target;
 	size_t param_floats, state_floats, capacity;
-	int arena_fd, control_fd, chan_fd, eval_fd;
+	int arena_fd, control_fd, chan_fd, eval_fd, train_fd;
 	struct apf_control *ctl;
 	const void *arena_view;
 	struct line_chan ch, ech;
+	struct proto pr;
 	pid_t eval_pid;
 	apf_sandbox *sb;
 	uint64_t budget_ns, eval_period_ns, grace_ns;
+	uint64_t init_allowance_ns, init_ns, submission_init_ns;
+	int64_t batch;
 	uint64_t sub_ns, eval_ns, log_ns;
 	int64_t evals, global_step, preemptions;
 	uint64_t interval_start, next_due, last_eval_end;
 	int64_t time_to_target_ns;
 	int ended;
+	/* How the trial ended when the supervisor did not end it: a fault kind
+	 * of the log, or "error" (the submission's own); NULL while it runs. */
+	const char *end_kind;
 	char fault[APF_SANDBOX_TEXT_MAX + 64];
 };
 
@@ -128,13 +141,16 @@ static int end_trial(struct unit *u, const char *reason, int failed,
 		u->r->failed++;
 	else
 		u->r->completed++;
-	if (!u->r->o->quiet)
+	if (!u->r->o->quiet && isatty(2))
 		fprintf(stderr, "\r\033[K");
-	fprintf(stderr, "apf: run: %s: %s%s%s\n", u->name,
-		failed ? "failed: " : reason, failed ? reason : "",
-		detail ? (failed ? ": " : "") : "");
-	if (detail && failed)
-		fprintf(stderr, "apf: run: %s: %s\n", u->name, detail);
+	fprintf(stderr, "apf: run: %s: %s%s\n", u->name,
+		failed ? "failed: " : reason, failed ? reason : "");
+	if (detail && failed) {
+		/* The detail is the trial's or the compiler's text. */
+		char safe[4 * sizeof u->fault];
+		apf_text_escape(safe, sizeof safe, detail);
+		fprintf(stderr, "apf: run: %s: %s\n", u->name, safe);
+	}
 	return rc;
 }
 
@@ -352,54 +368,86 @@ static int spawn_evaluator(struct unit *u, struct unit_args *a)
 	return 0;
 }
 
-static int spawn_trial(struct unit *u, struct unit_args *a)
+/* Where the trial sees its files when sealed: fixed paths, so that nothing
+ * it can read (its arguments, its environment, its mount table's mount
+ * points) says where the operator keeps the run, or tells a replay from a
+ * run. Unsealed there is no mount namespace, and host paths are used. */
+#define TRIAL_EXE "/apf/bin/apf"
+#define TRIAL_WORKLOADS "/apf/workloads"
+#define TRIAL_UNIT "/apf/unit"
+#define TRIAL_SCRATCH "/apf/scratch"
+
+static int spawn_trial(struct unit *u, const struct unit_args *args)
 {
 	struct run *r = u->r;
+	struct unit_args a = *args;
+	const char *exe = r->exe, *scratch = u->scratch;
+	if (r->sealed) {
+		exe = TRIAL_EXE;
+		scratch = TRIAL_SCRATCH;
+		a.workloads_dir = TRIAL_WORKLOADS;
+		a.so = TRIAL_UNIT "/submission.so";
+		a.hparams = TRIAL_UNIT "/hparams.json";
+	}
+	int rc = apf_image_dataset_export_train(&u->train_fd,
+						apf_workload_dataset(u->wl));
+	if (rc)
+		return rc;
 	int sv[2];
 	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0)
 		return apf_error_errno(APF_EIO, errno, "run", "socketpair");
 	const char *argv[40];
 	size_t n = 0;
 	apf_buf storage = {0}, threads = {0}, home = {0};
-	argv[n++] = r->exe;
+	argv[n++] = exe;
 	argv[n++] = "__trial";
-	int rc = unit_args_to_argv(a, 1, (char **)argv, &n, &storage);
+	rc = unit_args_to_argv(&a, 1, (char **)argv, &n, &storage);
 	argv[n] = NULL;
 	apf_buf_printf(&threads, "OPENBLAS_NUM_THREADS=%d", r->threads);
-	apf_buf_printf(&home, "HOME=%s", u->scratch);
+	apf_buf_printf(&home, "HOME=%s", scratch);
 	const char *envp[] = {threads.data, home.data, "PATH=/usr/bin:/bin",
 			      "LC_ALL=C", ASAN_ENV, NULL};
 	struct apf_sandbox_config c;
 	struct apf_sandbox_mount m[NSYS + 8];
 	size_t nm;
 	base_config(u, &c, m, &nm, envp);
-	m[nm++] = (struct apf_sandbox_mount){r->workloads_dir, NULL,
+	/* No dataset is mounted: the training split comes as FD_TRAIN. */
+	if (r->sealed) {
+		m[nm - 1].target = TRIAL_EXE; /* base_config's last: the binary */
+		c.scratch = TRIAL_SCRATCH;
+	}
+	m[nm++] = (struct apf_sandbox_mount){
+		r->workloads_dir, r->sealed ? TRIAL_WORKLOADS : NULL,
+		APF_SANDBOX_READ, 0};
+	m[nm++] = (struct apf_sandbox_mount){u->work,
+					     r->sealed ? TRIAL_UNIT : NULL,
 					     APF_SANDBOX_READ, 0};
-	char *data = realpath(u->spec->dataset_path, NULL);
-	m[nm++] = (struct apf_sandbox_mount){data ? data : u->spec->dataset_path,
-					     NULL, APF_SANDBOX_READ, 0};
-	m[nm++] = (struct apf_sandbox_mount){u->work, NULL, APF_SANDBOX_READ, 0};
 	c.nmounts = nm;
 	c.argv = argv;
-	c.cwd = u->scratch;
+	c.cwd = scratch;
 	int logfd = open_log_file(u, "trial.log");
 	struct apf_sandbox_fd fds[] = {{u->arena_fd, FD_ARENA},
 				       {u->control_fd, FD_CONTROL},
 				       {sv[1], FD_CHANNEL},
+				       {u->train_fd, FD_TRAIN},
 				       {logfd, 1},
 				       {logfd, 2}};
 	c.fds = fds;
-	c.nfds = logfd >= 0 ? 5 : 3;
+	c.nfds = logfd >= 0 ? 6 : 4;
 	c.limits = (struct apf_sandbox_limits){
 		.address_space = UNDER_ASAN		? 0
 				 : r->o->memory_limit ? r->o->memory_limit
 						      : DEFAULT_MEMORY,
+		/* One limit that counts everything the trial can hold (its
+		 * memfds, scratch and page cache too) where a cgroup can be
+		 * had; apf_sandbox_memory_mechanism says which, logged. */
+		.memory = r->o->memory_limit ? r->o->memory_limit
+					     : DEFAULT_MEMORY,
 		.open_files = 256,
 		.file_size = 256ull << 20,
 		.spawns = 256};
 	if (!rc)
 		rc = apf_sandbox_spawn(&u->sb, &c);
-	free(data);
 	close(sv[1]);
 	if (logfd >= 0)
 		close(logfd);
@@ -415,6 +463,8 @@ static int spawn_trial(struct unit *u, struct unit_args *a)
 	return 0;
 }
 
+static void ended_as(struct unit *u, const char *kind, const char *detail);
+
 /* Serves the sandbox and waits for a line from the trial, up to
  * deadline_ns (0: none). Returns 1 with a line, 0 on timeout, 2 when the
  * trial ended (u->fault says how), or an error. */
@@ -426,9 +476,7 @@ static int await_trial(struct unit *u, char *line, size_t size,
 		if (t == 1)
 			return 1;
 		if (t < 0) {
-			snprintf(u->fault, sizeof u->fault,
-				 "protocol: %s", apf_error_message());
-			apf_sandbox_kill(u->sb);
+			ended_as(u, "protocol", apf_error_message());
 			return 2;
 		}
 		apf_sandbox_end end;
@@ -442,7 +490,6 @@ static int await_trial(struct unit *u, char *line, size_t size,
 					apf_sandbox_wait(u->sb, -1, &end);
 				}
 			}
-			snprintf(u->fault, sizeof u->fault, "%s", end.reason);
 			return 2;
 		}
 		if (apf_run_interrupted())
@@ -451,8 +498,11 @@ static int await_trial(struct unit *u, char *line, size_t size,
 		if (deadline_ns && now >= deadline_ns)
 			return 0;
 		if (u->next_due && now >= u->next_due) {
-			__atomic_store_n(&u->ctl->eval_requested, 1,
-					 __ATOMIC_RELEASE);
+			/* At the end of the step under way: any step after the
+			 * last eval's is at or past this one. */
+			int64_t at = u->global_step + 1;
+			proto_request(&u->pr, at);
+			__atomic_store_n(&u->ctl->eval_at, at, __ATOMIC_RELEASE);
 			u->next_due = 0;
 		}
 		int wait = 500;
@@ -509,22 +559,51 @@ static const char *fault_kind(const struct unit *u, const apf_sandbox_end *end)
 	}
 }
 
-/* The trial ended without being asked to: say why and fail it. An "error"
- * line from the trial is a submission error, not a sandbox fault. */
-static int trial_died(struct unit *u, const char *error_line)
+/* The unit ends for a reason the supervisor found (a protocol fault, a
+ * timeout, a damaged arena): kill what is left and say so. The first
+ * reason stays. */
+static void ended_as(struct unit *u, const char *kind, const char *detail)
 {
+	if (u->sb)
+		apf_sandbox_kill(u->sb);
+	if (u->end_kind)
+		return;
+	u->end_kind = kind;
+	snprintf(u->fault, sizeof u->fault, "%s", detail);
+}
+
+/* The trial ended without being asked to, or sent an error line (after
+ * which it exits by itself): how, from the way its sandbox ended. An error
+ * line is the submission's own error, not a sandbox fault. */
+static void trial_gone(struct unit *u, const char *error_line)
+{
+	if (u->end_kind)
+		return;
 	apf_sandbox_end end;
-	if (apf_sandbox_reap(u->sb, &end) != 1) {
+	if (apf_sandbox_reap(u->sb, &end) != 1 &&
+	    apf_sandbox_wait(u->sb, 5000, &end) != 1) {
 		apf_sandbox_kill(u->sb);
 		apf_sandbox_wait(u->sb, -1, &end);
 	}
+	const char *kind = fault_kind(u, &end), *detail = end.reason;
 	if (end.outcome == APF_SANDBOX_MEMORY_LIMIT)
-		return fault(u, "memory", end.reason);
-	if (error_line && end.outcome == APF_SANDBOX_EXITED)
-		return end_trial(u, "error", 1, error_line);
-	if (end.outcome == APF_SANDBOX_EXITED)
-		return fault(u, "protocol", "the trial exited without a report");
-	return fault(u, fault_kind(u, &end), end.reason);
+		kind = "memory";
+	else if (error_line && end.outcome == APF_SANDBOX_EXITED)
+		kind = "error", detail = error_line;
+	else if (end.outcome == APF_SANDBOX_EXITED)
+		detail = "the trial exited without a report";
+	u->end_kind = kind;
+	snprintf(u->fault, sizeof u->fault, "%s", detail);
+}
+
+/* Logs how the trial ended (ended_as, trial_gone) and ends the unit. */
+static int record_ending(struct unit *u)
+{
+	if (!u->end_kind)
+		return apf_error(APF_EINTERNAL, "run", "no ending to record");
+	if (!strcmp(u->end_kind, "error"))
+		return end_trial(u, "error", 1, u->fault);
+	return fault(u, u->end_kind, u->fault);
 }
 
 /* ---- evaluation and checkpoint -------------------------------------------------- */
@@ -580,9 +659,13 @@ static double metric(const json_t *m, const char *split, const char *name)
 	return json_is_number(v) ? json_number_value(v) : NAN;
 }
 
-static int send_go(struct unit *u, const json_t *m)
+/* Lets the trial go on, with an eval due at the end of step eval_at (0:
+ * when the supervisor asks), and what it may see of the last eval. */
+static int go(struct unit *u, const json_t *m, int64_t eval_at)
 {
 	const char *mn = u->spec->metric;
+	proto_go(&u->pr, eval_at);
+	__atomic_store_n(&u->ctl->eval_at, eval_at, __ATOMIC_RELEASE);
 	return chan_send(u->chan_fd, "go %llu %lld %.17g %.17g %.17g %.17g %.17g %.17g",
 			 (unsigned long long)u->sub_ns, (long long)u->evals,
 			 metric(m, "train", "loss"), metric(m, "train", mn),
@@ -591,23 +674,31 @@ static int send_go(struct unit *u, const json_t *m)
 			 metric(m, "test", mn));
 }
 
-/* One eval point: the trial has reported `step` for reason `why`. Returns
- * 1 when the trial goes on, 0 when it ended (u->ended), or an error of the
+/* The arena and control memfds are sealed against shrinking and growing
+ * when made; this re-checks size and seals before the supervisor reads
+ * through its mapping, so that nothing a trial does to them can become a
+ * SIGBUS in the supervisor. */
+#define MEMFD_SEALS (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)
+static int memfd_intact(int fd, uint64_t bytes)
+{
+	struct stat st;
+	int seals = fcntl(fd, F_GET_SEALS);
+	return fstat(fd, &st) == 0 && (uint64_t)st.st_size == bytes &&
+	       seals >= 0 && (seals & MEMFD_SEALS) == MEMFD_SEALS;
+}
+
+/* One eval point: the trial has reported `step` (accepted by the protocol)
+ * for reason `why`. Returns 1 when the trial goes on, 0 when the unit
+ * ended (u->ended, or u->end_kind for record_ending), or an error of the
  * run itself. */
-static int eval_point(struct unit *u, int64_t step, const char *why,
+static int eval_point(struct unit *u, int64_t step, enum proto_why why,
 		      uint64_t t_end)
 {
-	if (step <= u->global_step ||
-	    (u->pu && u->spec->max_steps > 0 && step > u->spec->max_steps)) {
-		apf_sandbox_kill(u->sb);
-		char msg[160];
-		snprintf(msg, sizeof msg, "reported step %lld after step %lld",
-			 (long long)step, (long long)u->global_step);
-		return fault(u, "protocol", msg);
-	}
 	int rc = apf_sandbox_stop(u->sb);
-	if (rc)
-		return trial_died(u, NULL);
+	if (rc) {
+		trial_gone(u, NULL);
+		return 0;
+	}
 	u->sub_ns += t_end - u->interval_start;
 	json_t *f = json_pack("{s:I, s:I, s:I, s:I, s:I}", "first_step",
 			      (json_int_t)u->global_step + 1, "last_step",
@@ -619,6 +710,12 @@ static int eval_point(struct unit *u, int64_t step, const char *why,
 	if (rc)
 		return rc;
 	u->global_step = step;
+	if (!memfd_intact(u->arena_fd, u->capacity) ||
+	    !memfd_intact(u->control_fd, 4096)) {
+		ended_as(u, "protocol", "the arena or control memory lost its "
+					"size or seals");
+		return 0;
+	}
 	/* Evaluate the frozen arena. */
 	json_t *m;
 	char err[600] = "";
@@ -627,8 +724,8 @@ static int eval_point(struct unit *u, int64_t step, const char *why,
 	if (rc)
 		return rc;
 	if (!m) {
-		apf_sandbox_kill(u->sb);
-		return fault(u, "protocol", err);
+		ended_as(u, "protocol", err);
+		return 0;
 	}
 	u->evals++;
 	u->eval_ns += eval_end - t_end;
@@ -637,11 +734,11 @@ static int eval_point(struct unit *u, int64_t step, const char *why,
 	rc = checkpoint(u, hex, &bytes);
 	if (rc == APF_EVERIFY) {
 		json_decref(m);
-		apf_sandbox_kill(u->sb);
 		char msg[400];
 		snprintf(msg, sizeof msg, "the trial damaged its arena: %s",
 			 apf_error_message());
-		return fault(u, "protocol", msg);
+		ended_as(u, "protocol", msg);
+		return 0;
 	}
 	if (rc) {
 		json_decref(m);
@@ -684,9 +781,9 @@ static int eval_point(struct unit *u, int64_t step, const char *why,
 	u->last_eval_end = eval_end;
 	const char *stop = u->sub_ns >= u->budget_ns ? "budget"
 			   : val_met && test_met     ? "targets"
-			   : !strcmp(why, "complete") ? "complete"
-			   : !strcmp(why, "max_steps") ? "max_steps"
-						       : NULL;
+			   : why == WHY_COMPLETE     ? "complete"
+			   : why == WHY_MAX_STEPS    ? "max_steps"
+						     : NULL;
 	if (!rc && stop) {
 		json_decref(m);
 		rc = end_trial(u, stop, 0, NULL);
@@ -696,7 +793,7 @@ static int eval_point(struct unit *u, int64_t step, const char *why,
 	}
 	if (!rc) {
 		u->next_due = eval_end + u->eval_period_ns;
-		rc = send_go(u, m);
+		rc = go(u, m, 0);
 	}
 	json_decref(m);
 	if (rc)
@@ -705,8 +802,10 @@ static int eval_point(struct unit *u, int64_t step, const char *why,
 	u->log_ns += resume - eval_end;
 	u->interval_start = resume;
 	rc = apf_sandbox_cont(u->sb);
-	if (rc)
-		return trial_died(u, NULL);
+	if (rc) {
+		trial_gone(u, NULL);
+		return 0;
+	}
 	return 1;
 }
 
@@ -755,21 +854,37 @@ static int prepare(struct unit *u)
 				  1e9);
 	u->eval_period_ns = (uint64_t)(b->eval_period_s * 1e9);
 	u->grace_ns = u->eval_period_ns + (uint64_t)fmax(5e9, 0.1 * u->budget_ns);
-	/* The model's layout (its input shape comes from the data). */
-	apf_backend *be = NULL;
-	apf_workload *wl = NULL;
-	rc = apf_backend_cpu_new(&be, 1);
+	/* Untimed work of the submission's (loading it, its constructors,
+	 * init_optimizer_state) gets a stated allowance: AlgoPerf leaves init
+	 * untimed and gives it no data, and here it also has no loss or
+	 * gradient, so an honest one needs milliseconds. Over the allowance
+	 * the unit faults, rather than the time being counted: a time counted
+	 * would change scores against AlgoPerf's rules, a cap does not. */
+	u->init_allowance_ns = apf_workload_init_allowance_ns(u->budget_ns);
+	/* The supervisor's own copy of the workload, with the data: the
+	 * model's layout (its input shape comes from the data), the training
+	 * split the trial gets, and the initial state it must leave as it is. */
+	apf_trial_key key = {man->tuning.seed, (uint32_t)u->pu->study,
+			     (uint32_t)u->pu->trial + 1};
+	rc = apf_backend_cpu_new(&u->wl_be, 1);
 	if (!rc)
-		rc = apf_workload_open(&wl, u->spec, u->pu->variant, be, NULL, 0);
+		rc = apf_workload_open(&u->wl, u->spec, u->pu->variant, u->wl_be,
+				       &key, 0);
 	if (!rc) {
-		u->param_floats = apf_net_param_floats(apf_workload_net(wl));
-		u->state_floats = apf_net_state_floats(apf_workload_net(wl));
+		u->param_floats = apf_net_param_floats(apf_workload_net(u->wl));
+		u->state_floats = apf_net_state_floats(apf_workload_net(u->wl));
 		u->capacity = apf_arena_capacity(u->param_floats, u->state_floats,
 						 SLOT_FACTOR);
+		u->init_state = apf_calloc(u->param_floats + u->state_floats + 1,
+					   sizeof(float));
+		if (!u->init_state)
+			rc = apf_error(APF_ENOMEM, "run", "out of memory");
 	}
-	apf_workload_close(wl);
-	if (be)
-		apf_backend_free(be);
+	if (!rc)
+		rc = apf_workload_bind(u->wl, u->init_state,
+				       u->init_state + u->param_floats);
+	if (!rc)
+		rc = apf_workload_init(u->wl);
 	if (rc)
 		return rc;
 	/* hparams.json, for the auditor and for the trial. */
@@ -791,10 +906,15 @@ static int prepare(struct unit *u)
 	return rc;
 }
 
+/* The memory shared with the trial: the arena and the control page,
+ * sealed at their size so that the trial cannot shrink them under the
+ * supervisor's mappings (a SIGBUS in the supervisor) or grow them past its
+ * memory limit; and the training split, sealed read-only. */
 static int make_arena(struct unit *u, const void *restore, size_t restore_len)
 {
-	u->arena_fd = memfd_create("apf-arena", MFD_CLOEXEC);
-	u->control_fd = memfd_create("apf-control", MFD_CLOEXEC);
+	u->arena_fd = memfd_create("apf-arena", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	u->control_fd = memfd_create("apf-control",
+				     MFD_CLOEXEC | MFD_ALLOW_SEALING);
 	if (u->arena_fd < 0 || u->control_fd < 0 ||
 	    ftruncate(u->arena_fd, (off_t)u->capacity) != 0 ||
 	    ftruncate(u->control_fd, 4096) != 0)
@@ -802,6 +922,10 @@ static int make_arena(struct unit *u, const void *restore, size_t restore_len)
 	if (restore && pwrite(u->arena_fd, restore, restore_len, 0) !=
 			       (ssize_t)restore_len)
 		return apf_error_errno(APF_EIO, errno, "run", "restore arena");
+	if (fcntl(u->arena_fd, F_ADD_SEALS, MEMFD_SEALS) != 0 ||
+	    fcntl(u->control_fd, F_ADD_SEALS, MEMFD_SEALS) != 0)
+		return apf_error_errno(APF_EIO, errno, "run",
+				       "seal the shared memory");
 	u->ctl = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED,
 		      u->control_fd, 0);
 	u->arena_view = mmap(NULL, u->capacity, PROT_READ, MAP_SHARED,
@@ -868,6 +992,12 @@ static void cleanup(struct unit *u)
 		close(u->arena_fd);
 	if (u->control_fd > 0)
 		close(u->control_fd);
+	if (u->train_fd > 0)
+		close(u->train_fd);
+	apf_workload_close(u->wl);
+	if (u->wl_be)
+		apf_backend_free(u->wl_be);
+	free(u->init_state);
 	if (u->work)
 		apf_remove_tree(u->work);
 	apf_workload_spec_free(u->spec);
@@ -913,7 +1043,153 @@ static int start_records(struct unit *u, int *restore_eval)
 		(json_int_t)s->max_steps, "validation_target", u->val_target,
 		"test_target", u->test_target, "metric", s->metric, "direction",
 		s->direction > 0 ? "max" : "min");
+	json_object_set_new(f, "init_allowance_ns",
+			    json_integer((json_int_t)u->init_allowance_ns));
 	return record(u, "trial_start", f, 1);
+}
+
+/* Serves the trial's set-up the same way for a run and a replay: its own
+ * set-up (data, backend, thread pool), "lock", then the submission's load
+ * (its constructors) and init_optimizer_state, which must end in "ready"
+ * within the allowance. 1: ready, the trial waiting for go; 0: it ended
+ * (u->end_kind says how; nothing recorded yet) or the run was interrupted;
+ * or an error of the supervisor. */
+static int setup_trial(struct unit *u, uint64_t spawn_t)
+{
+	char line[LINE_MAX_BYTES];
+	uint64_t deadline = spawn_t + SETUP_TIMEOUT_NS, locked_t = 0;
+	u->pr = (struct proto){PROTO_SETUP, u->global_step,
+			       u->spec->max_steps > 0 ? u->spec->max_steps : 0, 0};
+	for (;;) {
+		int w = await_trial(u, line, sizeof line, deadline, 0);
+		struct proto_msg m;
+		if (w < 0)
+			return w;
+		if (w == 0 && apf_run_interrupted())
+			return 0;
+		if (w == 2) {
+			trial_gone(u, NULL);
+			return 0;
+		}
+		if (w == 0) {
+			char msg[200];
+			if (locked_t)
+				snprintf(msg, sizeof msg,
+					 "loading the submission and "
+					 "init_optimizer_state ran past their "
+					 "allowance of %.1f s",
+					 (double)u->init_allowance_ns / 1e9);
+			else
+				snprintf(msg, sizeof msg,
+					 "set-up took more than %llu s",
+					 SETUP_TIMEOUT_NS / 1000000000ull);
+			ended_as(u, "timeout", msg);
+			return 0;
+		}
+		if (proto_accept(&u->pr, line, &m)) {
+			ended_as(u, "protocol", apf_error_message());
+			return 0;
+		}
+		if (m.kind == PROTO_ERROR) {
+			trial_gone(u, m.text);
+			return 0;
+		}
+		if (m.kind == PROTO_LOCK) {
+			int rc = apf_sandbox_set_phase(u->sb, APF_SANDBOX_LOCKED);
+			if (rc == APF_EABORT) {
+				ended_as(u, "syscall", apf_error_message());
+				return 0;
+			}
+			if (!rc)
+				rc = chan_send(u->chan_fd, "locked");
+			if (rc)
+				return rc;
+			proto_locked(&u->pr);
+			locked_t = apf_now_ns();
+			deadline = locked_t + u->init_allowance_ns;
+			continue;
+		}
+		uint64_t now = apf_now_ns(); /* PROTO_READY */
+		u->init_ns = now - spawn_t;
+		u->submission_init_ns = now - locked_t;
+		u->batch = m.batch;
+		return 1;
+	}
+}
+
+/* Names how an arena of `bytes` (live memory or checkpoint 0) differs
+ * from what init_optimizer_state must leave: the workload's initialisation
+ * for the trial's seed, bit for bit, at step 0, with the data stream
+ * untouched. why is empty when it does not. */
+static void initial_differs(const struct unit *u, const void *arena,
+			    size_t bytes, char *why, size_t size)
+{
+	const struct apf_arena_header *h = arena;
+	why[0] = 0;
+	if (apf_arena_check(arena, bytes))
+		snprintf(why, size, "the arena is damaged: %s",
+			 apf_error_message());
+	else if (h->params_floats != u->param_floats ||
+		 h->state_floats != u->state_floats)
+		snprintf(why, size, "the arena is laid out for another model");
+	else if (!h->initialized || h->global_step != 0 || h->evals != 0)
+		snprintf(why, size, "the arena is not at step 0 after "
+				    "init_optimizer_state");
+	else if (h->data_epoch != 0 || h->data_index != 0)
+		snprintf(why, size, "the data stream moved before the clock "
+				    "started (epoch %llu, example %llu)",
+			 (unsigned long long)h->data_epoch,
+			 (unsigned long long)h->data_index);
+	if (why[0])
+		return;
+	const char *base = arena;
+	const char *got[2] = {base + h->params_offset, base + h->state_offset};
+	const float *want[2] = {u->init_state, u->init_state + u->param_floats};
+	size_t n[2] = {u->param_floats, u->state_floats};
+	static const char *const what[2] = {"parameters", "model state"};
+	for (int k = 0; k < 2; k++) {
+		if (!memcmp(got[k], want[k], n[k] * sizeof(float)))
+			continue;
+		size_t i = 0;
+		while (memcmp(got[k] + i * sizeof(float), want[k] + i,
+			      sizeof(float)) == 0)
+			i++;
+		snprintf(why, size,
+			 "after init_optimizer_state the %s differ from the "
+			 "workload's initialisation (from value %zu on)",
+			 what[k], i);
+		return;
+	}
+}
+
+/* After init_optimizer_state, from scratch: the trial is frozen and its
+ * arena must hold the workload's initialisation for the trial's seed
+ * (parameters and model state bit for bit), at step 0 with the data
+ * stream untouched; then it is checkpoint 0. 1: it is (hex and bytes
+ * describe ckpt/0.bin; the trial stays frozen), 0: it is not (u->end_kind
+ * set), or an error. */
+static int check_initial_state(struct unit *u, char hex[65], uint64_t *bytes)
+{
+	if (apf_sandbox_stop(u->sb)) {
+		trial_gone(u, NULL);
+		return 0;
+	}
+	if (!memfd_intact(u->arena_fd, u->capacity)) {
+		ended_as(u, "protocol", "the arena lost its size or seals");
+		return 0;
+	}
+	char why[200];
+	initial_differs(u, u->arena_view, u->capacity, why, sizeof why);
+	if (why[0]) {
+		ended_as(u, "protocol", why);
+		return 0;
+	}
+	int rc = checkpoint(u, hex, bytes);
+	if (rc == APF_EVERIFY) {
+		ended_as(u, "protocol", apf_error_message());
+		return 0;
+	}
+	return rc ? rc : 1;
 }
 
 int unit_run(struct run *r, size_t index)
@@ -971,105 +1247,91 @@ int unit_run(struct run *r, size_t index)
 	uint64_t spawn_t = apf_now_ns();
 	if (!rc)
 		rc = spawn_trial(&u, &a);
-	/* Setup: serve the sandbox until the trial is ready. */
-	char line[LINE_MAX_BYTES];
-	int state = 0; /* 0 setup, 1 locked, 2 running */
-	while (!rc && !u.ended && state < 2) {
-		int w = await_trial(&u, line, sizeof line,
-				    spawn_t + 10ull * 60 * 1000000000, 0);
-		if (w < 0)
-			rc = w;
-		else if (w == 2)
-			rc = fault(&u, "crash", u.fault);
-		else if (w == 0)
-			rc = apf_run_interrupted()
-				     ? 0
-				     : fault(&u, "timeout",
-					     "setup took more than 10 minutes");
-		else if (!strncmp(line, "error ", 6))
-			rc = trial_died(&u, line + 6);
-		else if (state == 0 && !strcmp(line, "lock")) {
-			rc = apf_sandbox_set_phase(u.sb, APF_SANDBOX_LOCKED);
-			if (rc == APF_EABORT)
-				rc = fault(&u, "syscall", apf_error_message());
-			else if (!rc)
-				rc = chan_send(u.chan_fd, "locked");
-			state = 1;
-		} else if (state == 1 && !strncmp(line, "ready ", 6)) {
-			long long step, batch;
-			char extra;
-			if (sscanf(line + 6, "%lld %lld %c", &step, &batch,
-				   &extra) != 2 ||
-			    step != u.global_step || batch < 1) {
-				apf_sandbox_kill(u.sb);
-				rc = fault(&u, "protocol",
-					   "malformed ready, or ready at another "
-					   "step than its checkpoint");
-				break;
-			}
-			json_t *f = json_pack("{s:I, s:I}", "init_ns",
-					      (json_int_t)(apf_now_ns() - spawn_t),
-					      "batch_size", (json_int_t)batch);
-			rc = record(&u, "clock_start", f, 0);
-			if (!rc) {
-				/* The first eval comes after the first step. */
-				__atomic_store_n(&u.ctl->eval_requested,
-						 u.evals == 0, __ATOMIC_RELEASE);
-				if (u.evals > 0)
-					u.next_due = apf_now_ns() +
-						     u.eval_period_ns;
-				rc = send_go(&u, u.st->rows
-							 ? json_object_get(
-								   json_array_get(
-									   u.st->rows,
-									   json_array_size(
-										   u.st->rows) -
-										   1),
-								   "metrics")
-							 : NULL);
-				u.interval_start = apf_now_ns();
-			}
-			state = 2;
-		} else {
-			apf_sandbox_kill(u.sb);
-			rc = fault(&u, "protocol", "unexpected message in setup");
+	if (!rc)
+		rc = setup_trial(&u, spawn_t);
+	int ready = rc > 0;
+	rc = rc > 0 ? 0 : rc;
+	if (!rc && !ready && u.end_kind)
+		rc = record_ending(&u);
+	/* From scratch, the trial must have left the workload's initial state
+	 * as it is (checkpoint 0, which the verifier can replay from). */
+	char init_hex[65] = "";
+	uint64_t init_bytes = 0;
+	if (!rc && ready && restore_eval == 0) {
+		rc = check_initial_state(&u, init_hex, &init_bytes);
+		if (rc > 0) {
+			rc = 0;
+		} else if (!rc) {
+			ready = 0;
+			rc = record_ending(&u);
+		}
+	}
+	if (!rc && ready) {
+		json_t *f = json_pack("{s:I, s:I, s:I}", "init_ns",
+				      (json_int_t)u.init_ns,
+				      "submission_init_ns",
+				      (json_int_t)u.submission_init_ns,
+				      "batch_size", (json_int_t)u.batch);
+		json_object_set_new(f, "memory_limit",
+				    json_pack("{s:I, s:s}", "bytes",
+					      (json_int_t)(r->o->memory_limit
+								   ? r->o->memory_limit
+								   : DEFAULT_MEMORY),
+					      "mechanism",
+					      apf_sandbox_memory_mechanism(u.sb)));
+		if (init_hex[0])
+			json_object_set_new(
+				f, "checkpoint",
+				json_pack("{s:s, s:s, s:I}", "file", "ckpt/0.bin",
+					  "sha256", init_hex, "bytes",
+					  (json_int_t)init_bytes));
+		rc = record(&u, "clock_start", f, 0);
+		/* The first eval comes after the first step. */
+		if (u.evals > 0)
+			u.next_due = apf_now_ns() + u.eval_period_ns;
+		if (!rc)
+			rc = go(&u, u.st->rows ? json_object_get(
+							 json_array_get(u.st->rows,
+									json_array_size(u.st->rows) - 1),
+							 "metrics")
+					       : NULL,
+				u.evals == 0 ? u.global_step + 1 : 0);
+		u.interval_start = apf_now_ns();
+		if (!rc && init_hex[0] && apf_sandbox_cont(u.sb)) {
+			trial_gone(&u, NULL);
+			rc = record_ending(&u);
 		}
 	}
 	/* Training. */
-	while (!rc && !u.ended && !apf_run_interrupted()) {
+	char line[LINE_MAX_BYTES];
+	while (!rc && ready && !u.ended && !apf_run_interrupted()) {
 		uint64_t deadline = u.interval_start +
 				    (u.budget_ns > u.sub_ns ? u.budget_ns - u.sub_ns
 							    : 0) +
 				    u.grace_ns;
 		int w = await_trial(&u, line, sizeof line, deadline, 1);
 		uint64_t t_end = apf_now_ns();
+		struct proto_msg m;
 		if (w < 0) {
 			rc = w;
-		} else if (w == 2) {
-			rc = trial_died(&u, NULL);
-		} else if (w == 0 && !apf_run_interrupted()) {
-			apf_sandbox_kill(u.sb);
-			rc = fault(&u, "timeout",
-				   "no eval report within the budget (a step ran "
-				   "past it)");
-		} else if (w == 1 && !strncmp(line, "error ", 6)) {
-			rc = trial_died(&u, line + 6);
-		} else if (w == 1 && !strncmp(line, "eval ", 5)) {
-			char why[32] = "";
-			long long step;
-			if (sscanf(line + 5, "%lld %31s", &step, why) != 2 ||
-			    (strcmp(why, "due") && strcmp(why, "complete") &&
-			     strcmp(why, "max_steps"))) {
-				apf_sandbox_kill(u.sb);
-				rc = fault(&u, "protocol", "malformed eval report");
-			} else {
-				int e = eval_point(&u, step, why, t_end);
-				rc = e < 0 ? e : 0;
-			}
-		} else if (w == 1) {
-			apf_sandbox_kill(u.sb);
-			rc = fault(&u, "protocol", "unexpected message");
+			break;
 		}
+		if (w == 0 && apf_run_interrupted())
+			break;
+		if (w == 2)
+			trial_gone(&u, NULL);
+		else if (w == 0)
+			ended_as(&u, "timeout",
+				 "no eval report within the budget (a step ran "
+				 "past it)");
+		else if (proto_accept(&u.pr, line, &m))
+			ended_as(&u, "protocol", apf_error_message());
+		else if (m.kind == PROTO_ERROR)
+			trial_gone(&u, m.text);
+		else if ((rc = eval_point(&u, m.step, m.why, t_end)) > 0)
+			rc = 0;
+		if (!rc && !u.ended && u.end_kind)
+			rc = record_ending(&u);
 	}
 	if (!u.ended && apf_run_interrupted() && u.sb)
 		apf_sandbox_kill(u.sb);
@@ -1159,42 +1421,45 @@ int unit_replay(struct run *r, size_t index, const struct replay_spec *rs,
 	u.global_step = rs->from_step;
 	u.sub_ns = rs->sub_ns;
 	u.evals = rs->eval_index;
+	/* The same arguments and environment as the run's trial: where the
+	 * replay stops is the supervisor's business (eval_at), not the trial's. */
 	struct unit_args a = unit_args_of(&u);
-	a.stop_at = rs->to_step;
 	if (!rc)
 		rc = spawn_trial(&u, &a);
+	if (!rc)
+		rc = setup_trial(&u, apf_now_ns());
+	int ready = rc > 0;
+	rc = rc > 0 ? 0 : rc;
+	if (!rc && ready)
+		rc = go(&u, rs->metrics, rs->to_step);
 	char line[LINE_MAX_BYTES];
 	uint64_t deadline = apf_now_ns() + 30ull * 60 * 1000000000;
-	int state = 0;
-	while (!rc && state < 3) {
+	while (!rc && ready && !u.end_kind) {
 		int w = await_trial(&u, line, sizeof line, deadline, 0);
-		if (w < 0) {
+		struct proto_msg m = {0};
+		if (w < 0)
 			rc = w;
-		} else if (w == 2) {
-			rc = apf_error(APF_EVERIFY, "replay", "the trial ended: %s",
-				       u.fault);
-		} else if (w == 0) {
+		else if (w == 2)
+			trial_gone(&u, NULL);
+		else if (w == 0)
 			rc = apf_error(APF_EVERIFY, "replay",
-				       "no report within 30 minutes");
-		} else if (!strncmp(line, "error ", 6)) {
-			rc = apf_error(APF_EVERIFY, "replay", "%s", line + 6);
-		} else if (state == 0 && !strcmp(line, "lock")) {
-			rc = apf_sandbox_set_phase(u.sb, APF_SANDBOX_LOCKED);
-			if (!rc)
-				rc = chan_send(u.chan_fd, "locked");
-			state = 1;
-		} else if (state == 1 && !strncmp(line, "ready ", 6)) {
-			rc = send_go(&u, rs->metrics);
-			state = 2;
-		} else if (state == 2 && !strncmp(line, "eval ", 5)) {
-			long long step = 0;
-			sscanf(line + 5, "%lld", &step);
+				       apf_run_interrupted()
+					       ? "interrupted"
+					       : "no report within 30 minutes");
+		else if (proto_accept(&u.pr, line, &m))
+			ended_as(&u, "protocol", apf_error_message());
+		else if (m.kind == PROTO_ERROR)
+			trial_gone(&u, m.text);
+		else {
 			rc = apf_sandbox_stop(u.sb);
-			if (!rc && step != rs->to_step)
+			if (!rc && m.step != rs->to_step)
 				snprintf(why, size,
 					 "the replay reported step %lld, the "
 					 "log step %lld",
-					 step, (long long)rs->to_step);
+					 (long long)m.step, (long long)rs->to_step);
+			else if (!rc && !memfd_intact(u.arena_fd, u.capacity))
+				snprintf(why, size, "the arena lost its size or "
+						    "seals");
 			else if (!rc) {
 				const struct apf_arena_header *h = u.arena_view;
 				if (h->used != rs->expect_len)
@@ -1209,12 +1474,14 @@ int unit_replay(struct run *r, size_t index, const struct replay_spec *rs,
 						    rs->expect_len, why, size);
 			}
 			apf_sandbox_kill(u.sb);
-			state = 3;
-		} else {
-			rc = apf_error(APF_EVERIFY, "replay", "unexpected '%.40s'",
-				       line);
+			break;
 		}
 	}
+	if (!rc && !ready && !u.end_kind && !why[0])
+		rc = apf_error(APF_EVERIFY, "replay", "interrupted");
+	if (!rc && u.end_kind)
+		rc = apf_error(APF_EVERIFY, "replay", "the trial ended (%s): %s",
+			       u.end_kind, u.fault);
 	cleanup(&u);
 	return rc;
 }
@@ -1264,6 +1531,27 @@ int unit_reeval(struct run *r, size_t index, const void *ckpt, size_t len,
 		snprintf(why, size, "the logged metrics are not the evaluator's "
 				    "set");
 	json_decref(m);
+	cleanup(&u);
+	return rc;
+}
+
+/* ---- the initial state (apf verify --reeval) ---------------------------------------- */
+
+int unit_check_initial(struct run *r, size_t index, const void *ckpt,
+		       size_t len, char *why, size_t size)
+{
+	struct unit u = {0};
+	u.r = r;
+	u.index = index;
+	u.pu = &r->plan->units[index];
+	u.st = &r->states[index];
+	why[0] = 0;
+	int rc = prepare(&u);
+	if (!rc && len > u.capacity)
+		rc = apf_error(APF_EVERIFY, "initial state",
+			       "checkpoint 0 is larger than the model's arena");
+	if (!rc)
+		initial_differs(&u, ckpt, len, why, size);
 	cleanup(&u);
 	return rc;
 }

@@ -50,6 +50,11 @@ def dumps(obj):
     return json.dumps(obj, separators=(",", ":"))
 
 
+def initial_ckpt(name):
+    """A fake checkpoint 0 (the state after init_optimizer_state)."""
+    return hashlib.sha256(b"init" + name.encode()).digest() * 2
+
+
 def sha256_hex(data):
     return hashlib.sha256(data).hexdigest()
 
@@ -328,7 +333,9 @@ class FakeRun:
                 study=u["study"], trial=u["trial0"] + 1, hparams=u["hparams"],
                 budget_ns=budget_ns, eval_period_ns=period, max_steps=max_steps,
                 validation_target=vt, test_target=tt, metric=metric,
-                direction=direction)
+                direction=direction,
+                init_allowance_ns=max(5_000_000_000, budget_ns // 100))
+            st["fresh"] = True
             return t + 1_000_000 + rng.randrange(10_000)
 
         def build(t):
@@ -341,7 +348,15 @@ class FakeRun:
             """The supervisor's trial is ready: the clock starts. The next
             block starts a little later, and its eval is due a period after
             this (after the first step, for a fresh trial)."""
-            rec("clock_start", t, init_ns=3_000_000, batch_size=32)
+            extra = {}
+            if st.pop("fresh", False):
+                # From scratch: the state init_optimizer_state left.
+                extra["checkpoint"] = {"file": "ckpt/0.bin",
+                                       "sha256": sha256_hex(initial_ckpt(name)),
+                                       "bytes": 64}
+            rec("clock_start", t, init_ns=3_000_000, submission_init_ns=1_000_000,
+                batch_size=32, memory_limit={"bytes": 16 << 30, "mechanism": "cgroup1"},
+                **extra)
             st["ref"] = t
             st["after_clock"] = True
 
@@ -576,6 +591,9 @@ class FakeRun:
         run.sign_head()
         for name in run.units() if self.outputs else ():
             run.write_outputs(name, self.rng)
+            if run.find("clock_start", name):
+                with open(run.file(name, "ckpt", "0.bin"), "wb") as f:
+                    f.write(initial_ckpt(name))
             for i in run.kept_evals(name):
                 e = run.records[i]
                 with open(run.file(name, "ckpt", f"{e['index']}.bin"), "wb") as f:

@@ -41,6 +41,11 @@ class Audit(RunCase):
         self.assertIn("re-evaluated", checks["checkpoints"]["detail"])
         self.assertEqual(checks["replay"]["outcome"], "passed")
         self.assertIn("(seed 11)", checks["replay"]["detail"])
+        # The intervals from each unit's initial state (checkpoint 0, which
+        # --reeval checked against the workload's initialisation) count:
+        # as many intervals as evals.
+        evals = len([x for x in apftest.read_log(run)[0] if x["event"] == "eval"])
+        self.assertIn(f"2 of {evals} eval intervals replayed", checks["replay"]["detail"])
         # The auditor wrote nothing into the run directory.
         before = sorted(os.listdir(os.path.join(run, "study_0", BLOBS, "trial_1")))
         self.ok("verify", run, "--replay", "1", timeout=600)
@@ -52,7 +57,10 @@ class Audit(RunCase):
                                                     "submissions", "state_outside_slots"))
         self.ok("verify", run)          # the log itself is honest
         self.ok("verify", run, "--reeval", timeout=600)
-        r = self.fails(1, "verify", run, "--replay", "1", "--seed", "3", timeout=600,
+        # Two intervals: from the initial state (checkpoint 0) to eval 1,
+        # where the static buffer is still what the replay starts with, and
+        # from eval 1 to eval 2, where it is not.
+        r = self.fails(1, "verify", run, "--replay", "2", "--seed", "3", timeout=600,
                        match="check 5 (replay)")
         self.assertIn("differ", r.err)
         self.assertIn("(seed 3)", r.err)

@@ -157,12 +157,13 @@ class Hostile(ApfCase):
 
 class HostileUnfinished(ApfCase):
     def test_reeval_of_an_unfinished_run_says_why_it_is_unfinished(self):
-        # Killed before any unit's first eval: verification passes as far
-        # as the log goes, nothing is there to re-evaluate, and the exit 3
-        # verdict must keep its message (it printed "unknown error").
+        # Killed before any unit's clock started: verification passes as
+        # far as the log goes, nothing is there to re-evaluate (not even
+        # checkpoint 0), and the exit 3 verdict must keep its message (it
+        # printed "unknown error").
         run = FakeRun(self, complete=False).write(self.path("run"))
         u = run.units()[0]
-        cut = run.find("eval", u)[0]
+        cut = run.find("clock_start", u)[0]
         run.records = run.records[:cut]
         run.save()
         for name in run.units():

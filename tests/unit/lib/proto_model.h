@@ -1,0 +1,97 @@
+/*
+ * proto_model.h: the supervisor's side of the trial protocol, as a model
+ * that feeds a stream of lines to struct proto (pkg/runner/proto.c) and
+ * makes the supervisor's moves after each accepted message, checking the
+ * invariants a hostile trial must not break:
+ *
+ *   - an accepted eval report's step is after the last accepted one and
+ *     never past max_steps;
+ *   - "due" is accepted only when the supervisor asked, at or after the
+ *     step it asked for; "max_steps" only at max_steps;
+ *   - nothing but an error line is accepted while it is the supervisor's
+ *     turn, and a refused line always leaves a message naming it.
+ *
+ * The unit test drives it with seeded random streams, the fuzz target with
+ * libFuzzer's; a broken invariant aborts.
+ */
+#ifndef APF_PROTO_MODEL_H
+#define APF_PROTO_MODEL_H
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "runner/internal.h"
+
+struct proto_model {
+	struct proto p;
+	uint64_t rng;      /* the supervisor's choices */
+	size_t accepted, refused, evals;
+};
+
+static uint64_t proto_model_next(struct proto_model *m)
+{
+	m->rng ^= m->rng << 13;
+	m->rng ^= m->rng >> 7;
+	m->rng ^= m->rng << 17;
+	return m->rng;
+}
+
+static void proto_model_init(struct proto_model *m, uint64_t seed,
+			     int64_t start_step, int64_t max_steps)
+{
+	memset(m, 0, sizeof *m);
+	m->p = (struct proto){PROTO_SETUP, start_step, max_steps, 0};
+	m->rng = seed | 1;
+}
+
+/* Feeds one line; returns 0 when accepted, 1 when refused. */
+static int proto_model_feed(struct proto_model *m, const char *line)
+{
+	struct proto before = m->p;
+	struct proto_msg msg;
+	if (proto_accept(&m->p, line, &msg)) {
+		const char *why = apf_error_message();
+		if (!why || !strstr(why, "from the trial"))
+			abort();
+		if (memcmp(&before, &m->p, sizeof before))
+			abort(); /* a refused line changes nothing */
+		m->refused++;
+		return 1;
+	}
+	m->accepted++;
+	switch (msg.kind) {
+	case PROTO_ERROR:
+		if (memcmp(&before, &m->p, sizeof before) || !msg.text)
+			abort();
+		break;
+	case PROTO_LOCK:
+		if (before.phase != PROTO_SETUP)
+			abort();
+		proto_locked(&m->p);
+		break;
+	case PROTO_READY:
+		if (before.phase != PROTO_LOCKED || msg.step != before.step ||
+		    msg.batch < 1)
+			abort();
+		proto_go(&m->p, proto_model_next(m) % 2 ? before.step + 1 : 0);
+		break;
+	case PROTO_EVAL:
+		if (before.phase != PROTO_RUNNING || msg.step <= before.step ||
+		    (before.max_steps && msg.step > before.max_steps) ||
+		    (msg.why == WHY_DUE &&
+		     (!before.eval_at || msg.step < before.eval_at)) ||
+		    (msg.why == WHY_MAX_STEPS && msg.step != before.max_steps))
+			abort();
+		m->evals++;
+		/* The supervisor evaluates and lets it go on, asking for the
+		 * next eval now or later. */
+		proto_go(&m->p, 0);
+		if (proto_model_next(m) % 2)
+			proto_request(&m->p, m->p.step + 1 +
+						     (int64_t)(proto_model_next(m) % 3));
+		break;
+	}
+	return 0;
+}
+
+#endif

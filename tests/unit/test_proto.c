@@ -1,0 +1,170 @@
+/*
+ * test_proto.c: what the supervisor accepts from a trial (struct proto in
+ * pkg/runner): the honest sequence, each forged or malformed line refused
+ * with a message naming it, and seeded random hostile streams that never
+ * get an unrequested eval, a step backwards or past max_steps accepted
+ * (the invariants live in lib/proto_model.h, shared with fuzz_proto).
+ */
+#include "testlib.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "proto_model.h"
+
+static void refused(struct proto *p, const char *line, const char *why)
+{
+	struct proto_msg m;
+	struct proto before = *p;
+	if (proto_accept(p, line, &m) != APF_EVERIFY)
+		fail_msg("accepted '%s'", line);
+	if (!strstr(apf_error_message(), why))
+		fail_msg("'%s': %s (wanted '%s')", line, apf_error_message(), why);
+	assert_memory_equal(&before, p, sizeof before);
+}
+
+static void accepted(struct proto *p, const char *line, struct proto_msg *m)
+{
+	if (proto_accept(p, line, m))
+		fail_msg("refused '%s': %s", line, apf_error_message());
+}
+
+static void honest_sequence_is_accepted(void **state)
+{
+	(void)state;
+	struct proto p = {PROTO_SETUP, 0, 100, 0};
+	struct proto_msg m;
+	accepted(&p, "lock", &m);
+	assert_int_equal(m.kind, PROTO_LOCK);
+	proto_locked(&p);
+	accepted(&p, "ready 0 64", &m);
+	assert_int_equal(m.kind, PROTO_READY);
+	assert_int_equal(m.batch, 64);
+	proto_go(&p, 1);
+	accepted(&p, "eval 1 due", &m);
+	assert_int_equal(m.kind, PROTO_EVAL);
+	assert_int_equal(m.step, 1);
+	proto_go(&p, 0);
+	proto_request(&p, 2);
+	accepted(&p, "eval 57 due", &m);
+	proto_go(&p, 0);
+	accepted(&p, "eval 60 complete", &m);
+	assert_int_equal(m.why, WHY_COMPLETE);
+	proto_go(&p, 0);
+	accepted(&p, "eval 100 max_steps", &m);
+	assert_int_equal(m.why, WHY_MAX_STEPS);
+	accepted(&p, "error update_params returned -7 at step 100", &m);
+	assert_int_equal(m.kind, PROTO_ERROR);
+	assert_string_equal(m.text, "update_params returned -7 at step 100");
+}
+
+static void unrequested_eval_is_refused_naming_the_line(void **state)
+{
+	(void)state;
+	struct proto p = {PROTO_RUNNING, 10, 0, 0};
+	refused(&p, "eval 11 due", "'eval 11 due' from the trial: an eval the "
+				   "supervisor did not ask for");
+	proto_request(&p, 15);
+	refused(&p, "eval 14 due", "did not ask for");
+	struct proto_msg m;
+	accepted(&p, "eval 15 due", &m);
+	/* Answered once: a second report before the next go is refused. */
+	refused(&p, "eval 16 due", "the supervisor has not answered yet");
+}
+
+static void malformed_and_out_of_turn_lines_are_refused(void **state)
+{
+	(void)state;
+	struct proto setup = {PROTO_SETUP, 0, 50, 0};
+	refused(&setup, "ready 0 64", "expected lock");
+	refused(&setup, "eval 1 due", "expected lock");
+	refused(&setup, "lock ", "not a message");
+	refused(&setup, "LOCK", "not a message");
+	refused(&setup, "\033[2Jlock", "\\x1b[2Jlock");
+	struct proto locked = {PROTO_LOCKED, 5, 50, 0};
+	refused(&locked, "ready 4 64", "another step");
+	refused(&locked, "ready 5 0", "batch size");
+	refused(&locked, "ready 5 64 1", "malformed ready");
+	refused(&locked, "ready 05 64", "malformed ready");
+	refused(&locked, "ready -5 64", "malformed ready");
+	refused(&locked, "ready 5 0x40", "malformed ready");
+	refused(&locked, "ready 5 99999999999999999999", "malformed ready");
+	struct proto run = {PROTO_RUNNING, 5, 50, 6};
+	refused(&run, "eval 5 due", "not after the last");
+	refused(&run, "eval 51 complete", "past max_steps");
+	refused(&run, "eval 20 max_steps", "max_steps reported");
+	refused(&run, "eval 7 due ", "malformed eval");
+	refused(&run, "eval 7 later", "malformed eval");
+	refused(&run, "eval +7 due", "malformed eval");
+	refused(&run, "eval 7", "malformed eval");
+	refused(&run, "lock", "expected an eval");
+	char longline[300];
+	memset(longline, 'e', sizeof longline - 1);
+	longline[sizeof longline - 1] = 0;
+	refused(&run, longline, "...");
+}
+
+/* Random lines near the grammar: right words, wrong numbers and turns. */
+static void random_line(struct proto_model *m, char *out, size_t size)
+{
+	static const char *const words[] = {"lock", "ready", "eval", "error",
+					    "go", "", "locked"};
+	static const char *const whys[] = {"due", "complete", "max_steps",
+					   "dUe", ""};
+	uint64_t r = proto_model_next(m);
+	const char *w = words[r % 7];
+	long long a = (long long)(proto_model_next(m) % 40) - 2;
+	long long b = (long long)(proto_model_next(m) % 70) - 2;
+	switch (r % 5) {
+	case 0:
+		snprintf(out, size, "%s", w);
+		break;
+	case 1:
+		snprintf(out, size, "%s %lld %lld", w, a, b);
+		break;
+	case 2:
+		snprintf(out, size, "%s %lld %s", w, a,
+			 whys[proto_model_next(m) % 5]);
+		break;
+	case 3:
+		snprintf(out, size, "eval %lld %s", a,
+			 whys[proto_model_next(m) % 3]);
+		break;
+	default:
+		snprintf(out, size, "ready %lld %lld", a % 3, b);
+		break;
+	}
+}
+
+static void random_hostile_streams_keep_the_invariants(void **state)
+{
+	(void)state;
+	size_t evals = 0, refusals = 0;
+	for (uint64_t seed = 1; seed <= 300; seed++) {
+		struct proto_model m;
+		proto_model_init(&m, seed * 0x9e3779b97f4a7c15ull, 0,
+				 seed % 2 ? 30 : 0);
+		char line[128];
+		for (int i = 0; i < 400; i++) {
+			random_line(&m, line, sizeof line);
+			proto_model_feed(&m, line);
+		}
+		evals += m.evals;
+		refusals += m.refused;
+	}
+	/* The streams reach every phase: evals were accepted and most lines
+	 * refused, so the invariants were exercised on both sides. */
+	assert_true(evals > 300);
+	assert_true(refusals > evals);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(honest_sequence_is_accepted),
+		cmocka_unit_test(unrequested_eval_is_refused_naming_the_line),
+		cmocka_unit_test(malformed_and_out_of_turn_lines_are_refused),
+		cmocka_unit_test(random_hostile_streams_keep_the_invariants),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
