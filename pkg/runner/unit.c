@@ -1048,6 +1048,16 @@ static int start_records(struct unit *u, int *restore_eval)
 	return record(u, "trial_start", f, 1);
 }
 
+/* A unit of the plan, before prepare(). */
+static struct unit unit_of(struct run *r, size_t index)
+{
+	return (struct unit){.r = r,
+			     .index = index,
+			     .pu = &r->plan->units[index],
+			     .st = &r->states[index],
+			     .time_to_target_ns = -1};
+}
+
 /* Serves the trial's set-up the same way for a run and a replay: its own
  * set-up (data, backend, thread pool), "lock", then the submission's load
  * (its constructors) and init_optimizer_state, which must end in "ready"
@@ -1194,12 +1204,7 @@ static int check_initial_state(struct unit *u, char hex[65], uint64_t *bytes)
 
 int unit_run(struct run *r, size_t index)
 {
-	struct unit u = {0};
-	u.r = r;
-	u.index = index;
-	u.pu = &r->plan->units[index];
-	u.st = &r->states[index];
-	u.time_to_target_ns = -1;
+	struct unit u = unit_of(r, index);
 	int rc = prepare(&u);
 	int restore_eval = 0;
 	char *restore = NULL;
@@ -1400,12 +1405,7 @@ static void diff_arenas(const void *got, const void *want, size_t n, char *why,
 int unit_replay(struct run *r, size_t index, const struct replay_spec *rs,
 		char *why, size_t size)
 {
-	struct unit u = {0};
-	u.r = r;
-	u.index = index;
-	u.pu = &r->plan->units[index];
-	u.st = &r->states[index];
-	u.time_to_target_ns = -1;
+	struct unit u = unit_of(r, index);
 	why[0] = 0;
 	int rc = prepare(&u);
 	char detail[600] = "";
@@ -1491,11 +1491,7 @@ int unit_replay(struct run *r, size_t index, const struct replay_spec *rs,
 int unit_reeval(struct run *r, size_t index, const void *ckpt, size_t len,
 		const json_t *logged, char *why, size_t size)
 {
-	struct unit u = {0};
-	u.r = r;
-	u.index = index;
-	u.pu = &r->plan->units[index];
-	u.st = &r->states[index];
+	struct unit u = unit_of(r, index);
 	why[0] = 0;
 	int rc = prepare(&u);
 	if (!rc && len > u.capacity)
@@ -1540,11 +1536,7 @@ int unit_reeval(struct run *r, size_t index, const void *ckpt, size_t len,
 int unit_check_initial(struct run *r, size_t index, const void *ckpt,
 		       size_t len, char *why, size_t size)
 {
-	struct unit u = {0};
-	u.r = r;
-	u.index = index;
-	u.pu = &r->plan->units[index];
-	u.st = &r->states[index];
+	struct unit u = unit_of(r, index);
 	why[0] = 0;
 	int rc = prepare(&u);
 	if (!rc && len > u.capacity)
