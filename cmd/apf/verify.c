@@ -169,14 +169,21 @@ static int audit(apf_verify_report *r, const char *dir, const char *entry_key,
 	if (rc)
 		return rc;
 	char name[512], why[700], line[2400];
-	size_t n = apf_audit_units(a), done = 0;
+	size_t n = apf_audit_units(a), done = 0, initial = 0;
 	for (size_t u = 0; reeval && !rc && u < n; u++) {
 		const json_t *evals = apf_audit_unit_evals(a, u);
 		apf_audit_unit_name(a, u, name, sizeof name);
 		for (size_t k = 0; !rc && k < json_array_size(evals); k++) {
 			const json_t *e = json_array_get(evals, k);
-			progress_show("re-evaluating %s eval %zu", name, k + 1);
+			/* Index 0 is the state init_optimizer_state left, which is
+			 * checked against the initialisation, not evaluated. */
+			int init = json_integer_value(json_object_get(e, "index")) == 0;
+			progress_show("%s %s checkpoint %lld",
+				      init ? "checking" : "re-evaluating", name,
+				      (long long)json_integer_value(
+					      json_object_get(e, "index")));
 			rc = apf_audit_reeval(a, name, e, why, sizeof why);
+			initial += init && !rc && !why[0];
 			if (!rc && why[0]) {
 				snprintf(line, sizeof line,
 					 "%s/%s/%s: %s", dir, name,
@@ -195,9 +202,12 @@ static int audit(apf_verify_report *r, const char *dir, const char *entry_key,
 	progress_done();
 	if (reeval && !rc) {
 		snprintf(line, sizeof line,
-			 "%zu checkpoints' digests match, and re-evaluated in a "
-			 "clean process their metrics equal the log's bit for bit",
-			 done);
+			 "%zu checkpoints' digests match; %zu initial state%s "
+			 "equal%s the workload's initialisation for the seed, and "
+			 "re-evaluated in a clean process the %zu others' metrics "
+			 "equal the log's bit for bit",
+			 done, initial, initial == 1 ? "" : "s",
+			 initial == 1 ? "s" : "", done - initial);
 		set_check(r, APF_VERIFY_CHECKPOINTS, APF_VERIFY_PASSED, line);
 	}
 	struct interval *iv = NULL;
