@@ -42,7 +42,7 @@ int cmd_run(int argc, char **argv)
 		 "run although this machine differs from the entry's record "
 		 "(logged)"},
 		{"memory-limit", 0, OPT_INT, &memory_mib, "MiB",
-		 "address-space limit of a trial (default: 16384)"},
+		 "memory limit of a trial, counting all it holds (a cgroup where the kernel offers one; default: 16384)"},
 		{"quiet", 'q', OPT_FLAG, &quiet, NULL, "no progress line"},
 		{0},
 	};
