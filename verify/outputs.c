@@ -566,17 +566,22 @@ int apf_vx_checkpoints(struct vx *v)
 {
 	size_t n = 0;
 	for (size_t i = 0; i < v->nunits; i++)
-		n += v->units[i].nevals;
+		n += v->units[i].nevals + (size_t)v->units[i].has_init;
 	struct ckpt_pool p = {.v = v, .n = n};
 	p.jobs = apf_calloc(n ? n : 1, sizeof *p.jobs);
 	if (!p.jobs)
 		return apf_error(APF_ENOMEM, v->dir, "out of memory");
 	size_t k = 0;
-	for (size_t i = 0; i < v->nunits; i++)
+	for (size_t i = 0; i < v->nunits; i++) {
+		if (v->units[i].has_init) {
+			p.jobs[k].u = &v->units[i];
+			p.jobs[k++].e = &v->units[i].init;
+		}
 		for (size_t e = 0; e < v->units[i].nevals; e++) {
 			p.jobs[k].u = &v->units[i];
 			p.jobs[k++].e = &v->units[i].evals[e];
 		}
+	}
 	pthread_mutex_init(&p.lock, NULL);
 	int threads = apf_cpu_count();
 	pthread_t tid[64];
@@ -634,11 +639,16 @@ int apf_vx_checkpoints(struct vx *v)
 		/* A refusal's message names the file already. */
 		int named = bad->refused[0] && file &&
 			    !strncmp(bad->refused, file, strlen(file));
+		char whose[40];
+		if (bad->e->index)
+			snprintf(whose, sizeof whose, "eval %" PRIu64,
+				 bad->e->index);
+		else
+			snprintf(whose, sizeof whose, "the initial state");
 		rc = apf_error(APF_EVERIFY, apf_vx_label(APF_VERIFY_CHECKPOINTS),
-			       "%s%s%s (eval %" PRIu64 " of %s, %s line %" PRIu64
-			       ")",
+			       "%s%s%s (%s of %s, %s line %" PRIu64 ")",
 			       named ? "" : file ? file : rel, named ? "" : ": ",
-			       what, bad->e->index,
+			       what, whose,
 			       bad->u->name, v->log_path, bad->e->line);
 		free(file);
 	}

@@ -1553,6 +1553,14 @@ int apf_vx_record(void *user, const struct apf_runlog_record *r)
 						   "its initial checkpoint"
 						 : "an initial checkpoint on a "
 						   "resumed trial");
+		if (s->flags & FLAG_CKPT0) {
+			/* Check 4 hashes checkpoint 0 with the evals' ones. */
+			u->init = (struct vx_eval){.line = r->line_no,
+						   .bytes = s->u[9],
+						   .file_ok = 1};
+			memcpy(u->init.sha, s->sha, sizeof u->init.sha);
+			u->has_init = 1;
+		}
 		u->from_scratch = 0;
 		u->state = U_READY;
 		u->ref_ns = r->t_ns;

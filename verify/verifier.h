@@ -115,6 +115,8 @@ struct vx_unit {
 	uint64_t budget_ns, period_ns, max_steps;
 	uint64_t init_allowance; /* trial_start's init_allowance_ns */
 	int from_scratch;   /* trial_start seen, its clock_start not yet */
+	struct vx_eval init; /* clock_start's checkpoint 0 (index 0) ... */
+	int has_init;        /* ... when the trial's clock_start named one */
 	double vtarget, ttarget;
 	int direction;
 	char *vkey, *tkey;  /* validation/<metric>, test/<metric> */

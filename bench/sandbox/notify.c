@@ -106,11 +106,11 @@ static int run_sandboxed(enum apf_sandbox_mode mode, const char *dir,
 		 mode == APF_SANDBOX_SEALED ? "/opt/bench" : dir);
 	const char *argv[] = {prog, "child", count, NULL};
 	struct apf_sandbox_mount mounts[] = {
-		{"/usr", NULL, APF_SANDBOX_READ, 0},
-		{"/lib", NULL, APF_SANDBOX_READ, 0},
-		{"/lib64", NULL, APF_SANDBOX_READ, 1},
+		{"/usr", NULL, APF_SANDBOX_READ, 0, 0},
+		{"/lib", NULL, APF_SANDBOX_READ, 0, 0},
+		{"/lib64", NULL, APF_SANDBOX_READ, 1, 0},
 		{dir, mode == APF_SANDBOX_SEALED ? "/opt/bench" : NULL,
-		 APF_SANDBOX_READ, 0},
+		 APF_SANDBOX_READ, 0, 0},
 	};
 	int p[2];
 	if (pipe(p) < 0)

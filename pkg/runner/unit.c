@@ -165,13 +165,13 @@ static int fault(struct unit *u, const char *kind, const char *detail)
 /* ---- processes ---------------------------------------------------------------- */
 
 static const struct apf_sandbox_mount system_mounts[] = {
-	{"/usr", NULL, APF_SANDBOX_READ, 0},
-	{"/lib", NULL, APF_SANDBOX_READ, 1},
-	{"/lib64", NULL, APF_SANDBOX_READ, 1},
-	{"/bin", NULL, APF_SANDBOX_READ, 1},
-	{"/etc/ld.so.cache", NULL, APF_SANDBOX_READ, 1},
-	{"/etc/alternatives", NULL, APF_SANDBOX_READ, 1},
-	{"/sys/devices/system/cpu", NULL, APF_SANDBOX_READ, 1},
+	{"/usr", NULL, APF_SANDBOX_READ, 0, 0},
+	{"/lib", NULL, APF_SANDBOX_READ, 1, 0},
+	{"/lib64", NULL, APF_SANDBOX_READ, 1, 0},
+	{"/bin", NULL, APF_SANDBOX_READ, 1, 0},
+	{"/etc/ld.so.cache", NULL, APF_SANDBOX_READ, 1, 0},
+	{"/etc/alternatives", NULL, APF_SANDBOX_READ, 1, 0},
+	{"/sys/devices/system/cpu", NULL, APF_SANDBOX_READ, 1, 0},
 };
 #define NSYS (sizeof system_mounts / sizeof system_mounts[0])
 
@@ -186,7 +186,7 @@ static void base_config(struct unit *u, struct apf_sandbox_config *c,
 	for (size_t i = 0; i < NSYS; i++)
 		m[(*nm)++] = system_mounts[i];
 	m[(*nm)++] = (struct apf_sandbox_mount){u->r->exe, NULL,
-						APF_SANDBOX_READ, 0};
+						APF_SANDBOX_READ, 0, 0};
 	c->mounts = m;
 	c->scratch = u->scratch;
 	c->scratch_bytes = 256ull << 20;
@@ -218,11 +218,12 @@ static int build(struct unit *u, char *detail, size_t size)
 	struct apf_sandbox_mount m[NSYS + 8];
 	size_t nm;
 	base_config(u, &c, m, &nm, envp);
-	m[nm++] = (struct apf_sandbox_mount){r->src, NULL, APF_SANDBOX_READ, 0};
-	m[nm++] = (struct apf_sandbox_mount){r->include_dir, NULL,
-					     APF_SANDBOX_READ, 0};
-	m[nm++] = (struct apf_sandbox_mount){u->work, NULL, APF_SANDBOX_WRITE,
+	m[nm++] = (struct apf_sandbox_mount){r->src, NULL, APF_SANDBOX_READ, 0,
 					     0};
+	m[nm++] = (struct apf_sandbox_mount){r->include_dir, NULL,
+					     APF_SANDBOX_READ, 0, 0};
+	m[nm++] = (struct apf_sandbox_mount){u->work, NULL, APF_SANDBOX_WRITE,
+					     0, 0};
 	c.nmounts = nm;
 	c.argv = argv;
 	c.cwd = r->src;
@@ -411,17 +412,24 @@ static int spawn_trial(struct unit *u, const struct unit_args *args)
 	struct apf_sandbox_mount m[NSYS + 8];
 	size_t nm;
 	base_config(u, &c, m, &nm, envp);
-	/* No dataset is mounted: the training split comes as FD_TRAIN. */
+	/* No dataset is mounted: the training split comes as FD_TRAIN. The
+	 * binary, the trial's own workload spec and the unit's files are
+	 * copies, so that not even the mount table's root column names their
+	 * host paths. */
+	char *wdir = apf_path_join(r->workloads_dir, u->pu->workload);
+	char wtarget[300];
+	snprintf(wtarget, sizeof wtarget, TRIAL_WORKLOADS "/%s", u->pu->workload);
 	if (r->sealed) {
 		m[nm - 1].target = TRIAL_EXE; /* base_config's last: the binary */
+		m[nm - 1].copy = 1;
 		c.scratch = TRIAL_SCRATCH;
 	}
 	m[nm++] = (struct apf_sandbox_mount){
-		r->workloads_dir, r->sealed ? TRIAL_WORKLOADS : NULL,
-		APF_SANDBOX_READ, 0};
+		wdir ? wdir : r->workloads_dir, r->sealed ? wtarget : NULL,
+		APF_SANDBOX_READ, 0, r->sealed};
 	m[nm++] = (struct apf_sandbox_mount){u->work,
 					     r->sealed ? TRIAL_UNIT : NULL,
-					     APF_SANDBOX_READ, 0};
+					     APF_SANDBOX_READ, 0, r->sealed};
 	c.nmounts = nm;
 	c.argv = argv;
 	c.cwd = scratch;
@@ -448,6 +456,7 @@ static int spawn_trial(struct unit *u, const struct unit_args *args)
 		.spawns = 256};
 	if (!rc)
 		rc = apf_sandbox_spawn(&u->sb, &c);
+	free(wdir);
 	close(sv[1]);
 	if (logfd >= 0)
 		close(logfd);

@@ -154,7 +154,14 @@ struct apf_sandbox_mount {
 	const char *target; /* absolute path inside; NULL: same as source */
 	int access;         /* APF_SANDBOX_READ (read-only) or _WRITE */
 	int optional;       /* a missing source is skipped, not an error */
+	/* Sealed, READ only: copy the file (or the tree of directories and
+	 * regular files, at most APF_SANDBOX_COPY_MAX bytes) into the root
+	 * instead of binding it, so that the mount table, whose root column
+	 * names every bind mount's source, says nothing of where it lives on
+	 * the host. Unsealed it is used where it is. */
+	int copy;
 };
+#define APF_SANDBOX_COPY_MAX (256ull << 20)
 
 /* A policy entry beyond what the mounts and the scratch imply. */
 struct apf_sandbox_path {

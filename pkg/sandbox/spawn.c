@@ -73,6 +73,7 @@ struct plan_mount {
 	int write;
 	int is_dir;
 	int is_dev; /* a character device: keeps device access */
+	int copy;   /* copied into the root, not bound */
 };
 
 struct plan {
@@ -84,6 +85,7 @@ struct plan {
 	size_t nmnts;
 	char *scratch;      /* "/newroot" + scratch target, or NULL */
 	char scratch_opts[64];
+	char root_opts[64];
 	struct apf_sandbox_fd fds[MAX_FDS];
 	size_t nfds;
 	struct rlimit rl_as, rl_nofile, rl_nproc, rl_fsize, rl_cpu;
@@ -257,7 +259,7 @@ static void build_dev(int chan)
 		    dev_nodes[i]);
 		put(dst, sizeof dst, put(dst, sizeof dst, 0, "/newroot/dev/"),
 		    dev_nodes[i]);
-		struct plan_mount m = {src, dst, 1, 0, 1};
+		struct plan_mount m = {src, dst, 1, 0, 1, 0};
 		bind_one(chan, &m);
 		if ((err = set_attr(dst, MOUNT_ATTR_NOEXEC, 0)))
 			child_fail(chan, "mount_setattr", dst + 8, err);
@@ -301,6 +303,135 @@ static void protect_proc(int chan)
 	}
 }
 
+/* Copies a regular file's bytes and permission bits (no set-id). */
+static int copy_file(const char *src, const char *dst)
+{
+	int in = open(src, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	if (in < 0)
+		return errno;
+	struct stat st;
+	if (fstat(in, &st) < 0 || !S_ISREG(st.st_mode)) {
+		close(in);
+		return EINVAL;
+	}
+	int out = open(dst, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC,
+		       st.st_mode & 0755);
+	if (out < 0) {
+		int e = errno;
+		close(in);
+		return e;
+	}
+	char buf[16384];
+	int err = 0;
+	for (;;) {
+		ssize_t n = read(in, buf, sizeof buf);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0) {
+			err = n < 0 ? errno : 0;
+			break;
+		}
+		for (ssize_t o = 0; o < n;) {
+			ssize_t w = write(out, buf + o, (size_t)(n - o));
+			if (w < 0 && errno == EINTR)
+				continue;
+			if (w < 0) {
+				err = errno;
+				break;
+			}
+			o += w;
+		}
+		if (err)
+			break;
+	}
+	close(in);
+	if (close(out) < 0 && !err)
+		err = errno;
+	return err;
+}
+
+/* Copies a tree of directories and regular files. Runs in the child, where
+ * the parent's other threads may hold malloc's lock: directories are read
+ * with getdents64 into a buffer on the stack, paths built on the stack. */
+static int copy_tree(const char *src, const char *dst, int depth)
+{
+	struct stat st;
+	if (lstat(src, &st) < 0)
+		return errno;
+	if (S_ISREG(st.st_mode))
+		return copy_file(src, dst);
+	if (!S_ISDIR(st.st_mode) || depth > 16)
+		return EINVAL;
+	if (mkdir(dst, 0755) < 0 && errno != EEXIST)
+		return errno;
+	int fd = open(src, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0)
+		return errno;
+	char buf[4096] __attribute__((aligned(8)));
+	int err = 0;
+	for (;;) {
+		long n = syscall(SYS_getdents64, fd, buf, sizeof buf);
+		if (n <= 0) {
+			err = n < 0 ? errno : 0;
+			break;
+		}
+		for (long off = 0; off < n && !err;) {
+			struct linux_dirent64 {
+				uint64_t d_ino;
+				int64_t d_off;
+				unsigned short d_reclen;
+				unsigned char d_type;
+				char d_name[];
+			} *d = (void *)(buf + off);
+			off += d->d_reclen;
+			if (!strcmp(d->d_name, ".") || !strcmp(d->d_name, ".."))
+				continue;
+			char s2[PATH_MAX], d2[PATH_MAX];
+			if (put(s2, sizeof s2, put(s2, sizeof s2, put(s2, sizeof s2, 0, src), "/"), d->d_name) + 1 >= sizeof s2 ||
+			    put(d2, sizeof d2, put(d2, sizeof d2, put(d2, sizeof d2, 0, dst), "/"), d->d_name) + 1 >= sizeof d2)
+				err = ENAMETOOLONG;
+			else
+				err = copy_tree(s2, d2, depth + 1);
+		}
+		if (err)
+			break;
+	}
+	close(fd);
+	return err;
+}
+
+static char *join2(const char *a, const char *b);
+
+/* Bytes of regular files in a tree (for the root's size), or -1 when it
+ * holds anything else or is too deep: the caller refuses such a copy. */
+static long long tree_bytes(const char *path, int depth)
+{
+	struct stat st;
+	if (lstat(path, &st) < 0)
+		return -1;
+	if (S_ISREG(st.st_mode))
+		return (long long)st.st_size;
+	if (!S_ISDIR(st.st_mode) || depth > 16)
+		return -1;
+	DIR *d = opendir(path);
+	if (!d)
+		return -1;
+	long long total = 4096;
+	struct dirent *e;
+	while (total >= 0 && (e = readdir(d))) {
+		if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+			continue;
+		char *sub = join2(path, "/");
+		char *full = sub ? join2(sub, e->d_name) : NULL;
+		long long b = full ? tree_bytes(full, depth + 1) : -1;
+		total = b < 0 ? -1 : total + b + 4096;
+		free(sub);
+		free(full);
+	}
+	closedir(d);
+	return total;
+}
+
 /* The new root: a read-only tmpfs holding the caller's bind mounts, the
  * scratch, /proc and /dev. Built under /newroot while the host's root is
  * still reachable as /oldroot, then pivoted into, and the old root detached:
@@ -321,10 +452,23 @@ static void build_root(const struct plan *p)
 	if (chdir("/") < 0)
 		child_fail(chan, "chdir", "/", errno);
 	if (mount("tmpfs", "/newroot", "tmpfs", MS_NOSUID | MS_NODEV,
-		  "size=4m,mode=0755") < 0)
+		  p->root_opts) < 0)
 		child_fail(chan, "mount tmpfs on", "/", errno);
-	for (size_t i = 0; i < p->nmnts; i++)
-		bind_one(chan, &p->mnts[i]);
+	for (size_t i = 0; i < p->nmnts; i++) {
+		const struct plan_mount *m = &p->mnts[i];
+		if (!m->copy) {
+			bind_one(chan, m);
+			continue;
+		}
+		/* The target's parent, then the copy itself. */
+		char parent[PATH_MAX];
+		put(parent, sizeof parent, 0, m->dst);
+		char *slash = strrchr(parent, '/');
+		if (slash)
+			*slash = 0;
+		if ((err = mkdir_p(parent)) || (err = copy_tree(m->src, m->dst, 0)))
+			child_fail(chan, "copy", m->src + 8, err);
+	}
 	if (p->scratch) {
 		if ((err = mkdir_p(p->scratch)))
 			child_fail(chan, "mkdir", p->scratch + 8, err);
@@ -702,6 +846,7 @@ static int plan_build(struct plan *p, const struct apf_sandbox_config *cfg,
 
 	if (cfg->nmounts && !(p->mnts = calloc(cfg->nmounts, sizeof *p->mnts)))
 		return APF_ENOMEM;
+	uint64_t copied = 0;
 	for (size_t i = 0; i < cfg->nmounts; i++) {
 		const struct apf_sandbox_mount *m = &cfg->mounts[i];
 		if (m->access != APF_SANDBOX_READ && m->access != APF_SANDBOX_WRITE)
@@ -754,7 +899,23 @@ static int plan_build(struct plan *p, const struct apf_sandbox_config *cfg,
 		pm->write = m->access == APF_SANDBOX_WRITE;
 		pm->is_dir = S_ISDIR(st.st_mode);
 		pm->is_dev = S_ISCHR(st.st_mode);
+		pm->copy = sealed && m->copy;
+		if (pm->copy) {
+			long long b = m->access == APF_SANDBOX_READ
+					      ? tree_bytes(pm->src + 8, 0)
+					      : -1;
+			if (b < 0 || (uint64_t)(copied += (uint64_t)b) >
+					     APF_SANDBOX_COPY_MAX)
+				return apf_error(APF_EINPUT, "sandbox",
+						 "mount source %s: a copy is of "
+						 "directories and regular files, "
+						 "read-only, at most %llu MiB",
+						 m->source,
+						 APF_SANDBOX_COPY_MAX >> 20);
+		}
 	}
+	snprintf(p->root_opts, sizeof p->root_opts, "size=%llu,mode=0755",
+		 (unsigned long long)((4ull << 20) + copied));
 	if (cfg->scratch) {
 		if (sealed) {
 			if ((rc = check_target("scratch", cfg->scratch, norm,

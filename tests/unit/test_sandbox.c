@@ -131,8 +131,9 @@ static void add_mount(struct run *r, const char *src, const char *dst,
 		      int access, int optional)
 {
 	assert_true(r->nmounts < MAX_MOUNTS);
-	r->mounts[r->nmounts++] = (struct apf_sandbox_mount){src, dst, access,
-							     optional};
+	r->mounts[r->nmounts++] = (struct apf_sandbox_mount){
+		.source = src, .target = dst, .access = access,
+		.optional = optional};
 }
 
 static void add_path(struct run *r, const char *prefix, int access)
@@ -1328,13 +1329,15 @@ static void bad_configurations_are_refused(void **state)
 	assert_non_null(strstr(apf_error_message(), "absolute"));
 
 	cfg.argv = abs;
-	struct apf_sandbox_mount over_proc = {"/usr", "/proc/x", APF_SANDBOX_READ, 0};
+	struct apf_sandbox_mount over_proc = {"/usr", "/proc/x", APF_SANDBOX_READ, 0,
+					      0};
 	cfg.mounts = &over_proc;
 	cfg.nmounts = 1;
 	assert_int_equal(apf_sandbox_spawn(&sb, &cfg), APF_EINPUT);
 	assert_non_null(strstr(apf_error_message(), "/proc"));
 
-	struct apf_sandbox_mount missing = {"/no/such/dir", "/x", APF_SANDBOX_READ, 0};
+	struct apf_sandbox_mount missing = {"/no/such/dir", "/x", APF_SANDBOX_READ, 0,
+					    0};
 	cfg.mounts = &missing;
 	assert_int_equal(apf_sandbox_spawn(&sb, &cfg), APF_EINPUT);
 	cfg.mounts = NULL;
