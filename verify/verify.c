@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "hash/hash.h"
+#include "heldout/heldout.h"
 #include "score/score.h"
 #include "workload/workload.h"
 
@@ -730,6 +731,39 @@ static int check_checkpoints(struct vx *v)
 	return 0;
 }
 
+static int by_name(const void *a, const void *b)
+{
+	return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* Recomputes draw i from the seed and the workload's variants (the spec the
+ * entry was packed with, checked in check 2), as apf heldout draw makes it:
+ * a runner that edits a draw and keeps the seed is caught here. */
+static int recompute_pick(const char *file, const char *seed, size_t i,
+			  const apf_workload_spec *spec, const char *drawn)
+{
+	size_t n = spec->nvariants;
+	const char **names = apf_calloc(n ? n : 1, sizeof *names);
+	if (!names)
+		return apf_error(APF_ENOMEM, file, "out of memory");
+	for (size_t k = 0; k < n; k++)
+		names[k] = spec->variants[k].name;
+	qsort(names, n, sizeof *names, by_name);
+	size_t idx = 0;
+	int rc = n ? apf_heldout_choose(seed, spec->name, n, &idx)
+		   : apf_error(APF_EVERIFY, file, "%s declares no variant",
+			       spec->name);
+	if (!rc && strcmp(names[idx], drawn))
+		rc = apf_error(APF_EVERIFY, file,
+			       "draws[%zu] (%s): variant '%s'; the seed and the "
+			       "workload's %zu variants give '%s'",
+			       i, spec->name, drawn, n, names[idx]);
+	else if (rc && rc != APF_EVERIFY && rc != APF_ENOMEM)
+		rc = APF_EVERIFY;
+	free(names);
+	return rc;
+}
+
 static int check_heldout(struct vx *v)
 {
 	size_t nvar = 0;
@@ -792,6 +826,9 @@ static int check_heldout(struct vx *v)
 					       "draws variant %s, which workload "
 					       "%s does not have",
 					       vn, d->base);
+			else
+				rc = recompute_pick(file, h->seed, i, v->specs[w],
+						    vn);
 		}
 	}
 	for (size_t i = 0; !rc && i < v->nunits; i++) {
@@ -818,10 +855,11 @@ static int check_heldout(struct vx *v)
 		set_detail(v, APF_VERIFY_HELDOUT, "no held-out variants in this run");
 	else if (!rc)
 		set_detail(v, APF_VERIFY_HELDOUT,
-			   "%zu held-out variant units, each the variant "
-			   "heldout.json draws (seed %.16s%s); recomputing the "
-			   "draw needs `apf heldout draw`",
-			   nvar, h->seed, strlen(h->seed) > 16 ? "..." : "");
+			   "%zu held-out variant unit%s of %zu drawn workload%s, "
+			   "each draw recomputed from the seed (%.16s%s) and the "
+			   "workload's variants",
+			   nvar, nvar == 1 ? "" : "s", h->n, h->n == 1 ? "" : "s",
+			   h->seed, strlen(h->seed) > 16 ? "..." : "");
 	apf_score_heldout_free(h);
 	free(file);
 	return rc;

@@ -33,9 +33,9 @@ CHECK_HELDOUT = "check 6 (held-out)"
 
 
 class RunCase(ApfCase):
-    def make_run(self, **kw):
+    def make_run(self, out="run", **kw):
         """The run under test: a RunDir."""
-        return FakeRun(self, **kw).write(self.path("run"))
+        return FakeRun(self, **kw).write(self.path(out))
 
     def verify(self, run, *args):
         return self.apf("verify", run.path, *args)
@@ -526,6 +526,25 @@ class VerifyScenarios(RunCase):
         self.rejected(run, CHECK_HELDOUT, "not an apf draw")
         json.dump({"seed": "x", "draws": []}, open(run.file("heldout.json"), "w"))
         self.rejected(run, CHECK_HELDOUT, "draws no variant of tiny")
+
+    def test_edited_draw_is_recomputed_from_the_seed(self):
+        # A runner that ran another variant than the seed draws, its
+        # heldout.json, run.json and log all saying so (chained and signed):
+        # check 6 recomputes the pick from the seed and the spec's variants.
+        import hashlib
+        seed = "ab" * 32
+        variants = sorted(["wide", "narrow", "tanh", "deep", "gelu"])
+        h = hashlib.sha256(b"apf-heldout-v1\0" + seed.encode() + b"\0" + b"toy").digest()
+        drawn = variants[int.from_bytes(h[:8], "big") % len(variants)]
+        other = [v for v in variants if v != drawn][0]
+        run = self.make_run(workload="toy", variant_units=[(drawn, 0, 1)])
+        r = self.verified(run)
+        self.assertIn("1 held-out variant unit of 1 drawn workload", r.out)
+        forged = self.make_run(workload="toy", variant_units=[(other, 0, 1)],
+                               out="forged")
+        self.rejected(forged, CHECK_HELDOUT, "heldout.json",
+                      f"draws[0] (toy): variant '{other}'",
+                      f"the seed and the workload's 5 variants give '{drawn}'")
 
     def test_variant_targets_come_from_the_spec(self):
         run = self.make_run(variant_units=[("wide", 1, 0)])
