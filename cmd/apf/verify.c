@@ -11,8 +11,11 @@
  */
 #include "cmd.h"
 
+#include <ctype.h>
+#include <errno.h>
 #include <inttypes.h>
 #include <jansson.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
@@ -146,11 +149,14 @@ static void set_check(apf_verify_report *r, int c, int outcome,
 	r->check[c].detail = apf_strdup(detail);
 }
 
-/* The intervals to replay: every (unit, k -> k+1) of the kept evals,
- * ordered by SHA-256 of (seed, unit, k), the first n of them. */
+/* The intervals to replay: every (unit, k -> k+1) of the kept evals (k = 0
+ * the state init_optimizer_state left), ordered by SHA-256 of (seed, unit,
+ * k); --replay-top ranks them by their parameter change first. */
 struct interval {
 	size_t unit, k;
 	uint8_t key[32];
+	double change;  /* L2 norm of the parameters' change; --replay-top */
+	int top;        /* one of the --replay-top choices */
 };
 
 static int cmp_interval(const void *a, const void *b)
@@ -159,10 +165,32 @@ static int cmp_interval(const void *a, const void *b)
 		      ((const struct interval *)b)->key, 32);
 }
 
+/* Largest change first, then the seeded order. */
+static int cmp_change(const void *a, const void *b)
+{
+	const struct interval *x = a, *y = b;
+	if (x->change != y->change)
+		return x->change < y->change ? 1 : -1;
+	return cmp_interval(a, b);
+}
+
+/* Chosen (top, then seeded) first, in that order; the rest after. */
+static int cmp_chosen(const void *a, const void *b)
+{
+	const struct interval *x = a, *y = b;
+	if (x->top != y->top)
+		return y->top - x->top;
+	if (x->top)
+		return cmp_change(a, b);
+	return cmp_interval(a, b);
+}
+
+#define REPLAY_ALL LONG_MAX
+
 /* Checks 4 (--reeval) and 5 (--replay N) with the runner's own code:
  * re-evaluation in a clean evaluator, replay in the sandbox. */
 static int audit(apf_verify_report *r, const char *dir, const char *entry_key,
-		 int reeval, long replay, uint32_t seed)
+		 int reeval, long replay, long top, uint32_t seed)
 {
 	apf_audit *a;
 	int rc = apf_audit_open(&a, dir, entry_key);
@@ -212,11 +240,12 @@ static int audit(apf_verify_report *r, const char *dir, const char *entry_key,
 	}
 	struct interval *iv = NULL;
 	size_t niv = 0;
-	for (size_t u = 0; replay > 0 && !rc && u < n; u++)
+	int replaying = replay > 0 || top > 0;
+	for (size_t u = 0; replaying && !rc && u < n; u++)
 		niv += json_array_size(apf_audit_unit_evals(a, u)) > 1
 			       ? json_array_size(apf_audit_unit_evals(a, u)) - 1
 			       : 0;
-	if (replay > 0 && !rc) {
+	if (replaying && !rc) {
 		iv = apf_calloc(niv, sizeof *iv);
 		size_t m = 0;
 		for (size_t u = 0; iv && u < n; u++) {
@@ -227,16 +256,38 @@ static int audit(apf_verify_report *r, const char *dir, const char *entry_key,
 				int len = snprintf(msg, sizeof msg,
 						   "apf-replay-v1 %u %s %zu", seed,
 						   name, k);
-				iv[m] = (struct interval){u, k, {0}};
+				iv[m] = (struct interval){.unit = u, .k = k};
 				apf_sha256_buf(msg, (size_t)len, iv[m].key);
 				m++;
 			}
 		}
-		if (niv)
-			qsort(iv, niv, sizeof *iv, cmp_interval);
+		if (!iv && niv)
+			rc = apf_error(APF_ENOMEM, "verify", "out of memory");
+	}
+	/* --replay-top Q: the Q intervals whose parameters changed most. */
+	for (size_t i = 0; iv && !rc && top > 0 && i < niv; i++) {
+		const json_t *evals = apf_audit_unit_evals(a, iv[i].unit);
+		apf_audit_unit_name(a, iv[i].unit, name, sizeof name);
+		progress_show("ranking %s interval %zu", name, iv[i].k + 1);
+		rc = apf_audit_param_change(a, name, json_array_get(evals, iv[i].k),
+					    json_array_get(evals, iv[i].k + 1),
+					    &iv[i].change);
+	}
+	size_t ntop = 0, nseeded = 0;
+	if (iv && !rc && niv) {
+		if (top > 0) {
+			qsort(iv, niv, sizeof *iv, cmp_change);
+			for (size_t i = 0; i < niv && (long)i < top; i++, ntop++)
+				iv[i].top = 1;
+		}
+		qsort(iv, niv, sizeof *iv, cmp_chosen);
+		size_t rest = niv - ntop;
+		nseeded = replay == REPLAY_ALL	     ? rest
+			  : (size_t)replay < rest ? (size_t)replay
+						  : rest;
 	}
 	size_t replayed = 0;
-	for (size_t i = 0; iv && !rc && i < niv && (long)i < replay; i++) {
+	for (size_t i = 0; iv && !rc && i < ntop + nseeded; i++) {
 		const json_t *evals = apf_audit_unit_evals(a, iv[i].unit);
 		const json_t *from = json_array_get(evals, iv[i].k);
 		const json_t *to = json_array_get(evals, iv[i].k + 1);
@@ -246,21 +297,54 @@ static int audit(apf_verify_report *r, const char *dir, const char *entry_key,
 		progress_show("replaying %s steps %lld to %lld", name, s0 + 1, s1);
 		rc = apf_audit_replay(a, name, from, to, why, sizeof why);
 		if (!rc && why[0]) {
+			char chosen[64];
+			if (iv[i].top)
+				snprintf(chosen, sizeof chosen,
+					 "a largest parameter change");
+			else
+				snprintf(chosen, sizeof chosen, "seed %u", seed);
+			long long from_index = json_integer_value(
+				json_object_get(from, "index"));
+			char origin[64];
+			if (from_index)
+				snprintf(origin, sizeof origin, "eval %lld",
+					 from_index);
+			else
+				snprintf(origin, sizeof origin,
+					 "the initial state");
 			snprintf(line, sizeof line,
-				 "%s/%s: steps %lld to %lld replayed from eval "
-				 "%zu (seed %u): %s",
-				 dir, name, s0 + 1, s1, iv[i].k + 1, seed, why);
+				 "%s/%s: steps %lld to %lld replayed from %s (%s): "
+				 "%s",
+				 dir, name, s0 + 1, s1, origin, chosen, why);
 			set_check(r, APF_VERIFY_REPLAY, APF_VERIFY_FAILED, line);
 			rc = apf_error(APF_EVERIFY, "check 5 (replay)", "%s", line);
 		}
 		replayed++;
 	}
 	progress_done();
-	if (replay > 0 && !rc) {
+	if (replaying && !rc && !niv) {
+		/* Nothing replayed is not a pass. */
+		set_check(r, APF_VERIFY_REPLAY, APF_VERIFY_SKIPPED,
+			  "skipped: no unit keeps two checkpoints, so no eval "
+			  "interval can be replayed");
+	} else if (replaying && !rc) {
+		char how[200] = "";
+		if (ntop && nseeded)
+			snprintf(how, sizeof how,
+				 "%zu with the largest parameter change, %zu "
+				 "chosen by seed %u",
+				 ntop, nseeded, seed);
+		else if (ntop)
+			snprintf(how, sizeof how,
+				 "those with the largest parameter change");
+		else if (replay == REPLAY_ALL)
+			snprintf(how, sizeof how, "all");
+		else
+			snprintf(how, sizeof how, "seed %u", seed);
 		snprintf(line, sizeof line,
-			 "%zu of %zu eval intervals replayed (seed %u), each "
+			 "%zu of %zu eval intervals replayed (%s), each "
 			 "ending in its checkpoint bit for bit",
-			 replayed, niv, seed);
+			 replayed, niv, how);
 		set_check(r, APF_VERIFY_REPLAY, APF_VERIFY_PASSED, line);
 	}
 	free(iv);
@@ -270,7 +354,7 @@ static int audit(apf_verify_report *r, const char *dir, const char *entry_key,
 
 static int verify_run(const char *dir, const char *key_path,
 		      const char *entry_key, int as_json, int reeval,
-		      long replay, long seed)
+		      long replay, long top, long seed)
 {
 	apf_keyring *runner = NULL, *entry = NULL;
 	apf_verify_report *r = NULL;
@@ -285,7 +369,8 @@ static int verify_run(const char *dir, const char *key_path,
 		progress_done();
 	}
 	/* Re-evaluation and replay only on a run whose log checked out. */
-	if (r && (rc == 0 || rc == APF_EABORT) && (reeval || replay > 0)) {
+	if (r && (rc == 0 || rc == APF_EABORT) &&
+	    (reeval || replay > 0 || top > 0)) {
 		uint32_t s = (uint32_t)seed;
 		if (seed < 0 && getrandom(&s, sizeof s, 0) != sizeof s)
 			s = (uint32_t)apf_now_ns();
@@ -294,7 +379,7 @@ static int verify_run(const char *dir, const char *key_path,
 		 * as it goes. */
 		char verdict[1024];
 		apf_error_take(verdict, sizeof verdict);
-		int arc = audit(r, dir, entry_key, reeval, replay, s);
+		int arc = audit(r, dir, entry_key, reeval, replay, top, s);
 		if (arc)
 			rc = arc;
 		else
@@ -314,7 +399,8 @@ int cmd_verify(int argc, char **argv)
 {
 	const char *key_path = NULL, *entry_key = NULL;
 	int as_json = 0, reeval = 0;
-	long replay = 0, seed = -1;
+	long replay = 0, seed = -1, top = 0;
+	const char *replay_text = NULL;
 	const struct apf_opt opts[] = {
 		{"key", 0, OPT_STRING, &key_path, "PUB.pem",
 		 "trust only this public key: the entry's signer, or a run's "
@@ -326,8 +412,12 @@ int cmd_verify(int argc, char **argv)
 		 "print the verdict as JSON on stdout"},
 		{"reeval", 0, OPT_FLAG, &reeval, NULL,
 		 "a run: re-evaluate every checkpoint in a clean process"},
-		{"replay", 0, OPT_INT, &replay, "N",
-		 "a run: re-execute N eval intervals from their checkpoints"},
+		{"replay", 0, OPT_STRING, &replay_text, "N|all",
+		 "a run: re-execute N eval intervals (chosen by the seed), or "
+		 "all, from their checkpoints"},
+		{"replay-top", 0, OPT_INT, &top, "Q",
+		 "a run: also re-execute the Q intervals whose parameters "
+		 "changed most"},
 		{"seed", 0, OPT_INT, &seed, "S",
 		 "the seed that picks the replayed intervals (default: random, "
 		 "printed)"},
@@ -335,7 +425,8 @@ int cmd_verify(int argc, char **argv)
 	};
 	const struct apf_usage usage = {
 		"verify ENTRY.apf|RUN_DIR [--key PUB.pem] [--entry-key PUB.pem] "
-		"[--json]\n           [--reeval] [--replay N [--seed S]]",
+		"[--json]\n           [--reeval] [--replay N|all [--seed S]] "
+		"[--replay-top Q]",
 		"Verify an entry: the archive's integrity, the manifest's "
 		"signature by a trusted\nkey, the manifest's schema, and every "
 		"file against the manifest (type, mode,\nsize, SHA-256; nothing "
@@ -348,10 +439,21 @@ int cmd_verify(int argc, char **argv)
 		"recomputed from the\nsupervisor's timestamps, and the CSVs; 4 "
 		"the checkpoint digests (with --reeval,\nevery checkpoint "
 		"re-evaluated in a clean process, its metrics equal to the\n"
-		"log's bit for bit); 5 with --replay N, N eval intervals chosen "
-		"by a printed seed\nre-executed from their checkpoint in the "
-		"sandbox, ending in the next checkpoint\nbit for bit; 6 the "
-		"held-out variants against heldout.json.",
+		"log's bit for bit, and the initial state, checkpoint 0, equal to the\n"
+		"workload's initialisation for the seed); 5 eval intervals "
+		"re-executed from\ntheir checkpoint in the sandbox, the first "
+		"from checkpoint 0, each ending in the\nnext checkpoint bit for "
+		"bit; 6 the held-out draw recomputed from its seed.\n\n"
+		"Which intervals check 5 replays: --replay N picks N by a "
+		"printed seed, so an\noperator cannot know which will be "
+		"checked (a forged trajectory survives only\nwhere it is not "
+		"looked at); --replay-top Q takes the Q intervals whose\n"
+		"parameters changed most between checkpoints (large updates are "
+		"where a forged\ntrajectory is cheapest to hide, as "
+		"Proof-of-Learning verifiers argue); --replay all\nreplays every "
+		"interval (state kept outside the slots, or any other\n"
+		"divergence, anywhere). Both options may be given; a run with "
+		"nothing to replay\nreports check 5 as skipped, never passed.",
 		"Exit 0: verified. 1: a check failed; the message names the "
 		"check, file and\nrecord. 2: not an entry or run directory, "
 		"truncated, or unreadable. 3: a run\nthat verifies but stopped "
@@ -362,13 +464,25 @@ int cmd_verify(int argc, char **argv)
 		return rc;
 	const char *path = argv[1];
 	struct stat st;
-	if (replay < 0 || seed < -1 || seed > 0xffffffffL) {
-		apf_error(APF_EUSAGE, "verify", "--replay and --seed out of range");
+	if (replay_text && !strcmp(replay_text, "all")) {
+		replay = REPLAY_ALL;
+	} else if (replay_text) {
+		char *end = NULL;
+		errno = 0;
+		replay = strtol(replay_text, &end, 10);
+		if (!*replay_text || *end || errno || replay < 1 ||
+		    !isdigit((unsigned char)replay_text[0]))
+			replay = -1;
+	}
+	if (replay < 0 || top < 0 || seed < -1 || seed > 0xffffffffL) {
+		apf_error(APF_EUSAGE, "verify",
+			  "--replay takes N >= 1 or all, --replay-top Q >= 0, "
+			  "--seed 0 to 2^32-1");
 		return cmd_fail(APF_EUSAGE);
 	}
 	if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
 		return verify_run(path, key_path, entry_key, as_json, reeval,
-				  replay, seed);
+				  replay, top, seed);
 	if (entry_key) {
 		apf_error(APF_EUSAGE, "verify",
 			  "--entry-key is for run directories (an entry's "

@@ -93,6 +93,11 @@ int apf_audit_reeval(apf_audit *a, const char *unit, const json_t *eval,
 /* Replays the interval between two consecutive evals of a unit. */
 int apf_audit_replay(apf_audit *a, const char *unit, const json_t *from,
 		     const json_t *to, char *why, size_t size);
+/* The L2 norm of the parameter change between two checkpoints of a unit
+ * (both read and digest-checked as the log names them): what --replay-top
+ * ranks intervals by. */
+int apf_audit_param_change(apf_audit *a, const char *unit, const json_t *from,
+			   const json_t *to, double *out);
 /* The plan's units and, for each, the evals the log keeps (work lost to a
  * crash discarded, as a resume does); NULL when the unit has none. */
 size_t apf_audit_units(const apf_audit *a);

@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,6 +30,7 @@
 #include "score/score.h"
 #include "sign/sign.h"
 #include "sysinfo/sysinfo.h"
+#include "trial/trial.h"
 #include "tuning/tuning.h"
 #include "workload/workload.h"
 
@@ -951,6 +953,40 @@ int apf_audit_reeval(apf_audit *a, const char *unit, const json_t *eval,
 		rc = unit_reeval(&a->r, index, data, len,
 				 json_object_get(eval, "metrics"), why, size);
 	free(data);
+	return rc;
+}
+
+int apf_audit_param_change(apf_audit *a, const char *unit, const json_t *from,
+			   const json_t *to, double *out)
+{
+	*out = 0;
+	char *f = NULL, *t = NULL;
+	size_t flen = 0, tlen = 0;
+	int rc = read_ckpt(a, unit, from, &f, &flen);
+	if (!rc)
+		rc = read_ckpt(a, unit, to, &t, &tlen);
+	if (!rc)
+		rc = apf_arena_check(f, flen);
+	if (!rc)
+		rc = apf_arena_check(t, tlen);
+	const struct apf_arena_header *hf = (const void *)f, *ht = (const void *)t;
+	if (!rc && (hf->params_offset != ht->params_offset ||
+		    hf->params_floats != ht->params_floats))
+		rc = apf_error(APF_EVERIFY, unit,
+			       "two checkpoints of one unit with different "
+			       "layouts");
+	if (!rc) {
+		const float *pf = (const float *)(f + hf->params_offset);
+		const float *pt = (const float *)(t + ht->params_offset);
+		double sum = 0;
+		for (uint64_t i = 0; i < hf->params_floats; i++) {
+			double d = (double)pt[i] - (double)pf[i];
+			sum += d * d;
+		}
+		*out = sqrt(sum);
+	}
+	free(f);
+	free(t);
 	return rc;
 }
 

@@ -46,6 +46,14 @@ class Audit(RunCase):
         # as many intervals as evals.
         evals = len([x for x in apftest.read_log(run)[0] if x["event"] == "eval"])
         self.assertIn(f"2 of {evals} eval intervals replayed", checks["replay"]["detail"])
+        # Every interval, and the ones whose parameters changed most.
+        r = self.ok("verify", run, "--replay", "all", timeout=900)
+        self.assertIn(f"{evals} of {evals} eval intervals replayed (all)", r.out)
+        r = self.ok("verify", run, "--replay-top", "2", timeout=600)
+        self.assertIn(f"2 of {evals} eval intervals replayed (those with the largest "
+                      "parameter change)", r.out)
+        self.fails(2, "verify", run, "--replay", "0")
+        self.fails(2, "verify", run, "--replay", "most")
         # The auditor wrote nothing into the run directory.
         before = sorted(os.listdir(os.path.join(run, "study_0", BLOBS, "trial_1")))
         self.ok("verify", run, "--replay", "1", timeout=600)

@@ -178,3 +178,10 @@ class HostileUnfinished(ApfCase):
         self.assertNotIn("unknown error", line, r)
         self.assertIn("without run_end", line, r)
         self.assertIn("log.jsonl", line, r)
+        # Nothing to replay is reported as skipped, with the reason, not
+        # as "0 of 0 intervals replayed" passed.
+        r = self.apf("verify", run.path, "--replay", "3", "--json", timeout=LIMIT_S * 6)
+        self.assertEqual(r.rc, 3, r)
+        check = [c for c in json.loads(r.out)["checks"] if c["name"] == "replay"][0]
+        self.assertEqual(check["outcome"], "skipped", check)
+        self.assertIn("no eval interval can be replayed", check["detail"])
