@@ -186,11 +186,21 @@ static int cmp_chosen(const void *a, const void *b)
 }
 
 #define REPLAY_ALL LONG_MAX
+/* Replayed intervals shorter than this are timed and reported, but not held
+ * against --timing-tolerance. */
+#define MIN_TIMED_S 0.1
 
 /* Checks 4 (--reeval) and 5 (--replay N) with the runner's own code:
  * re-evaluation in a clean evaluator, replay in the sandbox. */
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return x < y ? -1 : x > y;
+}
+
 static int audit(apf_verify_report *r, const char *dir, const char *entry_key,
-		 int reeval, long replay, long top, uint32_t seed)
+		 int reeval, long replay, long top, double tolerance,
+		 uint32_t seed)
 {
 	apf_audit *a;
 	int rc = apf_audit_open(&a, dir, entry_key);
@@ -287,7 +297,14 @@ static int audit(apf_verify_report *r, const char *dir, const char *entry_key,
 						  : rest;
 	}
 	size_t replayed = 0;
-	for (size_t i = 0; iv && !rc && i < ntop + nseeded; i++) {
+	/* Each replay is timed like a trial: claimed / replayed submission
+	 * time per interval, held against --timing-tolerance where this CPU
+	 * is the run's. */
+	double *ratios = iv ? apf_calloc(ntop + nseeded + 1, sizeof *ratios) : NULL;
+	char incomparable[300] = "";
+	int comparable = apf_audit_timing_comparable(a, incomparable,
+						     sizeof incomparable);
+	for (size_t i = 0; iv && ratios && !rc && i < ntop + nseeded; i++) {
 		const json_t *evals = apf_audit_unit_evals(a, iv[i].unit);
 		const json_t *from = json_array_get(evals, iv[i].k);
 		const json_t *to = json_array_get(evals, iv[i].k + 1);
@@ -295,7 +312,26 @@ static int audit(apf_verify_report *r, const char *dir, const char *entry_key,
 		long long s0 = json_integer_value(json_object_get(from, "global_step"));
 		long long s1 = json_integer_value(json_object_get(to, "global_step"));
 		progress_show("replaying %s steps %lld to %lld", name, s0 + 1, s1);
-		rc = apf_audit_replay(a, name, from, to, why, sizeof why);
+		uint64_t replayed_ns = 0;
+		rc = apf_audit_replay(a, name, from, to, why, sizeof why,
+				      &replayed_ns);
+		double claimed =
+			(double)(json_integer_value(json_object_get(
+					 to, "accumulated_submission_ns")) -
+				 json_integer_value(json_object_get(
+					 from, "accumulated_submission_ns"))) /
+			1e9;
+		double again = (double)replayed_ns / 1e9;
+		ratios[replayed] = again > 0 ? claimed / again : 0;
+		/* An interval of a few steps is dominated by the replay's
+		 * first touches of its memory: too short to judge. */
+		if (!rc && !why[0] && comparable && tolerance > 0 &&
+		    again >= MIN_TIMED_S && claimed * tolerance < again)
+			snprintf(why, sizeof why,
+				 "claimed %.3f s of submission time, replayed "
+				 "here in %.3f s (claimed/replayed %.2f, under "
+				 "1/%g)",
+				 claimed, again, ratios[replayed], tolerance);
 		if (!rc && why[0]) {
 			char chosen[64];
 			if (iv[i].top)
@@ -341,12 +377,27 @@ static int audit(apf_verify_report *r, const char *dir, const char *entry_key,
 			snprintf(how, sizeof how, "all");
 		else
 			snprintf(how, sizeof how, "seed %u", seed);
+		char timing[500];
+		qsort(ratios, replayed, sizeof *ratios, cmp_double);
+		if (comparable)
+			snprintf(timing, sizeof timing,
+				 "; claimed/replayed submission time %.2f to "
+				 "%.2f (median %.2f)%s",
+				 ratios[0], ratios[replayed - 1],
+				 ratios[replayed / 2],
+				 tolerance > 0 ? ", within the tolerance where "
+						 "replayed for 0.1 s or more"
+					       : "");
+		else
+			snprintf(timing, sizeof timing,
+				 "; timing not compared: %s", incomparable);
 		snprintf(line, sizeof line,
 			 "%zu of %zu eval intervals replayed (%s), each "
-			 "ending in its checkpoint bit for bit",
-			 replayed, niv, how);
+			 "ending in its checkpoint bit for bit%s",
+			 replayed, niv, how, timing);
 		set_check(r, APF_VERIFY_REPLAY, APF_VERIFY_PASSED, line);
 	}
+	free(ratios);
 	free(iv);
 	apf_audit_close(a);
 	return rc;
@@ -354,7 +405,7 @@ static int audit(apf_verify_report *r, const char *dir, const char *entry_key,
 
 static int verify_run(const char *dir, const char *key_path,
 		      const char *entry_key, int as_json, int reeval,
-		      long replay, long top, long seed)
+		      long replay, long top, double tolerance, long seed)
 {
 	apf_keyring *runner = NULL, *entry = NULL;
 	apf_verify_report *r = NULL;
@@ -379,7 +430,8 @@ static int verify_run(const char *dir, const char *key_path,
 		 * as it goes. */
 		char verdict[1024];
 		apf_error_take(verdict, sizeof verdict);
-		int arc = audit(r, dir, entry_key, reeval, replay, top, s);
+		int arc = audit(r, dir, entry_key, reeval, replay, top,
+				tolerance, s);
 		if (arc)
 			rc = arc;
 		else
@@ -400,7 +452,8 @@ int cmd_verify(int argc, char **argv)
 	const char *key_path = NULL, *entry_key = NULL;
 	int as_json = 0, reeval = 0;
 	long replay = 0, seed = -1, top = 0;
-	const char *replay_text = NULL;
+	const char *replay_text = NULL, *tolerance_text = NULL;
+	double tolerance = 0;
 	const struct apf_opt opts[] = {
 		{"key", 0, OPT_STRING, &key_path, "PUB.pem",
 		 "trust only this public key: the entry's signer, or a run's "
@@ -418,6 +471,9 @@ int cmd_verify(int argc, char **argv)
 		{"replay-top", 0, OPT_INT, &top, "Q",
 		 "a run: also re-execute the Q intervals whose parameters "
 		 "changed most"},
+		{"timing-tolerance", 0, OPT_STRING, &tolerance_text, "R",
+		 "fail a replayed interval whose claimed submission time is "
+		 "under 1/R of its replayed time (same CPU model only)"},
 		{"seed", 0, OPT_INT, &seed, "S",
 		 "the seed that picks the replayed intervals (default: random, "
 		 "printed)"},
@@ -426,7 +482,7 @@ int cmd_verify(int argc, char **argv)
 	const struct apf_usage usage = {
 		"verify ENTRY.apf|RUN_DIR [--key PUB.pem] [--entry-key PUB.pem] "
 		"[--json]\n           [--reeval] [--replay N|all [--seed S]] "
-		"[--replay-top Q]",
+		"[--replay-top Q]\n           [--timing-tolerance R]",
 		"Verify an entry: the archive's integrity, the manifest's "
 		"signature by a trusted\nkey, the manifest's schema, and every "
 		"file against the manifest (type, mode,\nsize, SHA-256; nothing "
@@ -453,7 +509,7 @@ int cmd_verify(int argc, char **argv)
 		"Proof-of-Learning verifiers argue); --replay all\nreplays every "
 		"interval (state kept outside the slots, or any other\n"
 		"divergence, anywhere). Both options may be given; a run with "
-		"nothing to replay\nreports check 5 as skipped, never passed.",
+		"nothing to replay\nreports check 5 as skipped, never passed. Each replay is timed as the runner\ntimes a trial; with --timing-tolerance R an interval whose claimed submission\ntime is under 1/R of its replayed time fails (an operator who under-reported),\ncompared only where this CPU model is the run's.",
 		"Exit 0: verified. 1: a check failed; the message names the "
 		"check, file and\nrecord. 2: not an entry or run directory, "
 		"truncated, or unreadable. 3: a run\nthat verifies but stopped "
@@ -474,6 +530,16 @@ int cmd_verify(int argc, char **argv)
 		    !isdigit((unsigned char)replay_text[0]))
 			replay = -1;
 	}
+	if (tolerance_text) {
+		char *end = NULL;
+		tolerance = strtod(tolerance_text, &end);
+		if (!isdigit((unsigned char)tolerance_text[0]) || *end ||
+		    !(tolerance >= 1.0) || tolerance > 1e6) {
+			apf_error(APF_EUSAGE, "verify",
+				  "--timing-tolerance takes a number R >= 1");
+			return cmd_fail(APF_EUSAGE);
+		}
+	}
 	if (replay < 0 || top < 0 || seed < -1 || seed > 0xffffffffL) {
 		apf_error(APF_EUSAGE, "verify",
 			  "--replay takes N >= 1 or all, --replay-top Q >= 0, "
@@ -482,7 +548,7 @@ int cmd_verify(int argc, char **argv)
 	}
 	if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
 		return verify_run(path, key_path, entry_key, as_json, reeval,
-				  replay, top, seed);
+				  replay, top, tolerance, seed);
 	if (entry_key) {
 		apf_error(APF_EUSAGE, "verify",
 			  "--entry-key is for run directories (an entry's "

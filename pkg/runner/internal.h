@@ -202,8 +202,10 @@ struct replay_spec {
 	int64_t from_step, to_step, eval_index;
 	uint64_t sub_ns;
 	const json_t *metrics;
+	uint64_t replayed_ns; /* out: the replay's submission time, measured
+				 as the runner measures a trial's */
 };
-int unit_replay(struct run *r, size_t index, const struct replay_spec *rs,
+int unit_replay(struct run *r, size_t index, struct replay_spec *rs,
 		char *why, size_t size);
 
 /* Checks checkpoint 0 (the state after init_optimizer_state) against the

@@ -90,9 +90,17 @@ typedef struct apf_audit apf_audit;
 int apf_audit_open(apf_audit **out, const char *run_dir, const char *entry_key);
 int apf_audit_reeval(apf_audit *a, const char *unit, const json_t *eval,
 		     char *why, size_t size);
-/* Replays the interval between two consecutive evals of a unit. */
+/* Replays the interval between two consecutive evals of a unit; *replayed_ns
+ * is the replay's submission time, measured as the runner measures a
+ * trial's (from its go to its eval report, the same threads). */
 int apf_audit_replay(apf_audit *a, const char *unit, const json_t *from,
-		     const json_t *to, char *why, size_t size);
+		     const json_t *to, char *why, size_t size,
+		     uint64_t *replayed_ns);
+/* Whether replayed times can be held against the claimed ones here: 1 when
+ * this machine's CPU model equals the one run.json records (the thread
+ * count is the run's by construction), else 0 with why saying what
+ * differs. */
+int apf_audit_timing_comparable(const apf_audit *a, char *why, size_t size);
 /* The L2 norm of the parameter change between two checkpoints of a unit
  * (both read and digest-checked as the log names them): what --replay-top
  * ranks intervals by. */

@@ -807,6 +807,7 @@ struct apf_audit {
 	struct run r;
 	char *entry_path;
 	json_t **evals; /* per unit: checkpoint 0 (when logged), then the evals */
+	json_t *run_env; /* run.json's environment record */
 };
 
 int apf_audit_open(apf_audit **out, const char *run_dir, const char *entry_key)
@@ -866,12 +867,26 @@ int apf_audit_open(apf_audit **out, const char *run_dir, const char *entry_key)
 				json_array_extend(a->evals[i], s->rows);
 		}
 	}
+	a->run_env = json_incref(json_object_get(j, "environment"));
 	json_decref(j);
 	if (rc) {
 		apf_audit_close(a);
 		return rc;
 	}
 	*out = a;
+	return 0;
+}
+
+int apf_audit_timing_comparable(const apf_audit *a, char *why, size_t size)
+{
+	const char *ran = json_string_value(
+		json_object_get(json_object_get(a->run_env, "cpu"), "model"));
+	const char *here = json_string_value(
+		json_object_get(json_object_get(a->r.env, "cpu"), "model"));
+	if (ran && here && !strcmp(ran, here))
+		return 1;
+	snprintf(why, size, "this CPU (%s) is not the run's (%s)",
+		 here ? here : "unknown", ran ? ran : "unrecorded");
 	return 0;
 }
 
@@ -897,6 +912,7 @@ void apf_audit_close(apf_audit *a)
 	for (size_t i = 0; a->evals && a->r.plan && i < a->r.plan->n; i++)
 		json_decref(a->evals[i]);
 	free(a->evals);
+	json_decref(a->run_env);
 	run_free(&a->r);
 	free(a->entry_path);
 	free(a);
@@ -991,8 +1007,10 @@ int apf_audit_param_change(apf_audit *a, const char *unit, const json_t *from,
 }
 
 int apf_audit_replay(apf_audit *a, const char *unit, const json_t *from,
-		     const json_t *to, char *why, size_t size)
+		     const json_t *to, char *why, size_t size,
+		     uint64_t *replayed_ns)
 {
+	*replayed_ns = 0;
 	size_t index = 0;
 	char *f = NULL, *t = NULL;
 	size_t flen = 0, tlen = 0;
@@ -1014,6 +1032,7 @@ int apf_audit_replay(apf_audit *a, const char *unit, const json_t *from,
 				json_object_get(from, "accumulated_submission_ns")),
 			.metrics = json_object_get(from, "metrics")};
 		rc = unit_replay(&a->r, index, &rs, why, size);
+		*replayed_ns = rs.replayed_ns;
 	}
 	free(f);
 	free(t);

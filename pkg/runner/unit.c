@@ -1411,7 +1411,7 @@ static void diff_arenas(const void *got, const void *want, size_t n, char *why,
 	snprintf(why, size, "padding between sections differs");
 }
 
-int unit_replay(struct run *r, size_t index, const struct replay_spec *rs,
+int unit_replay(struct run *r, size_t index, struct replay_spec *rs,
 		char *why, size_t size)
 {
 	struct unit u = unit_of(r, index);
@@ -1441,6 +1441,8 @@ int unit_replay(struct run *r, size_t index, const struct replay_spec *rs,
 	rc = rc > 0 ? 0 : rc;
 	if (!rc && ready)
 		rc = go(&u, rs->metrics, rs->to_step);
+	/* Timed as the run times a trial: from the go to the eval report. */
+	uint64_t t_go = apf_now_ns();
 	char line[LINE_MAX_BYTES];
 	uint64_t deadline = apf_now_ns() + 30ull * 60 * 1000000000;
 	while (!rc && ready && !u.end_kind) {
@@ -1460,6 +1462,7 @@ int unit_replay(struct run *r, size_t index, const struct replay_spec *rs,
 		else if (m.kind == PROTO_ERROR)
 			trial_gone(&u, m.text);
 		else {
+			rs->replayed_ns = apf_now_ns() - t_go;
 			rc = apf_sandbox_stop(u.sb);
 			if (!rc && m.step != rs->to_step)
 				snprintf(why, size,
