@@ -4,8 +4,9 @@
  * profiles and benchmark scores from AlgoPerf's logs or apf runs (DESIGN.md
  * section 8).
  *
- * The rules default to apf when any input is an apf run, else to the
- * AlgoPerf version the targets file names (0.5 or 0.6), else algoperf-0.6.
+ * The rules default to the AlgoPerf version the targets file names (0.5 or
+ * 0.6; any other is an error), else to apf when any input is an apf run,
+ * else to algoperf-0.6.
  * Warnings (skipped trials, unexpected study counts, trials refused for
  * malformed or impossible numbers) go to stderr and into the JSON; the
  * table or the JSON to stdout; --csv and --svg files are written
@@ -69,12 +70,23 @@ int cmd_score(int argc, char **argv)
 		"study_<k>/<workload>_<framework>/trial_<n>/\nlogs, or an apf "
 		"run holding run.json) or a directory of submissions. Targets\n"
 		"come from --targets, else from each workload's workload.ini "
-		"under\n$APF_WORKLOADS_DIR (or the installed workloads). Rules: "
-		"apf takes each study's\nfastest trial; algoperf-0.5 and "
-		"algoperf-0.6 reproduce AlgoPerf's published\nscorer (the trial "
-		"that met the target at the earliest eval; v0.5: 5 studies and\n"
-		"held-out variants, v0.6: 3 studies and none). Default: apf for "
-		"apf runs, else\nthe targets file's benchmark version.\n\n"
+		"under\n$APF_WORKLOADS_DIR (or the installed workloads). "
+		"--targets takes AlgoPerf's\nworkload_targets JSON "
+		"(benchmark_version, base_workloads, held_out_workloads,\n"
+		"workloads.<name>.{target_metric_name, validation_target_value, "
+		"step_hint}), or\nthe same without benchmark_version, the lists "
+		"and step_hint; any other key is\nan error.\n\n"
+		"Rules: apf takes each study's fastest trial; algoperf-0.5 and "
+		"algoperf-0.6\nreproduce AlgoPerf's published scorer (the trial "
+		"that met the target at the\nearliest eval; v0.5: 5 studies and "
+		"held-out variants, v0.6: 3 studies and\nnone). Among trials "
+		"that first met the target at the same eval, the fastest\n"
+		"(smallest score there) counts, then the lowest trial number; "
+		"the reference takes\nwhichever its directory listing returns "
+		"first. Default: the targets file's\nbenchmark_version (0.5 or "
+		"0.6; any other is an error), else apf for apf runs,\nelse "
+		"algoperf-0.6. A base workload no submission has logs for is "
+		"left out of the\nprofile with a warning.\n\n"
 		"Every number read from eval_measurements.csv must be a plain "
 		"decimal (no hex,\n'+', inf or trailing text), clocks and "
 		"counters >= 0 (not -0) and never going\nback from one row to "
@@ -82,8 +94,9 @@ int cmd_score(int argc, char **argv)
 		"range (accuracy in [0, 1]). A trial that breaks this is refused: "
 		"a warning\nnaming file and line, and the trial never meets its "
 		"target. --strict makes it\nan error (exit 2), as it does "
-		"trial directories without eval_measurements.csv\nand study, "
-		"trial or workload counts other than the rules expect.",
+		"trial directories without eval_measurements.csv,\nstudy, "
+		"trial or workload counts other than the rules expect, and "
+		"base workloads\nwithout logs.",
 		1, -1};
 	int nargs, rc = cmd_start("score", &usage, opts, argc, argv, &nargs);
 	if (rc >= 0)
@@ -123,12 +136,14 @@ int cmd_score(int argc, char **argv)
 	free(own);
 	const char *version = targets ? apf_score_targets_version(targets)
 				      : NULL;
-	if (!rc && !rules) {
-		if (apf_score_logs_have_apf_run(logs))
-			rules = apf_score_rules_get("apf");
-		else if (!(rules = apf_score_rules_for_version(version)))
-			rules = apf_score_rules_get("algoperf-0.6");
-	}
+	/* A targets file's benchmark_version chooses the rules unless
+	 * --rules does; a version apf does not know is an error then. */
+	if (!rc && !rules)
+		rc = apf_score_targets_rules(&rules, targets);
+	if (!rc && !rules)
+		rules = apf_score_rules_get(apf_score_logs_have_apf_run(logs)
+						    ? "apf"
+						    : "algoperf-0.6");
 	apf_score_rules self;
 	if (!rc && self_tuning) {
 		apf_score_rules_self(rules, &self);

@@ -40,10 +40,16 @@ int apf_score_study_best(const struct apf_score_trial *trials, size_t n,
 			continue;
 		}
 		const struct apf_score_trial *c = &trials[chosen];
-		/* Strict comparisons: a tie keeps the earlier (lower-numbered)
-		 * trial. */
-		if (best == APF_SCORE_BEST_FIRST_EVAL ? t->hit < c->hit
-						      : t->time < c->time)
+		/* Trials tied at the first eval go to the faster one, so the
+		 * choice does not depend on a directory listing's order.
+		 * Strict comparisons: a full tie keeps the earlier
+		 * (lower-numbered) trial. */
+		int better = best == APF_SCORE_BEST_FIRST_EVAL
+				     ? t->hit < c->hit ||
+					       (t->hit == c->hit &&
+						t->time < c->time)
+				     : t->time < c->time;
+		if (better)
 			chosen = (int)i;
 	}
 	*time = chosen < 0 ? INFINITY : trials[chosen].time;
@@ -463,6 +469,65 @@ nomem:
 	return apf_error(APF_ENOMEM, "score", "out of memory");
 }
 
+/* Drops variant i of the aligned lists. */
+static void pair_drop(struct names *var, struct names *var_base, size_t i)
+{
+	free(var->v[i]);
+	free(var_base->v[i]);
+	memmove(&var->v[i], &var->v[i + 1], (var->n - i - 1) * sizeof *var->v);
+	memmove(&var_base->v[i], &var_base->v[i + 1],
+		(var_base->n - i - 1) * sizeof *var_base->v);
+	var->n--;
+	var_base->n--;
+}
+
+/* A base workload no submission has any logs for is left out of the
+ * profile, with its held-out variants: AlgoPerf's current targets file
+ * lists finewebedu_lm, which came after the v0.6 leaderboard, and counting
+ * it would take the same share from every profile (the reference scorer
+ * stops with a KeyError instead). --strict makes it an error. A base that
+ * some submissions have stays, and is infinite for the others. */
+static int drop_unlogged(apf_score_result *r, const apf_score_logs *logs,
+			 struct names *base, struct names *var,
+			 struct names *var_base, unsigned flags)
+{
+	size_t kept = 0, c = 0;
+	int rc = 0;
+	for (; !rc && c < base->n; c++) {
+		int have = 0;
+		for (size_t s = 0; s < logs->n && !have; s++)
+			have = sub_workload(&logs->s[s], base->v[c]) != NULL;
+		if (have) {
+			base->v[kept++] = base->v[c];
+			continue;
+		}
+		rc = problem(r, flags,
+			     "%s: no submission has logs for this base "
+			     "workload%s",
+			     base->v[c],
+			     flags & APF_SCORE_STRICT
+				     ? ""
+				     : "; left out of the profile");
+		if (rc) {
+			base->v[kept++] = base->v[c];
+			break;
+		}
+		for (size_t v = var->n; v-- > 0;)
+			if (!strcmp(var_base->v[v], base->v[c]))
+				pair_drop(var, var_base, v);
+		free(base->v[c]);
+	}
+	/* On an error the rest stay, so the list still owns every name. */
+	for (c++; rc && c < base->n; c++)
+		base->v[kept++] = base->v[c];
+	base->n = kept;
+	if (!var->n) {
+		free(r->heldout_source);
+		r->heldout_source = NULL;
+	}
+	return rc;
+}
+
 /* Trials without logs and study or trial counts the rules don't expect. */
 static int check_counts(apf_score_result *r,
 			const struct apf_score_submission *s,
@@ -521,6 +586,8 @@ int apf_score_compute(apf_score_result **out, apf_score_logs *logs,
 		goto nomem;
 	rc = choose_columns(r, logs, targets, heldout, rules, &base, &var,
 			    &var_base);
+	if (!rc)
+		rc = drop_unlogged(r, logs, &base, &var, &var_base, flags);
 	if (rc)
 		goto fail;
 	if (!base.n) {
@@ -613,18 +680,6 @@ int apf_score_compute(apf_score_result **out, apf_score_logs *logs,
 	for (size_t s = 0; s < nsub; s++)
 		r->score[s] = apf_score_integrate(&r->rho[s * APF_SCORE_POINTS],
 						  r->tau, APF_SCORE_POINTS);
-	for (size_t c = 0; c < r->nbase; c++) {
-		size_t have = 0;
-		for (size_t s = 0; s < nsub; s++)
-			have += !isnan(r->raw[s * ncols + c]);
-		if (!have)
-			rc = problem(r, flags,
-				     "%s: no submission has logs for this base "
-				     "workload",
-				     r->workloads[c]);
-		if (rc)
-			goto fail;
-	}
 	/* Rank: score, then name; rows of every table move together. */
 	for (size_t i = 1; i < nsub; i++)
 		for (size_t j = i; j > 0; j--) {

@@ -36,7 +36,8 @@
  *      infinite times never count;
  *   6. rho(tau) = share of base workloads with r <= tau, every base workload
  *      weighted equally (one missing from a submission's logs counts as
- *      missed); tau = numpy.linspace(1, 4, 100) bit for bit;
+ *      missed; one that no submission has logs for is left out, with a
+ *      warning); tau = numpy.linspace(1, 4, 100) bit for bit;
  *   7. score = trapezoid integral of rho over tau, divided by 3.
  *
  * Times are seconds; INFINITY means the target was missed, NAN that there
@@ -56,8 +57,10 @@
 /* Which trial of a study counts. */
 enum apf_score_best {
 	/* AlgoPerf's scorer: the trial that met the target at the smallest
-	 * eval index (not the smallest time); ties go to the lowest trial
-	 * number (AlgoPerf takes the first in directory-listing order). */
+	 * eval index (not the smallest time). Among trials tied at that
+	 * index, the fastest (smallest score there), then the lowest trial
+	 * number: the reference takes whichever trial os.listdir returned
+	 * first, which no one can reproduce. */
 	APF_SCORE_BEST_FIRST_EVAL,
 	/* apf: the smallest time-to-target. */
 	APF_SCORE_BEST_MIN_TIME,
@@ -90,7 +93,8 @@ typedef struct apf_score_rules {
 const apf_score_rules *apf_score_rules_get(const char *name);
 /* The self-tuning ruleset's variant of r, written to out. */
 void apf_score_rules_self(const apf_score_rules *r, apf_score_rules *out);
-/* The rules for an AlgoPerf benchmark_version ("0.5", "0.6"), else NULL. */
+/* The rules for an AlgoPerf benchmark_version (exactly "0.5" or "0.6"),
+ * else NULL. */
 const apf_score_rules *apf_score_rules_for_version(const char *version);
 /* +1 when higher is better, -1 when lower is, 0 when the rules don't say. */
 int apf_score_metric_direction(const apf_score_rules *r, const char *metric);
@@ -112,7 +116,12 @@ typedef struct apf_score_targets apf_score_targets;
 
 /* AlgoPerf's workload_targets JSON: benchmark_version, base_workloads,
  * held_out_workloads, workloads.<name>.{target_metric_name,
- * validation_target_value}. It names no directions: the rules know them. */
+ * validation_target_value, step_hint} (and a top-level _comment), all
+ * required when benchmark_version is there; without it, apf's shorter form
+ * of workloads and optionally the two lists. Any other key, a duplicate
+ * key, a value of the wrong kind and a workload listed twice are errors
+ * naming the key ("<path>: workloads.<name>.<key>: <why>"). It names no
+ * directions: the rules know them. */
 int apf_score_targets_load_json(apf_score_targets **out, const char *path);
 /* Targets from workloads/<name>/workload.ini under dir (NULL: the workloads
  * directory of apf_workloads_dir()), read on first use. */
@@ -129,6 +138,11 @@ int apf_score_targets_find(apf_score_targets *t, const apf_score_rules *rules,
 const char *apf_score_targets_source(const apf_score_targets *t);
 /* benchmark_version of a JSON file; NULL for workload.ini targets. */
 const char *apf_score_targets_version(const apf_score_targets *t);
+/* The rules the targets' benchmark_version selects ("0.5": algoperf-0.5,
+ * "0.6": algoperf-0.6); *out is NULL when the targets name no version, and
+ * any other version is an error naming it. */
+int apf_score_targets_rules(const apf_score_rules **out,
+			    const apf_score_targets *t);
 /* The base and held-out workloads a JSON file names (n = 0 when it names
  * none, and always for workload.ini targets). */
 const char *const *apf_score_targets_base(const apf_score_targets *t,
@@ -284,10 +298,11 @@ typedef struct apf_score_result {
 } apf_score_result;
 
 /* apf_score_compute's flags. STRICT: a refused trial (see
- * apf_score_read_trial), a trial directory without its CSV and a study,
- * trial or base-workload count other than the rules expect are errors
- * (APF_EINPUT), as under AlgoPerf's scorer's --strict; without it each is a
- * warning, and a refused trial counts as never meeting its target. */
+ * apf_score_read_trial), a trial directory without its CSV, a study or
+ * trial count other than the rules expect, and a base workload that no
+ * submission has logs for are errors (APF_EINPUT), as under AlgoPerf's
+ * scorer's --strict; without it each is a warning, a refused trial counts
+ * as never meeting its target and the base workload is left out. */
 #define APF_SCORE_STRICT 1u
 
 /* Reads the trials the scoring needs and computes everything. heldout may

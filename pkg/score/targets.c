@@ -66,9 +66,11 @@ const apf_score_rules *apf_score_rules_for_version(const char *version)
 {
 	if (!version)
 		return NULL;
-	if (!strcmp(version, "0.5") || !strncmp(version, "0.5.", 4))
+	/* Exactly the versions whose scorer the rule sets record: a later
+	 * "0.6.1" may score differently, and saying so beats guessing. */
+	if (!strcmp(version, "0.5"))
 		return &rule_sets[1];
-	if (!strcmp(version, "0.6") || !strncmp(version, "0.6.", 4))
+	if (!strcmp(version, "0.6"))
 		return &rule_sets[2];
 	return NULL;
 }
@@ -171,6 +173,21 @@ const char *apf_score_targets_version(const apf_score_targets *t)
 	return t->version;
 }
 
+int apf_score_targets_rules(const apf_score_rules **out,
+			    const apf_score_targets *t)
+{
+	*out = NULL;
+	if (!t->version)
+		return 0;
+	if (!(*out = apf_score_rules_for_version(t->version)))
+		return apf_error(APF_EINPUT, t->source,
+				 "benchmark_version: '%s' is not a version apf "
+				 "can score (0.5 or 0.6); pass --rules to "
+				 "choose the rules",
+				 t->version);
+	return 0;
+}
+
 const char *const *apf_score_targets_base(const apf_score_targets *t,
 					  size_t *n)
 {
@@ -209,35 +226,80 @@ static int add_entry(apf_score_targets *t, const char *workload,
 	return 0;
 }
 
+/* The keys of AlgoPerf's workload_targets JSON, as its scorer reads them
+ * (scoring/config.py of mlcommons/submissions_algorithms): the file names
+ * its benchmark_version and lists both kinds of workload, and every entry
+ * has its step_hint. A file without benchmark_version is apf's shorter
+ * form: "workloads", the two lists optional, step_hint optional. Any other
+ * key is refused, in both forms: a misspelt key would otherwise be read as
+ * absent and score something else without a word. */
+static const char *const top_keys[] = {"_comment", "benchmark_version",
+				       "base_workloads", "held_out_workloads",
+				       "workloads", NULL};
+static const char *const workload_keys[] = {"target_metric_name",
+					    "validation_target_value",
+					    "step_hint", NULL};
+
+/* prefix names the object ("" at the top level, "workloads.<name>."). */
+static int check_keys(const apf_score_targets *t, json_t *o,
+		      const char *prefix, const char *const *keys)
+{
+	const char *k;
+	json_t *v;
+	json_object_foreach(o, k, v) {
+		const char *const *p = keys;
+		while (*p && strcmp(*p, k))
+			p++;
+		if (*p)
+			continue;
+		apf_buf want = {0};
+		for (p = keys; *p; p++)
+			if (apf_buf_printf(&want, "%s%s", p == keys ? "" : ", ",
+					   *p)) {
+				apf_buf_free(&want);
+				return apf_error(APF_ENOMEM, t->source,
+						 "out of memory");
+			}
+		int rc = apf_error(APF_EINPUT, t->source,
+				   "%s%s: unknown key (expected %s)", prefix, k,
+				   want.data);
+		apf_buf_free(&want);
+		return rc;
+	}
+	return 0;
+}
+
 static int string_list(apf_score_targets *t, json_t *root, const char *key,
-		       char ***out, size_t *n)
+		       int required, char ***out, size_t *n)
 {
 	*out = NULL;
 	*n = 0;
 	json_t *a = json_object_get(root, key);
 	if (!a)
-		return 0;
+		return required ? apf_error(APF_EINPUT, t->source,
+					    "%s: missing", key)
+				: 0;
 	if (!json_is_array(a))
 		return apf_error(APF_EINPUT, t->source,
-				 "\"%s\": expected an array of workload names",
-				 key);
+				 "%s: not an array of workload names", key);
 	size_t k = json_array_size(a);
-	char **v = apf_calloc(k, sizeof *v);
+	char **v = apf_calloc(k ? k : 1, sizeof *v);
 	if (!v)
 		return apf_error(APF_ENOMEM, t->source, "out of memory");
-	for (size_t i = 0; i < k; i++) {
+	int rc = 0;
+	for (size_t i = 0; !rc && i < k; i++) {
 		json_t *s = json_array_get(a, i);
-		if (!json_is_string(s)) {
-			free_strings(v, i);
-			return apf_error(APF_EINPUT, t->source,
-					 "\"%s\"[%zu]: expected a workload name",
-					 key, i);
+		if (!json_is_string(s) || !json_string_length(s)) {
+			rc = apf_error(APF_EINPUT, t->source,
+				       "%s[%zu]: not a workload name", key, i);
+			break;
 		}
-		if (!(v[i] = apf_strdup(json_string_value(s)))) {
-			free_strings(v, i);
-			return apf_error(APF_ENOMEM, t->source,
-					 "out of memory");
-		}
+		if (!(v[i] = apf_strdup(json_string_value(s))))
+			rc = apf_error(APF_ENOMEM, t->source, "out of memory");
+	}
+	if (rc) {
+		free_strings(v, k);
+		return rc;
 	}
 	*out = v;
 	*n = k;
@@ -253,58 +315,148 @@ static const struct entry *find_entry(const apf_score_targets *t,
 	return NULL;
 }
 
+/* One entry of "workloads"; versioned: step_hint is required. */
+static int parse_workload(apf_score_targets *t, const char *name, json_t *w,
+			  int versioned)
+{
+	if (!*name)
+		return apf_error(APF_EINPUT, t->source,
+				 "workloads: \"\" is not a workload name");
+	if (!json_is_object(w))
+		return apf_error(APF_EINPUT, t->source,
+				 "workloads.%s: not an object", name);
+	apf_buf prefix = {0};
+	if (apf_buf_printf(&prefix, "workloads.%s.", name))
+		return apf_error(APF_ENOMEM, t->source, "out of memory");
+	int rc = check_keys(t, w, prefix.data, workload_keys);
+	apf_buf_free(&prefix);
+	if (rc)
+		return rc;
+	json_t *m = json_object_get(w, "target_metric_name");
+	json_t *val = json_object_get(w, "validation_target_value");
+	json_t *hint = json_object_get(w, "step_hint");
+	const char *why = NULL, *key = NULL;
+	if (!m)
+		key = "target_metric_name", why = "missing";
+	else if (!json_is_string(m) || !json_string_length(m))
+		key = "target_metric_name", why = "not a metric name";
+	else if (!val)
+		key = "validation_target_value", why = "missing";
+	else if (!json_is_number(val))
+		key = "validation_target_value", why = "not a number";
+	else if (!isfinite(json_number_value(val)))
+		key = "validation_target_value", why = "not a finite number";
+	else if (!hint && versioned)
+		key = "step_hint", why = "missing";
+	else if (hint && (!json_is_integer(hint) ||
+			  json_integer_value(hint) <= 0))
+		key = "step_hint", why = "not a positive integer";
+	if (why)
+		return apf_error(APF_EINPUT, t->source, "workloads.%s.%s: %s",
+				 name, key, why);
+	return add_entry(t, name, json_string_value(m), 0,
+			 json_number_value(val), NULL);
+}
+
+/* No workload listed twice, in one list or across both, checked on a
+ * sorted copy (a list is a few names in AlgoPerf's files, but nothing
+ * bounds it). */
+struct listed {
+	const char *name;
+	int held;
+};
+
+static int cmp_listed(const void *a, const void *b)
+{
+	const struct listed *x = a, *y = b;
+	int c = strcmp(x->name, y->name);
+	return c ? c : x->held - y->held;
+}
+
+static int check_lists_unique(const apf_score_targets *t)
+{
+	size_t n = t->nbase + t->nheldout;
+	if (n < 2)
+		return 0;
+	struct listed *l = apf_calloc(n, sizeof *l);
+	if (!l)
+		return apf_error(APF_ENOMEM, t->source, "out of memory");
+	for (size_t i = 0; i < n; i++) {
+		l[i].held = i >= t->nbase;
+		l[i].name = l[i].held ? t->heldout[i - t->nbase] : t->base[i];
+	}
+	qsort(l, n, sizeof *l, cmp_listed);
+	int rc = 0;
+	for (size_t i = 1; !rc && i < n; i++) {
+		if (strcmp(l[i - 1].name, l[i].name))
+			continue;
+		if (l[i - 1].held != l[i].held)
+			rc = apf_error(APF_EINPUT, t->source,
+				       "held_out_workloads: %s is also a base "
+				       "workload",
+				       l[i].name);
+		else
+			rc = apf_error(APF_EINPUT, t->source,
+				       "%s: %s is listed twice",
+				       l[i].held ? "held_out_workloads"
+						 : "base_workloads",
+				       l[i].name);
+	}
+	free(l);
+	return rc;
+}
+
 static int parse_targets_json(apf_score_targets *t, json_t *root)
 {
 	if (!json_is_object(root))
 		return apf_error(APF_EINPUT, t->source,
 				 "not a JSON object (expected AlgoPerf's "
 				 "workload_targets JSON)");
-	json_t *ws = json_object_get(root, "workloads");
-	if (!json_is_object(ws))
+	int rc = check_keys(t, root, "", top_keys);
+	if (rc)
+		return rc;
+	json_t *c = json_object_get(root, "_comment");
+	if (c && !json_is_string(c))
 		return apf_error(APF_EINPUT, t->source,
-				 "no \"workloads\" object (expected AlgoPerf's "
-				 "workload_targets JSON)");
+				 "_comment: not a string");
 	json_t *v = json_object_get(root, "benchmark_version");
-	if (v && !json_is_string(v))
+	if (v && (!json_is_string(v) || !json_string_length(v)))
 		return apf_error(APF_EINPUT, t->source,
-				 "\"benchmark_version\": expected a string");
+				 "benchmark_version: not a version string");
 	if (v && !(t->version = apf_strdup(json_string_value(v))))
 		return apf_error(APF_ENOMEM, t->source, "out of memory");
+	json_t *ws = json_object_get(root, "workloads");
+	if (!ws)
+		return apf_error(APF_EINPUT, t->source,
+				 "workloads: missing (expected AlgoPerf's "
+				 "workload_targets JSON)");
+	if (!json_is_object(ws))
+		return apf_error(APF_EINPUT, t->source,
+				 "workloads: not an object");
 	const char *name;
 	json_t *w;
 	json_object_foreach(ws, name, w) {
-		json_t *m = json_object_get(w, "target_metric_name");
-		json_t *val = json_object_get(w, "validation_target_value");
-		if (!json_is_object(w) || !json_is_string(m) ||
-		    !json_string_length(m) || !json_is_number(val))
-			return apf_error(APF_EINPUT, t->source,
-					 "workloads.%s: expected "
-					 "\"target_metric_name\" (a string) and "
-					 "\"validation_target_value\" (a number)",
-					 name);
-		double target = json_number_value(val);
-		if (!isfinite(target))
-			return apf_error(APF_EINPUT, t->source,
-					 "workloads.%s: the target is not finite",
-					 name);
-		int rc = add_entry(t, name, json_string_value(m), 0, target,
-				   NULL);
-		if (rc)
+		if ((rc = parse_workload(t, name, w, v != NULL)))
 			return rc;
 	}
-	int rc = string_list(t, root, "base_workloads", &t->base, &t->nbase);
+	rc = string_list(t, root, "base_workloads", v != NULL, &t->base,
+			 &t->nbase);
 	if (!rc)
-		rc = string_list(t, root, "held_out_workloads", &t->heldout,
-				 &t->nheldout);
+		rc = string_list(t, root, "held_out_workloads", v != NULL,
+				 &t->heldout, &t->nheldout);
 	for (size_t i = 0; !rc && i < t->nbase + t->nheldout; i++) {
-		const char *n = i < t->nbase ? t->base[i]
-					     : t->heldout[i - t->nbase];
+		int held = i >= t->nbase;
+		size_t k = held ? i - t->nbase : i;
+		const char *n = held ? t->heldout[k] : t->base[k];
 		if (!find_entry(t, n))
 			rc = apf_error(APF_EINPUT, t->source,
-				       "workload %s is listed but has no entry "
-				       "in \"workloads\"",
-				       n);
+				       "%s[%zu]: %s has no entry in workloads",
+				       held ? "held_out_workloads"
+					    : "base_workloads",
+				       k, n);
 	}
+	if (!rc)
+		rc = check_lists_unique(t);
 	return rc;
 }
 
