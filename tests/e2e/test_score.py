@@ -27,6 +27,8 @@ ROOT = os.environ.get(
 APF = os.environ.get("APF_BIN", os.path.join(ROOT, "build", "apf"))
 DATA = os.path.join(ROOT, "tests", "data", "algoperf_v05")
 ARCHIVE = os.path.join(DATA, "algoperf_v05.tar.xz")
+# Hand-made targets and logs; their README.md works out each score.
+FIXTURES = os.path.join(ROOT, "tests", "data", "score")
 SVG_NS = "{http://www.w3.org/2000/svg}"
 
 
@@ -152,6 +154,21 @@ class AlgoPerfV05Leaderboard(unittest.TestCase):
                       "directories directly in a study", p.stderr)
         # Every published number passes the checks: no trial is refused.
         self.assertNotIn("never meeting", p.stderr)
+
+    def test_targets_file_alone_gives_the_same_scores(self):
+        # The archive's workload_targets_v05.json is in AlgoPerf's current
+        # format: its benchmark_version chooses the rules and its
+        # held_out_workloads are the published draw, so no --rules and no
+        # --heldout give the published leaderboard too.
+        p = apf("score", self.logs, "--targets", self.targets, "--json")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        r = json.loads(p.stdout)
+        self.assertEqual(r["rules"], "algoperf-0.5")
+        self.assertEqual(r["heldout"], self.targets)
+        self.assertEqual(len(r["heldout_variants"]), 6)
+        got = {s["name"]: f"{s['score']:.4f}" for s in r["submissions"]}
+        self.assertEqual(got, self.published)
+        self.assertEqual(r["submissions"], self.result()["submissions"])
 
     def test_strict_refuses_the_published_counts(self):
         # AlgoPerf's own --strict fails on these logs too: some trials
@@ -312,7 +329,8 @@ class BadInput(unittest.TestCase):
             "benchmark_version": "0.5", "base_workloads": ["w"],
             "held_out_workloads": [],
             "workloads": {"w": {"target_metric_name": "accuracy",
-                                "validation_target_value": 0.8}}}))
+                                "validation_target_value": 0.8,
+                                "step_hint": 100}}}))
         self.sub = os.path.join(self.tmp, "logs", "sub")
         self.csv = os.path.join(self.sub, "study_0", "w_jax", "trial_1",
                                 "eval_measurements.csv")
@@ -398,6 +416,238 @@ class BadInput(unittest.TestCase):
         self.assertIn("--heldout FILE", p.stdout)
         self.assertIn("--strict", p.stdout)
         self.assertIn("error (exit 2)", p.stdout)
+
+
+def scores_of(proc):
+    return {s["name"]: s["score"]
+            for s in json.loads(proc.stdout)["submissions"]}
+
+
+class CurrentTargetsFormat(unittest.TestCase):
+    """AlgoPerf's workload_targets JSON as mlcommons/submissions_algorithms
+    has it now: the file chooses the rules and the base workloads."""
+
+    LOGS = os.path.join(FIXTURES, "logs")
+    V05 = os.path.join(FIXTURES, "targets_v05.json")
+    V06 = os.path.join(FIXTURES, "targets_v06.json")
+    LM_WARNING = ("lm: no submission has logs for this base workload; left "
+                  "out of the profile")
+
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="apf-score-")
+
+    def tearDown(self):
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def score(self, *args):
+        p = apf("score", *args, "--json")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        return p, json.loads(p.stdout)
+
+    def assert_hand_computed(self, proc):
+        got = scores_of(proc)
+        self.assertEqual(set(got), {"s1", "s2"})
+        self.assertAlmostEqual(got["s1"], 1.0, places=12)
+        self.assertAlmostEqual(got["s2"], 41.25 / 99, places=12)
+
+    def test_benchmark_version_chooses_the_rules(self):
+        for path, rules in ((self.V05, "algoperf-0.5"),
+                            (self.V06, "algoperf-0.6")):
+            with self.subTest(rules):
+                p, r = self.score(self.LOGS, "--targets", path)
+                self.assertEqual(r["rules"], rules)
+                self.assertEqual(r["base_workloads"], ["wa", "wb"])
+                self.assert_hand_computed(p)
+                # The table says which rules it used, too.
+                t = apf("score", self.LOGS, "--targets", path)
+                self.assertEqual(t.returncode, 0, t.stderr)
+                self.assertIn(f"rules: {rules}\n", t.stdout)
+
+    def test_explicit_rules_win_over_the_version(self):
+        for path in (self.V05, self.V06):
+            with self.subTest(path=os.path.basename(path)):
+                p, r = self.score(self.LOGS, "--targets", path, "--rules",
+                                  "apf")
+                self.assertEqual(r["rules"], "apf")
+                self.assert_hand_computed(p)
+        p, r = self.score(self.LOGS, "--targets", self.V06, "--rules",
+                          "algoperf-0.5")
+        self.assertEqual(r["rules"], "algoperf-0.5")
+        self.assertIn("scoring with algoperf-0.5 but the targets are "
+                      "AlgoPerf 0.6's", p.stderr)
+
+    def test_base_workload_without_logs_is_left_out_with_a_warning(self):
+        p, r = self.score(self.LOGS, "--targets", self.V06)
+        self.assertEqual(r["base_workloads"], ["wa", "wb"])
+        self.assertIn(self.LM_WARNING, r["warnings"])
+        self.assertIn(f"apf: score: warning: {self.LM_WARNING}\n", p.stderr)
+        self.assertEqual(p.stderr.count("lm:"), 1)
+        # s2 has no wb logs while s1 has: wb stays, missed by s2.
+        s2 = next(s for s in r["submissions"] if s["name"] == "s2")
+        self.assertIsNone(s2["times"]["wb"])
+        self.assert_hand_computed(p)
+        # The v0.5 file does not list lm: nothing to say.
+        p, r = self.score(self.LOGS, "--targets", self.V05)
+        self.assertNotIn("lm:", p.stderr)
+
+    def test_base_workload_without_logs_is_an_error_with_strict(self):
+        out = os.path.join(self.tmp, "out.csv")
+        p = apf("score", self.LOGS, "--targets", self.V06, "--strict",
+                "--csv", out)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertEqual(p.stdout, "")
+        self.assertEqual(p.stderr, "apf: score: lm: no submission has logs "
+                         "for this base workload\n")
+        self.assertFalse(os.path.exists(out))
+
+    def test_tied_trials_go_to_the_fastest(self):
+        # tie/: trials 1 (60 s) and 2 (20 s) of a's study both first meet
+        # the target at eval index 1; trial 3 meets it later (index 2) at
+        # 15 s. See tests/data/score/README.md for the sums.
+        tie = os.path.join(FIXTURES, "tie")
+        logs = os.path.join(tie, "logs")
+        targets = os.path.join(tie, "targets.json")
+        for rules in ("algoperf-0.6", "algoperf-0.5"):
+            with self.subTest(rules):
+                p, r = self.score(logs, "--targets", targets, "--rules", rules)
+                a = next(s for s in r["submissions"] if s["name"] == "a")
+                self.assertEqual(a["times"]["wa"], 20.0)
+                got = scores_of(p)
+                self.assertAlmostEqual(got["a"], 1.0, places=12)
+                self.assertAlmostEqual(got["b"], 80.5 / 99, places=12)
+                # Not what taking trial 1 (the lowest number) would give.
+                self.assertNotAlmostEqual(got["a"], 68.5 / 99, places=3)
+        p, r = self.score(logs, "--targets", targets, "--rules", "apf")
+        got = scores_of(p)
+        self.assertAlmostEqual(got["a"], 1.0, places=12)
+        self.assertAlmostEqual(got["b"], 63.5 / 99, places=12)
+
+    def test_help_says_how_ties_and_versions_are_decided(self):
+        p = apf("score", "--help")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        text = " ".join(p.stdout.split())
+        self.assertIn("Among trials that first met the target at the same "
+                      "eval, the fastest (smallest score there) counts", text)
+        self.assertIn("Default: the targets file's benchmark_version (0.5 or "
+                      "0.6; any other is an error)", text)
+
+    def malformed(self, doc, text=None):
+        path = os.path.join(self.tmp, "targets.json")
+        write(path, text if text is not None else json.dumps(doc))
+        return path
+
+    def test_malformed_files_are_refused_naming_the_key(self):
+        with open(self.V06) as f:
+            good = f.read()
+
+        def edit(fn):
+            doc = json.loads(good)
+            fn(doc)
+            return doc
+
+        def setw(key, value):
+            return lambda d: d["workloads"]["wa"].__setitem__(key, value)
+
+        def dropw(key):
+            return lambda d: d["workloads"]["wa"].pop(key)
+
+        unknown_w = ("unknown key (expected target_metric_name, "
+                     "validation_target_value, step_hint)")
+        cases = [
+            (setw("validation_target_value", "0.8"),
+             "workloads.wa.validation_target_value: not a number"),
+            (setw("validation_target_value", None),
+             "workloads.wa.validation_target_value: not a number"),
+            (dropw("validation_target_value"),
+             "workloads.wa.validation_target_value: missing"),
+            (setw("target_metric_name", 3),
+             "workloads.wa.target_metric_name: not a metric name"),
+            (dropw("target_metric_name"),
+             "workloads.wa.target_metric_name: missing"),
+            (dropw("step_hint"), "workloads.wa.step_hint: missing"),
+            (setw("step_hint", 1.5),
+             "workloads.wa.step_hint: not a positive integer"),
+            (setw("target", 0.8), "workloads.wa.target: " + unknown_w),
+            (lambda d: d["workloads"].__setitem__("wa", 0.8),
+             "workloads.wa: not an object"),
+            (lambda d: d.__setitem__("workloads", []),
+             "workloads: not an object"),
+            (lambda d: d.pop("workloads"),
+             "workloads: missing (expected AlgoPerf's workload_targets JSON)"),
+            (lambda d: d.__setitem__("held_out", []),
+             "held_out: unknown key (expected _comment, benchmark_version, "
+             "base_workloads, held_out_workloads, workloads)"),
+            (lambda d: d.__setitem__("_comment", 1), "_comment: not a string"),
+            (lambda d: d.__setitem__("benchmark_version", 0.6),
+             "benchmark_version: not a version string"),
+            (lambda d: d.pop("base_workloads"), "base_workloads: missing"),
+            (lambda d: d.pop("held_out_workloads"),
+             "held_out_workloads: missing"),
+            (lambda d: d.__setitem__("base_workloads", "wa"),
+             "base_workloads: not an array of workload names"),
+            (lambda d: d.__setitem__("base_workloads", ["wa", 3]),
+             "base_workloads[1]: not a workload name"),
+            (lambda d: d.__setitem__("base_workloads", ["wa", "wb", "wa"]),
+             "base_workloads: wa is listed twice"),
+            (lambda d: d.__setitem__("held_out_workloads", ["wb"]),
+             "held_out_workloads: wb is also a base workload"),
+            (lambda d: d["base_workloads"].append("zz"),
+             "base_workloads[3]: zz has no entry in workloads"),
+        ]
+        for fn, want in cases:
+            with self.subTest(want):
+                path = self.malformed(edit(fn))
+                p = apf("score", self.LOGS, "--targets", path)
+                self.assertEqual(p.returncode, 2, p.stderr)
+                self.assertEqual(p.stdout, "")
+                self.assertEqual(p.stderr, f"apf: {path}: {want}\n")
+        # Duplicate keys, at the top level and in an entry.
+        for old, new in (('"benchmark_version": "0.6",',
+                          '"benchmark_version": "0.6", "benchmark_version": '
+                          '"0.5",'),
+                         ('"validation_target_value": 0.8,',
+                          '"validation_target_value": 0.8, '
+                          '"validation_target_value": 0.9,')):
+            with self.subTest(duplicate=old):
+                self.assertIn(old, good)
+                path = self.malformed(None, good.replace(old, new, 1))
+                p = apf("score", self.LOGS, "--targets", path)
+                self.assertEqual(p.returncode, 2, p.stderr)
+                self.assertEqual(len(p.stderr.splitlines()), 1, p.stderr)
+                self.assertTrue(p.stderr.startswith(f"apf: {path}: line "),
+                                p.stderr)
+                self.assertIn("duplicate object key", p.stderr)
+
+    def test_unknown_version_is_an_error_unless_rules_are_given(self):
+        with open(self.V06) as f:
+            doc = json.load(f)
+        for version in ("0.7", "0.6.1", "v0.6"):
+            with self.subTest(version):
+                doc["benchmark_version"] = version
+                path = self.malformed(doc)
+                p = apf("score", self.LOGS, "--targets", path)
+                self.assertEqual(p.returncode, 2, p.stderr)
+                self.assertEqual(p.stdout, "")
+                self.assertEqual(
+                    p.stderr,
+                    f"apf: {path}: benchmark_version: '{version}' is not a "
+                    "version apf can score (0.5 or 0.6); pass --rules to "
+                    "choose the rules\n")
+                p, r = self.score(self.LOGS, "--targets", path, "--rules",
+                                  "algoperf-0.6")
+                self.assertEqual(r["rules"], "algoperf-0.6")
+                self.assert_hand_computed(p)
+
+    def test_short_form_without_version_still_accepted(self):
+        # apf's shorter form: no benchmark_version, lists or step_hint.
+        path = self.malformed({"base_workloads": ["wa", "wb"], "workloads": {
+            "wa": {"target_metric_name": "accuracy",
+                   "validation_target_value": 0.8},
+            "wb": {"target_metric_name": "loss",
+                   "validation_target_value": 0.5}}})
+        p, r = self.score(self.LOGS, "--targets", path)
+        self.assertEqual(r["rules"], "algoperf-0.6")
+        self.assert_hand_computed(p)
 
 
 # Each number the scorer refuses: (CSV of submission a, line, why). Read

@@ -63,7 +63,9 @@ static void rules_know_metric_directions(void **state)
 	assert_non_null(apf);
 	assert_null(apf_score_rules_get("algoperf-0.4"));
 	assert_ptr_equal(apf_score_rules_for_version("0.5"), v05);
-	assert_ptr_equal(apf_score_rules_for_version("0.6.1"), v06);
+	assert_ptr_equal(apf_score_rules_for_version("0.6"), v06);
+	/* Only the versions whose scorer the rules record. */
+	assert_null(apf_score_rules_for_version("0.6.1"));
 	assert_null(apf_score_rules_for_version("1.0"));
 	assert_int_equal(apf_score_metric_direction(v05, "wer"), -1);
 	assert_int_equal(apf_score_metric_direction(v05, "ctc_loss"), -1);
@@ -96,11 +98,25 @@ static void best_trial_depends_on_the_rules(void **state)
 		{.number = 4, .hit = -1, .time = INFINITY},
 	};
 	double time;
-	/* AlgoPerf: the earliest eval index (2), the lower trial of the two. */
+	/* AlgoPerf: the earliest eval index (2); of the two trials tied
+	 * there, the faster (35 s), whatever their order. */
 	assert_int_equal(apf_score_study_best(t, 4, APF_SCORE_BEST_FIRST_EVAL,
 					      &time),
+			 2);
+	assert_true(time == 35);
+	const struct apf_score_trial rev[] = {t[0], t[2], t[1]};
+	assert_int_equal(apf_score_study_best(rev, 3, APF_SCORE_BEST_FIRST_EVAL,
+					      &time),
 			 1);
-	assert_true(time == 40);
+	assert_true(time == 35);
+	/* Tied at index and time: the lower trial number (the first). */
+	const struct apf_score_trial same[] = {
+		{.number = 1, .hit = 2, .time = 35},
+		{.number = 2, .hit = 2, .time = 35},
+	};
+	assert_int_equal(apf_score_study_best(same, 2,
+					      APF_SCORE_BEST_FIRST_EVAL, &time),
+			 0);
 	/* apf: the smallest time. */
 	assert_int_equal(apf_score_study_best(t, 4, APF_SCORE_BEST_MIN_TIME,
 					      &time),
@@ -577,9 +593,11 @@ static char *algoperf_logs(void)
 			  " \"held_out_workloads\": [],\n"
 			  " \"workloads\": {\n"
 			  "  \"wa\": {\"target_metric_name\": \"accuracy\",\n"
-			  "          \"validation_target_value\": 0.8},\n"
+			  "          \"validation_target_value\": 0.8,\n"
+			  "          \"step_hint\": 100},\n"
 			  "  \"wb\": {\"target_metric_name\": \"loss\",\n"
-			  "          \"validation_target_value\": 0.5}}}\n");
+			  "          \"validation_target_value\": 0.5,\n"
+			  "          \"step_hint\": 100}}}\n");
 	return root;
 }
 
@@ -872,7 +890,8 @@ static void pipeline_input_errors(void **state)
 	testlib_write_str(root, "bad.json", "{\"workloads\": {\"wa\": 3}}");
 	p = apf_path_join(root, "bad.json");
 	assert_int_equal(apf_score_targets_load_json(&t, p), APF_EINPUT);
-	assert_non_null(strstr(apf_error_message(), "workloads.wa: expected"));
+	assert_non_null(strstr(apf_error_message(),
+			       "bad.json: workloads.wa: not an object"));
 	apf_score_heldout *h;
 	assert_int_equal(apf_score_heldout_load(&h, p), APF_EINPUT);
 	assert_non_null(strstr(apf_error_message(), "an apf draw"));
@@ -1038,10 +1057,17 @@ static void pipeline_strict_counts_are_errors(void **state)
 	expect_strict_error(root, "t2.json", "apf",
 			    "score: v: no submission has logs for this base "
 			    "workload");
-	/* Without --strict the same is a warning. */
+	/* Without --strict the same is a warning, and v is left out of the
+	 * profile: a scores 1, not 1/2. */
 	struct scored s;
 	assert_apf_ok(score_dir(&s, root, "logs", "t2.json", NULL, "apf"));
-	assert_true(has_warning(s.r, "v: no submission has logs"));
+	assert_true(has_warning(s.r, "v: no submission has logs for this base "
+				     "workload; left out of the profile"));
+	assert_int_equal(s.r->nbase, 1);
+	assert_string_equal(s.r->workloads[0], "w");
+	size_t ia;
+	by_name(s.r, "a", &ia);
+	assert_true(fabs(s.r->score[ia] - 1.0) < 1e-12);
 	scored_free(&s);
 	testlib_tmpdir_free(root);
 
@@ -1059,6 +1085,91 @@ static void pipeline_strict_counts_are_errors(void **state)
 	expect_strict_error(root, "targets.json", "algoperf-0.5",
 			    "score: s: w_jax: 5 studies with other than 5 "
 			    "logged trials");
+	testlib_tmpdir_free(root);
+}
+
+/* AlgoPerf's current targets format: the lists and the version come from
+ * the file, and the version chooses the rules. */
+static void targets_current_format_chooses_the_rules(void **state)
+{
+	(void)state;
+	char *root = testlib_tmpdir();
+	static const char *const versions[] = {"0.5", "0.6", "0.7"};
+	for (size_t i = 0; i < 3; i++) {
+		char *text;
+		assert_true(asprintf(&text,
+				     "{\"_comment\": \"x\", "
+				     "\"benchmark_version\": \"%s\", "
+				     "\"base_workloads\": [\"wa\", \"wb\"], "
+				     "\"held_out_workloads\": [\"wa_v\"], "
+				     "\"workloads\": {"
+				     "\"wa\": {\"target_metric_name\": "
+				     "\"accuracy\", \"validation_target_value\": "
+				     "0.8, \"step_hint\": 10}, "
+				     "\"wa_v\": {\"target_metric_name\": "
+				     "\"accuracy\", \"validation_target_value\": "
+				     "0.7, \"step_hint\": 10}, "
+				     "\"wb\": {\"target_metric_name\": \"loss\", "
+				     "\"validation_target_value\": 1, "
+				     "\"step_hint\": 20}}}",
+				     versions[i]) > 0);
+		testlib_write_str(root, "t.json", text);
+		free(text);
+		char *p = apf_path_join(root, "t.json");
+		apf_score_targets *t;
+		assert_apf_ok(apf_score_targets_load_json(&t, p));
+		assert_string_equal(apf_score_targets_version(t), versions[i]);
+		size_t nb, nh;
+		const char *const *b = apf_score_targets_base(t, &nb);
+		const char *const *h = apf_score_targets_heldout(t, &nh);
+		assert_int_equal(nb, 2);
+		assert_string_equal(b[1], "wb");
+		assert_int_equal(nh, 1);
+		assert_string_equal(h[0], "wa_v");
+		struct apf_score_target tg;
+		assert_apf_ok(apf_score_targets_find(
+			t, apf_score_rules_get("algoperf-0.6"), "wb", &tg, NULL));
+		assert_true(tg.validation == 1 && tg.direction == -1);
+		const apf_score_rules *r = NULL;
+		int rc = apf_score_targets_rules(&r, t);
+		if (i < 2) {
+			assert_apf_ok(rc);
+			assert_ptr_equal(r, apf_score_rules_get(
+						    i ? "algoperf-0.6"
+						      : "algoperf-0.5"));
+		} else {
+			assert_int_equal(rc, APF_EINPUT);
+			assert_null(r);
+			char *want;
+			assert_true(asprintf(&want, "%s: benchmark_version: "
+						    "'0.7' is not a version "
+						    "apf can score",
+					     p) > 0);
+			assert_non_null(strstr(apf_error_message(), want));
+			free(want);
+		}
+		apf_score_targets_free(t);
+		free(p);
+	}
+	/* No version: no rules from the file. */
+	testlib_write_str(root, "t.json",
+			  "{\"workloads\": {\"w\": {\"target_metric_name\": "
+			  "\"accuracy\", \"validation_target_value\": 0.8}}}");
+	char *p = apf_path_join(root, "t.json");
+	apf_score_targets *t;
+	assert_apf_ok(apf_score_targets_load_json(&t, p));
+	const apf_score_rules *r = apf_score_rules_get("apf");
+	assert_apf_ok(apf_score_targets_rules(&r, t));
+	assert_null(r);
+	apf_score_targets_free(t);
+	/* A key repeated is refused by the reader. */
+	testlib_write_str(root, "t.json",
+			  "{\"workloads\": {\"w\": {\"target_metric_name\": "
+			  "\"accuracy\", \"validation_target_value\": 0.8, "
+			  "\"validation_target_value\": 0.9}}}");
+	assert_int_equal(apf_score_targets_load_json(&t, p), APF_EINPUT);
+	assert_non_null(strstr(apf_error_message(), "duplicate object key"));
+	free(p);
 	testlib_tmpdir_free(root);
 }
 
@@ -1151,6 +1262,7 @@ int main(void)
 		cmocka_unit_test(pipeline_input_errors),
 		cmocka_unit_test(pipeline_refused_trial_never_meets_its_target),
 		cmocka_unit_test(pipeline_strict_counts_are_errors),
+		cmocka_unit_test(targets_current_format_chooses_the_rules),
 		cmocka_unit_test(base_of_variants),
 		cmocka_unit_test(heldout_large_file_reads_in_linear_time),
 	};
