@@ -888,6 +888,37 @@ static int run_check(struct vx *v, int check, check_fn fn)
 	return rc;
 }
 
+/* The report's list of the checkpoints the walk keeps, for the audits. */
+static int keep_checkpoints(struct vx *v)
+{
+	apf_verify_report *rep = v->rep;
+	rep->kept = apf_calloc(v->nunits + 1, sizeof *rep->kept);
+	if (!rep->kept)
+		return -1;
+	for (size_t i = 0; i < v->nunits; i++) {
+		const struct vx_unit *u = &v->units[i];
+		size_t n = u->nevals + (size_t)u->has_init;
+		if (!n)
+			continue;
+		struct apf_verify_kept *k = &rep->kept[rep->nkept++];
+		k->unit = apf_strdup(u->name);
+		k->ckpt = apf_calloc(n, sizeof *k->ckpt);
+		if (!k->unit || !k->ckpt)
+			return -1;
+		if (u->has_init) {
+			k->ckpt[k->n] = (struct apf_verify_ckpt){0, 0, 0, {0}};
+			memcpy(k->ckpt[k->n++].sha256, u->init.sha, 32);
+		}
+		for (size_t e = 0; e < u->nevals; e++) {
+			const struct vx_eval *x = &u->evals[e];
+			k->ckpt[k->n] = (struct apf_verify_ckpt){
+				x->index, x->global_step, x->sub, {0}};
+			memcpy(k->ckpt[k->n++].sha256, x->sha, 32);
+		}
+	}
+	return 0;
+}
+
 static void vx_free(struct vx *v)
 {
 	for (size_t i = 0; i < v->nunits; i++)
@@ -957,6 +988,9 @@ int apf_verify_run(apf_verify_report **out, const char *dir,
 			       "run --resume continues it)",
 			       v.incomplete, extra);
 	}
+	if (rep->check[APF_VERIFY_TIMING].outcome == APF_VERIFY_PASSED &&
+	    keep_checkpoints(&v))
+		rc = apf_error(APF_ENOMEM, dir, "out of memory");
 	rep->status = rc;
 	vx_free(&v);
 	return rc;
@@ -968,6 +1002,11 @@ void apf_verify_report_free(apf_verify_report *r)
 		return;
 	for (int i = 0; i <= APF_VERIFY_NCHECKS; i++)
 		free(r->check[i].detail);
+	for (size_t i = 0; i < r->nkept; i++) {
+		free(r->kept[i].unit);
+		free(r->kept[i].ckpt);
+	}
+	free(r->kept);
 	free(r->submission);
 	free(r->run_dir);
 	free(r);

@@ -127,6 +127,19 @@ typedef struct apf_verify_report {
 	/* The training time the log claims: every unit's last total
 	 * duration, added up. */
 	uint64_t claimed_ns;
+	/* What the audits (--reeval, --replay) may use: per unit, the
+	 * checkpoints the verified walk of the log keeps - the initial state
+	 * (index 0) where its clock_start names one, then every kept eval -
+	 * in order. Filled once check 3 has passed. */
+	struct apf_verify_kept {
+		char *unit;
+		size_t n;
+		struct apf_verify_ckpt {
+			uint64_t index, global_step, submission_ns;
+			uint8_t sha256[32];
+		} *ckpt;
+	} *kept;
+	size_t nkept;
 } apf_verify_report;
 
 /* Verifies dir; *out receives the report whatever the outcome (NULL only

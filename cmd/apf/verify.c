@@ -192,6 +192,61 @@ static int cmp_chosen(const void *a, const void *b)
 
 /* Checks 4 (--reeval) and 5 (--replay N) with the runner's own code:
  * re-evaluation in a clean evaluator, replay in the sandbox. */
+/* The audits work on the records the verified walk of the log keeps: the
+ * runner's reading of each unit (apf_audit_unit_evals, which its API
+ * takes) must be exactly that list - the same checkpoints, indices, steps
+ * and submission times - or nothing is audited. */
+static int audit_list_is_the_walks(const apf_verify_report *r, apf_audit *a,
+				   char *why, size_t size)
+{
+	char name[512];
+	size_t n = apf_audit_units(a), seen = 0;
+	for (size_t u = 0; u < n; u++) {
+		const json_t *evals = apf_audit_unit_evals(a, u);
+		apf_audit_unit_name(a, u, name, sizeof name);
+		const struct apf_verify_kept *k = NULL;
+		for (size_t i = 0; i < r->nkept && !k; i++)
+			if (!strcmp(r->kept[i].unit, name))
+				k = &r->kept[i];
+		size_t m = json_array_size(evals), want = k ? k->n : 0;
+		seen += k != NULL;
+		if (m != want) {
+			snprintf(why, size, "%s: the runner reads %zu checkpoints, "
+					    "the verified walk keeps %zu",
+				 name, m, want);
+			return 0;
+		}
+		for (size_t e = 0; e < m; e++) {
+			const json_t *x = json_array_get(evals, e);
+			const struct apf_verify_ckpt *c = &k->ckpt[e];
+			uint8_t sha[32];
+			const char *hex = json_string_value(json_object_get(
+				json_object_get(x, "checkpoint"), "sha256"));
+			if (!hex || apf_unhex(sha, hex, 32) ||
+			    memcmp(sha, c->sha256, 32) ||
+			    (uint64_t)json_integer_value(json_object_get(x, "index")) !=
+				    c->index ||
+			    (uint64_t)json_integer_value(
+				    json_object_get(x, "global_step")) !=
+				    c->global_step ||
+			    (uint64_t)json_integer_value(json_object_get(
+				    x, "accumulated_submission_ns")) !=
+				    c->submission_ns) {
+				snprintf(why, size,
+					 "%s: checkpoint %zu as the runner reads "
+					 "it is not the one the verified walk "
+					 "keeps",
+					 name, e);
+				return 0;
+			}
+		}
+	}
+	if (seen != r->nkept)
+		snprintf(why, size, "the verified walk keeps checkpoints of a "
+				    "unit the runner does not read");
+	return seen == r->nkept;
+}
+
 static int cmp_double(const void *a, const void *b)
 {
 	double x = *(const double *)a, y = *(const double *)b;
@@ -207,6 +262,12 @@ static int audit(apf_verify_report *r, const char *dir, const char *entry_key,
 	if (rc)
 		return rc;
 	char name[512], why[700], line[2400];
+	if (!audit_list_is_the_walks(r, a, why, sizeof why)) {
+		apf_audit_close(a);
+		return apf_error(APF_EVERIFY, reeval ? "check 4 (checkpoints)"
+						     : "check 5 (replay)",
+				 "%s", why);
+	}
 	size_t n = apf_audit_units(a), done = 0, initial = 0;
 	for (size_t u = 0; reeval && !rc && u < n; u++) {
 		const json_t *evals = apf_audit_unit_evals(a, u);
