@@ -144,6 +144,30 @@ class Audit(RunCase):
                        timeout=600, match="check 5 (replay)")
         self.assertIn("under 1/1.5", r.err)
 
+    def test_timing_is_not_compared_on_another_cpu(self):
+        # run.json says the run had another CPU (re-bound, re-chained and
+        # re-signed): replays still check the bits, and the report says the
+        # times were not held against the tolerance, and why.
+        run = self.run_source("nadamw", os.path.join(apftest.ROOT, "submissions",
+                                                     "baselines", "nadamw"))
+        path = os.path.join(run, "run.json")
+        rj = json.load(open(path))
+        rj["environment"]["cpu"]["model"] = "Imaginary CPU 9000"
+        with open(path, "w") as f:
+            json.dump(rj, f, indent=2)
+            f.write("\n")
+        recs = [json.loads(l) for l in open(os.path.join(run, "log.jsonl"), "rb")]
+        with open(path, "rb") as f:
+            sha = runfake.sha256_hex(f.read())
+        for r in recs:
+            if r["event"] == "run_start":
+                r["run_json_sha256"] = sha
+        self.rechain_and_sign(run, recs)
+        r = self.ok("verify", run, "--replay", "all", "--timing-tolerance", "1.5",
+                    timeout=600)
+        self.assertIn("timing not compared: this CPU", r.out)
+        self.assertIn("is not the run's (Imaginary CPU 9000)", r.out)
+
     def test_metric_the_checkpoint_does_not_give_fails_reeval(self):
         run = self.run_source("nadamw", os.path.join(apftest.ROOT, "submissions",
                                                      "baselines", "nadamw"),
