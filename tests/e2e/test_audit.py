@@ -6,6 +6,7 @@ keeps state outside its slots (tests/data/submissions/state_outside_slots);
 re-evaluation fails on a run whose runner logged a metric the checkpoint
 does not give, even though the log is chained and signed.
 """
+import csv
 import json
 import os
 import shutil
@@ -95,6 +96,20 @@ class Audit(RunCase):
             f.write(runfake.sign_dsse(key, runfake.HEAD_TYPE, payload,
                                       runfake.pem_keyid(pub)))
 
+    def csv_path(self, run):
+        return os.path.join(run, "study_0", BLOBS, "trial_1", "eval_measurements.csv")
+
+    def read_csv(self, run):
+        with open(self.csv_path(run), newline="") as f:
+            return list(csv.DictReader(f))
+
+    def write_csv(self, run, rows):
+        """The unit's eval_measurements.csv as the runner would write it."""
+        with open(self.csv_path(run), "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=list(rows[0].keys()), lineterminator="\n")
+            w.writeheader()
+            w.writerows(rows)
+
     def test_under_reported_submission_time_fails_the_timing_tolerance(self):
         run = self.run_source("nadamw", os.path.join(apftest.ROOT, "submissions",
                                                      "baselines", "nadamw"))
@@ -127,18 +142,13 @@ class Audit(RunCase):
         self.assertGreater(moved_total, 0)
         self.assertEqual(recs[-1]["event"], "run_end")
         self.rechain_and_sign(run, recs)
-        unit = os.path.join(run, "study_0", BLOBS, "trial_1")
-        import csv
-        rows = list(csv.DictReader(open(os.path.join(unit, "eval_measurements.csv"))))
+        rows = self.read_csv(run)
         evals = [r for r in recs if r["event"] == "eval"]
         for row, e in zip(rows, evals):
             row["accumulated_submission_time"] = "%.9f" % (e["accumulated_submission_ns"] / 1e9)
             row["score"] = row["accumulated_submission_time"]
             row["accumulated_logging_time"] = "%.9f" % (e["accumulated_logging_ns"] / 1e9)
-        with open(os.path.join(unit, "eval_measurements.csv"), "w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=list(rows[0].keys()), lineterminator="\n")
-            w.writeheader()
-            w.writerows(rows)
+        self.write_csv(run, rows)
         self.ok("verify", run)
         r = self.fails(1, "verify", run, "--replay", "all", "--timing-tolerance", "1.5",
                        timeout=600, match="check 5 (replay)")
@@ -174,41 +184,14 @@ class Audit(RunCase):
                               ruleset="external")
         # A runner (holding the key) logs a slightly better train loss,
         # re-chains the log and re-signs its head: checks 1-4 cannot tell.
-        path = os.path.join(run, "log.jsonl")
-        lines = open(path, "rb").read().split(b"\n")[:-1]
-        recs = [json.loads(l) for l in lines]
-        prev, out = runfake.ZERO, []
-        changed = False
-        for r in recs:
-            r["prev"] = prev
-            if r["event"] == "eval" and not changed:
-                r["metrics"]["train/loss"] *= 0.999
-                changed = True
-            line = json.dumps(r, separators=(",", ":")).encode()
-            prev = runfake.sha256_hex(line)
-            out.append(line)
-        with open(path, "wb") as f:
-            f.write(b"\n".join(out) + b"\n")
+        recs = [json.loads(l) for l in open(os.path.join(run, "log.jsonl"), "rb")]
+        next(r for r in recs if r["event"] == "eval")["metrics"]["train/loss"] *= 0.999
+        self.rechain_and_sign(run, recs)
         # The CSV carries train/loss too: rewrite it as the runner would.
-        key = os.path.join(self.home, "keys", "default.key.pem")
-        pub = os.path.join(self.home, "keys", "default.pub.pem")
-        with open(os.path.join(run, "run.json"), "rb") as f:
-            run_json_sha = runfake.sha256_hex(f.read())
-        payload = runfake.dumps({"format": "apf-runlog-head-v1",
-                                 "run_json_sha256": run_json_sha,
-                                 "records": len(out), "head": prev}).encode()
-        with open(os.path.join(run, "log.dsse.json"), "w") as f:
-            f.write(runfake.sign_dsse(key, runfake.HEAD_TYPE, payload,
-                                      runfake.pem_keyid(pub)))
-        unit = os.path.join(run, "study_0", BLOBS, "trial_1")
-        import csv
-        rows = list(csv.DictReader(open(os.path.join(unit, "eval_measurements.csv"))))
+        rows = self.read_csv(run)
         first = [r for r in recs if r["event"] == "eval"][0]
         rows[0]["train/loss"] = "%.9g" % first["metrics"]["train/loss"]
-        with open(os.path.join(unit, "eval_measurements.csv"), "w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=list(rows[0].keys()), lineterminator="\n")
-            w.writeheader()
-            w.writerows(rows)
+        self.write_csv(run, rows)
         self.ok("verify", run)
         self.fails(1, "verify", run, "--reeval", timeout=600,
                    match="check 4 (checkpoints)")
