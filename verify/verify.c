@@ -902,20 +902,34 @@ static int keep_checkpoints(struct vx *v)
 			continue;
 		struct apf_verify_kept *k = &rep->kept[rep->nkept++];
 		k->unit = apf_strdup(u->name);
+		k->workload = apf_strdup(u->workload);
+		k->variant = apf_strdup(u->variant);
+		k->study = u->study;
+		k->trial = u->trial0 + 1;
 		k->ckpt = apf_calloc(n, sizeof *k->ckpt);
-		if (!k->unit || !k->ckpt)
+		if (!k->unit || !k->workload || !k->variant || !k->ckpt)
 			return -1;
 		if (u->has_init) {
-			k->ckpt[k->n] = (struct apf_verify_ckpt){0, 0, 0, {0}};
+			k->ckpt[k->n] = (struct apf_verify_ckpt){0, 0, 0, {0}, NULL};
 			memcpy(k->ckpt[k->n++].sha256, u->init.sha, 32);
 		}
 		for (size_t e = 0; e < u->nevals; e++) {
 			const struct vx_eval *x = &u->evals[e];
+			json_t *m = x->nm ? json_object() : NULL;
+			for (uint32_t j = 0; m && j < x->nm; j++)
+				json_object_set_new(m, u->mnames[x->mname[j]],
+						    json_real(x->mval[j]));
 			k->ckpt[k->n] = (struct apf_verify_ckpt){
-				x->index, x->global_step, x->sub, {0}};
+				x->index, x->global_step, x->sub, {0}, m};
 			memcpy(k->ckpt[k->n++].sha256, x->sha, 32);
 		}
 	}
+	rep->threads = v->threads;
+	const char *model = json_string_value(json_object_get(
+		json_object_get(json_object_get(v->run_json, "environment"), "cpu"),
+		"model"));
+	if (model && !(rep->cpu_model = apf_strdup(model)))
+		return -1;
 	return 0;
 }
 
@@ -1003,9 +1017,14 @@ void apf_verify_report_free(apf_verify_report *r)
 	for (int i = 0; i <= APF_VERIFY_NCHECKS; i++)
 		free(r->check[i].detail);
 	for (size_t i = 0; i < r->nkept; i++) {
+		for (size_t c = 0; c < r->kept[i].n; c++)
+			json_decref(r->kept[i].ckpt[c].metrics);
 		free(r->kept[i].unit);
+		free(r->kept[i].workload);
+		free(r->kept[i].variant);
 		free(r->kept[i].ckpt);
 	}
+	free(r->cpu_model);
 	free(r->kept);
 	free(r->submission);
 	free(r->run_dir);

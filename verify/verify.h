@@ -66,8 +66,11 @@
 #ifndef APF_VERIFY_H
 #define APF_VERIFY_H
 
+#include <limits.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include <jansson.h>
 
 #include "sign/sign.h"
 
@@ -127,19 +130,27 @@ typedef struct apf_verify_report {
 	/* The training time the log claims: every unit's last total
 	 * duration, added up. */
 	uint64_t claimed_ns;
-	/* What the audits (--reeval, --replay) may use: per unit, the
-	 * checkpoints the verified walk of the log keeps - the initial state
-	 * (index 0) where its clock_start names one, then every kept eval -
-	 * in order. Filled once check 3 has passed. */
+	/* What the audits (apf_verify_audit) use: per unit, the checkpoints
+	 * the verified walk of the log keeps - the initial state (index 0)
+	 * where its clock_start names one, then every kept eval - in order,
+	 * and what the run says of itself (run.json, checked by check 2).
+	 * Filled once check 3 has passed. */
 	struct apf_verify_kept {
-		char *unit;
+		char *unit;            /* study_<k>/<dir>/trial_<n> */
+		char *workload, *variant;
+		long study, trial;     /* trial 1-based */
 		size_t n;
 		struct apf_verify_ckpt {
 			uint64_t index, global_step, submission_ns;
 			uint8_t sha256[32];
+			/* the eval's metrics as logged (NULL: the initial
+			 * state, or a log-only verification) */
+			json_t *metrics;
 		} *ckpt;
 	} *kept;
 	size_t nkept;
+	uint64_t threads;      /* run.json's */
+	char *cpu_model;       /* run.json's environment.cpu.model, or NULL */
 } apf_verify_report;
 
 /* Verifies dir; *out receives the report whatever the outcome (NULL only
@@ -147,6 +158,32 @@ typedef struct apf_verify_report {
 int apf_verify_run(apf_verify_report **out, const char *dir,
 		   const struct apf_verify_opts *o);
 void apf_verify_report_free(apf_verify_report *r);
+/* Checks 4 and 5 beyond the digests, on a report whose checks 1 to 3 have
+ * passed (apf_verify_run returned 0 or APF_EABORT): the checkpoints and
+ * intervals to audit are the ones the report's verified walk keeps
+ * (r->kept), and the runner is not involved - re-evaluation runs the
+ * evaluator (pkg/eval), replay hosts the submission in the sandbox
+ * (pkg/host), both as the runner started them, from the run's own
+ * entry.apf, with everything written under one private temporary
+ * directory that is removed at the end. Sets r->check[4] and [5]; returns
+ * 0, APF_EVERIFY with the message naming the check, file and interval, or
+ * an error. */
+#define APF_AUDIT_ALL LONG_MAX
+struct apf_audit_opts {
+	const apf_keyring *entry_keys; /* entry.apf's signer */
+	int reeval;       /* check 4: every kept checkpoint */
+	long replay;      /* check 5: N intervals chosen by the seed, or
+			     APF_AUDIT_ALL; 0: none */
+	long top;         /* and the Q with the largest parameter change */
+	double tolerance; /* R: fail a replay whose claimed time is under 1/R
+			     of its replayed time (same CPU model); 0: none */
+	uint32_t seed;    /* picks the seeded intervals */
+	/* Says what is being audited; may be NULL. */
+	void (*progress)(void *user, const char *what);
+	void *user;
+};
+int apf_verify_audit(apf_verify_report *r, const struct apf_audit_opts *o);
+
 /* "entry", "log", "timing", "checkpoints", "replay", "held-out". */
 const char *apf_verify_check_name(int check);
 const char *apf_verify_outcome_name(int outcome);

@@ -4,11 +4,34 @@
  */
 #include "cmd.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "eval/eval.h"
 #include "runner/runner.h"
 #include "trial/trial.h"
+
+struct say {
+	int progress; /* a progress line may be on the terminal */
+};
+
+static void on_notice(void *user, const char *line)
+{
+	struct say *s = user;
+	if (s->progress)
+		fprintf(stderr, "\r\033[K");
+	fprintf(stderr, "apf: run: %s\n", line);
+}
+
+static void on_progress(void *user, const char *unit, int64_t step,
+			double submission_s, double budget_s, int64_t evals)
+{
+	(void)user;
+	fprintf(stderr, "\r%s  step %lld  %.1f/%.0f s  evals %lld\033[K", unit,
+		(long long)step, submission_s, budget_s, (long long)evals);
+}
 
 int cmd_run(int argc, char **argv)
 {
@@ -77,7 +100,10 @@ int cmd_run(int argc, char **argv)
 	o.unsealed = unsealed;
 	o.allow_env_drift = drift;
 	o.memory_limit = (uint64_t)memory_mib << 20;
-	o.quiet = quiet || !progress_enabled();
+	struct say say = {!quiet && progress_enabled() && isatty(2)};
+	o.notice = on_notice;
+	o.progress = say.progress ? on_progress : NULL;
+	o.user = &say;
 	rc = apf_run(&o);
 	return rc ? cmd_fail(rc) : 0;
 }
@@ -99,10 +125,10 @@ int cmd_build_internal(int argc, char **argv)
 
 int cmd_trial_internal(int argc, char **argv)
 {
-	return apf_runner_trial_main(argc, argv);
+	return apf_trial_main(argc, argv);
 }
 
 int cmd_eval_internal(int argc, char **argv)
 {
-	return apf_runner_eval_main(argc, argv);
+	return apf_eval_main(argc, argv);
 }

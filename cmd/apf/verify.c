@@ -23,7 +23,6 @@
 
 #include "entry/entry.h"
 #include "hash/hash.h"
-#include "runner/runner.h"
 #include "verify/verify.h"
 
 static void print_entry(const apf_entry *e)
@@ -141,327 +140,10 @@ static void print_run_json(const apf_verify_report *r, int rc)
 	json_decref(o);
 }
 
-static void set_check(apf_verify_report *r, int c, int outcome,
-		      const char *detail)
+static void audit_progress(void *user, const char *what)
 {
-	free(r->check[c].detail);
-	r->check[c].outcome = outcome;
-	r->check[c].detail = apf_strdup(detail);
-}
-
-/* The intervals to replay: every (unit, k -> k+1) of the kept evals (k = 0
- * the state init_optimizer_state left), ordered by SHA-256 of (seed, unit,
- * k); --replay-top ranks them by their parameter change first. */
-struct interval {
-	size_t unit, k;
-	uint8_t key[32];
-	double change;  /* L2 norm of the parameters' change; --replay-top */
-	int top;        /* one of the --replay-top choices */
-};
-
-static int cmp_interval(const void *a, const void *b)
-{
-	return memcmp(((const struct interval *)a)->key,
-		      ((const struct interval *)b)->key, 32);
-}
-
-/* Largest change first, then the seeded order. */
-static int cmp_change(const void *a, const void *b)
-{
-	const struct interval *x = a, *y = b;
-	if (x->change != y->change)
-		return x->change < y->change ? 1 : -1;
-	return cmp_interval(a, b);
-}
-
-/* Chosen (top, then seeded) first, in that order; the rest after. */
-static int cmp_chosen(const void *a, const void *b)
-{
-	const struct interval *x = a, *y = b;
-	if (x->top != y->top)
-		return y->top - x->top;
-	if (x->top)
-		return cmp_change(a, b);
-	return cmp_interval(a, b);
-}
-
-#define REPLAY_ALL LONG_MAX
-/* Replayed intervals shorter than this are timed and reported, but not held
- * against --timing-tolerance. */
-#define MIN_TIMED_S 0.1
-
-/* Checks 4 (--reeval) and 5 (--replay N) with the runner's own code:
- * re-evaluation in a clean evaluator, replay in the sandbox. */
-/* The audits work on the records the verified walk of the log keeps: the
- * runner's reading of each unit (apf_audit_unit_evals, which its API
- * takes) must be exactly that list - the same checkpoints, indices, steps
- * and submission times - or nothing is audited. */
-static int audit_list_is_the_walks(const apf_verify_report *r, apf_audit *a,
-				   char *why, size_t size)
-{
-	char name[512];
-	size_t n = apf_audit_units(a), seen = 0;
-	for (size_t u = 0; u < n; u++) {
-		const json_t *evals = apf_audit_unit_evals(a, u);
-		apf_audit_unit_name(a, u, name, sizeof name);
-		const struct apf_verify_kept *k = NULL;
-		for (size_t i = 0; i < r->nkept && !k; i++)
-			if (!strcmp(r->kept[i].unit, name))
-				k = &r->kept[i];
-		size_t m = json_array_size(evals), want = k ? k->n : 0;
-		seen += k != NULL;
-		if (m != want) {
-			snprintf(why, size, "%s: the runner reads %zu checkpoints, "
-					    "the verified walk keeps %zu",
-				 name, m, want);
-			return 0;
-		}
-		for (size_t e = 0; e < m; e++) {
-			const json_t *x = json_array_get(evals, e);
-			const struct apf_verify_ckpt *c = &k->ckpt[e];
-			uint8_t sha[32];
-			const char *hex = json_string_value(json_object_get(
-				json_object_get(x, "checkpoint"), "sha256"));
-			if (!hex || apf_unhex(sha, hex, 32) ||
-			    memcmp(sha, c->sha256, 32) ||
-			    (uint64_t)json_integer_value(json_object_get(x, "index")) !=
-				    c->index ||
-			    (uint64_t)json_integer_value(
-				    json_object_get(x, "global_step")) !=
-				    c->global_step ||
-			    (uint64_t)json_integer_value(json_object_get(
-				    x, "accumulated_submission_ns")) !=
-				    c->submission_ns) {
-				snprintf(why, size,
-					 "%s: checkpoint %zu as the runner reads "
-					 "it is not the one the verified walk "
-					 "keeps",
-					 name, e);
-				return 0;
-			}
-		}
-	}
-	if (seen != r->nkept)
-		snprintf(why, size, "the verified walk keeps checkpoints of a "
-				    "unit the runner does not read");
-	return seen == r->nkept;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-	return x < y ? -1 : x > y;
-}
-
-static int audit(apf_verify_report *r, const char *dir, const char *entry_key,
-		 int reeval, long replay, long top, double tolerance,
-		 uint32_t seed)
-{
-	apf_audit *a;
-	int rc = apf_audit_open(&a, dir, entry_key);
-	if (rc)
-		return rc;
-	char name[512], why[700], line[2400];
-	if (!audit_list_is_the_walks(r, a, why, sizeof why)) {
-		apf_audit_close(a);
-		return apf_error(APF_EVERIFY, reeval ? "check 4 (checkpoints)"
-						     : "check 5 (replay)",
-				 "%s", why);
-	}
-	size_t n = apf_audit_units(a), done = 0, initial = 0;
-	for (size_t u = 0; reeval && !rc && u < n; u++) {
-		const json_t *evals = apf_audit_unit_evals(a, u);
-		apf_audit_unit_name(a, u, name, sizeof name);
-		for (size_t k = 0; !rc && k < json_array_size(evals); k++) {
-			const json_t *e = json_array_get(evals, k);
-			/* Index 0 is the state init_optimizer_state left, which is
-			 * checked against the initialisation, not evaluated. */
-			int init = json_integer_value(json_object_get(e, "index")) == 0;
-			progress_show("%s %s checkpoint %lld",
-				      init ? "checking" : "re-evaluating", name,
-				      (long long)json_integer_value(
-					      json_object_get(e, "index")));
-			rc = apf_audit_reeval(a, name, e, why, sizeof why);
-			initial += init && !rc && !why[0];
-			if (!rc && why[0]) {
-				snprintf(line, sizeof line,
-					 "%s/%s/%s: %s", dir, name,
-					 json_string_value(json_object_get(
-						 json_object_get(e, "checkpoint"),
-						 "file")),
-					 why);
-				set_check(r, APF_VERIFY_CHECKPOINTS,
-					  APF_VERIFY_FAILED, line);
-				rc = apf_error(APF_EVERIFY, "check 4 (checkpoints)",
-					       "%s", line);
-			}
-			done++;
-		}
-	}
-	progress_done();
-	if (reeval && !rc) {
-		snprintf(line, sizeof line,
-			 "%zu checkpoints' digests match; %zu initial state%s "
-			 "equal%s the workload's initialisation for the seed, and "
-			 "re-evaluated in a clean process the %zu others' metrics "
-			 "equal the log's bit for bit",
-			 done, initial, initial == 1 ? "" : "s",
-			 initial == 1 ? "s" : "", done - initial);
-		set_check(r, APF_VERIFY_CHECKPOINTS, APF_VERIFY_PASSED, line);
-	}
-	struct interval *iv = NULL;
-	size_t niv = 0;
-	int replaying = replay > 0 || top > 0;
-	for (size_t u = 0; replaying && !rc && u < n; u++)
-		niv += json_array_size(apf_audit_unit_evals(a, u)) > 1
-			       ? json_array_size(apf_audit_unit_evals(a, u)) - 1
-			       : 0;
-	if (replaying && !rc) {
-		iv = apf_calloc(niv, sizeof *iv);
-		size_t m = 0;
-		for (size_t u = 0; iv && u < n; u++) {
-			size_t e = json_array_size(apf_audit_unit_evals(a, u));
-			apf_audit_unit_name(a, u, name, sizeof name);
-			for (size_t k = 0; k + 1 < e; k++) {
-				char msg[700];
-				int len = snprintf(msg, sizeof msg,
-						   "apf-replay-v1 %u %s %zu", seed,
-						   name, k);
-				iv[m] = (struct interval){.unit = u, .k = k};
-				apf_sha256_buf(msg, (size_t)len, iv[m].key);
-				m++;
-			}
-		}
-		if (!iv && niv)
-			rc = apf_error(APF_ENOMEM, "verify", "out of memory");
-	}
-	/* --replay-top Q: the Q intervals whose parameters changed most. */
-	for (size_t i = 0; iv && !rc && top > 0 && i < niv; i++) {
-		const json_t *evals = apf_audit_unit_evals(a, iv[i].unit);
-		apf_audit_unit_name(a, iv[i].unit, name, sizeof name);
-		progress_show("ranking %s interval %zu", name, iv[i].k + 1);
-		rc = apf_audit_param_change(a, name, json_array_get(evals, iv[i].k),
-					    json_array_get(evals, iv[i].k + 1),
-					    &iv[i].change);
-	}
-	size_t ntop = 0, nseeded = 0;
-	if (iv && !rc && niv) {
-		if (top > 0) {
-			qsort(iv, niv, sizeof *iv, cmp_change);
-			for (size_t i = 0; i < niv && (long)i < top; i++, ntop++)
-				iv[i].top = 1;
-		}
-		qsort(iv, niv, sizeof *iv, cmp_chosen);
-		size_t rest = niv - ntop;
-		nseeded = replay == REPLAY_ALL	     ? rest
-			  : (size_t)replay < rest ? (size_t)replay
-						  : rest;
-	}
-	size_t replayed = 0;
-	/* Each replay is timed like a trial: claimed / replayed submission
-	 * time per interval, held against --timing-tolerance where this CPU
-	 * is the run's. */
-	double *ratios = iv ? apf_calloc(ntop + nseeded + 1, sizeof *ratios) : NULL;
-	char incomparable[300] = "";
-	int comparable = apf_audit_timing_comparable(a, incomparable,
-						     sizeof incomparable);
-	for (size_t i = 0; iv && ratios && !rc && i < ntop + nseeded; i++) {
-		const json_t *evals = apf_audit_unit_evals(a, iv[i].unit);
-		const json_t *from = json_array_get(evals, iv[i].k);
-		const json_t *to = json_array_get(evals, iv[i].k + 1);
-		apf_audit_unit_name(a, iv[i].unit, name, sizeof name);
-		long long s0 = json_integer_value(json_object_get(from, "global_step"));
-		long long s1 = json_integer_value(json_object_get(to, "global_step"));
-		progress_show("replaying %s steps %lld to %lld", name, s0 + 1, s1);
-		uint64_t replayed_ns = 0;
-		rc = apf_audit_replay(a, name, from, to, why, sizeof why,
-				      &replayed_ns);
-		double claimed =
-			(double)(json_integer_value(json_object_get(
-					 to, "accumulated_submission_ns")) -
-				 json_integer_value(json_object_get(
-					 from, "accumulated_submission_ns"))) /
-			1e9;
-		double again = (double)replayed_ns / 1e9;
-		ratios[replayed] = again > 0 ? claimed / again : 0;
-		/* An interval of a few steps is dominated by the replay's
-		 * first touches of its memory: too short to judge. */
-		if (!rc && !why[0] && comparable && tolerance > 0 &&
-		    again >= MIN_TIMED_S && claimed * tolerance < again)
-			snprintf(why, sizeof why,
-				 "claimed %.3f s of submission time, replayed "
-				 "here in %.3f s (claimed/replayed %.2f, under "
-				 "1/%g)",
-				 claimed, again, ratios[replayed], tolerance);
-		if (!rc && why[0]) {
-			char chosen[64];
-			if (iv[i].top)
-				snprintf(chosen, sizeof chosen,
-					 "a largest parameter change");
-			else
-				snprintf(chosen, sizeof chosen, "seed %u", seed);
-			long long from_index = json_integer_value(
-				json_object_get(from, "index"));
-			char origin[64];
-			if (from_index)
-				snprintf(origin, sizeof origin, "eval %lld",
-					 from_index);
-			else
-				snprintf(origin, sizeof origin,
-					 "the initial state");
-			snprintf(line, sizeof line,
-				 "%s/%s: steps %lld to %lld replayed from %s (%s): "
-				 "%s",
-				 dir, name, s0 + 1, s1, origin, chosen, why);
-			set_check(r, APF_VERIFY_REPLAY, APF_VERIFY_FAILED, line);
-			rc = apf_error(APF_EVERIFY, "check 5 (replay)", "%s", line);
-		}
-		replayed++;
-	}
-	progress_done();
-	if (replaying && !rc && !niv) {
-		/* Nothing replayed is not a pass. */
-		set_check(r, APF_VERIFY_REPLAY, APF_VERIFY_SKIPPED,
-			  "skipped: no unit keeps two checkpoints, so no eval "
-			  "interval can be replayed");
-	} else if (replaying && !rc) {
-		char how[200] = "";
-		if (ntop && nseeded)
-			snprintf(how, sizeof how,
-				 "%zu with the largest parameter change, %zu "
-				 "chosen by seed %u",
-				 ntop, nseeded, seed);
-		else if (ntop)
-			snprintf(how, sizeof how,
-				 "those with the largest parameter change");
-		else if (replay == REPLAY_ALL)
-			snprintf(how, sizeof how, "all");
-		else
-			snprintf(how, sizeof how, "seed %u", seed);
-		char timing[500];
-		qsort(ratios, replayed, sizeof *ratios, cmp_double);
-		if (comparable)
-			snprintf(timing, sizeof timing,
-				 "; claimed/replayed submission time %.2f to "
-				 "%.2f (median %.2f)%s",
-				 ratios[0], ratios[replayed - 1],
-				 ratios[replayed / 2],
-				 tolerance > 0 ? ", within the tolerance where "
-						 "replayed for 0.1 s or more"
-					       : "");
-		else
-			snprintf(timing, sizeof timing,
-				 "; timing not compared: %s", incomparable);
-		snprintf(line, sizeof line,
-			 "%zu of %zu eval intervals replayed (%s), each "
-			 "ending in its checkpoint bit for bit%s",
-			 replayed, niv, how, timing);
-		set_check(r, APF_VERIFY_REPLAY, APF_VERIFY_PASSED, line);
-	}
-	free(ratios);
-	free(iv);
-	apf_audit_close(a);
-	return rc;
+	(void)user;
+	progress_show("%s", what);
 }
 
 static int verify_run(const char *dir, const char *key_path,
@@ -491,8 +173,15 @@ static int verify_run(const char *dir, const char *key_path,
 		 * as it goes. */
 		char verdict[1024];
 		apf_error_take(verdict, sizeof verdict);
-		int arc = audit(r, dir, entry_key, reeval, replay, top,
-				tolerance, s);
+		struct apf_audit_opts ao = {.entry_keys = entry,
+					    .reeval = reeval,
+					    .replay = replay,
+					    .top = top,
+					    .tolerance = tolerance,
+					    .seed = s,
+					    .progress = audit_progress};
+		int arc = apf_verify_audit(r, &ao);
+		progress_done();
 		if (arc)
 			rc = arc;
 		else
@@ -582,7 +271,7 @@ int cmd_verify(int argc, char **argv)
 	const char *path = argv[1];
 	struct stat st;
 	if (replay_text && !strcmp(replay_text, "all")) {
-		replay = REPLAY_ALL;
+		replay = APF_AUDIT_ALL;
 	} else if (replay_text) {
 		char *end = NULL;
 		errno = 0;

@@ -6,10 +6,16 @@
  *   supervisor  (this process; trusted) verifies the entry and the inputs,
  *               holds the runner key, the clock and the log, decides when
  *               evaluations happen, writes checkpoints and records;
- *   trial       (`apf __trial`, untrusted: harness + workload + submission)
- *               runs in a sandbox (pkg/sandbox) over a shared-memory arena;
- *   evaluator   (`apf __eval`, trusted) never loads submission code; it reads
- *               the arena while the trial is frozen and computes metrics.
+ *   trial       (`apf __trial`, pkg/trial; untrusted: harness + workload +
+ *               submission) runs in a sandbox (pkg/sandbox) over a
+ *               shared-memory arena, hosted through pkg/host;
+ *   evaluator   (`apf __eval`, pkg/eval; trusted) never loads submission
+ *               code; it reads the arena while the trial is frozen and
+ *               computes metrics.
+ *
+ * What crosses between them is pkg/wire's; the run directory's format is
+ * pkg/rundir's. The verifier (verify/) uses host, eval, wire and rundir,
+ * never this package: nothing here is needed to check a run.
  *
  * One unit (workload, study, trial) at a time:
  *
@@ -59,62 +65,18 @@ struct apf_run_opts {
 	int allow_env_drift;
 	uint64_t memory_limit;  /* bytes for the trial; 0: default */
 	double budget_scale;    /* scales every budget (tests); 0: 1 */
-	int quiet;              /* no progress line */
+	/* What the run tells its user (the library prints nothing); each
+	 * may be NULL. notice: one line - the runner key created, a unit's
+	 * end, the summary; progress: about twice a second while a trial
+	 * trains. */
+	void (*notice)(void *user, const char *line);
+	void (*progress)(void *user, const char *unit, int64_t step,
+			 double submission_s, double budget_s, int64_t evals);
+	void *user;
 };
 
 /* Runs the plan (or one unit) and leaves the run directory. Returns 0 when
  * every unit ran (a failed trial is a result, not an error of the run). */
 int apf_run(const struct apf_run_opts *o);
-
-/* Evaluates the parameters and model state of an arena (live memory of
- * `bytes`, or a checkpoint's bytes) on the train subset, validation and
- * test splits: {"train/loss", "train/<metric>", "validation/...",
- * "validation/num_examples", "test/...", "test/num_examples"}. The arena's
- * header is checked first and must match the workload's model. The
- * evaluator and `apf verify --reeval` both use this. */
-struct apf_workload;
-struct apf_workload_spec;
-int apf_runner_evaluate_arena(struct apf_workload *wl,
-			      const struct apf_workload_spec *spec,
-			      const void *arena, size_t bytes, json_t **out);
-
-/* Audits for the verifier (checks 4 and 5 of DESIGN.md section 7). Opening
- * extracts the run's own entry.apf (its signer trusted by entry_key, or the
- * trusted directory), rebuilds the plan and checks the workloads here match
- * the manifest. Both checks run the same code as the runner: re-evaluation
- * in a clean evaluator process, replay of the submission in the sandbox.
- * `eval` records are the log's eval objects. Each returns 0 with why empty
- * when the result matches the log bit for bit, 0 with why naming the first
- * difference, or an error. */
-typedef struct apf_audit apf_audit;
-int apf_audit_open(apf_audit **out, const char *run_dir, const char *entry_key);
-int apf_audit_reeval(apf_audit *a, const char *unit, const json_t *eval,
-		     char *why, size_t size);
-/* Replays the interval between two consecutive evals of a unit; *replayed_ns
- * is the replay's submission time, measured as the runner measures a
- * trial's (from its go to its eval report, the same threads). */
-int apf_audit_replay(apf_audit *a, const char *unit, const json_t *from,
-		     const json_t *to, char *why, size_t size,
-		     uint64_t *replayed_ns);
-/* Whether replayed times can be held against the claimed ones here: 1 when
- * this machine's CPU model equals the one run.json records (the thread
- * count is the run's by construction), else 0 with why saying what
- * differs. */
-int apf_audit_timing_comparable(const apf_audit *a, char *why, size_t size);
-/* The L2 norm of the parameter change between two checkpoints of a unit
- * (both read and digest-checked as the log names them): what --replay-top
- * ranks intervals by. */
-int apf_audit_param_change(apf_audit *a, const char *unit, const json_t *from,
-			   const json_t *to, double *out);
-/* The plan's units and, for each, the evals the log keeps (work lost to a
- * crash discarded, as a resume does); NULL when the unit has none. */
-size_t apf_audit_units(const apf_audit *a);
-void apf_audit_unit_name(const apf_audit *a, size_t i, char *out, size_t size);
-const json_t *apf_audit_unit_evals(const apf_audit *a, size_t i);
-void apf_audit_close(apf_audit *a);
-
-/* The hidden subcommands the supervisor starts. */
-int apf_runner_trial_main(int argc, char **argv);
-int apf_runner_eval_main(int argc, char **argv);
 
 #endif

@@ -14,6 +14,7 @@
 #include <limits.h>
 #include <math.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +25,8 @@
 
 #include "entry/entry.h"
 #include "hash/hash.h"
+#include "host/host.h"
+#include "rundir/rundir.h"
 #include "runlog/runlog.h"
 #include "runner/internal.h"
 #include "sandbox/sandbox.h"
@@ -48,16 +51,32 @@ int apf_run_interrupted(void)
 	return stop_signal != 0;
 }
 
-void unit_name(const struct apf_plan_unit *u, char *out, size_t size)
+static void unit_name(const struct apf_plan_unit *u, char *out, size_t size)
 {
-	/* A held-out variant's directory is <base>_<variant>, as AlgoPerf
-	 * names variant workloads. */
-	if (strcmp(u->variant, "base"))
-		snprintf(out, size, "study_%ld/%s_%s/trial_%ld", u->study,
-			 u->workload, u->variant, u->trial + 1);
-	else
-		snprintf(out, size, "study_%ld/%s/trial_%ld", u->study,
-			 u->workload, u->trial + 1);
+	apf_rundir_unit_name(out, size, u->study, u->workload, u->variant,
+			     u->trial + 1);
+}
+
+static void notice(const struct run *r, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+static void notice(const struct run *r, const char *fmt, ...)
+{
+	if (!r->o->notice)
+		return;
+	char line[8192];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(line, sizeof line, fmt, ap);
+	va_end(ap);
+	r->o->notice(r->o->user, line);
+}
+
+static void now_iso(char out[32])
+{
+	time_t t = time(NULL);
+	struct tm tm;
+	gmtime_r(&t, &tm);
+	strftime(out, 32, "%Y-%m-%dT%H:%M:%SZ", &tm);
 }
 
 /* ---- checks before anything runs ------------------------------------------ */
@@ -143,7 +162,7 @@ static json_t *run_json(struct run *r)
 	gethostname(host, sizeof host - 1);
 	char keyid[APF_KEYID_HEX], created[32];
 	apf_key_id(r->key, keyid);
-	files_now_iso(created);
+	now_iso(created);
 	const char *base = strrchr(r->entry->path, '/');
 	return json_pack(
 		"{s:s, s:s, s:{s:s, s:s, s:s, s:s}, s:{s:s, s:s, s:s, s:s}, "
@@ -314,9 +333,8 @@ static int open_run_dir(struct run *r)
 			  "its log ends in a torn record (a crash?): continue it "
 			  "with --resume");
 	if (!rc && cut)
-		fprintf(stderr, "apf: run: cut %llu bytes of a torn record from "
-				"the log's end\n",
-			(unsigned long long)cut);
+		notice(r, "cut %llu bytes of a torn record from the log's end",
+		       (unsigned long long)cut);
 	free(text);
 	json_decref(j);
 	free(rj);
@@ -419,16 +437,6 @@ static int selected(const struct run *r, const struct apf_plan_unit *u)
 	       (o->trial < 0 || o->trial == u->trial + 1);
 }
 
-static char *self_exe(void)
-{
-	char buf[PATH_MAX];
-	ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
-	if (n <= 0)
-		return NULL;
-	buf[n] = 0;
-	return apf_strdup(buf);
-}
-
 static char *default_run_dir(const char *entry)
 {
 	const char *base = strrchr(entry, '/');
@@ -443,8 +451,7 @@ static char *default_run_dir(const char *entry)
 
 static void summary(struct run *r)
 {
-	fprintf(stderr, "apf: run: %s: %zu unit%s completed, %zu failed\n",
-		r->run_dir, r->completed, r->completed == 1 ? "" : "s",
+	notice(r, "%s: %zu unit%s completed, %zu failed", r->run_dir, r->completed, r->completed == 1 ? "" : "s",
 		r->failed);
 }
 
@@ -474,45 +481,6 @@ static void run_free(struct run *r)
 	free(r->states);
 	apf_plan_free(r->plan);
 	apf_entry_free(r->entry);
-}
-
-/* A held-out draw adds, for each base workload it names, a unit of the
- * drawn variant beside every base unit (same study, trial, hyperparameters). */
-static int add_heldout(struct run *r)
-{
-	apf_score_heldout *h = NULL;
-	int rc = apf_score_heldout_load(&h, r->heldout);
-	if (!rc && !h->seed)
-		rc = apf_error(APF_EINPUT, r->heldout,
-			       "not an apf held-out draw (apf heldout draw "
-			       "writes one)");
-	const apf_manifest *m = r->entry->manifest;
-	r->variants = rc ? NULL : apf_calloc(h->n, sizeof *r->variants);
-	for (size_t i = 0; !rc && h && i < h->n; i++) {
-		const struct apf_score_variant *d = &h->v[i];
-		const char *base = NULL;
-		for (size_t w = 0; w < m->nworkloads && !base; w++)
-			if (d->base && !strcmp(m->workloads[w].name, d->base))
-				base = m->workloads[w].name;
-		if (!base)
-			continue; /* a workload this entry is not for */
-		const char *v = d->variant + strlen(base) + 1;
-		apf_workload_spec *spec = NULL;
-		rc = apf_workload_spec_load(&spec, base);
-		if (!rc && !apf_workload_variant(spec, v))
-			rc = apf_error(APF_EINPUT, r->heldout,
-				       "draws variant '%s', which workload %s does "
-				       "not have",
-				       v, base);
-		apf_workload_spec_free(spec);
-		if (!rc && !(r->variants[r->nvariants] = apf_strdup(v)))
-			rc = apf_error(APF_ENOMEM, "run", "out of memory");
-		if (!rc)
-			rc = apf_plan_add_variant(r->plan, base,
-						  r->variants[r->nvariants++]);
-	}
-	apf_score_heldout_free(h);
-	return rc;
 }
 
 /* Work directories are $TMPDIR/apf-run-XXXXXX, each holding .lock, which
@@ -618,7 +586,9 @@ static int prepare(struct run *r)
 					    : apf_cpu_count();
 	}
 	if (!rc && r->heldout)
-		rc = add_heldout(r);
+		rc = apf_rundir_plan_heldout(r->plan, r->entry->manifest,
+					     r->heldout, &r->variants,
+					     &r->nvariants);
 	if (!rc) {
 		r->states = apf_calloc(r->plan->n, sizeof *r->states);
 		if (!r->states)
@@ -653,32 +623,8 @@ static int prepare(struct run *r)
 					     "--unsealed to run anyway, "
 					     "recorded in the log)");
 	}
-	if (!rc) {
-		r->exe = self_exe();
-		char *root = r->exe ? apf_strdup(r->exe) : NULL;
-		/* include/ beside the binary's tree: <root>/include, where
-		 * root is the build's parent, or the installed prefix. */
-		char *slash = root ? strrchr(root, '/') : NULL;
-		if (slash)
-			*slash = 0;
-		char *cands[2] = {root ? apf_path_join(root, "../include") : NULL,
-				  apf_path_join(APF_SOURCE_DIR, "include")};
-		for (int i = 0; i < 2 && !r->include_dir; i++) {
-			char *h = cands[i] ? apf_path_join(cands[i], "apf/submission.h")
-					   : NULL;
-			struct stat st;
-			if (h && stat(h, &st) == 0)
-				r->include_dir = realpath(cands[i], NULL);
-			free(h);
-		}
-		free(cands[0]);
-		free(cands[1]);
-		free(root);
-		if (!r->exe || !r->include_dir)
-			rc = apf_error(APF_EINPUT, "run",
-				       "cannot find apf's own binary and "
-				       "include/apf/submission.h");
-	}
+	if (!rc)
+		rc = apf_host_find_self(&r->exe, &r->include_dir);
 	return rc;
 }
 
@@ -733,9 +679,8 @@ int apf_run(const struct apf_run_opts *o)
 		int created = 0;
 		rc = apf_key_open_signing(&r.key, o->key_path, &created);
 		if (!rc && created)
-			fprintf(stderr, "apf: run: created runner key in "
-					"$APF_HOME/keys (trusted on this "
-					"machine)\n");
+			notice(&r, "created runner key in $APF_HOME/keys "
+				   "(trusted on this machine)");
 	}
 	if (!rc) {
 		struct stat st;
@@ -772,7 +717,7 @@ int apf_run(const struct apf_run_opts *o)
 	for (size_t i = 0; !rc && i < r.plan->n && !stop_signal; i++) {
 		if (!selected(&r, &r.plan->units[i]) || r.states[i].ended)
 			continue;
-		rc = unit_run(&r, i);
+		rc = apf_runner_unit(&r, i);
 	}
 	if (!rc && stop_signal)
 		rc = apf_error(APF_EABORT, "run",
@@ -786,7 +731,8 @@ int apf_run(const struct apf_run_opts *o)
 		int lrc = apf_runlog_append(r.log, apf_now_ns(), "run_end", f, 1);
 		json_decref(f);
 		if (!lrc)
-			lrc = files_sign_head(&r);
+			lrc = apf_rundir_sign_head(r.run_dir, r.key,
+						   r.run_json_sha256, r.log);
 		if (!rc)
 			rc = lrc;
 	}
@@ -797,244 +743,5 @@ int apf_run(const struct apf_run_opts *o)
 	json_decref(d.fields);
 	apf_buf_free(&d.text);
 	run_free(&r);
-	return rc;
-}
-
-/* ---- audits: re-evaluation and replay for the verifier ------------------------- */
-
-struct apf_audit {
-	struct apf_run_opts o;
-	struct run r;
-	char *entry_path;
-	json_t **evals; /* per unit: checkpoint 0 (when logged), then the evals */
-	json_t *run_env; /* run.json's environment record */
-};
-
-int apf_audit_open(apf_audit **out, const char *run_dir, const char *entry_key)
-{
-	*out = NULL;
-	apf_audit *a = apf_calloc(1, sizeof *a);
-	if (!a)
-		return apf_error(APF_ENOMEM, "audit", "out of memory");
-	a->entry_path = apf_path_join(run_dir, "entry.apf");
-	char *rj = apf_path_join(run_dir, "run.json"), *text = NULL;
-	int rc = a->entry_path && rj ? apf_file_read(rj, 1 << 24, &text, NULL)
-				     : apf_error(APF_ENOMEM, "audit", "out of memory");
-	json_t *j = rc ? NULL : json_loads(text, 0, NULL);
-	if (!rc && !j)
-		rc = apf_error(APF_EINPUT, rj, "not valid JSON");
-	a->o.entry = a->entry_path;
-	a->o.trust_key = entry_key;
-	a->o.threads = (int)json_integer_value(json_object_get(j, "threads"));
-	a->o.device = json_string_value(json_object_get(j, "device"));
-	a->o.study = a->o.trial = -1;
-	/* Replay sealed where the kernel allows it; an auditor's machine that
-	 * refuses namespaces still replays, with the filter. */
-	a->o.unsealed = apf_sandbox_probe(APF_SANDBOX_SEALED) != 0;
-	apf_error_clear();
-	a->r.o = &a->o;
-	a->r.audit = 1;
-	char *h = apf_path_join(run_dir, "heldout.json");
-	struct stat st;
-	if (h && stat(h, &st) == 0)
-		a->r.heldout = h;
-	else
-		free(h);
-	if (!rc)
-		rc = prepare(&a->r);
-	a->r.run_dir = rc ? NULL : apf_strdup(run_dir);
-	/* Each unit's kept evals, read as the runner reads them to resume. */
-	if (!rc)
-		rc = scan_log(&a->r);
-	free(text);
-	free(rj);
-	if (!rc) {
-		/* The device string lives in j; keep what prepare copied. */
-		a->o.device = a->r.device = "cpu";
-		/* What the audits walk: the initial state first, so that the
-		 * interval from it to the first eval is replayed like any
-		 * other, and --reeval checks it against the initialisation. */
-		a->evals = apf_calloc(a->r.plan->n + 1, sizeof *a->evals);
-		rc = a->evals ? 0 : apf_error(APF_ENOMEM, "audit", "out of memory");
-		for (size_t i = 0; !rc && i < a->r.plan->n; i++) {
-			const struct unit_state *s = &a->r.states[i];
-			if (!s->initial && !s->rows)
-				continue;
-			a->evals[i] = json_array();
-			if (s->initial)
-				json_array_append(a->evals[i], s->initial);
-			if (s->rows)
-				json_array_extend(a->evals[i], s->rows);
-		}
-	}
-	a->run_env = json_incref(json_object_get(j, "environment"));
-	json_decref(j);
-	if (rc) {
-		apf_audit_close(a);
-		return rc;
-	}
-	*out = a;
-	return 0;
-}
-
-int apf_audit_timing_comparable(const apf_audit *a, char *why, size_t size)
-{
-	const char *ran = json_string_value(
-		json_object_get(json_object_get(a->run_env, "cpu"), "model"));
-	const char *here = json_string_value(
-		json_object_get(json_object_get(a->r.env, "cpu"), "model"));
-	if (ran && here && !strcmp(ran, here))
-		return 1;
-	snprintf(why, size, "this CPU (%s) is not the run's (%s)",
-		 here ? here : "unknown", ran ? ran : "unrecorded");
-	return 0;
-}
-
-size_t apf_audit_units(const apf_audit *a)
-{
-	return a->r.plan->n;
-}
-
-void apf_audit_unit_name(const apf_audit *a, size_t i, char *out, size_t size)
-{
-	unit_name(&a->r.plan->units[i], out, size);
-}
-
-const json_t *apf_audit_unit_evals(const apf_audit *a, size_t i)
-{
-	return a->evals[i];
-}
-
-void apf_audit_close(apf_audit *a)
-{
-	if (!a)
-		return;
-	for (size_t i = 0; a->evals && a->r.plan && i < a->r.plan->n; i++)
-		json_decref(a->evals[i]);
-	free(a->evals);
-	json_decref(a->run_env);
-	run_free(&a->r);
-	free(a->entry_path);
-	free(a);
-}
-
-static int audit_unit(apf_audit *a, const char *unit, size_t *index)
-{
-	long i = unit_index(&a->r, unit);
-	if (i < 0)
-		return apf_error(APF_EVERIFY, unit, "not a unit of the entry's plan");
-	*index = (size_t)i;
-	return 0;
-}
-
-static int read_ckpt(apf_audit *a, const char *unit, const json_t *eval,
-		     char **data, size_t *len)
-{
-	const char *file = json_string_value(
-		json_object_get(json_object_get(eval, "checkpoint"), "file"));
-	if (!file || strstr(file, ".."))
-		return apf_error(APF_EVERIFY, unit, "an eval names no checkpoint");
-	apf_buf p = {0};
-	apf_buf_printf(&p, "%s/%s/%s", a->r.run_dir, unit, file);
-	int rc = apf_file_read(p.data, 1u << 31, data, len);
-	/* The log names the checkpoint by its digest: an audit reads no other. */
-	const char *want = json_string_value(
-		json_object_get(json_object_get(eval, "checkpoint"), "sha256"));
-	char hex[65] = "";
-	if (!rc)
-		rc = apf_sha256_hex(*data, *len, hex);
-	if (!rc && (!want || strcmp(hex, want)))
-		rc = apf_error(APF_EVERIFY, p.data,
-			       "differs from the checkpoint the log names");
-	if (rc) {
-		free(*data);
-		*data = NULL;
-	}
-	apf_buf_free(&p);
-	return rc;
-}
-
-int apf_audit_reeval(apf_audit *a, const char *unit, const json_t *eval,
-		     char *why, size_t size)
-{
-	size_t index = 0;
-	char *data = NULL;
-	size_t len = 0;
-	int rc = audit_unit(a, unit, &index);
-	if (!rc)
-		rc = read_ckpt(a, unit, eval, &data, &len);
-	if (!rc && json_integer_value(json_object_get(eval, "index")) == 0)
-		rc = unit_check_initial(&a->r, index, data, len, why, size);
-	else if (!rc)
-		rc = unit_reeval(&a->r, index, data, len,
-				 json_object_get(eval, "metrics"), why, size);
-	free(data);
-	return rc;
-}
-
-int apf_audit_param_change(apf_audit *a, const char *unit, const json_t *from,
-			   const json_t *to, double *out)
-{
-	*out = 0;
-	char *f = NULL, *t = NULL;
-	size_t flen = 0, tlen = 0;
-	int rc = read_ckpt(a, unit, from, &f, &flen);
-	if (!rc)
-		rc = read_ckpt(a, unit, to, &t, &tlen);
-	if (!rc)
-		rc = apf_arena_check(f, flen);
-	if (!rc)
-		rc = apf_arena_check(t, tlen);
-	const struct apf_arena_header *hf = (const void *)f, *ht = (const void *)t;
-	if (!rc && (hf->params_offset != ht->params_offset ||
-		    hf->params_floats != ht->params_floats))
-		rc = apf_error(APF_EVERIFY, unit,
-			       "two checkpoints of one unit with different "
-			       "layouts");
-	if (!rc) {
-		const float *pf = (const float *)(f + hf->params_offset);
-		const float *pt = (const float *)(t + ht->params_offset);
-		double sum = 0;
-		for (uint64_t i = 0; i < hf->params_floats; i++) {
-			double d = (double)pt[i] - (double)pf[i];
-			sum += d * d;
-		}
-		*out = sqrt(sum);
-	}
-	free(f);
-	free(t);
-	return rc;
-}
-
-int apf_audit_replay(apf_audit *a, const char *unit, const json_t *from,
-		     const json_t *to, char *why, size_t size,
-		     uint64_t *replayed_ns)
-{
-	*replayed_ns = 0;
-	size_t index = 0;
-	char *f = NULL, *t = NULL;
-	size_t flen = 0, tlen = 0;
-	int rc = audit_unit(a, unit, &index);
-	if (!rc)
-		rc = read_ckpt(a, unit, from, &f, &flen);
-	if (!rc)
-		rc = read_ckpt(a, unit, to, &t, &tlen);
-	if (!rc) {
-		struct replay_spec rs = {
-			.from = f,
-			.expect = t,
-			.from_len = flen,
-			.expect_len = tlen,
-			.from_step = json_integer_value(json_object_get(from, "global_step")),
-			.to_step = json_integer_value(json_object_get(to, "global_step")),
-			.eval_index = json_integer_value(json_object_get(from, "index")),
-			.sub_ns = (uint64_t)json_integer_value(
-				json_object_get(from, "accumulated_submission_ns")),
-			.metrics = json_object_get(from, "metrics")};
-		rc = unit_replay(&a->r, index, &rs, why, size);
-		*replayed_ns = rs.replayed_ns;
-	}
-	free(f);
-	free(t);
 	return rc;
 }

@@ -98,6 +98,7 @@ struct apf_sandbox {
 	size_t npolicy, cappolicy;
 	int faulted;
 	char fault[APF_SANDBOX_TEXT_MAX];
+	int fault_path; /* the fault was a path (apf_sandbox_end.path_fault) */
 	char refusal[APF_SANDBOX_TEXT_MAX]; /* the last REFUSED call */
 	int killed;
 	int stopped;       /* by apf_sandbox_stop, not yet continued */
@@ -126,7 +127,7 @@ int apf_sandbox_policy_defaults(apf_sandbox *sb);
 /* Kills everything in the sandbox now (SIGKILL), without reaping. */
 void apf_sandbox_kill_now(apf_sandbox *sb);
 /* Records the first fault and kills the sandbox. */
-void apf_sandbox_record_fault(apf_sandbox *sb, const char *text);
+void apf_sandbox_record_fault(apf_sandbox *sb, const char *text, int path);
 /* Reads the program's peak virtual size into sb->peak_vm. */
 void apf_sandbox_snapshot_vm(apf_sandbox *sb);
 /* The memory limit: chooses the mechanism and makes the cgroup (before

@@ -746,18 +746,25 @@ struct decision {
 	enum apf_sandbox_verdict verdict;
 	int err;        /* REFUSED, FAULT: the errno the call fails with */
 	int first_exec; /* this is the program's own execve */
+	int path;       /* FAULT: a path the policy refuses, or a target
+			   outside the sandbox (the log's fault kind "path") */
 };
 
-static const struct decision ALLOW = {APF_SANDBOX_ALLOWED, 0, 0};
+static const struct decision ALLOW = {APF_SANDBOX_ALLOWED, 0, 0, 0};
 
 static struct decision refuse(int err)
 {
-	return (struct decision){APF_SANDBOX_REFUSED, err, 0};
+	return (struct decision){APF_SANDBOX_REFUSED, err, 0, 0};
 }
 
 static struct decision fault(void)
 {
-	return (struct decision){APF_SANDBOX_FAULT, EPERM, 0};
+	return (struct decision){APF_SANDBOX_FAULT, EPERM, 0, 0};
+}
+
+static struct decision path_fault(void)
+{
+	return (struct decision){APF_SANDBOX_FAULT, EPERM, 0, 1};
 }
 
 static int open_writes(uint64_t f)
@@ -861,7 +868,7 @@ static struct decision handle_path(struct who *w, const struct sc_info *s,
 		const char *why = judge(w->sb, &r[i], writes[i]);
 		if (why) {
 			path_text(t, s, r, npaths, i, (int)flags, show_flags, why);
-			return fault();
+			return path_fault();
 		}
 	}
 	return ALLOW;
@@ -932,7 +939,7 @@ static struct decision handle_pid(struct who *w, const struct sc_info *s,
 		tsignal(t, sig);
 	}
 	tput(t, ") targets a process outside the sandbox");
-	return fault();
+	return path_fault();
 }
 
 static struct decision handle_sockaddr(struct who *w, const struct sc_info *s,
@@ -966,7 +973,7 @@ static struct decision handle_sockaddr(struct who *w, const struct sc_info *s,
 			tput(t, "%s(@", s->name);
 			tquote(t, name);
 			tput(t, ") reaches an abstract socket outside the sandbox");
-			return fault();
+			return path_fault();
 		}
 		char path[sizeof un->sun_path + 1];
 		memcpy(path, un->sun_path, plen);
@@ -991,7 +998,7 @@ static struct decision handle_sockaddr(struct who *w, const struct sc_info *s,
 		if (!why)
 			return ALLOW;
 		path_text(t, s, &r, 1, 0, 0, 0, why);
-		return fault();
+		return path_fault();
 	}
 	tput(t, "%s(", s->name);
 	tfamily(t, family);
@@ -1151,7 +1158,7 @@ static struct decision decide(apf_sandbox *sb, const struct seccomp_notif *req,
 			if (read_str(w.tid, p, path, sizeof path) >= 0)
 				tquote(t, path);
 			tput(t, ") in the locked phase");
-			return fault();
+			return path_fault();
 		}
 		struct decision d = handle_path(&w, s, a, &pt);
 		if (d.verdict == APF_SANDBOX_FAULT)
@@ -1222,7 +1229,7 @@ int apf_sandbox_notify_handle(apf_sandbox *sb, apf_sandbox_event *ev)
 	if (d.first_exec)
 		sb->exec_done = 1;
 	if (d.verdict == APF_SANDBOX_FAULT)
-		apf_sandbox_record_fault(sb, ev->text);
+		apf_sandbox_record_fault(sb, ev->text, d.path);
 	else if (d.verdict == APF_SANDBOX_ALLOWED)
 		ev->text[0] = 0;
 	else if (!ev->text[0])

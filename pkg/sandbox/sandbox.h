@@ -255,6 +255,11 @@ typedef struct apf_sandbox_end {
 	uint64_t peak_vm;     /* bytes, peak virtual size last seen; 0: unknown */
 	uint64_t memory_limit; /* RLIMIT_AS in force; 0: none */
 	uint64_t memory_peak;  /* bytes, the cgroup's peak charge; 0: unknown */
+	/* FAULTED: the fault was a path the policy refuses (outside the
+	 * sandbox, or a write to a read-only one), an exec in the locked
+	 * phase, or a target outside the sandbox (a process, an abstract
+	 * socket) - the log's fault kind "path"; else 0 ("syscall"). */
+	int path_fault;
 	/* One line for the log: "exited with code 0", "crashed: SIGSEGV",
 	 * "sandbox fault: socket(AF_INET, SOCK_STREAM, 0) ...", "memory limit
 	 * exceeded: peak 250 MiB of 256 MiB (SIGABRT)", "memory limit exceeded:

@@ -1296,10 +1296,11 @@ void apf_sandbox_kill_now(apf_sandbox *sb)
 		pidfd_send_signal(sb->pidfd, SIGKILL, NULL, 0);
 }
 
-void apf_sandbox_record_fault(apf_sandbox *sb, const char *text)
+void apf_sandbox_record_fault(apf_sandbox *sb, const char *text, int path)
 {
 	if (!sb->faulted) {
 		sb->faulted = 1;
+		sb->fault_path = path;
 		snprintf(sb->fault, sizeof sb->fault, "%s", text);
 	}
 	apf_sandbox_kill_now(sb);
@@ -1482,7 +1483,7 @@ int apf_sandbox_set_phase(apf_sandbox *sb, enum apf_sandbox_phase phase)
 		snprintf(text, sizeof text,
 			 "process %d (%s) still runs when the sandbox is locked",
 			 (int)other, comm);
-		apf_sandbox_record_fault(sb, text);
+		apf_sandbox_record_fault(sb, text, 0);
 		return apf_error(APF_EABORT, "sandbox", "%s", text);
 	}
 	if (other < 0)
@@ -1548,6 +1549,7 @@ static void classify(apf_sandbox *sb, const siginfo_t *si)
 
 	if (sb->faulted) {
 		e->outcome = APF_SANDBOX_FAULTED;
+		e->path_fault = sb->fault_path;
 		snprintf(e->reason, sizeof e->reason, "sandbox fault: %s", sb->fault);
 	} else if (sb->setup_error[0]) {
 		e->outcome = APF_SANDBOX_SETUP_FAILED;

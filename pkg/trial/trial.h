@@ -3,19 +3,8 @@
  * implementing include/apf/submission.h) and the arena that holds all of
  * the trial's state - and the harness that drives them step by step.
  *
- * The arena. One contiguous block of memory, laid out as
- *
- *     [ header (4 KiB) | parameters | model state | slots ... ]
- *
- * The header holds the section offsets, the slot table (name, offset,
- * length of each state slot and scalar the submission allocated), the
- * global step and the data stream's position. Nothing in it is a pointer,
- * so the arena can live in shared memory mapped at different addresses by
- * the trial, the supervisor and the evaluator, and a checkpoint is the
- * arena's first `used` bytes written as they are. Restoring a checkpoint
- * into a fresh arena restores the whole trial: parameters, batch-norm
- * statistics, optimizer state, step, data position and randomness (which is
- * counter-based, keyed by the trial and the step).
+ * The arena's layout is the wire's (wire/wire.h): the supervisor, the
+ * evaluator and the verifier read it too.
  *
  * The harness implements the operations of include/apf/ops.h for the
  * submission on the trial's backend. It is the only code between the
@@ -29,55 +18,8 @@
 #include "apf/submission.h"
 #include "base/base.h"
 #include "tuning/tuning.h"
+#include "wire/wire.h"
 #include "workload/workload.h"
-
-/* ---- the arena ------------------------------------------------------------ */
-
-#define APF_ARENA_MAGIC "APFARN01"
-#define APF_ARENA_HEADER 4096
-#define APF_ARENA_MAX_SLOTS 48
-#define APF_SLOT_NAME 48
-
-enum apf_slot_kind { APF_SLOT_VECTOR = 1, APF_SLOT_SCALAR = 2 };
-
-struct apf_arena_slot {
-	char name[APF_SLOT_NAME];
-	uint64_t offset;  /* bytes from the arena's start */
-	uint64_t n;       /* floats (vector) or 1 (scalar, a double) */
-	uint32_t kind;
-	uint32_t pad;
-};
-
-struct apf_arena_header {
-	char magic[8];
-	uint32_t version;
-	uint32_t initialized;      /* init_optimizer_state has run */
-	uint64_t capacity;         /* bytes */
-	uint64_t used;             /* bytes; what a checkpoint holds */
-	uint64_t params_offset, params_floats;
-	uint64_t state_offset, state_floats;
-	uint64_t slots_offset;
-	int64_t global_step;
-	uint64_t data_epoch, data_index;
-	int64_t evals;             /* evaluations done */
-	uint32_t nslots;
-	uint32_t pad;
-	struct apf_arena_slot slots[APF_ARENA_MAX_SLOTS];
-};
-
-/* Bytes an arena needs for a model, with room for optimizer slots of up to
- * slot_factor times the parameters. */
-size_t apf_arena_capacity(size_t params_floats, size_t state_floats,
-			  unsigned slot_factor);
-/* Writes a fresh header into mem (capacity bytes, zeroed beforehand). */
-int apf_arena_format(void *mem, size_t capacity, size_t params_floats,
-		     size_t state_floats);
-/* Checks a header read from a checkpoint or shared memory of `bytes`
- * bytes: magic, version, offsets and slots inside the block, slot names
- * NUL-terminated. Everything that reads an arena checks it first. */
-int apf_arena_check(const void *mem, size_t bytes);
-float *apf_arena_params(void *mem);
-float *apf_arena_state(void *mem);
 
 /* ---- submissions ---------------------------------------------------------- */
 
@@ -162,5 +104,8 @@ int64_t apf_trial_global_step(const apf_trial *t);
 struct apf_arena_header *apf_trial_arena(apf_trial *t);
 /* Batch size the submission asked for. */
 int apf_trial_batch_size(const apf_trial *t);
+
+/* `apf __trial`: the trial process, in the sandbox (main.c). */
+int apf_trial_main(int argc, char **argv);
 
 #endif

@@ -1,6 +1,6 @@
 /*
  * fuzz_proto.c: libFuzzer target for what the supervisor accepts from a
- * trial (struct proto, pkg/runner/proto.c). The input's first byte picks
+ * trial (struct apf_proto, pkg/runner/proto.c). The input's first byte picks
  * the supervisor's choices and max_steps; the rest is split at newlines
  * into the trial's lines. tests/unit/lib/proto_model.h checks the
  * invariants (no unrequested eval, no step backwards or past max_steps,
@@ -16,7 +16,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		return 0;
 	struct proto_model m;
 	proto_model_init(&m, data[0] + 1u, data[0] % 3, data[0] % 2 ? 40 : 0);
-	char line[LINE_MAX_BYTES];
+	char line[APF_LINE_MAX];
 	size_t n = 0;
 	for (size_t i = 1; i <= size; i++) {
 		if (i == size || data[i] == '\n') {

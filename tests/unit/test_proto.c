@@ -1,5 +1,5 @@
 /*
- * test_proto.c: what the supervisor accepts from a trial (struct proto in
+ * test_proto.c: what the supervisor accepts from a trial (struct apf_proto in
  * pkg/runner): the honest sequence, each forged or malformed line refused
  * with a message naming it, and seeded random hostile streams that never
  * get an unrequested eval, a step backwards or past max_steps accepted
@@ -12,61 +12,61 @@
 
 #include "proto_model.h"
 
-static void refused(struct proto *p, const char *line, const char *why)
+static void refused(struct apf_proto *p, const char *line, const char *why)
 {
-	struct proto_msg m;
-	struct proto before = *p;
-	if (proto_accept(p, line, &m) != APF_EVERIFY)
+	struct apf_proto_msg m;
+	struct apf_proto before = *p;
+	if (apf_proto_accept(p, line, &m) != APF_EVERIFY)
 		fail_msg("accepted '%s'", line);
 	if (!strstr(apf_error_message(), why))
 		fail_msg("'%s': %s (wanted '%s')", line, apf_error_message(), why);
 	assert_memory_equal(&before, p, sizeof before);
 }
 
-static void accepted(struct proto *p, const char *line, struct proto_msg *m)
+static void accepted(struct apf_proto *p, const char *line, struct apf_proto_msg *m)
 {
-	if (proto_accept(p, line, m))
+	if (apf_proto_accept(p, line, m))
 		fail_msg("refused '%s': %s", line, apf_error_message());
 }
 
 static void honest_sequence_is_accepted(void **state)
 {
 	(void)state;
-	struct proto p = {PROTO_SETUP, 0, 100, 0};
-	struct proto_msg m;
+	struct apf_proto p = {APF_PROTO_SETUP, 0, 100, 0};
+	struct apf_proto_msg m;
 	accepted(&p, "lock", &m);
-	assert_int_equal(m.kind, PROTO_LOCK);
-	proto_locked(&p);
+	assert_int_equal(m.kind, APF_PROTO_LOCK);
+	apf_proto_locked(&p);
 	accepted(&p, "ready 0 64", &m);
-	assert_int_equal(m.kind, PROTO_READY);
+	assert_int_equal(m.kind, APF_PROTO_READY);
 	assert_int_equal(m.batch, 64);
-	proto_go(&p, 1);
+	apf_proto_go(&p, 1);
 	accepted(&p, "eval 1 due", &m);
-	assert_int_equal(m.kind, PROTO_EVAL);
+	assert_int_equal(m.kind, APF_PROTO_EVAL);
 	assert_int_equal(m.step, 1);
-	proto_go(&p, 0);
-	proto_request(&p, 2);
+	apf_proto_go(&p, 0);
+	apf_proto_request(&p, 2);
 	accepted(&p, "eval 57 due", &m);
-	proto_go(&p, 0);
+	apf_proto_go(&p, 0);
 	accepted(&p, "eval 60 complete", &m);
-	assert_int_equal(m.why, WHY_COMPLETE);
-	proto_go(&p, 0);
+	assert_int_equal(m.why, APF_WHY_COMPLETE);
+	apf_proto_go(&p, 0);
 	accepted(&p, "eval 100 max_steps", &m);
-	assert_int_equal(m.why, WHY_MAX_STEPS);
+	assert_int_equal(m.why, APF_WHY_MAX_STEPS);
 	accepted(&p, "error update_params returned -7 at step 100", &m);
-	assert_int_equal(m.kind, PROTO_ERROR);
+	assert_int_equal(m.kind, APF_PROTO_ERROR);
 	assert_string_equal(m.text, "update_params returned -7 at step 100");
 }
 
 static void unrequested_eval_is_refused_naming_the_line(void **state)
 {
 	(void)state;
-	struct proto p = {PROTO_RUNNING, 10, 0, 0};
+	struct apf_proto p = {APF_PROTO_RUNNING, 10, 0, 0};
 	refused(&p, "eval 11 due", "'eval 11 due' from the trial: an eval the "
 				   "supervisor did not ask for");
-	proto_request(&p, 15);
+	apf_proto_request(&p, 15);
 	refused(&p, "eval 14 due", "did not ask for");
-	struct proto_msg m;
+	struct apf_proto_msg m;
 	accepted(&p, "eval 15 due", &m);
 	/* Answered once: a second report before the next go is refused. */
 	refused(&p, "eval 16 due", "the supervisor has not answered yet");
@@ -75,13 +75,13 @@ static void unrequested_eval_is_refused_naming_the_line(void **state)
 static void malformed_and_out_of_turn_lines_are_refused(void **state)
 {
 	(void)state;
-	struct proto setup = {PROTO_SETUP, 0, 50, 0};
+	struct apf_proto setup = {APF_PROTO_SETUP, 0, 50, 0};
 	refused(&setup, "ready 0 64", "expected lock");
 	refused(&setup, "eval 1 due", "expected lock");
 	refused(&setup, "lock ", "not a message");
 	refused(&setup, "LOCK", "not a message");
 	refused(&setup, "\033[2Jlock", "\\x1b[2Jlock");
-	struct proto locked = {PROTO_LOCKED, 5, 50, 0};
+	struct apf_proto locked = {APF_PROTO_LOCKED, 5, 50, 0};
 	refused(&locked, "ready 4 64", "another step");
 	refused(&locked, "ready 5 0", "batch size");
 	refused(&locked, "ready 5 64 1", "malformed ready");
@@ -89,7 +89,7 @@ static void malformed_and_out_of_turn_lines_are_refused(void **state)
 	refused(&locked, "ready -5 64", "malformed ready");
 	refused(&locked, "ready 5 0x40", "malformed ready");
 	refused(&locked, "ready 5 99999999999999999999", "malformed ready");
-	struct proto run = {PROTO_RUNNING, 5, 50, 6};
+	struct apf_proto run = {APF_PROTO_RUNNING, 5, 50, 6};
 	refused(&run, "eval 5 due", "not after the last");
 	refused(&run, "eval 51 complete", "past max_steps");
 	refused(&run, "eval 20 max_steps", "max_steps reported");

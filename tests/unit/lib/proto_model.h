@@ -1,6 +1,6 @@
 /*
  * proto_model.h: the supervisor's side of the trial protocol, as a model
- * that feeds a stream of lines to struct proto (pkg/runner/proto.c) and
+ * that feeds a stream of lines to struct apf_proto (pkg/runner/proto.c) and
  * makes the supervisor's moves after each accepted message, checking the
  * invariants a hostile trial must not break:
  *
@@ -20,10 +20,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runner/internal.h"
+#include "wire/wire.h"
 
 struct proto_model {
-	struct proto p;
+	struct apf_proto p;
 	uint64_t rng;      /* the supervisor's choices */
 	size_t accepted, refused, evals;
 };
@@ -40,16 +40,16 @@ static void proto_model_init(struct proto_model *m, uint64_t seed,
 			     int64_t start_step, int64_t max_steps)
 {
 	memset(m, 0, sizeof *m);
-	m->p = (struct proto){PROTO_SETUP, start_step, max_steps, 0};
+	m->p = (struct apf_proto){APF_PROTO_SETUP, start_step, max_steps, 0};
 	m->rng = seed | 1;
 }
 
 /* Feeds one line; returns 0 when accepted, 1 when refused. */
 static int proto_model_feed(struct proto_model *m, const char *line)
 {
-	struct proto before = m->p;
-	struct proto_msg msg;
-	if (proto_accept(&m->p, line, &msg)) {
+	struct apf_proto before = m->p;
+	struct apf_proto_msg msg;
+	if (apf_proto_accept(&m->p, line, &msg)) {
 		const char *why = apf_error_message();
 		if (!why || !strstr(why, "from the trial"))
 			abort();
@@ -60,34 +60,34 @@ static int proto_model_feed(struct proto_model *m, const char *line)
 	}
 	m->accepted++;
 	switch (msg.kind) {
-	case PROTO_ERROR:
+	case APF_PROTO_ERROR:
 		if (memcmp(&before, &m->p, sizeof before) || !msg.text)
 			abort();
 		break;
-	case PROTO_LOCK:
-		if (before.phase != PROTO_SETUP)
+	case APF_PROTO_LOCK:
+		if (before.phase != APF_PROTO_SETUP)
 			abort();
-		proto_locked(&m->p);
+		apf_proto_locked(&m->p);
 		break;
-	case PROTO_READY:
-		if (before.phase != PROTO_LOCKED || msg.step != before.step ||
+	case APF_PROTO_READY:
+		if (before.phase != APF_PROTO_LOCKED || msg.step != before.step ||
 		    msg.batch < 1)
 			abort();
-		proto_go(&m->p, proto_model_next(m) % 2 ? before.step + 1 : 0);
+		apf_proto_go(&m->p, proto_model_next(m) % 2 ? before.step + 1 : 0);
 		break;
-	case PROTO_EVAL:
-		if (before.phase != PROTO_RUNNING || msg.step <= before.step ||
+	case APF_PROTO_EVAL:
+		if (before.phase != APF_PROTO_RUNNING || msg.step <= before.step ||
 		    (before.max_steps && msg.step > before.max_steps) ||
-		    (msg.why == WHY_DUE &&
+		    (msg.why == APF_WHY_DUE &&
 		     (!before.eval_at || msg.step < before.eval_at)) ||
-		    (msg.why == WHY_MAX_STEPS && msg.step != before.max_steps))
+		    (msg.why == APF_WHY_MAX_STEPS && msg.step != before.max_steps))
 			abort();
 		m->evals++;
 		/* The supervisor evaluates and lets it go on, asking for the
 		 * next eval now or later. */
-		proto_go(&m->p, 0);
+		apf_proto_go(&m->p, 0);
 		if (proto_model_next(m) % 2)
-			proto_request(&m->p, m->p.step + 1 +
+			apf_proto_request(&m->p, m->p.step + 1 +
 						     (int64_t)(proto_model_next(m) % 3));
 		break;
 	}

@@ -1,5 +1,5 @@
 /*
- * trialproc.c: `apf __trial`, the trial process. Runs inside the sandbox with
+ * main.c: `apf __trial`, the trial process. Runs inside the sandbox with
  * the arena (fd 3), the control page (fd 4) and the channel to the
  * supervisor (fd 5); untrusted once the submission is loaded.
  *
@@ -8,7 +8,7 @@
  * trial asks the supervisor to lock the sandbox, and only then loads the
  * submission, so not even the submission's constructors run unlocked.
  */
-#include "runner/runner.h"
+#include "trial/trial.h"
 
 #include <errno.h>
 #include <math.h>
@@ -18,14 +18,13 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "runner/internal.h"
-#include "trial/trial.h"
+#include "config/config.h"
 #include "tuning/tuning.h"
 #include "workload/workload.h"
 
 struct tp {
-	struct unit_args a;
-	struct line_chan ch;
+	struct apf_unit_args a;
+	struct apf_chan ch;
 	void *arena;
 	struct apf_control *ctl;
 	apf_backend *be;
@@ -36,6 +35,45 @@ struct tp {
 	apf_trial *trial;
 };
 
+/* Applies a trial's dropout_rate / label_smoothing hyperparameters to the
+ * workload's [model] values (where the model has them), as AlgoPerf hands
+ * them to the workload. */
+
+static int model_has_key(const apf_workload_spec *spec, const char *key)
+{
+	const struct apf_model_def *md = apf_model_find(spec->model);
+	for (const char *const *k = md ? md->keys : NULL; k && *k; k++)
+		if (!strcmp(*k, key))
+			return 1;
+	return 0;
+}
+
+static int apply_regularisation(struct apf_workload_spec *spec, const char *variant,
+			 const struct apf_hparams *hp)
+{
+	static const char *const map[][2] = {{"dropout_rate", "dropout"},
+					     {"label_smoothing",
+					      "label_smoothing"}};
+	for (size_t m = 0; m < 2; m++) {
+		const char *name = map[m][0], *key = map[m][1];
+		for (size_t i = 0; hp && i < hp->n; i++) {
+			if (strcmp(hp->names[i], name) || hp->words[i] ||
+			    !model_has_key(spec, key))
+				continue;
+			char v[64], sec[128];
+			snprintf(v, sizeof v, "%.17g", hp->values[i]);
+			int rc = apf_config_set(spec->ini, "model", key, v);
+			snprintf(sec, sizeof sec, "variant.%s", variant);
+			if (!rc && variant && strcmp(variant, "base") &&
+			    apf_config_get(spec->ini, sec, key))
+				rc = apf_config_set(spec->ini, sec, key, v);
+			if (rc)
+				return rc;
+		}
+	}
+	return 0;
+}
+
 /* Reports an error to the supervisor (best effort). */
 static void report(void)
 {
@@ -44,12 +82,12 @@ static void report(void)
 	for (char *p = msg; *p; p++)
 		if (*p == '\n')
 			*p = ' ';
-	chan_send(FD_CHANNEL, "error %s", msg);
+	apf_chan_send(APF_FD_CHANNEL, "error %s", msg);
 }
 
 static int expect(struct tp *t, const char *word, char *line, size_t size)
 {
-	int r = chan_recv(&t->ch, line, size, -1);
+	int r = apf_chan_recv(&t->ch, line, size, -1);
 	if (r != 1)
 		return apf_error(APF_EABORT, "trial", "the supervisor went away");
 	if (strncmp(line, word, strlen(word)))
@@ -106,8 +144,8 @@ static int parse_go(struct tp *t, const char *line)
 static int setup(struct tp *t)
 {
 	t->arena = mmap(NULL, t->a.arena_bytes, PROT_READ | PROT_WRITE,
-			MAP_SHARED, FD_ARENA, 0);
-	t->ctl = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, FD_CONTROL,
+			MAP_SHARED, APF_FD_ARENA, 0);
+	t->ctl = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, APF_FD_CONTROL,
 		      0);
 	if (t->arena == MAP_FAILED || t->ctl == MAP_FAILED)
 		return apf_error_errno(APF_EABORT, errno, "trial",
@@ -140,15 +178,15 @@ static int setup(struct tp *t)
 	if (!rc) {
 		apf_trial_key key = {t->a.seed, t->a.study, t->a.trial};
 		rc = apf_workload_open_train(&t->wl, t->spec, t->a.variant, t->be,
-					     &key, FD_TRAIN);
+					     &key, APF_FD_TRAIN);
 	}
 	return rc;
 }
 
 static int train(struct tp *t)
 {
-	char line[LINE_MAX_BYTES];
-	int rc = chan_send(FD_CHANNEL, "lock");
+	char line[APF_LINE_MAX];
+	int rc = apf_chan_send(APF_FD_CHANNEL, "lock");
 	if (!rc)
 		rc = expect(t, "locked", line, sizeof line);
 	if (!rc)
@@ -173,7 +211,7 @@ static int train(struct tp *t)
 	if (!rc)
 		rc = apf_trial_init(t->trial);
 	if (!rc)
-		rc = chan_send(FD_CHANNEL, "ready %lld %d",
+		rc = apf_chan_send(APF_FD_CHANNEL, "ready %lld %d",
 			       (long long)apf_trial_global_step(t->trial),
 			       apf_trial_batch_size(t->trial));
 	if (!rc)
@@ -197,10 +235,10 @@ static int train(struct tp *t)
 			continue;
 		rc = apf_trial_prepare_eval(t->trial);
 		if (!rc)
-			rc = chan_send(FD_CHANNEL, "eval %lld %s", (long long)step,
+			rc = apf_chan_send(APF_FD_CHANNEL, "eval %lld %s", (long long)step,
 				       why);
 		if (!rc) {
-			int r = chan_recv(&t->ch, line, sizeof line, -1);
+			int r = apf_chan_recv(&t->ch, line, sizeof line, -1);
 			if (r != 1)
 				rc = apf_error(APF_EABORT, "trial",
 					       "the supervisor went away");
@@ -216,11 +254,11 @@ static int train(struct tp *t)
 	return rc;
 }
 
-int apf_runner_trial_main(int argc, char **argv)
+int apf_trial_main(int argc, char **argv)
 {
 	struct tp t = {0};
-	t.ch.fd = FD_CHANNEL;
-	int rc = unit_args_parse(&t.a, argc, argv);
+	t.ch.fd = APF_FD_CHANNEL;
+	int rc = apf_unit_args_parse(&t.a, argc, argv);
 	if (!rc)
 		rc = setup(&t);
 	if (!rc)

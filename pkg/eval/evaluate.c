@@ -1,17 +1,17 @@
 /*
  * evaluate.c: metrics of an arena, for the evaluator and the verifier.
  */
-#include "runner/runner.h"
+#include "eval/eval.h"
 
 #include <stdio.h>
 #include <string.h>
 
-#include "trial/trial.h"
+#include "wire/wire.h"
 #include "workload/workload.h"
 
-int apf_runner_evaluate_arena(struct apf_workload *wl,
-			      const struct apf_workload_spec *spec,
-			      const void *arena, size_t bytes, json_t **out)
+int apf_eval_arena(json_t **out, struct apf_workload *wl,
+		   const struct apf_workload_spec *spec, const void *arena,
+		   size_t bytes)
 {
 	*out = NULL;
 	int rc = apf_arena_check(arena, bytes);

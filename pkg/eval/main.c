@@ -1,13 +1,13 @@
 /*
- * evalproc.c: `apf __eval`, the evaluator. Trusted and never loads
+ * main.c: `apf __eval`, the evaluator. Trusted and never loads
  * submission code: it maps the trial's arena read-only (fd 3) and, on each
  * "eval" from the supervisor (fd 5) - sent while the trial is frozen -
  * checks the arena's header, evaluates the parameters and model state on
  * the train subset, the validation and the test split, and answers one JSON
  * line of metrics. The same code re-evaluates checkpoints for the verifier
- * (apf_runner_evaluate_checkpoint).
+ * (apf_eval_arena).
  */
-#include "runner/runner.h"
+#include "eval/eval.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -16,21 +16,19 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "runner/internal.h"
-#include "trial/trial.h"
 #include "workload/workload.h"
 
-int apf_runner_eval_main(int argc, char **argv)
+int apf_eval_main(int argc, char **argv)
 {
-	struct unit_args a;
-	struct line_chan ch = {.fd = FD_CHANNEL};
+	struct apf_unit_args a;
+	struct apf_chan ch = {.fd = APF_FD_CHANNEL};
 	apf_backend *be = NULL;
 	apf_workload_spec *spec = NULL;
 	apf_workload *wl = NULL;
-	int rc = unit_args_parse(&a, argc, argv);
+	int rc = apf_unit_args_parse(&a, argc, argv);
 	const void *arena = MAP_FAILED;
 	if (!rc) {
-		arena = mmap(NULL, a.arena_bytes, PROT_READ, MAP_SHARED, FD_ARENA,
+		arena = mmap(NULL, a.arena_bytes, PROT_READ, MAP_SHARED, APF_FD_ARENA,
 			     0);
 		if (arena == MAP_FAILED)
 			rc = apf_error_errno(APF_EABORT, errno, "evaluator",
@@ -47,9 +45,9 @@ int apf_runner_eval_main(int argc, char **argv)
 		apf_trial_key key = {a.seed, a.study, a.trial};
 		rc = apf_workload_open(&wl, spec, a.variant, be, &key, 0);
 	}
-	char line[LINE_MAX_BYTES];
+	char line[APF_LINE_MAX];
 	while (!rc) {
-		int r = chan_recv(&ch, line, sizeof line, -1);
+		int r = apf_chan_recv(&ch, line, sizeof line, -1);
 		if (r != 1 || !strcmp(line, "quit"))
 			break;
 		if (strcmp(line, "eval")) {
@@ -58,20 +56,20 @@ int apf_runner_eval_main(int argc, char **argv)
 			break;
 		}
 		json_t *metrics = NULL;
-		int er = apf_runner_evaluate_arena(wl, spec, arena, a.arena_bytes,
-						   &metrics);
+		int er = apf_eval_arena(&metrics, wl, spec, arena,
+					a.arena_bytes);
 		if (er) {
-			chan_send(FD_CHANNEL, "error %s", apf_error_message());
+			apf_chan_send(APF_FD_CHANNEL, "error %s", apf_error_message());
 			continue;
 		}
 		char *s = json_dumps(metrics, JSON_COMPACT | JSON_REAL_PRECISION(17));
-		rc = s ? chan_send(FD_CHANNEL, "ok %s", s)
+		rc = s ? apf_chan_send(APF_FD_CHANNEL, "ok %s", s)
 		       : apf_error(APF_ENOMEM, "evaluator", "out of memory");
 		free(s);
 		json_decref(metrics);
 	}
 	if (rc)
-		chan_send(FD_CHANNEL, "error %s", apf_error_message());
+		apf_chan_send(APF_FD_CHANNEL, "error %s", apf_error_message());
 	if (arena != MAP_FAILED)
 		munmap((void *)arena, a.arena_bytes);
 	apf_workload_close(wl);

@@ -1,9 +1,9 @@
 /*
- * proto.c: the line channel between the runner's processes, the hidden
- * subcommands' arguments, and the regularisation hyperparameters a trial
- * hands to its workload.
+ * wire.c: the line channel between the supervisor and its processes, the
+ * protocol checker the supervisor feeds every line of the trial's, and the
+ * hidden subcommands' arguments (wire.h).
  */
-#include "runner/internal.h"
+#include "wire/wire.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -14,12 +14,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "tuning/tuning.h"
-#include "workload/workload.h"
 
-int chan_send(int fd, const char *fmt, ...)
+int apf_chan_send(int fd, const char *fmt, ...)
 {
-	char line[LINE_MAX_BYTES];
+	char line[APF_LINE_MAX];
 	va_list ap;
 	va_start(ap, fmt);
 	int n = vsnprintf(line, sizeof line - 1, fmt, ap);
@@ -44,7 +42,7 @@ int chan_send(int fd, const char *fmt, ...)
 }
 
 /* Moves the first complete line of the buffer to out. */
-static int take_line(struct line_chan *c, char *out, size_t size)
+static int take_line(struct apf_chan *c, char *out, size_t size)
 {
 	char *nl = memchr(c->buf, '\n', c->len);
 	if (!nl)
@@ -63,17 +61,17 @@ static int take_line(struct line_chan *c, char *out, size_t size)
 	return 1;
 }
 
-int chan_pending(const struct line_chan *c)
+int apf_chan_pending(const struct apf_chan *c)
 {
 	return memchr(c->buf, '\n', c->len) != NULL;
 }
 
 /* One read of what is there: >0 bytes, 0 at EOF, -1 would block. */
-static int fill(struct line_chan *c)
+static int fill(struct apf_chan *c)
 {
 	if (c->len == sizeof c->buf)
 		return apf_error(APF_EINPUT, "channel",
-				 "a line longer than %d bytes", LINE_MAX_BYTES);
+				 "a line longer than %d bytes", APF_LINE_MAX);
 	for (;;) {
 		ssize_t r = read(c->fd, c->buf + c->len, sizeof c->buf - c->len);
 		if (r < 0 && errno == EINTR)
@@ -87,7 +85,7 @@ static int fill(struct line_chan *c)
 	}
 }
 
-int chan_try(struct line_chan *c, char *out, size_t size)
+int apf_chan_try(struct apf_chan *c, char *out, size_t size)
 {
 	int t = take_line(c, out, size);
 	if (t)
@@ -103,7 +101,7 @@ int chan_try(struct line_chan *c, char *out, size_t size)
 	return take_line(c, out, size);
 }
 
-int chan_recv(struct line_chan *c, char *out, size_t size, int timeout_ms)
+int apf_chan_recv(struct apf_chan *c, char *out, size_t size, int timeout_ms)
 {
 	uint64_t deadline = timeout_ms < 0 ? 0
 					   : apf_now_ns() +
@@ -169,32 +167,32 @@ static int refuse(const char *line, const char *why)
 			 why);
 }
 
-static const char *phase_wants(enum proto_phase ph)
+static const char *phase_wants(enum apf_proto_phase ph)
 {
-	return ph == PROTO_SETUP    ? "expected lock"
-	       : ph == PROTO_LOCKED ? "expected ready"
-	       : ph == PROTO_RUNNING ? "expected an eval report"
+	return ph == APF_PROTO_SETUP    ? "expected lock"
+	       : ph == APF_PROTO_LOCKED ? "expected ready"
+	       : ph == APF_PROTO_RUNNING ? "expected an eval report"
 				     : "the supervisor has not answered yet";
 }
 
-int proto_accept(struct proto *p, const char *line, struct proto_msg *m)
+int apf_proto_accept(struct apf_proto *p, const char *line, struct apf_proto_msg *m)
 {
 	memset(m, 0, sizeof *m);
 	if (!strncmp(line, "error ", 6)) {
-		m->kind = PROTO_ERROR;
+		m->kind = APF_PROTO_ERROR;
 		m->text = line + 6;
 		return 0;
 	}
 	const char *e;
 	if (!strcmp(line, "lock")) {
-		if (p->phase != PROTO_SETUP)
+		if (p->phase != APF_PROTO_SETUP)
 			return refuse(line, phase_wants(p->phase));
-		m->kind = PROTO_LOCK;
-		p->phase = PROTO_WAIT;
+		m->kind = APF_PROTO_LOCK;
+		p->phase = APF_PROTO_WAIT;
 		return 0;
 	}
 	if (!strncmp(line, "ready ", 6)) {
-		if (p->phase != PROTO_LOCKED)
+		if (p->phase != APF_PROTO_LOCKED)
 			return refuse(line, phase_wants(p->phase));
 		if (parse_count(line + 6, &e, &m->step) || *e != ' ' ||
 		    parse_count(e + 1, &e, &m->batch) || *e)
@@ -204,56 +202,56 @@ int proto_accept(struct proto *p, const char *line, struct proto_msg *m)
 					    "checkpoint's");
 		if (m->batch < 1 || m->batch > (1 << 24))
 			return refuse(line, "a batch size outside [1, 2^24]");
-		m->kind = PROTO_READY;
-		p->phase = PROTO_WAIT;
+		m->kind = APF_PROTO_READY;
+		p->phase = APF_PROTO_WAIT;
 		return 0;
 	}
 	if (!strncmp(line, "eval ", 5)) {
-		if (p->phase != PROTO_RUNNING)
+		if (p->phase != APF_PROTO_RUNNING)
 			return refuse(line, phase_wants(p->phase));
 		if (parse_count(line + 5, &e, &m->step) || *e != ' ')
 			return refuse(line, "malformed eval report");
 		e++;
 		if (!strcmp(e, "due"))
-			m->why = WHY_DUE;
+			m->why = APF_WHY_DUE;
 		else if (!strcmp(e, "complete"))
-			m->why = WHY_COMPLETE;
+			m->why = APF_WHY_COMPLETE;
 		else if (!strcmp(e, "max_steps"))
-			m->why = WHY_MAX_STEPS;
+			m->why = APF_WHY_MAX_STEPS;
 		else
 			return refuse(line, "malformed eval report");
 		if (m->step <= p->step)
 			return refuse(line, "a step not after the last one");
 		if (p->max_steps > 0 && m->step > p->max_steps)
 			return refuse(line, "a step past max_steps");
-		if (m->why == WHY_DUE && (!p->eval_at || m->step < p->eval_at))
+		if (m->why == APF_WHY_DUE && (!p->eval_at || m->step < p->eval_at))
 			return refuse(line, "an eval the supervisor did not ask "
 					    "for");
-		if (m->why == WHY_MAX_STEPS && m->step != p->max_steps)
+		if (m->why == APF_WHY_MAX_STEPS && m->step != p->max_steps)
 			return refuse(line, "max_steps reported at another step");
-		m->kind = PROTO_EVAL;
+		m->kind = APF_PROTO_EVAL;
 		p->step = m->step;
 		p->eval_at = 0;
-		p->phase = PROTO_WAIT;
+		p->phase = APF_PROTO_WAIT;
 		return 0;
 	}
 	return refuse(line, "not a message of the protocol");
 }
 
-void proto_locked(struct proto *p)
+void apf_proto_locked(struct apf_proto *p)
 {
-	p->phase = PROTO_LOCKED;
+	p->phase = APF_PROTO_LOCKED;
 }
 
-void proto_go(struct proto *p, int64_t eval_at)
+void apf_proto_go(struct apf_proto *p, int64_t eval_at)
 {
-	p->phase = PROTO_RUNNING;
+	p->phase = APF_PROTO_RUNNING;
 	p->eval_at = eval_at;
 }
 
-void proto_request(struct proto *p, int64_t eval_at)
+void apf_proto_request(struct apf_proto *p, int64_t eval_at)
 {
-	if (p->phase == PROTO_RUNNING && !p->eval_at)
+	if (p->phase == APF_PROTO_RUNNING && !p->eval_at)
 		p->eval_at = eval_at;
 }
 
@@ -266,7 +264,7 @@ static int want(const char *name, const char *v)
 	return 0;
 }
 
-int unit_args_parse(struct unit_args *a, int argc, char **argv)
+int apf_unit_args_parse(struct apf_unit_args *a, int argc, char **argv)
 {
 	memset(a, 0, sizeof *a);
 	a->threads = 1;
@@ -322,7 +320,7 @@ int unit_args_parse(struct unit_args *a, int argc, char **argv)
 	return 0;
 }
 
-int unit_args_to_argv(const struct unit_args *a, int trial, char **argv,
+int apf_unit_args_to_argv(const struct apf_unit_args *a, int trial, char **argv,
 		      size_t *n, apf_buf *storage)
 {
 	/* Values are formatted into one buffer; offsets become pointers at
@@ -357,43 +355,6 @@ int unit_args_to_argv(const struct unit_args *a, int trial, char **argv,
 		char *key = storage->data + offs[i];
 		argv[(*n)++] = key;
 		argv[(*n)++] = key + strlen(key) + 1;
-	}
-	return 0;
-}
-
-/* ---- regularisation ---------------------------------------------------------- */
-
-static int model_has_key(const apf_workload_spec *spec, const char *key)
-{
-	const struct apf_model_def *md = apf_model_find(spec->model);
-	for (const char *const *k = md ? md->keys : NULL; k && *k; k++)
-		if (!strcmp(*k, key))
-			return 1;
-	return 0;
-}
-
-int apply_regularisation(struct apf_workload_spec *spec, const char *variant,
-			 const struct apf_hparams *hp)
-{
-	static const char *const map[][2] = {{"dropout_rate", "dropout"},
-					     {"label_smoothing",
-					      "label_smoothing"}};
-	for (size_t m = 0; m < 2; m++) {
-		const char *name = map[m][0], *key = map[m][1];
-		for (size_t i = 0; hp && i < hp->n; i++) {
-			if (strcmp(hp->names[i], name) || hp->words[i] ||
-			    !model_has_key(spec, key))
-				continue;
-			char v[64], sec[128];
-			snprintf(v, sizeof v, "%.17g", hp->values[i]);
-			int rc = apf_config_set(spec->ini, "model", key, v);
-			snprintf(sec, sizeof sec, "variant.%s", variant);
-			if (!rc && variant && strcmp(variant, "base") &&
-			    apf_config_get(spec->ini, sec, key))
-				rc = apf_config_set(spec->ini, sec, key, v);
-			if (rc)
-				return rc;
-		}
 	}
 	return 0;
 }

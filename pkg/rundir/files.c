@@ -1,48 +1,54 @@
 /*
- * files.c: the run directory's derived files: the signed head of the log
- * (log.dsse.json) and each unit's eval_measurements.csv. Both are rewritten
- * atomically at every eval, so a crash leaves the previous version.
+ * files.c: the run directory's names and derived files: unit directory
+ * names, the signed head of the log (log.dsse.json) and each unit's
+ * eval_measurements.csv. Both files are rewritten atomically at every
+ * eval, so a crash leaves the previous version.
  */
-#include "runner/internal.h"
+#include "rundir/rundir.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "manifest/manifest.h"
 #include "runlog/runlog.h"
+#include "score/score.h"
 #include "sign/sign.h"
+#include "tuning/tuning.h"
+#include "workload/workload.h"
 
-#define HEAD_PAYLOAD_TYPE "application/vnd.apf.runlog-head+json"
-
-int files_now_iso(char out[32])
+int apf_rundir_unit_name(char *out, size_t size, long study,
+			 const char *workload, const char *variant, long trial)
 {
-	time_t t = time(NULL);
-	struct tm tm;
-	gmtime_r(&t, &tm);
-	strftime(out, 32, "%Y-%m-%dT%H:%M:%SZ", &tm);
-	return 0;
+	if (variant && strcmp(variant, "base"))
+		return snprintf(out, size, "study_%ld/%s_%s/trial_%ld", study,
+				workload, variant, trial);
+	return snprintf(out, size, "study_%ld/%s/trial_%ld", study, workload,
+			trial);
 }
 
-int files_sign_head(struct run *r)
+int apf_rundir_sign_head(const char *run_dir, const struct apf_key *key,
+			 const char *run_json_sha256,
+			 const struct apf_runlog *log)
 {
 	json_t *p = json_pack("{s:s, s:s, s:I, s:s}", "format",
-			      "apf-runlog-head-v1", "run_json_sha256",
-			      r->run_json_sha256, "records",
-			      (json_int_t)apf_runlog_count(r->log), "head",
-			      apf_runlog_head(r->log));
+			      APF_RUNDIR_HEAD_FORMAT, "run_json_sha256",
+			      run_json_sha256, "records",
+			      (json_int_t)apf_runlog_count(log), "head",
+			      apf_runlog_head(log));
 	char *payload = p ? json_dumps(p, JSON_COMPACT) : NULL;
 	json_decref(p);
 	if (!payload)
 		return apf_error(APF_ENOMEM, "log.dsse.json", "out of memory");
 	apf_buf env = {0};
-	int rc = apf_dsse_sign(r->key, HEAD_PAYLOAD_TYPE, payload,
+	int rc = apf_dsse_sign(key, APF_RUNDIR_HEAD_TYPE, payload,
 			       strlen(payload), &env);
 	free(payload);
-	char *path = apf_path_join(r->run_dir, "log.dsse.json");
+	char *path = apf_path_join(run_dir, "log.dsse.json");
 	if (!rc)
-		rc = apf_file_write(path, env.data, env.len, 0644, 0);
+		rc = path ? apf_file_write(path, env.data, env.len, 0644, 0)
+			  : apf_error(APF_ENOMEM, "log.dsse.json", "out of memory");
 	free(path);
 	apf_buf_free(&env);
 	return rc;
@@ -63,7 +69,7 @@ static void put_number(apf_buf *b, double v, int is_seconds)
 		apf_buf_printf(b, "%.9g", v);
 }
 
-int files_write_csv(const char *path, const json_t *rows)
+int apf_rundir_write_csv(const char *path, const json_t *rows)
 {
 	/* Columns: the AlgoPerf ones, every metric the rows carry, sorted
 	 * bytewise as AlgoPerf writes them. */
@@ -127,5 +133,49 @@ int files_write_csv(const char *path, const json_t *rows)
 	int rc = b.data ? apf_file_write(path, b.data, b.len, 0644, 0)
 			: apf_error(APF_ENOMEM, path, "out of memory");
 	apf_buf_free(&b);
+	return rc;
+}
+
+int apf_rundir_plan_heldout(struct apf_plan *plan,
+			    const struct apf_manifest *m, const char *path,
+			    char ***variants, size_t *nvariants)
+{
+	*variants = NULL;
+	*nvariants = 0;
+	apf_score_heldout *h = NULL;
+	int rc = apf_score_heldout_load(&h, path);
+	if (!rc && !h->seed)
+		rc = apf_error(APF_EINPUT, path,
+			       "not an apf held-out draw (apf heldout draw "
+			       "writes one)");
+	char **names = rc ? NULL : apf_calloc(h->n + 1, sizeof *names);
+	if (!rc && !names)
+		rc = apf_error(APF_ENOMEM, path, "out of memory");
+	size_t n = 0;
+	for (size_t i = 0; !rc && i < h->n; i++) {
+		const struct apf_score_variant *d = &h->v[i];
+		const char *base = NULL;
+		for (size_t w = 0; w < m->nworkloads && !base; w++)
+			if (d->base && !strcmp(m->workloads[w].name, d->base))
+				base = m->workloads[w].name;
+		if (!base)
+			continue; /* a workload this entry is not for */
+		const char *v = d->variant + strlen(base) + 1;
+		apf_workload_spec *spec = NULL;
+		rc = apf_workload_spec_load(&spec, base);
+		if (!rc && !apf_workload_variant(spec, v))
+			rc = apf_error(APF_EINPUT, path,
+				       "draws variant '%s', which workload %s does "
+				       "not have",
+				       v, base);
+		apf_workload_spec_free(spec);
+		if (!rc && !(names[n] = apf_strdup(v)))
+			rc = apf_error(APF_ENOMEM, path, "out of memory");
+		if (!rc)
+			rc = apf_plan_add_variant(plan, base, names[n++]);
+	}
+	apf_score_heldout_free(h);
+	*variants = names;
+	*nvariants = n;
 	return rc;
 }

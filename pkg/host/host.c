@@ -1,0 +1,873 @@
+/*
+ * host.c: a sandboxed trial from the trusted side (host.h).
+ *
+ * Nothing the trial says is trusted beyond what it can only hurt itself
+ * with: its lines go through the protocol checker (struct apf_proto), its
+ * step count is bounded and monotonic, the shared memory is re-checked
+ * before the arena is read, and a malformed message ends the trial as a
+ * protocol fault.
+ */
+#include "host/host.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <math.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "data/data.h"
+#include "hash/hash.h"
+#include "sandbox/sandbox.h"
+
+/* Under AddressSanitizer (make check) the sandboxed apf needs its shadow
+ * memory, terabytes of address space, and its exit-time leak check would
+ * ptrace: so no address-space limit and no leak check inside the sandbox;
+ * and its own handlers must not turn a crash into an exit.
+ * The memory-limit classification is then untestable, and its test skips. */
+#if defined(__SANITIZE_ADDRESS__)
+#define UNDER_ASAN 1
+#define ASAN_ENV \
+	"ASAN_OPTIONS=detect_leaks=0:handle_segv=0:handle_sigbus=0:handle_sigfpe=0"
+#else
+#define UNDER_ASAN 0
+#define ASAN_ENV NULL
+#endif
+
+#define SLOT_FACTOR 16
+#define BUILD_TIMEOUT_MS (5 * 60 * 1000)
+#define SETUP_TIMEOUT_NS (10ull * 60 * 1000000000)
+#define FAULT_MAX (APF_SANDBOX_TEXT_MAX + 64)
+
+/* The arena and control memfds are sealed against shrinking and growing
+ * when made; they are re-checked before the supervisor reads through its
+ * mapping, so that nothing a trial does to them can become a SIGBUS here. */
+#define MEMFD_SEALS (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)
+
+struct apf_host {
+	struct apf_host_opts o;
+	struct apf_host_unit u;
+	apf_workload_spec *spec;
+	apf_backend *be;
+	float *init_state;
+	char *work, *log_dir, *scratch, *so, *hparams;
+	int arena_fd, control_fd, chan_fd, train_fd;
+	struct apf_control *ctl;
+	const void *arena_view;
+	struct apf_chan ch;
+	struct apf_proto pr;
+	apf_sandbox *sb;
+	uint64_t next_due;
+	uint64_t init_ns, submission_init_ns;
+	int64_t batch;
+	const char *end_kind;
+	char fault[FAULT_MAX];
+};
+
+/* ---- the unit ------------------------------------------------------------------ */
+
+int apf_host_find_self(char **exe, char **include_dir)
+{
+	*exe = *include_dir = NULL;
+	char buf[PATH_MAX];
+	ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
+	if (n > 0) {
+		buf[n] = 0;
+		*exe = apf_strdup(buf);
+	}
+	char *root = *exe ? apf_strdup(*exe) : NULL;
+	char *slash = root ? strrchr(root, '/') : NULL;
+	if (slash)
+		*slash = 0;
+	char *cands[2] = {root ? apf_path_join(root, "../include") : NULL,
+			  apf_path_join(APF_SOURCE_DIR, "include")};
+	for (int i = 0; i < 2 && !*include_dir; i++) {
+		char *hdr = cands[i] ? apf_path_join(cands[i], "apf/submission.h")
+				     : NULL;
+		struct stat st;
+		if (hdr && stat(hdr, &st) == 0)
+			*include_dir = realpath(cands[i], NULL);
+		free(hdr);
+	}
+	free(cands[0]);
+	free(cands[1]);
+	free(root);
+	if (*exe && *include_dir)
+		return 0;
+	free(*exe);
+	free(*include_dir);
+	*exe = *include_dir = NULL;
+	return apf_error(APF_EINPUT, "run",
+			 "cannot find apf's own binary and "
+			 "include/apf/submission.h");
+}
+
+int apf_host_open(apf_host **out, const struct apf_host_opts *o)
+{
+	*out = NULL;
+	apf_host *h = apf_calloc(1, sizeof *h);
+	if (!h)
+		return apf_error(APF_ENOMEM, "host", "out of memory");
+	h->o = *o;
+	/* The unit's directories are the host's to keep (and work/ to
+	 * remove); the other strings must outlive it. */
+	h->work = apf_strdup(o->work);
+	h->log_dir = apf_strdup(o->log_dir);
+	h->o.work = h->work;
+	h->o.log_dir = h->log_dir;
+	h->arena_fd = h->control_fd = h->chan_fd = h->train_fd = -1;
+	h->ch.fd = -1;
+	h->scratch = apf_path_join(o->work, "scratch");
+	h->so = apf_path_join(o->work, "submission.so");
+	h->hparams = apf_path_join(o->work, "hparams.json");
+	int rc = h->work && h->log_dir && h->scratch && h->so && h->hparams
+			 ? apf_mkdirs(h->scratch, 0700)
+			 : apf_error(APF_ENOMEM, "host", "out of memory");
+	char *wdir = rc ? NULL : apf_path_join(o->workloads_dir, o->workload);
+	if (!rc)
+		rc = wdir ? apf_workload_spec_load_dir(&h->spec, wdir)
+			  : apf_error(APF_ENOMEM, "host", "out of memory");
+	free(wdir);
+	const struct apf_workload_variant *v =
+		rc ? NULL : apf_workload_variant(h->spec, o->variant);
+	if (!rc && !v)
+		rc = apf_error(APF_EINPUT, h->spec->name, "no variant '%s'",
+			       o->variant);
+	const struct apf_budget *b =
+		rc ? NULL : apf_workload_budget(h->spec, o->device);
+	if (!rc && !b)
+		rc = apf_error(APF_EINPUT, h->spec->name,
+			       "no budget for device %s", o->device);
+	struct apf_host_unit *u = &h->u;
+	if (!rc) {
+		u->spec = h->spec;
+		u->validation_target = v->validation_target;
+		u->test_target = v->test_target;
+		u->budget_ns = (uint64_t)(b->max_runtime_s *
+					  o->budget_multiplier * 1e9);
+		u->eval_period_ns = (uint64_t)(b->eval_period_s * 1e9);
+		/* Untimed work of the submission's (loading it, its
+		 * constructors, init_optimizer_state) gets a stated allowance:
+		 * AlgoPerf leaves init untimed and gives it no data, and here
+		 * it also has no loss or gradient, so an honest one needs
+		 * milliseconds. Over it the unit faults, rather than the time
+		 * being counted: a time counted would change scores against
+		 * AlgoPerf's rules, a cap does not. */
+		u->init_allowance_ns = apf_workload_init_allowance_ns(u->budget_ns);
+	}
+	/* The supervisor's own copy of the workload, with the data: the
+	 * model's layout (its input shape comes from the data), the training
+	 * split the trial gets, and the initial state it must leave as it is. */
+	apf_trial_key key = {o->seed, o->study, o->trial};
+	if (!rc)
+		rc = apf_backend_cpu_new(&h->be, 1);
+	if (!rc)
+		rc = apf_workload_open(&u->wl, h->spec, o->variant, h->be, &key, 0);
+	if (!rc) {
+		u->param_floats = apf_net_param_floats(apf_workload_net(u->wl));
+		u->state_floats = apf_net_state_floats(apf_workload_net(u->wl));
+		u->capacity = apf_arena_capacity(u->param_floats, u->state_floats,
+						 SLOT_FACTOR);
+		h->init_state = apf_calloc(u->param_floats + u->state_floats + 1,
+					   sizeof(float));
+		u->init_state = h->init_state;
+		if (!h->init_state)
+			rc = apf_error(APF_ENOMEM, "host", "out of memory");
+	}
+	if (!rc)
+		rc = apf_workload_bind(u->wl, h->init_state,
+				       h->init_state + u->param_floats);
+	if (!rc)
+		rc = apf_workload_init(u->wl);
+	/* hparams.json, for the trial. */
+	json_t *hp = rc ? NULL : apf_hparams_to_json(o->hp);
+	char *text = hp ? json_dumps(hp, JSON_INDENT(2) | JSON_REAL_PRECISION(17))
+			: NULL;
+	json_decref(hp);
+	if (!rc && !text)
+		rc = apf_error(APF_ENOMEM, "host", "out of memory");
+	if (!rc) {
+		apf_buf t = {0};
+		apf_buf_printf(&t, "%s\n", text);
+		rc = t.data ? apf_file_write(h->hparams, t.data, t.len, 0644, 0)
+			    : apf_error(APF_ENOMEM, "host", "out of memory");
+		apf_buf_free(&t);
+	}
+	free(text);
+	if (rc) {
+		apf_host_close(h);
+		return rc;
+	}
+	*out = h;
+	return 0;
+}
+
+const struct apf_host_unit *apf_host_unit(const apf_host *h)
+{
+	return &h->u;
+}
+
+void apf_host_close(apf_host *h)
+{
+	if (!h)
+		return;
+	if (h->sb)
+		apf_sandbox_free(h->sb);
+	if (h->chan_fd >= 0)
+		close(h->chan_fd);
+	if (h->ctl)
+		munmap(h->ctl, 4096);
+	if (h->arena_view)
+		munmap((void *)h->arena_view, h->u.capacity);
+	if (h->arena_fd >= 0)
+		close(h->arena_fd);
+	if (h->control_fd >= 0)
+		close(h->control_fd);
+	if (h->train_fd >= 0)
+		close(h->train_fd);
+	apf_workload_close(h->u.wl);
+	if (h->be)
+		apf_backend_free(h->be);
+	free(h->init_state);
+	if (h->o.work)
+		apf_remove_tree(h->o.work);
+	apf_workload_spec_free(h->spec);
+	free(h->work);
+	free(h->log_dir);
+	free(h->scratch);
+	free(h->so);
+	free(h->hparams);
+	free(h);
+}
+
+/* ---- the sandbox's configuration ------------------------------------------------- */
+
+static const struct apf_sandbox_mount system_mounts[] = {
+	{"/usr", NULL, APF_SANDBOX_READ, 0, 0},
+	{"/lib", NULL, APF_SANDBOX_READ, 1, 0},
+	{"/lib64", NULL, APF_SANDBOX_READ, 1, 0},
+	{"/bin", NULL, APF_SANDBOX_READ, 1, 0},
+	{"/etc/ld.so.cache", NULL, APF_SANDBOX_READ, 1, 0},
+	{"/etc/alternatives", NULL, APF_SANDBOX_READ, 1, 0},
+	{"/sys/devices/system/cpu", NULL, APF_SANDBOX_READ, 1, 0},
+};
+#define NSYS (sizeof system_mounts / sizeof system_mounts[0])
+
+static void base_config(apf_host *h, struct apf_sandbox_config *c,
+			struct apf_sandbox_mount *m, size_t *nm,
+			const char *const *envp)
+{
+	memset(c, 0, sizeof *c);
+	c->mode = h->o.sealed ? APF_SANDBOX_SEALED : APF_SANDBOX_UNSEALED;
+	c->envp = envp;
+	*nm = 0;
+	for (size_t i = 0; i < NSYS; i++)
+		m[(*nm)++] = system_mounts[i];
+	m[(*nm)++] = (struct apf_sandbox_mount){h->o.exe, NULL,
+						APF_SANDBOX_READ, 0, 0};
+	c->mounts = m;
+	c->scratch = h->scratch;
+	c->scratch_bytes = 256ull << 20;
+	c->hostname = "apf-trial";
+}
+
+static int open_log_file(const apf_host *h, const char *name)
+{
+	char *p = apf_path_join(h->o.log_dir, name);
+	int fd = p ? open(p, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644) : -1;
+	free(p);
+	return fd;
+}
+
+/* ---- the build ------------------------------------------------------------------- */
+
+int apf_host_build(apf_host *h, char *detail, size_t size, char so_sha256[65])
+{
+	const struct apf_host_opts *o = &h->o;
+	detail[0] = so_sha256[0] = 0;
+	const char *argv[] = {o->exe, "__build", o->src, o->include_dir, h->so,
+			      NULL};
+	const char *envp[] = {"PATH=/usr/bin:/bin", "TMPDIR=", "LC_ALL=C",
+			      ASAN_ENV, NULL};
+	apf_buf tmpdir = {0};
+	apf_buf_printf(&tmpdir, "TMPDIR=%s", h->scratch);
+	if (!tmpdir.data)
+		return apf_error(APF_ENOMEM, "build", "out of memory");
+	envp[1] = tmpdir.data;
+	struct apf_sandbox_config c;
+	struct apf_sandbox_mount m[NSYS + 8];
+	size_t nm;
+	base_config(h, &c, m, &nm, envp);
+	m[nm++] = (struct apf_sandbox_mount){o->src, NULL, APF_SANDBOX_READ, 0,
+					     0};
+	m[nm++] = (struct apf_sandbox_mount){o->include_dir, NULL,
+					     APF_SANDBOX_READ, 0, 0};
+	m[nm++] = (struct apf_sandbox_mount){o->work, NULL, APF_SANDBOX_WRITE,
+					     0, 0};
+	c.nmounts = nm;
+	c.argv = argv;
+	c.cwd = o->src;
+	int logfd = open_log_file(h, "build.log");
+	struct apf_sandbox_fd fds[] = {{logfd, 1}, {logfd, 2}};
+	c.fds = fds;
+	c.nfds = logfd >= 0 ? 2 : 0;
+	c.limits = (struct apf_sandbox_limits){.address_space =
+						       UNDER_ASAN ? 0 : 8ull << 30,
+					       .file_size = 256ull << 20,
+					       .spawns = 256};
+	apf_sandbox *sb = NULL;
+	int rc = apf_sandbox_spawn(&sb, &c);
+	apf_sandbox_end end;
+	int done = 0;
+	if (!rc)
+		done = apf_sandbox_wait(sb, BUILD_TIMEOUT_MS, &end);
+	if (!rc && done < 0)
+		rc = done;
+	if (logfd >= 0)
+		close(logfd);
+	apf_buf_free(&tmpdir);
+	if (rc) {
+		apf_sandbox_free(sb);
+		return rc;
+	}
+	if (done == 0) {
+		apf_sandbox_kill(sb);
+		snprintf(detail, size, "the build ran past %d s",
+			 BUILD_TIMEOUT_MS / 1000);
+	} else if (end.outcome != APF_SANDBOX_EXITED || end.exit_code != 0) {
+		/* The last line of the build's output says why. */
+		char *log = apf_path_join(o->log_dir, "build.log"), *text = NULL;
+		size_t len = 0;
+		if (log && apf_file_read(log, 1 << 20, &text, &len) == 0 && len) {
+			while (len && text[len - 1] == '\n')
+				text[--len] = 0;
+			char *last = strrchr(text, '\n');
+			snprintf(detail, size, "%s",
+				 end.outcome == APF_SANDBOX_EXITED
+					 ? (last ? last + 1 : text)
+					 : end.reason);
+		} else {
+			snprintf(detail, size, "%s", end.reason);
+		}
+		apf_error_clear();
+		free(text);
+		free(log);
+	}
+	apf_sandbox_free(sb);
+	uint8_t d[APF_SHA256_LEN];
+	if (!detail[0] && apf_sha256_file(h->so, d, NULL) == 0)
+		apf_hex(so_sha256, d, sizeof d);
+	else if (!detail[0])
+		snprintf(detail, size, "the build left no shared object");
+	apf_error_clear();
+	return 0;
+}
+
+/* ---- shared memory ------------------------------------------------------------- */
+
+/* The memory shared with the trial: the arena and the control page,
+ * sealed at their size so that the trial cannot shrink them under the
+ * supervisor's mappings (a SIGBUS in the supervisor) or grow them past its
+ * memory limit. */
+int apf_host_arena(apf_host *h, const void *restore, size_t len)
+{
+	size_t cap = h->u.capacity;
+	if (restore && len > cap)
+		return apf_error(APF_EVERIFY, "arena",
+				 "a checkpoint of %zu bytes is larger than the "
+				 "model's arena (%zu)",
+				 len, cap);
+	h->arena_fd = memfd_create("apf-arena", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	h->control_fd = memfd_create("apf-control",
+				     MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	if (h->arena_fd < 0 || h->control_fd < 0 ||
+	    ftruncate(h->arena_fd, (off_t)cap) != 0 ||
+	    ftruncate(h->control_fd, 4096) != 0)
+		return apf_error_errno(APF_EIO, errno, "arena", "shared memory");
+	if (restore && pwrite(h->arena_fd, restore, len, 0) != (ssize_t)len)
+		return apf_error_errno(APF_EIO, errno, "arena", "restore");
+	if (fcntl(h->arena_fd, F_ADD_SEALS, MEMFD_SEALS) != 0 ||
+	    fcntl(h->control_fd, F_ADD_SEALS, MEMFD_SEALS) != 0)
+		return apf_error_errno(APF_EIO, errno, "arena",
+				       "seal the shared memory");
+	h->ctl = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED,
+		      h->control_fd, 0);
+	h->arena_view = mmap(NULL, cap, PROT_READ, MAP_SHARED, h->arena_fd, 0);
+	if (h->ctl == MAP_FAILED || h->arena_view == MAP_FAILED) {
+		if (h->ctl != MAP_FAILED)
+			munmap(h->ctl, 4096);
+		if (h->arena_view != MAP_FAILED)
+			munmap((void *)h->arena_view, cap);
+		h->ctl = NULL;
+		h->arena_view = NULL;
+		return apf_error_errno(APF_EIO, errno, "arena", "map the arena");
+	}
+	return 0;
+}
+
+int apf_host_arena_load(apf_host *h, const void *data, size_t len)
+{
+	size_t cap = h->u.capacity;
+	if (len > cap)
+		return apf_error(APF_EVERIFY, "arena",
+				 "a checkpoint of %zu bytes is larger than the "
+				 "model's arena (%zu)",
+				 len, cap);
+	if (pwrite(h->arena_fd, data, len, 0) != (ssize_t)len)
+		return apf_error_errno(APF_EIO, errno, "arena", "load");
+	static const char zeros[65536];
+	for (size_t off = len; off < cap;) {
+		size_t n = cap - off < sizeof zeros ? cap - off : sizeof zeros;
+		if (pwrite(h->arena_fd, zeros, n, (off_t)off) != (ssize_t)n)
+			return apf_error_errno(APF_EIO, errno, "arena", "load");
+		off += n;
+	}
+	return 0;
+}
+
+int apf_host_arena_fd(const apf_host *h)
+{
+	return h->arena_fd;
+}
+
+const void *apf_host_arena_view(const apf_host *h)
+{
+	return h->arena_view;
+}
+
+static int memfd_intact(int fd, uint64_t bytes)
+{
+	struct stat st;
+	int seals = fcntl(fd, F_GET_SEALS);
+	return fstat(fd, &st) == 0 && (uint64_t)st.st_size == bytes &&
+	       seals >= 0 && (seals & MEMFD_SEALS) == MEMFD_SEALS;
+}
+
+struct apf_unit_args apf_host_args(const apf_host *h)
+{
+	const struct apf_host_opts *o = &h->o;
+	return (struct apf_unit_args){
+		.workloads_dir = o->workloads_dir,
+		.workload = o->workload,
+		.variant = o->variant,
+		.seed = o->seed,
+		.study = o->study,
+		.trial = o->trial,
+		.threads = o->threads,
+		.device = o->device,
+		.so = h->so,
+		.hparams = h->hparams,
+		.max_steps = h->spec->max_steps,
+		.step_hint = h->spec->max_steps,
+		.budget_s = (double)h->u.budget_ns / 1e9,
+		.arena_bytes = h->u.capacity};
+}
+
+/* ---- endings ----------------------------------------------------------------------- */
+
+static const char *fault_kind(const apf_sandbox_end *end)
+{
+	switch (end->outcome) {
+	case APF_SANDBOX_FAULTED:
+		return end->path_fault ? "path" : "syscall";
+	case APF_SANDBOX_MEMORY_LIMIT:
+		return "memory";
+	case APF_SANDBOX_CRASHED:
+	case APF_SANDBOX_CPU_LIMIT:
+	case APF_SANDBOX_FILE_LIMIT:
+		return "crash";
+	default:
+		return "protocol";
+	}
+}
+
+void apf_host_end(apf_host *h, const char *kind, const char *detail)
+{
+	if (h->sb)
+		apf_sandbox_kill(h->sb);
+	if (h->end_kind)
+		return;
+	h->end_kind = kind;
+	snprintf(h->fault, sizeof h->fault, "%s", detail);
+}
+
+const char *apf_host_ending(const apf_host *h, const char **detail)
+{
+	if (detail)
+		*detail = h->fault;
+	return h->end_kind;
+}
+
+/* The trial ended without being asked to, or sent an error line (after
+ * which it exits by itself): how, from the way its sandbox ended. An error
+ * line is the submission's own error, not a sandbox fault. */
+static void trial_gone(apf_host *h, const char *error_line)
+{
+	if (h->end_kind)
+		return;
+	apf_sandbox_end end;
+	if (apf_sandbox_reap(h->sb, &end) != 1 &&
+	    apf_sandbox_wait(h->sb, 5000, &end) != 1) {
+		apf_sandbox_kill(h->sb);
+		apf_sandbox_wait(h->sb, -1, &end);
+	}
+	const char *kind = fault_kind(&end), *detail = end.reason;
+	if (error_line && end.outcome == APF_SANDBOX_EXITED)
+		kind = "error", detail = error_line;
+	else if (end.outcome == APF_SANDBOX_EXITED)
+		detail = "the trial exited without a report";
+	h->end_kind = kind;
+	snprintf(h->fault, sizeof h->fault, "%s", detail);
+}
+
+/* ---- the trial process --------------------------------------------------------------- */
+
+/* Where the trial sees its files when sealed: fixed paths, so that nothing
+ * it can read (its arguments, its environment, its mount table's mount
+ * points) says where the operator keeps the run, or tells a replay from a
+ * run. Unsealed there is no mount namespace, and host paths are used. */
+#define TRIAL_EXE "/apf/bin/apf"
+#define TRIAL_WORKLOADS "/apf/workloads"
+#define TRIAL_UNIT "/apf/unit"
+#define TRIAL_SCRATCH "/apf/scratch"
+
+static int spawn_trial(apf_host *h)
+{
+	const struct apf_host_opts *o = &h->o;
+	struct apf_unit_args a = apf_host_args(h);
+	const char *exe = o->exe, *scratch = h->scratch;
+	if (o->sealed) {
+		exe = TRIAL_EXE;
+		scratch = TRIAL_SCRATCH;
+		a.workloads_dir = TRIAL_WORKLOADS;
+		a.so = TRIAL_UNIT "/submission.so";
+		a.hparams = TRIAL_UNIT "/hparams.json";
+	}
+	int rc = apf_image_dataset_export_train(&h->train_fd,
+						apf_workload_dataset(h->u.wl));
+	if (rc)
+		return rc;
+	int sv[2];
+	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0)
+		return apf_error_errno(APF_EIO, errno, "trial", "socketpair");
+	const char *argv[40];
+	size_t n = 0;
+	apf_buf storage = {0}, threads = {0}, home = {0};
+	argv[n++] = exe;
+	argv[n++] = "__trial";
+	rc = apf_unit_args_to_argv(&a, 1, (char **)argv, &n, &storage);
+	argv[n] = NULL;
+	apf_buf_printf(&threads, "OPENBLAS_NUM_THREADS=%d", o->threads);
+	apf_buf_printf(&home, "HOME=%s", scratch);
+	if (!rc && (!threads.data || !home.data))
+		rc = apf_error(APF_ENOMEM, "trial", "out of memory");
+	const char *envp[] = {threads.data, home.data, "PATH=/usr/bin:/bin",
+			      "LC_ALL=C", ASAN_ENV, NULL};
+	struct apf_sandbox_config c;
+	struct apf_sandbox_mount m[NSYS + 8];
+	size_t nm;
+	base_config(h, &c, m, &nm, envp);
+	/* No dataset is mounted: the training split comes as APF_FD_TRAIN.
+	 * The binary, the trial's own workload spec and the unit's files are
+	 * copies, so that not even the mount table's root column names their
+	 * host paths. */
+	char *wdir = apf_path_join(o->workloads_dir, o->workload);
+	char wtarget[300];
+	snprintf(wtarget, sizeof wtarget, TRIAL_WORKLOADS "/%s", o->workload);
+	if (o->sealed) {
+		m[nm - 1].target = TRIAL_EXE; /* base_config's last: the binary */
+		m[nm - 1].copy = 1;
+		c.scratch = TRIAL_SCRATCH;
+	}
+	m[nm++] = (struct apf_sandbox_mount){
+		wdir ? wdir : o->workloads_dir, o->sealed ? wtarget : NULL,
+		APF_SANDBOX_READ, 0, o->sealed};
+	m[nm++] = (struct apf_sandbox_mount){o->work,
+					     o->sealed ? TRIAL_UNIT : NULL,
+					     APF_SANDBOX_READ, 0, o->sealed};
+	c.nmounts = nm;
+	c.argv = argv;
+	c.cwd = scratch;
+	int logfd = open_log_file(h, "trial.log");
+	struct apf_sandbox_fd fds[] = {{h->arena_fd, APF_FD_ARENA},
+				       {h->control_fd, APF_FD_CONTROL},
+				       {sv[1], APF_FD_CHANNEL},
+				       {h->train_fd, APF_FD_TRAIN},
+				       {logfd, 1},
+				       {logfd, 2}};
+	c.fds = fds;
+	c.nfds = logfd >= 0 ? 6 : 4;
+	uint64_t limit = apf_host_memory_limit(h);
+	c.limits = (struct apf_sandbox_limits){
+		.address_space = UNDER_ASAN ? 0 : limit,
+		/* One limit that counts everything the trial can hold (its
+		 * memfds, scratch and page cache too) where a cgroup can be
+		 * had; apf_sandbox_memory_mechanism says which, logged. */
+		.memory = limit,
+		.open_files = 256,
+		.file_size = 256ull << 20,
+		.spawns = 256};
+	if (!rc)
+		rc = apf_sandbox_spawn(&h->sb, &c);
+	free(wdir);
+	close(sv[1]);
+	if (logfd >= 0)
+		close(logfd);
+	apf_buf_free(&storage);
+	apf_buf_free(&threads);
+	apf_buf_free(&home);
+	if (rc) {
+		close(sv[0]);
+		return rc;
+	}
+	h->chan_fd = sv[0];
+	h->ch.fd = sv[0];
+	return 0;
+}
+
+uint64_t apf_host_memory_limit(const apf_host *h)
+{
+	return h->o.memory_limit ? h->o.memory_limit : APF_HOST_DEFAULT_MEMORY;
+}
+
+const char *apf_host_memory_mechanism(const apf_host *h)
+{
+	return apf_sandbox_memory_mechanism(h->sb);
+}
+
+static int interrupted(const apf_host *h)
+{
+	return h->o.interrupted && h->o.interrupted();
+}
+
+/* Serves the sandbox and waits for a line from the trial, up to
+ * deadline_ns (0: none). Returns 1 with a line, 0 on timeout or
+ * interruption, 2 when the trial ended (h->end_kind says how), or an
+ * error. */
+static int await_line(apf_host *h, char *line, size_t size,
+		      uint64_t deadline_ns, int progress)
+{
+	for (;;) {
+		int t = apf_chan_try(&h->ch, line, size);
+		if (t == 1)
+			return 1;
+		if (t < 0) {
+			apf_host_end(h, "protocol", apf_error_message());
+			apf_error_clear();
+			return 2;
+		}
+		apf_sandbox_end end;
+		int ended = apf_sandbox_reap(h->sb, &end);
+		if (ended == 1 || t == 2) {
+			trial_gone(h, NULL);
+			return 2;
+		}
+		if (interrupted(h))
+			return 0;
+		uint64_t now = apf_now_ns();
+		if (deadline_ns && now >= deadline_ns)
+			return 0;
+		if (h->next_due && now >= h->next_due) {
+			/* At the end of the step under way: any step after the
+			 * last eval's is at or past this one. */
+			int64_t at = h->pr.step + 1;
+			apf_proto_request(&h->pr, at);
+			__atomic_store_n(&h->ctl->eval_at, at, __ATOMIC_RELEASE);
+			h->next_due = 0;
+		}
+		int wait = 500;
+		if (deadline_ns && (deadline_ns - now) / 1000000 < (uint64_t)wait)
+			wait = (int)((deadline_ns - now) / 1000000) + 1;
+		if (h->next_due && h->next_due > now &&
+		    (h->next_due - now) / 1000000 < (uint64_t)wait)
+			wait = (int)((h->next_due - now) / 1000000) + 1;
+		struct pollfd p[3] = {{h->chan_fd, POLLIN, 0},
+				      {apf_sandbox_notify_fd(h->sb), POLLIN, 0},
+				      {apf_sandbox_exit_fd(h->sb), POLLIN, 0}};
+		int pr = poll(p, 3, wait);
+		if (pr < 0 && errno != EINTR)
+			return apf_error_errno(APF_EIO, errno, "trial", "poll");
+		if (pr > 0 && (p[1].revents & POLLIN)) {
+			apf_sandbox_event ev;
+			int rc = apf_sandbox_notify_handle(h->sb, &ev);
+			if (rc)
+				return rc;
+		}
+		if (progress && h->o.tick)
+			h->o.tick(h->o.user,
+				  __atomic_load_n(&h->ctl->step, __ATOMIC_RELAXED),
+				  now);
+	}
+}
+
+int apf_host_start(apf_host *h, int64_t step)
+{
+	uint64_t spawn_t = apf_now_ns();
+	int rc = spawn_trial(h);
+	if (rc)
+		return rc;
+	char line[APF_LINE_MAX];
+	uint64_t deadline = spawn_t + SETUP_TIMEOUT_NS, locked_t = 0;
+	int64_t max = h->spec->max_steps > 0 ? h->spec->max_steps : 0;
+	h->pr = (struct apf_proto){APF_PROTO_SETUP, step, max, 0};
+	for (;;) {
+		int w = await_line(h, line, sizeof line, deadline, 0);
+		struct apf_proto_msg m;
+		if (w < 0)
+			return w;
+		if (w == 0 && interrupted(h))
+			return 0;
+		if (w == 2)
+			return 0;
+		if (w == 0) {
+			char msg[200];
+			if (locked_t)
+				snprintf(msg, sizeof msg,
+					 "loading the submission and "
+					 "init_optimizer_state ran past their "
+					 "allowance of %.1f s",
+					 (double)h->u.init_allowance_ns / 1e9);
+			else
+				snprintf(msg, sizeof msg,
+					 "set-up took more than %llu s",
+					 SETUP_TIMEOUT_NS / 1000000000ull);
+			apf_host_end(h, "timeout", msg);
+			return 0;
+		}
+		if (apf_proto_accept(&h->pr, line, &m)) {
+			apf_host_end(h, "protocol", apf_error_message());
+			apf_error_clear();
+			return 0;
+		}
+		if (m.kind == APF_PROTO_ERROR) {
+			trial_gone(h, m.text);
+			return 0;
+		}
+		if (m.kind == APF_PROTO_LOCK) {
+			rc = apf_sandbox_set_phase(h->sb, APF_SANDBOX_LOCKED);
+			if (rc == APF_EABORT) {
+				apf_host_end(h, "syscall", apf_error_message());
+				apf_error_clear();
+				return 0;
+			}
+			if (!rc)
+				rc = apf_chan_send(h->chan_fd, "locked");
+			if (rc)
+				return rc;
+			apf_proto_locked(&h->pr);
+			locked_t = apf_now_ns();
+			deadline = locked_t + h->u.init_allowance_ns;
+			continue;
+		}
+		uint64_t now = apf_now_ns(); /* APF_PROTO_READY */
+		h->init_ns = now - spawn_t;
+		h->submission_init_ns = now - locked_t;
+		h->batch = m.batch;
+		return 1;
+	}
+}
+
+void apf_host_setup_times(const apf_host *h, uint64_t *init_ns,
+			  uint64_t *submission_init_ns, int64_t *batch)
+{
+	*init_ns = h->init_ns;
+	*submission_init_ns = h->submission_init_ns;
+	*batch = h->batch;
+}
+
+static double metric(const json_t *m, const char *split, const char *name)
+{
+	char key[128];
+	snprintf(key, sizeof key, "%s/%s", split, name);
+	json_t *v = json_object_get(m, key);
+	return json_is_number(v) ? json_number_value(v) : NAN;
+}
+
+int apf_host_go(apf_host *h, uint64_t sub_ns, int64_t evals,
+		const json_t *m, int64_t eval_at)
+{
+	const char *mn = h->spec->metric;
+	apf_proto_go(&h->pr, eval_at);
+	__atomic_store_n(&h->ctl->eval_at, eval_at, __ATOMIC_RELEASE);
+	return apf_chan_send(
+		h->chan_fd, "go %llu %lld %.17g %.17g %.17g %.17g %.17g %.17g",
+		(unsigned long long)sub_ns, (long long)evals,
+		metric(m, "train", "loss"), metric(m, "train", mn),
+		metric(m, "validation", "loss"), metric(m, "validation", mn),
+		metric(m, "test", "loss"), metric(m, "test", mn));
+}
+
+void apf_host_due(apf_host *h, uint64_t at_ns)
+{
+	h->next_due = at_ns;
+}
+
+int apf_host_next(apf_host *h, uint64_t deadline_ns, int64_t *step,
+		  enum apf_proto_why *why)
+{
+	char line[APF_LINE_MAX];
+	int w = await_line(h, line, sizeof line, deadline_ns, 1);
+	if (w < 0)
+		return w;
+	if (w == 0)
+		return APF_HOST_TIMEOUT;
+	if (w == 2)
+		return APF_HOST_ENDED;
+	struct apf_proto_msg m;
+	if (apf_proto_accept(&h->pr, line, &m)) {
+		apf_host_end(h, "protocol", apf_error_message());
+		apf_error_clear();
+		return APF_HOST_ENDED;
+	}
+	if (m.kind == APF_PROTO_ERROR) {
+		trial_gone(h, m.text);
+		return APF_HOST_ENDED;
+	}
+	*step = m.step;
+	*why = m.why;
+	return APF_HOST_REPORT;
+}
+
+int apf_host_freeze(apf_host *h)
+{
+	if (apf_sandbox_stop(h->sb)) {
+		apf_error_clear();
+		trial_gone(h, NULL);
+		return 0;
+	}
+	if (!memfd_intact(h->arena_fd, h->u.capacity) ||
+	    !memfd_intact(h->control_fd, 4096)) {
+		apf_host_end(h, "protocol", "the arena or control memory lost "
+					    "its size or seals");
+		return 0;
+	}
+	return 1;
+}
+
+int apf_host_resume(apf_host *h)
+{
+	if (apf_sandbox_cont(h->sb)) {
+		apf_error_clear();
+		trial_gone(h, NULL);
+		return 0;
+	}
+	return 1;
+}
+
+void apf_host_stop(apf_host *h)
+{
+	if (!h->sb)
+		return;
+	apf_chan_send(h->chan_fd, "stop");
+	apf_sandbox_cont(h->sb);
+	apf_sandbox_end end;
+	if (apf_sandbox_wait(h->sb, 3000, &end) != 1)
+		apf_sandbox_kill(h->sb);
+	apf_error_clear();
+}

@@ -1,0 +1,720 @@
+/*
+ * audit.c: checks 4 and 5 beyond the digests (verify.h, apf_verify_audit):
+ * re-evaluating kept checkpoints and replaying eval intervals, on the
+ * checkpoints the verified walk of the log keeps (the report's `kept`).
+ *
+ * Nothing here reaches the runner (pkg/runner): re-evaluation runs the
+ * evaluator process (pkg/eval), replay hosts the submission's trial in the
+ * sandbox (pkg/host), both started with the arguments and environment the
+ * runner gives them (apf_host_args), so that an audit runs what the run
+ * ran. Everything an audit writes - the extracted entry, each unit's work
+ * directory, the build's, trial's and evaluator's logs - lies under one
+ * private temporary directory, removed at the end; the run directory and
+ * other runs' work directories are only read (or not touched at all).
+ *
+ * Which intervals: every (unit, k -> k+1) of the kept checkpoints, k = 0
+ * the state init_optimizer_state left. --replay N takes the first N in
+ * the order of SHA-256("apf-replay-v1 <seed> <unit> <k>") with a printed
+ * seed, so an operator cannot know which will be checked; --replay-top Q
+ * first takes the Q whose parameters changed most between the two
+ * checkpoints (large updates are where a forged trajectory is cheapest to
+ * hide); all replays every interval.
+ */
+#include "verify/verifier.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "eval/eval.h"
+#include "hash/hash.h"
+#include "host/host.h"
+#include "rundir/rundir.h"
+#include "sandbox/sandbox.h"
+#include "sysinfo/sysinfo.h"
+
+/* Replayed intervals shorter than this are timed and reported, but not held
+ * against the timing tolerance: a few steps are dominated by the replay's
+ * first touches of its memory. */
+#define MIN_TIMED_S 0.1
+/* What --replay-top reads of a checkpoint at most (no model at hand). */
+#define APF_MAX_REPLAY_CKPT ((size_t)1 << 31)
+#define REPLAY_TIMEOUT_NS (30ull * 60 * 1000000000)
+
+struct audit {
+	apf_verify_report *r;
+	const struct apf_audit_opts *o;
+	char *tmp;          /* the private temporary directory */
+	apf_entry *entry;
+	apf_plan *plan;
+	char **variants;
+	size_t nvariants;
+	char *workloads_dir, *exe, *include_dir, *src;
+	int sealed, extracted;
+	size_t nwork;       /* work directories made so far */
+};
+
+static void say(const struct audit *a, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+static void say(const struct audit *a, const char *fmt, ...)
+{
+	if (!a->o->progress)
+		return;
+	char line[700];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(line, sizeof line, fmt, ap);
+	va_end(ap);
+	a->o->progress(a->o->user, line);
+}
+
+/* ---- the audit's context ------------------------------------------------------ */
+
+/* The entry (verified again: check 1 passed, but the file is read anew),
+ * its plan with the run's held-out variants, this apf and the workloads. */
+static int audit_open(struct audit *a, int extract)
+{
+	const char *t = getenv("TMPDIR");
+	apf_buf b = {0};
+	apf_buf_printf(&b, "%s/apf-verify-XXXXXX", t && *t ? t : "/tmp");
+	a->tmp = b.data;
+	if (!a->tmp)
+		return apf_error(APF_ENOMEM, "verify", "out of memory");
+	if (!mkdtemp(a->tmp)) {
+		int rc = apf_error_errno(APF_EIO, errno, "verify",
+					 "create a temporary directory");
+		free(a->tmp);
+		a->tmp = NULL;
+		return rc;
+	}
+	char *entry = apf_path_join(a->r->run_dir, "entry.apf");
+	char *dest = apf_path_join(a->tmp, "entry");
+	int rc = entry && dest ? 0 : apf_error(APF_ENOMEM, "verify", "out of memory");
+	if (!rc && extract) {
+		rc = apf_entry_extract(&a->entry, entry, dest, a->o->entry_keys);
+		a->src = apf_path_join(dest, "submission");
+		a->extracted = 1;
+	} else if (!rc) {
+		rc = apf_entry_verify(&a->entry, entry, a->o->entry_keys);
+	}
+	free(entry);
+	free(dest);
+	if (!rc)
+		rc = apf_entry_plan(a->entry, &a->plan);
+	char *h = rc ? NULL : apf_path_join(a->r->run_dir, "heldout.json");
+	struct stat st;
+	if (h && stat(h, &st) == 0)
+		rc = apf_rundir_plan_heldout(a->plan, a->entry->manifest, h,
+					     &a->variants, &a->nvariants);
+	free(h);
+	if (!rc)
+		rc = apf_workloads_dir(&a->workloads_dir);
+	if (!rc) {
+		/* Sandbox mounts want canonical paths. */
+		char *real = realpath(a->workloads_dir, NULL);
+		if (real) {
+			free(a->workloads_dir);
+			a->workloads_dir = real;
+		}
+		rc = apf_host_find_self(&a->exe, &a->include_dir);
+	}
+	/* Replay sealed where the kernel allows it; an auditor's machine that
+	 * refuses namespaces still replays, with the filter. */
+	a->sealed = extract && apf_sandbox_probe(APF_SANDBOX_SEALED) == 0;
+	if (!rc)
+		apf_error_clear();
+	return rc;
+}
+
+static void audit_close(struct audit *a)
+{
+	if (a->tmp)
+		apf_remove_tree(a->tmp);
+	free(a->tmp);
+	for (size_t i = 0; i < a->nvariants; i++)
+		free(a->variants[i]);
+	free(a->variants);
+	apf_plan_free(a->plan);
+	apf_entry_free(a->entry);
+	free(a->workloads_dir);
+	free(a->exe);
+	free(a->include_dir);
+	free(a->src);
+}
+
+/* The plan's unit a kept unit is, or NULL. */
+static const struct apf_plan_unit *plan_unit(const struct audit *a,
+					     const struct apf_verify_kept *k)
+{
+	for (size_t i = 0; i < a->plan->n; i++) {
+		const struct apf_plan_unit *u = &a->plan->units[i];
+		if (u->study == k->study && u->trial + 1 == k->trial &&
+		    !strcmp(u->workload, k->workload) &&
+		    !strcmp(u->variant, k->variant))
+			return u;
+	}
+	return NULL;
+}
+
+/* A host for one kept unit, its work and log directories under tmp. */
+static int host_open(struct audit *a, const struct apf_verify_kept *k,
+		     apf_host **out, char **dir)
+{
+	*out = NULL;
+	const struct apf_plan_unit *u = plan_unit(a, k);
+	if (!u)
+		return apf_error(APF_EVERIFY, k->unit, "not a unit of the entry's plan");
+	char name[32];
+	snprintf(name, sizeof name, "unit_%zu", a->nwork++);
+	*dir = apf_path_join(a->tmp, name);
+	char *work = *dir ? apf_path_join(*dir, "work") : NULL;
+	int rc = work ? apf_mkdirs(*dir, 0700)
+		      : apf_error(APF_ENOMEM, "verify", "out of memory");
+	const apf_manifest *m = a->entry->manifest;
+	struct apf_host_opts ho = {.exe = a->exe,
+				   .workloads_dir = a->workloads_dir,
+				   .include_dir = a->include_dir,
+				   .src = a->src,
+				   .work = work,
+				   .log_dir = *dir,
+				   .sealed = a->sealed,
+				   .workload = k->workload,
+				   .variant = k->variant,
+				   .device = "cpu",
+				   .seed = m->tuning.seed,
+				   .study = (uint32_t)k->study,
+				   .trial = (uint32_t)k->trial,
+				   .threads = (int)a->r->threads,
+				   .budget_multiplier = m->tuning.budget_multiplier,
+				   .hp = &u->hp};
+	if (!rc)
+		rc = apf_host_open(out, &ho);
+	free(work);
+	return rc;
+}
+
+/* A kept checkpoint's bytes, read whole and checked against the digest the
+ * log names: an audit reads no other. */
+static int read_ckpt(const struct audit *a, const struct apf_verify_kept *k,
+		     size_t c, size_t max, char **data, size_t *len)
+{
+	*data = NULL;
+	char rel[600];
+	snprintf(rel, sizeof rel, "%s/ckpt/%llu.bin", k->unit,
+		 (unsigned long long)k->ckpt[c].index);
+	int fd = -1;
+	int rc = apf_file_open_beneath(&fd, NULL, a->r->run_dir, rel, 0);
+	if (!rc)
+		rc = apf_file_read_fd(fd, rel, max, data, len);
+	if (fd >= 0)
+		close(fd);
+	uint8_t d[APF_SHA256_LEN];
+	if (!rc)
+		rc = apf_sha256_buf(*data, *len, d);
+	if (!rc && memcmp(d, k->ckpt[c].sha256, 32))
+		rc = apf_error(APF_EVERIFY, rel,
+			       "differs from the checkpoint the log names");
+	if (rc) {
+		free(*data);
+		*data = NULL;
+	}
+	return rc;
+}
+
+/* ---- check 4: re-evaluation ------------------------------------------------------ */
+
+static int metrics_differ(const json_t *logged, const json_t *m, char *why,
+			  size_t size)
+{
+	const char *key;
+	json_t *v;
+	why[0] = 0;
+	json_object_foreach((json_t *)logged, key, v)
+	{
+		json_t *w = json_object_get(m, key);
+		/* Bit-exact on the CPU: the logged numbers were printed with
+		 * 17 significant digits and parse back to the same double. */
+		if (!w || !json_is_number(w) ||
+		    json_number_value(v) != json_number_value(w)) {
+			snprintf(why, size, "%s: re-evaluated %.17g, logged %.17g",
+				 key, w ? json_number_value(w) : NAN,
+				 json_number_value(v));
+			return 1;
+		}
+	}
+	if (json_object_size(m) != json_object_size(logged)) {
+		snprintf(why, size, "the logged metrics are not the evaluator's "
+				    "set");
+		return 1;
+	}
+	return 0;
+}
+
+/* Every kept checkpoint of one unit: the initial state against the
+ * workload's initialisation, the others re-evaluated in one clean
+ * evaluator process, one after another in the same arena. */
+static int reeval_unit(struct audit *a, const struct apf_verify_kept *k,
+		       size_t *done, size_t *initial, char *why, size_t size)
+{
+	apf_host *h = NULL;
+	apf_evaluator *ev = NULL;
+	char *dir = NULL;
+	int rc = host_open(a, k, &h, &dir);
+	const struct apf_host_unit *hu = rc ? NULL : apf_host_unit(h);
+	if (!rc)
+		rc = apf_host_arena(h, NULL, 0);
+	why[0] = 0;
+	for (size_t c = 0; !rc && !why[0] && c < k->n; c++) {
+		const struct apf_verify_ckpt *ck = &k->ckpt[c];
+		say(a, "%s %s checkpoint %llu",
+		    ck->index ? "re-evaluating" : "checking", k->unit,
+		    (unsigned long long)ck->index);
+		char *data = NULL;
+		size_t len = 0;
+		rc = read_ckpt(a, k, c, hu->capacity, &data, &len);
+		if (!rc && ck->index == 0) {
+			apf_arena_initial_differs(data, len, hu->init_state,
+						  hu->param_floats,
+						  hu->state_floats, why, size);
+			apf_error_clear();
+			*initial += !why[0];
+		} else if (!rc) {
+			/* Each checkpoint into a fresh evaluator's view: the
+			 * arena is rewritten whole, zeros past its bytes. */
+			rc = apf_host_arena_load(h, data, len);
+			if (!rc && !ev) {
+				char *logp = apf_path_join(dir, "evaluator.log");
+				int fd = logp ? open(logp, O_WRONLY | O_CREAT |
+								   O_APPEND | O_CLOEXEC,
+						     0600)
+					      : -1;
+				struct apf_unit_args args = apf_host_args(h);
+				rc = apf_evaluator_start(&ev, a->exe, &args,
+							 apf_host_arena_fd(h), fd);
+				if (fd >= 0)
+					close(fd);
+				free(logp);
+			}
+			json_t *m = NULL;
+			char err[600];
+			if (!rc)
+				rc = apf_evaluator_eval(ev, &m, err, sizeof err);
+			if (!rc && !m)
+				rc = apf_error(APF_EVERIFY, "reeval", "%s", err);
+			if (!rc)
+				metrics_differ(ck->metrics, m, why, size);
+			json_decref(m);
+		}
+		free(data);
+		if (!rc && !why[0])
+			(*done)++;
+		if (!rc && why[0]) {
+			char msg[900];
+			snprintf(msg, sizeof msg, "%s/%s/ckpt/%llu.bin: %s",
+				 a->r->run_dir, k->unit,
+				 (unsigned long long)ck->index, why);
+			snprintf(why, size, "%s", msg);
+		}
+	}
+	apf_evaluator_stop(ev);
+	apf_host_close(h);
+	if (dir)
+		apf_remove_tree(dir);
+	free(dir);
+	return rc;
+}
+
+/* ---- check 5: replay ------------------------------------------------------------- */
+
+/* The L2 norm of the parameter change between two kept checkpoints of a
+ * unit (what --replay-top ranks intervals by). */
+static int param_change(const struct audit *a, const struct apf_verify_kept *k,
+			size_t c, double *out)
+{
+	*out = 0;
+	char *f = NULL, *t = NULL;
+	size_t flen = 0, tlen = 0;
+	int rc = read_ckpt(a, k, c, APF_MAX_REPLAY_CKPT, &f, &flen);
+	if (!rc)
+		rc = read_ckpt(a, k, c + 1, APF_MAX_REPLAY_CKPT, &t, &tlen);
+	if (!rc)
+		rc = apf_arena_check(f, flen);
+	if (!rc)
+		rc = apf_arena_check(t, tlen);
+	const struct apf_arena_header *hf = (const void *)f, *ht = (const void *)t;
+	if (!rc && (hf->params_offset != ht->params_offset ||
+		    hf->params_floats != ht->params_floats))
+		rc = apf_error(APF_EVERIFY, k->unit,
+			       "two checkpoints of one unit with different "
+			       "layouts");
+	if (!rc) {
+		const float *pf = (const float *)(f + hf->params_offset);
+		const float *pt = (const float *)(t + ht->params_offset);
+		double sum = 0;
+		for (uint64_t i = 0; i < hf->params_floats; i++) {
+			double d = (double)pt[i] - (double)pf[i];
+			sum += d * d;
+		}
+		*out = sqrt(sum);
+	}
+	free(f);
+	free(t);
+	return rc;
+}
+
+/* Replays interval c -> c+1 of a unit: the submission, built from the
+ * run's entry in the sandbox, restarted from checkpoint c (its step, its
+ * submission time and the metrics of its eval handed to the trial as the
+ * run handed them) up to checkpoint c+1's step, its arena then compared
+ * with checkpoint c+1 byte for byte. Timed as the runner times a trial:
+ * from its go to its eval report. why names the first difference. */
+static int replay(struct audit *a, const struct apf_verify_kept *k, size_t c,
+		  char *why, size_t size, uint64_t *replayed_ns)
+{
+	*replayed_ns = 0;
+	why[0] = 0;
+	const struct apf_verify_ckpt *from = &k->ckpt[c], *to = &k->ckpt[c + 1];
+	apf_host *h = NULL;
+	char *dir = NULL, *f = NULL, *t = NULL;
+	size_t flen = 0, tlen = 0;
+	int rc = host_open(a, k, &h, &dir);
+	const struct apf_host_unit *hu = rc ? NULL : apf_host_unit(h);
+	if (!rc)
+		rc = read_ckpt(a, k, c, hu->capacity, &f, &flen);
+	if (!rc)
+		rc = read_ckpt(a, k, c + 1, hu->capacity, &t, &tlen);
+	char detail[600], so[65];
+	if (!rc)
+		rc = apf_host_build(h, detail, sizeof detail, so);
+	if (!rc && detail[0])
+		rc = apf_error(APF_EINPUT, "replay", "the build failed: %s", detail);
+	if (!rc)
+		rc = apf_host_arena(h, f, flen);
+	int ready = 0;
+	if (!rc) {
+		rc = apf_host_start(h, (int64_t)from->global_step);
+		ready = rc > 0;
+		rc = rc > 0 ? 0 : rc;
+	}
+	if (!rc && ready)
+		rc = apf_host_go(h, from->submission_ns, (int64_t)from->index,
+				 from->metrics, (int64_t)to->global_step);
+	uint64_t t_go = apf_now_ns();
+	int64_t step = 0;
+	enum apf_proto_why w_why;
+	int w = rc || !ready ? APF_HOST_ENDED
+			     : apf_host_next(h, t_go + REPLAY_TIMEOUT_NS, &step,
+					     &w_why);
+	if (!rc && w < 0)
+		rc = w;
+	if (!rc && ready && w == APF_HOST_TIMEOUT)
+		rc = apf_error(APF_EVERIFY, "replay", "no report within 30 minutes");
+	if (!rc && ready && w == APF_HOST_REPORT) {
+		*replayed_ns = apf_now_ns() - t_go;
+		if (!apf_host_freeze(h))
+			ready = 0;
+		else if (step != (int64_t)to->global_step)
+			snprintf(why, size,
+				 "the replay reported step %lld, the log step %llu",
+				 (long long)step,
+				 (unsigned long long)to->global_step);
+		else {
+			const struct apf_arena_header *ah = apf_host_arena_view(h);
+			if (ah->used != tlen)
+				snprintf(why, size,
+					 "the arena holds %llu bytes, the "
+					 "checkpoint %zu",
+					 (unsigned long long)ah->used, tlen);
+			else
+				apf_arena_diff(ah, t, tlen, why, size);
+		}
+	}
+	const char *detail2 = NULL;
+	const char *kind = h ? apf_host_ending(h, &detail2) : NULL;
+	if (!rc && !why[0] && kind)
+		rc = apf_error(APF_EVERIFY, "replay", "the trial ended (%s): %s",
+			       kind, detail2);
+	else if (!rc && !why[0] && !ready)
+		rc = apf_error(APF_EVERIFY, "replay", "the trial did not start");
+	free(f);
+	free(t);
+	apf_host_close(h);
+	if (dir)
+		apf_remove_tree(dir);
+	free(dir);
+	return rc;
+}
+
+/* One interval of the kept checkpoints: unit u, k -> k+1. */
+struct interval {
+	size_t unit, k;
+	uint8_t key[32];
+	double change; /* L2 norm of the parameters' change; --replay-top */
+	int top;       /* one of the --replay-top choices */
+};
+
+static int cmp_interval(const void *a, const void *b)
+{
+	return memcmp(((const struct interval *)a)->key,
+		      ((const struct interval *)b)->key, 32);
+}
+
+/* Largest change first, then the seeded order. */
+static int cmp_change(const void *a, const void *b)
+{
+	const struct interval *x = a, *y = b;
+	if (x->change != y->change)
+		return x->change < y->change ? 1 : -1;
+	return cmp_interval(a, b);
+}
+
+/* Chosen (top, then seeded) first, in that order; the rest after. */
+static int cmp_chosen(const void *a, const void *b)
+{
+	const struct interval *x = a, *y = b;
+	if (x->top != y->top)
+		return y->top - x->top;
+	if (x->top)
+		return cmp_change(a, b);
+	return cmp_interval(a, b);
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return x < y ? -1 : x > y;
+}
+
+static void set_check(apf_verify_report *r, int c, int outcome,
+		      const char *detail)
+{
+	free(r->check[c].detail);
+	r->check[c].outcome = outcome;
+	r->check[c].detail = apf_strdup(detail);
+}
+
+static int check4(struct audit *a)
+{
+	apf_verify_report *r = a->r;
+	size_t done = 0, initial = 0;
+	char why[1000], line[1200];
+	int rc = 0;
+	for (size_t u = 0; !rc && u < r->nkept; u++) {
+		rc = reeval_unit(a, &r->kept[u], &done, &initial, why, sizeof why);
+		if (!rc && why[0]) {
+			set_check(r, APF_VERIFY_CHECKPOINTS, APF_VERIFY_FAILED, why);
+			return apf_error(APF_EVERIFY, "check 4 (checkpoints)", "%s",
+					 why);
+		}
+	}
+	if (rc)
+		return rc;
+	snprintf(line, sizeof line,
+		 "%zu checkpoints' digests match; %zu initial state%s equal%s "
+		 "the workload's initialisation for the seed, and re-evaluated "
+		 "in a clean process the %zu others' metrics equal the log's bit "
+		 "for bit",
+		 done, initial, initial == 1 ? "" : "s", initial == 1 ? "s" : "",
+		 done - initial);
+	set_check(r, APF_VERIFY_CHECKPOINTS, APF_VERIFY_PASSED, line);
+	return 0;
+}
+
+/* The intervals, each with its seeded key; ordered, chosen first. *nchosen
+ * and *ntop say how many are replayed and how many of them are top. */
+static int choose(struct audit *a, struct interval **out, size_t *niv,
+		  size_t *ntop, size_t *nseeded)
+{
+	const apf_verify_report *r = a->r;
+	const struct apf_audit_opts *o = a->o;
+	size_t n = 0;
+	for (size_t u = 0; u < r->nkept; u++)
+		n += r->kept[u].n > 1 ? r->kept[u].n - 1 : 0;
+	*out = NULL;
+	*niv = n;
+	*ntop = *nseeded = 0;
+	if (!n)
+		return 0;
+	struct interval *iv = apf_calloc(n, sizeof *iv);
+	if (!iv)
+		return apf_error(APF_ENOMEM, "verify", "out of memory");
+	size_t m = 0;
+	for (size_t u = 0; u < r->nkept; u++)
+		for (size_t k = 0; k + 1 < r->kept[u].n; k++) {
+			char msg[700];
+			int len = snprintf(msg, sizeof msg, "apf-replay-v1 %u %s %zu",
+					   o->seed, r->kept[u].unit, k);
+			iv[m] = (struct interval){.unit = u, .k = k};
+			apf_sha256_buf(msg, (size_t)len, iv[m].key);
+			m++;
+		}
+	int rc = 0;
+	/* --replay-top Q: the Q intervals whose parameters changed most. */
+	for (size_t i = 0; !rc && o->top > 0 && i < n; i++) {
+		say(a, "ranking %s interval %zu", r->kept[iv[i].unit].unit,
+		    iv[i].k + 1);
+		rc = param_change(a, &r->kept[iv[i].unit], iv[i].k, &iv[i].change);
+	}
+	if (rc) {
+		free(iv);
+		return rc;
+	}
+	if (o->top > 0) {
+		qsort(iv, n, sizeof *iv, cmp_change);
+		for (size_t i = 0; i < n && (long)i < o->top; i++, (*ntop)++)
+			iv[i].top = 1;
+	}
+	qsort(iv, n, sizeof *iv, cmp_chosen);
+	size_t rest = n - *ntop;
+	*nseeded = o->replay == APF_AUDIT_ALL ? rest
+		   : o->replay > 0 && (size_t)o->replay < rest ? (size_t)o->replay
+		   : o->replay > 0			       ? rest
+							       : 0;
+	*out = iv;
+	return 0;
+}
+
+/* Whether replayed times can be held against the claimed ones here: when
+ * this machine's CPU model is the one run.json records (the thread count
+ * is the run's by construction). */
+static int timing_comparable(const struct audit *a, char *why, size_t size)
+{
+	json_t *env = NULL;
+	int rc = apf_env_capture(&env);
+	const char *here = rc ? NULL
+			      : json_string_value(json_object_get(
+					json_object_get(env, "cpu"), "model"));
+	const char *ran = a->r->cpu_model;
+	int same = ran && here && !strcmp(ran, here);
+	if (!same)
+		snprintf(why, size, "this CPU (%s) is not the run's (%s)",
+			 here ? here : "unknown", ran ? ran : "unrecorded");
+	json_decref(env);
+	apf_error_clear();
+	return same;
+}
+
+static int check5(struct audit *a)
+{
+	apf_verify_report *r = a->r;
+	const struct apf_audit_opts *o = a->o;
+	struct interval *iv = NULL;
+	size_t niv = 0, ntop = 0, nseeded = 0;
+	int rc = choose(a, &iv, &niv, &ntop, &nseeded);
+	if (rc)
+		return rc;
+	if (!niv) {
+		/* Nothing replayed is not a pass. */
+		set_check(r, APF_VERIFY_REPLAY, APF_VERIFY_SKIPPED,
+			  "skipped: no unit keeps two checkpoints, so no eval "
+			  "interval can be replayed");
+		return 0;
+	}
+	/* Each replay is timed like a trial: claimed / replayed submission
+	 * time per interval, held against the tolerance where this CPU is the
+	 * run's. */
+	double *ratios = apf_calloc(ntop + nseeded + 1, sizeof *ratios);
+	if (!ratios) {
+		free(iv);
+		return apf_error(APF_ENOMEM, "verify", "out of memory");
+	}
+	char incomparable[300] = "", why[700], line[2400];
+	int comparable = timing_comparable(a, incomparable, sizeof incomparable);
+	size_t replayed = 0;
+	for (size_t i = 0; !rc && i < ntop + nseeded; i++) {
+		const struct apf_verify_kept *k = &r->kept[iv[i].unit];
+		const struct apf_verify_ckpt *from = &k->ckpt[iv[i].k];
+		const struct apf_verify_ckpt *to = &k->ckpt[iv[i].k + 1];
+		unsigned long long s0 = from->global_step, s1 = to->global_step;
+		say(a, "replaying %s steps %llu to %llu", k->unit, s0 + 1, s1);
+		uint64_t replayed_ns = 0;
+		rc = replay(a, k, iv[i].k, why, sizeof why, &replayed_ns);
+		double claimed = (double)(to->submission_ns - from->submission_ns) / 1e9;
+		double again = (double)replayed_ns / 1e9;
+		ratios[replayed] = again > 0 ? claimed / again : 0;
+		if (!rc && !why[0] && comparable && o->tolerance > 0 &&
+		    again >= MIN_TIMED_S && claimed * o->tolerance < again)
+			snprintf(why, sizeof why,
+				 "claimed %.3f s of submission time, replayed "
+				 "here in %.3f s (claimed/replayed %.2f, under "
+				 "1/%g)",
+				 claimed, again, ratios[replayed], o->tolerance);
+		if (!rc && why[0]) {
+			char chosen[64], origin[64];
+			if (iv[i].top)
+				snprintf(chosen, sizeof chosen,
+					 "a largest parameter change");
+			else
+				snprintf(chosen, sizeof chosen, "seed %u", o->seed);
+			if (from->index)
+				snprintf(origin, sizeof origin, "eval %llu",
+					 (unsigned long long)from->index);
+			else
+				snprintf(origin, sizeof origin, "the initial state");
+			snprintf(line, sizeof line,
+				 "%s/%s: steps %llu to %llu replayed from %s (%s): %s",
+				 r->run_dir, k->unit, s0 + 1, s1, origin, chosen,
+				 why);
+			set_check(r, APF_VERIFY_REPLAY, APF_VERIFY_FAILED, line);
+			rc = apf_error(APF_EVERIFY, "check 5 (replay)", "%s", line);
+		}
+		replayed++;
+	}
+	if (!rc) {
+		char how[200], timing[500];
+		if (ntop && nseeded)
+			snprintf(how, sizeof how,
+				 "%zu with the largest parameter change, %zu "
+				 "chosen by seed %u",
+				 ntop, nseeded, o->seed);
+		else if (ntop)
+			snprintf(how, sizeof how,
+				 "those with the largest parameter change");
+		else if (o->replay == APF_AUDIT_ALL)
+			snprintf(how, sizeof how, "all");
+		else
+			snprintf(how, sizeof how, "seed %u", o->seed);
+		qsort(ratios, replayed, sizeof *ratios, cmp_double);
+		if (comparable)
+			snprintf(timing, sizeof timing,
+				 "; claimed/replayed submission time %.2f to "
+				 "%.2f (median %.2f)%s",
+				 ratios[0], ratios[replayed - 1],
+				 ratios[replayed / 2],
+				 o->tolerance > 0 ? ", within the tolerance where "
+						    "replayed for 0.1 s or more"
+						  : "");
+		else
+			snprintf(timing, sizeof timing,
+				 "; timing not compared: %s", incomparable);
+		snprintf(line, sizeof line,
+			 "%zu of %zu eval intervals replayed (%s), each ending in "
+			 "its checkpoint bit for bit%s",
+			 replayed, niv, how, timing);
+		set_check(r, APF_VERIFY_REPLAY, APF_VERIFY_PASSED, line);
+	}
+	free(ratios);
+	free(iv);
+	return rc;
+}
+
+int apf_verify_audit(apf_verify_report *r, const struct apf_audit_opts *o)
+{
+	int replaying = o->replay != 0 || o->top > 0;
+	if (!o->reeval && !replaying)
+		return 0;
+	struct audit a = {.r = r, .o = o};
+	int rc = audit_open(&a, replaying);
+	if (!rc && o->reeval)
+		rc = check4(&a);
+	if (!rc && replaying)
+		rc = check5(&a);
+	audit_close(&a);
+	return rc;
+}
