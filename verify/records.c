@@ -46,171 +46,13 @@
 
 /* ---- the form of each record (worker threads) ----------------------------- */
 
-enum ftype {
-	F_U64,       /* integer >= 0 */
-	F_U64_1,     /* integer >= 1 */
-	F_U64_NULL,  /* integer >= 0 or null (then FLAG_NULL is set) */
-	F_SHA,       /* 64 lowercase hex digits */
-	F_STR,
-	F_BOOL,
-	F_TRUE,
-	F_NUM,
-	F_OBJ,
-	F_STRS,      /* array of strings */
-	F_UNIT,
-	F_UNIT_NULL,
-	F_ENUM,
-	F_DRIFTS,    /* env_drift's fields */
-	F_METRICS,   /* object of numbers */
-	F_CKPT,      /* {file, sha256, bytes} */
-};
-
-#define KEEP_NONE 0xff
 #define FLAG_NULL 0x80
 #define FLAG_CKPT_NAMED 0x40 /* eval: checkpoint.file names its file */
 #define FLAG_CKPT0 0x20      /* clock_start: has a checkpoint */
 
-struct field {
-	const char *name;
-	uint8_t len;
-	uint8_t type;
-	uint8_t required;
-	uint8_t at; /* u[] for integers, flags bit for booleans, tok[] for
-		     * strings and objects, d[] for numbers */
-	const char *const *values;
-};
-
-static const char *const devices[] = {"cpu", "cuda", NULL};
-static const char *const directions[] = {"max", "min", NULL};
-static const char *const fault_kinds[] = {"syscall", "path",	 "crash",
-					  "memory",  "timeout", "protocol",
-					  "build",   NULL};
-static const char *const reasons[] = {"budget", "targets", "complete",
-				      "max_steps", "fault", "error", NULL};
-
-#define REQ 1
-#define OPT 0
-#define FLD(name, type, req, at, values) {name, sizeof name - 1, type, req, at, values}
-#define UNIT_FIELD FLD("unit", F_UNIT, REQ, 0, NULL)
-#define END {NULL, 0, 0, 0, 0, NULL}
-
-static const struct field f_run_start[] = {
-	FLD("run_json_sha256", F_SHA, REQ, 0, NULL),
-	FLD("entry_sha256", F_SHA, REQ, 1, NULL),
-	FLD("manifest_sha256", F_SHA, REQ, 2, NULL),
-	FLD("sealed", F_BOOL, REQ, 0, NULL),
-	FLD("device", F_ENUM, REQ, 0, devices),
-	FLD("threads", F_U64_1, REQ, 0, NULL),
-	END};
-static const struct field f_env_drift[] = {
-	FLD("allowed", F_TRUE, REQ, 0, NULL),
-	FLD("fields", F_DRIFTS, REQ, 0, NULL),
-	END};
-static const struct field f_unsealed[] = {
-	FLD("reason", F_STR, REQ, KEEP_NONE, NULL), END};
-static const struct field f_trial_start[] = {
-	UNIT_FIELD,
-	FLD("workload", F_STR, REQ, 0, NULL),
-	FLD("variant", F_STR, REQ, 1, NULL),
-	FLD("study", F_U64, REQ, 0, NULL),
-	FLD("trial", F_U64_1, REQ, 1, NULL),
-	FLD("hparams", F_OBJ, REQ, 2, NULL),
-	FLD("budget_ns", F_U64_1, REQ, 3, NULL),
-	FLD("eval_period_ns", F_U64_1, REQ, 4, NULL),
-	FLD("max_steps", F_U64, REQ, 5, NULL),
-	FLD("validation_target", F_NUM, REQ, 0, NULL),
-	FLD("test_target", F_NUM, REQ, 1, NULL),
-	FLD("metric", F_STR, REQ, 3, NULL),
-	FLD("direction", F_ENUM, REQ, 0, directions),
-	FLD("init_allowance_ns", F_U64_1, REQ, 6, NULL),
-	END};
-static const struct field f_build[] = {
-	UNIT_FIELD,
-	FLD("so_sha256", F_SHA, REQ, KEEP_NONE, NULL),
-	FLD("compiler", F_STR, REQ, KEEP_NONE, NULL),
-	FLD("flags", F_STRS, REQ, KEEP_NONE, NULL),
-	FLD("build_ns", F_U64, REQ, 0, NULL),
-	END};
-static const struct field f_clock_start[] = {
-	UNIT_FIELD,
-	FLD("init_ns", F_U64, REQ, 0, NULL),
-	FLD("submission_init_ns", F_U64, REQ, 2, NULL),
-	FLD("batch_size", F_U64_1, REQ, 1, NULL),
-	FLD("checkpoint", F_CKPT, OPT, 1, NULL),
-	FLD("memory_limit", F_OBJ, REQ, KEEP_NONE, NULL),
-	END};
-static const struct field f_step_block[] = {
-	UNIT_FIELD,
-	FLD("first_step", F_U64_1, REQ, 0, NULL),
-	FLD("last_step", F_U64, REQ, 1, NULL),
-	FLD("start_ns", F_U64, REQ, 2, NULL),
-	FLD("end_ns", F_U64, REQ, 3, NULL),
-	FLD("accumulated_submission_ns", F_U64, REQ, 4, NULL),
-	END};
-static const struct field f_eval[] = {
-	UNIT_FIELD,
-	FLD("index", F_U64_1, REQ, 0, NULL),
-	FLD("global_step", F_U64, REQ, 1, NULL),
-	FLD("start_ns", F_U64, REQ, 2, NULL),
-	FLD("end_ns", F_U64, REQ, 3, NULL),
-	FLD("accumulated_submission_ns", F_U64, REQ, 4, NULL),
-	FLD("accumulated_eval_ns", F_U64, REQ, 5, NULL),
-	FLD("accumulated_logging_ns", F_U64, REQ, 6, NULL),
-	FLD("total_duration_ns", F_U64, REQ, 7, NULL),
-	FLD("preemption_count", F_U64, REQ, 8, NULL),
-	FLD("metrics", F_METRICS, REQ, 0, NULL),
-	FLD("validation_target_met", F_BOOL, REQ, 0, NULL),
-	FLD("test_target_met", F_BOOL, REQ, 1, NULL),
-	FLD("checkpoint", F_CKPT, REQ, 1, NULL),
-	END};
-static const struct field f_sandbox_fault[] = {
-	UNIT_FIELD,
-	FLD("kind", F_ENUM, REQ, 0, fault_kinds),
-	FLD("detail", F_STR, REQ, KEEP_NONE, NULL),
-	END};
-static const struct field f_trial_end[] = {
-	UNIT_FIELD,
-	FLD("reason", F_ENUM, REQ, 0, reasons),
-	FLD("failed", F_BOOL, REQ, 0, NULL),
-	FLD("global_step", F_U64, REQ, 0, NULL),
-	FLD("evals", F_U64, REQ, 1, NULL),
-	FLD("accumulated_submission_ns", F_U64, REQ, 2, NULL),
-	FLD("time_to_target_ns", F_U64_NULL, REQ, 3, NULL),
-	FLD("detail", F_STR, OPT, KEEP_NONE, NULL),
-	END};
-static const struct field f_resume[] = {
-	FLD("cut_bytes", F_U64, REQ, 0, NULL),
-	FLD("unit", F_UNIT_NULL, REQ, 0, NULL),
-	FLD("from_eval", F_U64, REQ, 1, NULL),
-	FLD("preemption_count", F_U64_1, REQ, 2, NULL),
-	END};
-static const struct field f_run_end[] = {
-	FLD("units", F_U64, REQ, 0, NULL),
-	FLD("completed", F_U64, REQ, 1, NULL),
-	FLD("failed", F_U64, REQ, 2, NULL),
-	END};
-
-static const struct {
-	const char *name;
-	const struct field *fields;
-} events[EV_COUNT] = {
-	[EV_RUN_START] = {"run_start", f_run_start},
-	[EV_ENV_DRIFT] = {"env_drift", f_env_drift},
-	[EV_UNSEALED] = {"unsealed", f_unsealed},
-	[EV_TRIAL_START] = {"trial_start", f_trial_start},
-	[EV_BUILD] = {"build", f_build},
-	[EV_CLOCK_START] = {"clock_start", f_clock_start},
-	[EV_STEP_BLOCK] = {"step_block", f_step_block},
-	[EV_EVAL] = {"eval", f_eval},
-	[EV_SANDBOX_FAULT] = {"sandbox_fault", f_sandbox_fault},
-	[EV_TRIAL_END] = {"trial_end", f_trial_end},
-	[EV_RESUME] = {"resume", f_resume},
-	[EV_RUN_END] = {"run_end", f_run_end},
-};
-
 const char *apf_vx_event_name(int ev)
 {
-	return ev > 0 && ev < EV_COUNT ? events[ev].name : "record";
+	return ev > 0 && ev < APF_EV_COUNT ? apf_rundir_events[ev].name : "record";
 }
 
 size_t apf_vx_slot_size(void)
@@ -312,37 +154,37 @@ static int32_t find_unit(const struct vx *v, const char *line,
 static const char *type_name(int type)
 {
 	switch (type) {
-	case F_U64:
+	case APF_F_U64:
 		return "an integer >= 0";
-	case F_U64_1:
+	case APF_F_U64_1:
 		return "an integer >= 1";
-	case F_U64_NULL:
+	case APF_F_U64_NULL:
 		return "an integer >= 0 or null";
-	case F_SHA:
+	case APF_F_SHA:
 		return "a SHA-256 in lowercase hex";
-	case F_STR:
+	case APF_F_STR:
 		return "a string";
-	case F_BOOL:
+	case APF_F_BOOL:
 		return "true or false";
-	case F_TRUE:
+	case APF_F_TRUE:
 		return "true";
-	case F_NUM:
+	case APF_F_NUM:
 		return "a number";
-	case F_OBJ:
+	case APF_F_OBJ:
 		return "an object";
-	case F_STRS:
+	case APF_F_STRS:
 		return "an array of strings";
-	case F_UNIT:
+	case APF_F_UNIT:
 		return "a unit name study_<k>/<workload>/trial_<n>";
-	case F_UNIT_NULL:
+	case APF_F_UNIT_NULL:
 		return "a unit name or null";
-	case F_ENUM:
+	case APF_F_ENUM:
 		return "one of the schema's words";
-	case F_DRIFTS:
+	case APF_F_DRIFTS:
 		return "a non-empty array of {field, expected, actual}";
-	case F_METRICS:
+	case APF_F_METRICS:
 		return "an object of numbers";
-	case F_CKPT:
+	case APF_F_CKPT:
 		return "{file, sha256, bytes}";
 	}
 	return "?";
@@ -365,18 +207,18 @@ static int strings_object(const char *line, const struct apf_jtok *t,
 /* Checks one field's value and keeps it in the slot; 0 when of its type. */
 static int take_field(const struct vx *v, const char *line,
 		      const struct apf_jtok *t, uint32_t val,
-		      const struct field *f, struct vx_slot *s)
+		      const struct apf_event_field *f, struct vx_slot *s)
 {
 	const struct apf_jtok *x = &t[val];
 	uint64_t n;
 	switch (f->type) {
-	case F_U64:
-	case F_U64_1:
-		if (apf_jtok_u64(line, x, &n) || (f->type == F_U64_1 && n < 1))
+	case APF_F_U64:
+	case APF_F_U64_1:
+		if (apf_jtok_u64(line, x, &n) || (f->type == APF_F_U64_1 && n < 1))
 			return -1;
 		s->u[f->at] = n;
 		return 0;
-	case F_U64_NULL:
+	case APF_F_U64_NULL:
 		if (x->type == APF_JNULL) {
 			s->flags |= FLAG_NULL;
 			return 0;
@@ -385,38 +227,38 @@ static int take_field(const struct vx *v, const char *line,
 			return -1;
 		s->u[f->at] = n;
 		return 0;
-	case F_SHA:
+	case APF_F_SHA:
 		if (!is_sha(line, x, NULL))
 			return -1;
 		break;
-	case F_STR:
+	case APF_F_STR:
 		if (x->type != APF_JSTRING)
 			return -1;
 		break;
-	case F_BOOL:
+	case APF_F_BOOL:
 		if (x->type != APF_JTRUE && x->type != APF_JFALSE)
 			return -1;
 		if (x->type == APF_JTRUE)
 			s->flags |= 1u << f->at;
 		return 0;
-	case F_TRUE:
+	case APF_F_TRUE:
 		return x->type == APF_JTRUE ? 0 : -1;
-	case F_NUM:
+	case APF_F_NUM:
 		return apf_jtok_double(line, x, &s->d[f->at]);
-	case F_OBJ:
+	case APF_F_OBJ:
 		if (x->type != APF_JOBJECT)
 			return -1;
 		break;
-	case F_STRS:
+	case APF_F_STRS:
 		if (x->type != APF_JARRAY)
 			return -1;
 		for (uint32_t i = val + 1; i < x->next; i = t[i].next)
 			if (t[i].type != APF_JSTRING)
 				return -1;
 		return 0;
-	case F_UNIT:
-	case F_UNIT_NULL:
-		if (f->type == F_UNIT_NULL && x->type == APF_JNULL) {
+	case APF_F_UNIT:
+	case APF_F_UNIT_NULL:
+		if (f->type == APF_F_UNIT_NULL && x->type == APF_JNULL) {
 			s->unit = -1;
 			return 0;
 		}
@@ -425,14 +267,14 @@ static int take_field(const struct vx *v, const char *line,
 		s->unit = find_unit(v, line, x);
 		s->unit_tok = val;
 		return 0;
-	case F_ENUM:
+	case APF_F_ENUM:
 		for (int i = 0; x->type == APF_JSTRING && f->values[i]; i++)
 			if (apf_jtok_eq(line, x, f->values[i])) {
 				s->sval = (uint8_t)i;
 				return 0;
 			}
 		return -1;
-	case F_DRIFTS: {
+	case APF_F_DRIFTS: {
 		static const char *const names[] = {"field", "expected",
 						    "actual"};
 		if (x->type != APF_JARRAY || x->size == 0)
@@ -442,7 +284,7 @@ static int take_field(const struct vx *v, const char *line,
 				return -1;
 		return 0;
 	}
-	case F_METRICS:
+	case APF_F_METRICS:
 		if (x->type != APF_JOBJECT)
 			return -1;
 		/* Values sit at odd offsets after the object: key, value. */
@@ -450,7 +292,7 @@ static int take_field(const struct vx *v, const char *line,
 			if (t[k + 1].type != APF_JNUMBER)
 				return -1;
 		break;
-	case F_CKPT: {
+	case APF_F_CKPT: {
 		if (x->type != APF_JOBJECT || x->size != 3)
 			return -1;
 		long file = apf_jtok_get(line, t, val, "file");
@@ -462,19 +304,19 @@ static int take_field(const struct vx *v, const char *line,
 		    apf_jtok_u64(line, &t[bytes], &s->u[9]))
 			return -1;
 		s->tok[2] = (uint32_t)file;
-		if (s->ev == EV_CLOCK_START &&
+		if (s->ev == APF_EV_CLOCK_START &&
 		    apf_jtok_eq(line, &t[file], "ckpt/0.bin"))
 			s->flags |= FLAG_CKPT0;
 		break;
 	}
 	}
-	if (f->at != KEEP_NONE)
+	if (f->at != APF_KEEP_NONE)
 		s->tok[f->at] = val;
 	return 0;
 }
 
 static inline int key_is(const char *line, const struct apf_jtok *key,
-			 const struct field *f)
+			 const struct apf_event_field *f)
 {
 	if (key->escaped)
 		return apf_jtok_eq(line, key, f->name);
@@ -485,13 +327,13 @@ static int event_id(const char *name)
 {
 	/* Nearly every record is one of these two. */
 	if (!strcmp(name, "step_block"))
-		return EV_STEP_BLOCK;
+		return APF_EV_STEP_BLOCK;
 	if (!strcmp(name, "eval"))
-		return EV_EVAL;
-	for (int i = 1; i < EV_COUNT; i++)
-		if (!strcmp(events[i].name, name))
+		return APF_EV_EVAL;
+	for (int i = 1; i < APF_EV_COUNT; i++)
+		if (!strcmp(apf_rundir_events[i].name, name))
 			return i;
-	return EV_UNKNOWN;
+	return APF_EV_UNKNOWN;
 }
 
 /* checkpoint.file names RUN/<unit>/ckpt/<index>.bin, relative to the run
@@ -582,11 +424,11 @@ void apf_vx_prepare(void *user, const struct apf_runlog_record *r, void *slot)
 	memset(s, 0, offsetof(struct vx_slot, why));
 	s->unit = -1;
 	s->ev = (uint8_t)event_id(r->event);
-	if (s->ev == EV_UNKNOWN) {
+	if (s->ev == APF_EV_UNKNOWN) {
 		bad(s, "unknown event '%.40s'", r->event);
 		return;
 	}
-	const struct field *fs = events[s->ev].fields;
+	const struct apf_event_field *fs = apf_rundir_events[s->ev].fields;
 	uint32_t seen = 0;
 	size_t hint = 0;
 	/* The reader checked the first four members (seq, prev, t_ns,
@@ -606,25 +448,25 @@ void apf_vx_prepare(void *user, const struct apf_runlog_record *r, void *slot)
 			char name[64];
 			if (apf_jtok_string(line, key, name, sizeof name))
 				snprintf(name, sizeof name, "...");
-			bad(s, "%s: unknown field '%s'", events[s->ev].name,
+			bad(s, "%s: unknown field '%s'", apf_rundir_events[s->ev].name,
 			    name);
 			return;
 		}
 		hint = fi + 1;
 		seen |= 1u << fi;
 		if (take_field(v, line, t, k + 1, &fs[fi], s)) {
-			bad(s, "%s: %s must be %s", events[s->ev].name,
+			bad(s, "%s: %s must be %s", apf_rundir_events[s->ev].name,
 			    fs[fi].name, type_name(fs[fi].type));
 			return;
 		}
 	}
 	for (size_t i = 0; fs[i].name; i++)
 		if (fs[i].required && !(seen & (1u << i))) {
-			bad(s, "%s: field %s is missing", events[s->ev].name,
+			bad(s, "%s: field %s is missing", apf_rundir_events[s->ev].name,
 			    fs[i].name);
 			return;
 		}
-	if (s->ev == EV_EVAL && s->unit >= 0) {
+	if (s->ev == APF_EV_EVAL && s->unit >= 0) {
 		/* What the in-order checks need from the line is read here,
 		 * where the line is still in this core's cache: the two
 		 * metrics the target flags stand for, the checkpoint's name. */
@@ -653,10 +495,10 @@ static void describe(const struct vx *v, const struct apf_runlog_record *r,
 	const char *ev = apf_vx_event_name(s->ev);
 	if (!u)
 		snprintf(buf, size, "%s", s->ev ? ev : r->event);
-	else if (s->ev == EV_STEP_BLOCK)
+	else if (s->ev == APF_EV_STEP_BLOCK)
 		snprintf(buf, size, "step_block %" PRIu64 " of %s", u->k + 1,
 			 u->name);
-	else if (s->ev == EV_EVAL)
+	else if (s->ev == APF_EV_EVAL)
 		snprintf(buf, size, "eval %" PRIu64 " of %s", s->u[0], u->name);
 	else
 		snprintf(buf, size, "%s of %s", ev, u->name);
@@ -880,7 +722,7 @@ static int trial_start(struct vx *v, struct vx_unit *u,
 	} else if ((s->sval == 0 ? 1 : -1) != u->direction) {
 		what = "direction";
 		snprintf(want, sizeof want, "%s", u->direction > 0 ? "max" : "min");
-		snprintf(got, sizeof got, "%s", directions[s->sval]);
+		snprintf(got, sizeof got, "%s", apf_rundir_directions[s->sval]);
 	}
 	if (what)
 		return log_fail(v, r, s,
@@ -1204,7 +1046,7 @@ static int trial_end(struct vx *v, struct vx_unit *u,
 		if (!failed)
 			return fail_here(v, u, r, s,
 					 "reason %s, but failed is false",
-					 reasons[reason]);
+					 apf_rundir_reasons[reason]);
 		if (reason == R_FAULT && u->state != U_FAULT)
 			return fail_here(v, u, r, s,
 					 "reason fault without a sandbox_fault");
@@ -1214,19 +1056,19 @@ static int trial_end(struct vx *v, struct vx_unit *u,
 		if (failed)
 			return fail_here(v, u, r, s,
 					 "reason %s, but failed is true",
-					 reasons[reason]);
+					 apf_rundir_reasons[reason]);
 		if (!after_eval)
 			return fail_here(v, u, r, s,
 					 "reason %s must follow the trial's "
 					 "final eval, not come %s",
-					 reasons[reason], state_name(u->state));
+					 apf_rundir_reasons[reason], state_name(u->state));
 		static const int need[] = {STOP_BUDGET, STOP_TARGETS, 0,
 					   STOP_MAX_STEPS};
 		if (last->stop && !(last->stop & need[reason]))
 			return fail_here(v, u, r, s,
 					 "reason %s, but eval %" PRIu64
 					 " met %s",
-					 reasons[reason], last->index,
+					 apf_rundir_reasons[reason], last->index,
 					 stop_words(last->stop));
 		if (!last->stop && reason == R_BUDGET)
 			return fail_here(v, u, r, s,
@@ -1384,9 +1226,9 @@ static int run_start(struct vx *v, const struct apf_runlog_record *r,
 				"manifest_sha256 is not the entry's manifest "
 				"digest %.16s...",
 				v->entry->manifest_digest);
-	if (strcmp(devices[s->sval], v->device))
+	if (strcmp(apf_rundir_devices[s->sval], v->device))
 		return log_fail(v, r, s, "device %s, run.json says %s",
-				devices[s->sval], v->device);
+				apf_rundir_devices[s->sval], v->device);
 	int sealed = s->flags & 1;
 	if (r->line_no == 1 && sealed != v->sealed)
 		return log_fail(v, r, s, "sealed is %s, run.json says %s",
@@ -1454,9 +1296,9 @@ int apf_vx_record(void *user, const struct apf_runlog_record *r)
 	}
 	if (s->bad)
 		return log_fail(v, r, s, "%s", s->why);
-	if (r->line_no == 1 && s->ev != EV_RUN_START)
+	if (r->line_no == 1 && s->ev != APF_EV_RUN_START)
 		return log_fail(v, r, s, "the log must begin with run_start");
-	if (s->ev == EV_RUN_START) {
+	if (s->ev == APF_EV_RUN_START) {
 		/* A session that was stopped without run_end may be followed
 		 * by the next. */
 		int rc = session_unsealed_check(v);
@@ -1467,10 +1309,10 @@ int apf_vx_record(void *user, const struct apf_runlog_record *r)
 				"after run_end, only a new run_start may "
 				"follow");
 	switch (s->ev) {
-	case EV_ENV_DRIFT:
+	case APF_EV_ENV_DRIFT:
 		v->rep->env_drifts++;
 		return 0;
-	case EV_UNSEALED:
+	case APF_EV_UNSEALED:
 		if (v->session_sealed)
 			return log_fail(v, r, s,
 					"an unsealed record in a session whose "
@@ -1479,9 +1321,9 @@ int apf_vx_record(void *user, const struct apf_runlog_record *r)
 					v->session_line);
 		v->session_unsealed_seen = 1;
 		return 0;
-	case EV_RESUME:
+	case APF_EV_RESUME:
 		return resume(v, r, s);
-	case EV_RUN_END:
+	case APF_EV_RUN_END:
 		return run_end(v, r, s);
 	default:
 		break;
@@ -1496,14 +1338,14 @@ int apf_vx_record(void *user, const struct apf_runlog_record *r)
 				name);
 	}
 	struct vx_unit *u = &v->units[s->unit];
-	if (s->ev == EV_TRIAL_END) {
+	if (s->ev == APF_EV_TRIAL_END) {
 		/* run_end counts the session's trial_end records. */
 		if (s->flags & 1)
 			v->session_failed++;
 		else
 			v->session_completed++;
 	}
-	if (s->ev == EV_TRIAL_START && u->state == U_NONE && !u->fail &&
+	if (s->ev == APF_EV_TRIAL_START && u->state == U_NONE && !u->fail &&
 	    (!u->ever_started || u->session == v->session)) {
 		u->session = v->session;
 		return trial_start(v, u, r, s);
@@ -1522,9 +1364,9 @@ int apf_vx_record(void *user, const struct apf_runlog_record *r)
 				 r->t_ns, u->seg_t);
 	u->seg_t = r->t_ns;
 	switch (s->ev) {
-	case EV_TRIAL_START:
+	case APF_EV_TRIAL_START:
 		return trial_start(v, u, r, s);
-	case EV_BUILD:
+	case APF_EV_BUILD:
 		if (u->state != U_STARTED && u->state != U_RESUMED)
 			return fail_here(v, u, r, s, "a build %s",
 					 state_name(u->state));
@@ -1533,7 +1375,7 @@ int apf_vx_record(void *user, const struct apf_runlog_record *r)
 			return 0;
 		u->state = U_BUILT;
 		return 0;
-	case EV_CLOCK_START:
+	case APF_EV_CLOCK_START:
 		if (u->state != U_BUILT)
 			return fail_here(v, u, r, s, "a clock_start %s",
 					 state_name(u->state));
@@ -1566,13 +1408,13 @@ int apf_vx_record(void *user, const struct apf_runlog_record *r)
 		u->ref_ns = r->t_ns;
 		u->ref_kind = REF_CLOCK;
 		return 0;
-	case EV_STEP_BLOCK:
+	case APF_EV_STEP_BLOCK:
 		return step_block(v, u, r, s);
-	case EV_EVAL:
+	case APF_EV_EVAL:
 		return eval(v, u, r, s);
-	case EV_SANDBOX_FAULT:
+	case APF_EV_SANDBOX_FAULT:
 		return sandbox_fault(v, u, r, s);
-	case EV_TRIAL_END:
+	case APF_EV_TRIAL_END:
 		return trial_end(v, u, r, s);
 	}
 	return apf_error(APF_EINTERNAL, v->log_path, "unhandled event");
@@ -1605,8 +1447,8 @@ int apf_vx_walk_end(struct vx *v)
 		return rc;
 	/* Finished: the last session ended with run_end, and no unit was
 	 * left interrupted by an earlier one. */
-	rep->complete = v->last_ev == EV_RUN_END && !unended;
-	if (v->last_ev != EV_RUN_END)
+	rep->complete = v->last_ev == APF_EV_RUN_END && !unended;
+	if (v->last_ev != APF_EV_RUN_END)
 		snprintf(v->incomplete, sizeof v->incomplete,
 			 "the log ends at line %" PRIu64 " without run_end",
 			 v->records);

@@ -23,6 +23,7 @@
 #include <stdint.h>
 
 #include "entry/entry.h"
+#include "rundir/events.h"
 #include "runlog/runlog.h"
 #include "tuning/tuning.h"
 #include "verify/verify.h"
@@ -30,23 +31,6 @@
 
 #define VX_NONE UINT64_MAX
 
-/* The events of manifests/log-events.schema.json. */
-enum vx_event {
-	EV_UNKNOWN = 0,
-	EV_RUN_START,
-	EV_ENV_DRIFT,
-	EV_UNSEALED,
-	EV_TRIAL_START,
-	EV_BUILD,
-	EV_CLOCK_START,
-	EV_STEP_BLOCK,
-	EV_EVAL,
-	EV_SANDBOX_FAULT,
-	EV_TRIAL_END,
-	EV_RESUME,
-	EV_RUN_END,
-	EV_COUNT
-};
 
 /* What a worker thread extracted from one line for the in-order checks.
  * The reader does not clear slots: prepare clears all but `why`, which is

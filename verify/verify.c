@@ -28,11 +28,12 @@
 
 #include "hash/hash.h"
 #include "heldout/heldout.h"
+#include "rundir/rundir.h"
 #include "score/score.h"
 #include "workload/workload.h"
 
-#define HEAD_TYPE "application/vnd.apf.runlog-head+json"
-#define HEAD_FORMAT "apf-runlog-head-v1"
+#define HEAD_TYPE APF_RUNDIR_HEAD_TYPE
+#define HEAD_FORMAT APF_RUNDIR_HEAD_FORMAT
 
 static const char *const check_names[] = {
 	NULL, "entry", "log", "timing", "checkpoints", "replay", "held-out"};
@@ -383,10 +384,14 @@ static int build_units(struct vx *v, const char *file)
 		u->workload = apf_strdup(w);
 		u->variant = apf_strdup(var);
 		apf_buf dir = {0}, name = {0}, vk = {0}, tk = {0};
-		int rc = strcmp(var, "base") ? apf_buf_printf(&dir, "%s_%s", w, var)
-					     : apf_buf_puts(&dir, w);
-		rc = rc || apf_buf_printf(&name, "study_%ld/%s/trial_%ld", study,
-					  dir.data, trial + 1) ||
+		char unit[1024];
+		int len = apf_rundir_unit_name(unit, sizeof unit, study, w, var,
+					       trial + 1);
+		/* The workload's directory is the name's middle part. */
+		const char *d0 = strchr(unit, '/'), *d1 = strrchr(unit, '/');
+		int rc = len < 0 || (size_t)len >= sizeof unit || !d0 || d1 <= d0 ||
+			 apf_buf_printf(&dir, "%.*s", (int)(d1 - d0 - 1), d0 + 1);
+		rc = rc || apf_buf_puts(&name, unit) ||
 		     apf_buf_printf(&vk, "validation/%s", spec->metric) ||
 		     apf_buf_printf(&tk, "test/%s", spec->metric);
 		u->dir_name = dir.data;
@@ -579,7 +584,7 @@ static int compare_head(struct vx *v, const struct apf_runlog_summary *sum)
 {
 	const char *file = "log.dsse.json";
 	if (v->no_head) {
-		if (v->last_ev == EV_RUN_END)
+		if (v->last_ev == APF_EV_RUN_END)
 			return apf_error(APF_EVERIFY, v->log_path,
 					 "%s is missing, yet the log ends with "
 					 "run_end: nothing of it is signed",
@@ -593,7 +598,7 @@ static int compare_head(struct vx *v, const struct apf_runlog_summary *sum)
 				 "%" PRIu64 " (%s): records were removed from "
 				 "the end",
 				 sum->records, v->head_records, file);
-	if (sum->records > v->head_records && v->last_ev == EV_RUN_END)
+	if (sum->records > v->head_records && v->last_ev == APF_EV_RUN_END)
 		return apf_error(APF_EVERIFY, v->log_path,
 				 "line %" PRIu64 " and after are not covered "
 				 "by the runner's signature, which ends at "

@@ -26,6 +26,7 @@
 #include "entry/entry.h"
 #include "hash/hash.h"
 #include "host/host.h"
+#include "rundir/events.h"
 #include "rundir/rundir.h"
 #include "runlog/runlog.h"
 #include "runner/internal.h"
@@ -69,6 +70,15 @@ static void notice(const struct run *r, const char *fmt, ...)
 	vsnprintf(line, sizeof line, fmt, ap);
 	va_end(ap);
 	r->o->notice(r->o->user, line);
+}
+
+/* Appends a run-level record, checked against the log's format first:
+ * the runner never writes what its verifier would refuse. */
+static int append(apf_runlog *log, const char *event, const json_t *fields,
+		  int sync)
+{
+	int rc = apf_rundir_event_check(event, fields);
+	return rc ? rc : apf_runlog_append(log, apf_now_ns(), event, fields, sync);
 }
 
 static void now_iso(char out[32])
@@ -200,18 +210,18 @@ static int log_run_start(struct run *r, const json_t *drift)
 			      r->entry->file_digest, "manifest_sha256",
 			      r->entry->manifest_digest, "sealed", r->sealed,
 			      "device", r->device, "threads", r->threads);
-	int rc = apf_runlog_append(r->log, apf_now_ns(), "run_start", f, 0);
+	int rc = append(r->log, "run_start", f, 0);
 	json_decref(f);
 	if (!rc && drift && json_array_size(drift)) {
 		f = json_pack("{s:b, s:O}", "allowed", 1, "fields", drift);
-		rc = apf_runlog_append(r->log, apf_now_ns(), "env_drift", f, 0);
+		rc = append(r->log, "env_drift", f, 0);
 		json_decref(f);
 	}
 	if (!rc && !r->sealed) {
 		f = json_pack("{s:s}", "reason",
 			      "--unsealed: no namespaces; the path checks can "
 			      "race, and the host is visible");
-		rc = apf_runlog_append(r->log, apf_now_ns(), "unsealed", f, 0);
+		rc = append(r->log, "unsealed", f, 0);
 		json_decref(f);
 	}
 	return rc ? rc : apf_runlog_sync(r->log);
@@ -728,7 +738,7 @@ int apf_run(const struct apf_run_opts *o)
 		json_t *f = json_pack("{s:I, s:I, s:I}", "units", (json_int_t)nsel,
 				      "completed", (json_int_t)r.completed,
 				      "failed", (json_int_t)r.failed);
-		int lrc = apf_runlog_append(r.log, apf_now_ns(), "run_end", f, 1);
+		int lrc = append(r.log, "run_end", f, 1);
 		json_decref(f);
 		if (!lrc)
 			lrc = apf_rundir_sign_head(r.run_dir, r.key,

@@ -23,6 +23,7 @@
 #include "eval/eval.h"
 #include "hash/hash.h"
 #include "host/host.h"
+#include "rundir/events.h"
 #include "rundir/rundir.h"
 #include "runlog/runlog.h"
 #include "runner/internal.h"
@@ -83,7 +84,11 @@ static int record(struct unit *u, const char *event, json_t *fields, int sync)
 		if (strcmp(k, "unit"))
 			json_object_set(ordered, k, v);
 	}
-	int rc = apf_runlog_append(u->r->log, apf_now_ns(), event, ordered, sync);
+	/* The runner never writes what its verifier would refuse. */
+	int rc = apf_rundir_event_check(event, ordered);
+	if (!rc)
+		rc = apf_runlog_append(u->r->log, apf_now_ns(), event, ordered,
+				       sync);
 	json_decref(ordered);
 	json_decref(fields);
 	return rc;
