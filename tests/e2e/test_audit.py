@@ -7,6 +7,7 @@ re-evaluation fails on a run whose runner logged a metric the checkpoint
 does not give, even though the log is chained and signed.
 """
 import csv
+import hashlib
 import json
 import os
 import shutil
@@ -197,3 +198,37 @@ class Audit(RunCase):
                    match="check 4 (checkpoints)")
         r = self.apf("verify", run, "--reeval", timeout=600)
         self.assertIn("train/loss", r.err)
+
+    @staticmethod
+    def tree(top):
+        """Every file and directory under top: size, mtime and content."""
+        out = {}
+        for d, dirs, files in os.walk(top):
+            for n in dirs + files:
+                p = os.path.join(d, n)
+                st = os.lstat(p)
+                data = b""
+                if os.path.isfile(p) and not os.path.islink(p):
+                    with open(p, "rb") as f:
+                        data = f.read()
+                out[os.path.relpath(p, top)] = (st.st_mode, st.st_size, st.st_mtime_ns,
+                                                hashlib.sha256(data).hexdigest())
+        return out
+
+    def test_reeval_writes_nothing_outside_its_own_temporary_directory(self):
+        run = self.run_source("nadamw", os.path.join(apftest.ROOT, "submissions",
+                                                     "baselines", "nadamw"),
+                              ruleset="external")
+        # Another runner's work directory in $TMPDIR, its owner gone (its
+        # .lock not held): apf run sweeps those, an audit must not touch it.
+        other = os.path.join(self.scratch, "apf-run-Ab12Cd")
+        os.makedirs(os.path.join(other, "unit_0"))
+        self.write(os.path.join(other, ".lock"), "")
+        self.write(os.path.join(other, "unit_0", "hparams.json"), "{}\n")
+        before = {d: self.tree(d) for d in (run, self.scratch, self.home)}
+        r = self.ok("verify", run, "--reeval", timeout=600)
+        self.assertIn("re-evaluated in a clean process", r.out)
+        after = {d: self.tree(d) for d in (run, self.scratch, self.home)}
+        for d in before:
+            self.assertEqual(before[d], after[d], d)
+
