@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "base/base.h"
+#include "rundir/resume.h"
 
 /* ---- the supervisor's state --------------------------------------------- */
 
@@ -16,23 +17,6 @@ struct apf_entry;
 struct apf_plan_unit;
 struct apf_runlog;
 struct apf_key;
-
-/* What the log says about one unit (for resume and merging). */
-struct unit_state {
-	int started, ended, failed;
-	int64_t last_eval;        /* index of the last eval record, 0: none */
-	int64_t global_step;
-	uint64_t sub_ns, eval_ns, log_ns;
-	int64_t preemptions;      /* resumes so far */
-	char ckpt_sha256[65];
-	json_t *rows;             /* the unit's eval records, for the CSV */
-	/* From a fresh trial's clock_start: checkpoint 0, the state
-	 * init_optimizer_state left, as an eval-like object {index 0,
-	 * global_step 0, accumulated_submission_ns 0, checkpoint}; NULL when
-	 * the log has none. */
-	json_t *initial;
-	int64_t time_to_target_ns; /* -1: not met */
-};
 
 struct run {
 	const struct apf_run_opts *o;
@@ -52,7 +36,7 @@ struct run {
 	int sealed;
 	int threads;
 	const char *device;
-	struct unit_state *states; /* one per plan unit */
+	struct apf_rundir_unit *states; /* one per plan unit (rundir/resume.h) */
 	int interrupted;          /* SIGINT/SIGTERM arrived */
 	char *heldout;            /* the held-out draw file in force, or NULL */
 	char **variants;          /* names the plan's variant units borrow */

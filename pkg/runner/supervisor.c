@@ -27,6 +27,7 @@
 #include "hash/hash.h"
 #include "host/host.h"
 #include "rundir/events.h"
+#include "rundir/resume.h"
 #include "rundir/rundir.h"
 #include "runlog/runlog.h"
 #include "runner/internal.h"
@@ -374,56 +375,7 @@ static int scan_record(void *user, const struct apf_runlog_record *rec)
 	long i = unit_index(r, unit);
 	if (i < 0)
 		return 0;
-	struct unit_state *s = &r->states[i];
-	const char *ev = rec->event;
-	json_t *o = (json_t *)rec->obj;
-#define I(k) json_integer_value(json_object_get(o, k))
-	if (!strcmp(ev, "trial_start")) {
-		s->started = 1;
-	} else if (!strcmp(ev, "clock_start") &&
-		   json_is_object(json_object_get(o, "checkpoint"))) {
-		json_decref(s->initial);
-		s->initial = json_pack("{s:i, s:i, s:i, s:O}", "index", 0,
-				       "global_step", 0,
-				       "accumulated_submission_ns", 0,
-				       "checkpoint",
-				       json_object_get(o, "checkpoint"));
-	} else if (!strcmp(ev, "eval")) {
-		s->last_eval = I("index");
-		s->global_step = I("global_step");
-		s->sub_ns = (uint64_t)I("accumulated_submission_ns");
-		s->eval_ns = (uint64_t)I("accumulated_eval_ns");
-		s->log_ns = (uint64_t)I("accumulated_logging_ns");
-		snprintf(s->ckpt_sha256, sizeof s->ckpt_sha256, "%s",
-			 json_string_value(json_object_get(
-				 json_object_get(o, "checkpoint"), "sha256")));
-		if (!s->rows)
-			s->rows = json_array();
-		json_array_append(s->rows, o);
-		if (s->time_to_target_ns < 0 &&
-		    json_is_true(json_object_get(o, "validation_target_met")))
-			s->time_to_target_ns = (int64_t)s->sub_ns;
-	} else if (!strcmp(ev, "trial_end")) {
-		s->ended = 1;
-		s->failed = json_is_true(json_object_get(o, "failed"));
-	} else if (!strcmp(ev, "resume")) {
-		s->preemptions = I("preemption_count");
-		/* Work after the eval it resumes from was lost. */
-		int64_t from = I("from_eval");
-		while (s->rows && (int64_t)json_array_size(s->rows) > from)
-			json_array_remove(s->rows, json_array_size(s->rows) - 1);
-		if (from == 0) {
-			json_decref(s->rows);
-			s->rows = NULL;
-			json_decref(s->initial);
-			s->initial = NULL;
-			s->last_eval = 0;
-			s->sub_ns = s->eval_ns = s->log_ns = 0;
-			s->global_step = 0;
-			s->time_to_target_ns = -1;
-		}
-	}
-#undef I
+	apf_rundir_unit_apply(&r->states[i], rec->event, rec->obj);
 	return 0;
 }
 
@@ -431,7 +383,7 @@ static int scan_log(struct run *r)
 {
 	char *logp = apf_path_join(r->run_dir, "log.jsonl");
 	for (size_t i = 0; i < r->plan->n; i++)
-		r->states[i].time_to_target_ns = -1;
+		apf_rundir_unit_init(&r->states[i]);
 	int rc = apf_runlog_read(logp, scan_record, r, NULL);
 	free(logp);
 	return rc;
@@ -484,10 +436,8 @@ static void run_free(struct run *r)
 	apf_runlog_close(r->log);
 	apf_key_free(r->key);
 	json_decref(r->env);
-	for (size_t i = 0; r->states && r->plan && i < r->plan->n; i++) {
-		json_decref(r->states[i].rows);
-		json_decref(r->states[i].initial);
-	}
+	for (size_t i = 0; r->states && r->plan && i < r->plan->n; i++)
+		apf_rundir_unit_free(&r->states[i]);
 	free(r->states);
 	apf_plan_free(r->plan);
 	apf_entry_free(r->entry);

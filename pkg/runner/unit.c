@@ -35,7 +35,7 @@ struct unit {
 	struct run *r;
 	size_t index;
 	const struct apf_plan_unit *pu;
-	struct unit_state *st;
+	struct apf_rundir_unit *st;
 	char name[512];
 	char *dir, *work;
 	apf_host *host;
@@ -438,7 +438,7 @@ static void cleanup(struct unit *u)
 
 static int start_records(struct unit *u, int *restore_eval)
 {
-	struct unit_state *st = u->st;
+	struct apf_rundir_unit *st = u->st;
 	*restore_eval = 0;
 	if (st->started && !st->ended) {
 		/* Resume: from the last eval's checkpoint, or from scratch. */
