@@ -495,16 +495,11 @@ static int lock_work_dir(struct run *r)
 	return rc;
 }
 
-static int prepare(struct run *r)
+/* A private work directory (locked while we live; dead runners' swept)
+ * and the entry extracted into it, its signer trusted. */
+static int extract_entry(struct run *r)
 {
 	const struct apf_run_opts *o = r->o;
-	r->device = o->device ? o->device : "cpu";
-	if (strcmp(r->device, "cpu"))
-		return apf_error(APF_EINPUT, "run",
-				 "--device %s: this apf is built for the cpu only",
-				 r->device);
-	r->sealed = !o->unsealed;
-	/* 1. the entry */
 	apf_keyring *kr = NULL;
 	int rc = apf_keyring_default(&kr, o->trust_key);
 	if (!rc) {
@@ -533,6 +528,20 @@ static int prepare(struct run *r)
 		free(dest);
 	}
 	apf_keyring_free(kr);
+	return rc;
+}
+
+static int prepare(struct run *r)
+{
+	const struct apf_run_opts *o = r->o;
+	r->device = o->device ? o->device : "cpu";
+	if (strcmp(r->device, "cpu"))
+		return apf_error(APF_EINPUT, "run",
+				 "--device %s: this apf is built for the cpu only",
+				 r->device);
+	r->sealed = !o->unsealed;
+	/* 1. the entry */
+	int rc = extract_entry(r);
 	if (!rc)
 		rc = apf_entry_plan(r->entry, &r->plan);
 	if (!rc) {
@@ -588,13 +597,12 @@ static int prepare(struct run *r)
 	return rc;
 }
 
-int apf_run(const struct apf_run_opts *o)
+/* The held-out draw in force: the one given, else the run directory's
+ * own; a given one must be the run's own when it has one. */
+static int heldout_in_force(struct run *r)
 {
-	struct run r = {0};
-	r.o = o;
-	r.run_dir = o->run_dir ? apf_strdup(o->run_dir) : default_run_dir(o->entry);
-	/* The held-out draw in force: the one given, else the run's own. */
-	char *own = r.run_dir ? apf_path_join(r.run_dir, "heldout.json") : NULL;
+	const struct apf_run_opts *o = r->o;
+	char *own = r->run_dir ? apf_path_join(r->run_dir, "heldout.json") : NULL;
 	struct stat hst;
 	int has_own = own && stat(own, &hst) == 0;
 	int rc = 0;
@@ -611,22 +619,116 @@ int apf_run(const struct apf_run_opts *o)
 		free(a);
 		free(b);
 	}
-	r.heldout = apf_strdup(o->heldout ? o->heldout : has_own ? own : NULL);
+	const char *h = o->heldout ? o->heldout : has_own ? own : NULL;
+	r->heldout = h ? apf_strdup(h) : NULL;
+	if (!rc && h && !r->heldout)
+		rc = apf_error(APF_ENOMEM, "run", "out of memory");
 	free(own);
+	return rc;
+}
+
+/* This machine's environment against the entry's record. */
+static int check_environment(struct run *r, struct drift *d)
+{
+	int n = apf_env_compare(r->entry->manifest->environment, r->env,
+				on_drift, d);
+	if (n && !r->o->allow_env_drift)
+		return apf_error(APF_EVERIFY, "environment",
+				 "%d field%s differ%s from the entry's record: "
+				 "%s (--allow-env-drift runs anyway and logs it)",
+				 n, n == 1 ? "" : "s", n == 1 ? "s" : "",
+				 d->text.data);
+	return 0;
+}
+
+/* The run directory: opened (resumed, or one more unit of the same
+ * entry) or created; *fresh when created (run_start is then logged). */
+static int open_or_create(struct run *r, const json_t *drift, int *fresh)
+{
+	*fresh = 0;
+	int created = 0;
+	int rc = apf_key_open_signing(&r->key, r->o->key_path, &created);
+	if (!rc && created)
+		notice(r, "created runner key in $APF_HOME/keys (trusted on "
+			  "this machine)");
+	struct stat st;
+	if (rc)
+		return rc;
+	if (stat(r->run_dir, &st) == 0)
+		rc = open_run_dir(r);
+	else if (r->o->resume)
+		rc = apf_error(APF_EINPUT, r->run_dir,
+			       "no such run directory to resume");
+	else {
+		rc = create_run_dir(r, drift);
+		*fresh = 1;
+	}
+	if (!rc)
+		rc = scan_log(r);
+	/* A unit that started and did not end was interrupted: only
+	 * --resume continues it. */
+	for (size_t i = 0; !rc && i < r->plan->n; i++)
+		if (r->states[i].started && !r->states[i].ended &&
+		    !r->o->resume && selected(r, &r->plan->units[i])) {
+			char name[512];
+			unit_name(&r->plan->units[i], name, sizeof name);
+			rc = apf_error(APF_EINPUT, r->run_dir,
+				       "%s was interrupted: continue it with "
+				       "--resume",
+				       name);
+		}
+	return rc;
+}
+
+/* The selected units, one after another, until done or interrupted; then
+ * run_end (unless a signal stopped the run: the log stays resumable). */
+static int run_units(struct run *r, size_t nsel)
+{
+	int rc = 0;
+	struct sigaction sa = {0}, old_int, old_term;
+	sa.sa_handler = on_signal;
+	sigaction(SIGINT, &sa, &old_int);
+	sigaction(SIGTERM, &sa, &old_term);
+	for (size_t i = 0; !rc && i < r->plan->n && !stop_signal; i++) {
+		if (!selected(r, &r->plan->units[i]) || r->states[i].ended)
+			continue;
+		rc = apf_runner_unit(r, i);
+	}
+	if (!rc && stop_signal)
+		rc = apf_error(APF_EABORT, "run",
+			       "interrupted; continue with apf run %s -o %s "
+			       "--resume",
+			       r->o->entry, r->run_dir);
+	if (r->log && !stop_signal && (!rc || rc == APF_EABORT)) {
+		json_t *f = json_pack("{s:I, s:I, s:I}", "units", (json_int_t)nsel,
+				      "completed", (json_int_t)r->completed,
+				      "failed", (json_int_t)r->failed);
+		int lrc = f ? append(r->log, "run_end", f, 1)
+			    : apf_error(APF_ENOMEM, "run", "out of memory");
+		json_decref(f);
+		if (!lrc)
+			lrc = apf_rundir_sign_head(r->run_dir, r->key,
+						   r->run_json_sha256, r->log);
+		if (!rc)
+			rc = lrc;
+	}
+	sigaction(SIGINT, &old_int, NULL);
+	sigaction(SIGTERM, &old_term, NULL);
+	return rc;
+}
+
+int apf_run(const struct apf_run_opts *o)
+{
+	struct run r = {0};
+	r.o = o;
+	r.run_dir = o->run_dir ? apf_strdup(o->run_dir) : default_run_dir(o->entry);
+	int rc = r.run_dir ? heldout_in_force(&r)
+			   : apf_error(APF_ENOMEM, "run", "out of memory");
 	if (!rc)
 		rc = prepare(&r);
 	struct drift d = {json_array(), {0}};
-	if (!rc) {
-		int n = apf_env_compare(r.entry->manifest->environment, r.env,
-					on_drift, &d);
-		if (n && !o->allow_env_drift)
-			rc = apf_error(APF_EVERIFY, "environment",
-				       "%d field%s differ%s from the entry's "
-				       "record: %s (--allow-env-drift runs "
-				       "anyway and logs it)",
-				       n, n == 1 ? "" : "s", n == 1 ? "s" : "",
-				       d.text.data);
-	}
+	if (!rc)
+		rc = check_environment(&r, &d);
 	size_t nsel = 0;
 	for (size_t i = 0; !rc && i < r.plan->n; i++)
 		nsel += selected(&r, &r.plan->units[i]);
@@ -635,69 +737,12 @@ int apf_run(const struct apf_run_opts *o)
 			       "no unit of the plan matches --workload/--study/"
 			       "--trial (see apf plan)");
 	int fresh = 0;
-	if (!rc) {
-		int created = 0;
-		rc = apf_key_open_signing(&r.key, o->key_path, &created);
-		if (!rc && created)
-			notice(&r, "created runner key in $APF_HOME/keys "
-				   "(trusted on this machine)");
-	}
-	if (!rc) {
-		struct stat st;
-		if (stat(r.run_dir, &st) == 0)
-			rc = open_run_dir(&r);
-		else if (o->resume)
-			rc = apf_error(APF_EINPUT, r.run_dir,
-				       "no such run directory to resume");
-		else {
-			rc = create_run_dir(&r, d.fields);
-			fresh = 1;
-		}
-	}
 	if (!rc)
-		rc = scan_log(&r);
-	/* A unit that started and did not end was interrupted: only
-	 * --resume continues it. */
-	for (size_t i = 0; !rc && i < r.plan->n; i++)
-		if (r.states[i].started && !r.states[i].ended && !o->resume &&
-		    selected(&r, &r.plan->units[i])) {
-			char name[512];
-			unit_name(&r.plan->units[i], name, sizeof name);
-			rc = apf_error(APF_EINPUT, r.run_dir,
-				       "%s was interrupted: continue it with "
-				       "--resume",
-				       name);
-		}
+		rc = open_or_create(&r, d.fields, &fresh);
 	if (!rc && !fresh)
 		rc = log_run_start(&r, d.fields);
-	struct sigaction sa = {0}, old_int, old_term;
-	sa.sa_handler = on_signal;
-	sigaction(SIGINT, &sa, &old_int);
-	sigaction(SIGTERM, &sa, &old_term);
-	for (size_t i = 0; !rc && i < r.plan->n && !stop_signal; i++) {
-		if (!selected(&r, &r.plan->units[i]) || r.states[i].ended)
-			continue;
-		rc = apf_runner_unit(&r, i);
-	}
-	if (!rc && stop_signal)
-		rc = apf_error(APF_EABORT, "run",
-			       "interrupted; continue with apf run %s -o %s "
-			       "--resume",
-			       o->entry, r.run_dir);
-	if (r.log && !stop_signal && (!rc || rc == APF_EABORT)) {
-		json_t *f = json_pack("{s:I, s:I, s:I}", "units", (json_int_t)nsel,
-				      "completed", (json_int_t)r.completed,
-				      "failed", (json_int_t)r.failed);
-		int lrc = append(r.log, "run_end", f, 1);
-		json_decref(f);
-		if (!lrc)
-			lrc = apf_rundir_sign_head(r.run_dir, r.key,
-						   r.run_json_sha256, r.log);
-		if (!rc)
-			rc = lrc;
-	}
-	sigaction(SIGINT, &old_int, NULL);
-	sigaction(SIGTERM, &old_term, NULL);
+	if (!rc)
+		rc = run_units(&r, nsel);
 	if (!rc)
 		summary(&r);
 	json_decref(d.fields);

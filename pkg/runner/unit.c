@@ -239,6 +239,38 @@ static json_t *eval_record(const struct unit *u, int64_t step, uint64_t t_end,
 		(json_int_t)bytes);
 }
 
+/* Eval k's record (its metrics' target flags, time to target), the
+ * unit's CSV and the signed head. */
+static int record_eval(struct unit *u, int64_t step, uint64_t t_end,
+		       uint64_t eval_end, json_t *m, const char *hex,
+		       uint64_t bytes, int *val_met, int *test_met)
+{
+	const char *mn = u->hu->spec->metric;
+	int dir = u->hu->spec->direction;
+	double val = metric(m, "validation", mn), test = metric(m, "test", mn);
+	*val_met = !isnan(val) &&
+		      apf_workload_meets(dir, val, u->hu->validation_target);
+	*test_met = !isnan(test) &&
+		       apf_workload_meets(dir, test, u->hu->test_target);
+	if (*val_met && u->time_to_target_ns < 0)
+		u->time_to_target_ns = (int64_t)u->sub_ns;
+	json_t *ev = eval_record(u, step, t_end, eval_end, m, *val_met, *test_met,
+				 hex, bytes);
+	json_t *row = json_deep_copy(ev);
+	int rc = record(u, "eval", ev, 1);
+	if (!u->st->rows)
+		u->st->rows = json_array();
+	json_array_append_new(u->st->rows, row);
+	char *csv = apf_path_join(u->dir, "eval_measurements.csv");
+	if (!rc)
+		rc = csv ? apf_rundir_write_csv(csv, u->st->rows)
+			 : apf_error(APF_ENOMEM, "run", "out of memory");
+	free(csv);
+	if (!rc)
+		rc = sign_head(u->r);
+	return rc;
+}
+
 /* One eval point: the trial has reported `step` (accepted by the protocol)
  * for reason `why`. Returns 1 when the trial goes on, 0 when the unit
  * ended (u->ended, or the host's ending for record_ending), or an error of
@@ -288,29 +320,9 @@ static int eval_point(struct unit *u, int64_t step, enum apf_proto_why why,
 		json_decref(m);
 		return rc;
 	}
-	const char *mn = u->hu->spec->metric;
-	int dir = u->hu->spec->direction;
-	double val = metric(m, "validation", mn), test = metric(m, "test", mn);
-	int val_met = !isnan(val) &&
-		      apf_workload_meets(dir, val, u->hu->validation_target);
-	int test_met = !isnan(test) &&
-		       apf_workload_meets(dir, test, u->hu->test_target);
-	if (val_met && u->time_to_target_ns < 0)
-		u->time_to_target_ns = (int64_t)u->sub_ns;
-	json_t *ev = eval_record(u, step, t_end, eval_end, m, val_met, test_met,
-				 hex, bytes);
-	json_t *row = json_deep_copy(ev);
-	rc = record(u, "eval", ev, 1);
-	if (!u->st->rows)
-		u->st->rows = json_array();
-	json_array_append_new(u->st->rows, row);
-	char *csv = apf_path_join(u->dir, "eval_measurements.csv");
-	if (!rc)
-		rc = csv ? apf_rundir_write_csv(csv, u->st->rows)
-			 : apf_error(APF_ENOMEM, "run", "out of memory");
-	free(csv);
-	if (!rc)
-		rc = sign_head(u->r);
+	int val_met = 0, test_met = 0;
+	rc = record_eval(u, step, t_end, eval_end, m, hex, bytes, &val_met,
+			 &test_met);
 	u->last_eval_end = eval_end;
 	const char *stop = stop_reason(u, val_met, test_met, why);
 	if (!rc && stop) {
