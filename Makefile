@@ -159,14 +159,14 @@ fuzz:
 manifests: all
 	@scripts/manifests.sh $(BUILD)
 
+# Only include/apf (the submission ABI) is public: pkg/*/*.h are libapf's
+# internals, free to change, and never installed.
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/pkgconfig \
 	    $(DESTDIR)$(PREFIX)/include/apf $(DESTDIR)$(PREFIX)/share/apf
 	install -m 755 $(BUILD)/apf $(DESTDIR)$(PREFIX)/bin/apf
 	install -m 644 $(BUILD)/libapf.a $(DESTDIR)$(PREFIX)/lib/libapf.a
 	install -m 644 include/apf/*.h $(DESTDIR)$(PREFIX)/include/apf/
-	for h in pkg/*/*.h; do d=$(DESTDIR)$(PREFIX)/include/apf/$$(dirname $${h#pkg/}); \
-	  install -d $$d && install -m 644 $$h $$d/; done
 	cp -R workloads $(DESTDIR)$(PREFIX)/share/apf/
 	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(shell sed -n 's/.*APF_VERSION "\(.*\)"/\1/p' pkg/base/base.h)|' \
 	    -e 's|@LIBS@|$(LIBS)|' scripts/apf.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/apf.pc
