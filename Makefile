@@ -8,6 +8,7 @@
 #   make bench      benchmarks; each figure also as "RESULT <bench> <metric> <value>"
 #   make fuzz       libFuzzer targets for every parser (clang)
 #   make install    binary, libapf.a, public headers, pkg-config file, workloads
+#   make layout-report  what an auditor must read (verify/README), in lines
 #   make manifests  signed example entries of the baselines
 #
 # Sources are found by wildcard, so a new file under pkg/<concept>/ or
@@ -59,7 +60,8 @@ CPPFLAGS_APF += -DAPF_HAVE_CUDA -I/usr/local/cuda/include
 LIBS += -L/usr/local/cuda/lib64 -lcudart -lcublas -lcudnn -lstdc++
 endif
 
-.PHONY: all deps demo test check bench fuzz install manifests clean unit-tests
+.PHONY: all deps demo test check bench fuzz install manifests clean unit-tests \
+        layout-tests layout-report
 .DEFAULT_GOAL := all
 
 all: $(BUILD)/apf $(BUILD)/libapf.a
@@ -120,15 +122,45 @@ $(BUILD)/tests/helpers/%: tests/helpers/%.c
 
 unit-tests: $(UNIT_BIN) $(HELPER_BIN)
 
+# The verifier's link check (tests/layout/test_layout.py, verify/README):
+# libapf-verify.a holds verify/ and every package but the runner (the
+# operator's supervisor) and the trial (the untrusted process), and the
+# workloads; verify_only calls verify.h's API and links against it alone, so
+# a verifier object that reaches pkg/runner or pkg/trial leaves a symbol
+# undefined. A thin archive (ar T) keeps each member's path, so the link map
+# tells the two workloads/*/model.o apart. The target is the link's outcome,
+# not the link: a failure is reported by the test, with the linker's
+# message, instead of stopping make test before anything has run.
+VERIFY_LIB_OBJ := $(filter-out $(BUILD)/obj/pkg/runner/% $(BUILD)/obj/pkg/trial/%,$(LIB_OBJ))
+LAYOUT := $(BUILD)/tests/layout
+
+$(BUILD)/libapf-verify.a: $(VERIFY_LIB_OBJ)
+	@rm -f $@
+	@$(if $(Q),echo "  AR      $@")
+	$(Q)ar rcsT $@ $^
+
+$(LAYOUT)/verify_only.link: $(BUILD)/obj/tests/layout/verify_only.o $(BUILD)/libapf-verify.a
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  LINK    $(LAYOUT)/verify_only")
+	$(Q)rm -f $(LAYOUT)/verify_only $(LAYOUT)/verify_only.map; \
+	  $(CC) $(LDFLAGS_APF) $(LDFLAGS) -o $(LAYOUT)/verify_only $< \
+	    $(BUILD)/libapf-verify.a $(LIBS) -Wl,-Map,$(LAYOUT)/verify_only.map \
+	    >$@.tmp 2>&1; echo "exit status $$?" >>$@.tmp; mv $@.tmp $@
+
+layout-tests: $(LAYOUT)/verify_only.link
+
+layout-report: all layout-tests
+	@scripts/layout-report.py --build $(BUILD)
+
 deps:
 	@scripts/deps.sh build test
 
 test: deps
-	@$(MAKE) --no-print-directory all unit-tests
+	@$(MAKE) --no-print-directory all unit-tests layout-tests
 	@$(PYTHON) tests/run.py --build $(BUILD)
 
 check: deps
-	@$(MAKE) --no-print-directory BUILD=build/san SAN=1 all unit-tests
+	@$(MAKE) --no-print-directory BUILD=build/san SAN=1 all unit-tests layout-tests
 	@ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:halt_on_error=1 \
 	 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	 $(PYTHON) tests/run.py --build build/san --sanitized

@@ -1,8 +1,10 @@
 #!/usr/bin/python3
 """apf test runner.
 
-Runs every unit test binary (cmocka, built from tests/unit/test_*.c) and every
-end-to-end module (tests/e2e/test_*.py, which drive the real apf binary), a
+Runs every unit test binary (cmocka, built from tests/unit/test_*.c), every
+end-to-end module (tests/e2e/test_*.py, which drive the real apf binary) and
+every layout module (tests/layout/test_*.py: how the code is laid out - what
+the verifier links, what libapf exports, which folders include which), a
 few at a time, and prints one line per test case. Skipped tests are listed
 with their reason and never counted as passed. The last line is always
 `N passed, N failed`.
@@ -68,22 +70,23 @@ def run_unit(path, env, timeout):
     return results, out
 
 
-def run_e2e(path, env, timeout):
-    """Runs one e2e module in a child interpreter; returns (results, output)."""
-    name = os.path.basename(path)[:-3]
+def run_module(path, env, timeout):
+    """Runs one e2e or layout module (unittest) in a child interpreter;
+    returns (results, output), each case named <kind>/<module>:<case>."""
+    name = os.path.basename(os.path.dirname(path)) + "/" + os.path.basename(path)[:-3]
     try:
         p = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", path],
                            cwd=ROOT, env=env, capture_output=True, text=True,
                            timeout=timeout, errors="replace")
     except subprocess.TimeoutExpired:
-        return [("FAIL", f"e2e/{name}", f"timed out after {timeout}s")], ""
+        return [("FAIL", name, f"timed out after {timeout}s")], ""
     results = []
     details = {}
     cur = None
     for line in p.stdout.splitlines():
         if line.startswith("@@RESULT "):
             _, status, case, *rest = line.split(" ", 3)
-            results.append([status, f"e2e/{name}:{case}", rest[0] if rest else ""])
+            results.append([status, f"{name}:{case}", rest[0] if rest else ""])
         elif line.startswith("@@DETAIL "):
             cur = line.split(" ", 1)[1]
             details[cur] = []
@@ -94,18 +97,20 @@ def run_e2e(path, env, timeout):
         if r[0] == "FAIL" and case in details:
             r[2] = "\n".join(details[case])[-4000:]
     if p.returncode != 0 and not any(r[0] == "FAIL" for r in results):
-        results.append(["FAIL", f"e2e/{name}", f"exit status {p.returncode}\n{p.stderr[-4000:]}"])
+        results.append(["FAIL", name, f"exit status {p.returncode}\n{p.stderr[-4000:]}"])
     if not results:
-        results.append(["FAIL", f"e2e/{name}", "no test cases ran\n" + p.stderr[-2000:]])
+        results.append(["FAIL", name, "no test cases ran\n" + p.stderr[-2000:]])
     return [tuple(r) for r in results], p.stdout
 
 
 def child(path):
-    """Loads one e2e module and runs its unittest cases, printing markers."""
+    """Loads one e2e or layout module and runs its unittest cases, printing
+    markers."""
     import importlib.util
     import unittest
     import traceback
     sys.path.insert(0, os.path.join(ROOT, "tests", "e2e"))
+    sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
     spec = importlib.util.spec_from_file_location(os.path.basename(path)[:-3], path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
@@ -157,14 +162,15 @@ def main():
 
     units = sorted(glob.glob(os.path.join(build, "tests", "test_*")))
     units = [u for u in units if os.access(u, os.X_OK) and not u.endswith(".d")]
-    e2es = sorted(glob.glob(os.path.join(ROOT, "tests", "e2e", "test_*.py")))
+    modules = sorted(glob.glob(os.path.join(ROOT, "tests", "e2e", "test_*.py")) +
+                     glob.glob(os.path.join(ROOT, "tests", "layout", "test_*.py")))
     if args.pattern:
         units = [u for u in units if args.pattern in os.path.basename(u)]
-        e2es = [e for e in e2es if args.pattern in os.path.basename(e)]
+        modules = [e for e in modules if args.pattern in os.path.basename(e)]
     if not os.path.exists(env["APF_BIN"]):
         print(f"apf: test: {env['APF_BIN']}: not built (run make)", file=sys.stderr)
 
-    jobs = [(run_unit, u) for u in units] + [(run_e2e, e) for e in e2es]
+    jobs = [(run_unit, u) for u in units] + [(run_module, e) for e in modules]
     passed = failed = 0
     skipped = []
     t0 = time.time()
