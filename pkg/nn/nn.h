@@ -27,9 +27,10 @@
  * Threads. A backend runs its own compute threads (be->threads, the
  * caller's thread included) and is driven by one caller thread at a time.
  *
- * Errors. Compute functions return void: a device backend reports a failed
- * launch at the next sync() (sticky, first error wins), which callers check
- * where results leave the device. Allocation returns a status at once.
+ * Errors. Compute functions return void: a backend reports a failure (a
+ * device's failed launch, a layer's scratch memory the CPU could not get) at
+ * the next sync() (sticky, first error wins), which callers check where
+ * results leave the device. Allocation returns a status at once.
  */
 #ifndef APF_NN_H
 #define APF_NN_H

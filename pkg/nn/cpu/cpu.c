@@ -63,6 +63,10 @@ struct pool {
 	unsigned long generation;
 	int pending, stop;
 	int fast; /* route the shapes fast.c takes to it */
+	/* Sticky, as nn.h has it: the first failure since the last sync, and
+	 * the layer it stopped (whose outputs were left unwritten). */
+	int err;
+	const char *err_layer;
 };
 
 static void *worker(void *v)
@@ -171,10 +175,26 @@ static void cpu_memcpy(apf_backend *be, void *dst, const void *src, size_t n)
 		memmove(dst, src, n);
 }
 
+/* A layer could not get its scratch memory: it computes nothing, and the
+ * next sync reports it. */
+static void cpu_fail(apf_backend *be, const char *layer)
+{
+	struct pool *p = be->impl;
+	if (!p->err) {
+		p->err = APF_ENOMEM;
+		p->err_layer = layer;
+	}
+}
+
 static int cpu_sync(apf_backend *be)
 {
-	(void)be;
-	return 0;
+	struct pool *p = be->impl;
+	if (!p->err)
+		return 0;
+	int rc = apf_error(p->err, "cpu backend",
+			   "%s: out of memory for its scratch", p->err_layer);
+	p->err = 0;
+	return rc;
 }
 
 /* ---- GEMM ----------------------------------------------------------------- */
@@ -807,8 +827,10 @@ static void batchnorm_forward(apf_backend *be, float *out, float *save_mean,
 		return;
 	}
 	struct bn_arg *a = malloc(sizeof *a);
-	if (!a)
-		abort(); /* ~70 KiB; nothing sensible to do without it */
+	if (!a) {
+		cpu_fail(be, "batch norm forward");
+		return;
+	}
 	*a = (struct bn_arg){.N = N, .C = C, .inp = inp, .scale = scale,
 			     .bias = bias, .out = out};
 	float eval_rstd[BN_BLOCK];
@@ -858,8 +880,10 @@ static void batchnorm_backward(apf_backend *be, float *dinp, float *dscale,
 		return;
 	}
 	struct bn_arg *a = malloc(sizeof *a);
-	if (!a)
-		abort();
+	if (!a) {
+		cpu_fail(be, "batch norm backward");
+		return;
+	}
 	*a = (struct bn_arg){.phase = BN_DSUMS, .N = N, .C = C,
 			     .accum = accum, .inp = inp, .dout = dout,
 			     .scale = scale, .mean = mean, .rstd = rstd,
@@ -931,8 +955,12 @@ static void bn_fast_forward(apf_backend *be, float *out, float *save_mean,
 {
 	float *coef = malloc(2 * (size_t)C * sizeof *coef);
 	double *part = malloc((size_t)nthreads(be) * 2 * C * sizeof *part);
-	if (!coef || !part)
-		abort(); /* a few KiB; nothing sensible to do without it */
+	if (!coef || !part) {
+		free(coef);
+		free(part);
+		cpu_fail(be, "batch norm forward");
+		return;
+	}
 	float *a = coef, *shift = coef + C;
 	struct apf_bn_job j = {.N = N, .C = C, .inp = inp, .res = res,
 			       .shift = shift, .a = a, .b = bias, .y = out,
@@ -976,8 +1004,12 @@ static void bn_fast_backward(apf_backend *be, float *dinp, float *dres,
 {
 	float *coef = malloc(3 * (size_t)C * sizeof *coef);
 	double *part = malloc((size_t)nthreads(be) * 2 * C * sizeof *part);
-	if (!coef || !part)
-		abort();
+	if (!coef || !part) {
+		free(coef);
+		free(part);
+		cpu_fail(be, "batch norm backward");
+		return;
+	}
 	float *k0 = coef, *k1 = coef + C, *k2 = coef + 2 * C;
 	struct apf_bn_job j = {.N = N, .C = C, .inp = inp, .dout = dout,
 			       .out = out, .mean = mean, .k0 = k0, .k1 = k1,
