@@ -116,10 +116,15 @@ int apf_runlog_create(apf_runlog **out, const char *path)
 	char *slash = dir ? strrchr(dir, '/') : NULL;
 	if (slash)
 		*slash = 0;
-	rc = apf_fsync_dir(slash ? dir : ".");
+	rc = dir ? apf_fsync_dir(slash ? dir : ".")
+		 : apf_error(APF_ENOMEM, path, "out of memory");
 	free(dir);
 	if (rc) {
+		/* Closing must not replace the message of the failure. */
+		char why[1024];
+		apf_error_take(why, sizeof why);
 		apf_runlog_close(*out);
+		apf_error_restore(rc, why);
 		*out = NULL;
 	}
 	return rc;
@@ -129,7 +134,9 @@ static int append_json_string(apf_buf *b, const char *s)
 {
 	json_t *j = json_string(s);
 	char *t = j ? json_dumps(j, JSON_ENCODE_ANY | JSON_COMPACT) : NULL;
-	int rc = t ? apf_buf_puts(b, t) : APF_ENOMEM;
+	int rc = t ? apf_buf_puts(b, t)
+		   : apf_error(APF_EINTERNAL, "log",
+			       "cannot encode '%.60s' as a JSON string", s);
 	free(t);
 	json_decref(j);
 	return rc;
@@ -249,6 +256,7 @@ struct line {
 	size_t tok_off, ntok;
 	void *slot;
 	char err[160];
+	int torn;               /* the last line, without its newline */
 };
 
 struct tokvec {
@@ -468,6 +476,7 @@ static void batch_fill(struct batch *b, const char *data, size_t size,
 		ln->obj = NULL;
 		ln->ntok = 0;
 		ln->err[0] = 0;
+		ln->torn = !nl;
 		ln->slot = slot_size ? b->slots + b->n * slot_size : NULL;
 		b->n++;
 		if (!nl)
@@ -488,6 +497,7 @@ struct walk_state {
 	char head[65];
 	uint64_t count, good_end, line_no;
 	int stop;               /* a bad line was met */
+	uint64_t torn_bytes;    /* it was the torn last line, this long */
 };
 
 /* The in-order half: seq, prev, the caller's fn. */
@@ -517,6 +527,8 @@ static int consume(struct walk_state *w, struct batch *b, uint64_t *valid_bytes)
 		}
 		if (why) {
 			w->stop = 1;
+			if (ln->torn)
+				w->torn_bytes = ln->len;
 			if (!valid_bytes)
 				rc = apf_error(APF_EVERIFY, w->path,
 					       "line %llu: %s",
@@ -657,6 +669,8 @@ static int walk(const char *path, const struct apf_runlog_read_opts *o,
 		sum->records = w.count;
 		memcpy(sum->head, w.head, 65);
 	}
+	if (sum)
+		sum->torn_bytes = w.torn_bytes;
 	if (valid_bytes)
 		*valid_bytes = w.good_end;
 	return rc;

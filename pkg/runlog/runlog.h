@@ -122,6 +122,11 @@ typedef int (*apf_runlog_fn)(void *user, const struct apf_runlog_record *r);
 struct apf_runlog_summary {
 	uint64_t records;
 	char head[65];
+	/* Set whether or not the walk succeeds: when it stopped at a last
+	 * line without a newline (torn by a crash), that line's length, else
+	 * 0. Every line before it checked out. For callers that accept a torn
+	 * tail, instead of reading the message. */
+	uint64_t torn_bytes;
 };
 
 struct apf_runlog_read_opts {

@@ -59,9 +59,14 @@
 
 enum { MSG_LISTENER = 'L', MSG_ERROR = 'E', MSG_EXIT = 'X' };
 
+/* Which set-up step failed, for the steps the supervisor's message says
+ * more about: the message's text is for people, never parsed. */
+enum { STEP_OTHER, STEP_MOUNT_PROC };
+
 struct msg {
 	int type;
 	int err;
+	int step;           /* MSG_ERROR: STEP_* */
 	int status;
 	struct rusage ru;
 	char text[256];
@@ -112,13 +117,14 @@ static void send_msg(int chan, const struct msg *m)
 		;
 }
 
-static _Noreturn void child_fail(int chan, const char *step, const char *arg,
-				 int err)
+static _Noreturn void child_fail_step(int chan, int kind, const char *step,
+				      const char *arg, int err)
 {
 	struct msg m;
 	memset(&m, 0, sizeof m);
 	m.type = MSG_ERROR;
 	m.err = err;
+	m.step = kind;
 	size_t at = put(m.text, sizeof m.text, 0, step);
 	if (arg) {
 		at = put(m.text, sizeof m.text, at, " ");
@@ -126,6 +132,12 @@ static _Noreturn void child_fail(int chan, const char *step, const char *arg,
 	}
 	send_msg(chan, &m);
 	_exit(127);
+}
+
+static _Noreturn void child_fail(int chan, const char *step, const char *arg,
+				 int err)
+{
+	child_fail_step(chan, STEP_OTHER, step, arg, err);
 }
 
 static int write_file(const char *path, const char *data)
@@ -481,7 +493,7 @@ static void build_root(const struct plan *p)
 		child_fail(chan, "mkdir", "/proc", err);
 	if (mount("proc", "/newroot/proc", "proc",
 		  MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0)
-		child_fail(chan, "mount", "/proc", errno);
+		child_fail_step(chan, STEP_MOUNT_PROC, "mount", "/proc", errno);
 	/* No nested user namespaces: the limit is per namespace, ours is the
 	 * only one that can set it, and the program has no capability left
 	 * to change it back. */
@@ -790,7 +802,7 @@ static int plan_build(struct plan *p, const struct apf_sandbox_config *cfg,
 	static const char *const empty[] = {NULL};
 	if (!(p->argv = copy_strv(cfg->argv)) ||
 	    !(p->envp = copy_strv(cfg->envp ? cfg->envp : empty)))
-		return APF_ENOMEM;
+		return apf_error(APF_ENOMEM, "sandbox", "out of memory");
 	if (cfg->nfds > MAX_FDS)
 		return apf_error(APF_EINPUT, "sandbox", "more than %d descriptors",
 				 MAX_FDS);
@@ -845,7 +857,7 @@ static int plan_build(struct plan *p, const struct apf_sandbox_config *cfg,
 	snprintf(p->gid_map, sizeof p->gid_map, "0 %u 1\n", (unsigned)getegid());
 
 	if (cfg->nmounts && !(p->mnts = calloc(cfg->nmounts, sizeof *p->mnts)))
-		return APF_ENOMEM;
+		return apf_error(APF_ENOMEM, "sandbox", "out of memory");
 	uint64_t copied = 0;
 	for (size_t i = 0; i < cfg->nmounts; i++) {
 		const struct apf_sandbox_mount *m = &cfg->mounts[i];
@@ -895,7 +907,7 @@ static int plan_build(struct plan *p, const struct apf_sandbox_config *cfg,
 		pm->dst = join2("/newroot", target);
 		free(real);
 		if (!pm->src || !pm->dst)
-			return APF_ENOMEM;
+			return apf_error(APF_ENOMEM, "sandbox", "out of memory");
 		pm->write = m->access == APF_SANDBOX_WRITE;
 		pm->is_dir = S_ISDIR(st.st_mode);
 		pm->is_dev = S_ISCHR(st.st_mode);
@@ -922,7 +934,8 @@ static int plan_build(struct plan *p, const struct apf_sandbox_config *cfg,
 					       sizeof norm)) < 0)
 				return rc;
 			if (!(p->scratch = join2("/newroot", cfg->scratch)))
-				return APF_ENOMEM;
+				return apf_error(APF_ENOMEM, "sandbox",
+						 "out of memory");
 			snprintf(p->scratch_opts, sizeof p->scratch_opts,
 				 "size=%llu,mode=0755",
 				 (unsigned long long)scratch_bytes);
@@ -946,7 +959,7 @@ static int plan_build(struct plan *p, const struct apf_sandbox_config *cfg,
 	if (cwd[0] != '/')
 		return apf_error(APF_EINPUT, "sandbox", "cwd %s: not absolute", cwd);
 	if (!(p->cwd = apf_strdup(cwd)))
-		return APF_ENOMEM;
+		return apf_error(APF_ENOMEM, "sandbox", "out of memory");
 
 	struct sock_filter *prog;
 	size_t len;
@@ -959,7 +972,7 @@ static int plan_build(struct plan *p, const struct apf_sandbox_config *cfg,
 
 /* Why the kernel may refuse the namespaces, from the knobs that usually
  * decide it. */
-static const char *userns_hint(void)
+static const char *userns_hint(int clone_errno)
 {
 	char *v = NULL;
 	size_t n;
@@ -979,7 +992,7 @@ static const char *userns_hint(void)
 			  16, &v, &n) == 0 && v[0] == '1')
 		hint = " (kernel.apparmor_restrict_unprivileged_userns is 1)";
 	free(v);
-	if (!hint[0] && errno == EPERM)
+	if (!hint[0] && clone_errno == EPERM)
 		hint = " (a container's seccomp profile may forbid it)";
 	return hint;
 }
@@ -996,7 +1009,9 @@ static int notif_buffers(apf_sandbox *sb)
 		? sz.seccomp_notif_resp : sizeof(struct seccomp_notif_resp);
 	sb->req = calloc(1, sb->req_size);
 	sb->resp = calloc(1, sb->resp_size);
-	return sb->req && sb->resp ? 0 : APF_ENOMEM;
+	return sb->req && sb->resp ? 0
+				   : apf_error(APF_ENOMEM, "sandbox",
+					       "out of memory");
 }
 
 /* Receives one message; *fd gets a passed descriptor, *pid the sender.
@@ -1043,10 +1058,11 @@ static int recv_msg(int chan, struct msg *m, int *fd, pid_t *pid, int flags)
 
 static void note_message(apf_sandbox *sb, const struct msg *m)
 {
-	if (m->type == MSG_ERROR && !sb->setup_error[0])
+	if (m->type == MSG_ERROR && !sb->setup_error[0]) {
 		snprintf(sb->setup_error, sizeof sb->setup_error, "%s: %s",
 			 m->text, strerror(m->err));
-	else if (m->type == MSG_EXIT) {
+		sb->setup_proc_mount = m->step == STEP_MOUNT_PROC;
+	} else if (m->type == MSG_EXIT) {
 		sb->have_status = 1;
 		sb->status = m->status;
 		sb->ru = m->ru;
@@ -1076,7 +1092,7 @@ static int spawn(apf_sandbox **out, const struct apf_sandbox_config *cfg,
 	*out = NULL;
 	apf_sandbox *sb = sandbox_alloc();
 	if (!sb)
-		return APF_ENOMEM;
+		return apf_error(APF_ENOMEM, "sandbox", "out of memory");
 	sb->mode = cfg->mode;
 	struct plan p;
 	int rc = apf_sandbox_policy_defaults(sb);
@@ -1127,7 +1143,8 @@ static int spawn(apf_sandbox **out, const struct apf_sandbox_config *cfg,
 		if (cfg->mode == APF_SANDBOX_SEALED)
 			return apf_error(APF_EABORT, "sandbox",
 					 "cannot create namespaces: clone3: %s%s",
-					 strerror(clone_errno), userns_hint());
+					 strerror(clone_errno),
+					 userns_hint(clone_errno));
 		return apf_error_errno(APF_EABORT, clone_errno, "sandbox", "clone3");
 	}
 	sb->child = pid;
@@ -1194,7 +1211,7 @@ static int spawn(apf_sandbox **out, const struct apf_sandbox_config *cfg,
 	sb->ended = 1;
 	if (sb->setup_error[0])
 		rc = apf_error(APF_EABORT, "sandbox", "%s%s", sb->setup_error,
-			       !strncmp(sb->setup_error, "mount /proc", 11)
+			       sb->setup_proc_mount
 				       ? " (in a container, a /proc with masked "
 					 "parts forbids a fresh one)"
 				       : "");
