@@ -146,6 +146,26 @@ static int has_non_ascii(const char *s)
 	return 0;
 }
 
+/* A reader's or writer's failure is sticky: every later call returns it
+ * again, and with it the message it had, not whatever another call
+ * recorded since. msg holds the message once the failing call returned. */
+#define STICKY_MSG 1024
+
+static void sticky_note(int rc, int *err, char msg[STICKY_MSG])
+{
+	if (rc >= 0 || msg[0])
+		return;
+	if (!*err)
+		*err = rc;
+	snprintf(msg, STICKY_MSG, "%s", apf_error_message());
+}
+
+static int sticky_again(int err, const char msg[STICKY_MSG])
+{
+	apf_error_restore(err, msg);
+	return err;
+}
+
 /* ---- member rules -------------------------------------------------------- */
 
 /* Every name seen so far, and every directory those names imply: 'f' file,
@@ -193,7 +213,7 @@ static int rules_grow(struct rules *r)
 	size_t cap = r->cap ? 2 * r->cap : 1024;
 	struct slot *slots = calloc(cap, sizeof *slots);
 	if (!slots)
-		return APF_ENOMEM;
+		return apf_error(APF_ENOMEM, "archive", "out of memory");
 	for (size_t i = 0; i < r->cap; i++) {
 		struct slot *s = &r->slots[i];
 		if (!s->name)
@@ -444,6 +464,7 @@ struct apf_archive_writer {
 	int64_t mtime;
 	struct rules rules;
 	int err;     /* sticky: the first failure */
+	char err_msg[STICKY_MSG]; /* its message */
 	int discard; /* aborting: the write callback drops everything */
 };
 
@@ -610,19 +631,15 @@ static int writer_end_member(apf_archive_writer *w, const char *name)
 	return 0;
 }
 
-int apf_archive_add_file(apf_archive_writer *w, const char *name, int mode,
-			 const void *data, size_t size)
+static int add_file(apf_archive_writer *w, const char *name, int mode,
+		    const void *data, size_t size)
 {
 	if (mode != 0644 && mode != 0755)
-		return w->err ? w->err
-			      : (w->err = refuse(w->path, name,
-						 "file mode must be 0644 or "
-						 "0755"));
+		return w->err = refuse(w->path, name,
+				       "file mode must be 0644 or 0755");
 	if (size && !data)
-		return w->err ? w->err
-			      : (w->err = apf_error(APF_EINTERNAL, w->path,
-						    "no data for %zu bytes",
-						    size));
+		return w->err = apf_error(APF_EINTERNAL, w->path,
+					  "no data for %zu bytes", size);
 	int rc = writer_header(w, name, 'f', mode, size, NULL);
 	if (rc == 0)
 		rc = writer_data(w, name, data, size);
@@ -631,14 +648,22 @@ int apf_archive_add_file(apf_archive_writer *w, const char *name, int mode,
 	return rc;
 }
 
-int apf_archive_add_file_fd(apf_archive_writer *w, const char *name, int mode,
-			    int fd, uint64_t size)
+int apf_archive_add_file(apf_archive_writer *w, const char *name, int mode,
+			 const void *data, size_t size)
+{
+	if (w->err)
+		return sticky_again(w->err, w->err_msg);
+	int rc = add_file(w, name, mode, data, size);
+	sticky_note(rc, &w->err, w->err_msg);
+	return rc;
+}
+
+static int add_file_fd(apf_archive_writer *w, const char *name, int mode,
+		       int fd, uint64_t size)
 {
 	if (mode != 0644 && mode != 0755)
-		return w->err ? w->err
-			      : (w->err = refuse(w->path, name,
-						 "file mode must be 0644 or "
-						 "0755"));
+		return w->err = refuse(w->path, name,
+				       "file mode must be 0644 or 0755");
 	int rc = writer_header(w, name, 'f', mode, size, NULL);
 	if (rc)
 		return rc;
@@ -674,12 +699,25 @@ int apf_archive_add_file_fd(apf_archive_writer *w, const char *name, int mode,
 	return writer_end_member(w, name);
 }
 
+int apf_archive_add_file_fd(apf_archive_writer *w, const char *name, int mode,
+			    int fd, uint64_t size)
+{
+	if (w->err)
+		return sticky_again(w->err, w->err_msg);
+	int rc = add_file_fd(w, name, mode, fd, size);
+	sticky_note(rc, &w->err, w->err_msg);
+	return rc;
+}
+
 int apf_archive_add_symlink(apf_archive_writer *w, const char *name,
 			    const char *target)
 {
+	if (w->err)
+		return sticky_again(w->err, w->err_msg);
 	int rc = writer_header(w, name, 'l', 0777, 0, target);
 	if (rc == 0)
 		rc = writer_end_member(w, name);
+	sticky_note(rc, &w->err, w->err_msg);
 	return rc;
 }
 
@@ -699,7 +737,7 @@ static void writer_free(apf_archive_writer *w)
 
 int apf_archive_writer_commit(apf_archive_writer *w)
 {
-	int rc = w->err;
+	int rc = w->err ? sticky_again(w->err, w->err_msg) : 0;
 	if (rc == 0)
 		rc = rules_check_links(&w->rules, w->path);
 	if (rc == 0 && archive_write_close(w->a) != ARCHIVE_OK)
@@ -921,6 +959,7 @@ struct apf_archive_reader {
 	uint64_t declared;    /* sum of the file members' sizes */
 	int has_member, cur_type;
 	int err;              /* sticky: the first failure */
+	char err_msg[STICKY_MSG]; /* its message */
 	int cb_err;           /* failure inside the read callback */
 	int done;
 };
@@ -1209,11 +1248,8 @@ static int reader_finish(apf_archive_reader *r, int64_t data_end)
 	return 0;
 }
 
-int apf_archive_next(apf_archive_reader *r, struct apf_archive_member *m)
+static int reader_next(apf_archive_reader *r, struct apf_archive_member *m)
 {
-	memset(m, 0, sizeof *m);
-	if (r->err)
-		return r->err;
 	if (r->done)
 		return 0;
 	if (r->has_member) {
@@ -1240,16 +1276,28 @@ int apf_archive_next(apf_archive_reader *r, struct apf_archive_member *m)
 	return reader_fail(r);
 }
 
+int apf_archive_next(apf_archive_reader *r, struct apf_archive_member *m)
+{
+	memset(m, 0, sizeof *m);
+	if (r->err)
+		return sticky_again(r->err, r->err_msg);
+	int rc = reader_next(r, m);
+	sticky_note(rc, &r->err, r->err_msg);
+	return rc;
+}
+
 long apf_archive_read(apf_archive_reader *r, void *buf, size_t len)
 {
 	if (r->err)
-		return r->err;
+		return sticky_again(r->err, r->err_msg);
 	if (!r->has_member || r->cur_type != APF_MEMBER_FILE || len == 0)
 		return 0;
 	la_ssize_t n = archive_read_data(r->a, buf, len);
-	if (n < 0)
-		return reader_fail(r);
-	return (long)n;
+	if (n >= 0)
+		return (long)n;
+	int rc = reader_fail(r);
+	sticky_note(rc, &r->err, r->err_msg);
+	return rc;
 }
 
 void apf_archive_reader_close(apf_archive_reader *r)

@@ -216,8 +216,14 @@ static int publish(struct extraction *x, const char *dest, const char *parent)
 			return apf_error_errno(APF_EIO, errno, dest, "rename");
 	}
 	int rc = apf_fsync_dir(parent);
-	if (rc) /* keep the promise: after a failure dest does not exist */
+	if (rc) {
+		/* Keep the promise: after a failure dest does not exist. The
+		 * clean-up must not replace the message of the failure. */
+		char why[1024];
+		apf_error_take(why, sizeof why);
 		apf_remove_tree(dest);
+		apf_error_restore(rc, why);
+	}
 	return rc;
 }
 

@@ -20,7 +20,7 @@ int apf_buf_append(apf_buf *b, const void *data, size_t len)
 			cap *= 2;
 		char *p = realloc(b->data, cap);
 		if (!p)
-			return APF_ENOMEM;
+			return apf_error(APF_ENOMEM, "buffer", "out of memory");
 		b->data = p;
 		b->cap = cap;
 	}
@@ -43,9 +43,11 @@ int apf_buf_printf(apf_buf *b, const char *fmt, ...)
 	int n = vsnprintf(NULL, 0, fmt, ap);
 	va_end(ap);
 	if (n < 0)
-		return APF_EINTERNAL;
-	if (apf_buf_append(b, NULL, 0) != 0)
-		return APF_ENOMEM;
+		return apf_error(APF_EINTERNAL, "buffer",
+				 "cannot format '%.40s'", fmt);
+	int rc = apf_buf_append(b, NULL, 0);
+	if (rc)
+		return rc;
 	size_t need = b->len + (size_t)n + 1;
 	if (need > b->cap) {
 		size_t cap = b->cap;
@@ -53,7 +55,7 @@ int apf_buf_printf(apf_buf *b, const char *fmt, ...)
 			cap *= 2;
 		char *p = realloc(b->data, cap);
 		if (!p)
-			return APF_ENOMEM;
+			return apf_error(APF_ENOMEM, "buffer", "out of memory");
 		b->data = p;
 		b->cap = cap;
 	}
@@ -93,11 +95,14 @@ static int hexval(char c)
 int apf_unhex(uint8_t *out, const char *in, size_t n)
 {
 	if (strlen(in) != 2 * n)
-		return APF_EINPUT;
+		return apf_error(APF_EINPUT, "hex", "%zu digits, expected %zu",
+				 strlen(in), 2 * n);
 	for (size_t i = 0; i < n; i++) {
 		int hi = hexval(in[2 * i]), lo = hexval(in[2 * i + 1]);
 		if (hi < 0 || lo < 0)
-			return APF_EINPUT;
+			return apf_error(APF_EINPUT, "hex",
+					 "not lowercase hex digits at %zu",
+					 2 * i);
 		out[i] = (uint8_t)(hi << 4 | lo);
 	}
 	return 0;

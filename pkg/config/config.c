@@ -92,13 +92,13 @@ static int add_section(apf_config *c, const char *name, int line)
 		size_t cap = c->scap ? 2 * c->scap : 8;
 		struct section *s = realloc(c->s, cap * sizeof *s);
 		if (!s)
-			return APF_ENOMEM;
+			return apf_error(APF_ENOMEM, c->name, "out of memory");
 		c->s = s;
 		c->scap = cap;
 	}
 	c->s[c->ns].name = apf_strdup(name);
 	if (!c->s[c->ns].name)
-		return APF_ENOMEM;
+		return apf_error(APF_ENOMEM, c->name, "out of memory");
 	c->s[c->ns++].line = line;
 	return 0;
 }
@@ -168,7 +168,8 @@ static int scan_sections(apf_config *c, const char *text)
 			if (close) {
 				char *name = strndup(q + 1, (size_t)(close - q - 1));
 				if (!name)
-					return APF_ENOMEM;
+					return apf_error(APF_ENOMEM, c->name,
+							 "out of memory");
 				/* inih strips spaces inside the brackets too. */
 				char *s = name, *t = name + strlen(name);
 				while (*s && isspace((unsigned char)*s))
@@ -200,7 +201,7 @@ int apf_config_parse(apf_config **out, const char *text, const char *name)
 	int rc = scan_sections(c, text);
 	if (rc) {
 		apf_config_free(c);
-		return apf_error(APF_ENOMEM, name, "out of memory");
+		return rc;
 	}
 	int ini = ini_parse_stream(reader_fn, &r, handler, &p);
 	if (p.rc) {

@@ -40,9 +40,9 @@ static int write_all(int fd, const void *p, size_t n, off_t off)
 		ssize_t w = pwrite(fd, b, n, off);
 		if (w < 0 && errno == EINTR)
 			continue;
-		if (w <= 0)
-			return apf_error_errno(APF_EIO, errno, "train split",
-					       "write the memfd");
+		if (w <= 0) /* a write of nothing leaves errno as it was */
+			return apf_error_errno(APF_EIO, w < 0 ? errno : EIO,
+					       "train split", "write the memfd");
 		b += w;
 		n -= (size_t)w;
 		off += w;

@@ -334,7 +334,11 @@ int apf_entry_extract(apf_entry **out, const char *path, const char *dest,
 		rc = apf_error(APF_EVERIFY, dest,
 			       "extracted %zu files, the manifest lists %zu",
 			       x.files, (*out)->manifest->submission.nfiles);
+		/* The clean-up must not replace the message of the failure. */
+		char why[1024];
+		apf_error_take(why, sizeof why);
 		apf_remove_tree(dest);
+		apf_error_restore(rc, why);
 	}
 	if (rc) {
 		apf_error_prefix(as_verify(rc), path);

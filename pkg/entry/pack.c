@@ -331,6 +331,10 @@ int apf_entry_pack(const struct apf_pack_opts *o, apf_entry **out)
 	if (!rc) {
 		m->apf_version = apf_strdup(APF_VERSION);
 		m->created = apf_strdup(created);
+		if (!m->apf_version || !m->created)
+			rc = apf_error(APF_ENOMEM, "pack", "out of memory");
+	}
+	if (!rc) {
 		struct apf_tree_opts topts = {.progress = o->progress,
 					      .user = o->user};
 		rc = apf_tree_hash(&t, o->submission_dir, &topts);
@@ -343,11 +347,15 @@ int apf_entry_pack(const struct apf_pack_opts *o, apf_entry **out)
 		/* A seed the submitter did not choose: derived from the code. */
 		uint8_t d[APF_SHA256_LEN];
 		apf_buf b = {0};
-		apf_buf_printf(&b, "apf-plan-v1%s", m->submission.tree_digest);
-		rc = apf_sha256_buf(b.data, b.len, d);
+		rc = apf_buf_printf(&b, "apf-plan-v1%s",
+				    m->submission.tree_digest);
+		if (!rc)
+			rc = apf_sha256_buf(b.data, b.len, d);
 		apf_buf_free(&b);
-		m->tuning.seed = (uint32_t)d[0] << 24 | (uint32_t)d[1] << 16 |
-				 (uint32_t)d[2] << 8 | d[3];
+		if (!rc)
+			m->tuning.seed = (uint32_t)d[0] << 24 |
+					 (uint32_t)d[1] << 16 |
+					 (uint32_t)d[2] << 8 | d[3];
 	} else if (!rc && o->seed_set) {
 		m->tuning.seed = o->seed;
 	}
@@ -373,7 +381,7 @@ int apf_entry_pack(const struct apf_pack_opts *o, apf_entry **out)
 			apf_buf_puts(&p, o->output);
 		else
 			apf_buf_printf(&p, "%s.apf", m->submission.name);
-		e->path = p.data;
+		e->path = p.data; /* NULL when it could not be built */
 		rc = e->path ? write_archive(e->path, epoch, &env,
 					     o->submission_dir, t)
 			     : apf_error(APF_ENOMEM, "pack", "out of memory");

@@ -37,6 +37,14 @@ static json_t *subject(const char *prefix, const char *name, const char *hex)
 	return s;
 }
 
+/* Appends v to a; a failure (v NULL: it could not be built) is counted in
+ * *lost, so that no element goes missing from a signed statement unseen. */
+static void append(json_t *a, json_t *v, int *lost)
+{
+	if (json_array_append_new(a, v) != 0)
+		(*lost)++;
+}
+
 static const char *mode_str(int mode)
 {
 	return mode == 755 ? "755" : mode == 777 ? "777" : "644";
@@ -45,50 +53,52 @@ static const char *mode_str(int mode)
 int apf_manifest_to_json(const apf_manifest *m, char **out)
 {
 	*out = NULL;
+	int lost = 0;
 	json_t *subjects = json_array();
-	json_array_append_new(subjects,
-			      subject("", "submission", m->submission.tree_digest));
+	append(subjects, subject("", "submission", m->submission.tree_digest),
+	       &lost);
 	for (size_t i = 0; i < m->ndatasets; i++)
-		json_array_append_new(subjects,
-				      subject("dataset:", m->datasets[i].name,
-					      m->datasets[i].tree_digest));
+		append(subjects,
+		       subject("dataset:", m->datasets[i].name,
+			       m->datasets[i].tree_digest),
+		       &lost);
 	for (size_t i = 0; i < m->nworkloads; i++)
-		json_array_append_new(subjects,
-				      subject("workload:", m->workloads[i].name,
-					      m->workloads[i].spec_digest));
+		append(subjects,
+		       subject("workload:", m->workloads[i].name,
+			       m->workloads[i].spec_digest),
+		       &lost);
 	json_t *authors = json_array();
 	for (size_t i = 0; i < m->submission.nauthors; i++)
-		json_array_append_new(authors,
-				      json_string(m->submission.authors[i]));
+		append(authors, json_string(m->submission.authors[i]), &lost);
 	json_t *files = json_array();
 	for (size_t i = 0; i < m->submission.nfiles; i++) {
 		const struct apf_manifest_file *f = &m->submission.files[i];
 		char type[2] = {f->type, 0};
-		json_array_append_new(
-			files, json_pack("{s:s, s:s, s:s, s:I, s:s}", "path",
-					 f->path, "type", type, "mode",
-					 mode_str(f->mode), "size",
-					 (json_int_t)f->size, "sha256",
-					 f->sha256));
+		append(files,
+		       json_pack("{s:s, s:s, s:s, s:I, s:s}", "path", f->path,
+				 "type", type, "mode", mode_str(f->mode),
+				 "size", (json_int_t)f->size, "sha256",
+				 f->sha256),
+		       &lost);
 	}
 	json_t *workloads = json_array();
 	for (size_t i = 0; i < m->nworkloads; i++) {
 		const struct apf_manifest_workload *w = &m->workloads[i];
-		json_array_append_new(
-			workloads,
-			json_pack("{s:s, s:s, s:s, s:s}", "name", w->name,
-				  "variant", w->variant, "spec_digest",
-				  w->spec_digest, "dataset", w->dataset));
+		append(workloads,
+		       json_pack("{s:s, s:s, s:s, s:s}", "name", w->name,
+				 "variant", w->variant, "spec_digest",
+				 w->spec_digest, "dataset", w->dataset),
+		       &lost);
 	}
 	json_t *datasets = json_array();
 	for (size_t i = 0; i < m->ndatasets; i++) {
 		const struct apf_manifest_dataset *d = &m->datasets[i];
-		json_array_append_new(
-			datasets, json_pack("{s:s, s:s, s:I, s:I}", "name",
-					    d->name, "tree_digest",
-					    d->tree_digest, "files",
-					    (json_int_t)d->files, "bytes",
-					    (json_int_t)d->bytes));
+		append(datasets,
+		       json_pack("{s:s, s:s, s:I, s:I}", "name", d->name,
+				 "tree_digest", d->tree_digest, "files",
+				 (json_int_t)d->files, "bytes",
+				 (json_int_t)d->bytes),
+		       &lost);
 	}
 	json_t *tuning = json_pack(
 		"{s:s, s:s, s:I, s:I, s:f, s:o, s:I}", "ruleset",
@@ -114,8 +124,13 @@ int apf_manifest_to_json(const apf_manifest *m, char **out)
 			       APF_STATEMENT_TYPE, "subject", subjects,
 			       "predicateType", APF_PREDICATE_TYPE, "predicate",
 			       predicate);
-	char *s = st ? json_dumps(st, JSON_INDENT(2)) : NULL;
+	char *s = st && !lost ? json_dumps(st, JSON_INDENT(2)) : NULL;
 	json_decref(st);
+	if (!s && lost)
+		return apf_error(APF_ENOMEM, "manifest",
+				 "cannot encode %d list entries (out of memory "
+				 "or a field is missing)",
+				 lost);
 	if (!s)
 		return apf_error(APF_EINTERNAL, "manifest",
 				 "cannot encode (a field is missing)");
@@ -300,6 +315,8 @@ static int parse_submission(apf_manifest *m, const json_t *s)
 		return rc;
 	m->submission.name = dup(s, "name");
 	m->submission.ruleset = dup(s, "ruleset");
+	if (!m->submission.name || !m->submission.ruleset)
+		return apf_error(APF_ENOMEM, "manifest", "out of memory");
 	strcpy(m->submission.tree_digest, str(s, "tree_digest"));
 	if (strcmp(m->submission.ruleset, "external") &&
 	    strcmp(m->submission.ruleset, "self"))
@@ -309,6 +326,8 @@ static int parse_submission(apf_manifest *m, const json_t *s)
 	json_t *authors = json_object_get(s, "authors");
 	m->submission.authors =
 		apf_calloc(json_array_size(authors), sizeof(char *));
+	if (!m->submission.authors)
+		return apf_error(APF_ENOMEM, "manifest", "out of memory");
 	size_t i;
 	json_t *a;
 	json_array_foreach(authors, i, a)
@@ -318,6 +337,8 @@ static int parse_submission(apf_manifest *m, const json_t *s)
 							 "strings");
 		m->submission.authors[i] = apf_strdup(json_string_value(a));
 		m->submission.nauthors = i + 1;
+		if (!m->submission.authors[i])
+			return apf_error(APF_ENOMEM, "manifest", "out of memory");
 	}
 	rc = apf_git_validate(json_object_get(s, "git"));
 	if (rc)
@@ -364,6 +385,8 @@ static int parse_lists(apf_manifest *m, const json_t *p)
 		struct apf_manifest_dataset *d = &m->datasets[i];
 		d->name = dup(x, "name");
 		m->ndatasets = i + 1;
+		if (!d->name)
+			return apf_error(APF_ENOMEM, "manifest", "out of memory");
 		strcpy(d->tree_digest, str(x, "tree_digest"));
 		d->files = (uint64_t)json_integer_value(json_object_get(x, "files"));
 		d->bytes = (uint64_t)json_integer_value(json_object_get(x, "bytes"));
@@ -387,6 +410,8 @@ static int parse_lists(apf_manifest *m, const json_t *p)
 		w->variant = dup(x, "variant");
 		w->dataset = dup(x, "dataset");
 		m->nworkloads = i + 1;
+		if (!w->name || !w->variant || !w->dataset)
+			return apf_error(APF_ENOMEM, "manifest", "out of memory");
 		strcpy(w->spec_digest, str(x, "spec_digest"));
 		if (!apf_manifest_find_dataset(m, w->dataset))
 			return bad(where, "dataset '%s' is not in datasets",
@@ -411,6 +436,8 @@ static int parse_tuning(apf_manifest *m, const json_t *t)
 		return rc;
 	m->tuning.ruleset = dup(t, "ruleset");
 	m->tuning.rules = dup(t, "rules");
+	if (!m->tuning.ruleset || !m->tuning.rules)
+		return apf_error(APF_ENOMEM, "manifest", "out of memory");
 	m->tuning.studies = (long)json_integer_value(json_object_get(t, "studies"));
 	m->tuning.trials = (long)json_integer_value(json_object_get(t, "trials"));
 	m->tuning.budget_multiplier =
@@ -533,7 +560,9 @@ int apf_manifest_parse(const char *json, size_t len, apf_manifest **out)
 	if (!rc) {
 		m->apf_version = dup(p, "apf_version");
 		m->created = dup(p, "created");
-		if (!valid_created(m->created))
+		if (!m->apf_version || !m->created)
+			rc = apf_error(APF_ENOMEM, "manifest", "out of memory");
+		else if (!valid_created(m->created))
 			rc = bad("created", "'%s' is not YYYY-MM-DDTHH:MM:SSZ",
 				 m->created);
 	}

@@ -160,9 +160,10 @@ int apf_net_new(apf_net **out, apf_backend *be, int H, int W, int C)
 		return apf_error(APF_ENOMEM, "net", "out of memory");
 	net->be = be;
 	net->out = -1;
-	if (grow((void **)&net->t, &net->cap_t, 0, sizeof *net->t)) {
+	int rc = grow((void **)&net->t, &net->cap_t, 0, sizeof *net->t);
+	if (rc) {
 		free(net);
-		return APF_ENOMEM;
+		return rc;
 	}
 	net->t[0] = (struct tensor){H, W, C, 0, NULL, NULL};
 	net->nt = 1;
@@ -227,16 +228,19 @@ static int new_tensor(apf_net *net, int H, int W, int C)
 	if (H <= 0 || W <= 0 || C <= 0)
 		return apf_error(APF_EINPUT, "net",
 				 "a layer's output would be %dx%dx%d", H, W, C);
-	if (grow((void **)&net->t, &net->cap_t, net->nt, sizeof *net->t))
-		return APF_ENOMEM;
+	int rc = grow((void **)&net->t, &net->cap_t, net->nt, sizeof *net->t);
+	if (rc)
+		return rc;
 	net->t[net->nt] = (struct tensor){H, W, C, 0, NULL, NULL};
 	return (int)net->nt++;
 }
 
-static struct op *new_op(apf_net *net, int type, int in0, int in1)
+static int new_op(struct op **out, apf_net *net, int type, int in0, int in1)
 {
-	if (grow((void **)&net->ops, &net->cap_ops, net->nops, sizeof *net->ops))
-		return NULL;
+	int rc = grow((void **)&net->ops, &net->cap_ops, net->nops,
+		      sizeof *net->ops);
+	if (rc)
+		return rc;
 	struct op *o = &net->ops[net->nops++];
 	memset(o, 0, sizeof *o);
 	o->type = type;
@@ -246,7 +250,8 @@ static struct op *new_op(apf_net *net, int type, int in0, int in1)
 	o->param[0] = o->param[1] = -1;
 	o->state[0] = o->state[1] = -1;
 	o->fused_into = o->fbn = o->fadd = o->fres = -1;
-	return o;
+	*out = o;
+	return 0;
 }
 
 static size_t align_up(size_t n)
@@ -257,9 +262,10 @@ static size_t align_up(size_t n)
 static int add_param(apf_net *net, const char *layer, const char *what,
 		     int kind, int ndim, const int *shape, int fan_in)
 {
-	if (grow((void **)&net->params, &net->cap_params, net->nparams,
-		 sizeof *net->params))
-		return APF_ENOMEM;
+	int rc = grow((void **)&net->params, &net->cap_params, net->nparams,
+		      sizeof *net->params);
+	if (rc)
+		return rc;
 	apf_param *p = &net->params[net->nparams];
 	memset(p, 0, sizeof *p);
 	if ((size_t)snprintf(p->name, sizeof p->name, "%s.%s", layer, what) >=
@@ -285,9 +291,10 @@ static int add_param(apf_net *net, const char *layer, const char *what,
 static int add_state(apf_net *net, const char *layer, const char *what,
 		     size_t numel)
 {
-	if (grow((void **)&net->state, &net->cap_state, net->nstate,
-		 sizeof *net->state))
-		return APF_ENOMEM;
+	int rc = grow((void **)&net->state, &net->cap_state, net->nstate,
+		      sizeof *net->state);
+	if (rc)
+		return rc;
 	apf_state_entry *s = &net->state[net->nstate];
 	if ((size_t)snprintf(s->name, sizeof s->name, "%s.%s", layer, what) >=
 	    sizeof s->name)
@@ -308,9 +315,10 @@ int apf_net_linear(apf_net *net, int in, int out_features, int bias,
 	int t = new_tensor(net, 1, 1, out_features);
 	if (t < 0)
 		return t;
-	struct op *o = new_op(net, OP_LINEAR, in, -1);
-	if (!o)
-		return APF_ENOMEM;
+	struct op *o;
+	rc = new_op(&o, net, OP_LINEAR, in, -1);
+	if (rc)
+		return rc;
 	o->out = t;
 	int wshape[2] = {out_features, C};
 	if ((o->param[0] = add_param(net, name, "weight", APF_PARAM_WEIGHT, 2,
@@ -338,9 +346,10 @@ int apf_net_conv2d(apf_net *net, int in, int out_channels, int kernel,
 	int t = new_tensor(net, OH, OW, out_channels);
 	if (t < 0)
 		return t;
-	struct op *o = new_op(net, OP_CONV, in, -1);
-	if (!o)
-		return APF_ENOMEM;
+	struct op *o;
+	rc = new_op(&o, net, OP_CONV, in, -1);
+	if (rc)
+		return rc;
 	o->out = t;
 	o->K = kernel, o->S = stride, o->P = pad;
 	int wshape[4] = {out_channels, kernel, kernel, x.C};
@@ -365,9 +374,10 @@ static int norm_layer(apf_net *net, int type, int in, float momentum,
 	int t = new_tensor(net, x.H, x.W, x.C);
 	if (t < 0)
 		return t;
-	struct op *o = new_op(net, type, in, -1);
-	if (!o)
-		return APF_ENOMEM;
+	struct op *o;
+	rc = new_op(&o, net, type, in, -1);
+	if (rc)
+		return rc;
 	o->out = t;
 	o->momentum = momentum;
 	o->eps = eps;
@@ -418,9 +428,10 @@ static int same_shape_op(apf_net *net, int type, int in)
 	int t = new_tensor(net, x.H, x.W, x.C);
 	if (t < 0)
 		return t;
-	struct op *o = new_op(net, type, in, -1);
-	if (!o)
-		return APF_ENOMEM;
+	struct op *o;
+	rc = new_op(&o, net, type, in, -1);
+	if (rc)
+		return rc;
 	o->out = t;
 	return t;
 }
@@ -450,9 +461,10 @@ static int pool(apf_net *net, int type, int in, int K, int S, int P)
 			   (x.W + 2 * P - K) / S + 1, x.C);
 	if (t < 0)
 		return t;
-	struct op *o = new_op(net, type, in, -1);
-	if (!o)
-		return APF_ENOMEM;
+	struct op *o;
+	rc = new_op(&o, net, type, in, -1);
+	if (rc)
+		return rc;
 	o->out = t;
 	o->K = K, o->S = S, o->P = P;
 	return t;
@@ -476,9 +488,10 @@ int apf_net_global_avgpool(apf_net *net, int in)
 	int t = new_tensor(net, 1, 1, net->t[in].C);
 	if (t < 0)
 		return t;
-	struct op *o = new_op(net, OP_GAP, in, -1);
-	if (!o)
-		return APF_ENOMEM;
+	struct op *o;
+	rc = new_op(&o, net, OP_GAP, in, -1);
+	if (rc)
+		return rc;
 	o->out = t;
 	return t;
 }
@@ -512,9 +525,10 @@ int apf_net_add(apf_net *net, int a, int b)
 	int t = new_tensor(net, x.H, x.W, x.C);
 	if (t < 0)
 		return t;
-	struct op *o = new_op(net, OP_ADD, a, b);
-	if (!o)
-		return APF_ENOMEM;
+	struct op *o;
+	rc = new_op(&o, net, OP_ADD, a, b);
+	if (rc)
+		return rc;
 	o->out = t;
 	return t;
 }

@@ -287,7 +287,7 @@ static int read_back(int fd, struct sock_filter **prog, size_t *len)
 	*len = (size_t)size / sizeof(struct sock_filter);
 	*prog = malloc((size_t)size);
 	if (!*prog)
-		return APF_ENOMEM;
+		return apf_error(APF_ENOMEM, "sandbox", "out of memory");
 	if (pread(fd, *prog, (size_t)size, 0) != size) {
 		free(*prog);
 		*prog = NULL;
@@ -309,6 +309,7 @@ int apf_sandbox_filter_build(struct sock_filter **prog, size_t *len)
 	scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
 	if (!ctx)
 		return apf_error(APF_ENOMEM, "sandbox", "seccomp_init failed");
+	const char *rule = NULL; /* NULL: setting the attributes failed */
 	int rc = seccomp_attr_set(ctx, SCMP_FLTATR_ACT_BADARCH,
 				  SCMP_ACT_KILL_PROCESS);
 	if (rc == 0)
@@ -316,19 +317,19 @@ int apf_sandbox_filter_build(struct sock_filter **prog, size_t *len)
 	for (size_t i = 0; rc == 0 && i < n; i++)
 		if (t[i].nr >= 0 && t[i].nr <= known_max) {
 			rc = add_rules(ctx, &t[i]);
-			if (rc < 0)
-				apf_error(APF_EINTERNAL, "sandbox",
-					  "seccomp rule for %s: %s", t[i].name,
-					  strerror(-rc));
+			rule = t[i].name;
 		}
 	if (rc < 0) {
 		seccomp_release(ctx);
-		return rc == -EOPNOTSUPP || rc == -EINVAL
-			       ? apf_error(APF_EABORT, "sandbox",
-					   "libseccomp cannot build a user "
-					   "notification filter here: %s",
-					   strerror(-rc))
-			       : APF_EINTERNAL;
+		if (rc == -EOPNOTSUPP || rc == -EINVAL)
+			return apf_error(APF_EABORT, "sandbox",
+					 "libseccomp cannot build a user "
+					 "notification filter here: %s",
+					 strerror(-rc));
+		return apf_error(APF_EINTERNAL, "sandbox", "%s%s: %s",
+				 rule ? "seccomp rule for " : "seccomp filter "
+							      "attributes",
+				 rule ? rule : "", strerror(-rc));
 	}
 	int fd = memfd_create("apf-seccomp", MFD_CLOEXEC);
 	if (fd < 0) {
@@ -372,7 +373,7 @@ int apf_sandbox_filter_build(struct sock_filter **prog, size_t *len)
 	*prog = malloc((nguard + nbody) * sizeof **prog);
 	if (!*prog) {
 		free(body);
-		return APF_ENOMEM;
+		return apf_error(APF_ENOMEM, "sandbox", "out of memory");
 	}
 	memcpy(*prog, guard, sizeof guard);
 	memcpy(*prog + nguard, body, nbody * sizeof *body);

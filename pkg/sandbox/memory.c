@@ -359,7 +359,7 @@ int apf_sandbox_memory_setup(apf_sandbox *sb, uint64_t bytes)
 	}
 	if (!(sb->cgroup = apf_strdup(dir))) {
 		rmdir(dir);
-		return APF_ENOMEM;
+		return apf_error(APF_ENOMEM, "sandbox", "out of memory");
 	}
 	sb->mem = v2 ? SB_MEM_CGROUP2 : SB_MEM_CGROUP1;
 	int rc;

@@ -173,13 +173,13 @@ static int policy_add_one(apf_sandbox *sb, const char *norm, int access)
 		size_t cap = sb->cappolicy ? 2 * sb->cappolicy : 32;
 		struct policy_entry *p = realloc(sb->policy, cap * sizeof *p);
 		if (!p)
-			return APF_ENOMEM;
+			return apf_error(APF_ENOMEM, "sandbox", "out of memory");
 		sb->policy = p;
 		sb->cappolicy = cap;
 	}
 	char *copy = apf_strdup(norm);
 	if (!copy)
-		return APF_ENOMEM;
+		return apf_error(APF_ENOMEM, "sandbox", "out of memory");
 	sb->policy[sb->npolicy++] = (struct policy_entry){copy, strlen(copy),
 							 access};
 	return 0;

@@ -256,7 +256,9 @@ int apf_key_verify(const apf_key *k, const void *msg, size_t len,
 		 EVP_DigestVerify(ctx, sig, siglen, msg, len) == 1;
 	EVP_MD_CTX_free(ctx);
 	ERR_clear_error();
-	return ok ? 0 : APF_EVERIFY;
+	return ok ? 0
+		  : apf_error(APF_EVERIFY, "verify",
+			      "the Ed25519 signature does not match");
 }
 
 void apf_key_free(apf_key *k)

@@ -169,7 +169,7 @@ int apf_git_provenance(const char *dir, json_t **out)
 	char *spec = NULL;
 	if (rel[0]) {
 		apf_buf b = {0};
-		apf_buf_printf(&b, "%s/", rel);
+		rc = apf_buf_printf(&b, "%s/", rel);
 		spec = b.data;
 		so.pathspec.strings = &spec;
 		so.pathspec.count = 1;
@@ -177,9 +177,9 @@ int apf_git_provenance(const char *dir, json_t **out)
 	}
 	git_status_list *st = NULL;
 	int dirty = 0;
-	if (git_status_list_new(&st, repo, &so) != 0) {
+	if (!rc && git_status_list_new(&st, repo, &so) != 0) {
 		rc = apf_error(APF_EINPUT, dir, "git status: %s", git_reason());
-	} else {
+	} else if (!rc) {
 		size_t n = git_status_list_entrycount(st);
 		for (size_t i = 0; i < n && !dirty; i++) {
 			const git_status_entry *se = git_status_byindex(st, i);

@@ -69,6 +69,8 @@ static int parse_dim(const apf_config *c, const char *sec, struct apf_hp_dim *d)
 				 "letters, digits, _ - and .",
 				 apf_config_line(c, sec, NULL), sec);
 	d->name = apf_strdup(sec);
+	if (!d->name)
+		return apf_error(APF_ENOMEM, sec, "out of memory");
 	int has_points = apf_config_get(c, sec, "feasible_points") != NULL;
 	int has_range = apf_config_get(c, sec, "min") ||
 			apf_config_get(c, sec, "max") ||
@@ -279,11 +281,20 @@ int apf_hparams_from_json(const json_t *j, apf_hparams *out)
 	{
 		size_t i = out->n++;
 		out->names[i] = apf_strdup(key);
+		if (!out->names[i]) {
+			apf_hparams_free(out);
+			return apf_error(APF_ENOMEM, "hparams", "out of memory");
+		}
 		if (json_is_number(v)) {
 			out->values[i] = json_number_value(v);
 		} else if (json_is_string(v) && word_ok(json_string_value(v))) {
 			out->values[i] = NAN;
 			out->words[i] = apf_strdup(json_string_value(v));
+			if (!out->words[i]) {
+				apf_hparams_free(out);
+				return apf_error(APF_ENOMEM, "hparams",
+						 "out of memory");
+			}
 		} else {
 			apf_hparams_free(out);
 			return apf_error(APF_EINPUT, "hparams",

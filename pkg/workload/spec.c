@@ -34,7 +34,7 @@ int apf_workloads_dir(char **out)
 			return apf_error(APF_EINPUT, env,
 					 "APF_WORKLOADS_DIR is not a directory");
 		*out = apf_strdup(env);
-		return *out ? 0 : APF_ENOMEM;
+		return *out ? 0 : apf_error(APF_ENOMEM, env, "out of memory");
 	}
 	char exe[PATH_MAX];
 	ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
@@ -90,7 +90,7 @@ int apf_workloads_list(char ***names, size_t *n)
 	char **v = NULL;
 	size_t k = 0, cap = 0;
 	struct dirent *de;
-	while ((de = readdir(d))) {
+	while (!rc && (de = readdir(d))) {
 		if (de->d_name[0] == '.')
 			continue;
 		char *sub = apf_path_join(dir, de->d_name);
@@ -102,18 +102,25 @@ int apf_workloads_list(char ***names, size_t *n)
 		if (!ok)
 			continue;
 		if (k == cap) {
-			cap = cap ? 2 * cap : 8;
-			char **nv = realloc(v, cap * sizeof *nv);
-			if (!nv)
+			char **nv = realloc(v, (cap ? 2 * cap : 8) * sizeof *nv);
+			if (!nv) {
+				rc = apf_error(APF_ENOMEM, dir, "out of memory");
 				break;
+			}
 			v = nv;
+			cap = cap ? 2 * cap : 8;
 		}
 		if (!(v[k] = apf_strdup(de->d_name)))
-			break;
-		k++;
+			rc = apf_error(APF_ENOMEM, dir, "out of memory");
+		else
+			k++;
 	}
 	closedir(d);
 	free(dir);
+	if (rc) {
+		apf_workloads_list_free(v, k);
+		return rc;
+	}
 	qsort(v, k, sizeof *v, cmp_str);
 	*names = v;
 	*n = k;
