@@ -46,6 +46,7 @@ UNIT_SRC := $(wildcard tests/unit/test_*.c)
 UNIT_LIB := $(wildcard tests/unit/lib/*.c)
 BENCH_SRC:= $(wildcard bench/*/*.c)
 HELPER_SRC := $(wildcard tests/helpers/*.c)
+FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
 
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/version.o \
             $(CU_SRC:%.cu=$(BUILD)/obj/%.o)
@@ -120,7 +121,17 @@ $(BUILD)/tests/helpers/%: tests/helpers/%.c
 	$(Q)$(CC) -std=c17 -D_GNU_SOURCE -O1 -g -Wall -Wextra -Werror -pthread \
 	    -o $@ $<
 
-unit-tests: $(UNIT_BIN) $(HELPER_BIN)
+# The libFuzzer targets without libFuzzer (tests/fuzz/replay.c's main):
+# make test runs each over its committed seeds and reproducers
+# (tests/e2e/test_fuzz_corpus.py), sanitized in make check.
+FUZZ_REPLAY := $(FUZZ_SRC:tests/fuzz/%.c=$(BUILD)/tests/fuzz/%)
+$(BUILD)/tests/fuzz/%: tests/fuzz/%.c tests/fuzz/replay.c $(BUILD)/libapf.a
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  FUZZ    $@")
+	$(Q)$(CC) $(CPPFLAGS_APF) $(CFLAGS_APF) -Wno-unused-function $(CFLAGS) \
+	    $(LDFLAGS_APF) -o $@ $< tests/fuzz/replay.c $(BUILD)/libapf.a $(LIBS)
+
+unit-tests: $(UNIT_BIN) $(HELPER_BIN) $(FUZZ_REPLAY)
 
 # The verifier's link check (tests/layout/test_layout.py, verify/README):
 # libapf-verify.a holds verify/ and every package but the runner (the
@@ -174,10 +185,10 @@ demo: deps
 	@$(MAKE) --no-print-directory all
 	@scripts/demo.sh $(BUILD)
 
-FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
 # clang (which libFuzzer needs) warns where gcc does not: libseccomp's
 # SCMP_A0()/SCMP_CMP() macros leave a field to its zero default by design.
-FUZZ_CFLAGS := -fsanitize=fuzzer-no-link,address -Wno-missing-field-initializers
+FUZZ_CFLAGS := -fsanitize=fuzzer-no-link,address -Wno-missing-field-initializers \
+               -Wno-unknown-pragmas
 fuzz:
 	@scripts/deps.sh build
 	@$(MAKE) --no-print-directory BUILD=build/fuzz CC=clang \

@@ -35,10 +35,13 @@ for bin in "$dir"/fuzz_*; do
 	if [ -f "$seeds" ] && [ -z "$(ls -A "$corpus")" ]; then
 		/usr/bin/python3 "$seeds" "$corpus"
 	fi
-	# The committed seeds join the corpus every time (a no-op once there).
-	if [ -d "$root/tests/fuzz/seeds/$name" ]; then
-		cp -n "$root/tests/fuzz/seeds/$name"/* "$corpus"/ 2>/dev/null || true
-	fi
+	# The committed seeds and reproducers join the corpus every time (a no-op
+	# once there).
+	for kept in seeds reproducers; do
+		if [ -d "$root/tests/fuzz/$kept/$name" ]; then
+			cp -n "$root/tests/fuzz/$kept/$name"/* "$corpus"/ 2>/dev/null || true
+		fi
+	done
 	echo "fuzz: $name for ${secs}s ($(ls "$corpus" | wc -l) inputs in corpus)"
 	par=""
 	[ "$jobs" -gt 1 ] && par="-jobs=$jobs -workers=$jobs"
