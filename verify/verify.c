@@ -665,8 +665,7 @@ static int check_log(struct vx *v)
 	};
 	struct apf_runlog_summary sum = {0};
 	rc = apf_runlog_walk(v->log_path, &ro, &sum);
-	if (rc == APF_EVERIFY && strstr(apf_error_message(), ": torn:") &&
-	    torn_tail(v, &sum)) {
+	if (rc == APF_EVERIFY && sum.torn_bytes && torn_tail(v, &sum)) {
 		apf_error_clear();
 		rc = 0;
 	}
