@@ -12,7 +12,10 @@
  *       checkpoint record, hashed on all cores (check 4)
  *
  * Values are compared as numbers, so a CSV printed with other digits of
- * the same value still passes; a CSV cell that differs in value fails.
+ * the same value still passes; a CSV cell that differs in value fails. The
+ * CSV is read by the run directory's one reader (apf_rundir_csv_parse), the
+ * one the scorer reads it with: a file the two would read differently
+ * cannot pass here.
  */
 #include "verify/verifier.h"
 
@@ -27,6 +30,7 @@
 #include <unistd.h>
 
 #include "hash/hash.h"
+#include "rundir/rundir.h"
 
 static char *unit_file(const struct vx *v, const struct vx_unit *u,
 		       const char *rel)
@@ -135,76 +139,6 @@ static const char *const time_cols[] = {
 	"score", "total_duration"};
 #define NTIME (sizeof time_cols / sizeof time_cols[0])
 
-struct csv_row {
-	char **cell;
-	size_t n;
-};
-
-/* Splits one line into cells: commas, RFC 4180 quotes ("" escapes). */
-static int split_line(const char *p, size_t len, struct csv_row *row)
-{
-	row->n = 0;
-	row->cell = NULL;
-	size_t cap = 0;
-	size_t i = 0;
-	for (;;) {
-		apf_buf c = {0};
-		int rc = apf_buf_puts(&c, "");
-		if (i < len && p[i] == '"') {
-			for (i++;; i++) {
-				if (i >= len) {
-					apf_buf_free(&c);
-					return -1;
-				}
-				if (p[i] == '"') {
-					if (i + 1 < len && p[i + 1] == '"') {
-						rc = rc || apf_buf_append(&c, "\"", 1);
-						i++;
-						continue;
-					}
-					i++;
-					break;
-				}
-				rc = rc || apf_buf_append(&c, p + i, 1);
-			}
-			if (i < len && p[i] != ',') {
-				apf_buf_free(&c);
-				return -1;
-			}
-		} else {
-			size_t s = i;
-			while (i < len && p[i] != ',')
-				i++;
-			rc = rc || apf_buf_append(&c, p + s, i - s);
-		}
-		if (!rc && row->n == cap) {
-			cap = cap ? 2 * cap : 16;
-			char **nc = realloc(row->cell, cap * sizeof *nc);
-			if (!nc)
-				rc = 1;
-			else
-				row->cell = nc;
-		}
-		if (rc) {
-			apf_buf_free(&c);
-			return -2;
-		}
-		row->cell[row->n++] = c.data;
-		if (i >= len)
-			return 0;
-		i++; /* the comma */
-	}
-}
-
-static void row_free(struct csv_row *row)
-{
-	for (size_t i = 0; i < row->n; i++)
-		free(row->cell[i]);
-	free(row->cell);
-	row->cell = NULL;
-	row->n = 0;
-}
-
 static int parse_double(const char *s, double *out)
 {
 	if (!*s)
@@ -268,14 +202,15 @@ static int csv_fail(const struct csv_ctx *c, size_t line,
 			 "%s: line %zu: %s", c->file, line, why);
 }
 
-static int check_row(const struct csv_ctx *c, size_t line,
-		     const struct csv_row *hdr, const int *kind,
-		     const long *metric, const struct csv_row *row,
+static int check_row(const struct csv_ctx *c, const apf_rundir_csv *t,
+		     const int *kind, const long *metric,
+		     const struct apf_rundir_csv_row *row,
 		     const struct vx_eval *e)
 {
-	if (row->n != hdr->n)
+	size_t line = (size_t)row->line;
+	if (row->n != t->ncols)
 		return csv_fail(c, line, e, "%zu cells, the header has %zu",
-				row->n, hdr->n);
+				row->n, t->ncols);
 	for (size_t i = 0; i < row->n; i++) {
 		const char *cell = row->cell[i];
 		char want[48];
@@ -313,7 +248,7 @@ static int check_row(const struct csv_ctx *c, size_t line,
 		}
 		if (!ok)
 			return csv_fail(c, line, e, "%s is '%.40s', the log says %s",
-					hdr->cell[i], cell, want);
+					t->header[i], cell, want);
 	}
 	return 0;
 }
@@ -340,94 +275,70 @@ static int check_csv(const struct vx *v, const struct vx_unit *u)
 		free(file);
 		return rc;
 	}
-	struct csv_row hdr = {0}, row = {0};
-	int *kind = NULL;
-	long *metric = NULL;
-	size_t line = 0, off = 0, evals = 0;
-	while (!rc && off < len) {
-		const char *p = text + off;
-		const char *nl = memchr(p, '\n', len - off);
-		size_t n = nl ? (size_t)(nl - p) : len - off;
-		off += n + (nl ? 1 : 0);
-		line++;
-		if (n && p[n - 1] == '\r')
-			n--;
-		if (!n)
-			continue;
-		struct csv_row *dst = hdr.cell ? &row : &hdr;
-		int s = split_line(p, n, dst);
-		if (s == -2) {
-			rc = apf_error(APF_ENOMEM, file, "out of memory");
-			break;
-		}
-		if (s) {
-			rc = csv_fail(&c, line, NULL, "malformed quoting");
-			break;
-		}
-		if (dst == &hdr) {
-			kind = calloc(hdr.n, sizeof *kind);
-			metric = calloc(hdr.n, sizeof *metric);
-			if (!kind || !metric) {
-				rc = apf_error(APF_ENOMEM, file, "out of memory");
-				break;
-			}
-			int have[NTIME] = {0};
-			size_t nmetrics = 0;
-			for (size_t i = 0; !rc && i < hdr.n; i++) {
-				size_t t;
-				for (t = 0; t < NTIME && strcmp(time_cols[t], hdr.cell[i]); t++)
-					;
-				for (size_t k = 0; !rc && k < i; k++)
-					if (!strcmp(hdr.cell[k], hdr.cell[i]))
-						rc = csv_fail(&c, line, NULL,
-							      "column %s twice",
-							      hdr.cell[i]);
-				if (t < NTIME) {
-					kind[i] = (int)t;
-					have[t] = 1;
-					continue;
-				}
-				size_t m;
-				for (m = 0; m < u->nmnames && strcmp(u->mnames[m], hdr.cell[i]); m++)
-					;
-				if (!rc && m == u->nmnames)
-					rc = csv_fail(&c, line, NULL,
-						      "column %.80s is no metric "
-						      "the log has",
-						      hdr.cell[i]);
-				kind[i] = C_METRIC;
-				metric[i] = (long)m;
-				nmetrics++;
-			}
-			for (size_t t = 0; !rc && t < NTIME; t++)
-				if (!have[t])
-					rc = csv_fail(&c, line, NULL,
-						      "column %s is missing",
-						      time_cols[t]);
-			if (!rc && nmetrics != u->nmnames)
-				for (size_t m = 0; !rc && m < u->nmnames; m++) {
-					size_t i;
-					for (i = 0; i < hdr.n && strcmp(hdr.cell[i], u->mnames[m]); i++)
-						;
-					if (i == hdr.n)
-						rc = csv_fail(&c, line, NULL,
-							      "column %s is "
-							      "missing",
-							      u->mnames[m]);
-				}
+	apf_rundir_csv *t = NULL;
+	struct apf_rundir_csv_fault fault;
+	rc = apf_rundir_csv_parse(&t, &fault, text, len, file);
+	free(text);
+	if (rc == APF_EINPUT && fault.kind == APF_RUNDIR_CSV_NUL)
+		rc = apf_error(APF_EVERIFY, apf_vx_label(APF_VERIFY_TIMING),
+			       "%s: holds a NUL byte; not a CSV file", file);
+	else if (rc == APF_EINPUT && fault.kind == APF_RUNDIR_CSV_TWICE)
+		rc = csv_fail(&c, (size_t)fault.line, NULL, "column %s twice",
+			      fault.column);
+	else if (rc == APF_EINPUT)
+		rc = csv_fail(&c, (size_t)fault.line, NULL, "malformed quoting");
+	if (rc) {
+		free(file);
+		return rc;
+	}
+	int *kind = t->ncols ? calloc(t->ncols, sizeof *kind) : NULL;
+	long *metric = t->ncols ? calloc(t->ncols, sizeof *metric) : NULL;
+	if (t->ncols && (!kind || !metric))
+		rc = apf_error(APF_ENOMEM, file, "out of memory");
+	size_t hline = (size_t)t->header_line;
+	int have[NTIME] = {0};
+	size_t nmetrics = 0;
+	for (size_t i = 0; !rc && i < t->ncols; i++) {
+		size_t k;
+		for (k = 0; k < NTIME && strcmp(time_cols[k], t->header[i]); k++)
+			;
+		if (k < NTIME) {
+			kind[i] = (int)k;
+			have[k] = 1;
 			continue;
 		}
+		size_t m;
+		for (m = 0; m < u->nmnames && strcmp(u->mnames[m], t->header[i]); m++)
+			;
+		if (m == u->nmnames)
+			rc = csv_fail(&c, hline, NULL,
+				      "column %.80s is no metric the log has",
+				      t->header[i]);
+		kind[i] = C_METRIC;
+		metric[i] = (long)m;
+		nmetrics++;
+	}
+	for (size_t k = 0; !rc && t->header && k < NTIME; k++)
+		if (!have[k])
+			rc = csv_fail(&c, hline, NULL, "column %s is missing",
+				      time_cols[k]);
+	if (!rc && t->header && nmetrics != u->nmnames)
+		for (size_t m = 0; !rc && m < u->nmnames; m++)
+			if (apf_rundir_csv_column(t, u->mnames[m]) < 0)
+				rc = csv_fail(&c, hline, NULL,
+					      "column %s is missing",
+					      u->mnames[m]);
+	size_t evals = 0;
+	for (size_t r = 0; !rc && r < t->nrows; r++, evals++) {
 		if (evals >= u->nevals)
-			rc = csv_fail(&c, line, NULL,
+			rc = csv_fail(&c, (size_t)t->rows[r].line, NULL,
 				      "a row past the log's %zu evals",
 				      u->nevals);
 		else
-			rc = check_row(&c, line, &hdr, kind, metric, &row,
+			rc = check_row(&c, t, kind, metric, &t->rows[r],
 				       &u->evals[evals]);
-		evals++;
-		row_free(&row);
 	}
-	if (!rc && !hdr.cell && u->nevals)
+	if (!rc && !t->header && u->nevals)
 		rc = csv_fail(&c, 1, NULL, "empty, but the log has %zu evals",
 			      u->nevals);
 	/* The runner writes the CSV after the eval's record: a crash
@@ -435,15 +346,13 @@ static int check_csv(const struct vx *v, const struct vx_unit *u)
 	int lagging = evals + 1 == u->nevals && !v->rep->complete &&
 		      u->state != U_ENDED;
 	if (!rc && evals < u->nevals && !lagging)
-		rc = csv_fail(&c, line, &u->evals[evals],
+		rc = csv_fail(&c, (size_t)t->lines, &u->evals[evals],
 			      "the file ends after %zu rows, but the log has "
 			      "%zu evals",
 			      evals, u->nevals);
-	row_free(&row);
-	row_free(&hdr);
+	apf_rundir_csv_free(t);
 	free(kind);
 	free(metric);
-	free(text);
 	free(file);
 	return rc;
 }

@@ -18,8 +18,6 @@
 #include "hash/hash.h"
 #include "workload/workload.h"
 
-#define MAX_FILE (16u << 20)
-
 static int cmp_str(const void *a, const void *b)
 {
 	return strcmp(*(char *const *)a, *(char *const *)b);
@@ -756,7 +754,7 @@ int apf_heldout_load(apf_heldout **out, const char *path)
 	*out = NULL;
 	char *text;
 	size_t len;
-	int rc = apf_file_read(path, MAX_FILE, &text, &len);
+	int rc = apf_file_read(path, APF_HELDOUT_MAX_BYTES, &text, &len);
 	if (rc)
 		return rc;
 	rc = apf_heldout_parse(out, text, len, path);

@@ -40,8 +40,12 @@
  *      "entries": [{"manifest_sha256", "submission", "workloads": [...]}],
  *      "draws": [{"base", "variant", "variants": [...], "spec_sha256"}],
  *      "undrawn": [{"base", "spec_sha256"}]}
- * entries sorted by digest, draws and undrawn by base. pkg/score reads
- * "seed" and draws[].base / draws[].variant (apf score --heldout).
+ * entries sorted by digest, draws and undrawn by base. apf_heldout_parse
+ * is the one reader of this file: `apf heldout verify` calls it, and so
+ * does apf_heldout_list_load, the reader of held-out files in every form,
+ * for every file holding a "format": `apf score --heldout`, `apf run
+ * --heldout` and the verifier's check of heldout.json read a draw exactly
+ * as `apf heldout verify` does.
  */
 #ifndef APF_HELDOUT_H
 #define APF_HELDOUT_H
@@ -52,6 +56,8 @@
 #include "entry/entry.h"
 
 #define APF_HELDOUT_FORMAT "apf-heldout-v1"
+/* The largest draw file read. */
+#define APF_HELDOUT_MAX_BYTES ((size_t)16 << 20)
 /* The longest seed: 64 hex digits, or up to 20 decimal digits. */
 #define APF_HELDOUT_SEED_MAX 65
 
@@ -122,5 +128,32 @@ int apf_heldout_load(apf_heldout **out, const char *path);
 int apf_heldout_compare(const apf_heldout *claimed,
 			const apf_heldout *expected, const char *name);
 void apf_heldout_free(apf_heldout *h);
+
+/* ---- held-out files, in every form apf takes (list.c) ---------------------- */
+
+/* One held-out variant a file names. */
+struct apf_heldout_named {
+	char *base;     /* its base workload; NULL in AlgoPerf's list */
+	char *workload; /* the variant's workload, <base>_<variant> */
+};
+
+typedef struct apf_heldout_list {
+	char *seed;     /* the draw's seed; NULL for AlgoPerf's list */
+	struct apf_heldout_named *v;
+	size_t n;
+} apf_heldout_list;
+
+/* A held-out file as apf score --heldout and apf run --heldout take it
+ * (and the verifier's check of heldout.json), one of:
+ *   - a draw file (an object holding "format"), read by apf_heldout_parse
+ *     and refused as it refuses it; a workload with nothing drawn names no
+ *     variant;
+ *   - AlgoPerf's held-out list: an array of variant workload names;
+ *   - a draw by hand, {"seed": "...", "draws": [{"base": B, "variant": V},
+ *     ...]} and no other key, V being the variant's name or the whole
+ *     workload name B_<V>.
+ * A variant named twice is APF_EINPUT. Messages read "<path>: <why>". */
+int apf_heldout_list_load(apf_heldout_list **out, const char *path);
+void apf_heldout_list_free(apf_heldout_list *l);
 
 #endif

@@ -11,9 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "heldout/heldout.h"
 #include "manifest/manifest.h"
 #include "runlog/runlog.h"
-#include "score/score.h"
 #include "sign/sign.h"
 #include "tuning/tuning.h"
 #include "workload/workload.h"
@@ -142,8 +142,8 @@ int apf_rundir_plan_heldout(struct apf_plan *plan,
 {
 	*variants = NULL;
 	*nvariants = 0;
-	apf_score_heldout *h = NULL;
-	int rc = apf_score_heldout_load(&h, path);
+	apf_heldout_list *h = NULL;
+	int rc = apf_heldout_list_load(&h, path);
 	if (!rc && !h->seed)
 		rc = apf_error(APF_EINPUT, path,
 			       "not an apf held-out draw (apf heldout draw "
@@ -153,14 +153,14 @@ int apf_rundir_plan_heldout(struct apf_plan *plan,
 		rc = apf_error(APF_ENOMEM, path, "out of memory");
 	size_t n = 0;
 	for (size_t i = 0; !rc && i < h->n; i++) {
-		const struct apf_score_variant *d = &h->v[i];
+		const struct apf_heldout_named *d = &h->v[i];
 		const char *base = NULL;
 		for (size_t w = 0; w < m->nworkloads && !base; w++)
 			if (d->base && !strcmp(m->workloads[w].name, d->base))
 				base = m->workloads[w].name;
 		if (!base)
 			continue; /* a workload this entry is not for */
-		const char *v = d->variant + strlen(base) + 1;
+		const char *v = d->workload + strlen(base) + 1;
 		apf_workload_spec *spec = NULL;
 		rc = apf_workload_spec_load(&spec, base);
 		if (!rc && !apf_workload_variant(spec, v))
@@ -174,7 +174,7 @@ int apf_rundir_plan_heldout(struct apf_plan *plan,
 		if (!rc)
 			rc = apf_plan_add_variant(plan, base, names[n++]);
 	}
-	apf_score_heldout_free(h);
+	apf_heldout_list_free(h);
 	*variants = names;
 	*nvariants = n;
 	return rc;

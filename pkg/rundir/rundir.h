@@ -54,4 +54,55 @@ int apf_rundir_plan_heldout(struct apf_plan *plan,
 			    const struct apf_manifest *m, const char *path,
 			    char ***variants, size_t *n);
 
+/* ---- reading eval_measurements.csv (csv.c) ------------------------------- */
+
+/* The one reader of a unit's CSV, shared by the verifier (which checks it
+ * against the log) and the scorer (which reads AlgoPerf's logs with it
+ * too): RFC 4180 quoting ("" escapes, newlines inside quotes), CRLF, a
+ * UTF-8 byte-order mark, and blank lines skipped, as pandas does. It reads
+ * text, not numbers, and leaves a row's width to the caller (the scorer
+ * pads a short row, as pandas does; the verifier refuses it). It refuses a
+ * NUL byte, broken quoting and a header naming a column twice. */
+struct apf_rundir_csv_row {
+	long line;   /* the physical line it starts on, 1-based */
+	size_t n;    /* its cells; may differ from the header's */
+	char **cell; /* unquoted, unescaped */
+};
+
+typedef struct apf_rundir_csv {
+	long header_line; /* 0 when the text holds no header (only blanks) */
+	size_t ncols;
+	char **header;    /* ncols names, all different */
+	struct apf_rundir_csv_row *rows;
+	size_t nrows;
+	long lines;       /* physical lines of the text (an unended last one
+			   * counts) */
+} apf_rundir_csv;
+
+/* Why a text is no CSV, for a caller that words its own message. */
+enum apf_rundir_csv_fault_kind {
+	APF_RUNDIR_CSV_NUL = 1, /* a NUL byte */
+	APF_RUNDIR_CSV_QUOTING, /* a quoted field never closed, text after a
+				 * closing quote, a quote inside an unquoted
+				 * field */
+	APF_RUNDIR_CSV_TWICE,   /* a column named twice */
+};
+
+struct apf_rundir_csv_fault {
+	int kind;         /* enum apf_rundir_csv_fault_kind; 0: none */
+	long line;        /* where; 0: the whole file */
+	char column[128]; /* APF_RUNDIR_CSV_TWICE: the name, cut */
+};
+
+/* Reads text (len bytes; name is what messages call it). A text that is
+ * no CSV is APF_EINPUT, the message "<name>:<line>: <why>" (or "<name>:
+ * <why>" for the whole file) and *fault, when given, saying where and why.
+ * Free *out with apf_rundir_csv_free. */
+int apf_rundir_csv_parse(apf_rundir_csv **out,
+			 struct apf_rundir_csv_fault *fault, const char *text,
+			 size_t len, const char *name);
+/* The column named name, or -1. */
+long apf_rundir_csv_column(const apf_rundir_csv *t, const char *name);
+void apf_rundir_csv_free(apf_rundir_csv *t);
+
 #endif

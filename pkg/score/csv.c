@@ -1,7 +1,8 @@
 /*
- * csv.c: reading one eval_measurements.csv (RFC 4180: quoted fields, ""
- * escapes, newlines inside quotes, CRLF, a UTF-8 byte-order mark) and finding
- * the first eval that meets the target.
+ * csv.c: the scorer's reading of one eval_measurements.csv, read as text by
+ * the run directory's one CSV reader (apf_rundir_csv_parse: quoting, CRLF,
+ * a byte-order mark, blank lines), and finding the first eval that meets
+ * the target.
  *
  * Two kinds of problem, both named "score: <file>:<line>: <why>":
  *
@@ -29,9 +30,6 @@
  * refused, never met. As in pandas, which AlgoPerf's scorer reads these
  * files with: blank lines are skipped, and a short row is padded with empty
  * values (which a clock then may not be).
- *
- * The parser is our own rather than libcsv's because errors must name the
- * physical line, and malformed quoting must be an error, not a guess.
  */
 #include "score/score.h"
 
@@ -43,12 +41,12 @@
 #include <string.h>
 #include <strings.h>
 
+#include "rundir/rundir.h"
+
 #define MAX_CSV_BYTES (1u << 30)
 
 struct csv {
-	const char *p, *end;
 	const char *name;
-	long line;      /* physical line of p */
 	long rec_line;  /* line the current record starts on */
 	char *refused;  /* "<name>:<line>: <why>" of a refused value */
 };
@@ -93,72 +91,6 @@ static int refuse(struct csv *c, const char *fmt, ...)
 static int nomem(struct csv *c)
 {
 	return apf_error(APF_ENOMEM, "score", "%s: out of memory", c->name);
-}
-
-/* Reads one field. When keep is set its text goes to f, unquoted. *eor is
- * set when the field ends its record (newline or end of text). */
-static int next_field(struct csv *c, apf_buf *f, int keep, int *eor)
-{
-	const char *p = c->p;
-	f->len = 0;
-	if (f->data)
-		f->data[0] = 0;
-	if (p < c->end && *p == '"') {
-		long start = c->line;
-		p++;
-		for (;;) {
-			if (p >= c->end)
-				return malformed(c, start,
-						 "quoted field never closed");
-			if (*p == '"') {
-				if (p + 1 < c->end && p[1] == '"') {
-					if (keep && apf_buf_append(f, "\"", 1))
-						return nomem(c);
-					p += 2;
-					continue;
-				}
-				p++;
-				break;
-			}
-			if (*p == '\n')
-				c->line++;
-			if (keep && apf_buf_append(f, p, 1))
-				return nomem(c);
-			p++;
-		}
-		if (p < c->end && *p != ',' && *p != '\n' &&
-		    !(*p == '\r' && (p + 1 == c->end || p[1] == '\n')))
-			return malformed(c, c->line,
-					 "text after a closing quote");
-	} else {
-		const char *s = p;
-		while (p < c->end && *p != ',' && *p != '\n') {
-			if (*p == '"')
-				return malformed(c, c->line,
-						 "quote inside an unquoted "
-						 "field");
-			p++;
-		}
-		size_t n = (size_t)(p - s);
-		if (n && s[n - 1] == '\r')
-			n--;
-		if (keep && apf_buf_append(f, s, n))
-			return nomem(c);
-	}
-	if (p < c->end && *p == ',') {
-		p++;
-		*eor = 0;
-	} else {
-		if (p < c->end && *p == '\r')
-			p++;
-		if (p < c->end && *p == '\n') {
-			p++;
-			c->line++;
-		}
-		*eor = 1;
-	}
-	c->p = p;
-	return 0;
 }
 
 /* ---- the columns read ----------------------------------------------------- */
@@ -320,101 +252,63 @@ static int check_order(struct csv *c, struct slot *slots)
 	return 0;
 }
 
-/* The header: finds the columns read. */
-static int read_header(struct csv *c, apf_buf *f, struct slot *slots,
-		       long *ncols)
+/* The header: finds the columns read (the reader has refused a column
+ * named twice). */
+static int read_header(struct csv *c, const apf_rundir_csv *t,
+		       struct slot *slots)
 {
-	long n = 0;
-	char **names = NULL;
-	int rc = 0, eor = 0;
-	c->rec_line = c->line;
-	while (!eor) {
-		rc = next_field(c, f, 1, &eor);
-		if (rc)
-			break;
-		const char *name = f->data ? f->data : "";
-		for (long i = 0; i < n; i++)
-			if (!strcmp(names[i], name)) {
-				rc = malformed(c, c->rec_line,
-					       "column '%s' appears twice",
-					       name);
-				break;
-			}
-		if (rc)
-			break;
-		char **nn = realloc(names, (size_t)(n + 1) * sizeof *nn);
-		if (!nn || !(nn[n] = apf_strdup(name))) {
-			names = nn ? nn : names;
-			rc = nomem(c);
-			break;
-		}
-		names = nn;
-		for (size_t i = 0; i < NSLOTS; i++)
-			if (!strcmp(name, slots[i].name))
-				slots[i].col = n;
-		n++;
-	}
-	for (long i = 0; i < n; i++)
-		free(names[i]);
-	free(names);
-	if (rc)
-		return rc;
-	*ncols = n;
+	for (size_t i = 0; i < NSLOTS; i++)
+		slots[i].col = apf_rundir_csv_column(t, slots[i].name);
 	if (slots[METRIC_SLOT].col < 0)
-		return malformed(c, c->rec_line,
+		return malformed(c, t->header_line,
 				 "no column '%s' (the target metric)",
 				 slots[METRIC_SLOT].name);
 	if (slots[0].col < 0 && slots[1].col < 0)
-		return malformed(c, c->rec_line,
+		return malformed(c, t->header_line,
 				 "no time column ('score' or "
 				 "'accumulated_submission_time')");
 	return 0;
 }
 
-static int blank_from(const char *p, const char *end)
+/* Sets f to a cell's text. */
+static int cell_text(struct csv *c, apf_buf *f, const char *cell)
 {
-	while (p < end && (*p == ' ' || *p == '\t' || *p == '\r'))
-		p++;
-	return p == end || *p == '\n';
+	f->len = 0;
+	if (f->data)
+		f->data[0] = 0;
+	return apf_buf_puts(f, cell) ? nomem(c) : 0;
 }
 
-static void skip_line(struct csv *c)
+/* One data row: its values checked, in the order of its columns, as they
+ * appear. */
+static int read_row(struct csv *c, apf_buf *f, struct slot *slots,
+		    const apf_rundir_csv *t, const struct apf_rundir_csv_row *row)
 {
-	const char *nl = memchr(c->p, '\n', (size_t)(c->end - c->p));
-	c->p = nl ? nl + 1 : c->end;
-	c->line++;
-}
-
-/* One data row: its values checked, the metric and time returned. */
-static int read_row(struct csv *c, apf_buf *f, struct slot *slots, long ncols)
-{
-	int eor = 0, seen[NSLOTS] = {0};
-	c->rec_line = c->line;
-	for (long i = 0; !eor; i++) {
-		if (i >= ncols)
+	int seen[NSLOTS] = {0};
+	c->rec_line = row->line;
+	for (size_t i = 0; i < row->n; i++) {
+		if (i >= t->ncols)
 			return malformed(c, c->rec_line,
-					 "more fields than the %ld columns of "
+					 "more fields than the %zu columns of "
 					 "the header",
-					 ncols);
-		struct slot *sl = NULL;
-		for (size_t k = 0; k < NSLOTS && !sl; k++)
-			if (slots[k].col == i)
-				sl = &slots[k];
-		int rc = next_field(c, f, sl != NULL, &eor);
-		if (!rc && sl) {
-			rc = read_value(c, sl, f);
-			seen[sl - slots] = 1;
+					 t->ncols);
+		for (size_t k = 0; k < NSLOTS; k++) {
+			if (slots[k].col != (long)i)
+				continue;
+			int rc = cell_text(c, f, row->cell[i]);
+			if (!rc)
+				rc = read_value(c, &slots[k], f);
+			if (rc)
+				return rc;
+			seen[k] = 1;
 		}
-		if (rc)
-			return rc;
 	}
 	/* A short row: the columns it lacks are empty. */
 	for (size_t k = 0; k < NSLOTS; k++)
 		if (slots[k].col >= 0 && !seen[k]) {
-			f->len = 0;
-			if (f->data)
-				f->data[0] = 0;
-			int rc = read_value(c, &slots[k], f);
+			int rc = cell_text(c, f, "");
+			if (!rc)
+				rc = read_value(c, &slots[k], f);
 			if (rc)
 				return rc;
 		}
@@ -429,7 +323,7 @@ static int parse_trial(const char *text, size_t len, const char *name,
 	*hit = -1;
 	*time = INFINITY;
 	*refused = NULL;
-	struct csv c = {text, text + len, name, 1, 1, NULL};
+	struct csv c = {name, 1, NULL};
 	apf_buf col = {0}, f = {0};
 	struct slot slots[NSLOTS];
 	memset(slots, 0, sizeof slots);
@@ -442,7 +336,6 @@ static int parse_trial(const char *text, size_t len, const char *name,
 			slots[i].hi = INFINITY;
 		}
 	}
-	long ncols = 0;
 	int rc = apf_buf_printf(&col, "validation/%s", target->metric)
 			 ? nomem(&c)
 			 : 0;
@@ -451,25 +344,20 @@ static int parse_trial(const char *text, size_t len, const char *name,
 	slots[METRIC_SLOT].kind = METRIC;
 	apf_score_metric_range(target->metric, &slots[METRIC_SLOT].lo,
 			       &slots[METRIC_SLOT].hi);
-	/* score when present, else accumulated_submission_time. */
-	const struct slot *tslot = NULL;
-	if (len >= 3 && !memcmp(text, "\xef\xbb\xbf", 3))
-		c.p += 3;
-	/* Leading blank lines, as pandas skips them. */
-	while (!rc && c.p < c.end && blank_from(c.p, c.end))
-		skip_line(&c);
-	if (!rc && c.p >= c.end)
+	apf_rundir_csv *t = NULL;
+	if (!rc) {
+		rc = apf_rundir_csv_parse(&t, NULL, text, len, name);
+		if (rc)
+			apf_error_prefix(rc, "score");
+	}
+	if (!rc && !t->header)
 		rc = malformed(&c, 0, "empty file (no header line)");
 	if (!rc)
-		rc = read_header(&c, &f, slots, &ncols);
-	if (!rc)
-		tslot = slots[0].col >= 0 ? &slots[0] : &slots[1];
-	while (!rc && c.p < c.end) {
-		if (blank_from(c.p, c.end)) {
-			skip_line(&c);
-			continue;
-		}
-		rc = read_row(&c, &f, slots, ncols);
+		rc = read_header(&c, t, slots);
+	/* score when present, else accumulated_submission_time. */
+	const struct slot *tslot = slots[0].col >= 0 ? &slots[0] : &slots[1];
+	for (size_t r = 0; !rc && r < t->nrows; r++) {
+		rc = read_row(&c, &f, slots, t, &t->rows[r]);
 		if (rc)
 			break;
 		double mv = slots[METRIC_SLOT].v;
@@ -487,6 +375,7 @@ static int parse_trial(const char *text, size_t len, const char *name,
 	} else {
 		free(c.refused);
 	}
+	apf_rundir_csv_free(t);
 	apf_buf_free(&col);
 	apf_buf_free(&f);
 	return rc;
@@ -513,13 +402,8 @@ int apf_score_read_trial(struct apf_score_trial *trial,
 	int rc = apf_file_read(trial->csv, MAX_CSV_BYTES, &text, &len);
 	if (rc)
 		return rc;
-	if (strlen(text) != len)
-		rc = apf_error(APF_EINPUT, "score",
-			       "%s: holds a NUL byte; not a CSV file",
-			       trial->csv);
-	else
-		rc = parse_trial(text, len, trial->csv, target, &trial->evals,
-				 &trial->hit, &trial->time, &trial->refused);
+	rc = parse_trial(text, len, trial->csv, target, &trial->evals,
+			 &trial->hit, &trial->time, &trial->refused);
 	free(text);
 	if (rc && trial->refused) {
 		/* Refused, not unreadable: the caller weighs it. */

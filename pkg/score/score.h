@@ -164,9 +164,13 @@ typedef struct apf_score_heldout {
 	size_t n;
 } apf_score_heldout;
 
-/* AlgoPerf's held-out JSON (an array of variant workload names) or an apf
- * draw ({"seed": "...", "draws": [{"base": B, "variant": V}, ...]}, V being
- * the variant's name or the full workload name B_<V>). */
+/* A held-out file, read by pkg/heldout's reader of held-out files
+ * (apf_heldout_list_load, whose forms and messages these are): a draw file
+ * of `apf heldout draw`, read by its one strict reader apf_heldout_parse;
+ * AlgoPerf's list of variant workload names (no seed; bases resolved by
+ * name later); or a draw by hand ({"seed": "...", "draws": [{"base": B,
+ * "variant": V}, ...]}, V being the variant's name or the full workload
+ * name B_<V>). */
 int apf_score_heldout_load(apf_score_heldout **out, const char *path);
 /* A list made in memory; base may be NULL (resolved by name later). */
 int apf_score_heldout_new(apf_score_heldout **out, const char *source);

@@ -21,6 +21,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "heldout/heldout.h"
 #include "workload/workload.h"
 
 static const char *const min_v05[] = {"ce_loss", "error_rate", "ctc_loss",
@@ -644,10 +645,9 @@ void apf_score_heldout_free(apf_score_heldout *h)
 	free(h);
 }
 
-/* Appends one variant; check_dup: refuse a name already listed (a file's
- * reader checks all names at once instead, see check_unique). */
+/* Appends one variant, refusing a name already listed. */
 static int heldout_append(apf_score_heldout *h, const char *base,
-			  const char *variant, int check_dup)
+			  const char *variant)
 {
 	apf_buf full = {0};
 	int rc = 0;
@@ -660,7 +660,7 @@ static int heldout_append(apf_score_heldout *h, const char *base,
 		rc = apf_buf_puts(&full, variant);
 	if (rc)
 		return apf_error(APF_ENOMEM, h->source, "out of memory");
-	for (size_t i = 0; check_dup && i < h->n; i++)
+	for (size_t i = 0; i < h->n; i++)
 		if (!strcmp(h->v[i].variant, full.data)) {
 			rc = apf_error(APF_EINPUT, h->source,
 				       "variant %s is listed twice", full.data);
@@ -693,108 +693,36 @@ static int heldout_append(apf_score_heldout *h, const char *base,
 int apf_score_heldout_add(apf_score_heldout *h, const char *base,
 			  const char *variant)
 {
-	return heldout_append(h, base, variant, 1);
+	return heldout_append(h, base, variant);
 }
 
-static int cmp_variant_ptr(const void *a, const void *b)
-{
-	return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
-/* No variant listed twice, checked on a sorted copy of the names: the
- * pairwise check of apf_score_heldout_add is quadratic, and reading a
- * held-out file of 40,000 draws took 17 s, one of 110,000 minutes. */
-static int check_unique(apf_score_heldout *h)
-{
-	if (h->n < 2)
-		return 0;
-	char **names = apf_calloc(h->n, sizeof *names);
-	if (!names)
-		return apf_error(APF_ENOMEM, h->source, "out of memory");
-	for (size_t i = 0; i < h->n; i++)
-		names[i] = h->v[i].variant;
-	qsort(names, h->n, sizeof *names, cmp_variant_ptr);
-	int rc = 0;
-	for (size_t i = 1; !rc && i < h->n; i++)
-		if (!strcmp(names[i - 1], names[i]))
-			rc = apf_error(APF_EINPUT, h->source,
-				       "variant %s is listed twice", names[i]);
-	free(names);
-	return rc;
-}
-
-static int parse_heldout(apf_score_heldout *h, json_t *root)
-{
-	if (json_is_array(root)) {
-		size_t i;
-		json_t *v;
-		json_array_foreach(root, i, v) {
-			if (!json_is_string(v) || !json_string_length(v))
-				return apf_error(APF_EINPUT, h->source,
-						 "[%zu]: expected a workload "
-						 "name",
-						 i);
-			int rc = heldout_append(h, NULL, json_string_value(v),
-						0);
-			if (rc)
-				return rc;
-		}
-		return check_unique(h);
-	}
-	json_t *draws = json_is_object(root) ? json_object_get(root, "draws")
-					     : NULL;
-	if (!json_is_array(draws))
-		return apf_error(APF_EINPUT, h->source,
-				 "expected AlgoPerf's held-out list (an array "
-				 "of workload names) or an apf draw "
-				 "({\"seed\": ..., \"draws\": [...]})");
-	json_t *seed = json_object_get(root, "seed");
-	if (seed && !json_is_string(seed))
-		return apf_error(APF_EINPUT, h->source,
-				 "\"seed\": expected a string");
-	if (seed && !(h->seed = apf_strdup(json_string_value(seed))))
-		return apf_error(APF_ENOMEM, h->source, "out of memory");
-	size_t i;
-	json_t *d;
-	json_array_foreach(draws, i, d) {
-		json_t *b = json_object_get(d, "base");
-		json_t *v = json_object_get(d, "variant");
-		if (!json_is_string(b) || !json_string_length(b) ||
-		    !json_is_string(v) || !json_string_length(v))
-			return apf_error(APF_EINPUT, h->source,
-					 "draws[%zu]: expected {\"base\": "
-					 "\"<workload>\", \"variant\": "
-					 "\"<variant>\"}",
-					 i);
-		int rc = heldout_append(h, json_string_value(b),
-					json_string_value(v), 0);
-		if (rc)
-			return rc;
-	}
-	return check_unique(h);
-}
-
+/* The file is read by pkg/heldout's reader of held-out files, whose
+ * names move here. */
 int apf_score_heldout_load(apf_score_heldout **out, const char *path)
 {
 	*out = NULL;
-	apf_score_heldout *h;
-	int rc = apf_score_heldout_new(&h, path);
-	if (rc)
-		return rc;
-	json_error_t err;
-	json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &err);
-	if (!root) {
-		struct stat st;
-		if (stat(path, &st) != 0)
-			rc = apf_error_errno(APF_EINPUT, errno, path,
-					     "cannot read");
-		else
-			rc = apf_error(APF_EINPUT, path, "line %d: %s",
-				       err.line, err.text);
-	} else {
-		rc = parse_heldout(h, root);
+	apf_heldout_list *l = NULL;
+	apf_score_heldout *h = NULL;
+	int rc = apf_heldout_list_load(&l, path);
+	if (!rc)
+		rc = apf_score_heldout_new(&h, path);
+	/* A power of two at least n, as heldout_append grows it. */
+	size_t cap = 1;
+	while (!rc && cap < l->n)
+		cap *= 2;
+	if (!rc && !(h->v = apf_calloc(cap, sizeof *h->v)))
+		rc = apf_error(APF_ENOMEM, path, "out of memory");
+	for (size_t i = 0; !rc && i < l->n; i++) {
+		h->v[i].base = l->v[i].base;
+		h->v[i].variant = l->v[i].workload;
+		l->v[i].base = l->v[i].workload = NULL;
+		h->n++;
 	}
-	json_decref(root);
+	if (!rc) {
+		h->seed = l->seed;
+		l->seed = NULL;
+	}
+	apf_heldout_list_free(l);
 	if (rc) {
 		apf_score_heldout_free(h);
 		return rc;

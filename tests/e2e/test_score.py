@@ -745,5 +745,49 @@ class RefusedNumbers(unittest.TestCase):
                 self.assertLess(subs["b"]["score"], 0.01)
 
 
+
+from apftest import ApfCase  # noqa: E402 (its runs need signed entries)
+
+
+class HeldOutDrawHasOneReader(ApfCase):
+    """A draw file of `apf heldout draw` is read by its one reader
+    (apf_heldout_parse) wherever apf takes one: apf score --heldout and apf
+    run --heldout refuse a malformed draw with the same line, and one with
+    its "format" taken out is not read in a looser way instead."""
+
+    def test_malformed_draw_is_refused_alike_by_score_and_run(self):
+        entry = self.pack(self.make_submission(ruleset="self"))
+        draw = json.loads(self.ok("heldout", "draw", entry, "--json").out)
+        self.write("runs/s/run.json", "{}")
+        self.write("runs/s/study_0/tiny/trial_1/eval_measurements.csv",
+                   "score,validation/accuracy\n1,0.5\n")
+        good = self.write("good.json", json.dumps(draw))
+        self.ok("score", self.path("runs"), "--heldout", good)
+        cases = [
+            (lambda d: d.__setitem__("note", 1),
+             'draw file: unknown field "note"'),
+            (lambda d: d["draws"][0].__setitem__("spec_sha256", "c0ffee"),
+             'draws[0]: "spec_sha256": expected 64 lowercase hex digits'),
+            (lambda d: d.__setitem__("seed", "not hex"),
+             "seed: a seed from entries is 64 lowercase hex digits"),
+            (lambda d: d.__setitem__("format", "apf-heldout-v0"),
+             'format: expected "apf-heldout-v1"'),
+            (lambda d: d.pop("format"),
+             "method: unknown key (a draw by hand holds only"),
+        ]
+        for edit, why in cases:
+            with self.subTest(why=why):
+                d = json.loads(json.dumps(draw))
+                edit(d)
+                bad = self.write("bad.json", json.dumps(d))
+                s = self.fails(2, "score", self.path("runs"), "--heldout", bad)
+                r = self.fails(2, "run", entry, "-o", self.path("run"),
+                               "--heldout", bad)
+                line = s.err.splitlines()[-1]
+                self.assertTrue(line.startswith(f"apf: {bad}: {why}"), line)
+                self.assertEqual(r.err.splitlines()[-1], line)
+                self.assertFalse(os.path.exists(self.path("run", "log.jsonl")))
+
+
 if __name__ == "__main__":
     unittest.main()
