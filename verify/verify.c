@@ -29,7 +29,6 @@
 #include "hash/hash.h"
 #include "heldout/heldout.h"
 #include "rundir/rundir.h"
-#include "score/score.h"
 #include "workload/workload.h"
 
 #define HEAD_TYPE APF_RUNDIR_HEAD_TYPE
@@ -781,7 +780,7 @@ static int check_heldout(struct vx *v)
 	char *file = in_run(v, "heldout.json");
 	if (!file)
 		return apf_error(APF_ENOMEM, v->dir, "out of memory");
-	/* The reader in pkg/score takes a path: the file is checked here to be
+	/* The reader (pkg/heldout) takes a path: the file is checked here to be
 	 * a regular file inside the run, of a sane size, first. */
 	int fd;
 	struct stat st;
@@ -797,7 +796,7 @@ static int check_heldout(struct vx *v)
 			       APF_MAX_SMALL_JSON_BYTES);
 	if (rc)
 		rc = APF_EVERIFY;
-	apf_score_heldout *h = NULL;
+	apf_heldout_list *h = NULL;
 	if (!rc && !exists && nvar)
 		rc = apf_error(APF_EVERIFY, file,
 			       "missing: run.json runs held-out variant units "
@@ -805,7 +804,7 @@ static int check_heldout(struct vx *v)
 			       "draw",
 			       first->name);
 	if (!rc && exists) {
-		rc = apf_score_heldout_load(&h, file);
+		rc = apf_heldout_list_load(&h, file);
 		if (rc)
 			rc = APF_EVERIFY;
 	}
@@ -815,7 +814,7 @@ static int check_heldout(struct vx *v)
 			       "[...]}");
 	const apf_manifest *m = v->entry->manifest;
 	for (size_t i = 0; !rc && h && i < h->n; i++) {
-		const struct apf_score_variant *d = &h->v[i];
+		const struct apf_heldout_named *d = &h->v[i];
 		for (size_t k = 0; k < i; k++)
 			if (!strcmp(h->v[k].base, d->base))
 				rc = apf_error(APF_EVERIFY, file,
@@ -824,7 +823,7 @@ static int check_heldout(struct vx *v)
 		for (size_t w = 0; !rc && w < m->nworkloads; w++) {
 			if (strcmp(m->workloads[w].name, d->base))
 				continue;
-			const char *vn = d->variant + strlen(d->base) + 1;
+			const char *vn = d->workload + strlen(d->base) + 1;
 			if (!apf_workload_variant(v->specs[w], vn))
 				rc = apf_error(APF_EVERIFY, file,
 					       "draws variant %s, which workload "
@@ -839,7 +838,7 @@ static int check_heldout(struct vx *v)
 		const struct vx_unit *u = &v->units[i];
 		if (!strcmp(u->variant, "base"))
 			continue;
-		const struct apf_score_variant *d = NULL;
+		const struct apf_heldout_named *d = NULL;
 		for (size_t k = 0; k < h->n; k++)
 			if (!strcmp(h->v[k].base, u->workload))
 				d = &h->v[k];
@@ -848,11 +847,11 @@ static int check_heldout(struct vx *v)
 				       "draws no variant of %s, yet run.json "
 				       "runs %s",
 				       u->workload, u->name);
-		else if (strcmp(d->variant, u->dir_name))
+		else if (strcmp(d->workload, u->dir_name))
 			rc = apf_error(APF_EVERIFY, file,
 				       "draws %s for %s, but run.json runs "
 				       "variant %s (%s)",
-				       d->variant, u->workload, u->variant,
+				       d->workload, u->workload, u->variant,
 				       u->name);
 	}
 	if (!rc && !exists)
@@ -864,7 +863,7 @@ static int check_heldout(struct vx *v)
 			   "workload's variants",
 			   nvar, nvar == 1 ? "" : "s", h->n, h->n == 1 ? "" : "s",
 			   h->seed, strlen(h->seed) > 16 ? "..." : "");
-	apf_score_heldout_free(h);
+	apf_heldout_list_free(h);
 	free(file);
 	return rc;
 }
