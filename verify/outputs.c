@@ -123,7 +123,7 @@ int apf_vx_hparams_files(struct vx *v)
 		json_decref(h);
 		free(file);
 		if (rc)
-			return apf_error_prefix(rc, apf_vx_label(APF_VERIFY_LOG));
+			return apf_error_prefix(rc, apf_vx_label(v, APF_VERIFY_LOG));
 	}
 	return 0;
 }
@@ -175,7 +175,7 @@ static void seconds_text(uint64_t ns, char out[48])
 }
 
 struct csv_ctx {
-	const struct vx *v;
+	struct vx *v;
 	const struct vx_unit *u;
 	const char *file;
 };
@@ -193,12 +193,12 @@ static int csv_fail(const struct csv_ctx *c, size_t line,
 	vsnprintf(why, sizeof why, fmt, ap);
 	va_end(ap);
 	if (e)
-		return apf_error(APF_EVERIFY, apf_vx_label(APF_VERIFY_TIMING),
+		return apf_error(APF_EVERIFY, apf_vx_label(c->v, APF_VERIFY_TIMING),
 				 "%s: line %zu (eval %" PRIu64 " of %s, %s "
 				 "line %" PRIu64 "): %s",
 				 c->file, line, e->index, c->u->name,
 				 c->v->log_path, e->line, why);
-	return apf_error(APF_EVERIFY, apf_vx_label(APF_VERIFY_TIMING),
+	return apf_error(APF_EVERIFY, apf_vx_label(c->v, APF_VERIFY_TIMING),
 			 "%s: line %zu: %s", c->file, line, why);
 }
 
@@ -253,7 +253,7 @@ static int check_row(const struct csv_ctx *c, const apf_rundir_csv *t,
 	return 0;
 }
 
-static int check_csv(const struct vx *v, const struct vx_unit *u)
+static int check_csv(struct vx *v, const struct vx_unit *u)
 {
 	char *file = unit_file(v, u, "eval_measurements.csv");
 	if (!file)
@@ -265,7 +265,7 @@ static int check_csv(const struct vx *v, const struct vx_unit *u)
 				&text, &len);
 	if (rc) {
 		free(file);
-		return apf_error_prefix(rc, apf_vx_label(APF_VERIFY_TIMING));
+		return apf_error_prefix(rc, apf_vx_label(v, APF_VERIFY_TIMING));
 	}
 	if (!text) {
 		if (u->nevals > (!v->rep->complete && u->state != U_ENDED))
@@ -280,7 +280,7 @@ static int check_csv(const struct vx *v, const struct vx_unit *u)
 	rc = apf_rundir_csv_parse(&t, &fault, text, len, file);
 	free(text);
 	if (rc == APF_EINPUT && fault.kind == APF_RUNDIR_CSV_NUL)
-		rc = apf_error(APF_EVERIFY, apf_vx_label(APF_VERIFY_TIMING),
+		rc = apf_error(APF_EVERIFY, apf_vx_label(v, APF_VERIFY_TIMING),
 			       "%s: holds a NUL byte; not a CSV file", file);
 	else if (rc == APF_EINPUT && fault.kind == APF_RUNDIR_CSV_TWICE)
 		rc = csv_fail(&c, (size_t)fault.line, NULL, "column %s twice",
@@ -554,7 +554,7 @@ int apf_vx_checkpoints(struct vx *v)
 				 bad->e->index);
 		else
 			snprintf(whose, sizeof whose, "the initial state");
-		rc = apf_error(APF_EVERIFY, apf_vx_label(APF_VERIFY_CHECKPOINTS),
+		rc = apf_error(APF_EVERIFY, apf_vx_label(v, APF_VERIFY_CHECKPOINTS),
 			       "%s%s%s (%s of %s, %s line %" PRIu64 ")",
 			       named ? "" : file ? file : rel, named ? "" : ": ",
 			       what, whose,

@@ -505,11 +505,11 @@ static void describe(const struct vx *v, const struct apf_runlog_record *r,
 }
 
 /* A check-2 failure: stops the walk. */
-static int log_fail(const struct vx *v, const struct apf_runlog_record *r,
+static int log_fail(struct vx *v, const struct apf_runlog_record *r,
 		    const struct vx_slot *s, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
 
-static int log_fail(const struct vx *v, const struct apf_runlog_record *r,
+static int log_fail(struct vx *v, const struct apf_runlog_record *r,
 		    const struct vx_slot *s, const char *fmt, ...)
 {
 	char desc[200], why[600];
@@ -518,7 +518,7 @@ static int log_fail(const struct vx *v, const struct apf_runlog_record *r,
 	va_start(ap, fmt);
 	vsnprintf(why, sizeof why, fmt, ap);
 	va_end(ap);
-	return apf_error(APF_EVERIFY, apf_vx_label(APF_VERIFY_LOG),
+	return apf_error(APF_EVERIFY, apf_vx_label(v, APF_VERIFY_LOG),
 			 "%s: line %" PRIu64 " (%s): %s", v->log_path,
 			 r->line_no, desc, why);
 }
@@ -1253,7 +1253,7 @@ static int run_start(struct vx *v, const struct apf_runlog_record *r,
 static int session_unsealed_check(struct vx *v)
 {
 	if (v->session && !v->session_sealed && !v->session_unsealed_seen)
-		return apf_error(APF_EVERIFY, apf_vx_label(APF_VERIFY_LOG),
+		return apf_error(APF_EVERIFY, apf_vx_label(v, APF_VERIFY_LOG),
 				 "%s: line %" PRIu64 " (run_start): an unsealed "
 				 "session, but no unsealed record says why",
 				 v->log_path, v->session_line);
@@ -1469,7 +1469,7 @@ int apf_vx_timing_result(struct vx *v)
 			first = &v->units[i];
 	if (!first)
 		return 0;
-	return apf_error(APF_EVERIFY, apf_vx_label(APF_VERIFY_TIMING), "%s",
+	return apf_error(APF_EVERIFY, apf_vx_label(v, APF_VERIFY_TIMING), "%s",
 			 first->fail);
 }
 

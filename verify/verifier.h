@@ -166,6 +166,8 @@ struct vx {
 	int session_sealed, session_unsealed_seen;
 	uint64_t session_line, session_completed, session_failed;
 	char incomplete[300]; /* why the run is not finished, or "" */
+	int labelled;        /* the current failure's message names its
+				check (apf_vx_label) */
 	uint64_t progress_at;
 };
 
@@ -190,7 +192,8 @@ int apf_vx_hparams_files(struct vx *v);
 int apf_vx_csvs(struct vx *v);
 int apf_vx_checkpoints(struct vx *v);
 
-/* verify.c: "check N (name)" for messages. */
-const char *apf_vx_label(int check);
+/* verify.c: "check N (name)", the start of a failure's message; the
+ * failure is then that check's, whichever check is running. */
+const char *apf_vx_label(struct vx *v, int check);
 
 #endif

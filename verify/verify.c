@@ -51,13 +51,19 @@ const char *apf_verify_outcome_name(int outcome)
 							     : "?";
 }
 
-const char *apf_vx_label(int check)
+static const char *label(int check)
 {
 	static const char *const labels[] = {
 		NULL,		    "check 1 (entry)",	     "check 2 (log)",
 		"check 3 (timing)", "check 4 (checkpoints)", "check 5 (replay)",
 		"check 6 (held-out)"};
 	return labels[check];
+}
+
+const char *apf_vx_label(struct vx *v, int check)
+{
+	v->labelled = check;
+	return label(check);
 }
 
 static void set_detail(struct vx *v, int check, const char *fmt, ...)
@@ -876,15 +882,18 @@ static int run_check(struct vx *v, int check, check_fn fn)
 {
 	struct apf_verify_result *res = &v->rep->check[check];
 	uint64_t t0 = apf_now_ns();
+	v->labelled = 0;
 	int rc = fn(v);
 	res->seconds = (double)(apf_now_ns() - t0) / 1e9;
 	if (!rc) {
 		res->outcome = APF_VERIFY_PASSED;
 		return 0;
 	}
-	/* Every failure names its check. */
-	if (strncmp(apf_error_message(), "check ", 6))
-		apf_error_prefix(rc, apf_vx_label(check));
+	/* Every failure names its check: the one that found it, where that
+	 * is not the one running (a timing failure found while the log is
+	 * read), else this one. */
+	if (!v->labelled)
+		apf_error_prefix(rc, label(check));
 	res->outcome = APF_VERIFY_FAILED;
 	free(res->detail);
 	res->detail = apf_strdup(apf_error_message());
