@@ -211,12 +211,12 @@ static int read_ckpt(const struct audit *a, const struct apf_verify_kept *k,
 	int fd = -1;
 	int rc = apf_file_open_beneath(&fd, NULL, a->r->run_dir, rel, 0);
 	if (!rc)
-		rc = apf_file_read_fd(fd, rel, max, data, len);
+		rc = apf_file_read_fd(data, len, fd, rel, max);
 	if (fd >= 0)
 		close(fd);
 	uint8_t d[APF_SHA256_LEN];
 	if (!rc)
-		rc = apf_sha256_buf(*data, *len, d);
+		rc = apf_sha256_buf(d, *data, *len);
 	if (!rc && memcmp(d, k->ckpt[c].sha256, 32))
 		rc = apf_error(APF_EVERIFY, rel,
 			       "differs from the checkpoint the log names");
@@ -551,7 +551,7 @@ static int choose(struct audit *a, struct interval **out, size_t *niv,
 			int len = snprintf(msg, sizeof msg, "apf-replay-v1 %u %s %zu",
 					   o->seed, r->kept[u].unit, k);
 			iv[m] = (struct interval){.unit = u, .k = k};
-			apf_sha256_buf(msg, (size_t)len, iv[m].key);
+			apf_sha256_buf(iv[m].key, msg, (size_t)len);
 			m++;
 		}
 	int rc = 0;

@@ -55,8 +55,8 @@ static int read_unit_file(const struct vx *v, const struct vx_unit *u,
 		apf_buf_free(&r);
 		return apf_error(APF_ENOMEM, v->dir, "out of memory");
 	}
-	int rc = apf_file_read_beneath(v->dir, r.data, max, APF_FILE_MISSING_OK,
-				       text, len);
+	int rc = apf_file_read_beneath(text, len, v->dir, r.data, max,
+				       APF_FILE_MISSING_OK);
 	apf_buf_free(&r);
 	return rc == APF_EINPUT ? APF_EVERIFY : rc;
 }

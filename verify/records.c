@@ -669,7 +669,7 @@ static int trial_start(struct vx *v, struct vx_unit *u,
 	json_error_t je;
 	json_t *hj = json_loadb(r->line + ht->start, ht->len, 0, &je);
 	apf_hparams hp = {0};
-	int rc = hj ? apf_hparams_from_json(hj, &hp) : APF_EINPUT;
+	int rc = hj ? apf_hparams_from_json(&hp, hj) : APF_EINPUT;
 	if (rc) {
 		json_decref(hj);
 		apf_error_clear();

@@ -480,10 +480,10 @@ static int load_run_json(struct vx *v)
 		return apf_error(APF_ENOMEM, v->dir, "out of memory");
 	char *text = NULL;
 	size_t len = 0;
-	int rc = apf_file_read_beneath(v->dir, "run.json",
-				       APF_MAX_RUN_JSON_BYTES, 0, &text, &len);
+	int rc = apf_file_read_beneath(&text, &len, v->dir, "run.json",
+				       APF_MAX_RUN_JSON_BYTES, 0);
 	if (!rc)
-		rc = apf_sha256_hex(text, len, v->run_json_sha);
+		rc = apf_sha256_hex(v->run_json_sha, text, len);
 	if (!rc) {
 		json_error_t je;
 		v->run_json = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
@@ -524,9 +524,9 @@ static int load_head(struct vx *v)
 	size_t len = 0;
 	struct apf_dsse d = {0};
 	json_t *pl = NULL;
-	int rc = apf_file_read_beneath(v->dir, "log.dsse.json",
+	int rc = apf_file_read_beneath(&text, &len, v->dir, "log.dsse.json",
 				       APF_MAX_SMALL_JSON_BYTES,
-				       APF_FILE_MISSING_OK, &text, &len);
+				       APF_FILE_MISSING_OK);
 	if (!rc && !text) {
 		/* The runner signs at the first eval: a run that stopped
 		 * before it has no signature yet. */
@@ -535,7 +535,7 @@ static int load_head(struct vx *v)
 		return 0;
 	}
 	if (!rc) {
-		rc = apf_dsse_verify(text, len, v->o->runner_keys, &d);
+		rc = apf_dsse_verify(&d, text, len, v->o->runner_keys);
 		if (rc)
 			apf_error_prefix(rc, file);
 	}
@@ -669,7 +669,7 @@ static int check_log(struct vx *v)
 		.slot_size = apf_vx_slot_size(),
 	};
 	struct apf_runlog_summary sum = {0};
-	rc = apf_runlog_walk(v->log_path, &ro, &sum);
+	rc = apf_runlog_walk(&sum, v->log_path, &ro);
 	if (rc == APF_EVERIFY && sum.torn_bytes && torn_tail(v, &sum)) {
 		apf_error_clear();
 		rc = 0;

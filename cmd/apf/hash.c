@@ -43,7 +43,7 @@ int cmd_hash(int argc, char **argv)
 	if (!S_ISDIR(st.st_mode)) {
 		uint8_t d[APF_SHA256_LEN];
 		uint64_t size;
-		rc = apf_sha256_file(path, d, &size);
+		rc = apf_sha256_file(d, &size, path);
 		if (rc)
 			return cmd_fail(rc);
 		apf_hex(hex, d, sizeof d);

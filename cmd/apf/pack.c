@@ -92,7 +92,7 @@ int cmd_pack(int argc, char **argv)
 					  .seed_set = seed >= 0,
 					  .seed = (uint32_t)(seed >= 0 ? seed : 0),
 					  .progress = hash_progress};
-		rc = apf_entry_pack(&o, &e);
+		rc = apf_entry_pack(&e, &o);
 		progress_done();
 	}
 	if (!rc) {

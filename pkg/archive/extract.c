@@ -174,7 +174,7 @@ static int extract_member(struct extraction *x, apf_archive_reader *r,
 					    errno, m->name, "symlink");
 		/* A symlink is hashed over its target, as in the tree
 		 * digest. */
-		rc = apf_sha256_buf(m->link, strlen(m->link), sha);
+		rc = apf_sha256_buf(sha, m->link, strlen(m->link));
 	}
 	if (rc || !check)
 		return rc;

@@ -76,7 +76,7 @@ int apf_file_write(const char *path, const void *buf, size_t len, mode_t mode,
 /* Reads a whole regular file, NUL-terminated; refuses anything else (a
  * FIFO, a device: opened without blocking, never read) and files over max
  * bytes. Follows a symlink: for paths the user names. */
-int apf_file_read(const char *path, size_t max, char **out, size_t *len);
+int apf_file_read(char **out, size_t *len, const char *path, size_t max);
 
 /* ---- files others wrote ------------------------------------------------------
  * A run directory or an entry comes from someone apf does not trust, so what
@@ -113,13 +113,13 @@ int apf_file_open_beneath(int *fd, struct stat *st, const char *dir,
 /* Reads an open regular file whole, NUL-terminated, refusing more than max
  * bytes (checked before reading, and again as it is read); what names it
  * in errors. Leaves fd open. */
-int apf_file_read_fd(int fd, const char *what, size_t max, char **out,
-		     size_t *len);
-int apf_file_read_regular(const char *path, size_t max, char **out,
-			  size_t *len);
+int apf_file_read_fd(char **out, size_t *len, int fd, const char *what,
+		     size_t max);
+int apf_file_read_regular(char **out, size_t *len, const char *path,
+			  size_t max);
 /* With APF_FILE_MISSING_OK an absent file gives 0 and *out = NULL. */
-int apf_file_read_beneath(const char *dir, const char *rel, size_t max,
-			  int flags, char **out, size_t *len);
+int apf_file_read_beneath(char **out, size_t *len, const char *dir,
+			  const char *rel, size_t max, int flags);
 /* write(2) until done, retrying on EINTR, through the fault point. */
 int apf_write_all(int fd, const void *buf, size_t len, const char *what);
 int apf_fsync_dir(const char *dir);

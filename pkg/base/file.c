@@ -416,8 +416,8 @@ int apf_file_open_beneath(int *fd, struct stat *st, const char *dir,
 	return rc;
 }
 
-int apf_file_read_fd(int fd, const char *what, size_t max, char **out,
-		     size_t *len)
+int apf_file_read_fd(char **out, size_t *len, int fd, const char *what,
+		     size_t max)
 {
 	*out = NULL;
 	if (len)
@@ -470,28 +470,27 @@ static int read_open(int fd, int rc, const char *what, size_t max, char **out,
 		*len = 0;
 	if (rc || fd < 0)
 		return rc;
-	rc = apf_file_read_fd(fd, what, max, out, len);
+	rc = apf_file_read_fd(out, len, fd, what, max);
 	close(fd);
 	return rc;
 }
 
-int apf_file_read(const char *path, size_t max, char **out, size_t *len)
+int apf_file_read(char **out, size_t *len, const char *path, size_t max)
 {
 	int fd;
 	int rc = apf_file_open_regular(&fd, NULL, path, APF_FILE_FOLLOW);
 	return read_open(fd, rc, path, max, out, len);
 }
 
-int apf_file_read_regular(const char *path, size_t max, char **out,
-			  size_t *len)
+int apf_file_read_regular(char **out, size_t *len, const char *path, size_t max)
 {
 	int fd;
 	int rc = apf_file_open_regular(&fd, NULL, path, 0);
 	return read_open(fd, rc, path, max, out, len);
 }
 
-int apf_file_read_beneath(const char *dir, const char *rel, size_t max,
-			  int flags, char **out, size_t *len)
+int apf_file_read_beneath(char **out, size_t *len, const char *dir,
+			  const char *rel, size_t max, int flags)
 {
 	int fd;
 	int rc = apf_file_open_beneath(&fd, NULL, dir, rel, flags);

@@ -228,7 +228,7 @@ int apf_config_load(apf_config **out, const char *path)
 	*out = NULL;
 	char *text;
 	size_t len;
-	int rc = apf_file_read(path, MAX_FILE, &text, &len);
+	int rc = apf_file_read(&text, &len, path, MAX_FILE);
 	if (rc)
 		return rc;
 	if (strlen(text) != len)

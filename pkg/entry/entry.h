@@ -55,7 +55,7 @@ typedef struct apf_entry {
 } apf_entry;
 
 /* Packs; on success *out describes the written entry. */
-int apf_entry_pack(const struct apf_pack_opts *o, apf_entry **out);
+int apf_entry_pack(apf_entry **out, const struct apf_pack_opts *o);
 /* Full verification of an entry file. */
 int apf_entry_verify(apf_entry **out, const char *path, const apf_keyring *kr);
 /* Verifies, then extracts the submission into dest (must not exist). */

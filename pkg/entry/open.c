@@ -119,7 +119,7 @@ static int hash_member(apf_archive_reader *r,
 		       uint8_t d[APF_SHA256_LEN])
 {
 	if (m->type == APF_MEMBER_SYMLINK)
-		return apf_sha256_buf(m->link, strlen(m->link), d);
+		return apf_sha256_buf(d, m->link, strlen(m->link));
 	apf_sha256 *h;
 	int rc = apf_sha256_new(&h);
 	char buf[65536];
@@ -192,13 +192,13 @@ static int read_manifest(apf_archive_reader *r, apf_entry *e,
 	rc = as_verify(read_member(r, MAX_ENVELOPE, &env));
 	struct apf_dsse d = {0};
 	if (!rc)
-		rc = apf_sha256_hex(env.data ? env.data : "", env.len,
-				    e->envelope_digest);
+		rc = apf_sha256_hex(e->envelope_digest,
+				    env.data ? env.data : "", env.len);
 	if (!rc) {
-		rc = apf_dsse_verify(env.data ? env.data : "", env.len, kr, &d);
+		rc = apf_dsse_verify(&d, env.data ? env.data : "", env.len, kr);
 		if (rc == APF_EVERIFY && !require_trust) {
 			e->signature_trusted = 0;
-			rc = apf_dsse_parse(env.data, env.len, &d);
+			rc = apf_dsse_parse(&d, env.data, env.len);
 			if (!rc)
 				snprintf(e->signer, sizeof e->signer, "%s",
 					 d.keyids[0]);
@@ -216,8 +216,8 @@ static int read_manifest(apf_archive_reader *r, apf_entry *e,
 			       "payload type '%s', expected " APF_PAYLOAD_TYPE,
 			       d.payload_type);
 	if (!rc) {
-		rc = apf_manifest_parse((char *)d.payload, d.payload_len,
-					&e->manifest);
+		rc = apf_manifest_parse(&e->manifest, (char *)d.payload,
+					d.payload_len);
 		if (rc)
 			rc = as_verify(rc);
 	}
@@ -225,8 +225,8 @@ static int read_manifest(apf_archive_reader *r, apf_entry *e,
 		e->statement = (char *)d.payload; /* NUL-terminated */
 		e->statement_len = d.payload_len;
 		d.payload = NULL;
-		rc = apf_sha256_hex(e->statement, e->statement_len,
-				    e->manifest_digest);
+		rc = apf_sha256_hex(e->manifest_digest, e->statement,
+				    e->statement_len);
 	}
 	apf_dsse_free(&d);
 	return rc;
@@ -383,7 +383,7 @@ int apf_entry_read_file(const apf_entry *e, const char *rel, size_t max,
 			       rel);
 	char hex[65];
 	if (!rc)
-		rc = apf_sha256_hex(b.data ? b.data : "", b.len, hex);
+		rc = apf_sha256_hex(hex, b.data ? b.data : "", b.len);
 	if (!rc && strcmp(hex, f->sha256))
 		rc = apf_error(APF_EVERIFY, rel,
 			       "changed since the entry was verified");
@@ -412,7 +412,7 @@ int apf_entry_plan(const apf_entry *e, struct apf_plan **out)
 		rc = apf_entry_read_file(e, "tuning_search_space.ini", 1 << 20,
 					 &text, &len);
 		if (!rc)
-			rc = apf_sha256_hex(text, len, hex);
+			rc = apf_sha256_hex(hex, text, len);
 		if (!rc && strcmp(hex, m->tuning.search_space_digest))
 			rc = apf_error(APF_EVERIFY, e->path,
 				       "tuning_search_space.ini differs from the "

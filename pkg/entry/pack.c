@@ -121,7 +121,7 @@ static int read_submission_ini(const char *dir, apf_manifest *m,
 	if (!self) {
 		char *sp = apf_path_join(dir, "tuning_search_space.ini");
 		uint8_t d[APF_SHA256_LEN];
-		rc = sp ? apf_sha256_file(sp, d, NULL)
+		rc = sp ? apf_sha256_file(d, NULL, sp)
 			: apf_error(APF_ENOMEM, dir, "out of memory");
 		if (rc == APF_EINPUT) {
 			rc = apf_error(APF_EINPUT, dir,
@@ -255,13 +255,13 @@ static int read_checked(const char *root, const apf_tree_entry *e, char **data)
 {
 	char *path = apf_path_join(root, e->path);
 	size_t len;
-	int rc = path ? apf_file_read(path, MAX_SUBMISSION_FILE, data, &len)
+	int rc = path ? apf_file_read(data, &len, path, MAX_SUBMISSION_FILE)
 		      : apf_error(APF_ENOMEM, root, "out of memory");
 	free(path);
 	if (rc)
 		return rc;
 	uint8_t d[APF_SHA256_LEN];
-	rc = apf_sha256_buf(*data, len, d);
+	rc = apf_sha256_buf(d, *data, len);
 	if (!rc && (len != e->size || memcmp(d, e->sha256, sizeof d)))
 		rc = apf_error(APF_EINPUT, e->path,
 			       "changed while the entry was being packed");
@@ -309,7 +309,7 @@ static int write_archive(const char *out, int64_t mtime, const apf_buf *env,
 	return apf_archive_writer_commit(w);
 }
 
-int apf_entry_pack(const struct apf_pack_opts *o, apf_entry **out)
+int apf_entry_pack(apf_entry **out, const struct apf_pack_opts *o)
 {
 	*out = NULL;
 	apf_manifest *m = apf_calloc(1, sizeof *m);
@@ -350,7 +350,7 @@ int apf_entry_pack(const struct apf_pack_opts *o, apf_entry **out)
 		rc = apf_buf_printf(&b, "apf-plan-v1%s",
 				    m->submission.tree_digest);
 		if (!rc)
-			rc = apf_sha256_buf(b.data, b.len, d);
+			rc = apf_sha256_buf(d, b.data, b.len);
 		apf_buf_free(&b);
 		if (!rc)
 			m->tuning.seed = (uint32_t)d[0] << 24 |
@@ -362,15 +362,15 @@ int apf_entry_pack(const struct apf_pack_opts *o, apf_entry **out)
 	if (!rc)
 		rc = add_workloads(m, o);
 	if (!rc)
-		rc = apf_git_provenance(o->submission_dir, &m->submission.git);
+		rc = apf_git_provenance(&m->submission.git, o->submission_dir);
 	if (!rc)
 		rc = apf_env_capture(&m->environment);
 	if (!rc)
 		rc = apf_manifest_to_json(m, &e->statement);
 	if (!rc) {
 		e->statement_len = strlen(e->statement);
-		rc = apf_sha256_hex(e->statement, e->statement_len,
-				    e->manifest_digest);
+		rc = apf_sha256_hex(e->manifest_digest, e->statement,
+				    e->statement_len);
 	}
 	if (!rc)
 		rc = apf_dsse_sign(o->key, APF_PAYLOAD_TYPE, e->statement,
@@ -388,7 +388,7 @@ int apf_entry_pack(const struct apf_pack_opts *o, apf_entry **out)
 	}
 	if (!rc) {
 		uint8_t d[APF_SHA256_LEN];
-		rc = apf_sha256_file(e->path, d, &e->file_bytes);
+		rc = apf_sha256_file(d, &e->file_bytes, e->path);
 		apf_hex(e->file_digest, d, sizeof d);
 	}
 	if (!rc) {

@@ -32,12 +32,12 @@ int apf_sha256_update(apf_sha256 *h, const void *data, size_t len);
 int apf_sha256_final(apf_sha256 *h, uint8_t out[APF_SHA256_LEN]);
 void apf_sha256_free(apf_sha256 *h);
 
-int apf_sha256_buf(const void *data, size_t len, uint8_t out[APF_SHA256_LEN]);
+int apf_sha256_buf(uint8_t out[APF_SHA256_LEN], const void *data, size_t len);
 /* Lowercase hex digest of a buffer. */
-int apf_sha256_hex(const void *data, size_t len, char out[APF_SHA256_HEX]);
+int apf_sha256_hex(char out[APF_SHA256_HEX], const void *data, size_t len);
 /* Streams a file; *size receives the bytes hashed (may be NULL). */
-int apf_sha256_file(const char *path, uint8_t out[APF_SHA256_LEN],
-		    uint64_t *size);
+int apf_sha256_file(uint8_t out[APF_SHA256_LEN], uint64_t *size,
+		    const char *path);
 
 typedef struct apf_tree_entry {
 	char *path;  /* relative, '/'-separated, no leading "./" */

@@ -74,7 +74,7 @@ void apf_sha256_free(apf_sha256 *h)
 	free(h);
 }
 
-int apf_sha256_buf(const void *data, size_t len, uint8_t out[APF_SHA256_LEN])
+int apf_sha256_buf(uint8_t out[APF_SHA256_LEN], const void *data, size_t len)
 {
 	apf_sha256 *h;
 	int rc = apf_sha256_new(&h);
@@ -87,18 +87,18 @@ int apf_sha256_buf(const void *data, size_t len, uint8_t out[APF_SHA256_LEN])
 	return rc;
 }
 
-int apf_sha256_hex(const void *data, size_t len, char out[APF_SHA256_HEX])
+int apf_sha256_hex(char out[APF_SHA256_HEX], const void *data, size_t len)
 {
 	uint8_t d[APF_SHA256_LEN];
-	int rc = apf_sha256_buf(data, len, d);
+	int rc = apf_sha256_buf(d, data, len);
 	if (rc)
 		return rc;
 	apf_hex(out, d, sizeof d);
 	return 0;
 }
 
-int apf_sha256_file(const char *path, uint8_t out[APF_SHA256_LEN],
-		    uint64_t *size)
+int apf_sha256_file(uint8_t out[APF_SHA256_LEN], uint64_t *size,
+		    const char *path)
 {
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)

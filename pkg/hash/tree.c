@@ -400,8 +400,8 @@ int apf_tree_finish(apf_tree *t)
 	apf_buf listing = {0};
 	int rc = apf_tree_listing(t, &listing);
 	if (!rc)
-		rc = apf_sha256_buf(listing.data ? listing.data : "",
-				    listing.len, t->digest);
+		rc = apf_sha256_buf(t->digest, listing.data ? listing.data : "",
+				    listing.len);
 	apf_buf_free(&listing);
 	return rc;
 }

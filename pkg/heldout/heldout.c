@@ -754,7 +754,7 @@ int apf_heldout_load(apf_heldout **out, const char *path)
 	*out = NULL;
 	char *text;
 	size_t len;
-	int rc = apf_file_read(path, APF_HELDOUT_MAX_BYTES, &text, &len);
+	int rc = apf_file_read(&text, &len, path, APF_HELDOUT_MAX_BYTES);
 	if (rc)
 		return rc;
 	rc = apf_heldout_parse(out, text, len, path);

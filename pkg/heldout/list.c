@@ -196,7 +196,7 @@ int apf_heldout_list_load(apf_heldout_list **out, const char *path)
 		return nomem(path);
 	char *text = NULL;
 	size_t len = 0;
-	int rc = apf_file_read(path, APF_HELDOUT_MAX_BYTES, &text, &len);
+	int rc = apf_file_read(&text, &len, path, APF_HELDOUT_MAX_BYTES);
 	json_error_t err;
 	json_t *root = rc ? NULL
 			  : json_loadb(text, len, JSON_REJECT_DUPLICATES, &err);

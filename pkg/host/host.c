@@ -344,7 +344,7 @@ int apf_host_build(apf_host *h, char *detail, size_t size, char so_sha256[65])
 		/* The last line of the build's output says why. */
 		char *log = apf_path_join(o->log_dir, "build.log"), *text = NULL;
 		size_t len = 0;
-		if (log && apf_file_read(log, 1 << 20, &text, &len) == 0 && len) {
+		if (log && apf_file_read(&text, &len, log, 1 << 20) == 0 && len) {
 			while (len && text[len - 1] == '\n')
 				text[--len] = 0;
 			char *last = strrchr(text, '\n');
@@ -361,7 +361,7 @@ int apf_host_build(apf_host *h, char *detail, size_t size, char so_sha256[65])
 	}
 	apf_sandbox_free(sb);
 	uint8_t d[APF_SHA256_LEN];
-	if (!detail[0] && apf_sha256_file(h->so, d, NULL) == 0)
+	if (!detail[0] && apf_sha256_file(d, NULL, h->so) == 0)
 		apf_hex(so_sha256, d, sizeof d);
 	else if (!detail[0])
 		snprintf(detail, size, "the build left no shared object");

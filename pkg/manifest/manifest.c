@@ -522,7 +522,7 @@ static int check_subjects(const apf_manifest *m, const json_t *subjects)
 	return 0;
 }
 
-int apf_manifest_parse(const char *json, size_t len, apf_manifest **out)
+int apf_manifest_parse(apf_manifest **out, const char *json, size_t len)
 {
 	*out = NULL;
 	json_error_t jerr;

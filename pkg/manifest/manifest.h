@@ -86,7 +86,7 @@ typedef struct apf_manifest {
 /* The statement as JSON text (caller frees). */
 int apf_manifest_to_json(const apf_manifest *m, char **out);
 /* Parses and validates a statement. */
-int apf_manifest_parse(const char *json, size_t len, apf_manifest **out);
+int apf_manifest_parse(apf_manifest **out, const char *json, size_t len);
 void apf_manifest_free(apf_manifest *m);
 
 const struct apf_manifest_file *apf_manifest_find_file(const apf_manifest *m,

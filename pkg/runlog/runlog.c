@@ -676,14 +676,14 @@ static int walk(const char *path, const struct apf_runlog_read_opts *o,
 	return rc;
 }
 
-int apf_runlog_walk(const char *path, const struct apf_runlog_read_opts *o,
-		    struct apf_runlog_summary *sum)
+int apf_runlog_walk(struct apf_runlog_summary *sum, const char *path,
+		    const struct apf_runlog_read_opts *o)
 {
 	return walk(path, o, sum, NULL);
 }
 
-int apf_runlog_read(const char *path, apf_runlog_fn fn, void *user,
-		    struct apf_runlog_summary *sum)
+int apf_runlog_read(struct apf_runlog_summary *sum, const char *path,
+		    apf_runlog_fn fn, void *user)
 {
 	struct apf_runlog_read_opts o = {.fn = fn, .user = user, .json = 1};
 	return walk(path, &o, sum, NULL);

@@ -148,10 +148,10 @@ struct apf_runlog_read_opts {
 /* Reads and checks the whole log. Chain failures are APF_EVERIFY
  * "log.jsonl: line N: ...". Uses all cores for hashing and parsing; fn
  * always runs in order on the calling thread. */
-int apf_runlog_walk(const char *path, const struct apf_runlog_read_opts *o,
-		    struct apf_runlog_summary *sum);
+int apf_runlog_walk(struct apf_runlog_summary *sum, const char *path,
+		    const struct apf_runlog_read_opts *o);
 /* The same with r->obj built: fn (may be NULL) sees each record. */
-int apf_runlog_read(const char *path, apf_runlog_fn fn, void *user,
-		    struct apf_runlog_summary *sum);
+int apf_runlog_read(struct apf_runlog_summary *sum, const char *path,
+		    apf_runlog_fn fn, void *user);
 
 #endif

@@ -196,7 +196,7 @@ static int copy_file(const char *from, const char *to)
 {
 	char *data;
 	size_t len;
-	int rc = apf_file_read(from, 1u << 30, &data, &len);
+	int rc = apf_file_read(&data, &len, from, 1u << 30);
 	if (rc)
 		return rc;
 	rc = apf_file_write(to, data, len, 0644, APF_ATOMIC_NOREPLACE);
@@ -258,7 +258,7 @@ static int create_run_dir(struct run *r, const json_t *drift)
 	if (!rc) {
 		apf_buf b = {0};
 		apf_buf_printf(&b, "%s\n", text);
-		rc = apf_sha256_hex(b.data, b.len, r->run_json_sha256);
+		rc = apf_sha256_hex(r->run_json_sha256, b.data, b.len);
 		if (!rc)
 			rc = apf_file_write(rj, b.data, b.len, 0644,
 					    APF_ATOMIC_NOREPLACE);
@@ -302,10 +302,10 @@ static int open_run_dir(struct run *r)
 	char *logp = apf_path_join(r->run_dir, "log.jsonl");
 	char *text = NULL;
 	size_t len;
-	int rc = apf_file_read(rj, 1 << 24, &text, &len);
+	int rc = apf_file_read(&text, &len, rj, 1 << 24);
 	json_t *j = NULL;
 	if (!rc) {
-		apf_sha256_hex(text, len, r->run_json_sha256);
+		apf_sha256_hex(r->run_json_sha256, text, len);
 		j = json_loadb(text, len, JSON_REJECT_DUPLICATES, NULL);
 		if (!j)
 			rc = apf_error(APF_EINPUT, rj, "not valid JSON");
@@ -384,7 +384,7 @@ static int scan_log(struct run *r)
 	char *logp = apf_path_join(r->run_dir, "log.jsonl");
 	for (size_t i = 0; i < r->plan->n; i++)
 		apf_rundir_unit_init(&r->states[i]);
-	int rc = apf_runlog_read(logp, scan_record, r, NULL);
+	int rc = apf_runlog_read(NULL, logp, scan_record, r);
 	free(logp);
 	return rc;
 }
@@ -609,9 +609,9 @@ static int heldout_in_force(struct run *r)
 	if (o->heldout && has_own) {
 		char *a = NULL, *b = NULL;
 		size_t al = 0, bl = 0;
-		rc = apf_file_read(o->heldout, 1 << 24, &a, &al);
+		rc = apf_file_read(&a, &al, o->heldout, 1 << 24);
 		if (!rc)
-			rc = apf_file_read(own, 1 << 24, &b, &bl);
+			rc = apf_file_read(&b, &bl, own, 1 << 24);
 		if (!rc && (al != bl || memcmp(a, b, al)))
 			rc = apf_error(APF_EINPUT, o->heldout,
 				       "differs from the draw the run directory "

@@ -192,7 +192,7 @@ static int checkpoint(struct unit *u, char *hex, uint64_t *bytes)
 	free(path);
 	uint8_t d[APF_SHA256_LEN];
 	if (!rc)
-		rc = apf_sha256_buf(view, h->used, d);
+		rc = apf_sha256_buf(d, view, h->used);
 	if (!rc)
 		apf_hex(hex, d, sizeof d);
 	return rc;
@@ -422,11 +422,11 @@ static int load_checkpoint(struct unit *u, char **data, size_t *len)
 	char name[64];
 	snprintf(name, sizeof name, "ckpt/%lld.bin", (long long)u->st->last_eval);
 	char *path = apf_path_join(u->dir, name);
-	int rc = path ? apf_file_read(path, u->hu->capacity, data, len)
+	int rc = path ? apf_file_read(data, len, path, u->hu->capacity)
 		      : apf_error(APF_ENOMEM, "run", "out of memory");
 	char hex[65];
 	if (!rc)
-		rc = apf_sha256_hex(*data, *len, hex);
+		rc = apf_sha256_hex(hex, *data, *len);
 	if (!rc && strcmp(hex, u->st->ckpt_sha256))
 		rc = apf_error(APF_EVERIFY, path,
 			       "differs from the checkpoint the log names");

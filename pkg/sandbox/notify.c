@@ -320,7 +320,7 @@ static int load_ids(struct who *w)
 	char path[64], *data;
 	size_t len;
 	snprintf(path, sizeof path, "/proc/%d/status", (int)w->tid);
-	if (apf_file_read(path, 1 << 16, &data, &len) < 0) {
+	if (apf_file_read(&data, &len, path, 1 << 16) < 0) {
 		apf_error_clear();
 		return -ESRCH;
 	}

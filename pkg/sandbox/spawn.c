@@ -977,19 +977,21 @@ static const char *userns_hint(int clone_errno)
 	char *v = NULL;
 	size_t n;
 	const char *hint = "";
-	if (apf_file_read("/proc/sys/kernel/unprivileged_userns_clone", 16,
-			  &v, &n) == 0 && v[0] == '0')
+	if (apf_file_read(&v, &n, "/proc/sys/kernel/unprivileged_userns_clone",
+			  16) == 0 && v[0] == '0')
 		hint = " (kernel.unprivileged_userns_clone is 0)";
 	free(v);
 	v = NULL;
-	if (!hint[0] && apf_file_read("/proc/sys/user/max_user_namespaces", 32,
-				      &v, &n) == 0 && v[0] == '0')
+	if (!hint[0] && apf_file_read(&v, &n,
+				      "/proc/sys/user/max_user_namespaces",
+				      32) == 0 && v[0] == '0')
 		hint = " (user.max_user_namespaces is 0)";
 	free(v);
 	v = NULL;
 	if (!hint[0] &&
-	    apf_file_read("/proc/sys/kernel/apparmor_restrict_unprivileged_userns",
-			  16, &v, &n) == 0 && v[0] == '1')
+	    apf_file_read(&v, &n,
+			  "/proc/sys/kernel/apparmor_restrict_unprivileged_userns",
+			  16) == 0 && v[0] == '1')
 		hint = " (kernel.apparmor_restrict_unprivileged_userns is 1)";
 	free(v);
 	if (!hint[0] && clone_errno == EPERM)
@@ -1375,7 +1377,7 @@ void apf_sandbox_snapshot_vm(apf_sandbox *sb)
 	char path[64], *data = NULL;
 	size_t len;
 	snprintf(path, sizeof path, "/proc/%d/status", (int)sb->pid);
-	if (apf_file_read(path, 1 << 16, &data, &len) < 0) {
+	if (apf_file_read(&data, &len, path, 1 << 16) < 0) {
 		apf_error_clear();
 		return;
 	}

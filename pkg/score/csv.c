@@ -399,7 +399,7 @@ int apf_score_read_trial(struct apf_score_trial *trial,
 	size_t len;
 	free(trial->refused);
 	trial->refused = NULL;
-	int rc = apf_file_read(trial->csv, MAX_CSV_BYTES, &text, &len);
+	int rc = apf_file_read(&text, &len, trial->csv, MAX_CSV_BYTES);
 	if (rc)
 		return rc;
 	rc = parse_trial(text, len, trial->csv, target, &trial->evals,

@@ -17,7 +17,7 @@
 
 #define MAX_SIGS 16
 
-int apf_base64_encode(const void *in, size_t len, apf_buf *out)
+int apf_base64_encode(apf_buf *out, const void *in, size_t len)
 {
 	size_t need = 4 * ((len + 2) / 3) + 1;
 	char *tmp = malloc(need);
@@ -34,7 +34,7 @@ int apf_base64_encode(const void *in, size_t len, apf_buf *out)
 	return rc ? apf_error(rc, "base64", "out of memory") : 0;
 }
 
-int apf_base64_decode(const char *in, size_t len, uint8_t **out, size_t *outlen)
+int apf_base64_decode(uint8_t **out, size_t *outlen, const char *in, size_t len)
 {
 	*out = NULL;
 	*outlen = 0;
@@ -87,7 +87,7 @@ int apf_base64_decode(const char *in, size_t len, uint8_t **out, size_t *outlen)
 	if (n >= 0 && (size_t)n >= pad) {
 		/* Refuse non-zero padding bits: one byte string, one encoding. */
 		apf_buf again = {0};
-		canonical = apf_base64_encode(buf, (size_t)n - pad, &again) == 0 &&
+		canonical = apf_base64_encode(&again, buf, (size_t)n - pad) == 0 &&
 			    again.len == padded &&
 			    memcmp(again.data, norm, padded) == 0;
 		apf_buf_free(&again);
@@ -103,7 +103,7 @@ int apf_base64_decode(const char *in, size_t len, uint8_t **out, size_t *outlen)
 	return 0;
 }
 
-int apf_dsse_pae(const char *type, const void *body, size_t len, apf_buf *out)
+int apf_dsse_pae(apf_buf *out, const char *type, const void *body, size_t len)
 {
 	if (apf_buf_printf(out, "DSSEv1 %zu %s %zu ", strlen(type), type, len) ||
 	    apf_buf_append(out, body, len))
@@ -117,13 +117,13 @@ int apf_dsse_sign(const apf_key *k, const char *type, const void *body,
 	apf_buf pae = {0}, payload = {0}, sig64 = {0};
 	uint8_t sig[APF_ED25519_SIG];
 	char keyid[APF_KEYID_HEX];
-	int rc = apf_dsse_pae(type, body, len, &pae);
+	int rc = apf_dsse_pae(&pae, type, body, len);
 	if (!rc)
 		rc = apf_key_sign(k, pae.data, pae.len, sig);
 	if (!rc)
-		rc = apf_base64_encode(body, len, &payload);
+		rc = apf_base64_encode(&payload, body, len);
 	if (!rc)
-		rc = apf_base64_encode(sig, sizeof sig, &sig64);
+		rc = apf_base64_encode(&sig64, sig, sizeof sig);
 	if (!rc) {
 		apf_key_id(k, keyid);
 		json_t *env = json_pack("{s:s, s:s, s:[{s:s, s:s}]}",
@@ -159,7 +159,7 @@ static int bad(const char *why)
 	return apf_error(APF_EINPUT, "envelope", "%s", why);
 }
 
-int apf_dsse_parse(const char *json, size_t len, struct apf_dsse *out)
+int apf_dsse_parse(struct apf_dsse *out, const char *json, size_t len)
 {
 	memset(out, 0, sizeof *out);
 	json_error_t jerr;
@@ -192,9 +192,9 @@ int apf_dsse_parse(const char *json, size_t len, struct apf_dsse *out)
 		rc = bad("signatures: expected a list of 1 to 16 signatures");
 	if (!rc) {
 		out->payload_type = apf_strdup(json_string_value(type));
-		rc = apf_base64_decode(json_string_value(payload),
-				       json_string_length(payload),
-				       &out->payload, &out->payload_len);
+		rc = apf_base64_decode(&out->payload, &out->payload_len,
+				       json_string_value(payload),
+				       json_string_length(payload));
 		if (rc)
 			apf_error_prefix(rc, "envelope: payload");
 	}
@@ -234,8 +234,8 @@ int apf_dsse_parse(const char *json, size_t len, struct apf_dsse *out)
 			strcpy(out->keyids[i], json_string_value(kid));
 		uint8_t *raw;
 		size_t rawlen;
-		rc = apf_base64_decode(json_string_value(sig),
-				       json_string_length(sig), &raw, &rawlen);
+		rc = apf_base64_decode(&raw, &rawlen, json_string_value(sig),
+				       json_string_length(sig));
 		if (rc) {
 			apf_error_prefix(rc, "envelope: sig");
 			break;
@@ -255,10 +255,10 @@ int apf_dsse_parse(const char *json, size_t len, struct apf_dsse *out)
 	return rc;
 }
 
-int apf_dsse_verify(const char *json, size_t len, const apf_keyring *kr,
-		    struct apf_dsse *out)
+int apf_dsse_verify(struct apf_dsse *out, const char *json, size_t len,
+		    const apf_keyring *kr)
 {
-	int rc = apf_dsse_parse(json, len, out);
+	int rc = apf_dsse_parse(out, json, len);
 	if (rc)
 		return rc;
 	if (apf_keyring_count(kr) == 0) {
@@ -268,8 +268,8 @@ int apf_dsse_verify(const char *json, size_t len, const apf_keyring *kr,
 				 "keys to $APF_HOME/trusted/)");
 	}
 	apf_buf pae = {0};
-	rc = apf_dsse_pae(out->payload_type, out->payload, out->payload_len,
-			  &pae);
+	rc = apf_dsse_pae(&pae, out->payload_type, out->payload,
+			  out->payload_len);
 	int verified = 0;
 	for (size_t s = 0; !rc && !verified && s < out->nsigs; s++) {
 		for (size_t i = 0; !verified; i++) {

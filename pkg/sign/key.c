@@ -58,7 +58,7 @@ static int key_wrap(apf_key **out, EVP_PKEY *pkey, int is_private)
 		return apf_error(APF_EINTERNAL, "key",
 				 "cannot encode public key: %s", ossl_reason());
 	}
-	int rc = apf_sha256_hex(der, (size_t)n, k->id);
+	int rc = apf_sha256_hex(k->id, der, (size_t)n);
 	OPENSSL_free(der);
 	if (rc) {
 		apf_key_free(k);

@@ -64,7 +64,7 @@ const apf_key *apf_keyring_at(const apf_keyring *kr, size_t i,
 void apf_keyring_free(apf_keyring *kr);
 
 /* DSSE */
-int apf_dsse_pae(const char *type, const void *body, size_t len, apf_buf *out);
+int apf_dsse_pae(apf_buf *out, const char *type, const void *body, size_t len);
 /* Envelope JSON (deterministic: Ed25519 is). */
 int apf_dsse_sign(const apf_key *k, const char *type, const void *body,
 		  size_t len, apf_buf *envelope);
@@ -81,16 +81,16 @@ struct apf_dsse {
 	char *signer_source;            /* the trusted key file that verified */
 };
 /* Parses an envelope strictly, without checking any signature (inspect). */
-int apf_dsse_parse(const char *json, size_t len, struct apf_dsse *out);
+int apf_dsse_parse(struct apf_dsse *out, const char *json, size_t len);
 /* Parses and verifies: APF_EVERIFY unless a trusted key verifies a
  * signature over the PAE of the payload. */
-int apf_dsse_verify(const char *json, size_t len, const apf_keyring *kr,
-		    struct apf_dsse *out);
+int apf_dsse_verify(struct apf_dsse *out, const char *json, size_t len,
+		    const apf_keyring *kr);
 void apf_dsse_free(struct apf_dsse *d);
 
 /* Standard base64 with padding; decoding also takes the URL-safe alphabet
  * and refuses anything else. */
-int apf_base64_encode(const void *in, size_t len, apf_buf *out);
-int apf_base64_decode(const char *in, size_t len, uint8_t **out, size_t *outlen);
+int apf_base64_encode(apf_buf *out, const void *in, size_t len);
+int apf_base64_decode(uint8_t **out, size_t *outlen, const char *in, size_t len);
 
 #endif

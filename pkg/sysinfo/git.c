@@ -113,7 +113,7 @@ static json_t *remote_url(git_repository *repo)
 	return out;
 }
 
-int apf_git_provenance(const char *dir, json_t **out)
+int apf_git_provenance(json_t **out, const char *dir)
 {
 	*out = NULL;
 	pthread_once(&git_once, git_setup);

@@ -40,7 +40,7 @@ int apf_env_compare(const json_t *expected, const json_t *actual,
 		    apf_env_diff_fn diff, void *user);
 
 /* Git provenance of dir. */
-int apf_git_provenance(const char *dir, json_t **out);
+int apf_git_provenance(json_t **out, const char *dir);
 int apf_git_validate(const json_t *git);
 
 /* The number of threads apf's BLAS is configured to use. */

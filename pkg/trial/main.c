@@ -100,7 +100,7 @@ static int expect(struct tp *t, const char *word, char *line, size_t size)
 static int read_hparams(const char *path, apf_hparams *hp)
 {
 	char *text;
-	int rc = apf_file_read(path, 1 << 20, &text, NULL);
+	int rc = apf_file_read(&text, NULL, path, 1 << 20);
 	if (rc)
 		return rc;
 	json_error_t je;
@@ -108,7 +108,7 @@ static int read_hparams(const char *path, apf_hparams *hp)
 	free(text);
 	if (!j)
 		return apf_error(APF_EINPUT, path, "not JSON: %s", je.text);
-	rc = apf_hparams_from_json(j, hp);
+	rc = apf_hparams_from_json(hp, j);
 	json_decref(j);
 	return rc;
 }

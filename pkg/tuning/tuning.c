@@ -166,7 +166,7 @@ int apf_search_space_load(apf_search_space **out, const char *path)
 {
 	*out = NULL;
 	char *text;
-	int rc = apf_file_read(path, 1 << 20, &text, NULL);
+	int rc = apf_file_read(&text, NULL, path, 1 << 20);
 	if (rc)
 		return rc;
 	rc = apf_search_space_parse(out, text, path);
@@ -181,7 +181,7 @@ static uint64_t seeded(uint32_t seed, long study, long dim)
 	int n = snprintf(msg, sizeof msg, "apf-halton-v1 %u %ld %ld", seed, study,
 			 dim);
 	uint8_t d[APF_SHA256_LEN];
-	apf_sha256_buf(msg, (size_t)n, d);
+	apf_sha256_buf(d, msg, (size_t)n);
 	uint64_t v = 0;
 	for (int i = 0; i < 8; i++)
 		v = v << 8 | d[i];
@@ -262,7 +262,7 @@ json_t *apf_hparams_to_json(const apf_hparams *h)
 	return o;
 }
 
-int apf_hparams_from_json(const json_t *j, apf_hparams *out)
+int apf_hparams_from_json(apf_hparams *out, const json_t *j)
 {
 	memset(out, 0, sizeof *out);
 	if (!json_is_object(j))

@@ -67,7 +67,7 @@ void apf_hparams_free(apf_hparams *h);
 int apf_hparams_copy(apf_hparams *out, const apf_hparams *h);
 /* {"name": value, ...} with numbers written to round-trip exactly. */
 json_t *apf_hparams_to_json(const apf_hparams *h);
-int apf_hparams_from_json(const json_t *j, apf_hparams *out);
+int apf_hparams_from_json(apf_hparams *out, const json_t *j);
 
 /* The trials a run executes: every workload x study x trial, in that
  * order, each with its draw (no hyperparameters when space is NULL, as in

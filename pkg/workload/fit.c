@@ -61,7 +61,7 @@ static int digest_arena(apf_backend *be, const float *arena, size_t floats,
 	be->download(be, host, arena, floats * sizeof *host);
 	int rc = be->sync(be);
 	if (!rc)
-		rc = apf_sha256_buf(host, floats * sizeof *host, out);
+		rc = apf_sha256_buf(out, host, floats * sizeof *host);
 	free(host);
 	return rc;
 }

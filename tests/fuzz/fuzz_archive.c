@@ -102,7 +102,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	static const uint8_t head[12] = {0x5a, 0x2a, 0x4d, 0x18, 36, 0, 0, 0,
 					 'a',  'p',  'f',  '1'};
 	memcpy(z + n, head, sizeof head);
-	if (apf_sha256_buf(z, n, z + n + 12) != 0)
+	if (apf_sha256_buf(z + n + 12, z, n) != 0)
 		abort();
 	put(z, n + 44);
 	free(z);

@@ -33,14 +33,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	char *json = fuzz_copy(data, size);
 	struct apf_dsse d;
 	apf_error_clear();
-	int rc = apf_dsse_parse(json, size, &d);
+	int rc = apf_dsse_parse(&d, json, size);
 	fuzz_expect(rc, "apf_dsse_parse");
 	if (!rc && (d.nsigs == 0 || !d.payload_type || !d.payload ||
 		    d.payload[d.payload_len] != 0))
 		abort();
 	apf_dsse_free(&d);
 	apf_error_clear();
-	rc = apf_dsse_verify(json, size, ring, &d);
+	rc = apf_dsse_verify(&d, json, size, ring);
 	if (rc == 0) {
 		fprintf(stderr, "an envelope verified under a fresh key\n");
 		abort();

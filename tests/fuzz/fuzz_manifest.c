@@ -14,7 +14,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	char *json = fuzz_copy(data, size);
 	apf_manifest *m;
 	apf_error_clear();
-	int rc = apf_manifest_parse(json, size, &m);
+	int rc = apf_manifest_parse(&m, json, size);
 	fuzz_expect(rc, "apf_manifest_parse");
 	free(json);
 	if (rc)
@@ -33,7 +33,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		fprintf(stderr, "to_json: %s\n", apf_error_message());
 		abort();
 	}
-	if (apf_manifest_parse(once, strlen(once), &back) != 0) {
+	if (apf_manifest_parse(&back, once, strlen(once)) != 0) {
 		fprintf(stderr, "written back, refused: %s\n",
 			apf_error_message());
 		abort();

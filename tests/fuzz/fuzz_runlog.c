@@ -34,7 +34,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	struct walk w = {0};
 	struct apf_runlog_summary sum;
 	apf_error_clear();
-	int rc = apf_runlog_read(path, on_record, &w, &sum);
+	int rc = apf_runlog_read(&sum, path, on_record, &w);
 	fuzz_expect(rc, "apf_runlog_read");
 	if (!rc && sum.records != w.next)
 		abort();
@@ -52,7 +52,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		if (apf_runlog_close(l) != 0)
 			abort();
 		struct apf_runlog_summary again;
-		if (apf_runlog_read(path, NULL, NULL, &again) != 0 ||
+		if (apf_runlog_read(&again, path, NULL, NULL) != 0 ||
 		    again.records != count) {
 			fprintf(stderr, "after cutting %llu bytes: %s\n",
 				(unsigned long long)cut, apf_error_message());

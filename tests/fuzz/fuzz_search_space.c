@@ -53,7 +53,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		}
 		json_t *j = apf_hparams_to_json(&h);
 		apf_hparams back;
-		if (!j || apf_hparams_from_json(j, &back) != 0 || back.n != h.n)
+		if (!j || apf_hparams_from_json(&back, j) != 0 || back.n != h.n)
 			abort();
 		apf_hparams_free(&back);
 		json_decref(j);

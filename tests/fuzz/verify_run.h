@@ -34,7 +34,7 @@ static void copy_in(const char *dir, const char *name)
 	char *from = apf_path_join(TEMPLATE, name), *to = apf_path_join(dir, name);
 	char *data = NULL;
 	size_t len = 0;
-	if (!from || !to || apf_file_read(from, 1 << 24, &data, &len) ||
+	if (!from || !to || apf_file_read(&data, &len, from, 1 << 24) ||
 	    apf_file_write(to, data, len, 0644, 0))
 		abort();
 	free(data);
@@ -61,8 +61,8 @@ static struct verify_fixture *verify_fixture(const char *name)
 	if (apf_keyring_default(&f.runner_keys, TEMPLATE "/runner.pub.pem") ||
 	    apf_keyring_default(&f.entry_keys, TEMPLATE "/entry.pub.pem") ||
 	    apf_key_load_private(&f.runner, TEMPLATE "/runner.key.pem") ||
-	    apf_file_read(TEMPLATE "/run.json", 1 << 24, &text, &len) ||
-	    apf_sha256_hex(text, len, f.run_json_sha256)) {
+	    apf_file_read(&text, &len, TEMPLATE "/run.json", 1 << 24) ||
+	    apf_sha256_hex(f.run_json_sha256, text, len)) {
 		fprintf(stderr, "%s: %s\n", TEMPLATE, apf_error_message());
 		abort();
 	}

@@ -37,7 +37,7 @@ static char *join(const char *a, const char *b)
 
 static void read_file(const char *path, char **data, size_t *len)
 {
-	assert_apf_ok(apf_file_read(path, (size_t)1 << 30, data, len));
+	assert_apf_ok(apf_file_read(data, len, path, (size_t)1 << 30));
 }
 
 static void write_raw(const char *path, const void *data, size_t len)
@@ -81,7 +81,7 @@ static void write_apf(const char *path, const void *tar, size_t len)
 	const uint8_t head[12] = {0x5a, 0x2a, 0x4d, 0x18, 36, 0, 0, 0,
 				  'a',  'p',  'f',  '1'};
 	memcpy(out + n, head, 12);
-	assert_apf_ok(apf_sha256_buf(out, n, out + n + 12));
+	assert_apf_ok(apf_sha256_buf(out + n + 12, out, n));
 	write_raw(path, out, n + 44);
 	free(out);
 }
@@ -431,9 +431,9 @@ static void round_trip_files_and_symlinks(void **state)
 		const char *d = want[i].type == 'l' ? want[i].link
 						    : want[i].data;
 		if (d)
-			assert_apf_ok(apf_sha256_buf(d, strlen(d), sha));
+			assert_apf_ok(apf_sha256_buf(sha, d, strlen(d)));
 		else
-			assert_apf_ok(apf_sha256_buf(big, bigl, sha));
+			assert_apf_ok(apf_sha256_buf(sha, big, bigl));
 		assert_memory_equal(sha, seen.sha[i], 32);
 		char *p = join(dest, want[i].name);
 		struct stat st;
@@ -1074,7 +1074,7 @@ static void a_trailer_over_anything_else_is_corruption(void **state)
 	const uint8_t head[12] = {0x5a, 0x2a, 0x4d, 0x18, 36, 0, 0, 0,
 				  'a',  'p',  'f',  '1'};
 	memcpy(buf + strlen(text), head, 12);
-	assert_apf_ok(apf_sha256_buf(buf, strlen(text), buf + strlen(text) + 12));
+	assert_apf_ok(apf_sha256_buf(buf + strlen(text) + 12, buf, strlen(text)));
 	write_raw(s.apf, buf, strlen(text) + 44);
 	apf_archive_reader *r;
 	assert_error(apf_archive_reader_open(&r, s.apf, NULL), APF_EVERIFY,
@@ -1090,7 +1090,7 @@ static void a_trailer_over_anything_else_is_corruption(void **state)
 	size_t n2 = ZSTD_compress(z + n1, cap - n1, t.out.data + 1000,
 				  t.out.len - 1000, 3);
 	memcpy(z + n1 + n2, head, 12);
-	assert_apf_ok(apf_sha256_buf(z, n1 + n2, z + n1 + n2 + 12));
+	assert_apf_ok(apf_sha256_buf(z + n1 + n2 + 12, z, n1 + n2));
 	write_raw(s.apf, z, n1 + n2 + 44);
 	assert_error(apf_archive_reader_open(&r, s.apf, NULL), APF_EVERIFY,
 		     "not one zstd frame");
@@ -1135,8 +1135,8 @@ static void corrupt_frames_under_a_recomputed_trailer_are_caught(void **state)
 	for (size_t i = 0; i < body; i++) {
 		for (int bit = 0; bit < 8; bit += 3) {
 			data[i] ^= (char)(1 << bit);
-			assert_apf_ok(apf_sha256_buf(data, body,
-						     (uint8_t *)data + body + 12));
+			assert_apf_ok(apf_sha256_buf((uint8_t *)data + body + 12,
+						     data, body));
 			write_raw(bad, data, len);
 			data[i] ^= (char)(1 << bit);
 			int rc = read_all(bad, NULL);

@@ -61,7 +61,7 @@ static void atomic_write_replaces_whole_file(void **state)
 	assert_apf_ok(apf_file_write(path, "new!", 4, 0600, 0));
 	char *data;
 	size_t len;
-	assert_apf_ok(apf_file_read(path, 100, &data, &len));
+	assert_apf_ok(apf_file_read(&data, &len, path, 100));
 	assert_int_equal(len, 4);
 	assert_string_equal(data, "new!");
 	struct stat st;
@@ -87,7 +87,7 @@ static void injected_faults_leave_old_file_and_no_temporary(void **state)
 		assert_int_equal(rc, APF_EIO);
 		assert_non_null(strstr(apf_error_message(), ops[i]));
 		char *data;
-		assert_apf_ok(apf_file_read(path, 100, &data, NULL));
+		assert_apf_ok(apf_file_read(&data, NULL, path, 100));
 		assert_string_equal(data, "old");
 		free(data);
 		assert_int_equal(count_entries(dir), 1);
@@ -107,7 +107,7 @@ static void noreplace_refuses_existing_target(void **state)
 			 APF_EINPUT);
 	assert_non_null(strstr(apf_error_message(), "refusing to overwrite"));
 	char *data;
-	assert_apf_ok(apf_file_read(path, 100, &data, NULL));
+	assert_apf_ok(apf_file_read(&data, NULL, path, 100));
 	assert_string_equal(data, "a");
 	free(data);
 	free(path);
@@ -120,7 +120,7 @@ static void file_read_caps_size(void **state)
 	char *dir = testlib_tmpdir();
 	testlib_write_str(dir, "big", "0123456789");
 	char *path = apf_path_join(dir, "big"), *data;
-	assert_int_equal(apf_file_read(path, 5, &data, NULL), APF_EINPUT);
+	assert_int_equal(apf_file_read(&data, NULL, path, 5), APF_EINPUT);
 	assert_non_null(strstr(apf_error_message(), "limit"));
 	assert_null(data);
 	free(path);
@@ -196,7 +196,7 @@ static void open_regular_refuses_fifo_symlink_and_directory_without_blocking(
 	assert_non_null(strstr(apf_error_message(), "not a regular file (a FIFO)"));
 	assert_non_null(strstr(apf_error_message(), fifo));
 	char *data = NULL;
-	assert_int_equal(apf_file_read(fifo, 100, &data, NULL), APF_EINPUT);
+	assert_int_equal(apf_file_read(&data, NULL, fifo, 100), APF_EINPUT);
 	assert_null(data);
 	assert_int_equal(apf_file_open_regular(&fd, NULL, link, 0), APF_EINPUT);
 	assert_non_null(strstr(apf_error_message(), "symbolic link"));
@@ -233,7 +233,7 @@ static void open_beneath_follows_no_symlink_in_any_component(void **state)
 	int fd;
 	char *data;
 	size_t len;
-	assert_apf_ok(apf_file_read_beneath(dir, "a/b/f", 100, 0, &data, &len));
+	assert_apf_ok(apf_file_read_beneath(&data, &len, dir, "a/b/f", 100, 0));
 	assert_string_equal(data, "inside");
 	free(data);
 	/* A directory component that is a symlink, and a last one. */
@@ -255,10 +255,10 @@ static void open_beneath_follows_no_symlink_in_any_component(void **state)
 	assert_int_equal(apf_file_open_beneath(&fd, NULL, dir, "a/b/f/g", 0),
 			 APF_EINPUT);
 	assert_non_null(strstr(apf_error_message(), "a/b/f is not a directory"));
-	assert_apf_ok(apf_file_read_beneath(dir, "a/x/y", 100,
-					    APF_FILE_MISSING_OK, &data, NULL));
+	assert_apf_ok(apf_file_read_beneath(&data, NULL, dir, "a/x/y", 100,
+					    APF_FILE_MISSING_OK));
 	assert_null(data);
-	assert_int_equal(apf_file_read_beneath(dir, "a/x", 100, 0, &data, NULL),
+	assert_int_equal(apf_file_read_beneath(&data, NULL, dir, "a/x", 100, 0),
 			 APF_EINPUT);
 	free(sub);
 	free(link);
@@ -279,7 +279,7 @@ static void sparse_file_over_the_cap_is_refused_before_reading(void **state)
 	close(fd);
 	char *data = NULL;
 	uint64_t t0 = apf_now_ns();
-	assert_int_equal(apf_file_read_regular(p, 1 << 20, &data, NULL), APF_EINPUT);
+	assert_int_equal(apf_file_read_regular(&data, NULL, p, 1 << 20), APF_EINPUT);
 	assert_true(apf_now_ns() - t0 < 1000000000ull);
 	assert_null(data);
 	assert_non_null(strstr(apf_error_message(), "1099511627776 bytes, larger "

@@ -142,7 +142,7 @@ static void idx_refuses_broken_files_with_reasons(void **state)
 	char *path = apf_path_join(dir, "c-images.gz");
 	char *data;
 	size_t len;
-	assert_apf_ok(apf_file_read(path, 1 << 20, &data, &len));
+	assert_apf_ok(apf_file_read(&data, &len, path, 1 << 20));
 	free(path);
 	testlib_write(dir, "cut.gz", data, len / 2, 0644);
 	assert_int_equal(read_one(dir, "cut.gz", &x), APF_EINPUT);

@@ -281,13 +281,13 @@ static void walk_prepares_every_line_across_batches(void **state)
 					    .prepare = prepare,
 					    .slot_size = sizeof(struct slot)};
 	struct apf_runlog_summary sum;
-	assert_apf_ok(apf_runlog_walk(path, &opts, &sum));
+	assert_apf_ok(apf_runlog_walk(&sum, path, &opts));
 	assert_int_equal(o.n, 40000);
 	assert_int_equal(sum.records, 40000);
 	/* A broken line in the third batch is named by its number. */
 	char *text;
 	size_t len;
-	assert_apf_ok(apf_file_read(path, 1 << 30, &text, &len));
+	assert_apf_ok(apf_file_read(&text, &len, path, 1 << 30));
 	char *p = text;
 	for (int i = 0; i < 35000; i++)
 		p = strchr(p, '\n') + 1;
@@ -296,7 +296,7 @@ static void walk_prepares_every_line_across_batches(void **state)
 	assert_apf_ok(apf_file_write(path, text, len, 0644, 0));
 	free(text);
 	o.n = 0;
-	int rc = apf_runlog_walk(path, &(struct apf_runlog_read_opts){0}, NULL);
+	int rc = apf_runlog_walk(NULL, path, &(struct apf_runlog_read_opts){0});
 	assert_int_equal(rc, APF_EVERIFY);
 	assert_non_null(strstr(apf_error_message(), "line 35002: prev does not match"));
 	free(path);
@@ -319,7 +319,7 @@ static void event_names_the_reader_refuses_are_not_written(void **state)
 	longname[47] = 0;
 	assert_apf_ok(apf_runlog_append(l, 1, longname, NULL, 0));
 	assert_apf_ok(apf_runlog_close(l));
-	assert_apf_ok(apf_runlog_walk(path, &(struct apf_runlog_read_opts){0}, NULL));
+	assert_apf_ok(apf_runlog_walk(NULL, path, &(struct apf_runlog_read_opts){0}));
 	free(path);
 	testlib_tmpdir_free(dir);
 }

@@ -16,7 +16,7 @@ static char *digest_of(const char *s)
 	static char hex[4][65];
 	static int k;
 	char *out = hex[k++ % 4];
-	apf_sha256_hex(s, strlen(s), out);
+	apf_sha256_hex(out, s, strlen(s));
 	return out;
 }
 
@@ -70,7 +70,7 @@ static void round_trip(void **state)
 	char *json;
 	assert_apf_ok(apf_manifest_to_json(m, &json));
 	apf_manifest *back;
-	assert_apf_ok(apf_manifest_parse(json, strlen(json), &back));
+	assert_apf_ok(apf_manifest_parse(&back, json, strlen(json)));
 	char *again;
 	assert_apf_ok(apf_manifest_to_json(back, &again));
 	assert_string_equal(json, again);
@@ -106,7 +106,7 @@ static void long_names_round_trip(void **state)
 	char *json, *again;
 	assert_apf_ok(apf_manifest_to_json(m, &json));
 	apf_manifest *back;
-	assert_apf_ok(apf_manifest_parse(json, strlen(json), &back));
+	assert_apf_ok(apf_manifest_parse(&back, json, strlen(json)));
 	assert_string_equal(back->workloads[0].name, name);
 	assert_apf_ok(apf_manifest_to_json(back, &again));
 	assert_string_equal(json, again);
@@ -125,7 +125,7 @@ static void expect_refused(void (*change)(json_t *st), const char *expect)
 	change(st);
 	char *bad = json_dumps(st, 0);
 	apf_manifest *out = NULL;
-	int rc = apf_manifest_parse(bad, strlen(bad), &out);
+	int rc = apf_manifest_parse(&out, bad, strlen(bad));
 	if (rc != APF_EINPUT || !strstr(apf_error_message(), expect))
 		fail_msg("expected refusal mentioning '%s', got %d: %s", expect,
 			 rc, rc ? apf_error_message() : "accepted");
@@ -200,10 +200,10 @@ static void duplicate_keys_and_bad_json_are_refused(void **state)
 	(void)state;
 	apf_manifest *out;
 	const char *dup = "{\"_type\": \"a\", \"_type\": \"b\"}";
-	assert_int_equal(apf_manifest_parse(dup, strlen(dup), &out), APF_EINPUT);
+	assert_int_equal(apf_manifest_parse(&out, dup, strlen(dup)), APF_EINPUT);
 	assert_non_null(strstr(apf_error_message(), "duplicate"));
-	assert_int_equal(apf_manifest_parse("{", 1, &out), APF_EINPUT);
-	assert_int_equal(apf_manifest_parse("[]", 2, &out), APF_EINPUT);
+	assert_int_equal(apf_manifest_parse(&out, "{", 1), APF_EINPUT);
+	assert_int_equal(apf_manifest_parse(&out, "[]", 2), APF_EINPUT);
 }
 
 int main(void)

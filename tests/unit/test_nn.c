@@ -951,7 +951,7 @@ static void net_gradient_matches_finite_differences(void **state)
 
 static void digest(const float *p, size_t n, char hex[APF_SHA256_HEX])
 {
-	assert_apf_ok(apf_sha256_hex(p, n * sizeof *p, hex));
+	assert_apf_ok(apf_sha256_hex(hex, p, n * sizeof *p));
 }
 
 static void net_runs_are_bit_identical_and_eval_is_read_only(void **state)

@@ -55,13 +55,13 @@ static void written_log_reads_back_with_chain(void **state)
 	char *path = write_log(dir, 50);
 	struct seen s = {0};
 	struct apf_runlog_summary sum;
-	assert_apf_ok(apf_runlog_read(path, count_cb, &s, &sum));
+	assert_apf_ok(apf_runlog_read(&sum, path, count_cb, &s));
 	assert_int_equal(s.n, 50);
 	assert_int_equal(sum.records, 50);
 	assert_string_equal(sum.head, s.last_hash);
 	/* The first line is exactly the documented form. */
 	char *text;
-	assert_apf_ok(apf_file_read(path, 1 << 20, &text, NULL));
+	assert_apf_ok(apf_file_read(&text, NULL, path, 1 << 20));
 	assert_memory_equal(text, "{\"seq\":0,\"prev\":\"" APF_RUNLOG_ZERO_HEAD
 				  "\",\"t_ns\":1000,\"event\":\"eval\",\"step\":0,",
 			    strlen("{\"seq\":0,\"prev\":\"") + 64 +
@@ -69,7 +69,7 @@ static void written_log_reads_back_with_chain(void **state)
 	/* prev of line 2 is the SHA-256 of line 1. */
 	char *nl = strchr(text, '\n');
 	char h[65];
-	assert_apf_ok(apf_sha256_hex(text, (size_t)(nl - text), h));
+	assert_apf_ok(apf_sha256_hex(h, text, (size_t)(nl - text)));
 	assert_memory_equal(strstr(nl + 1, "\"prev\":\"") + 8, h, 64);
 	free(text);
 	free(path);
@@ -83,14 +83,14 @@ static void expect_broken(const char *path, void (*f)(char *text, size_t *len),
 {
 	char *text;
 	size_t len;
-	assert_apf_ok(apf_file_read(path, 1 << 20, &text, &len));
+	assert_apf_ok(apf_file_read(&text, &len, path, 1 << 20));
 	char *copy = malloc(len + 1);
 	memcpy(copy, text, len + 1);
 	f(copy, &len);
 	char *bad = malloc(strlen(path) + 8);
 	sprintf(bad, "%s.bad", path);
 	assert_apf_ok(apf_file_write(bad, copy, len, 0644, 0));
-	int rc = apf_runlog_read(bad, NULL, NULL, NULL);
+	int rc = apf_runlog_read(NULL, bad, NULL, NULL);
 	if (rc != APF_EVERIFY || !strstr(apf_error_message(), want))
 		fail_msg("expected '%s', got %d: %s", want, rc,
 			 rc ? apf_error_message() : "verified");
@@ -170,7 +170,7 @@ static void torn_tail_is_cut_and_chain_continues(void **state)
 	int fd = open(path, O_WRONLY | O_APPEND);
 	assert_true(write(fd, "{\"seq\":10,\"prev\":\"ab", 20) == 20);
 	close(fd);
-	assert_int_equal(apf_runlog_read(path, NULL, NULL, NULL), APF_EVERIFY);
+	assert_int_equal(apf_runlog_read(NULL, path, NULL, NULL), APF_EVERIFY);
 	apf_runlog *l;
 	assert_int_equal(apf_runlog_open_append(&l, path, 0, NULL), APF_EVERIFY);
 	uint64_t cut;
@@ -182,7 +182,7 @@ static void torn_tail_is_cut_and_chain_continues(void **state)
 	json_decref(f);
 	assert_apf_ok(apf_runlog_close(l));
 	struct seen s = {0};
-	assert_apf_ok(apf_runlog_read(path, count_cb, &s, NULL));
+	assert_apf_ok(apf_runlog_read(NULL, path, count_cb, &s));
 	assert_int_equal(s.n, 11);
 	free(path);
 	testlib_tmpdir_free(dir);
@@ -201,7 +201,7 @@ static void reserved_keys_and_existing_logs_are_refused(void **state)
 	json_decref(f);
 	assert_int_equal(apf_runlog_count(l), 1);
 	apf_runlog_close(l);
-	assert_apf_ok(apf_runlog_read(path, NULL, NULL, NULL));
+	assert_apf_ok(apf_runlog_read(NULL, path, NULL, NULL));
 	free(path);
 	testlib_tmpdir_free(dir);
 }
@@ -226,8 +226,8 @@ static void log_longer_than_a_batch(void **state)
 						"\"step\":%d}",
 						i, prev, 1000 + i, i),
 				 0);
-		assert_apf_ok(apf_sha256_hex(b.data + line_start,
-					     b.len - line_start, prev));
+		assert_apf_ok(apf_sha256_hex(prev, b.data + line_start,
+					     b.len - line_start));
 		if (i == 16384 + 500)
 			broken_at = b.len - 2; /* the last digit of "step" */
 		assert_int_equal(apf_buf_puts(&b, "\n"), 0);
@@ -236,13 +236,13 @@ static void log_longer_than_a_batch(void **state)
 	char *path = apf_path_join(dir, "log.jsonl");
 	struct seen s = {0};
 	struct apf_runlog_summary sum;
-	assert_apf_ok(apf_runlog_read(path, count_cb, &s, &sum));
+	assert_apf_ok(apf_runlog_read(&sum, path, count_cb, &s));
 	assert_int_equal(s.n, N);
 	assert_string_equal(sum.head, prev);
 	/* One changed digit in line 16885: the next line's prev breaks. */
 	b.data[broken_at] ^= 1;
 	testlib_write(dir, "log.jsonl", b.data, b.len, 0644);
-	assert_int_equal(apf_runlog_read(path, NULL, NULL, NULL), APF_EVERIFY);
+	assert_int_equal(apf_runlog_read(NULL, path, NULL, NULL), APF_EVERIFY);
 	assert_non_null(strstr(apf_error_message(), "line 16886: prev"));
 	/* Restored, plus a torn line: cut on reopening, all records kept. */
 	b.data[broken_at] ^= 1;

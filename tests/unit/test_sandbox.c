@@ -604,7 +604,7 @@ static void writing_into_a_read_only_mount_is_a_named_fault(void **state)
 	char host_file[PATH_MAX + 32], *content;
 	size_t len;
 	fmt(host_file, sizeof host_file, "%s/train.idx", data);
-	assert_apf_ok(apf_file_read(host_file, 100, &content, &len));
+	assert_apf_ok(apf_file_read(&content, &len, host_file, 100));
 	assert_string_equal(content, "data");
 	free(content);
 	run_free(&r);
@@ -879,7 +879,7 @@ static void thread_states(pid_t pid, char *out, size_t size)
 		char stat[PATH_MAX], *text;
 		size_t len;
 		fmt(stat, sizeof stat, "%s/%s/stat", path, de->d_name);
-		assert_apf_ok(apf_file_read(stat, 4096, &text, &len));
+		assert_apf_ok(apf_file_read(&text, &len, stat, 4096));
 		out[n++] = strrchr(text, ')')[2];
 		free(text);
 	}

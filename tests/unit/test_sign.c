@@ -88,8 +88,8 @@ static void pae_is_the_dsse_encoding(void **state)
 {
 	(void)state;
 	apf_buf b = {0};
-	assert_apf_ok(apf_dsse_pae("http://example.com/HelloWorld", "hello world",
-				   11, &b));
+	assert_apf_ok(apf_dsse_pae(&b, "http://example.com/HelloWorld",
+				   "hello world", 11));
 	/* The example from the DSSE specification. */
 	assert_string_equal(b.data, "DSSEv1 29 http://example.com/HelloWorld 11 "
 				    "hello world");
@@ -106,7 +106,7 @@ static void envelope_verifies_only_with_trusted_key(void **state)
 	apf_keyring *kr;
 	assert_apf_ok(apf_keyring_new(&kr));
 	struct apf_dsse d;
-	assert_int_equal(apf_dsse_verify(env.data, env.len, kr, &d), APF_EVERIFY);
+	assert_int_equal(apf_dsse_verify(&d, env.data, env.len, kr), APF_EVERIFY);
 	assert_non_null(strstr(apf_error_message(), "no trusted keys"));
 	/* A different key is not trusted. */
 	apf_key *other;
@@ -115,10 +115,10 @@ static void envelope_verifies_only_with_trusted_key(void **state)
 	char *opub = apf_path_join(s->dir, "o.pub.pem");
 	assert_apf_ok(apf_key_save(other, opriv, opub));
 	assert_apf_ok(apf_keyring_add(kr, opub));
-	assert_int_equal(apf_dsse_verify(env.data, env.len, kr, &d), APF_EVERIFY);
+	assert_int_equal(apf_dsse_verify(&d, env.data, env.len, kr), APF_EVERIFY);
 	assert_non_null(strstr(apf_error_message(), "no trusted key verifies"));
 	assert_apf_ok(apf_keyring_add(kr, s->pub));
-	assert_apf_ok(apf_dsse_verify(env.data, env.len, kr, &d));
+	assert_apf_ok(apf_dsse_verify(&d, env.data, env.len, kr));
 	assert_string_equal(d.payload_type, "application/x-test");
 	assert_int_equal(d.payload_len, strlen(body));
 	assert_memory_equal(d.payload, body, strlen(body));
@@ -149,7 +149,7 @@ static void expect_tampered(const char *env, const char *from, const char *to,
 	strcpy(copy + pre, to);
 	strcat(copy, at + strlen(from));
 	struct apf_dsse d;
-	assert_int_equal(apf_dsse_verify(copy, strlen(copy), kr, &d), want);
+	assert_int_equal(apf_dsse_verify(&d, copy, strlen(copy), kr), want);
 	free(copy);
 }
 
@@ -181,21 +181,21 @@ static void base64_strict_and_url_safe(void **state)
 	(void)state;
 	const uint8_t raw[] = {0xfb, 0xff, 0x00, 0x41};
 	apf_buf b = {0};
-	assert_apf_ok(apf_base64_encode(raw, 4, &b));
+	assert_apf_ok(apf_base64_encode(&b, raw, 4));
 	assert_string_equal(b.data, "+/8AQQ==");
 	uint8_t *out;
 	size_t n;
-	assert_apf_ok(apf_base64_decode("-_8AQQ", 6, &out, &n));
+	assert_apf_ok(apf_base64_decode(&out, &n, "-_8AQQ", 6));
 	assert_int_equal(n, 4);
 	assert_memory_equal(out, raw, 4);
 	free(out);
-	assert_apf_ok(apf_base64_decode("", 0, &out, &n));
+	assert_apf_ok(apf_base64_decode(&out, &n, "", 0));
 	assert_int_equal(n, 0);
 	free(out);
-	assert_int_not_equal(apf_base64_decode("QQ=A", 4, &out, &n), 0);
-	assert_int_not_equal(apf_base64_decode("Q", 1, &out, &n), 0);
-	assert_int_not_equal(apf_base64_decode("QQ QQ", 5, &out, &n), 0);
-	assert_int_not_equal(apf_base64_decode("QQ===", 5, &out, &n), 0);
+	assert_int_not_equal(apf_base64_decode(&out, &n, "QQ=A", 4), 0);
+	assert_int_not_equal(apf_base64_decode(&out, &n, "Q", 1), 0);
+	assert_int_not_equal(apf_base64_decode(&out, &n, "QQ QQ", 5), 0);
+	assert_int_not_equal(apf_base64_decode(&out, &n, "QQ===", 5), 0);
 	apf_buf_free(&b);
 }
 

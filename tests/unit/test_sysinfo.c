@@ -82,7 +82,7 @@ static void outside_git_is_recorded_as_such(void **state)
 	(void)state;
 	char *dir = testlib_tmpdir();
 	json_t *g;
-	assert_apf_ok(apf_git_provenance(dir, &g));
+	assert_apf_ok(apf_git_provenance(&g, dir));
 	assert_true(json_is_false(json_object_get(g, "repository")));
 	assert_apf_ok(apf_git_validate(g));
 	json_decref(g);
@@ -103,7 +103,7 @@ static char *make_repo(void)
 static int dirty(const char *dir)
 {
 	json_t *g;
-	assert_apf_ok(apf_git_provenance(dir, &g));
+	assert_apf_ok(apf_git_provenance(&g, dir));
 	int d = json_is_true(json_object_get(g, "dirty"));
 	json_decref(g);
 	return d;
@@ -115,7 +115,7 @@ static void clean_checkout_and_credentials(void **state)
 	char *dir = make_repo();
 	char *sub = apf_path_join(dir, "sub");
 	json_t *g;
-	assert_apf_ok(apf_git_provenance(sub, &g));
+	assert_apf_ok(apf_git_provenance(&g, sub));
 	assert_apf_ok(apf_git_validate(g));
 	assert_true(json_is_true(json_object_get(g, "repository")));
 	assert_int_equal(strlen(json_string_value(json_object_get(g, "commit"))),
@@ -171,7 +171,7 @@ static void repository_owned_by_another_user_still_works(void **state)
 	char *dir = make_repo();
 	run(dir, "chown -R 65534:65534 .");
 	json_t *g;
-	assert_apf_ok(apf_git_provenance(dir, &g));
+	assert_apf_ok(apf_git_provenance(&g, dir));
 	assert_true(json_is_true(json_object_get(g, "repository")));
 	assert_true(json_is_string(json_object_get(g, "commit")));
 	json_decref(g);

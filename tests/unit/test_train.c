@@ -180,7 +180,7 @@ static void restored_checkpoint_continues_bit_for_bit(void **state)
 	long step = t.step;
 	trainer_steps(&t, 30);
 	uint8_t a[32], b[32];
-	assert_apf_ok(apf_sha256_buf(t.arena, bytes, a));
+	assert_apf_ok(apf_sha256_buf(a, t.arena, bytes));
 	trainer_close(&t);
 	/* a fresh process-equivalent: new workload, restored arena */
 	trainer_open(&t, w, "dropout");
@@ -188,7 +188,7 @@ static void restored_checkpoint_continues_bit_for_bit(void **state)
 	t.pos = pos;
 	t.step = step;
 	trainer_steps(&t, 30);
-	assert_apf_ok(apf_sha256_buf(t.arena, bytes, b));
+	assert_apf_ok(apf_sha256_buf(b, t.arena, bytes));
 	assert_memory_equal(a, b, 32);
 	trainer_close(&t);
 	free(ckpt);
@@ -205,7 +205,7 @@ static void evaluation_is_deterministic_and_read_only(void **state)
 	trainer_steps(&t, 3);
 	size_t bytes = (t.np + t.ns) * sizeof(float);
 	uint8_t before[32], after[32];
-	assert_apf_ok(apf_sha256_buf(t.arena, bytes, before));
+	assert_apf_ok(apf_sha256_buf(before, t.arena, bytes));
 	apf_workload_eval e1, e2;
 	unsigned val = 1u << APF_SPLIT_VALIDATION;
 	assert_apf_ok(apf_workload_evaluate(t.wl, t.arena, t.arena + t.np, val,
@@ -215,7 +215,7 @@ static void evaluation_is_deterministic_and_read_only(void **state)
 	trainer_open(&u, w, "base");
 	assert_apf_ok(apf_workload_evaluate(u.wl, t.arena, t.arena + t.np, val,
 					    &e2));
-	assert_apf_ok(apf_sha256_buf(t.arena, bytes, after));
+	assert_apf_ok(apf_sha256_buf(after, t.arena, bytes));
 	assert_memory_equal(before, after, 32);
 	assert_true(e1.split[APF_SPLIT_VALIDATION].loss ==
 		    e2.split[APF_SPLIT_VALIDATION].loss);

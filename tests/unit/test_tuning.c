@@ -96,7 +96,7 @@ static void hparams_json_round_trip(void **state)
 	json_t *j = apf_hparams_to_json(&h);
 	char *text = json_dumps(j, 0);
 	json_t *parsed = json_loads(text, 0, NULL);
-	assert_apf_ok(apf_hparams_from_json(parsed, &back));
+	assert_apf_ok(apf_hparams_from_json(&back, parsed));
 	assert_int_equal(back.n, h.n);
 	for (size_t i = 0; i < h.n; i++) {
 		assert_string_equal(back.names[i], h.names[i]);
