@@ -24,20 +24,22 @@
  *                  the log.
  *   4 checkpoints  every kept eval's checkpoint file has the logged size
  *                  and SHA-256; `apf verify --reeval` then re-evaluates
- *                  each in a clean evaluator process (pkg/runner's
- *                  apf_audit_reeval) and compares the metrics bit for bit.
- *   5 replay       `apf verify --replay N`: N eval intervals, chosen by a
- *                  printed seed, re-executed from their checkpoint in the
- *                  sandbox (apf_audit_replay) and compared with the next
- *                  checkpoint byte for byte. Both run submission and
- *                  evaluation code, so they live with the runner; this
- *                  verifier reports them as skipped when not asked for.
+ *                  each in a clean evaluator process (apf_verify_audit,
+ *                  audit.c, through pkg/eval) and compares the metrics bit
+ *                  for bit, and checks the initial state against the
+ *                  workload's initialisation for the seed.
+ *   5 replay       `apf verify --replay N|all`, `--replay-top Q`: eval
+ *                  intervals of the verified walk's kept checkpoints,
+ *                  chosen by a printed seed (or by parameter change),
+ *                  re-executed from their checkpoint in the sandbox
+ *                  (apf_verify_audit, through pkg/host) and compared with
+ *                  the next checkpoint byte for byte; reported as skipped
+ *                  when not asked for.
  *   6 held-out     held-out variant units are the ones RUN/heldout.json
- *                  draws (its format; recomputing the draw needs
- *                  `apf heldout draw`).
+ *                  draws, each draw recomputed from its seed.
  *
- * The verifier is self-contained and small enough to be read whole: it uses
- * only pkg/{hash,sign,manifest,runlog,score,entry,tuning,workload}. Records
+ * The verifier never links pkg/runner or pkg/trial (tests/layout's link
+ * check; verify/README says what it does link, with the line count). Records
  * are checked while the log is read (the reader hashes and parses on all
  * cores; the per-unit checks run in order); a timing failure found while
  * the chain is still being read is held back until the chain, signature and

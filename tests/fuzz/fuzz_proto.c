@@ -1,6 +1,6 @@
 /*
  * fuzz_proto.c: libFuzzer target for what the supervisor accepts from a
- * trial (struct apf_proto, pkg/runner/proto.c). The input's first byte picks
+ * trial (struct apf_proto, pkg/wire/wire.c). The input's first byte picks
  * the supervisor's choices and max_steps; the rest is split at newlines
  * into the trial's lines. tests/unit/lib/proto_model.h checks the
  * invariants (no unrequested eval, no step backwards or past max_steps,

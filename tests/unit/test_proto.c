@@ -1,6 +1,6 @@
 /*
  * test_proto.c: what the supervisor accepts from a trial (struct apf_proto in
- * pkg/runner): the honest sequence, each forged or malformed line refused
+ * pkg/wire): the honest sequence, each forged or malformed line refused
  * with a message naming it, and seeded random hostile streams that never
  * get an unrequested eval, a step backwards or past max_steps accepted
  * (the invariants live in lib/proto_model.h, shared with fuzz_proto).

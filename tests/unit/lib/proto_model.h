@@ -1,6 +1,6 @@
 /*
  * proto_model.h: the supervisor's side of the trial protocol, as a model
- * that feeds a stream of lines to struct apf_proto (pkg/runner/proto.c) and
+ * that feeds a stream of lines to struct apf_proto (pkg/wire/wire.c) and
  * makes the supervisor's moves after each accepted message, checking the
  * invariants a hostile trial must not break:
  *
