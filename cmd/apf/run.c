@@ -4,6 +4,7 @@
  */
 #include "cmd.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,7 +37,10 @@ static void on_progress(void *user, const char *unit, int64_t step,
 int cmd_run(int argc, char **argv)
 {
 	struct apf_run_opts o = {.study = -1, .trial = -1};
-	long study = -1, trial = -1, threads = 0, memory_mib = 0;
+	/* LONG_MIN: not given (then all studies, all trials, the entry's
+	 * threads, the default memory limit). */
+	long study = LONG_MIN, trial = LONG_MIN, threads = LONG_MIN,
+	     memory_mib = LONG_MIN;
 	int resume = 0, unsealed = 0, drift = 0, quiet = 0;
 	const struct apf_opt opts[] = {
 		{"output", 'o', OPT_STRING, &o.run_dir, "RUN_DIR",
@@ -80,18 +84,29 @@ int cmd_run(int argc, char **argv)
 		"evaluation, into a hash-chained, signed log with checkpoints.",
 		"A failed trial (a sandbox fault, a crash, a submission error) is "
 		"logged and the\nrun goes on. `apf verify RUN_DIR` checks the "
-		"result; `apf score RUN_DIR` scores it.",
+		"result; `apf score RUN_DIR` scores it.\n"
+		"Exit 0: every unit run completed. 2: bad options or inputs, "
+		"before anything ran.\n3: a unit failed (the last line says how "
+		"many), or the run was interrupted.",
 		1, 1};
 	int nargs, rc = cmd_start("run", &usage, opts, argc, argv, &nargs);
 	if (rc >= 0)
 		return rc;
-	if (threads < 0 || threads > 4096 || memory_mib < 0 || study < -1 ||
-	    (trial != -1 && trial < 1)) {
-		apf_error(APF_EUSAGE, "run",
-			  "--threads, --memory-limit, --study or --trial out of "
-			  "range");
+	const char *bad = study != LONG_MIN && study < 0 ? "--study K counts from 0"
+			  : trial != LONG_MIN && trial < 1 ? "--trial N counts from 1"
+			  : threads != LONG_MIN && (threads < 1 || threads > 4096)
+				  ? "--threads takes 1 to 4096"
+			  : memory_mib != LONG_MIN && memory_mib < 1
+				  ? "--memory-limit takes MiB >= 1"
+				  : NULL;
+	if (bad) {
+		apf_error(APF_EUSAGE, "run", "%s", bad);
 		return cmd_fail(APF_EUSAGE);
 	}
+	study = study == LONG_MIN ? -1 : study;
+	trial = trial == LONG_MIN ? -1 : trial;
+	threads = threads == LONG_MIN ? 0 : threads;
+	memory_mib = memory_mib == LONG_MIN ? 0 : memory_mib;
 	o.entry = argv[1];
 	o.study = study;
 	o.trial = trial;

@@ -76,7 +76,9 @@ struct apf_run_opts {
 };
 
 /* Runs the plan (or one unit) and leaves the run directory. Returns 0 when
- * every unit ran (a failed trial is a result, not an error of the run). */
+ * every unit it ran completed; APF_EABORT, naming how many failed, when a
+ * trial failed (a fault, a crash, the submission's error: logged, and the
+ * run goes on with the next unit), or an error of the run itself. */
 int apf_run(const struct apf_run_opts *o);
 
 #endif

@@ -745,6 +745,14 @@ int apf_run(const struct apf_run_opts *o)
 		rc = run_units(&r, nsel);
 	if (!rc)
 		summary(&r);
+	/* A failed trial is a result, logged and verifiable, but not a
+	 * success: a script must be able to tell (exit 3, DESIGN.md 2). */
+	if (!rc && r.failed)
+		rc = apf_error(APF_EABORT, "run",
+			       "%s: %zu of %zu unit%s failed (the log and each "
+			       "unit's trial.log say why)",
+			       r.run_dir, r.failed, r.completed + r.failed,
+			       r.completed + r.failed == 1 ? "" : "s");
 	json_decref(d.fields);
 	apf_buf_free(&d.text);
 	run_free(&r);

@@ -252,7 +252,10 @@ class Hostile(RunCase):
         extra = ["--memory-limit", "1024"] if name == "memory" else []
         t0 = time.time()
         r = self.run_unit(entry, run, *extra, trial="1")
-        self.assertEqual(r.rc, 0, r)  # a failed trial is a result; the run is intact
+        # A failed trial is a result (the run is intact and verifies), and
+        # the exit status says a unit failed.
+        self.assertEqual(r.rc, 3, r)
+        self.assertIn("1 of 1 unit failed", r.err)
         self.assertLess(time.time() - t0, 120)
         recs = self.check_run(run)
         faults = [x for x in recs if x["event"] == "sandbox_fault"]
@@ -265,7 +268,7 @@ class Hostile(RunCase):
         # Nothing outside the sandbox changed, and the run goes on.
         self.assertEqual(self.ok("hash", blobs).out, data_before)
         r = self.run_unit(entry, run, study="1")
-        self.assertEqual(r.rc, 0, r)
+        self.assertEqual(r.rc, 3, r)  # the same submission fails there too
         self.check_run(run)
         # Whatever the trial did, the runner removed its work directories.
         self.assertEqual(os.listdir(self.scratch), [])
@@ -330,3 +333,44 @@ class HeldOut(RunCase):
                    self.write("bad.json", json.dumps(
                        {"seed": "t", "draws": [{"base": BLOBS, "variant": "nope"}]})),
                    match="does not have")
+
+
+class ExitStatus(RunCase):
+    """What a script running apf run can rely on: exit 0 only when every
+    unit it ran completed, 3 (DESIGN.md 2: the run stopped abnormally)
+    when a trial failed - with the count, and the submission's own error in
+    the unit's line - and 2 for options out of range, before anything runs."""
+
+    ERROR_AT_3 = HOSTILE_HEAD.replace("	if (s == 3)\n		hostile(c);\n	return 0;",
+                                      "	return s == 3 ? -7 : 0;") + \
+        "static void hostile(apf_ctx *c) { (void)c; }\n"
+
+    def test_a_failed_unit_is_exit_3_naming_the_count_and_the_error(self):
+        self.ok("keygen")
+        entry = self.pack_source("err7", self.ERROR_AT_3)
+        run = self.path("run")
+        r = self.run_unit(entry, run)
+        self.assertEqual(r.rc, 3, r)
+        self.assertIn("study_0/blobs_mlp/trial_1: failed: error", r.err)
+        self.assertIn("update_params returned -7 at step 3", r.err)
+        self.assertIn("0 units completed, 1 failed", r.err)
+        self.assertTrue(r.err.rstrip().endswith(
+            "1 of 1 unit failed (the log and each unit's trial.log say why)"), r.err)
+        # The failed trial is still a result: logged, signed, verifiable.
+        end = [x for x in apftest.read_log(run)[0] if x["event"] == "trial_end"][0]
+        self.assertEqual((end["reason"], end["failed"]), ("error", True), end)
+        self.assertIn("update_params returned -7 at step 3", end["detail"])
+        self.ok("verify", run)
+
+    def test_options_out_of_range_are_refused_before_anything_runs(self):
+        self.ok("keygen")
+        entry = self.pack_source("err7", self.ERROR_AT_3)
+        for args, why in ((["--study", "-1"], "--study K counts from 0"),
+                          (["--trial", "-1"], "--trial N counts from 1"),
+                          (["--trial", "0"], "--trial N counts from 1"),
+                          (["--threads", "0"], "--threads takes 1 to 4096"),
+                          (["--memory-limit", "0"], "--memory-limit takes MiB >= 1")):
+            r = self.apf("run", entry, "-o", self.path("run"), *args)
+            self.assertEqual(r.rc, 2, (args, r))
+            self.assertEqual(r.err, f"apf: run: {why}\n", args)
+            self.assertFalse(os.path.exists(self.path("run")), args)

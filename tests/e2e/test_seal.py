@@ -82,10 +82,12 @@ class Seal(RunCase):
         entry = self.pack_source(name, HEAD + code)
         run = self.path("run")
         r = self.run_unit(entry, run, *extra)
-        self.assertEqual(r.rc, 0, r)   # a failed trial is a result; the run is intact
         recs = self.check_run(run)
         ends = [x for x in recs if x["event"] == "trial_end"]
         self.assertEqual(len(ends), 1, recs)
+        # A failed trial is a result (the run is intact), and the exit
+        # status says whether one failed.
+        self.assertEqual(r.rc, 3 if ends[0]["failed"] else 0, r)
         return entry, run, recs, ends[0], r
 
     def contained(self, name, code, kind, detail, *extra):
@@ -98,7 +100,7 @@ class Seal(RunCase):
         self.assertTrue(end["failed"])
         self.assertEqual(end["reason"], "fault")
         self.ok("verify", run)
-        self.assertEqual(self.run_unit(entry, run, study="1").rc, 0)
+        self.assertEqual(self.run_unit(entry, run, study="1").rc, 3 if end["failed"] else 0)
         self.check_run(run)
         return faults[0], r
 
@@ -290,7 +292,7 @@ static void step_hook(apf_ctx *c, int64_t s) { (void)c;
         self.assertFalse(end["failed"], end)
         self.assertIn(end["reason"], ("targets", "budget"))
         self.ok("verify", run)
-        self.assertEqual(self.run_unit(entry, run, study="1").rc, 0)
+        self.assertEqual(self.run_unit(entry, run, study="1").rc, 3 if end["failed"] else 0)
 
     def test_punching_the_arena_damages_only_the_trial(self):
         # Zeroing the arena's pages (the seals allow it) damages only the
@@ -304,7 +306,7 @@ static void step_hook(apf_ctx *c, int64_t s) { (void)c;
         self.assertIn(end["reason"], ("fault", "error"))
         self.assertEqual(end["evals"], 1, end)
         self.ok("verify", run)
-        self.assertEqual(self.run_unit(entry, run, study="1").rc, 0)
+        self.assertEqual(self.run_unit(entry, run, study="1").rc, 3 if end["failed"] else 0)
 
     # -- 5. memory the limit would not see --------------------------------------------
 
@@ -377,7 +379,7 @@ static void step_hook(apf_ctx *c, int64_t s) { (void)c;
         self.ok("keygen")
         entry = self.pack_source("esc", '#error "\x1b]0;owned\x07\x1b[2J"\n')
         r = self.run_unit(entry, self.path("run"))
-        self.assertEqual(r.rc, 0, r)
+        self.assertEqual(r.rc, 3, r)  # the unit failed: its build did
         self.assertNotIn("\x1b", r.err)
         self.assertNotIn("\x07", r.err)
         self.assertIn("\\x1b]0;owned\\x07", r.err)
