@@ -29,13 +29,13 @@ struct verify_fixture {
 	char run_json_sha256[65];  /* of the template's run.json */
 };
 
-static void copy_in(const char *dir, const char *name)
+static void copy_in(const char *dir, const char *name, int mode)
 {
 	char *from = apf_path_join(TEMPLATE, name), *to = apf_path_join(dir, name);
 	char *data = NULL;
 	size_t len = 0;
 	if (!from || !to || apf_file_read(&data, &len, from, 1 << 24) ||
-	    apf_file_write(to, data, len, 0644, 0))
+	    apf_file_write(to, data, len, mode, 0))
 		abort();
 	free(data);
 	free(from);
@@ -52,21 +52,29 @@ static struct verify_fixture *verify_fixture(const char *name)
 	f.run = apf_path_join(fuzz_tmpdir(name), "run");
 	if (!f.run || apf_mkdirs(f.run, 0755))
 		abort();
-	copy_in(f.run, "entry.apf");
-	copy_in(f.run, "run.json");
-	copy_in(f.run, "log.jsonl");
-	copy_in(f.run, "log.dsse.json");
+	copy_in(f.run, "entry.apf", 0644);
+	copy_in(f.run, "run.json", 0644);
+	copy_in(f.run, "log.jsonl", 0644);
+	copy_in(f.run, "log.dsse.json", 0644);
+	/* git keeps no file modes but the executable bit: the runner's key is
+	 * loaded from a private copy, as apf insists (0600). */
+	const char *keys = fuzz_tmpdir(name);
+	copy_in(keys, "runner.key.pem", 0600);
+	char *key = apf_path_join(keys, "runner.key.pem");
+	if (!key)
+		abort();
 	char *text = NULL;
 	size_t len = 0;
 	if (apf_keyring_default(&f.runner_keys, TEMPLATE "/runner.pub.pem") ||
 	    apf_keyring_default(&f.entry_keys, TEMPLATE "/entry.pub.pem") ||
-	    apf_key_load_private(&f.runner, TEMPLATE "/runner.key.pem") ||
+	    apf_key_load_private(&f.runner, key) ||
 	    apf_file_read(&text, &len, TEMPLATE "/run.json", 1 << 24) ||
 	    apf_sha256_hex(f.run_json_sha256, text, len)) {
 		fprintf(stderr, "%s: %s\n", TEMPLATE, apf_error_message());
 		abort();
 	}
 	free(text);
+	free(key);
 	return &f;
 }
 
