@@ -287,6 +287,31 @@ static int open_log_file(const apf_host *h, const char *name)
 
 /* ---- the build ------------------------------------------------------------------- */
 
+/* The build's last line, for the log and the user: without the `apf __build`
+ * process's own "apf: " prefix, and with the extracted submission's
+ * temporary path shown as "submission" (it names a directory the user
+ * never made and that is gone once the run ends). */
+static void tidy_detail(char *detail, size_t size, const char *src)
+{
+	char out[1024];
+	size_t n = 0, srclen = src ? strlen(src) : 0;
+	const char *p = detail;
+	if (!strncmp(p, "apf: ", 5))
+		p += 5;
+	while (*p && n + 1 < sizeof out) {
+		if (srclen && !strncmp(p, src, srclen)) {
+			n += (size_t)snprintf(out + n, sizeof out - n, "submission");
+			if (n >= sizeof out)
+				n = sizeof out - 1;
+			p += srclen;
+			continue;
+		}
+		out[n++] = *p++;
+	}
+	out[n] = 0;
+	snprintf(detail, size, "%s", out);
+}
+
 int apf_host_build(apf_host *h, char *detail, size_t size, char so_sha256[65])
 {
 	const struct apf_host_opts *o = &h->o;
@@ -358,6 +383,7 @@ int apf_host_build(apf_host *h, char *detail, size_t size, char so_sha256[65])
 		apf_error_clear();
 		free(text);
 		free(log);
+		tidy_detail(detail, size, o->src);
 	}
 	apf_sandbox_free(sb);
 	uint8_t d[APF_SHA256_LEN];

@@ -374,3 +374,19 @@ class ExitStatus(RunCase):
             self.assertEqual(r.rc, 2, (args, r))
             self.assertEqual(r.err, f"apf: run: {why}\n", args)
             self.assertFalse(os.path.exists(self.path("run")), args)
+
+    def test_a_build_failure_names_the_submission_not_the_runners_paths(self):
+        self.ok("keygen")
+        self.write("nosrc/submission.ini",
+                   "[submission]\nname = nosrc\nruleset = self\n[tuning]\nstudies = 1\n")
+        self.write("nosrc/README", "no sources here\n")
+        entry = self.path("nosrc.apf")
+        self.ok("pack", self.path("nosrc"), "-w", BLOBS, "-o", entry)
+        r = self.run_unit(entry, self.path("run"))
+        self.assertEqual(r.rc, 3, r)
+        self.assertIn("study_0/blobs_mlp/trial_1: submission: no C sources (*.c) to build\n",
+                      r.err)
+        # Neither the build process's own prefix nor the runner's temporary
+        # directory reaches the user.
+        self.assertNotIn("apf-run-", r.err)
+        self.assertNotIn("trial_1: apf: ", r.err)
