@@ -54,7 +54,8 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	const char *name = argv[1];
-	if (!strcmp(name, "--help") || !strcmp(name, "-h")) {
+	if (!strcmp(name, "--help") || !strcmp(name, "-h") ||
+	    (!strcmp(name, "help") && argc == 2)) {
 		print_help(stdout);
 		return 0;
 	}
@@ -62,12 +63,17 @@ int main(int argc, char **argv)
 		printf("apf %s (%s)\n", APF_VERSION, apf_build_id);
 		return 0;
 	}
-	if (!strcmp(name, "help") && argc >= 3) {
+	if (!strcmp(name, "help")) {
+		/* apf help COMMAND [SUBCOMMAND]: that command's --help. */
 		name = argv[2];
-		char *help_argv[] = {argv[2], "--help", NULL};
+		char *help_argv[] = {argv[2], argc >= 4 ? argv[3] : "--help",
+				     argc >= 4 ? "--help" : NULL, NULL};
 		for (size_t i = 0; i < NCOMMANDS; i++)
-			if (!strcmp(commands[i].name, name))
-				return commands[i].run(2, help_argv);
+			if (commands[i].summary && !strcmp(commands[i].name, name))
+				return commands[i].run(argc >= 4 ? 3 : 2, help_argv);
+		apf_error(APF_EUSAGE, "help", "no command '%s' (see 'apf --help')",
+			  name);
+		return cmd_fail(APF_EUSAGE);
 	}
 	for (size_t i = 0; i < NCOMMANDS; i++)
 		if (!strcmp(commands[i].name, name))

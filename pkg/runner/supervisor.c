@@ -535,6 +535,10 @@ static int prepare(struct run *r)
 {
 	const struct apf_run_opts *o = r->o;
 	r->device = o->device ? o->device : "cpu";
+	if (strcmp(r->device, "cpu") && strcmp(r->device, "cuda"))
+		return apf_error(APF_EUSAGE, "run",
+				 "--device %s: unknown device (cpu or cuda)",
+				 r->device);
 	if (strcmp(r->device, "cpu"))
 		return apf_error(APF_EINPUT, "run",
 				 "--device %s: this apf is built for the cpu only",

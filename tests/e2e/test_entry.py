@@ -332,6 +332,16 @@ class KeygenAndCli(ApfCase):
             self.assertIn("usage: apf " + cmd, self.ok(cmd, "--help").out)
         self.assertRegex(self.ok("--version").out, r"^apf \d+\.\d+\.\d+ \(")
         self.fails(2, "frobnicate", match="unknown command")
+        # apf help [COMMAND [SUBCOMMAND]] is --help by another name.
+        self.assertEqual(self.ok("help").out, r.out)
+        self.assertEqual(self.ok("help", "run").out, self.ok("run", "--help").out)
+        self.assertIn("usage: apf heldout draw", self.ok("help", "heldout", "draw").out)
+        self.fails(2, "help", "frobnicate", match="no command 'frobnicate'")
+        self.fails(2, "help", "__trial", match="no command '__trial'")
+        # An unknown device is a usage error, told apart from a known one
+        # this build lacks.
+        r = self.fails(2, "run", self.path("x.apf"), "--device", "tpu",
+                       match="--device tpu: unknown device (cpu or cuda)")
 
     def test_env_json_is_the_manifest_environment(self):
         import jsonschema
