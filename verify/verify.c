@@ -775,11 +775,12 @@ static int recompute_pick(const char *file, const char *seed, size_t i,
 
 static int check_heldout(struct vx *v)
 {
-	size_t nvar = 0;
+	size_t nvar = 0, ran = 0; /* in run.json's plan; started in the log */
 	const struct vx_unit *first = NULL;
 	for (size_t i = 0; i < v->nunits; i++)
 		if (strcmp(v->units[i].variant, "base")) {
 			nvar++;
+			ran += v->units[i].ever_started != 0;
 			if (!first)
 				first = &v->units[i];
 		}
@@ -864,10 +865,11 @@ static int check_heldout(struct vx *v)
 		set_detail(v, APF_VERIFY_HELDOUT, "no held-out variants in this run");
 	else if (!rc)
 		set_detail(v, APF_VERIFY_HELDOUT,
-			   "%zu held-out variant unit%s of %zu drawn workload%s, "
-			   "each draw recomputed from the seed (%.16s%s) and the "
-			   "workload's variants",
-			   nvar, nvar == 1 ? "" : "s", h->n, h->n == 1 ? "" : "s",
+			   "%zu held-out variant unit%s in the plan (%zu run) of "
+			   "%zu drawn workload%s, each draw recomputed from the "
+			   "seed (%.16s%s) and the workload's variants",
+			   nvar, nvar == 1 ? "" : "s", ran, h->n,
+			   h->n == 1 ? "" : "s",
 			   h->seed, strlen(h->seed) > 16 ? "..." : "");
 	apf_heldout_list_free(h);
 	free(file);

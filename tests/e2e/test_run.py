@@ -320,7 +320,13 @@ class HeldOut(RunCase):
         self.assertEqual(start["workload"], BLOBS)
         with open(os.path.join(run, "heldout.json")) as a, open(draw) as b:
             self.assertEqual(a.read(), b.read())
-        self.ok("verify", run)
+        # Check 6 counts the plan's variant units and the ones that ran.
+        v = self.ok("verify", run).out
+        planned = len([u for u in json.load(open(os.path.join(run, "run.json")))["plan"]["units"]
+                       if u["variant"] != "base"])
+        self.assertGreater(planned, 1)
+        self.assertIn(f"{planned} held-out variant units in the plan (1 run) of 1 drawn "
+                      "workload", v)
         # A later session needs no --heldout; another draw is refused.
         self.assertEqual(self.run_unit(entry, run, trial="2").rc, 0)
         other = self.write("other.json", json.dumps(

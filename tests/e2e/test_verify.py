@@ -539,7 +539,7 @@ class VerifyScenarios(RunCase):
         other = [v for v in variants if v != drawn][0]
         run = self.make_run(workload="toy", variant_units=[(drawn, 0, 1)])
         r = self.verified(run)
-        self.assertIn("1 held-out variant unit of 1 drawn workload", r.out)
+        self.assertIn("1 held-out variant unit in the plan (1 run) of 1 drawn workload", r.out)
         forged = self.make_run(workload="toy", variant_units=[(other, 0, 1)],
                                out="forged")
         self.rejected(forged, CHECK_HELDOUT, "heldout.json",
