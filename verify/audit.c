@@ -288,19 +288,8 @@ static int reeval_unit(struct audit *a, const struct apf_verify_kept *k,
 			/* Each checkpoint into a fresh evaluator's view: the
 			 * arena is rewritten whole, zeros past its bytes. */
 			rc = apf_host_arena_load(h, data, len);
-			if (!rc && !ev) {
-				char *logp = apf_path_join(dir, "evaluator.log");
-				int fd = logp ? open(logp, O_WRONLY | O_CREAT |
-								   O_APPEND | O_CLOEXEC,
-						     0600)
-					      : -1;
-				struct apf_unit_args args = apf_host_args(h);
-				rc = apf_evaluator_start(&ev, a->exe, &args,
-							 apf_host_arena_fd(h), fd);
-				if (fd >= 0)
-					close(fd);
-				free(logp);
-			}
+			if (!rc && !ev)
+				rc = apf_host_evaluator(h, &ev);
 			json_t *m = NULL;
 			char err[600];
 			if (!rc)

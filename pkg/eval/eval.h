@@ -27,6 +27,10 @@ int apf_eval_arena(json_t **out, struct apf_workload *wl,
 		   const struct apf_workload_spec *spec, const void *arena,
 		   size_t bytes);
 
+/* The value of "<split>/<name>" in metrics of that form (NAN when absent
+ * or not a number; m may be NULL). */
+double apf_eval_metric(const json_t *m, const char *split, const char *name);
+
 /* `apf __eval` (the arguments of apf_unit_args, no trial-only ones). */
 int apf_eval_main(int argc, char **argv);
 

@@ -3,6 +3,7 @@
  */
 #include "eval/eval.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -53,4 +54,12 @@ int apf_eval_arena(json_t **out, struct apf_workload *wl,
 		return apf_error(APF_ENOMEM, "evaluate", "out of memory");
 	*out = o;
 	return 0;
+}
+
+double apf_eval_metric(const json_t *m, const char *split, const char *name)
+{
+	char key[128];
+	snprintf(key, sizeof key, "%s/%s", split, name);
+	json_t *v = json_object_get(m, key);
+	return json_is_number(v) ? json_number_value(v) : NAN;
 }

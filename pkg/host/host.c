@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "data/data.h"
+#include "eval/eval.h"
 #include "hash/hash.h"
 #include "sandbox/sandbox.h"
 
@@ -186,26 +187,30 @@ int apf_host_open(apf_host **out, const struct apf_host_opts *o)
 	if (!rc)
 		rc = apf_workload_init(u->wl);
 	/* hparams.json, for the trial. */
-	json_t *hp = rc ? NULL : apf_hparams_to_json(o->hp);
-	char *text = hp ? json_dumps(hp, JSON_INDENT(2) | JSON_REAL_PRECISION(17))
-			: NULL;
-	json_decref(hp);
-	if (!rc && !text)
-		rc = apf_error(APF_ENOMEM, "host", "out of memory");
-	if (!rc) {
-		apf_buf t = {0};
-		apf_buf_printf(&t, "%s\n", text);
-		rc = t.data ? apf_file_write(h->hparams, t.data, t.len, 0644, 0)
-			    : apf_error(APF_ENOMEM, "host", "out of memory");
-		apf_buf_free(&t);
-	}
-	free(text);
+	if (!rc)
+		rc = apf_host_write_hparams(h, h->hparams);
 	if (rc) {
 		apf_host_close(h);
 		return rc;
 	}
 	*out = h;
 	return 0;
+}
+
+int apf_host_write_hparams(const apf_host *h, const char *path)
+{
+	json_t *hp = apf_hparams_to_json(h->o.hp);
+	char *text = hp ? json_dumps(hp, JSON_INDENT(2) | JSON_REAL_PRECISION(17))
+			: NULL;
+	json_decref(hp);
+	apf_buf t = {0};
+	if (text)
+		apf_buf_printf(&t, "%s\n", text);
+	free(text);
+	int rc = t.data ? apf_file_write(path, t.data, t.len, 0644, 0)
+			: apf_error(APF_ENOMEM, path, "out of memory");
+	apf_buf_free(&t);
+	return rc;
 }
 
 const struct apf_host_unit *apf_host_unit(const apf_host *h)
@@ -455,6 +460,16 @@ int apf_host_arena_load(apf_host *h, const void *data, size_t len)
 		off += n;
 	}
 	return 0;
+}
+
+int apf_host_evaluator(apf_host *h, apf_evaluator **out)
+{
+	struct apf_unit_args a = apf_host_args(h);
+	int logfd = open_log_file(h, "evaluator.log");
+	int rc = apf_evaluator_start(out, h->o.exe, &a, h->arena_fd, logfd);
+	if (logfd >= 0)
+		close(logfd);
+	return rc;
 }
 
 int apf_host_arena_fd(const apf_host *h)
@@ -807,13 +822,6 @@ void apf_host_setup_times(const apf_host *h, uint64_t *init_ns,
 	*batch = h->batch;
 }
 
-static double metric(const json_t *m, const char *split, const char *name)
-{
-	char key[128];
-	snprintf(key, sizeof key, "%s/%s", split, name);
-	json_t *v = json_object_get(m, key);
-	return json_is_number(v) ? json_number_value(v) : NAN;
-}
 
 int apf_host_go(apf_host *h, uint64_t sub_ns, int64_t evals,
 		const json_t *m, int64_t eval_at)
@@ -824,9 +832,9 @@ int apf_host_go(apf_host *h, uint64_t sub_ns, int64_t evals,
 	return apf_chan_send(
 		h->chan_fd, "go %llu %lld %.17g %.17g %.17g %.17g %.17g %.17g",
 		(unsigned long long)sub_ns, (long long)evals,
-		metric(m, "train", "loss"), metric(m, "train", mn),
-		metric(m, "validation", "loss"), metric(m, "validation", mn),
-		metric(m, "test", "loss"), metric(m, "test", mn));
+		apf_eval_metric(m, "train", "loss"), apf_eval_metric(m, "train", mn),
+		apf_eval_metric(m, "validation", "loss"), apf_eval_metric(m, "validation", mn),
+		apf_eval_metric(m, "test", "loss"), apf_eval_metric(m, "test", mn));
 }
 
 void apf_host_due(apf_host *h, uint64_t at_ns)

@@ -79,6 +79,9 @@ int apf_host_find_self(char **exe, char **include_dir);
  * the initialisation; creates work/ and writes work/hparams.json. */
 int apf_host_open(apf_host **out, const struct apf_host_opts *o);
 const struct apf_host_unit *apf_host_unit(const apf_host *h);
+/* Writes the unit's hyperparameters as hparams.json, as the trial reads
+ * them (the runner's copy in the unit directory is the same file). */
+int apf_host_write_hparams(const apf_host *h, const char *path);
 /* Kills what is left, unmaps, removes work/. NULL is allowed. */
 void apf_host_close(apf_host *h);
 
@@ -95,6 +98,11 @@ int apf_host_arena(apf_host *h, const void *restore, size_t len);
  * re-evaluation of one checkpoint after another in one arena). */
 int apf_host_arena_load(apf_host *h, const void *data, size_t len);
 int apf_host_arena_fd(const apf_host *h);
+/* Starts the evaluator over the arena (after apf_host_arena), told what
+ * the trial is told, its output appended to log_dir/evaluator.log: the
+ * runner's and the verifier's re-evaluation's alike. */
+typedef struct apf_evaluator apf_evaluator;
+int apf_host_evaluator(apf_host *h, apf_evaluator **out);
 /* The supervisor's read-only view of the arena (capacity bytes). */
 const void *apf_host_arena_view(const apf_host *h);
 /* What `apf __trial` and `apf __eval` are told: the same for a run, a

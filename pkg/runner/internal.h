@@ -49,5 +49,8 @@ int apf_run_interrupted(void);
 /* Runs one unit to its end (or resumes it); logs everything. A failed
  * trial returns 0: it is a result. */
 int apf_runner_unit(struct run *r, size_t index);
+/* Tells the run's user one line (apf_run_opts.notice), if it listens. */
+void apf_runner_notice(const struct run *r, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
 
 #endif

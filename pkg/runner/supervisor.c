@@ -59,9 +59,7 @@ static void unit_name(const struct apf_plan_unit *u, char *out, size_t size)
 			     u->trial + 1);
 }
 
-static void notice(const struct run *r, const char *fmt, ...)
-	__attribute__((format(printf, 2, 3)));
-static void notice(const struct run *r, const char *fmt, ...)
+void apf_runner_notice(const struct run *r, const char *fmt, ...)
 {
 	if (!r->o->notice)
 		return;
@@ -344,7 +342,7 @@ static int open_run_dir(struct run *r)
 			  "its log ends in a torn record (a crash?): continue it "
 			  "with --resume");
 	if (!rc && cut)
-		notice(r, "cut %llu bytes of a torn record from the log's end",
+		apf_runner_notice(r, "cut %llu bytes of a torn record from the log's end",
 		       (unsigned long long)cut);
 	free(text);
 	json_decref(j);
@@ -413,7 +411,7 @@ static char *default_run_dir(const char *entry)
 
 static void summary(struct run *r)
 {
-	notice(r, "%s: %zu unit%s completed, %zu failed", r->run_dir, r->completed, r->completed == 1 ? "" : "s",
+	apf_runner_notice(r, "%s: %zu unit%s completed, %zu failed", r->run_dir, r->completed, r->completed == 1 ? "" : "s",
 		r->failed);
 }
 
@@ -653,7 +651,7 @@ static int open_or_create(struct run *r, const json_t *drift, int *fresh)
 	int created = 0;
 	int rc = apf_key_open_signing(&r->key, r->o->key_path, &created);
 	if (!rc && created)
-		notice(r, "created runner key in $APF_HOME/keys (trusted on "
+		apf_runner_notice(r, "created runner key in $APF_HOME/keys (trusted on "
 			  "this machine)");
 	struct stat st;
 	if (rc)

@@ -49,20 +49,6 @@ struct unit {
 	int ended;
 };
 
-static void notice(struct run *r, const char *fmt, ...)
-	__attribute__((format(printf, 2, 3)));
-static void notice(struct run *r, const char *fmt, ...)
-{
-	if (!r->o->notice)
-		return;
-	char line[8192];
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(line, sizeof line, fmt, ap);
-	va_end(ap);
-	r->o->notice(r->o->user, line);
-}
-
 static int sign_head(struct run *r)
 {
 	return apf_rundir_sign_head(r->run_dir, r->key, r->run_json_sha256,
@@ -117,13 +103,13 @@ static int end_trial(struct unit *u, const char *reason, int failed,
 		u->r->failed++;
 	else
 		u->r->completed++;
-	notice(u->r, "%s: %s%s", u->name, failed ? "failed: " : reason,
+	apf_runner_notice(u->r, "%s: %s%s", u->name, failed ? "failed: " : reason,
 	       failed ? reason : "");
 	if (detail && failed) {
 		/* The detail is the trial's or the compiler's text. */
 		char safe[4 * 1024];
 		apf_text_escape(safe, sizeof safe, detail);
-		notice(u->r, "%s: %s", u->name, safe);
+		apf_runner_notice(u->r, "%s: %s", u->name, safe);
 	}
 	return rc;
 }
@@ -198,13 +184,6 @@ static int checkpoint(struct unit *u, char *hex, uint64_t *bytes)
 	return rc;
 }
 
-static double metric(const json_t *m, const char *split, const char *name)
-{
-	char key[128];
-	snprintf(key, sizeof key, "%s/%s", split, name);
-	json_t *v = json_object_get(m, key);
-	return json_is_number(v) ? json_number_value(v) : NAN;
-}
 
 /* Why the unit stops after an eval with these flags, or NULL. */
 static const char *stop_reason(const struct unit *u, int val_met, int test_met,
@@ -247,7 +226,7 @@ static int record_eval(struct unit *u, int64_t step, uint64_t t_end,
 {
 	const char *mn = u->hu->spec->metric;
 	int dir = u->hu->spec->direction;
-	double val = metric(m, "validation", mn), test = metric(m, "test", mn);
+	double val = apf_eval_metric(m, "validation", mn), test = apf_eval_metric(m, "test", mn);
 	*val_met = !isnan(val) &&
 		      apf_workload_meets(dir, val, u->hu->validation_target);
 	*test_met = !isnan(test) &&
@@ -400,18 +379,9 @@ static int prepare(struct unit *u)
 	u->grace_ns = u->hu->eval_period_ns +
 		      (uint64_t)fmax(5e9, 0.1 * (double)u->hu->budget_ns);
 	/* hparams.json, for the auditor (the trial reads the host's copy). */
-	json_t *hp = apf_hparams_to_json(&pu->hp);
-	char *text = hp ? json_dumps(hp, JSON_INDENT(2) | JSON_REAL_PRECISION(17))
-			: NULL;
-	json_decref(hp);
-	apf_buf b = {0};
-	if (text)
-		apf_buf_printf(&b, "%s\n", text);
-	free(text);
 	char *pub = apf_path_join(u->dir, "hparams.json");
-	rc = pub && b.data ? apf_file_write(pub, b.data, b.len, 0644, 0)
-			   : apf_error(APF_ENOMEM, "run", "out of memory");
-	apf_buf_free(&b);
+	rc = pub ? apf_host_write_hparams(u->host, pub)
+		 : apf_error(APF_ENOMEM, "run", "out of memory");
 	free(pub);
 	return rc;
 }
@@ -630,18 +600,8 @@ int apf_runner_unit(struct run *r, size_t index)
 	if (!rc && !done)
 		rc = apf_host_arena(u.host, restore, restore_len);
 	free(restore);
-	struct apf_unit_args a = apf_host_args(u.host);
-	int logfd = -1;
-	if (!rc && !done) {
-		char *p = apf_path_join(u.dir, "evaluator.log");
-		logfd = p ? open(p, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644)
-			  : -1;
-		free(p);
-		rc = apf_evaluator_start(&u.ev, r->exe, &a,
-					 apf_host_arena_fd(u.host), logfd);
-		if (logfd >= 0)
-			close(logfd);
-	}
+	if (!rc && !done)
+		rc = apf_host_evaluator(u.host, &u.ev);
 	int ready = 0;
 	if (!rc && !done) {
 		rc = apf_host_start(u.host, u.global_step);
