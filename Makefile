@@ -25,7 +25,7 @@ CPPFLAGS_APF := -D_GNU_SOURCE -Ipkg -Iinclude -I. -DAPF_SOURCE_DIR='"$(CURDIR)"'
 CFLAGS_APF   := -std=c17 $(OPT) -g -fPIC -pthread -Wall -Wextra -Werror -MMD -MP
 LDFLAGS_APF  := -pthread
 LIBS         := -larchive -lzstd -lcrypto -lgit2 -linih -ljansson -lopenblas \
-                -lseccomp -lz -lm -ldl
+                -lseccomp -lelf -lz -lm -ldl
 
 ifeq ($(SAN),1)
 CFLAGS_APF  += -fsanitize=address,undefined -fno-omit-frame-pointer \

@@ -8,6 +8,32 @@
 
 #include "config/config.h"
 #include "entry/entry.h"
+#include "host/host.h"
+
+/* Compiles the submission as the runner will (same sandbox, flags and
+ * export check), so that an entry that cannot build is never signed. */
+static int check_build(const char *dir)
+{
+	char *exe = NULL, *inc = NULL;
+	int rc = apf_host_find_self(&exe, &inc);
+	char detail[1024] = "";
+	if (!rc)
+		rc = apf_host_check_build(exe, inc, dir, 1, detail,
+					  sizeof detail);
+	free(exe);
+	free(inc);
+	/* The build's own prefixes say nothing the line does not. */
+	static const char *const noise[] = {
+		"build: the submission does not compile: ", "submission: ",
+		"build: "};
+	const char *why = detail;
+	for (size_t i = 0; i < sizeof noise / sizeof noise[0]; i++)
+		if (!strncmp(why, noise[i], strlen(noise[i])))
+			why += strlen(noise[i]);
+	if (!rc && detail[0])
+		rc = apf_error(APF_EINPUT, dir, "does not build: %s", why);
+	return rc;
+}
 
 /* Splits "a,b,c" (and repeated -w options joined the same way). */
 static int split_workloads(const char *arg, char ***out, size_t *n)
@@ -32,6 +58,7 @@ int cmd_pack(int argc, char **argv)
 {
 	const char *workloads = NULL, *key_path = NULL, *output = NULL;
 	long seed = -1;
+	int no_build = 0;
 	const struct apf_opt opts[] = {
 		{"workloads", 'w', OPT_STRING, &workloads, "W[,W...]",
 		 "the workloads this entry is for (under workloads/)"},
@@ -42,10 +69,13 @@ int cmd_pack(int argc, char **argv)
 		{"seed", 0, OPT_INT, &seed, "N",
 		 "tuning seed (default: [tuning] seed, else derived from the "
 		 "code)"},
+		{"no-build", 0, OPT_FLAG, &no_build, NULL,
+		 "do not compile the submission first (the runner still does)"},
 		{0},
 	};
 	const struct apf_usage usage = {
-		"pack SUBMISSION_DIR -w WORKLOAD[,...] [-k KEY] [-o ENTRY.apf]",
+		"pack SUBMISSION_DIR -w WORKLOAD[,...] [-k KEY] [-o ENTRY.apf] "
+		"[--seed N] [--no-build]",
 		"Hash a submission, its workloads' specs and datasets, and this "
 		"machine's\nenvironment into a signed manifest (DSSE over an "
 		"in-toto statement), and write\nit with the submission's files "
@@ -82,6 +112,8 @@ int cmd_pack(int argc, char **argv)
 				"$APF_HOME/keys (trusted on this machine)\n",
 			id);
 	}
+	if (!rc && !no_build)
+		rc = check_build(argv[1]);
 	apf_entry *e = NULL;
 	if (!rc) {
 		struct apf_pack_opts o = {.submission_dir = argv[1],

@@ -132,6 +132,8 @@ int cmd_build_internal(int argc, char **argv)
 	}
 	apf_buf log = {0};
 	int rc = apf_submission_build(argv[1], argv[2], argv[3], &log);
+	if (!rc)
+		rc = apf_submission_check_exports(argv[3]);
 	if (log.len)
 		fwrite(log.data, 1, log.len, stderr);
 	apf_buf_free(&log);

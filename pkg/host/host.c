@@ -264,30 +264,31 @@ static const struct apf_sandbox_mount system_mounts[] = {
 };
 #define NSYS (sizeof system_mounts / sizeof system_mounts[0])
 
-static void base_config(apf_host *h, struct apf_sandbox_config *c,
-			struct apf_sandbox_mount *m, size_t *nm,
-			const char *const *envp)
+/* What the build and the trial sandboxes have in common. */
+static void sandbox_base(struct apf_sandbox_config *c,
+			 struct apf_sandbox_mount *m, size_t *nm,
+			 const char *const *envp, const char *exe, int sealed,
+			 const char *scratch)
 {
 	memset(c, 0, sizeof *c);
-	c->mode = h->o.sealed ? APF_SANDBOX_SEALED : APF_SANDBOX_UNSEALED;
+	c->mode = sealed ? APF_SANDBOX_SEALED : APF_SANDBOX_UNSEALED;
 	c->envp = envp;
 	*nm = 0;
 	for (size_t i = 0; i < NSYS; i++)
 		m[(*nm)++] = system_mounts[i];
-	m[(*nm)++] = (struct apf_sandbox_mount){h->o.exe, NULL,
-						APF_SANDBOX_READ, 0, 0};
+	m[(*nm)++] = (struct apf_sandbox_mount){exe, NULL, APF_SANDBOX_READ, 0,
+						0};
 	c->mounts = m;
-	c->scratch = h->scratch;
+	c->scratch = scratch;
 	c->scratch_bytes = 256ull << 20;
 	c->hostname = "apf-trial";
 }
 
-static int open_log_file(const apf_host *h, const char *name)
+static void base_config(apf_host *h, struct apf_sandbox_config *c,
+			struct apf_sandbox_mount *m, size_t *nm,
+			const char *const *envp)
 {
-	char *p = apf_path_join(h->o.log_dir, name);
-	int fd = p ? open(p, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644) : -1;
-	free(p);
-	return fd;
+	sandbox_base(c, m, nm, envp, h->o.exe, h->o.sealed, h->scratch);
 }
 
 /* ---- the build ------------------------------------------------------------------- */
@@ -317,33 +318,50 @@ static void tidy_detail(char *detail, size_t size, const char *src)
 	snprintf(detail, size, "%s", out);
 }
 
-int apf_host_build(apf_host *h, char *detail, size_t size, char so_sha256[65])
+/* One build: `apf __build src include_dir so` in a sandbox that sees the
+ * sources and the headers read-only and can write only work/ (the shared
+ * object) and scratch/ (the compiler's temporary files); its output goes
+ * to log_dir/build.log. */
+struct build {
+	const char *exe, *src, *include_dir, *work, *scratch, *so, *log_dir;
+	int sealed;
+};
+
+static int open_log_file(const char *dir, const char *name)
 {
-	const struct apf_host_opts *o = &h->o;
+	char *p = apf_path_join(dir, name);
+	int fd = p ? open(p, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644) : -1;
+	free(p);
+	return fd;
+}
+
+static int build_in_sandbox(const struct build *b, char *detail, size_t size,
+			    char so_sha256[65])
+{
 	detail[0] = so_sha256[0] = 0;
-	const char *argv[] = {o->exe, "__build", o->src, o->include_dir, h->so,
+	const char *argv[] = {b->exe, "__build", b->src, b->include_dir, b->so,
 			      NULL};
 	const char *envp[] = {"PATH=/usr/bin:/bin", "TMPDIR=", "LC_ALL=C",
 			      ASAN_ENV, NULL};
 	apf_buf tmpdir = {0};
-	apf_buf_printf(&tmpdir, "TMPDIR=%s", h->scratch);
+	apf_buf_printf(&tmpdir, "TMPDIR=%s", b->scratch);
 	if (!tmpdir.data)
 		return apf_error(APF_ENOMEM, "build", "out of memory");
 	envp[1] = tmpdir.data;
 	struct apf_sandbox_config c;
 	struct apf_sandbox_mount m[NSYS + 8];
 	size_t nm;
-	base_config(h, &c, m, &nm, envp);
-	m[nm++] = (struct apf_sandbox_mount){o->src, NULL, APF_SANDBOX_READ, 0,
+	sandbox_base(&c, m, &nm, envp, b->exe, b->sealed, b->scratch);
+	m[nm++] = (struct apf_sandbox_mount){b->src, NULL, APF_SANDBOX_READ, 0,
 					     0};
-	m[nm++] = (struct apf_sandbox_mount){o->include_dir, NULL,
+	m[nm++] = (struct apf_sandbox_mount){b->include_dir, NULL,
 					     APF_SANDBOX_READ, 0, 0};
-	m[nm++] = (struct apf_sandbox_mount){o->work, NULL, APF_SANDBOX_WRITE,
+	m[nm++] = (struct apf_sandbox_mount){b->work, NULL, APF_SANDBOX_WRITE,
 					     0, 0};
 	c.nmounts = nm;
 	c.argv = argv;
-	c.cwd = o->src;
-	int logfd = open_log_file(h, "build.log");
+	c.cwd = b->src;
+	int logfd = open_log_file(b->log_dir, "build.log");
 	struct apf_sandbox_fd fds[] = {{logfd, 1}, {logfd, 2}};
 	c.fds = fds;
 	c.nfds = logfd >= 0 ? 2 : 0;
@@ -372,7 +390,7 @@ int apf_host_build(apf_host *h, char *detail, size_t size, char so_sha256[65])
 			 BUILD_TIMEOUT_MS / 1000);
 	} else if (end.outcome != APF_SANDBOX_EXITED || end.exit_code != 0) {
 		/* The last line of the build's output says why. */
-		char *log = apf_path_join(o->log_dir, "build.log"), *text = NULL;
+		char *log = apf_path_join(b->log_dir, "build.log"), *text = NULL;
 		size_t len = 0;
 		if (log && apf_file_read(&text, &len, log, 1 << 20) == 0 && len) {
 			while (len && text[len - 1] == '\n')
@@ -388,16 +406,61 @@ int apf_host_build(apf_host *h, char *detail, size_t size, char so_sha256[65])
 		apf_error_clear();
 		free(text);
 		free(log);
-		tidy_detail(detail, size, o->src);
+		tidy_detail(detail, size, b->src);
 	}
 	apf_sandbox_free(sb);
 	uint8_t d[APF_SHA256_LEN];
-	if (!detail[0] && apf_sha256_file(d, NULL, h->so) == 0)
+	if (!detail[0] && apf_sha256_file(d, NULL, b->so) == 0)
 		apf_hex(so_sha256, d, sizeof d);
 	else if (!detail[0])
 		snprintf(detail, size, "the build left no shared object");
 	apf_error_clear();
 	return 0;
+}
+
+int apf_host_build(apf_host *h, char *detail, size_t size, char so_sha256[65])
+{
+	const struct build b = {h->o.exe,    h->o.src,  h->o.include_dir,
+				h->o.work,   h->scratch, h->so,
+				h->o.log_dir, h->o.sealed};
+	return build_in_sandbox(&b, detail, size, so_sha256);
+}
+
+int apf_host_check_build(const char *exe, const char *include_dir,
+			 const char *src, int sealed, char *detail,
+			 size_t size)
+{
+	detail[0] = 0;
+	const char *tmp = getenv("TMPDIR");
+	apf_buf work = {0};
+	if (apf_buf_printf(&work, "%s/apf-check.XXXXXX",
+			   tmp && *tmp ? tmp : "/tmp"))
+		return apf_error(APF_ENOMEM, "build", "out of memory");
+	if (!mkdtemp(work.data)) {
+		int rc = apf_error_errno(APF_EINPUT, errno, work.data,
+					 "cannot make a build directory");
+		apf_buf_free(&work);
+		return rc;
+	}
+	char *scratch = apf_path_join(work.data, "scratch");
+	char *so = apf_path_join(work.data, "submission.so");
+	char *canon = realpath(src, NULL);
+	int rc = scratch && so ? apf_mkdirs(scratch, 0700)
+			       : apf_error(APF_ENOMEM, "build", "out of memory");
+	if (!rc && !canon)
+		rc = apf_error_errno(APF_EINPUT, errno, src, "open");
+	char sha[65];
+	if (!rc) {
+		const struct build b = {exe, canon, include_dir, work.data,
+					scratch, so, work.data, sealed};
+		rc = build_in_sandbox(&b, detail, size, sha);
+	}
+	apf_remove_tree(work.data);
+	free(canon);
+	free(scratch);
+	free(so);
+	apf_buf_free(&work);
+	return rc;
 }
 
 /* ---- shared memory ------------------------------------------------------------- */
@@ -465,7 +528,7 @@ int apf_host_arena_load(apf_host *h, const void *data, size_t len)
 int apf_host_evaluator(apf_host *h, apf_evaluator **out)
 {
 	struct apf_unit_args a = apf_host_args(h);
-	int logfd = open_log_file(h, "evaluator.log");
+	int logfd = open_log_file(h->log_dir, "evaluator.log");
 	int rc = apf_evaluator_start(out, h->o.exe, &a, h->arena_fd, logfd);
 	if (logfd >= 0)
 		close(logfd);
@@ -635,7 +698,7 @@ static int spawn_trial(apf_host *h)
 	c.nmounts = nm;
 	c.argv = argv;
 	c.cwd = scratch;
-	int logfd = open_log_file(h, "trial.log");
+	int logfd = open_log_file(h->log_dir, "trial.log");
 	struct apf_sandbox_fd fds[] = {{h->arena_fd, APF_FD_ARENA},
 				       {h->control_fd, APF_FD_CONTROL},
 				       {sv[1], APF_FD_CHANNEL},

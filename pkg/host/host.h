@@ -91,6 +91,13 @@ void apf_host_close(apf_host *h);
 int apf_host_build(apf_host *h, char *detail, size_t size,
 		   char so_sha256[65]);
 
+/* The same build for `apf pack`: the submission directory src compiled
+ * against include_dir in the sandbox apf_host_build uses, in a temporary
+ * directory removed after. detail as for apf_host_build. */
+int apf_host_check_build(const char *exe, const char *include_dir,
+			 const char *src, int sealed, char *detail,
+			 size_t size);
+
 /* The shared memory: the arena (capacity bytes, `restore` copied in: a
  * checkpoint, or NULL) and the control page, sealed at their size. */
 int apf_host_arena(apf_host *h, const void *restore, size_t len);

@@ -36,6 +36,14 @@ extern const char *const apf_submission_cflags[];
  * APF_EINPUT with the first error line. */
 int apf_submission_build(const char *src_dir, const char *include_dir,
 			 const char *out_so, apf_buf *log);
+/* Checks what a built shared object exports without running any of it
+ * (its ELF dynamic symbol table, read with libelf): apf_abi_version, a
+ * defined int equal to APF_ABI_VERSION; get_batch_size,
+ * init_optimizer_state and update_params defined as functions; and
+ * prepare_for_eval and data_selection functions if present. What
+ * `apf __build` runs after compiling, so that `apf pack` refuses an entry
+ * the trial could not load, and a run's build fails with the reason. */
+int apf_submission_check_exports(const char *so_path);
 /* Loads a built submission: checks apf_abi_version and the required
  * symbols. */
 int apf_submission_load(apf_submission **out, const char *so_path);

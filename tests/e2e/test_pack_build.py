@@ -1,0 +1,131 @@
+"""End-to-end: apf pack compiles the submission before it signs anything.
+
+A submitter must learn at pack time, not after the entry is sealed and a
+run has been scheduled, that the code cannot run: pack builds it in the
+runner's sandbox with the runner's flags and reads the shared object's
+exports (without running any of it). Each refusal is exit 2 with the
+reason, and leaves no entry behind. An entry packed with --no-build still
+meets the same check in the runner's own build.
+"""
+import os
+
+import apftest
+from apftest import ApfCase, BLOBS
+from test_run import sandbox_available
+
+GOOD = r"""
+#include <apf/submission.h>
+const int apf_abi_version = APF_ABI_VERSION;
+int get_batch_size(const char *w) { (void)w; return 64; }
+int init_optimizer_state(apf_ctx *c, const apf_hparams *h, apf_prng r)
+{ (void)c; (void)h; (void)r; return 0; }
+int update_params(apf_ctx *c, const apf_hparams *h, const apf_batch *b,
+		  const apf_eval_results *e, int64_t s, apf_prng r,
+		  const apf_train_state *t)
+{
+	(void)h; (void)e; (void)r; (void)t; (void)s;
+	double loss;
+	if (apf_loss_grad(c, b, &loss))
+		return -1;
+	apf_axpy(c, apf_all_params(c), -0.05f, apf_all_grads(c));
+	return 0;
+}
+"""
+
+
+class PackBuild(ApfCase):
+    def setUp(self):
+        super().setUp()
+        if not sandbox_available():
+            self.skipTest("the kernel refuses user namespaces here")
+        self.ok("keygen")
+
+    def submission(self, name, code, files=None):
+        self.write(f"{name}/submission.ini",
+                   f"[submission]\nname = {name}\nauthors = tests\nruleset = self\n"
+                   "[tuning]\nstudies = 1\n")
+        if code is not None:
+            self.write(f"{name}/submission.c", code)
+        for rel, data in (files or {}).items():
+            self.write(f"{name}/{rel}", data)
+        return self.path(name)
+
+    def refused(self, name, code, why, files=None):
+        sub = self.submission(name, code, files)
+        out = self.path(f"{name}.apf")
+        r = self.fails(2, "pack", sub, "-w", BLOBS, "-o", out)
+        self.assertEqual(r.err.splitlines()[-1], f"apf: {sub}: does not build: {why}", r)
+        self.assertFalse(os.path.exists(out), f"{name}: an entry was written")
+        self.assertEqual(os.listdir(self.scratch), [], "the build's directory was left behind")
+        return sub
+
+    def test_a_submission_that_builds_is_packed(self):
+        sub = self.submission("good", GOOD)
+        self.ok("pack", sub, "-w", BLOBS, "-o", self.path("good.apf"))
+        self.assertEqual(os.listdir(self.scratch), [])
+
+    def test_every_baseline_builds(self):
+        base = os.path.join(apftest.ROOT, "submissions", "baselines")
+        for name in sorted(os.listdir(base)):
+            self.ok("pack", os.path.join(base, name), "-w", BLOBS, "-o",
+                    self.path(f"{name}.apf"))
+
+    def test_missing_required_functions(self):
+        for fn in ("update_params", "init_optimizer_state", "get_batch_size"):
+            self.refused(f"no_{fn}", GOOD.replace(f"int {fn}(", f"static int unused_{fn}(")
+                         .replace("{ (void)c; (void)h; (void)r; return 0; }",
+                                  "{ (void)c; (void)h; (void)r; return 0; }\n"
+                                  f"int keep_{fn}(void) {{ return 0; }}"),
+                         f"does not define {fn} (apf/submission.h lists what a "
+                         "submission exports)")
+
+    def test_no_abi_version_and_a_wrong_one(self):
+        self.refused("noabi", GOOD.replace("const int apf_abi_version = APF_ABI_VERSION;", ""),
+                     "does not define apf_abi_version (apf/submission.h lists what a "
+                     "submission exports)")
+        self.refused("abi7", GOOD.replace("= APF_ABI_VERSION", "= 7"),
+                     "apf_abi_version is 7; this apf implements ABI 1")
+        self.refused("abifn", GOOD.replace("const int apf_abi_version = APF_ABI_VERSION;",
+                                           "int apf_abi_version(void) { return 1; }"),
+                     "apf_abi_version is a function, not a variable")
+
+    def test_an_entry_point_that_is_not_a_function(self):
+        # Without apf/submission.h nothing stops the compiler.
+        self.refused("updvar", "const int apf_abi_version = 1;\n"
+                     "int get_batch_size(const char *w) { (void)w; return 8; }\n"
+                     "int init_optimizer_state(void) { return 0; }\n"
+                     "int update_params = 3;\n",
+                     "update_params is not a function")
+
+    def test_a_compile_error_names_file_and_line(self):
+        line = GOOD.count("\n") + 1
+        self.refused("syntax", GOOD + "int broken = ;\n",
+                     f"submission.c:{line}:14: error: expected expression before ';' token")
+        line = GOOD[:GOOD.index("apf_axpy(")].count("\n") + 1
+        sub = self.submission("implicit", GOOD.replace("apf_axpy(", "apf_nope("))
+        r = self.fails(2, "pack", sub, "-w", BLOBS, "-o", self.path("implicit.apf"))
+        self.assertIn(f"apf: {sub}: does not build: submission.c:{line}:9: error: implicit "
+                      "declaration of function 'apf_nope'", r.err)
+
+    def test_no_sources(self):
+        self.refused("nosrc", None, "no C sources (*.c) to build", {"README": "none\n"})
+
+    def test_reading_outside_the_submission_fails_the_build(self):
+        # The compiler runs in the sandbox: the runner's key is not there
+        # to be #included.
+        key = os.path.join(self.home, "keys", "default.key.pem")
+        self.assertTrue(os.path.exists(key))
+        sub = self.submission("incl", GOOD + f'#include "{key}"\n')
+        r = self.fails(2, "pack", sub, "-w", BLOBS, "-o", self.path("incl.apf"))
+        self.assertEqual(r.err, f'apf: {sub}: does not build: sandbox fault: openat("{key}", '
+                         'O_RDONLY|O_NOCTTY) outside the sandbox\n')
+
+    def test_without_the_check_the_runner_refuses_it_the_same_way(self):
+        sub = self.submission("late", GOOD.replace("int update_params(", "static int up(")
+                              + "int keep(void) { return up(0, 0, 0, 0, 0, (apf_prng){0}, 0); }\n")
+        entry = self.path("late.apf")
+        self.ok("pack", sub, "-w", BLOBS, "-o", entry, "--no-build")
+        r = self.apf("run", entry, "-o", self.path("run"), "--study", "0", "--trial", "1",
+                     timeout=300)
+        self.assertEqual(r.rc, 3, r)
+        self.assertIn("study_0/blobs_mlp/trial_1: submission: does not define update_params", r.err)
