@@ -1414,6 +1414,14 @@ int apf_vx_record(void *user, const struct apf_runlog_record *r)
 		return eval(v, u, r, s);
 	case APF_EV_SANDBOX_FAULT:
 		return sandbox_fault(v, u, r, s);
+	case APF_EV_WARNING:
+		/* Advice from the trial, logged while it lived: between the
+		 * build and its end. */
+		if (u->state == U_NONE || u->state == U_STARTED ||
+		    u->state == U_FAULT || u->state == U_ENDED)
+			return fail_here(v, u, r, s, "a warning %s",
+					 state_name(u->state));
+		return 0;
 	case APF_EV_TRIAL_END:
 		return trial_end(v, u, r, s);
 	}

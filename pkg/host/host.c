@@ -819,7 +819,7 @@ int apf_host_start(apf_host *h, int64_t step)
 	char line[APF_LINE_MAX];
 	uint64_t deadline = spawn_t + SETUP_TIMEOUT_NS, locked_t = 0;
 	int64_t max = h->spec->max_steps > 0 ? h->spec->max_steps : 0;
-	h->pr = (struct apf_proto){APF_PROTO_SETUP, step, max, 0};
+	h->pr = (struct apf_proto){APF_PROTO_SETUP, step, max, 0, 0};
 	for (;;) {
 		int w = await_line(h, line, sizeof line, deadline, 0);
 		struct apf_proto_msg m;
@@ -852,6 +852,11 @@ int apf_host_start(apf_host *h, int64_t step)
 		if (m.kind == APF_PROTO_ERROR) {
 			trial_gone(h, m.text);
 			return 0;
+		}
+		if (m.kind == APF_PROTO_WARN) {
+			if (h->o.warn)
+				h->o.warn(h->o.user, m.text);
+			continue;
 		}
 		if (m.kind == APF_PROTO_LOCK) {
 			rc = apf_sandbox_set_phase(h->sb, APF_SANDBOX_LOCKED);
@@ -909,23 +914,27 @@ int apf_host_next(apf_host *h, uint64_t deadline_ns, int64_t *step,
 		  enum apf_proto_why *why)
 {
 	char line[APF_LINE_MAX];
-	int w = await_line(h, line, sizeof line, deadline_ns, 1);
-	if (w < 0)
-		return w;
-	if (w == 0)
-		return APF_HOST_TIMEOUT;
-	if (w == 2)
-		return APF_HOST_ENDED;
 	struct apf_proto_msg m;
-	if (apf_proto_accept(&h->pr, line, &m)) {
-		apf_host_end(h, "protocol", apf_error_message());
-		apf_error_clear();
-		return APF_HOST_ENDED;
-	}
-	if (m.kind == APF_PROTO_ERROR) {
-		trial_gone(h, m.text);
-		return APF_HOST_ENDED;
-	}
+	do {
+		int w = await_line(h, line, sizeof line, deadline_ns, 1);
+		if (w < 0)
+			return w;
+		if (w == 0)
+			return APF_HOST_TIMEOUT;
+		if (w == 2)
+			return APF_HOST_ENDED;
+		if (apf_proto_accept(&h->pr, line, &m)) {
+			apf_host_end(h, "protocol", apf_error_message());
+			apf_error_clear();
+			return APF_HOST_ENDED;
+		}
+		if (m.kind == APF_PROTO_ERROR) {
+			trial_gone(h, m.text);
+			return APF_HOST_ENDED;
+		}
+		if (m.kind == APF_PROTO_WARN && h->o.warn)
+			h->o.warn(h->o.user, m.text);
+	} while (m.kind == APF_PROTO_WARN);
 	*step = m.step;
 	*why = m.why;
 	return APF_HOST_REPORT;

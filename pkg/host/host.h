@@ -52,6 +52,10 @@ struct apf_host_opts {
 	/* Called about twice a second while the trial trains (progress). May
 	 * be NULL. */
 	void (*tick)(void *user, int64_t step, uint64_t now_ns);
+	/* A warning the trial sent for the submitter (protocol "warn"),
+	 * already checked: printable, bounded in length and count. May be
+	 * NULL (a replay). */
+	void (*warn)(void *user, const char *msg);
 	void *user;
 };
 

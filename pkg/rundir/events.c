@@ -96,6 +96,10 @@ static const struct apf_event_field f_sandbox_fault[] = {
 	FLD("kind", APF_F_ENUM, REQ, 0, apf_rundir_fault_kinds),
 	FLD("detail", APF_F_STR, REQ, APF_KEEP_NONE, NULL),
 	END};
+static const struct apf_event_field f_warning[] = {
+	UNIT_FIELD,
+	FLD("detail", APF_F_STR, REQ, APF_KEEP_NONE, NULL),
+	END};
 static const struct apf_event_field f_trial_end[] = {
 	UNIT_FIELD,
 	FLD("reason", APF_F_ENUM, REQ, 0, apf_rundir_reasons),
@@ -128,6 +132,7 @@ const struct apf_event_def apf_rundir_events[APF_EV_COUNT] = {
 	[APF_EV_STEP_BLOCK] = {"step_block", f_step_block},
 	[APF_EV_EVAL] = {"eval", f_eval},
 	[APF_EV_SANDBOX_FAULT] = {"sandbox_fault", f_sandbox_fault},
+	[APF_EV_WARNING] = {"warning", f_warning},
 	[APF_EV_TRIAL_END] = {"trial_end", f_trial_end},
 	[APF_EV_RESUME] = {"resume", f_resume},
 	[APF_EV_RUN_END] = {"run_end", f_run_end},

@@ -47,6 +47,7 @@ struct unit {
 	uint64_t interval_start, last_eval_end;
 	int64_t time_to_target_ns;
 	int ended;
+	int warn_rc; /* a warning's record could not be written */
 };
 
 static int sign_head(struct run *r)
@@ -335,6 +336,17 @@ static void tick(void *user, int64_t step, uint64_t now)
 			    (double)u->hu->budget_ns / 1e9, u->evals);
 }
 
+/* A warning from the trial for the submitter: logged (not synced: it is
+ * advice, and the next record's sync covers it) and shown. */
+static void warn(void *user, const char *msg)
+{
+	struct unit *u = user;
+	if (u->warn_rc)
+		return;
+	u->warn_rc = record(u, "warning", json_pack("{s:s}", "detail", msg), 0);
+	apf_runner_notice(u->r, "%s: warning: %s", u->name, msg);
+}
+
 static int prepare(struct unit *u)
 {
 	struct run *r = u->r;
@@ -370,6 +382,7 @@ static int prepare(struct unit *u)
 		.hp = &pu->hp,
 		.interrupted = apf_run_interrupted,
 		.tick = tick,
+		.warn = warn,
 		.user = u};
 	if (!rc)
 		rc = apf_host_open(&u->host, &ho);
@@ -562,6 +575,8 @@ static int train(struct unit *u)
 		uint64_t t_end = apf_now_ns();
 		if (w < 0)
 			return w;
+		if (u->warn_rc)
+			return u->warn_rc;
 		if (w == APF_HOST_TIMEOUT && apf_run_interrupted())
 			break;
 		if (w == APF_HOST_TIMEOUT)
@@ -607,6 +622,8 @@ int apf_runner_unit(struct run *r, size_t index)
 		rc = apf_host_start(u.host, u.global_step);
 		ready = rc > 0;
 		rc = rc > 0 ? 0 : rc;
+		if (!rc)
+			rc = u.warn_rc;
 	}
 	if (!rc && !done && !ready && apf_host_ending(u.host, NULL))
 		rc = record_ending(&u);

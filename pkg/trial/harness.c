@@ -30,6 +30,8 @@ _Static_assert((int)APF_KIND_WEIGHT == (int)APF_PARAM_WEIGHT &&
 
 #define MAX_LOG_LINES 200
 
+#define HP_UNKNOWN_MAX 8
+
 struct apf_trial {
 	struct apf_ctx ctx; /* first: what the submission holds */
 	struct apf_objective obj;
@@ -52,7 +54,18 @@ struct apf_trial {
 	int have_batch;
 	apf_param_info *pinfo;
 	uint64_t prng_key;
+	/* Which hyperparameters were read, for the warnings (hp_report). */
+	unsigned char *hp_read;
+	char hp_unknown[HP_UNKNOWN_MAX][64];
+	int nunknown, unknown_sent, unread_sent, ran_init;
+	void (*warn)(void *user, const char *msg);
+	void *warn_user;
 };
+
+/* The trial whose hyperparameters the ops see: apf_hp() hands the harness
+ * only the apf_hparams pointer, which is this trial's when the submission
+ * passes on what it was given. One trial per process. */
+static apf_trial *hp_trial;
 
 static apf_trial *T(apf_ctx *c)
 {
@@ -314,10 +327,81 @@ static int op_scalar(apf_ctx *c, const char *name, double **out)
 
 static long hp_find(const apf_hparams *hp, const char *name)
 {
+	long found = -1;
 	for (size_t i = 0; hp && name && i < hp->n; i++)
-		if (!strcmp(hp->names[i], name))
-			return (long)i;
-	return -1;
+		if (!strcmp(hp->names[i], name)) {
+			found = (long)i;
+			break;
+		}
+	/* Reads of the trial's own hyperparameters are tracked: one the
+	 * space does not have (a misspelling trains on the default) and,
+	 * after the first step, the space's ones nothing read. Self-tuning
+	 * gives no hyperparameters, and every read is a default by design. */
+	apf_trial *t = hp_trial;
+	if (t && hp == t->hp && hp->n && name) {
+		if (found >= 0) {
+			t->hp_read[found] = 1;
+		} else {
+			int seen = 0;
+			for (int k = 0; k < t->nunknown && !seen; k++)
+				seen = !strncmp(t->hp_unknown[k], name,
+						sizeof t->hp_unknown[k] - 1);
+			if (!seen && t->nunknown < HP_UNKNOWN_MAX) {
+				char *u = t->hp_unknown[t->nunknown++];
+				snprintf(u, sizeof t->hp_unknown[0], "%s", name);
+				/* Any bytes may come in; the warning is
+				 * printable ASCII (the protocol's rule). */
+				for (; *u; u++)
+					if ((unsigned char)*u < 0x20 ||
+					    (unsigned char)*u >= 0x7f)
+						*u = '?';
+			}
+		}
+	}
+	return found;
+}
+
+void apf_trial_hp_consumed(apf_trial *t, const char *name)
+{
+	for (size_t i = 0; t->hp && t->hp_read && i < t->hp->n; i++)
+		if (!strcmp(t->hp->names[i], name))
+			t->hp_read[i] = 1;
+}
+
+void apf_trial_on_warning(apf_trial *t,
+			  void (*fn)(void *user, const char *msg), void *user)
+{
+	t->warn = fn;
+	t->warn_user = user;
+}
+
+/* Hands the new warnings to the caller: reads of names the space lacks as
+ * they are first seen, and once, after the first step of a trial that ran
+ * init_optimizer_state here, the space's names nothing has read. */
+static void hp_report(apf_trial *t, int first_step_done)
+{
+	if (!t->warn || !t->hp || !t->hp->n)
+		return;
+	char msg[256];
+	for (; t->unknown_sent < t->nunknown; t->unknown_sent++) {
+		snprintf(msg, sizeof msg,
+			 "the submission reads hyperparameter '%s', which the "
+			 "search space does not have (it gets its default)",
+			 t->hp_unknown[t->unknown_sent]);
+		t->warn(t->warn_user, msg);
+	}
+	if (!first_step_done || !t->ran_init || t->unread_sent)
+		return;
+	t->unread_sent = 1;
+	for (size_t i = 0; i < t->hp->n; i++)
+		if (!t->hp_read[i]) {
+			snprintf(msg, sizeof msg,
+				 "search-space hyperparameter '%s' was not read "
+				 "by init_optimizer_state or the first "
+				 "update_params (nor used by the runner)",
+				 t->hp->names[i]);
+			t->warn(t->warn_user, msg);
+		}
 }
 
 static double op_hparam(const apf_hparams *hp, const char *name, double dflt)
@@ -618,7 +702,8 @@ int apf_trial_new(apf_trial **out, const struct apf_objective *obj,
 	}
 	if (!rc) {
 		t->pinfo = apf_calloc(obj->nparams, sizeof *t->pinfo);
-		if (!t->pinfo)
+		t->hp_read = apf_calloc(hp && hp->n ? hp->n : 1, 1);
+		if (!t->pinfo || !t->hp_read)
 			rc = apf_error(APF_ENOMEM, "trial", "out of memory");
 	}
 	for (size_t i = 0; !rc && i < obj->nparams; i++) {
@@ -645,6 +730,7 @@ int apf_trial_new(apf_trial **out, const struct apf_objective *obj,
 		apf_trial_free(t);
 		return rc;
 	}
+	hp_trial = t;
 	*out = t;
 	return 0;
 }
@@ -653,8 +739,11 @@ void apf_trial_free(apf_trial *t)
 {
 	if (!t)
 		return;
+	if (hp_trial == t)
+		hp_trial = NULL;
 	if (t->grads)
 		t->be->free(t->be, t->grads);
+	free(t->hp_read);
 	free(t->pinfo);
 	free(t);
 }
@@ -674,6 +763,8 @@ int apf_trial_init(apf_trial *t)
 	t->phase = PH_INIT;
 	int r = t->sub->init(&t->ctx, t->hp, prng_at(t));
 	t->phase = PH_NONE;
+	t->ran_init = 1;
+	hp_report(t, 0);
 	if (t->err)
 		return fail_from_ctx(t, "init_optimizer_state");
 	if (r < 0)
@@ -734,6 +825,7 @@ int apf_trial_step(apf_trial *t, int *complete)
 		return rc;
 	t->h->global_step = step + 1;
 	*complete = r == APF_TRAINING_COMPLETE;
+	hp_report(t, 1);
 	return 0;
 }
 

@@ -33,6 +33,7 @@ struct tp {
 	apf_hparams hp;
 	apf_submission *sub;
 	apf_trial *trial;
+	const char *applied[2]; /* the hyperparameters the runner applied */
 };
 
 /* Applies a trial's dropout_rate / label_smoothing hyperparameters to the
@@ -49,7 +50,7 @@ static int model_has_key(const apf_workload_spec *spec, const char *key)
 }
 
 static int apply_regularisation(struct apf_workload_spec *spec, const char *variant,
-			 const struct apf_hparams *hp)
+			 const struct apf_hparams *hp, const char *applied[2])
 {
 	static const char *const map[][2] = {{"dropout_rate", "dropout"},
 					     {"label_smoothing",
@@ -69,9 +70,19 @@ static int apply_regularisation(struct apf_workload_spec *spec, const char *vari
 				rc = apf_config_set(spec->ini, sec, key, v);
 			if (rc)
 				return rc;
+			applied[m] = name;
 		}
 	}
 	return 0;
+}
+
+/* A warning for the submitter, to the supervisor (best effort: it is
+ * advice, and a lost one changes no result). */
+static void send_warning(void *user, const char *msg)
+{
+	(void)user;
+	apf_chan_send(APF_FD_CHANNEL, "warn %s", msg);
+	apf_error_clear();
 }
 
 /* Reports an error to the supervisor (best effort). */
@@ -174,7 +185,8 @@ static int setup(struct tp *t)
 	if (!rc)
 		rc = read_hparams(t->a.hparams, &t->hp);
 	if (!rc)
-		rc = apply_regularisation(t->spec, t->a.variant, &t->hp);
+		rc = apply_regularisation(t->spec, t->a.variant, &t->hp,
+					  t->applied);
 	if (!rc) {
 		apf_trial_key key = {t->a.seed, t->a.study, t->a.trial};
 		rc = apf_workload_open_train(&t->wl, t->spec, t->a.variant, t->be,
@@ -207,6 +219,12 @@ static int train(struct tp *t)
 			.key = {t->a.seed, t->a.study, t->a.trial}};
 		rc = apf_trial_new(&t->trial, &obj, t->be, t->sub, &t->hp, &info,
 				   t->arena, t->a.arena_bytes);
+	}
+	if (!rc) {
+		for (int i = 0; i < 2; i++)
+			if (t->applied[i])
+				apf_trial_hp_consumed(t->trial, t->applied[i]);
+		apf_trial_on_warning(t->trial, send_warning, NULL);
 	}
 	if (!rc)
 		rc = apf_trial_init(t->trial);

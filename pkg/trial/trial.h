@@ -112,6 +112,16 @@ int64_t apf_trial_global_step(const apf_trial *t);
 struct apf_arena_header *apf_trial_arena(apf_trial *t);
 /* Batch size the submission asked for. */
 int apf_trial_batch_size(const apf_trial *t);
+/* Warnings about the hyperparameters, for the submitter (the trial sends
+ * them to the supervisor, which logs and prints them): a read of a name
+ * the search space does not have, and a name of the space that neither
+ * init_optimizer_state nor the first update_params read. fn is called
+ * between the submission's calls, never inside them. */
+void apf_trial_on_warning(apf_trial *t,
+			  void (*fn)(void *user, const char *msg), void *user);
+/* A hyperparameter the runner applied itself (dropout_rate and
+ * label_smoothing, to models that have them): read, for the warnings. */
+void apf_trial_hp_consumed(apf_trial *t, const char *name);
 
 /* `apf __trial`: the trial process, in the sandbox (main.c). */
 int apf_trial_main(int argc, char **argv);

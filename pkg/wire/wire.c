@@ -183,6 +183,21 @@ int apf_proto_accept(struct apf_proto *p, const char *line, struct apf_proto_msg
 		m->text = line + 6;
 		return 0;
 	}
+	if (!strncmp(line, "warn ", 5)) {
+		if (p->warnings >= APF_PROTO_MAX_WARN)
+			return refuse(line, "more warnings than the protocol "
+					    "allows");
+		for (const char *c = line + 5; *c; c++)
+			if ((unsigned char)*c < 0x20 || (unsigned char)*c >= 0x7f)
+				return refuse(line, "a warning that is not "
+						    "printable ASCII");
+		if (!line[5])
+			return refuse(line, "an empty warning");
+		p->warnings++;
+		m->kind = APF_PROTO_WARN;
+		m->text = line + 5;
+		return 0;
+	}
 	const char *e;
 	if (!strcmp(line, "lock")) {
 		if (p->phase != APF_PROTO_SETUP)

@@ -141,7 +141,13 @@ enum apf_proto_phase {
 	APF_PROTO_LOCKED,  /* expects ready */
 	APF_PROTO_RUNNING, /* expects eval */
 };
-enum apf_proto_kind { APF_PROTO_LOCK, APF_PROTO_READY, APF_PROTO_EVAL, APF_PROTO_ERROR };
+enum apf_proto_kind { APF_PROTO_LOCK, APF_PROTO_READY, APF_PROTO_EVAL, APF_PROTO_ERROR,
+		     APF_PROTO_WARN };
+/* "warn <text>" is advice for the submitter (e.g. a hyperparameter read
+ * under a name the search space lacks), accepted in any phase, printable
+ * ASCII only, at most this many per trial process: the harness sends one
+ * per name, and a flood is a protocol fault, not log growth. */
+#define APF_PROTO_MAX_WARN 48
 enum apf_proto_why { APF_WHY_DUE, APF_WHY_COMPLETE, APF_WHY_MAX_STEPS };
 
 struct apf_proto {
@@ -149,12 +155,13 @@ struct apf_proto {
 	int64_t step;      /* the last step accepted (a checkpoint's, at start) */
 	int64_t max_steps; /* 0: none */
 	int64_t eval_at;   /* 0: no eval asked for */
+	int warnings;      /* warn lines accepted */
 };
 struct apf_proto_msg {
 	enum apf_proto_kind kind;
 	int64_t step, batch;
 	enum apf_proto_why why;
-	const char *text;  /* error: the message, inside the line */
+	const char *text;  /* error, warn: the message, inside the line */
 };
 /* Checks one line (NUL-terminated, no newline). 0: accepted, *m filled,
  * and p advanced (lock and ready and eval hand the turn to the supervisor);

@@ -305,6 +305,76 @@ class Hostile(RunCase):
         self.hostile("train_during_eval")
 
 
+class HyperparameterWarnings(RunCase):
+    """A hyperparameter read under a name the search space lacks trains on
+    the default without a word; one the space has that nothing reads is
+    tuned for nothing. Both are said on the terminal and in the log, and
+    change nothing else: the unit completes and the run verifies."""
+
+    CODE = HOSTILE_HEAD.replace(
+        "(void)h; (void)e; (void)r; (void)t;\n\tdouble loss;",
+        "(void)e; (void)r; (void)t;\n\tdouble loss;\n"
+        "\tdouble lr = apf_hp(c, h, \"learnig_rate\", 0.05);\n"
+        "\t(void)apf_hp(c, h, \"momentum\", 0.9);") \
+        .replace("-0.05f, apf_all_grads(c)", "-(float)lr, apf_all_grads(c)") \
+        .replace("	if (s == 3)\n		hostile(c);\n", "") + \
+        "static void hostile(apf_ctx *c) { (void)c; }\n"
+    SPACE = ("[learning_rate]\nmin = 0.01\nmax = 0.1\nscaling = log\n\n"
+             "[momentum]\nfeasible_points = 0.9\n\n"
+             "[weight_decay]\nfeasible_points = 0.0\n\n"
+             "[dropout_rate]\nfeasible_points = 0.0\n")
+
+    def test_an_unknown_read_and_an_unread_dimension_are_warned_and_logged(self):
+        self.ok("keygen")
+        self.write("hpw/tuning_search_space.ini", self.SPACE)
+        entry = self.pack_source("hpw", self.CODE, ruleset="external")
+        run = self.path("run")
+        r = self.run_unit(entry, run)
+        self.assertEqual(r.rc, 0, r)
+        unit = "study_0/blobs_mlp/trial_1"
+        unknown = ("the submission reads hyperparameter 'learnig_rate', which the search "
+                   "space does not have (it gets its default)")
+        unread = ("search-space hyperparameter '{}' was not read by init_optimizer_state "
+                  "or the first update_params (nor used by the runner)")
+        self.assertIn(f"apf: run: {unit}: warning: {unknown}\n", r.err)
+        for name in ("learning_rate", "weight_decay"):
+            self.assertIn(f"apf: run: {unit}: warning: {unread.format(name)}\n", r.err)
+        # momentum is read; dropout_rate is the runner's (blobs_mlp's MLP
+        # has dropout), so neither is warned about.
+        self.assertNotIn("'momentum'", r.err)
+        self.assertNotIn("'dropout_rate'", r.err)
+        recs = self.check_run(run)
+        warns = [x["detail"] for x in recs if x["event"] == "warning"]
+        self.assertEqual(sorted(warns), sorted([unknown, unread.format("learning_rate"),
+                                                unread.format("weight_decay")]), recs)
+        self.ok("verify", run)
+
+    def test_self_tuning_reads_defaults_without_warnings(self):
+        self.ok("keygen")
+        entry = self.pack_source("selfhp", self.CODE)
+        r = self.run_unit(entry, self.path("run"))
+        self.assertEqual(r.rc, 0, r)
+        self.assertNotIn("warning", r.err)
+
+    def test_a_flood_of_warnings_is_a_protocol_fault(self):
+        # The trial is untrusted: its warnings are bounded, and the
+        # channel's descriptor is open to the submission's code.
+        self.ok("keygen")
+        code = HOSTILE_HEAD + r"""
+static void hostile(apf_ctx *c) { (void)c;
+	for (int i = 0; i < 1000; i++) write(5, "warn flood\n", 11); }"""
+        entry = self.pack_source("flood", code)
+        run = self.path("run")
+        r = self.run_unit(entry, run)
+        self.assertEqual(r.rc, 3, r)
+        recs = self.check_run(run)
+        fault = [x for x in recs if x["event"] == "sandbox_fault"][0]
+        self.assertEqual(fault["kind"], "protocol", fault)
+        self.assertIn("more warnings than the protocol allows", fault["detail"])
+        self.assertEqual(len([x for x in recs if x["event"] == "warning"]), 48)
+        self.ok("verify", run)
+
+
 class HeldOut(RunCase):
     def test_run_with_a_held_out_draw_runs_the_variant_units(self):
         entry = self.pack_baseline()

@@ -32,7 +32,7 @@ static void accepted(struct apf_proto *p, const char *line, struct apf_proto_msg
 static void honest_sequence_is_accepted(void **state)
 {
 	(void)state;
-	struct apf_proto p = {APF_PROTO_SETUP, 0, 100, 0};
+	struct apf_proto p = {APF_PROTO_SETUP, 0, 100, 0, 0};
 	struct apf_proto_msg m;
 	accepted(&p, "lock", &m);
 	assert_int_equal(m.kind, APF_PROTO_LOCK);
@@ -61,7 +61,7 @@ static void honest_sequence_is_accepted(void **state)
 static void unrequested_eval_is_refused_naming_the_line(void **state)
 {
 	(void)state;
-	struct apf_proto p = {APF_PROTO_RUNNING, 10, 0, 0};
+	struct apf_proto p = {APF_PROTO_RUNNING, 10, 0, 0, 0};
 	refused(&p, "eval 11 due", "'eval 11 due' from the trial: an eval the "
 				   "supervisor did not ask for");
 	apf_proto_request(&p, 15);
@@ -75,13 +75,13 @@ static void unrequested_eval_is_refused_naming_the_line(void **state)
 static void malformed_and_out_of_turn_lines_are_refused(void **state)
 {
 	(void)state;
-	struct apf_proto setup = {APF_PROTO_SETUP, 0, 50, 0};
+	struct apf_proto setup = {APF_PROTO_SETUP, 0, 50, 0, 0};
 	refused(&setup, "ready 0 64", "expected lock");
 	refused(&setup, "eval 1 due", "expected lock");
 	refused(&setup, "lock ", "not a message");
 	refused(&setup, "LOCK", "not a message");
 	refused(&setup, "\033[2Jlock", "\\x1b[2Jlock");
-	struct apf_proto locked = {APF_PROTO_LOCKED, 5, 50, 0};
+	struct apf_proto locked = {APF_PROTO_LOCKED, 5, 50, 0, 0};
 	refused(&locked, "ready 4 64", "another step");
 	refused(&locked, "ready 5 0", "batch size");
 	refused(&locked, "ready 5 64 1", "malformed ready");
@@ -89,7 +89,7 @@ static void malformed_and_out_of_turn_lines_are_refused(void **state)
 	refused(&locked, "ready -5 64", "malformed ready");
 	refused(&locked, "ready 5 0x40", "malformed ready");
 	refused(&locked, "ready 5 99999999999999999999", "malformed ready");
-	struct apf_proto run = {APF_PROTO_RUNNING, 5, 50, 6};
+	struct apf_proto run = {APF_PROTO_RUNNING, 5, 50, 6, 0};
 	refused(&run, "eval 5 due", "not after the last");
 	refused(&run, "eval 51 complete", "past max_steps");
 	refused(&run, "eval 20 max_steps", "max_steps reported");
@@ -104,15 +104,49 @@ static void malformed_and_out_of_turn_lines_are_refused(void **state)
 	refused(&run, longline, "...");
 }
 
+/* A warning is advice: accepted in every phase without moving it, bounded
+ * in count, printable ASCII only, and a refused one changes nothing. */
+static void warnings_are_accepted_in_any_phase_and_bounded(void **state)
+{
+	(void)state;
+	const enum apf_proto_phase phases[] = {APF_PROTO_SETUP, APF_PROTO_WAIT,
+					       APF_PROTO_LOCKED,
+					       APF_PROTO_RUNNING};
+	for (size_t i = 0; i < 4; i++) {
+		struct apf_proto p = {phases[i], 5, 50, 7, 0};
+		struct apf_proto_msg m;
+		accepted(&p, "warn the submission reads hyperparameter 'lr'", &m);
+		assert_int_equal(m.kind, APF_PROTO_WARN);
+		assert_string_equal(m.text,
+				    "the submission reads hyperparameter 'lr'");
+		assert_int_equal(p.phase, phases[i]);
+		assert_int_equal(p.step, 5);
+		assert_int_equal(p.eval_at, 7);
+		assert_int_equal(p.warnings, 1);
+	}
+	struct apf_proto p = {APF_PROTO_RUNNING, 5, 50, 0, 0};
+	refused(&p, "warn ", "an empty warning");
+	refused(&p, "warn \033[2J", "not printable ASCII");
+	refused(&p, "warn caf\xc3\xa9", "not printable ASCII");
+	struct apf_proto_msg m;
+	for (int i = 0; i < APF_PROTO_MAX_WARN; i++)
+		accepted(&p, "warn again", &m);
+	refused(&p, "warn again", "more warnings than the protocol allows");
+	assert_int_equal(p.warnings, APF_PROTO_MAX_WARN);
+	/* The stream goes on after the bound is met (the fault ends it in
+	 * the host, not here). */
+	accepted(&p, "eval 6 complete", &m);
+}
+
 /* Random lines near the grammar: right words, wrong numbers and turns. */
 static void random_line(struct proto_model *m, char *out, size_t size)
 {
 	static const char *const words[] = {"lock", "ready", "eval", "error",
-					    "go", "", "locked"};
+					    "go", "", "locked", "warn"};
 	static const char *const whys[] = {"due", "complete", "max_steps",
 					   "dUe", ""};
 	uint64_t r = proto_model_next(m);
-	const char *w = words[r % 7];
+	const char *w = words[r % 8];
 	long long a = (long long)(proto_model_next(m) % 40) - 2;
 	long long b = (long long)(proto_model_next(m) % 70) - 2;
 	switch (r % 5) {
@@ -165,6 +199,7 @@ int main(void)
 		cmocka_unit_test(unrequested_eval_is_refused_naming_the_line),
 		cmocka_unit_test(malformed_and_out_of_turn_lines_are_refused),
 		cmocka_unit_test(random_hostile_streams_keep_the_invariants),
+		cmocka_unit_test(warnings_are_accepted_in_any_phase_and_bounded),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -40,7 +40,7 @@ static void proto_model_init(struct proto_model *m, uint64_t seed,
 			     int64_t start_step, int64_t max_steps)
 {
 	memset(m, 0, sizeof *m);
-	m->p = (struct apf_proto){APF_PROTO_SETUP, start_step, max_steps, 0};
+	m->p = (struct apf_proto){APF_PROTO_SETUP, start_step, max_steps, 0, 0};
 	m->rng = seed | 1;
 }
 
@@ -63,6 +63,17 @@ static int proto_model_feed(struct proto_model *m, const char *line)
 	case APF_PROTO_ERROR:
 		if (memcmp(&before, &m->p, sizeof before) || !msg.text)
 			abort();
+		break;
+	case APF_PROTO_WARN:
+		/* Only the count moves, and only up to the bound. */
+		if (before.phase != m->p.phase || before.step != m->p.step ||
+		    before.eval_at != m->p.eval_at ||
+		    m->p.warnings != before.warnings + 1 ||
+		    m->p.warnings > APF_PROTO_MAX_WARN || !msg.text || !*msg.text)
+			abort();
+		for (const char *c = msg.text; *c; c++)
+			if ((unsigned char)*c < 0x20 || (unsigned char)*c >= 0x7f)
+				abort();
 		break;
 	case APF_PROTO_LOCK:
 		if (before.phase != APF_PROTO_SETUP)
