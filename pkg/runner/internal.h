@@ -42,6 +42,8 @@ struct run {
 	char **variants;          /* names the plan's variant units borrow */
 	size_t nvariants;
 	size_t completed, failed;
+	size_t ordinal, to_run;   /* this unit is ordinal of to_run (1-based) */
+	size_t already;           /* selected units that had ended before */
 };
 
 /* A SIGINT or SIGTERM asked the run to stop (the log stays resumable). */

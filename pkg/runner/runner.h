@@ -49,6 +49,17 @@
 
 #include "base/base.h"
 
+/* Where the unit under way stands (apf_run_opts.progress). */
+struct apf_run_progress {
+	const char *unit;
+	size_t ordinal, count;  /* unit ordinal of count this session runs */
+	int64_t step, evals;
+	double submission_s, budget_s;
+	const char *metric;     /* the workload's, e.g. "accuracy" */
+	double validation;      /* at the last eval; NAN before the first */
+	double target;          /* the validation target */
+};
+
 struct apf_run_opts {
 	const char *entry;      /* ENTRY.apf */
 	const char *run_dir;    /* NULL: <entry without .apf>.run */
@@ -64,14 +75,12 @@ struct apf_run_opts {
 	int unsealed;
 	int allow_env_drift;
 	uint64_t memory_limit;  /* bytes for the trial; 0: default */
-	double budget_scale;    /* scales every budget (tests); 0: 1 */
 	/* What the run tells its user (the library prints nothing); each
 	 * may be NULL. notice: one line - the runner key created, a unit's
 	 * end, the summary; progress: about twice a second while a trial
 	 * trains. */
 	void (*notice)(void *user, const char *line);
-	void (*progress)(void *user, const char *unit, int64_t step,
-			 double submission_s, double budget_s, int64_t evals);
+	void (*progress)(void *user, const struct apf_run_progress *p);
 	void *user;
 };
 

@@ -411,8 +411,17 @@ static char *default_run_dir(const char *entry)
 
 static void summary(struct run *r)
 {
-	apf_runner_notice(r, "%s: %zu unit%s completed, %zu failed", r->run_dir, r->completed, r->completed == 1 ? "" : "s",
-		r->failed);
+	if (r->already)
+		apf_runner_notice(r,
+				  "%s: %zu unit%s completed, %zu failed; %zu "
+				  "selected unit%s had already ended",
+				  r->run_dir, r->completed,
+				  r->completed == 1 ? "" : "s", r->failed,
+				  r->already, r->already == 1 ? "" : "s");
+	else
+		apf_runner_notice(r, "%s: %zu unit%s completed, %zu failed",
+				  r->run_dir, r->completed,
+				  r->completed == 1 ? "" : "s", r->failed);
 }
 
 static void run_free(struct run *r)
@@ -691,9 +700,31 @@ static int run_units(struct run *r, size_t nsel)
 	sa.sa_handler = on_signal;
 	sigaction(SIGINT, &sa, &old_int);
 	sigaction(SIGTERM, &sa, &old_term);
+	size_t before = 0;
+	for (size_t i = 0; i < r->plan->n; i++) {
+		if (!selected(r, &r->plan->units[i]))
+			continue;
+		if (!r->states[i].ended) {
+			r->to_run++;
+			continue;
+		}
+		/* Re-running a finished unit is not an error, but it is not
+		 * run again either: say so, and how it ended. */
+		char name[512];
+		const struct apf_plan_unit *pu = &r->plan->units[i];
+		apf_rundir_unit_name(name, sizeof name, pu->study, pu->workload,
+				     pu->variant, pu->trial + 1);
+		apf_runner_notice(r, "%s: already ended in this run directory "
+				     "(%s); not run again",
+				  name, r->states[i].failed ? "failed"
+							    : "completed");
+		before++;
+	}
+	r->already = before;
 	for (size_t i = 0; !rc && i < r->plan->n && !stop_signal; i++) {
 		if (!selected(r, &r->plan->units[i]) || r->states[i].ended)
 			continue;
+		r->ordinal++;
 		rc = apf_runner_unit(r, i);
 	}
 	if (!rc && stop_signal)

@@ -48,6 +48,7 @@ struct unit {
 	int64_t time_to_target_ns;
 	int ended;
 	int warn_rc; /* a warning's record could not be written */
+	double last_val, best_val; /* validation metric: last eval, best */
 };
 
 static int sign_head(struct run *r)
@@ -104,8 +105,24 @@ static int end_trial(struct unit *u, const char *reason, int failed,
 		u->r->failed++;
 	else
 		u->r->completed++;
-	apf_runner_notice(u->r, "%s: %s%s", u->name, failed ? "failed: " : reason,
-	       failed ? reason : "");
+	if (failed)
+		apf_runner_notice(u->r, "%s: failed: %s", u->name, reason);
+	else if (u->time_to_target_ns >= 0)
+		apf_runner_notice(u->r,
+				  "%s: %s: validation target met at %.4g s of "
+				  "submission time (%s %.4f, target %.4f), %lld "
+				  "evals",
+				  u->name, reason,
+				  (double)u->time_to_target_ns / 1e9,
+				  u->hu->spec->metric, u->best_val,
+				  u->hu->validation_target, (long long)u->evals);
+	else
+		apf_runner_notice(u->r,
+				  "%s: %s: validation target not met in %.4g s "
+				  "(best %s %.4f, target %.4f), %lld evals",
+				  u->name, reason, (double)u->sub_ns / 1e9,
+				  u->hu->spec->metric, u->best_val,
+				  u->hu->validation_target, (long long)u->evals);
 	if (detail && failed) {
 		/* The detail is the trial's or the compiler's text. */
 		char safe[4 * 1024];
@@ -230,6 +247,10 @@ static int record_eval(struct unit *u, int64_t step, uint64_t t_end,
 	double val = apf_eval_metric(m, "validation", mn), test = apf_eval_metric(m, "test", mn);
 	*val_met = !isnan(val) &&
 		      apf_workload_meets(dir, val, u->hu->validation_target);
+	u->last_val = val;
+	if (!isnan(val) &&
+	    (isnan(u->best_val) || apf_workload_meets(dir, val, u->best_val)))
+		u->best_val = val;
 	*test_met = !isnan(test) &&
 		       apf_workload_meets(dir, test, u->hu->test_target);
 	if (*val_met && u->time_to_target_ns < 0)
@@ -330,10 +351,25 @@ static void tick(void *user, int64_t step, uint64_t now)
 {
 	struct unit *u = user;
 	const struct apf_run_opts *o = u->r->o;
-	if (o->progress)
-		o->progress(o->user, u->name, step,
-			    (double)(u->sub_ns + now - u->interval_start) / 1e9,
-			    (double)u->hu->budget_ns / 1e9, u->evals);
+	(void)now; /* the host's is from before its wait: take a fresh one */
+	uint64_t t = apf_now_ns();
+	if (!o->progress)
+		return;
+	struct apf_run_progress p = {
+		.unit = u->name,
+		.ordinal = u->r->ordinal,
+		.count = u->r->to_run,
+		.step = step,
+		.evals = u->evals,
+		.submission_s = (double)(u->sub_ns + (t > u->interval_start
+							 ? t - u->interval_start
+							 : 0)) /
+				1e9,
+		.budget_s = (double)u->hu->budget_ns / 1e9,
+		.metric = u->hu->spec->metric,
+		.validation = u->last_val,
+		.target = u->hu->validation_target};
+	o->progress(o->user, &p);
 }
 
 /* A warning from the trial for the submitter: logged (not synced: it is
@@ -478,7 +514,9 @@ static struct unit unit_of(struct run *r, size_t index)
 			     .index = index,
 			     .pu = &r->plan->units[index],
 			     .st = &r->states[index],
-			     .time_to_target_ns = -1};
+			     .time_to_target_ns = -1,
+			     .last_val = NAN,
+			     .best_val = NAN};
 }
 
 /* After init_optimizer_state, from scratch: the trial is frozen and its
@@ -520,6 +558,19 @@ static int resume_after_eval(struct unit *u, int *done)
 	int rc = csv ? apf_rundir_write_csv(csv, u->st->rows)
 		     : apf_error(APF_ENOMEM, "run", "out of memory");
 	free(csv);
+	/* What the progress line and the end line say of the kept evals. */
+	size_t i;
+	json_t *row;
+	json_array_foreach(u->st->rows, i, row)
+	{
+		double v = apf_eval_metric(json_object_get(row, "metrics"),
+					   "validation", u->hu->spec->metric);
+		u->last_val = v;
+		if (!isnan(v) && (isnan(u->best_val) ||
+				  apf_workload_meets(u->hu->spec->direction, v,
+						     u->best_val)))
+			u->best_val = v;
+	}
 	json_t *last = json_array_get(u->st->rows, json_array_size(u->st->rows) - 1);
 	int max = u->hu->spec->max_steps;
 	const char *stop =

@@ -305,6 +305,47 @@ class Hostile(RunCase):
         self.hostile("train_during_eval")
 
 
+class Notices(RunCase):
+    """What the terminal says of each unit: how it ended (time-to-target
+    or the best metric against the target), and that a unit which already
+    ended in the run directory is not run again."""
+
+    def test_unit_end_lines_and_a_finished_unit_run_again(self):
+        import re
+        self.ok("keygen")
+        entry = self.pack_baseline()
+        run = self.path("run")
+        r = self.run_unit(entry, run)
+        self.assertEqual(r.rc, 0, r)
+        end = re.compile(r"^apf: run: study_0/blobs_mlp/trial_1: targets: validation target "
+                         r"met at \d+\.?\d* s of submission time \(accuracy (\d\.\d{4}), "
+                         r"target 0\.9000\), (\d+) evals$", re.M)
+        m = end.search(r.err)
+        self.assertTrue(m, r.err)
+        self.assertGreaterEqual(float(m.group(1)), 0.9)
+        r = self.run_unit(entry, run)
+        self.assertEqual(r.rc, 0, r)
+        self.assertEqual(r.err, "apf: run: study_0/blobs_mlp/trial_1: already ended in this run "
+                         "directory (completed); not run again\n"
+                         f"apf: run: {run}: 0 units completed, 0 failed; 1 selected unit had "
+                         "already ended\n")
+        self.ok("verify", run)
+
+    def test_a_missed_target_says_the_best_metric(self):
+        self.ok("keygen")
+        # Training that never moves: the budget ends it, below the target.
+        code = HOSTILE_HEAD.replace("apf_axpy(c, apf_all_params(c), -0.05f, apf_all_grads(c));",
+                                    "(void)loss;").replace("	if (s == 3)\n		hostile(c);\n", "") + \
+            "static void hostile(apf_ctx *c) { (void)c; }\n"
+        entry = self.pack_source("still", code)
+        r = self.run_unit(entry, self.path("run"))  # blobs_mlp's budget: 6 s
+        self.assertEqual(r.rc, 0, r)
+        # The budget or max_steps ends it, whichever comes first on this CPU.
+        self.assertRegex(r.err, r"study_0/blobs_mlp/trial_1: (budget|max_steps): validation "
+                         r"target not met "
+                         r"in \d+\.?\d* s \(best accuracy 0\.\d{4}, target 0\.9000\), \d+ evals\n")
+
+
 class HyperparameterWarnings(RunCase):
     """A hyperparameter read under a name the search space lacks trains on
     the default without a word; one the space has that nothing reads is
