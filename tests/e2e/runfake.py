@@ -282,7 +282,8 @@ class FakeRun:
         c = self.case
         sub = c.make_submission(name="fakesub", ruleset=self.ruleset)
         self.entry = c.path("fakesub.apf")
-        c.ok("pack", sub, "-w", self.workload, "-o", self.entry)
+        # A fake run needs an entry, not a submission that builds.
+        c.ok("pack", sub, "-w", self.workload, "-o", self.entry, "--no-build")
         self.runner_key = c.path("runner.key.pem")
         self.runner_pub = c.path("runner.pub.pem")
         if not os.path.exists(self.runner_key):  # one runner per test
