@@ -44,7 +44,8 @@ int apf_error(int code, const char *what, const char *fmt, ...)
 /* Same, with errno's text as the reason: "<what>: <why>: <strerror>". */
 int apf_error_errno(int code, int errnum, const char *what, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
-/* Prepends "<what>: " to the current message; returns code. */
+/* Prepends "<what>: " to the current message, unless the message already
+ * starts with that component ("<what>" or "<what>: ..."); returns code. */
 int apf_error_prefix(int code, const char *what);
 const char *apf_error_message(void);
 void apf_error_clear(void);

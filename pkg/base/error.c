@@ -1,6 +1,7 @@
 /*
  * error.c: the one place that formats error messages, and the map from status
- * codes to the exit codes of DESIGN.md section 2.
+ * codes to the process exit codes (0 ok, 1 verification failed, 2 usage or
+ * input error, 3 run stopped abnormally).
  *
  * A message can carry text apf does not control (a compiler's output, a
  * trial's message, a file name from an archive), and the CLI prints it to a
@@ -73,8 +74,24 @@ int apf_error_errno(int code, int errnum, const char *what, const char *fmt,
 	return code;
 }
 
+/* Whether the stored message already starts with the component what (as
+ * stored: flattened and escaped), whole: "what" or "what: ...". */
+static int starts_with_component(const char *message, const char *what)
+{
+	char w[MSG_MAX];
+	store(w, what);
+	size_t n = strlen(w);
+	return n && !strncmp(message, w, n) &&
+	       (message[n] == 0 || !strncmp(message + n, ": ", 2));
+}
+
 int apf_error_prefix(int code, const char *what)
 {
+	/* A reader that names its file in its own message ("x.apf: open: ...")
+	 * and a caller that adds the same name for context would print it
+	 * twice; the name is said once. */
+	if (what && msg[0] && starts_with_component(msg, what))
+		return code;
 	char old[MSG_MAX];
 	memcpy(old, msg, sizeof old);
 	const char *parts[] = {what, old[0] ? old : apf_status_name(code)};

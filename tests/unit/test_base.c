@@ -7,6 +7,7 @@
 #include "testlib.h"
 
 #include <dirent.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,6 +41,35 @@ static void error_message_is_what_colon_why(void **state)
 			    "workload: x.ini: line 3: bad value");
 	apf_error(APF_EINPUT, "a", "two\nlines");
 	assert_null(strchr(apf_error_message(), '\n'));
+}
+
+static void error_prefix_is_not_added_twice(void **state)
+{
+	(void)state;
+	apf_error_errno(APF_EINPUT, ENOENT, "/x/e.apf", "open");
+	apf_error_prefix(APF_EINPUT, "/x/e.apf");
+	assert_string_equal(apf_error_message(),
+			    "/x/e.apf: open: No such file or directory");
+	/* Only a whole first component counts: "/x/e" is not "/x/e.apf". */
+	apf_error_prefix(APF_EINPUT, "/x/e");
+	assert_string_equal(apf_error_message(),
+			    "/x/e: /x/e.apf: open: No such file or directory");
+	/* A multi-component prefix already there is not repeated either. */
+	apf_error(APF_EINPUT, "envelope: payload", "not base64");
+	apf_error_prefix(APF_EINPUT, "envelope: payload");
+	assert_string_equal(apf_error_message(), "envelope: payload: not base64");
+	/* A message that is exactly the name. */
+	apf_error_restore(APF_EINPUT, "w");
+	apf_error_prefix(APF_EINPUT, "w");
+	assert_string_equal(apf_error_message(), "w");
+	/* Compared as stored (escaped): a name with a control byte is found. */
+	apf_error(APF_EINPUT, "u\x1b", "bad");
+	apf_error_prefix(APF_EINPUT, "u\x1b");
+	assert_string_equal(apf_error_message(), "u\\x1b: bad");
+	/* With no message, the prefix still names the status. */
+	apf_error_clear();
+	apf_error_prefix(APF_EINPUT, "w");
+	assert_string_equal(apf_error_message(), "w: bad input");
 }
 
 static void exit_codes_follow_design(void **state)
@@ -349,6 +379,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(error_message_is_what_colon_why),
+		cmocka_unit_test(error_prefix_is_not_added_twice),
 		cmocka_unit_test(exit_codes_follow_design),
 		cmocka_unit_test(atomic_write_replaces_whole_file),
 		cmocka_unit_test(injected_faults_leave_old_file_and_no_temporary),
