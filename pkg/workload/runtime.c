@@ -14,6 +14,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+#include <zlib.h>
 
 /* Evaluation batch size: fixed here, not chosen by a submission, because
  * re-evaluation must reproduce the same sums bit for bit. */
@@ -91,6 +93,7 @@ struct apf_workload {
 	apf_image_dataset *ds;
 	apf_batcher *batcher;
 	int H, W, C, classes;
+	int shape_known; /* H, W, C are the dataset's, not the stand-in */
 	float smoothing;
 	float *params, *state;
 	/* private buffers, sized for `cap` examples */
@@ -169,6 +172,62 @@ static int load_dataset(apf_workload *wl, int train_fd)
 	return 0;
 }
 
+/* The input shape (H, W, C) of the dataset the spec names, from the IDX
+ * header of its training images alone, so a listing can build the model a
+ * trial trains without decompressing the data. apf_idx_read checks the
+ * whole file when a trial loads it; here only the header's shape matters.
+ * A spec that names no training images (a model-only spec, as in the
+ * tests of model keys), or whose dataset is not on this machine, has no
+ * shape to read: it keeps the 28x28x1 stand-in, shape_known stays 0, and
+ * the net is only good for checking the model's keys. A file that is
+ * there but is not IDX images is an error. */
+static int input_shape(apf_workload *wl)
+{
+	const apf_workload_spec *w = wl->spec;
+	const char *name = apf_config_get(w->ini, "dataset", "train_images");
+	if (!name)
+		return 0;
+	char *path = apf_path_join(w->dataset_path, name);
+	if (!path)
+		return apf_error(APF_ENOMEM, w->name, "out of memory");
+	if (access(path, F_OK) != 0 && errno == ENOENT) {
+		free(path);
+		return 0;
+	}
+	int rc = 0;
+	gzFile f = gzopen(path, "rb");
+	uint8_t head[16];
+	if (!f)
+		rc = apf_error_errno(APF_EINPUT, errno ? errno : ENOENT, path,
+				     "cannot open");
+	else if (gzread(f, head, sizeof head) != (int)sizeof head)
+		rc = apf_error(APF_EINPUT, path,
+			       "truncated or corrupt: no IDX header");
+	else if (head[0] || head[1] || head[2] != 0x08 || head[3] != 3)
+		rc = apf_error(APF_EINPUT, path,
+			       "expected IDX images (unsigned bytes, N x rows "
+			       "x cols), got magic %02x %02x %02x %02x",
+			       head[0], head[1], head[2], head[3]);
+	if (!rc) {
+		uint32_t d[3];
+		for (int i = 0; i < 3; i++)
+			d[i] = (uint32_t)head[4 + 4 * i] << 24 |
+			       (uint32_t)head[5 + 4 * i] << 16 |
+			       (uint32_t)head[6 + 4 * i] << 8 | head[7 + 4 * i];
+		if (d[1] == 0 || d[2] == 0 || d[1] > 65536 || d[2] > 65536)
+			rc = apf_error(APF_EINPUT, path,
+				       "images of %ux%u pixels", d[1], d[2]);
+		else {
+			wl->H = (int)d[1], wl->W = (int)d[2], wl->C = 1;
+			wl->shape_known = 1;
+		}
+	}
+	if (f)
+		gzclose(f);
+	free(path);
+	return rc ? apf_error_prefix(rc, w->name) : 0;
+}
+
 static int reserve(apf_workload *wl, int B)
 {
 	if (B <= wl->cap)
@@ -237,18 +296,22 @@ static int open_workload(apf_workload **out, const apf_workload_spec *spec,
 	wl->be = be;
 	wl->key = key ? *key : (apf_trial_key){0};
 	wl->variant = apf_strdup(variant ? variant : "base");
-	/* Fashion-MNIST's shape stands in when the data is not loaded, so a
-	 * listing can describe the model without reading the dataset. */
+	/* Without the data, the shape comes from the images' header
+	 * (input_shape); the 28x28x1 stand-in stays only where there are no
+	 * images to read it from, and shape_known says so. */
 	wl->H = 28, wl->W = 28, wl->C = 1, wl->classes = 10;
 	long classes = 10;
 	rc = wl->variant ? 0 : apf_error(APF_ENOMEM, spec->name, "out of memory");
 	if (!rc)
 		rc = apf_config_opt_long(spec->ini, "dataset", "classes", &classes);
 	wl->classes = (int)classes;
+	if (!rc && (flags & APF_WORKLOAD_NO_DATA))
+		rc = input_shape(wl);
 	if (!rc && !(flags & APF_WORKLOAD_NO_DATA)) {
 		rc = load_dataset(wl, train_fd);
 		if (!rc) {
 			wl->H = wl->ds->H, wl->W = wl->ds->W, wl->C = wl->ds->C;
+			wl->shape_known = 1;
 			wl->classes = wl->ds->classes;
 			apf_rng_key k = {wl->key.seed, wl->key.study,
 					 wl->key.trial, APF_RNG_SHUFFLE};
@@ -332,6 +395,11 @@ const apf_image_dataset *apf_workload_dataset(const apf_workload *wl)
 const char *apf_workload_variant_name(const apf_workload *wl)
 {
 	return wl->variant;
+}
+
+int apf_workload_shape_known(const apf_workload *wl)
+{
+	return wl->shape_known;
 }
 
 int apf_workload_bind(apf_workload *wl, float *params, float *state)

@@ -1,6 +1,6 @@
 /*
- * workload: the workload specification (workloads/<name>/workload.ini,
- * DESIGN.md section 5) and where workloads and their datasets are found.
+ * workload: the workload specification (workloads/<name>/workload.ini) and
+ * where workloads and their datasets are found.
  *
  * workload.ini:
  *
@@ -136,7 +136,12 @@ typedef struct apf_trial_key {
 	uint32_t study, trial;
 } apf_trial_key;
 
-enum { APF_WORKLOAD_NO_DATA = 1 }; /* open flags: model only (listing) */
+/* Open flags. NO_DATA: the model only (a listing): its input shape is read
+ * from the header of the training images' IDX file, never the data. A spec
+ * that names no image files, or whose images are not on this machine, is
+ * built for a 28x28x1 stand-in, only so that its model keys are checked
+ * (apf_workload_shape_known says which). */
+enum { APF_WORKLOAD_NO_DATA = 1 };
 
 int apf_workload_open(apf_workload **out, const apf_workload_spec *spec,
 		      const char *variant, apf_backend *be,
@@ -153,6 +158,10 @@ apf_net *apf_workload_net(apf_workload *wl);
 apf_backend *apf_workload_backend(apf_workload *wl);
 const apf_image_dataset *apf_workload_dataset(const apf_workload *wl);
 const char *apf_workload_variant_name(const apf_workload *wl);
+/* 0 only when opened with NO_DATA and no training images gave the input
+ * shape (none named, or none on this machine): the net was built for the
+ * 28x28x1 stand-in, so its size is not that of the model a trial trains. */
+int apf_workload_shape_known(const apf_workload *wl);
 
 /* Binds parameters and model state (backend memory of the net's
  * param_floats and state_floats floats) and initialises them from the

@@ -6,6 +6,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "workload/workload.h"
 
@@ -117,6 +118,132 @@ static void finds_workloads_through_environment(void **state)
 	free(root);
 }
 
+static size_t numel_sum(apf_workload *wl)
+{
+	apf_net *net = apf_workload_net(wl);
+	size_t n = 0;
+	for (size_t i = 0; i < apf_net_nparams(net); i++)
+		n += apf_net_param(net, i)->numel;
+	return n;
+}
+
+/* The parameter count a listing shows (the model opened without data)
+ * against the length of the parameter vector of the model opened on its
+ * dataset, as a trial opens it. Returns the listing's count. */
+static size_t listed_equals_trained(const char *dir, const char *variant)
+{
+	apf_workload_spec *w;
+	assert_apf_ok(apf_workload_spec_load_dir(&w, dir));
+	apf_backend *be;
+	assert_apf_ok(apf_backend_cpu_new(&be, 1));
+	apf_workload *listed, *trained;
+	assert_apf_ok(apf_workload_open(&listed, w, variant, be, NULL,
+					APF_WORKLOAD_NO_DATA));
+	assert_true(apf_workload_shape_known(listed));
+	assert_apf_ok(apf_workload_open(&trained, w, variant, be, NULL, 0));
+	assert_true(apf_workload_shape_known(trained));
+	size_t n = numel_sum(listed);
+	assert_int_equal(n, numel_sum(trained));
+	assert_int_equal(apf_net_param_floats(apf_workload_net(listed)),
+			 apf_net_param_floats(apf_workload_net(trained)));
+	apf_workload_close(listed);
+	apf_workload_close(trained);
+	apf_backend_free(be);
+	apf_workload_spec_free(w);
+	return n;
+}
+
+static void listing_counts_blobs_mlp_on_its_8x8_inputs(void **state)
+{
+	(void)state;
+	char *dir = apf_path_join(testlib_root(),
+				  "tests/data/workloads/blobs_mlp");
+	/* 64-32-10 with biases, not 784 inputs */
+	assert_int_equal(listed_equals_trained(dir, "base"),
+			 64 * 32 + 32 + 32 * 10 + 10);
+	assert_int_equal(listed_equals_trained(dir, "gelu"), 2410);
+	free(dir);
+}
+
+static void listing_counts_fashion_mnist_models_as_trained(void **state)
+{
+	(void)state;
+	char *mlp = apf_path_join(testlib_root(), "workloads/fmnist_mlp");
+	char *cnn = apf_path_join(testlib_root(), "workloads/fmnist_cnn");
+	apf_workload_spec *w;
+	assert_apf_ok(apf_workload_spec_load_dir(&w, mlp));
+	char *images = apf_path_join(w->dataset_path,
+				     "train-images-idx3-ubyte.gz");
+	int have = access(images, R_OK) == 0;
+	free(images);
+	apf_workload_spec_free(w);
+	if (!have) {
+		free(mlp);
+		free(cnn);
+		SKIP_BECAUSE("Fashion-MNIST not found (the Debian package "
+			     "dataset-fashion-mnist; make deps installs it)");
+	}
+	assert_int_equal(listed_equals_trained(mlp, "base"),
+			 784 * 1024 + 1024 + 1024 * 1024 + 1024 + 1024 * 10 +
+				 10);
+	assert_int_equal(listed_equals_trained(mlp, "narrow"),
+			 784 * 256 + 256 + 256 * 256 + 256 + 256 * 10 + 10);
+	assert_true(listed_equals_trained(cnn, "base") > 0);
+	assert_true(listed_equals_trained(cnn, "wide") >
+		    listed_equals_trained(cnn, "base"));
+	free(mlp);
+	free(cnn);
+}
+
+/* A spec whose training images are not there (not named, not installed)
+ * still opens for a listing, saying its shape is not known; one whose
+ * images file is not IDX images is refused naming the file. */
+static void listing_without_images_says_the_shape_is_unknown(void **state)
+{
+	(void)state;
+	const char *texts[] = {
+		"[workload]\nname = w\nmodel = mlp\nloss = cross_entropy\n"
+		"metric = accuracy\ndirection = max\nvalidation_target = 0.9\n"
+		"test_target = 0.89\n[dataset]\nname = d\npath = data\n"
+		"[model]\nhidden = 4\n"
+		"[budget.cpu]\nmax_runtime_s = 60\neval_period_s = 5\n",
+		"[workload]\nname = w\nmodel = mlp\nloss = cross_entropy\n"
+		"metric = accuracy\ndirection = max\nvalidation_target = 0.9\n"
+		"test_target = 0.89\n[dataset]\nname = d\npath = data\n"
+		"train_images = train.gz\n[model]\nhidden = 4\n"
+		"[budget.cpu]\nmax_runtime_s = 60\neval_period_s = 5\n",
+	};
+	char *root = testlib_tmpdir();
+	apf_backend *be;
+	assert_apf_ok(apf_backend_cpu_new(&be, 1));
+	for (int i = 0; i < 2; i++) {
+		testlib_write_str(root, "w/workload.ini", texts[i]);
+		char *dir = apf_path_join(root, "w");
+		apf_workload_spec *w;
+		assert_apf_ok(apf_workload_spec_load_dir(&w, dir));
+		apf_workload *wl;
+		assert_apf_ok(apf_workload_open(&wl, w, "base", be, NULL,
+						APF_WORKLOAD_NO_DATA));
+		assert_false(apf_workload_shape_known(wl));
+		apf_workload_close(wl);
+		if (i == 1) {
+			testlib_write_str(root, "w/data/train.gz", "not idx");
+			assert_int_equal(apf_workload_open(&wl, w, "base", be,
+							   NULL,
+							   APF_WORKLOAD_NO_DATA),
+					 APF_EINPUT);
+			assert_non_null(
+				strstr(apf_error_message(), "data/train.gz: "));
+			assert_int_equal(strncmp(apf_error_message(), "w: ", 3),
+					 0);
+		}
+		apf_workload_spec_free(w);
+		free(dir);
+	}
+	apf_backend_free(be);
+	testlib_tmpdir_free(root);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -124,6 +251,9 @@ int main(void)
 		cmocka_unit_test(refuses_typos_with_line_numbers),
 		cmocka_unit_test(name_must_match_directory),
 		cmocka_unit_test(finds_workloads_through_environment),
+		cmocka_unit_test(listing_counts_blobs_mlp_on_its_8x8_inputs),
+		cmocka_unit_test(listing_counts_fashion_mnist_models_as_trained),
+		cmocka_unit_test(listing_without_images_says_the_shape_is_unknown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
