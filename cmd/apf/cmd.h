@@ -33,13 +33,24 @@ struct apf_opt {
 };
 
 /* How a command is called: "pack SUBMISSION_DIR -w WORKLOAD[,...] ...",
- * a one-line summary, and optional paragraphs printed after the options. */
+ * a one-line summary, optional paragraphs printed after the options, and
+ * examples: command lines, one a line, that work as written on the
+ * README's demo files, printed last under "examples:".
+ *
+ * The synopsis is one line of words; opts.c wraps it for --help and prints
+ * it whole in usage errors (a newline or a run of spaces in it is read as
+ * one space, so no message shows the wrapping). */
 struct apf_usage {
 	const char *synopsis;
 	const char *summary;
 	const char *details;
 	int min_args, max_args; /* positional arguments; max -1 = unbounded */
+	const char *examples;   /* NULL: none */
 };
+/* Commands whose usage was written before `examples` existed initialise
+ * it positionally and leave it out (it is NULL then), which
+ * -Wmissing-field-initializers would refuse in every file of cmd/. */
+#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
 
 /* Parses argv[1..] (argv[0] is the command name). Positional arguments are
  * compacted into argv[1..*nargs]. Returns 0 to go on, 1 when --help was

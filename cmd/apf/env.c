@@ -1,7 +1,7 @@
 /*
  * env.c: `apf env [--json]`: the environment record of this machine
- * (DESIGN.md 3.4), the one `apf pack` signs into a manifest and `apf run`
- * compares against it.
+ * (README.md, Packing), the one `apf pack` signs into a manifest and
+ * `apf run` compares against it.
  */
 #include "cmd.h"
 
@@ -61,7 +61,9 @@ int cmd_env(int argc, char **argv)
 		"`apf pack` signs this record into the manifest; `apf run` "
 		"compares it with the\nmanifest's and refuses to run on a "
 		"different machine unless --allow-env-drift.",
-		0, 0};
+		0, 0,
+		"apf env\n"
+		"apf env --json"};
 	int nargs, rc = cmd_start("env", &usage, opts, argc, argv, &nargs);
 	if (rc >= 0)
 		return rc;

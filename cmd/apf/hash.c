@@ -1,7 +1,8 @@
 /*
  * hash.c: `apf hash [--list] DIR|FILE`: the tree digest of a directory
- * (DESIGN.md 3.3) or the SHA-256 of a file, printed as sha256sum does, so
- * `apf hash --list DIR | sha256sum` prints the same digest as `apf hash DIR`.
+ * (README.md, Formats) or the SHA-256 of a file, printed as sha256sum
+ * does, so `apf hash --list DIR | sha256sum` prints the same digest as
+ * `apf hash DIR`.
  */
 #include "cmd.h"
 
@@ -29,7 +30,10 @@ int cmd_hash(int argc, char **argv)
 		"Anything named .git is left out; fifos, sockets, devices and "
 		"paths that are\nnot UTF-8 are refused. "
 		"`apf hash --list DIR | sha256sum` recomputes the digest.",
-		1, 1};
+		1, 1,
+		"apf hash submissions/baselines/nadamw\n"
+		"apf hash --list submissions/baselines/nadamw | sha256sum\n"
+		"apf hash nadamw.apf"};
 	int nargs, rc = cmd_start("hash", &usage, opts, argc, argv, &nargs);
 	if (rc >= 0)
 		return rc;

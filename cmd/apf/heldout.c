@@ -1,9 +1,9 @@
 /*
  * heldout.c: `apf heldout draw ENTRY.apf ... [--seed N] [--json] [-o FILE]`
  * and `apf heldout verify DRAW.json ENTRY.apf ...`: the held-out variant
- * draw of DESIGN.md section 8, and its recomputation for the verifier's
- * held-out check (section 7, check 6). The method itself is defined in
- * pkg/heldout/heldout.h and repeated in the help below.
+ * draw, and its recomputation (as the verifier's check 6 does it for a
+ * run). The method itself is defined in pkg/heldout/heldout.h and repeated
+ * in the help below.
  *
  * Every entry is fully verified (signature by a trusted key, contents
  * against the manifest) before its manifest digest is used: the seed is
@@ -133,7 +133,10 @@ static int heldout_draw(int argc, char **argv)
 		"knows the draw before the entries\nare sealed and anyone can "
 		"recompute it (`apf heldout verify`). The draw\nfile is what "
 		"`apf score --heldout` reads.",
-		method_help, 1, -1};
+		method_help, 1, -1,
+		"apf heldout draw nadamw.apf\n"
+		"apf heldout draw nadamw.apf -o draw.json\n"
+		"apf heldout draw nadamw.apf --seed 7 --json"};
 	int nargs, rc = cmd_start("heldout draw", &usage, opts, argc, argv,
 				  &nargs);
 	if (rc >= 0)
@@ -204,7 +207,8 @@ static int heldout_verify(int argc, char **argv)
 		"Exit 0: the file is the draw of these entries. 1: it is not; "
 		"the message names\nthe first difference. 2: unreadable or "
 		"malformed input.",
-		2, -1};
+		2, -1,
+		"apf heldout verify draw.json nadamw.apf"};
 	int nargs, rc = cmd_start("heldout verify", &usage, opts, argc, argv,
 				  &nargs);
 	if (rc >= 0)
@@ -252,7 +256,10 @@ static void print_help(FILE *f)
 		   "The verifiable held-out variant draw: one variant per base "
 		   "workload, seeded by\nthe entries' signed manifests. "
 		   "'apf heldout draw --help' and 'apf heldout\nverify --help' "
-		   "describe each.\n\n%s\n",
+		   "describe each.\n\n%s\n\n"
+		   "examples:\n"
+		   "  apf heldout draw nadamw.apf -o draw.json\n"
+		   "  apf heldout verify draw.json nadamw.apf\n",
 		method_help);
 }
 

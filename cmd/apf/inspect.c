@@ -91,7 +91,9 @@ int cmd_inspect(int argc, char **argv)
 		"and whether a trusted key signed it.",
 		"inspect reads the manifest only; `apf verify` checks the files "
 		"against it.",
-		1, 1};
+		1, 1,
+		"apf inspect nadamw.apf\n"
+		"apf inspect nadamw.apf --json"};
 	int nargs, rc = cmd_start("inspect", &usage, opts, argc, argv, &nargs);
 	if (rc >= 0)
 		return rc;

@@ -29,7 +29,9 @@ int cmd_keygen(int argc, char **argv)
 		"Without -o the pair is $APF_HOME/keys/default.{key,pub}.pem "
 		"($APF_HOME defaults\nto ~/.config/apf). Existing key files are "
 		"never overwritten.",
-		0, 0};
+		0, 0,
+		"apf keygen\n"
+		"apf keygen -o runner --no-trust"};
 	int nargs, rc = cmd_start("keygen", &usage, opts, argc, argv, &nargs);
 	if (rc >= 0)
 		return rc;

@@ -11,29 +11,130 @@
 #include <string.h>
 #include <unistd.h>
 
+#define USAGE_WIDTH 79
+#define USAGE_PREFIX "usage: apf "
+
+/* The synopsis as one line: each run of spaces and newlines is one space,
+ * none at either end. */
+static void synopsis_flat(char *out, size_t size, const char *syn)
+{
+	size_t n = 0;
+	int space = 0;
+	for (const char *p = syn ? syn : ""; *p && n + 1 < size; p++) {
+		if (*p == ' ' || *p == '\n' || *p == '\t') {
+			space = n > 0;
+			continue;
+		}
+		if (space && n + 2 < size)
+			out[n++] = ' ';
+		space = 0;
+		out[n++] = *p;
+	}
+	out[n] = 0;
+}
+
+/* "usage: apf <synopsis>", wrapped at USAGE_WIDTH between words outside
+ * brackets ("[--replay N|all [--seed S]]" stays whole), each continuation
+ * indented under the command name. */
+static void print_synopsis(FILE *f, const char *synopsis)
+{
+	char flat[1024];
+	synopsis_flat(flat, sizeof flat, synopsis);
+	const size_t indent = strlen(USAGE_PREFIX);
+	size_t col = indent;
+	fputs(USAGE_PREFIX, f);
+	const char *p = flat;
+	int first = 1;
+	while (*p) {
+		/* One word: up to a space outside brackets. */
+		const char *end = p;
+		int depth = 0;
+		while (*end && !(*end == ' ' && depth == 0)) {
+			depth += *end == '[' ? 1 : *end == ']' ? -1 : 0;
+			end++;
+		}
+		size_t len = (size_t)(end - p);
+		if (!first && col + 1 + len > USAGE_WIDTH) {
+			fprintf(f, "\n%*s", (int)indent, "");
+			col = indent;
+		} else if (!first) {
+			fputc(' ', f);
+			col++;
+		}
+		fwrite(p, 1, len, f);
+		col += len;
+		first = 0;
+		p = *end ? end + 1 : end;
+	}
+	fputc('\n', f);
+}
+
+/* Each line of text, indented by two spaces. */
+static void print_indented(FILE *f, const char *text)
+{
+	for (const char *p = text; *p;) {
+		const char *nl = strchr(p, '\n');
+		size_t len = nl ? (size_t)(nl - p) : strlen(p);
+		if (len)
+			fprintf(f, "  %.*s\n", (int)len, p);
+		else
+			fputc('\n', f);
+		p += len + (nl ? 1 : 0);
+	}
+}
+
+/* "  -w, --workloads W   help text", the help wrapped at USAGE_WIDTH
+ * between words, continuations under the help's first column. */
+static void print_option(FILE *f, const char *left, const char *help)
+{
+	int col = fprintf(f, "  %-26s", left);
+	const int indent = 29;
+	const char *p = help ? help : "";
+	while (*p) {
+		while (*p == ' ')
+			p++;
+		size_t len = strcspn(p, " ");
+		if (!len)
+			break;
+		if (col > indent && col + 1 + (int)len > USAGE_WIDTH) {
+			col = fprintf(f, "\n%*s", indent, "") - 1;
+		} else {
+			fputc(' ', f);
+			col++;
+		}
+		fwrite(p, 1, len, f);
+		col += (int)len;
+		p += len;
+	}
+	fputc('\n', f);
+}
+
 void opts_print_usage(FILE *f, const char *cmd, const struct apf_usage *usage,
 		      const struct apf_opt *opts)
 {
 	(void)cmd;
-	fprintf(f, "usage: apf %s\n\n%s\n", usage->synopsis, usage->summary);
-	if (opts && opts[0].name) {
-		fprintf(f, "\noptions:\n");
-		for (const struct apf_opt *o = opts; o->name; o++) {
-			char left[64];
-			if (o->short_name)
-				snprintf(left, sizeof left, "-%c, --%s%s%s",
-					 o->short_name, o->name,
-					 o->arg ? " " : "", o->arg ? o->arg : "");
-			else
-				snprintf(left, sizeof left, "    --%s%s%s",
-					 o->name, o->arg ? " " : "",
-					 o->arg ? o->arg : "");
-			fprintf(f, "  %-26s %s\n", left, o->help);
-		}
+	print_synopsis(f, usage->synopsis);
+	fprintf(f, "\n%s\n", usage->summary);
+	/* Every command takes -h, so there is always an options list. */
+	fprintf(f, "\noptions:\n");
+	for (const struct apf_opt *o = opts; o && o->name; o++) {
+		char left[64];
+		if (o->short_name)
+			snprintf(left, sizeof left, "-%c, --%s%s%s",
+				 o->short_name, o->name, o->arg ? " " : "",
+				 o->arg ? o->arg : "");
+		else
+			snprintf(left, sizeof left, "    --%s%s%s", o->name,
+				 o->arg ? " " : "", o->arg ? o->arg : "");
+		print_option(f, left, o->help);
 	}
-	fprintf(f, "  %-26s %s\n", "-h, --help", "show this help");
+	print_option(f, "-h, --help", "show this help");
 	if (usage->details)
 		fprintf(f, "\n%s\n", usage->details);
+	if (usage->examples && *usage->examples) {
+		fprintf(f, "\nexamples:\n");
+		print_indented(f, usage->examples);
+	}
 }
 
 static const struct apf_opt *find_long(const struct apf_opt *opts,
@@ -138,14 +239,15 @@ int opts_parse(const char *cmd, const struct apf_usage *usage,
 			return rc;
 	}
 	*nargs = npos;
+	char flat[1024];
+	synopsis_flat(flat, sizeof flat, usage->synopsis);
 	if (npos < usage->min_args)
 		return apf_error(APF_EUSAGE, cmd,
-				 "missing argument (usage: apf %s)",
-				 usage->synopsis);
+				 "missing argument (usage: apf %s)", flat);
 	if (usage->max_args >= 0 && npos > usage->max_args)
 		return apf_error(APF_EUSAGE, cmd,
 				 "unexpected argument '%s' (usage: apf %s)",
-				 argv[1 + usage->max_args], usage->synopsis);
+				 argv[1 + usage->max_args], flat);
 	return 0;
 }
 

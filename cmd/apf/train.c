@@ -88,7 +88,9 @@ int cmd_train(int argc, char **argv)
 		"A development tool for smoke tests and provisional targets: "
 		"no entry, sandbox\nor signed log (that is `apf run`). Runs are "
 		"bit-for-bit reproducible for a seed\nand thread count.",
-		1, 1};
+		1, 1,
+		"apf train fmnist_mlp --steps 200 --eval-every 100\n"
+		"apf train fmnist_mlp --variant narrow --steps 100 --json"};
 	int nargs, rc = cmd_start("train", &usage, opts, argc, argv, &nargs);
 	if (rc >= 0)
 		return rc;

@@ -5,9 +5,11 @@
  * names it), 2 not an entry / truncated / unreadable.
  *
  * `apf verify RUN_DIR [--key PUB.pem] [--entry-key PUB.pem] [--json]`: a
- * run directory, by the checks of DESIGN.md 7 (verify/verify.h). --key is
- * the runner's key, --entry-key the submitter's. Exit 3 when everything
- * verifies but the log has no run_end (the run stopped abnormally).
+ * run directory (one with run.json), by checks 1 to 6 of verify/verify.h.
+ * --key is the runner's key, --entry-key the submitter's. Exit 3 when
+ * everything verifies but the log has no run_end (the run stopped
+ * abnormally). A directory without run.json is refused before any check,
+ * so its message is not check 1's about a missing entry.apf.
  */
 #include "cmd.h"
 
@@ -146,6 +148,24 @@ static void audit_progress(void *user, const char *what)
 	progress_show("%s", what);
 }
 
+/* A run directory is one with run.json (README.md, Formats): anything
+ * else is refused by name here, not reported as check 1's missing
+ * entry.apf. A run.json that exists but cannot be read, or is not a
+ * regular file, is left to the checks, which say why. */
+static int check_run_dir(const char *dir)
+{
+	char *p = apf_path_join(dir, "run.json");
+	if (!p)
+		return apf_error(APF_ENOMEM, "verify", "out of memory");
+	struct stat st;
+	int absent = lstat(p, &st) != 0 && (errno == ENOENT || errno == ENOTDIR);
+	free(p);
+	if (absent)
+		return apf_error(APF_EINPUT, "verify",
+				 "%s: not a run directory (no run.json)", dir);
+	return 0;
+}
+
 static int verify_run(const char *dir, const char *key_path,
 		      const char *entry_key, int as_json, int reeval,
 		      long replay, long top, double tolerance, long seed)
@@ -231,40 +251,52 @@ int cmd_verify(int argc, char **argv)
 	};
 	const struct apf_usage usage = {
 		"verify ENTRY.apf|RUN_DIR [--key PUB.pem] [--entry-key PUB.pem] "
-		"[--json]\n           [--reeval] [--replay N|all [--seed S]] "
-		"[--replay-top Q]\n           [--timing-tolerance R]",
+		"[--json] [--reeval] [--replay N|all [--seed S]] "
+		"[--replay-top Q] [--timing-tolerance R]",
 		"Verify an entry: the archive's integrity, the manifest's "
 		"signature by a trusted\nkey, the manifest's schema, and every "
 		"file against the manifest (type, mode,\nsize, SHA-256; nothing "
 		"extra, nothing missing).\n\n"
-		"Verify a run directory (DESIGN.md 7): 1 its entry; 2 the log's "
-		"chain, the runner's\nsignature over its last line, run.json "
-		"bound to the entry, the trials' parameters\nthose of the "
-		"entry's plan and workload specs; 3 the accumulated times, eval\n"
-		"cadence, budget, target flags, stops and time-to-target, "
-		"recomputed from the\nsupervisor's timestamps, and the CSVs; 4 "
-		"the checkpoint digests (with --reeval,\nevery checkpoint "
-		"re-evaluated in a clean process, its metrics equal to the\n"
-		"log's bit for bit, and the initial state, checkpoint 0, equal to the\n"
-		"workload's initialisation for the seed); 5 eval intervals "
-		"re-executed from\ntheir checkpoint in the sandbox, the first "
-		"from checkpoint 0, each ending in the\nnext checkpoint bit for "
-		"bit; 6 the held-out draw recomputed from its seed.\n\n"
+		"Verify a run directory (what `apf run` writes: run.json, "
+		"entry.apf, log.jsonl,\nlog.dsse.json and the units' "
+		"directories) in six checks: 1 its entry; 2 the\nlog's chain, "
+		"the runner's signature over its last line, run.json bound to "
+		"the\nentry, the trials' parameters those of the entry's plan "
+		"and workload specs;\n3 the accumulated times, eval cadence, "
+		"budget, target flags, stops and\ntime-to-target, recomputed "
+		"from the supervisor's timestamps, and the CSVs; 4 the\n"
+		"checkpoint digests (with --reeval, every checkpoint "
+		"re-evaluated in a clean\nprocess, its metrics equal to the "
+		"log's bit for bit, and the initial state,\ncheckpoint 0, equal "
+		"to the workload's initialisation for the seed); 5 eval\n"
+		"intervals re-executed from their checkpoint in the sandbox, the "
+		"first from\ncheckpoint 0, each ending in the next checkpoint "
+		"bit for bit; 6 the held-out\ndraw recomputed from its seed.\n\n"
 		"Which intervals check 5 replays: --replay N picks N by a "
 		"printed seed, so an\noperator cannot know which will be "
 		"checked (a forged trajectory survives only\nwhere it is not "
 		"looked at); --replay-top Q takes the Q intervals whose\n"
 		"parameters changed most between checkpoints (large updates are "
 		"where a forged\ntrajectory is cheapest to hide, as "
-		"Proof-of-Learning verifiers argue); --replay all\nreplays every "
-		"interval (state kept outside the slots, or any other\n"
+		"Proof-of-Learning verifiers argue);\n--replay all replays every "
+		"interval (state kept outside the slots, or any\nother "
 		"divergence, anywhere). Both options may be given; a run with "
-		"nothing to replay\nreports check 5 as skipped, never passed. Each replay is timed as the runner\ntimes a trial; with --timing-tolerance R an interval whose claimed submission\ntime is under 1/R of its replayed time fails (an operator who under-reported),\ncompared only where this CPU model is the run's.",
+		"nothing to\nreplay reports check 5 as skipped, never passed. "
+		"Each replay is timed as the\nrunner times a trial; with "
+		"--timing-tolerance R an interval whose claimed\nsubmission "
+		"time is under 1/R of its replayed time fails (an operator who\n"
+		"under-reported), compared only where this CPU model is the "
+		"run's.",
 		"Exit 0: verified. 1: a check failed; the message names the "
 		"check, file and\nrecord. 2: not an entry or run directory, "
 		"truncated, or unreadable. 3: a run\nthat verifies but stopped "
-		"abnormally (its log has no run_end).",
-		1, 1};
+		"abnormally (its log has no run_end).\n\nREADME.md (Verifying "
+		"a run) and `man apf-verify` say more.",
+		1, 1,
+		"apf verify nadamw.apf\n"
+		"apf verify nadamw.apf --json\n"
+		"apf verify nadamw.run\n"
+		"apf verify nadamw.run --reeval --replay 1"};
 	int nargs, rc = cmd_start("verify", &usage, opts, argc, argv, &nargs);
 	if (rc >= 0)
 		return rc;
@@ -296,9 +328,12 @@ int cmd_verify(int argc, char **argv)
 			  "--seed 0 to 2^32-1");
 		return cmd_fail(APF_EUSAGE);
 	}
-	if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
+	if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+		if ((rc = check_run_dir(path)))
+			return cmd_fail(rc);
 		return verify_run(path, key_path, entry_key, as_json, reeval,
 				  replay, top, tolerance, seed);
+	}
 	if (entry_key) {
 		apf_error(APF_EUSAGE, "verify",
 			  "--entry-key is for run directories (an entry's "

@@ -4,7 +4,8 @@
  * hardware class, dataset and model size. Each model is built (without its
  * data) so the parameter count shown is the one a trial trains, and a
  * workload whose model code refuses its keys is reported as an error here,
- * before anyone packs an entry against it.
+ * before anyone packs an entry against it. One workload that cannot be
+ * described is one error line; the others are still listed (exit 2).
  */
 #include "cmd.h"
 
@@ -18,6 +19,8 @@
 struct info {
 	apf_workload_spec *spec;
 	size_t params[64]; /* base, then each variant (first 63) */
+	int counted;       /* the input shape was the dataset's: params are real */
+	char *error;       /* why it cannot be listed; NULL when it can */
 };
 
 static size_t count_params(apf_net *net)
@@ -42,6 +45,7 @@ static int describe(struct info *in, const char *name, apf_backend *be)
 		if (rc)
 			break;
 		in->params[v] = count_params(apf_workload_net(wl));
+		in->counted = apf_workload_shape_known(wl);
 		apf_workload_close(wl);
 	}
 	return rc;
@@ -71,8 +75,12 @@ static void print_text(const struct info *in)
 	printf("%s\n", w->name);
 	if (w->description)
 		printf("  %s\n", w->description);
-	printf("  model %s, %zu parameters; metric %s (%s is better)\n",
-	       w->model, in->params[0], w->metric,
+	if (in->counted)
+		printf("  model %s, %zu parameters", w->model, in->params[0]);
+	else
+		printf("  model %s, parameters not counted (no training "
+		       "images here to take the input shape from)", w->model);
+	printf("; metric %s (%s is better)\n", w->metric,
 	       w->direction > 0 ? "higher" : "lower");
 	printf("  targets%s: validation %g, test %g\n",
 	       w->targets_provisional ? " (provisional)" : "",
@@ -90,9 +98,11 @@ static void print_text(const struct info *in)
 		const struct apf_workload_variant *var = &w->variants[v];
 		apf_buf b = {0};
 		overrides(w, var->name, &b);
-		printf("    %-12s %s; %zu parameters; targets %g / %g\n",
-		       var->name, b.data ? b.data : "", v < 63 ? in->params[v + 1] : 0,
-		       var->validation_target, var->test_target);
+		printf("    %-12s %s; ", var->name, b.data ? b.data : "");
+		if (in->counted)
+			printf("%zu parameters; ", v < 63 ? in->params[v + 1] : 0);
+		printf("targets %g / %g\n", var->validation_target,
+		       var->test_target);
 		apf_buf_free(&b);
 	}
 }
@@ -103,6 +113,15 @@ static json_t *budget_json(const struct apf_budget *b)
 		return json_null();
 	return json_pack("{s:f, s:f}", "max_runtime_s", b->max_runtime_s,
 			 "eval_period_s", b->eval_period_s);
+}
+
+/* The count of model v (0 base, then the variants), null when not known
+ * (no training images to take the shape from, or past the 63rd variant). */
+static json_t *params_json(const struct info *in, size_t v)
+{
+	if (!in->counted || v >= 64)
+		return json_null();
+	return json_integer((json_int_t)in->params[v]);
 }
 
 static json_t *to_json(const struct info *in)
@@ -127,26 +146,54 @@ static json_t *to_json(const struct info *in)
 								   key)));
 		}
 		json_array_append_new(
-			vars, json_pack("{s:s, s:o, s:I, s:f, s:f}", "name",
+			vars, json_pack("{s:s, s:o, s:o, s:f, s:f}", "name",
 					var->name, "overrides", ov, "parameters",
-					(json_int_t)(v < 63 ? in->params[v + 1] : 0),
+					params_json(in, v < 63 ? v + 1 : 64),
 					"validation_target",
 					var->validation_target, "test_target",
 					var->test_target));
 	}
 	return json_pack(
-		"{s:s, s:s?, s:s, s:s, s:s, s:s, s:f, s:f, s:s, s:I, s:I,"
+		"{s:s, s:s?, s:s, s:s, s:s, s:s, s:f, s:f, s:s, s:I, s:o,"
 		" s:{s:s, s:s, s:s?}, s:{s:o, s:o}, s:o}",
 		"name", w->name, "description", w->description, "model",
 		w->model, "loss", w->loss, "metric", w->metric, "direction",
 		w->direction > 0 ? "max" : "min", "validation_target",
 		w->validation_target, "test_target", w->test_target, "targets",
 		w->targets_provisional ? "provisional" : "derived", "max_steps",
-		(json_int_t)w->max_steps, "parameters",
-		(json_int_t)in->params[0], "dataset", "name", w->dataset_name,
+		(json_int_t)w->max_steps, "parameters", params_json(in, 0),
+		"dataset", "name", w->dataset_name,
 		"path", w->dataset_path, "digest", w->dataset_digest, "budget",
 		"cpu", budget_json(&w->cpu), "gpu", budget_json(&w->gpu),
 		"variants", vars);
+}
+
+/* Prints the workloads that could be described, as text or JSON. */
+static int print_all(const struct info *infos, size_t n, int as_json)
+{
+	if (as_json) {
+		json_t *arr = json_array();
+		for (size_t i = 0; i < n; i++)
+			if (!infos[i].error)
+				json_array_append_new(arr, to_json(&infos[i]));
+		json_t *doc = json_pack("{s:o}", "workloads", arr);
+		char *s = json_dumps(doc, JSON_INDENT(2) | JSON_REAL_PRECISION(12));
+		json_decref(doc);
+		if (!s)
+			return apf_error(APF_ENOMEM, "workloads", "out of memory");
+		printf("%s\n", s);
+		free(s);
+		return 0;
+	}
+	int shown = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (infos[i].error)
+			continue;
+		if (shown++)
+			printf("\n");
+		print_text(&infos[i]);
+	}
+	return 0;
 }
 
 int cmd_workloads(int argc, char **argv)
@@ -162,11 +209,20 @@ int cmd_workloads(int argc, char **argv)
 		"List the workloads (or one): variants, validation and test "
 		"targets, runtime\nbudgets and eval periods per hardware class, "
 		"dataset and model size.",
-		"Workloads are read from $APF_WORKLOADS_DIR, else the installed "
-		"share/apf/workloads,\nelse the source tree. Targets marked "
-		"provisional are not yet derived from the\nbaselines "
-		"(DESIGN.md section 5).",
-		0, 1};
+		"Workloads are read from $APF_WORKLOADS_DIR, else the installed\n"
+		"share/apf/workloads, else the source tree. The parameter counts "
+		"are those of\nthe models a trial trains, built for the input "
+		"shape in the header of the\ndataset's training images. Targets "
+		"marked provisional are not yet derived from\nthe baselines' "
+		"tuned runs (README.md, Baselines and workloads).\n\n"
+		"A workload that cannot be read or built is one error line on "
+		"stderr; the others\nare still listed, and the exit status is "
+		"2.",
+		0, 1,
+		"apf workloads\n"
+		"apf workloads fmnist_mlp\n"
+		"apf workloads --json\n"
+		"APF_WORKLOADS_DIR=tests/data/workloads apf workloads blobs_mlp"};
 	int nargs, rc = cmd_start("workloads", &usage, opts, argc, argv, &nargs);
 	if (rc >= 0)
 		return rc;
@@ -188,42 +244,40 @@ int cmd_workloads(int argc, char **argv)
 	struct info *infos = apf_calloc(n, sizeof *infos);
 	if (!rc && !infos)
 		rc = apf_error(APF_ENOMEM, "workloads", "out of memory");
-	for (size_t i = 0; !rc && i < n; i++)
-		rc = describe(&infos[i], names[i], be);
-	if (!rc) {
-		if (as_json) {
-			json_t *arr = json_array();
-			for (size_t i = 0; i < n; i++)
-				json_array_append_new(arr, to_json(&infos[i]));
-			json_t *doc = json_pack("{s:o}", "workloads", arr);
-			char *s = json_dumps(doc, JSON_INDENT(2) | JSON_REAL_PRECISION(12));
-			if (s)
-				printf("%s\n", s);
-			else
+	/* One bad workload.ini must not hide the good ones: each failure is
+	 * kept as its own line and reported after the listing. */
+	size_t bad = 0;
+	for (size_t i = 0; !rc && i < n; i++) {
+		int wrc = describe(&infos[i], names[i], be);
+		if (wrc == APF_ENOMEM) {
+			rc = wrc;
+		} else if (wrc) {
+			char why[1024];
+			apf_error_take(why, sizeof why);
+			infos[i].error = apf_strdup(why);
+			if (!infos[i].error)
 				rc = apf_error(APF_ENOMEM, "workloads",
 					       "out of memory");
-			free(s);
-			json_decref(doc);
-		} else {
-			for (size_t i = 0; i < n; i++) {
-				if (i)
-					printf("\n");
-				print_text(&infos[i]);
-			}
-			if (n == 0)
-				fprintf(stderr, "apf: workloads: none found\n");
+			bad++;
 		}
 	}
-	for (size_t i = 0; infos && i < n; i++)
+	if (!rc && bad < n)
+		rc = print_all(infos, n, as_json);
+	if (!rc && n == 0)
+		fprintf(stderr, "apf: workloads: none found\n");
+	if (!rc && fflush(stdout) != 0)
+		rc = apf_error_errno(APF_EIO, errno, "stdout", "write");
+	for (size_t i = 0; !rc && i < n; i++)
+		if (infos[i].error)
+			fprintf(stderr, "apf: %s\n", infos[i].error);
+	for (size_t i = 0; infos && i < n; i++) {
 		apf_workload_spec_free(infos[i].spec);
+		free(infos[i].error);
+	}
 	free(infos);
 	apf_workloads_list_free(names, n);
 	apf_backend_free(be);
 	if (rc)
 		return cmd_fail(rc);
-	if (fflush(stdout) != 0) {
-		apf_error_errno(APF_EIO, errno, "stdout", "write");
-		return cmd_fail(APF_EIO);
-	}
-	return 0;
+	return bad ? apf_exit_code(APF_EINPUT) : 0;
 }

@@ -2,8 +2,10 @@
 budgets, as text and as JSON (checked against a schema), and one-line errors
 with exit 2 for a missing or broken workload."""
 import configparser
+import gzip
 import json
 import os
+import shutil
 import subprocess
 import tempfile
 import unittest
@@ -12,6 +14,7 @@ import jsonschema
 
 APF = os.environ.get("APF_BIN", "build/apf")
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TEST_WORKLOADS = os.path.join(ROOT, "tests", "data", "workloads")
 
 SCHEMA = {
     "type": "object",
@@ -109,6 +112,68 @@ class Workloads(unittest.TestCase):
             self.assertEqual(p.stdout, "")
             self.assertEqual(p.stderr.strip(),
                              "apf: bad: [model] activation: 'swish' (relu, gelu, silu, tanh)")
+
+    def test_one_bad_workload_is_one_line_and_the_others_are_listed(self):
+        with tempfile.TemporaryDirectory() as d:
+            shutil.copytree(os.path.join(TEST_WORKLOADS, "blobs_mlp"),
+                            os.path.join(d, "blobs_mlp"))
+            for name, text in (("bad", "[workload]\nname = bad\nmodle = mlp\n"),
+                               ("worse", "[workload\n")):
+                os.makedirs(os.path.join(d, name))
+                with open(os.path.join(d, name, "workload.ini"), "w") as f:
+                    f.write(text)
+            # blobs_mlp's dataset path is relative to its old directory
+            env = {"APF_WORKLOADS_DIR": d,
+                   "APF_DATASETS_DIR": os.path.join(ROOT, "tests", "data", "datasets")}
+            p = apf("workloads", env=env)
+            self.assertEqual(p.returncode, 2, p.stderr)
+            self.assertTrue(p.stdout.startswith("blobs_mlp\n"), p.stdout)
+            self.assertIn("model mlp, 2410 parameters", p.stdout)
+            errors = p.stderr.splitlines()
+            self.assertEqual(len(errors), 2, p.stderr)
+            self.assertTrue(errors[0].startswith(f"apf: {d}/bad/workload.ini: line 3: "), errors)
+            self.assertIn("modle: unknown key", errors[0])
+            self.assertTrue(errors[1].startswith(f"apf: {d}/worse/workload.ini: "), errors)
+            p = apf("workloads", "--json", env=env)
+            self.assertEqual(p.returncode, 2, p.stderr)
+            self.assertEqual([w["name"] for w in json.loads(p.stdout)["workloads"]],
+                             ["blobs_mlp"])
+            self.assertEqual(len(p.stderr.splitlines()), 2, p.stderr)
+
+    def test_blobs_mlp_counts_its_8x8_inputs(self):
+        env = {"APF_WORKLOADS_DIR": TEST_WORKLOADS}
+        p = apf("workloads", "blobs_mlp", env=env)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        # 64-32-10 with biases: the dataset's 8x8 images, not 28x28
+        self.assertIn("model mlp, 2410 parameters;", p.stdout)
+        self.assertIn("gelu         activation = gelu; 2410 parameters;", p.stdout)
+        p = apf("workloads", "blobs_mlp", "--json", env=env)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        w = json.loads(p.stdout)["workloads"][0]
+        self.assertEqual(w["parameters"], 64 * 32 + 32 + 32 * 10 + 10)
+        self.assertEqual([v["parameters"] for v in w["variants"]], [2410])
+
+    def test_a_dataset_that_is_not_here_is_listed_without_a_count(self):
+        p = apf("workloads", "fmnist_mlp", env={"APF_DATASETS_DIR": "/nonexistent"})
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("model mlp, parameters not counted (no training images here",
+                      p.stdout)
+        self.assertNotIn("1863690", p.stdout)
+        p = apf("workloads", "fmnist_mlp", "--json", env={"APF_DATASETS_DIR": "/nonexistent"})
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIsNone(json.loads(p.stdout)["workloads"][0]["parameters"])
+
+    def test_images_that_are_not_idx_are_an_error_naming_the_file(self):
+        with tempfile.TemporaryDirectory() as d:
+            os.makedirs(os.path.join(d, "fashion-mnist"))
+            bad = os.path.join(d, "fashion-mnist", "train-images-idx3-ubyte.gz")
+            with gzip.open(bad, "wb") as f:
+                f.write(b"\x00\x00\x08\x01" + b"\x00" * 12)
+            p = apf("workloads", "fmnist_mlp", env={"APF_DATASETS_DIR": d})
+            self.assertEqual(p.returncode, 2)
+            self.assertEqual(p.stdout, "")
+            self.assertTrue(p.stderr.startswith(f"apf: fmnist_mlp: {bad}: expected IDX images"),
+                            p.stderr)
 
     def test_usage_errors_exit_2(self):
         p = apf("workloads", "--jsn")
