@@ -7,7 +7,9 @@
 #   make check      the suite under AddressSanitizer + UBSan + LeakSanitizer
 #   make bench      benchmarks; each figure also as "RESULT <bench> <metric> <value>"
 #   make fuzz       libFuzzer targets for every parser (clang)
-#   make install    binary, libapf.a, public headers, pkg-config file, workloads
+#   make install    binary, libapf.a, public headers, pkg-config file, workloads,
+#                   man pages and bash completion
+#   make man        $(BUILD)/man/apf*.1; make completion: $(BUILD)/completion/apf
 #   make layout-report  what an auditor must read (verify/README), in lines
 #   make manifests  signed example entries of the baselines
 #
@@ -202,11 +204,37 @@ fuzz:
 manifests: all
 	@scripts/manifests.sh $(BUILD)
 
+# Man pages (apf(1), apf-<command>(1)) and the bash completion, generated
+# from the built apf's --help texts (scripts/gen-man.py,
+# scripts/gen-completion.py), so they describe the options the binary takes.
+# They are remade on every make man / completion / install - a dozen --help
+# runs - instead of being file targets of $(BUILD)/apf: that keeps install's
+# one prerequisite `all`, and `make -o all install` (install what is built)
+# relinking nothing.
+MAN_DIR    := $(BUILD)/man
+COMPLETION := $(BUILD)/completion/apf
+GEN_MAN        = $(PYTHON) scripts/gen-man.py --apf $(BUILD)/apf --out $(MAN_DIR)
+GEN_COMPLETION = $(PYTHON) scripts/gen-completion.py --apf $(BUILD)/apf -o $(COMPLETION)
+MAN1DIR        := $(PREFIX)/share/man/man1
+COMPLETIONSDIR := $(PREFIX)/share/bash-completion/completions
+
+.PHONY: man completion
+man: all
+	$(Q)$(GEN_MAN)
+
+completion: all
+	$(Q)$(GEN_COMPLETION)
+
 # Only include/apf (the submission ABI) is public: pkg/*/*.h are libapf's
 # internals, free to change, and never installed.
 install: all
+	$(Q)$(GEN_MAN)
+	$(Q)$(GEN_COMPLETION)
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/pkgconfig \
-	    $(DESTDIR)$(PREFIX)/include/apf $(DESTDIR)$(PREFIX)/share/apf
+	    $(DESTDIR)$(PREFIX)/include/apf $(DESTDIR)$(PREFIX)/share/apf \
+	    $(DESTDIR)$(MAN1DIR) $(DESTDIR)$(COMPLETIONSDIR)
+	install -m 644 $(MAN_DIR)/*.1 $(DESTDIR)$(MAN1DIR)/
+	install -m 644 $(COMPLETION) $(DESTDIR)$(COMPLETIONSDIR)/apf
 	install -m 755 $(BUILD)/apf $(DESTDIR)$(PREFIX)/bin/apf
 	install -m 644 $(BUILD)/libapf.a $(DESTDIR)$(PREFIX)/lib/libapf.a
 	install -m 644 include/apf/*.h $(DESTDIR)$(PREFIX)/include/apf/
