@@ -80,12 +80,18 @@ int cmd_pack(int argc, char **argv)
 		"machine's\nenvironment into a signed manifest (DSSE over an "
 		"in-toto statement), and write\nit with the submission's files "
 		"into a deterministic archive.",
-		"SUBMISSION_DIR holds submission.ini ([submission] name, authors, "
-		"ruleset =\nexternal|self; [tuning] rules, studies, trials, seed), "
-		"the code, and for\nexternal tuning tuning_search_space.ini. The "
-		"same inputs give the same bytes;\nset SOURCE_DATE_EPOCH to fix "
-		"the creation time as well.",
-		1, 1};
+		"SUBMISSION_DIR holds submission.ini ([submission] name, authors, ruleset =\n"
+		"external|self; [tuning] rules, studies, trials, seed), the code, and for\n"
+		"external tuning tuning_search_space.ini (or AlgoPerf's\n"
+		"tuning_search_space.json). The same inputs give the same bytes; set\n"
+		"SOURCE_DATE_EPOCH to fix the creation time as well. The submission is\n"
+		"compiled first, in the runner's sandbox with its flags, and its exports are\n"
+		"checked: an entry that cannot build is not packed. docs/submitting.md is the\n"
+		"submission author's guide.",
+		1, 1,
+		"apf pack submissions/baselines/nadamw -w fmnist_mlp,fmnist_cnn "
+		"-o nadamw.apf\n"
+		"SOURCE_DATE_EPOCH=1700000000 apf pack my_sub -w fmnist_mlp"};
 	int nargs, rc = cmd_start("pack", &usage, opts, argc, argv, &nargs);
 	if (rc >= 0)
 		return rc;

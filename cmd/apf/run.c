@@ -5,6 +5,7 @@
 #include "cmd.h"
 
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,12 +27,17 @@ static void on_notice(void *user, const char *line)
 	fprintf(stderr, "apf: run: %s\n", line);
 }
 
-static void on_progress(void *user, const char *unit, int64_t step,
-			double submission_s, double budget_s, int64_t evals)
+static void on_progress(void *user, const struct apf_run_progress *p)
 {
 	(void)user;
-	fprintf(stderr, "\r%s  step %lld  %.1f/%.0f s  evals %lld\033[K", unit,
-		(long long)step, submission_s, budget_s, (long long)evals);
+	char val[96] = "";
+	if (!isnan(p->validation))
+		snprintf(val, sizeof val, "  %s %.4f (target %.4f)", p->metric,
+			 p->validation, p->target);
+	fprintf(stderr,
+		"\r[%zu/%zu] %s  step %lld  %.1f/%.0f s  evals %lld%s\033[K",
+		p->ordinal, p->count, p->unit, (long long)p->step,
+		p->submission_s, p->budget_s, (long long)p->evals, val);
 }
 
 int cmd_run(int argc, char **argv)
@@ -74,9 +80,10 @@ int cmd_run(int argc, char **argv)
 		{0},
 	};
 	const struct apf_usage usage = {
-		"run ENTRY.apf [-o RUN_DIR] [-k KEY] [--workload W] [--study K] "
-		"[--trial N]\n           [--device cpu|cuda] [--resume] "
-		"[--unsealed]",
+		"run ENTRY.apf [-o RUN_DIR] [-k KEY] [--entry-key PUB.pem] "
+		"[--workload W] [--study K] [--trial N] [--heldout DRAW.json] "
+		"[--device cpu|cuda] [--threads N] [--resume] [--unsealed] "
+		"[--allow-env-drift] [--memory-limit MiB] [-q]",
 		"Run an entry's trials in the sealed runner: the entry is "
 		"verified, its workloads'\nspecs and datasets and this machine's "
 		"environment are checked against the\nmanifest, then every "
@@ -88,7 +95,12 @@ int cmd_run(int argc, char **argv)
 		"Exit 0: every unit run completed. 2: bad options or inputs, "
 		"before anything ran.\n3: a unit failed (the last line says how "
 		"many), or the run was interrupted.",
-		1, 1};
+		1, 1,
+		"apf run nadamw.apf -o runs/nadamw\n"
+		"apf run nadamw.apf -o runs/nadamw --workload fmnist_mlp --study 0 "
+		"--trial 1\n"
+		"apf run nadamw.apf -o runs/nadamw --heldout heldout.json\n"
+		"apf run nadamw.apf -o runs/nadamw --resume"};
 	int nargs, rc = cmd_start("run", &usage, opts, argc, argv, &nargs);
 	if (rc >= 0)
 		return rc;
