@@ -81,8 +81,10 @@ int cmd_plan(int argc, char **argv)
 		"plan ENTRY.apf [--json]",
 		"Print the trials `apf run` executes for a verified entry: every "
 		"workload x study\nx trial, with the hyperparameters each draws "
-		"from the search space (seeded\nHalton points, the same on every "
-		"machine).",
+		"from the search space: seeded,\nshuffled, scrambled Halton points "
+		"for ranges, every feasible point in each\nstudy, or a list's "
+		"points in order (trial N takes point N) - the same on every\n"
+		"machine.",
 		NULL, 1, 1};
 	int nargs, rc = cmd_start("plan", &usage, opts, argc, argv, &nargs);
 	if (rc >= 0)

@@ -399,6 +399,30 @@ int apf_entry_read_file(const apf_entry *e, const char *rel, size_t max,
 	return 0;
 }
 
+/* Which search-space file the entry packs: pack allows exactly one. */
+static int entry_space_name(const apf_entry *e, const char **out)
+{
+	static const char *const names[] = {APF_SEARCH_SPACE_INI,
+					    APF_SEARCH_SPACE_JSON};
+	const apf_manifest *m = e->manifest;
+	*out = NULL;
+	for (size_t k = 0; k < 2; k++)
+		for (size_t i = 0; i < m->submission.nfiles; i++) {
+			if (strcmp(m->submission.files[i].path, names[k]))
+				continue;
+			if (*out)
+				return apf_error(APF_EVERIFY, e->path,
+						 "packs both " APF_SEARCH_SPACE_INI
+						 " and " APF_SEARCH_SPACE_JSON);
+			*out = names[k];
+		}
+	if (!*out)
+		return apf_error(APF_EVERIFY, e->path,
+				 "external tuning without " APF_SEARCH_SPACE_INI
+				 " or " APF_SEARCH_SPACE_JSON);
+	return 0;
+}
+
 int apf_entry_plan(const apf_entry *e, struct apf_plan **out)
 {
 	*out = NULL;
@@ -406,20 +430,28 @@ int apf_entry_plan(const apf_entry *e, struct apf_plan **out)
 	apf_search_space *space = NULL;
 	int rc = 0;
 	if (!strcmp(m->tuning.ruleset, "external")) {
-		char *text;
+		const char *name;
+		char *text = NULL;
 		size_t len;
 		char hex[65];
-		rc = apf_entry_read_file(e, "tuning_search_space.ini", 1 << 20,
-					 &text, &len);
+		rc = entry_space_name(e, &name);
+		if (!rc)
+			rc = apf_entry_read_file(e, name, 1 << 20, &text, &len);
 		if (!rc)
 			rc = apf_sha256_hex(hex, text, len);
 		if (!rc && strcmp(hex, m->tuning.search_space_digest))
 			rc = apf_error(APF_EVERIFY, e->path,
-				       "tuning_search_space.ini differs from the "
-				       "manifest's search-space digest");
+				       "%s differs from the manifest's "
+				       "search-space digest",
+				       name);
+		if (!rc && strlen(text) != len)
+			rc = apf_error(APF_EINPUT, name,
+				       "holds a NUL byte; not a text file");
 		if (!rc)
-			rc = apf_search_space_parse(&space, text,
-						    "tuning_search_space.ini");
+			rc = apf_search_space_parse(&space, text, name);
+		if (!rc)
+			rc = apf_search_space_check_trials(space,
+							   m->tuning.trials);
 		free(text);
 	}
 	char **names = NULL;

@@ -7,8 +7,10 @@
  *                   description
  *     [tuning]      rules (algoperf-0.6 | algoperf-0.5), studies, trials,
  *                   seed
- * External tuning needs tuning_search_space.ini beside it; its SHA-256 is the
- * manifest's search-space digest.
+ * External tuning needs tuning_search_space.ini or tuning_search_space.json
+ * (not both) beside it, which must parse (pkg/tuning) and, as a list of
+ * points, hold a point for every trial of a study; its SHA-256 is the
+ * manifest's search-space digest. Self-tuning ignores any search space.
  *
  * Every file is read into memory and hashed again as it is archived, so a
  * file that changes between the tree hash and the archive write makes the
@@ -27,6 +29,7 @@
 #include "archive/archive.h"
 #include "config/config.h"
 #include "sysinfo/sysinfo.h"
+#include "tuning/tuning.h"
 #include "workload/workload.h"
 
 #define MAX_SUBMISSION_FILE (256u << 20)
@@ -118,24 +121,72 @@ static int read_submission_ini(const char *dir, apf_manifest *m,
 	if (!m->submission.name || !m->submission.ruleset || !m->tuning.ruleset ||
 	    !m->tuning.rules)
 		return apf_error(APF_ENOMEM, dir, "out of memory");
-	if (!self) {
-		char *sp = apf_path_join(dir, "tuning_search_space.ini");
-		uint8_t d[APF_SHA256_LEN];
-		rc = sp ? apf_sha256_file(d, NULL, sp)
-			: apf_error(APF_ENOMEM, dir, "out of memory");
-		if (rc == APF_EINPUT) {
-			rc = apf_error(APF_EINPUT, dir,
-				       "external tuning needs "
-				       "tuning_search_space.ini");
-		} else if (!rc) {
-			apf_config *space;
-			rc = apf_config_load(&space, sp); /* must parse */
-			apf_config_free(space);
-			apf_hex(m->tuning.search_space_digest, d, sizeof d);
-		}
-		free(sp);
+	return 0;
+}
+
+/* External tuning's search space: whichever of tuning_search_space.ini and
+ * tuning_search_space.json the submission has, parsed and checked against
+ * the trials per study here, so that a space no run could draw from is
+ * refused at pack time. Its SHA-256 becomes the search-space digest. */
+static int read_search_space(const char *dir, apf_manifest *m,
+			     const char **which)
+{
+	static const char *const names[] = {APF_SEARCH_SPACE_INI,
+					    APF_SEARCH_SPACE_JSON};
+	char *text[2] = {NULL, NULL};
+	size_t len[2] = {0, 0};
+	int rc = 0;
+	for (int i = 0; !rc && i < 2; i++)
+		rc = apf_file_read_beneath(&text[i], &len[i], dir, names[i],
+					   1 << 20, APF_FILE_MISSING_OK);
+	int i = text[0] ? 0 : 1;
+	if (!rc && text[0] && text[1])
+		rc = apf_error(APF_EINPUT, dir,
+			       "has both " APF_SEARCH_SPACE_INI " and "
+			       APF_SEARCH_SPACE_JSON "; keep one");
+	else if (!rc && !text[i])
+		rc = apf_error(APF_EINPUT, dir,
+			       "external tuning needs " APF_SEARCH_SPACE_INI
+			       " or " APF_SEARCH_SPACE_JSON);
+	char *path = rc ? NULL : apf_path_join(dir, names[i]);
+	if (!rc && !path)
+		rc = apf_error(APF_ENOMEM, dir, "out of memory");
+	if (!rc && strlen(text[i]) != len[i])
+		rc = apf_error(APF_EINPUT, path,
+			       "holds a NUL byte; not a text file");
+	apf_search_space *space = NULL;
+	if (!rc)
+		rc = apf_search_space_parse(&space, text[i], path);
+	if (!rc)
+		rc = apf_search_space_check_trials(space, m->tuning.trials);
+	uint8_t d[APF_SHA256_LEN];
+	if (!rc)
+		rc = apf_sha256_buf(d, text[i], len[i]);
+	if (!rc) {
+		apf_hex(m->tuning.search_space_digest, d, sizeof d);
+		*which = names[i];
 	}
+	apf_search_space_free(space);
+	free(path);
+	free(text[0]);
+	free(text[1]);
 	return rc;
+}
+
+/* The search space the tree packs is the one that was checked. */
+static int search_space_packed(const apf_manifest *m, const char *which)
+{
+	for (size_t i = 0; i < m->submission.nfiles; i++) {
+		const struct apf_manifest_file *f = &m->submission.files[i];
+		if (strcmp(f->path, which))
+			continue;
+		if (f->type == 'f' && !strcmp(f->sha256,
+					      m->tuning.search_space_digest))
+			return 0;
+		break;
+	}
+	return apf_error(APF_EINPUT, which,
+			 "changed while the entry was being packed");
 }
 
 static int add_dataset(apf_manifest *m, const apf_workload_spec *w,
@@ -323,11 +374,14 @@ int apf_entry_pack(apf_entry **out, const struct apf_pack_opts *o)
 	char created[32];
 	int seed_given = 0;
 	int64_t epoch = 0;
+	const char *space = NULL; /* the search space's file name */
 	apf_tree *t = NULL;
 	apf_buf env = {0};
 	int rc = creation_time(created, &epoch);
 	if (!rc)
 		rc = read_submission_ini(o->submission_dir, m, &seed_given);
+	if (!rc && !strcmp(m->tuning.ruleset, "external"))
+		rc = read_search_space(o->submission_dir, m, &space);
 	if (!rc) {
 		m->apf_version = apf_strdup(APF_VERSION);
 		m->created = apf_strdup(created);
@@ -343,6 +397,8 @@ int apf_entry_pack(apf_entry **out, const struct apf_pack_opts *o)
 	}
 	if (!rc)
 		rc = fill_files(m, t);
+	if (!rc && space)
+		rc = search_space_packed(m, space);
 	if (!rc && !o->seed_set && !seed_given) {
 		/* A seed the submitter did not choose: derived from the code. */
 		uint8_t d[APF_SHA256_LEN];
