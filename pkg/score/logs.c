@@ -159,6 +159,8 @@ static void free_submission(struct apf_score_submission *s)
 	free(s->w);
 	free(s->name);
 	free(s->path);
+	free(s->label);
+	apf_score_run_free(s->run);
 }
 
 void apf_score_logs_free(apf_score_logs *l)
@@ -167,8 +169,38 @@ void apf_score_logs_free(apf_score_logs *l)
 		return;
 	for (size_t i = 0; i < l->n; i++)
 		free_submission(&l->s[i]);
+	for (size_t i = 0; i < l->nexcluded; i++) {
+		free(l->excluded[i].name);
+		free(l->excluded[i].path);
+		free(l->excluded[i].reason);
+	}
+	free(l->excluded);
 	free(l->s);
 	free(l);
+}
+
+int apf_score_logs_exclude(apf_score_logs *l, size_t i, const char *reason)
+{
+	if (i >= l->n)
+		return apf_error(APF_EINTERNAL, "score",
+				 "no submission %zu to exclude", i);
+	struct apf_score_excluded *ne =
+		realloc(l->excluded, (l->nexcluded + 1) * sizeof *ne);
+	if (!ne)
+		return apf_error(APF_ENOMEM, "score", "out of memory");
+	l->excluded = ne;
+	char *why = apf_strdup(reason);
+	if (!why)
+		return apf_error(APF_ENOMEM, "score", "out of memory");
+	struct apf_score_submission *s = &l->s[i];
+	/* The name and path move to the excluded list. */
+	l->excluded[l->nexcluded++] = (struct apf_score_excluded){
+		.name = s->name, .path = s->path, .reason = why};
+	s->name = s->path = NULL;
+	free_submission(s);
+	memmove(&l->s[i], &l->s[i + 1], (l->n - i - 1) * sizeof *l->s);
+	l->n--;
+	return 0;
 }
 
 int apf_score_logs_have_apf_run(const apf_score_logs *l)
@@ -353,7 +385,8 @@ static int cmp_int(int a, int b)
 	return (a > b) - (a < b);
 }
 
-static int add_submission(apf_score_logs *l, const char *dir)
+static int add_submission(apf_score_logs *l, const char *dir,
+			  const char *label)
 {
 	char real[PATH_MAX];
 	if (!realpath(dir, real))
@@ -364,20 +397,34 @@ static int add_submission(apf_score_logs *l, const char *dir)
 	free(rj);
 	s.path = apf_strdup(dir);
 	int rc = s.path ? 0 : apf_error(APF_ENOMEM, dir, "out of memory");
-	if (!rc && s.apf_run)
+	if (!rc && label && !(s.label = apf_strdup(label)))
+		rc = apf_error(APF_ENOMEM, dir, "out of memory");
+	if (!rc && label && !(s.name = apf_strdup(label)))
+		rc = apf_error(APF_ENOMEM, dir, "out of memory");
+	if (!rc && s.apf_run && !label)
 		rc = run_submission_name(real, &s.name);
+	if (!rc && s.apf_run)
+		rc = apf_score_read_run(&s.run, real);
 	if (!rc && !s.name) {
 		const char *base = strrchr(real, '/');
 		s.name = apf_strdup(base && base[1] ? base + 1 : real);
 		if (!s.name)
 			rc = apf_error(APF_ENOMEM, dir, "out of memory");
 	}
-	for (size_t i = 0; !rc && i < l->n; i++)
-		if (!strcmp(l->s[i].name, s.name))
+	for (size_t i = 0; !rc && i < l->n; i++) {
+		if (strcmp(l->s[i].name, s.name))
+			continue;
+		if (label && l->s[i].label)
+			rc = apf_error(APF_EINPUT, dir,
+				       "label '%s' is also %s's; labels must "
+				       "be unique",
+				       label, l->s[i].path);
+		else
 			rc = apf_error(APF_EINPUT, dir,
 				       "submission '%s' is also %s; names must "
-				       "be unique",
+				       "be unique (label them: DIR=LABEL)",
 				       s.name, l->s[i].path);
+	}
 	char **studies = NULL;
 	size_t ns = 0;
 	if (!rc)
@@ -452,6 +499,12 @@ static int add_submission(apf_score_logs *l, const char *dir)
 
 int apf_score_logs_add(apf_score_logs *l, const char *path)
 {
+	return apf_score_logs_add_as(l, path, NULL);
+}
+
+int apf_score_logs_add_as(apf_score_logs *l, const char *path,
+			  const char *label)
+{
 	struct stat st;
 	if (stat(path, &st) != 0)
 		return apf_error_errno(APF_EINPUT, errno, path, "cannot read");
@@ -459,8 +512,19 @@ int apf_score_logs_add(apf_score_logs *l, const char *path)
 		return apf_error(APF_EINPUT, path,
 				 "not a directory (expected a submission's "
 				 "logs or a directory of them)");
+	if (label && !*label)
+		return apf_error(APF_EINPUT, path, "empty label after '='");
+	for (const char *p = label; p && *p; p++)
+		if ((unsigned char)*p < 0x20 || *p == 0x7f)
+			return apf_error(APF_EINPUT, path,
+					 "label holds a control character");
 	if (is_submission(path))
-		return add_submission(l, path);
+		return add_submission(l, path, label);
+	if (label)
+		return apf_error(APF_EINPUT, path,
+				 "not one submission (no run.json or "
+				 "study_<k>/ here) but a directory of them; a "
+				 "label names one submission");
 	char **names;
 	size_t n;
 	int rc = list_dir(path, &names, &n);
@@ -472,7 +536,7 @@ int apf_score_logs_add(apf_score_logs *l, const char *path)
 		if (!sub)
 			rc = apf_error(APF_ENOMEM, path, "out of memory");
 		else if (is_dir(sub) && is_submission(sub)) {
-			rc = add_submission(l, sub);
+			rc = add_submission(l, sub, NULL);
 			found++;
 		}
 		free(sub);

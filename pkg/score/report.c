@@ -22,14 +22,44 @@ static size_t ncols(const apf_score_result *r)
 	return r->nbase + r->nvar;
 }
 
-static void fmt_time(char *out, size_t size, double t, double raw)
+void apf_score_format_seconds(char *out, size_t size, double t, int sig,
+			      int min_decimals)
 {
+	if (!isfinite(t)) {
+		snprintf(out, size, isnan(t) ? "nan" : t > 0 ? "inf" : "-inf");
+		return;
+	}
+	int decimals = min_decimals;
+	double a = fabs(t);
+	if (a > 0) {
+		/* Digits before the point: floor(log10(a)) + 1, checked
+		 * against the value, as log10 can round across a power of 10. */
+		int e = (int)floor(log10(a));
+		if (pow(10.0, e) > a)
+			e--;
+		else if (pow(10.0, e + 1) <= a)
+			e++;
+		if (sig - 1 - e > decimals)
+			decimals = sig - 1 - e;
+	}
+	if (decimals > 12)
+		decimals = 12;
+	snprintf(out, size, "%.*f", decimals, t);
+}
+
+/* A table cell: the time (4 significant digits), inf, or - without logs;
+ * "*" where the held-out rules took the credit, "!" where a unit stopped
+ * early. */
+static void fmt_time(char *out, size_t size, double t, double raw, int early)
+{
+	char num[48];
 	if (isnan(t))
-		snprintf(out, size, "-");
+		snprintf(num, sizeof num, "-");
 	else if (isinf(t))
-		snprintf(out, size, isfinite(raw) ? "inf*" : "inf");
+		snprintf(num, sizeof num, isfinite(raw) ? "inf*" : "inf");
 	else
-		snprintf(out, size, "%.1f", t);
+		apf_score_format_seconds(num, sizeof num, t, 4, 0);
+	snprintf(out, size, "%s%s", num, early ? "!" : "");
 }
 
 /* Equal scores share a rank. */
@@ -58,7 +88,7 @@ static int table(const apf_score_result *r, apf_buf *out, size_t from,
 		w[c] = strlen(r->workloads[c]);
 		for (size_t s = 0; s < r->nsub; s++) {
 			fmt_time(cell, sizeof cell, r->final[s * nc + c],
-				 r->raw[s * nc + c]);
+				 r->raw[s * nc + c], r->early[s * nc + c]);
 			if (strlen(cell) > w[c])
 				w[c] = strlen(cell);
 		}
@@ -79,13 +109,76 @@ static int table(const apf_score_result *r, apf_buf *out, size_t from,
 						 r->sub[s]->name);
 		for (size_t c = from; !rc && c < to; c++) {
 			fmt_time(cell, sizeof cell, r->final[s * nc + c],
-				 r->raw[s * nc + c]);
+				 r->raw[s * nc + c], r->early[s * nc + c]);
 			rc = apf_buf_printf(out, "  %*s", (int)w[c], cell);
 		}
 		if (!rc)
 			rc = apf_buf_puts(out, "\n");
 	}
 	free(w);
+	return rc;
+}
+
+static int any_early(const apf_score_result *r)
+{
+	for (size_t i = 0; i < r->nsub * ncols(r); i++)
+		if (r->early[i])
+			return 1;
+	return 0;
+}
+
+/* One line: what was verified. */
+static int verification_line(const apf_score_result *r, apf_buf *out)
+{
+	size_t runs = 0, verified = 0, logs = 0;
+	for (size_t s = 0; s < r->nsub; s++) {
+		runs += r->sub[s]->apf_run;
+		logs += !r->sub[s]->apf_run;
+		verified += r->sub[s]->verified == APF_SCORE_VERIFIED;
+	}
+	size_t excluded = r->logs ? r->logs->nexcluded : 0;
+	if (!r->verify)
+		return runs ? apf_buf_printf(
+				      out,
+				      "verified: no - %zu apf run%s scored "
+				      "unverified, as on disk (pass --verify)\n",
+				      runs, runs == 1 ? "" : "s")
+			    : apf_buf_puts(out, "verified: no - AlgoPerf logs "
+						"hold nothing to verify\n");
+	int rc = apf_buf_printf(out, "verified: %zu apf run%s (apf verify's "
+				     "checks, no re-evaluation or replay)",
+				verified, verified == 1 ? "" : "s");
+	if (!rc && excluded)
+		rc = apf_buf_printf(out, "; %zu failed, not ranked", excluded);
+	if (!rc && logs)
+		rc = apf_buf_printf(out, "; %zu AlgoPerf log director%s, not "
+					 "verifiable",
+				    logs, logs == 1 ? "y" : "ies");
+	return rc ? rc : apf_buf_puts(out, "\n");
+}
+
+/* One line: the apf runs' machine, when they share one (the warnings say
+ * where they differ). */
+static int hardware_line(const apf_score_result *r, apf_buf *out)
+{
+	apf_buf first = {0}, other = {0};
+	size_t runs = 0;
+	int rc = 0, same = 1;
+	for (size_t s = 0; !rc && s < r->nsub; s++) {
+		const apf_score_run *run = r->sub[s]->run;
+		if (!run)
+			continue;
+		apf_buf *b = runs++ ? &other : &first;
+		b->len = 0;
+		rc = apf_score_hardware_describe(&run->hw, b);
+		if (!rc && b == &other && strcmp(first.data, other.data))
+			same = 0;
+	}
+	if (!rc && runs && same)
+		rc = apf_buf_printf(out, "hardware: %s%s\n", first.data,
+				    runs > 1 ? " (every apf run)" : "");
+	apf_buf_free(&first);
+	apf_buf_free(&other);
 	return rc;
 }
 
@@ -104,6 +197,10 @@ int apf_score_format_table(const apf_score_result *r, apf_buf *out)
 		rc = apf_buf_printf(out, "held-out variants: %s\n",
 				    r->heldout_source);
 	if (!rc)
+		rc = verification_line(r, out);
+	if (!rc)
+		rc = hardware_line(r, out);
+	if (!rc)
 		rc = apf_buf_printf(out, "\nbase workloads: median time-to-"
 					 "target (s)\n");
 	if (!rc)
@@ -121,6 +218,23 @@ int apf_score_format_table(const apf_score_result *r, apf_buf *out)
 			"in [1, 4], divided by 3;\ninf: target missed; inf*: "
 			"met, but no credit under the held-out rules; -: no "
 			"logs.\n");
+	if (!rc && any_early(r))
+		rc = apf_buf_puts(out, "!: a unit behind it stopped early "
+				       "(failed, or the run was interrupted) "
+				       "before meeting its\n   target: the time "
+				       "or miss is not one over the whole "
+				       "budget; see the warnings.\n");
+	size_t nx = r->logs ? r->logs->nexcluded : 0;
+	if (!rc && nx)
+		rc = apf_buf_printf(out, "\nnot ranked (%zu):\n", nx);
+	for (size_t i = 0; !rc && i < nx; i++)
+		rc = apf_buf_printf(out, "  %s: not verified: %s\n",
+				    r->logs->excluded[i].name,
+				    r->logs->excluded[i].reason);
+	if (!rc && r->nwarnings)
+		rc = apf_buf_printf(out, "\nwarnings (%zu):\n", r->nwarnings);
+	for (size_t i = 0; !rc && i < r->nwarnings; i++)
+		rc = apf_buf_printf(out, "  %s\n", r->warnings[i]);
 	return rc ? NOMEM : 0;
 }
 
@@ -153,9 +267,11 @@ int apf_score_format_csv(const apf_score_result *r, apf_buf *out)
 			rc = apf_buf_printf(out, ",%.6f", r->score[s]);
 		for (size_t c = 0; !rc && c < nc; c++) {
 			double t = r->final[s * nc + c];
+			char num[48];
+			apf_score_format_seconds(num, sizeof num, t, 6, 6);
 			rc = isnan(t)   ? apf_buf_puts(out, ",")
 			     : isinf(t) ? apf_buf_puts(out, ",inf")
-					: apf_buf_printf(out, ",%.6f", t);
+					: apf_buf_printf(out, ",%s", num);
 		}
 	}
 	if (!rc)
@@ -193,6 +309,78 @@ static json_t *times_object(const apf_score_result *r, const double *row,
 			return NULL;
 		}
 	return o;
+}
+
+static json_t *jstr_or_null(const char *s)
+{
+	return s ? json_string(s) : json_null();
+}
+
+static json_t *jint_or_null(long v)
+{
+	return v < 0 ? json_null() : json_integer((json_int_t)v);
+}
+
+/* An apf run's own account: plan, completeness, failed units, machine. */
+static json_t *run_object(const apf_score_run *run)
+{
+	if (!run)
+		return json_null();
+	json_t *o = json_object(), *failed = json_array(),
+	       *interrupted = json_array(), *hw = json_object();
+	size_t with_csv = 0;
+	int bad = !o || !failed || !interrupted || !hw;
+	for (size_t i = 0; !bad && i < run->nunits; i++) {
+		const struct apf_score_unit *u = &run->units[i];
+		with_csv += u->planned && u->has_csv;
+		if (u->state == APF_SCORE_UNIT_FAILED) {
+			json_t *f = json_object();
+			bad = jpush(failed, f) ||
+			      jset(f, "unit", json_string(u->name)) ||
+			      jset(f, "reason", json_string(u->reason)) ||
+			      jset(f, "fault", u->fault[0]
+						       ? json_string(u->fault)
+						       : json_null());
+		} else if (u->state == APF_SCORE_UNIT_INTERRUPTED) {
+			bad = jpush(interrupted, json_string(u->name));
+		}
+	}
+	const struct apf_score_hardware *h = &run->hw;
+	bad = bad ||
+	      jset(o, "plan_units",
+		   run->plan_known ? json_integer((json_int_t)run->nplanned)
+				   : json_null()) ||
+	      jset(o, "plan_units_with_csv", json_integer((json_int_t)with_csv)) ||
+	      jset(o, "complete",
+		   run->log_found && !run->log_error
+			   ? json_boolean(run->ended && !json_array_size(
+							       interrupted))
+			   : json_null()) ||
+	      jset(o, "log_error", jstr_or_null(run->log_error)) ||
+	      jset(o, "failed", json_incref(failed)) ||
+	      jset(o, "interrupted", json_incref(interrupted)) ||
+	      jset(hw, "device", jstr_or_null(h->device)) ||
+	      jset(hw, "cpu_model", jstr_or_null(h->cpu_model)) ||
+	      jset(hw, "cpu_cores", jint_or_null(h->cpu_cores)) ||
+	      jset(hw, "threads", jint_or_null(h->threads)) ||
+	      jset(hw, "gpu_model", jstr_or_null(h->gpu_model)) ||
+	      jset(hw, "gpus", jint_or_null(h->gpus)) ||
+	      jset(o, "hardware", json_incref(hw));
+	json_decref(failed);
+	json_decref(interrupted);
+	json_decref(hw);
+	if (bad) {
+		json_decref(o);
+		return NULL;
+	}
+	return o;
+}
+
+static const char *verified_name(const struct apf_score_submission *s)
+{
+	return !s->apf_run			   ? "not verifiable"
+	       : s->verified == APF_SCORE_VERIFIED ? "yes"
+						   : "no";
 }
 
 int apf_score_format_json(const apf_score_result *r, apf_buf *out)
@@ -238,6 +426,9 @@ int apf_score_format_json(const apf_score_result *r, apf_buf *out)
 		      jset(o, "kind", json_string(r->sub[s]->apf_run
 							  ? "apf-run"
 							  : "algoperf-logs")) ||
+		      jset(o, "label", jstr_or_null(r->sub[s]->label)) ||
+		      jset(o, "verified", json_string(verified_name(r->sub[s]))) ||
+		      jset(o, "run", run_object(r->sub[s]->run)) ||
 		      jset(o, "score", json_real(r->score[s])) ||
 		      jset(o, "times", times_object(r, &r->final[s * nc], nc)) ||
 		      jset(o, "raw_times", times_object(r, &r->raw[s * nc], nc)) ||
@@ -246,6 +437,20 @@ int apf_score_format_json(const apf_score_result *r, apf_buf *out)
 		      jset(o, "profile", p = json_array());
 		for (int i = 0; !bad && i < APF_SCORE_POINTS; i++)
 			bad = jpush(p, json_real(r->rho[s * APF_SCORE_POINTS + i]));
+		bad = bad || jset(o, "stopped_early", p = json_array());
+		for (size_t c = 0; !bad && c < nc; c++)
+			if (r->early[s * nc + c])
+				bad = jpush(p, json_string(r->workloads[c]));
+	}
+	bad = bad || jset(root, "verification",
+			  json_string(r->verify ? "apf verify" : "none"));
+	bad = bad || jset(root, "excluded", a = json_array());
+	for (size_t i = 0; !bad && r->logs && i < r->logs->nexcluded; i++) {
+		const struct apf_score_excluded *x = &r->logs->excluded[i];
+		json_t *o = json_object();
+		bad = jpush(a, o) || jset(o, "name", json_string(x->name)) ||
+		      jset(o, "path", json_string(x->path)) ||
+		      jset(o, "reason", json_string(x->reason));
 	}
 	bad = bad || jset(root, "warnings", a = json_array());
 	for (size_t i = 0; !bad && i < r->nwarnings; i++)
@@ -291,7 +496,7 @@ static int xml_text(apf_buf *out, const char *s)
 }
 
 /* Ten well-separated colours (Tableau 10); past ten, hues spaced by the
- * golden angle, and dashes from the second round on. */
+ * golden angle (each submission also has its own dash pattern). */
 static void colour(size_t i, char out[8])
 {
 	static const char *const tab[] = {"#1f77b4", "#ff7f0e", "#2ca02c",
@@ -316,6 +521,18 @@ static void colour(size_t i, char out[8])
 		 (int)lround((rgb[2] + m) * 255));
 }
 
+/* Dash patterns, one per submission (with its colour), so curves that lie
+ * on top of each other still show each; the legend draws the same. */
+static const char *dash(size_t i)
+{
+	static const char *const pat[] = {
+		"none",	       "9 4",	  "2 3",      "12 3 3 3",
+		"5 2",	       "1 4",	  "14 6",     "6 2 2 2 2 2",
+		"3 5",	       "10 2 2 2", "16 4 4 4", "4 4 1 4",
+	};
+	return pat[i % (sizeof pat / sizeof *pat)];
+}
+
 int apf_score_format_svg(const apf_score_result *r, apf_buf *out)
 {
 	const double left = 80, top = 60, pw = 560, ph = 400, legend_x = 680;
@@ -326,7 +543,11 @@ int apf_score_format_svg(const apf_score_result *r, apf_buf *out)
 	const double width = 1000;
 #define X(tau) (left + ((tau)-APF_SCORE_TAU_MIN) / \
 		(APF_SCORE_TAU_MAX - APF_SCORE_TAU_MIN) * pw)
-#define Y(rho) (top + (1 - (rho)) * ph)
+	/* rho's axis spans [RHO_LO, RHO_HI], wider than [0, 1]: a profile
+	 * at 1 (the best on every workload) or 0 stays off the frame. */
+#define RHO_LO (-0.04)
+#define RHO_HI 1.06
+#define Y(rho) (top + (RHO_HI - (rho)) / (RHO_HI - RHO_LO) * ph)
 	int rc = apf_buf_printf(
 		out,
 		"<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
@@ -389,12 +610,10 @@ int apf_score_format_svg(const apf_score_result *r, apf_buf *out)
 			rc = xml_text(out, r->sub[s]->name);
 		if (!rc)
 			rc = apf_buf_printf(out, "\" fill=\"none\" stroke=\"%s\" "
-						 "stroke-width=\"2.5\"%s d=\"M%.2f %.2f",
-					    col,
-					    s >= 20   ? " stroke-dasharray=\"2 3\""
-					    : s >= 10 ? " stroke-dasharray=\"8 4\""
-						      : "",
-					    X(APF_SCORE_TAU_MIN),
+						 "stroke-width=\"2.5\" "
+						 "stroke-dasharray=\"%s\" "
+						 "d=\"M%.2f %.2f",
+					    col, dash(s), X(APF_SCORE_TAU_MIN),
 					    Y(at1 / (double)r->nbase));
 		/* Ratios in (1, 4], in order. */
 		double prev = APF_SCORE_TAU_MIN, k = at1;
@@ -418,14 +637,12 @@ int apf_score_format_svg(const apf_score_result *r, apf_buf *out)
 		if (!rc)
 			rc = apf_buf_printf(
 				out,
-				"<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" "
-				"stroke=\"%s\" stroke-width=\"2.5\"%s/>\n"
+				"<line class=\"legend\" x1=\"%.1f\" y1=\"%.1f\" "
+				"x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" "
+				"stroke-width=\"2.5\" stroke-dasharray=\"%s\"/>\n"
 				"<text x=\"%.1f\" y=\"%.1f\" font-size=\"13\">",
-				legend_x, ly, legend_x + 28, ly, col,
-				s >= 20   ? " stroke-dasharray=\"2 3\""
-				: s >= 10 ? " stroke-dasharray=\"8 4\""
-					  : "",
-				legend_x + 36, ly + 4);
+				legend_x, ly, legend_x + 40, ly, col, dash(s),
+				legend_x + 48, ly + 4);
 		if (!rc)
 			rc = xml_text(out, r->sub[s]->name);
 		if (!rc)
@@ -435,5 +652,7 @@ int apf_score_format_svg(const apf_score_result *r, apf_buf *out)
 		rc = apf_buf_puts(out, "</svg>\n");
 #undef X
 #undef Y
+#undef RHO_LO
+#undef RHO_HI
 	return rc ? NOMEM : 0;
 }

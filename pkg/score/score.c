@@ -184,6 +184,7 @@ void apf_score_result_free(apf_score_result *r)
 	free(r->ratio);
 	free(r->rho);
 	free(r->score);
+	free(r->early);
 	free(r->targets_source);
 	free(r->heldout_source);
 	free(r);
@@ -561,6 +562,195 @@ static int check_counts(apf_score_result *r,
 	return rc;
 }
 
+/* Up to three names of the units that match, then ", ..." when more do. */
+static int unit_list(apf_buf *b, const apf_score_run *run,
+		     int (*match)(const struct apf_score_unit *))
+{
+	size_t k = 0;
+	int rc = 0;
+	for (size_t i = 0; !rc && i < run->nunits; i++) {
+		const struct apf_score_unit *u = &run->units[i];
+		if (!match(u))
+			continue;
+		if (k == 3) {
+			rc = apf_buf_puts(b, ", ...");
+			break;
+		}
+		rc = apf_buf_printf(b, "%s%s", k ? ", " : "", u->name);
+		if (!rc && u->state == APF_SCORE_UNIT_FAILED)
+			rc = u->fault[0] ? apf_buf_printf(b, " (%s: %s)",
+							  u->reason, u->fault)
+					 : apf_buf_printf(b, " (%s)", u->reason);
+		k++;
+	}
+	return rc;
+}
+
+static int planned_without_csv(const struct apf_score_unit *u)
+{
+	return u->planned && !u->has_csv;
+}
+
+static int unit_failed(const struct apf_score_unit *u)
+{
+	return u->state == APF_SCORE_UNIT_FAILED;
+}
+
+static int unit_interrupted(const struct apf_score_unit *u)
+{
+	return u->state == APF_SCORE_UNIT_INTERRUPTED;
+}
+
+static size_t count_units(const apf_score_run *run,
+			  int (*match)(const struct apf_score_unit *))
+{
+	size_t k = 0;
+	for (size_t i = 0; i < run->nunits; i++)
+		k += match(&run->units[i]) != 0;
+	return k;
+}
+
+/* What an apf run says of itself that its CSVs do not: units of its plan
+ * that are not there, an interrupted run, failed units (score.h). */
+static int check_run(apf_score_result *r, const struct apf_score_submission *s,
+		     unsigned flags)
+{
+	const apf_score_run *run = s->run;
+	apf_buf b = {0};
+	int rc = 0;
+	if (!run->plan_known)
+		rc = problem(r, flags,
+			     "%s: run.json lists no plan units; which units "
+			     "the run should hold is unknown",
+			     s->name);
+	size_t missing = count_units(run, planned_without_csv);
+	if (!rc && missing) {
+		if (unit_list(&b, run, planned_without_csv))
+			goto nomem;
+		rc = problem(r, flags,
+			     "%s: %zu of the plan's %zu units ha%s no "
+			     "eval_measurements.csv (%s)",
+			     s->name, missing, run->nplanned,
+			     missing == 1 ? "s" : "ve", b.data);
+	}
+	const char *unknown = "; whether the run finished and which of its "
+			      "units failed is unknown";
+	if (!rc && !run->log_found)
+		rc = problem(r, flags, "%s: no log.jsonl%s", s->name, unknown);
+	else if (!rc && run->log_error)
+		rc = problem(r, flags, "%s: %s%s", s->name, run->log_error,
+			     unknown);
+	size_t stopped = count_units(run, unit_interrupted);
+	if (!rc && run->log_found && !run->log_error &&
+	    (!run->ended || stopped)) {
+		apf_buf_free(&b);
+		if (stopped && (apf_buf_printf(&b, "; %zu unit%s did not end: ",
+					       stopped,
+					       stopped == 1 ? "" : "s") ||
+				unit_list(&b, run, unit_interrupted)))
+			goto nomem;
+		rc = problem(r, flags,
+			     "%s: incomplete: %s%s",
+			     s->name,
+			     run->log_torn ? "the log ends in a torn line (the "
+					     "run was interrupted while writing)"
+			     : !run->ended ? "the log ends without run_end (the "
+					     "run was interrupted or is still "
+					     "running)"
+					   : "the run ended with units "
+					     "unfinished",
+			     b.data ? b.data : "");
+	}
+	size_t failed = count_units(run, unit_failed);
+	if (!rc && failed) {
+		apf_buf_free(&b);
+		if (unit_list(&b, run, unit_failed))
+			goto nomem;
+		rc = problem(r, flags, "%s: %zu unit%s failed: %s", s->name,
+			     failed, failed == 1 ? "" : "s", b.data);
+	}
+	apf_buf_free(&b);
+	return rc;
+nomem:
+	apf_buf_free(&b);
+	return apf_error(APF_ENOMEM, "score", "out of memory");
+}
+
+/* Excluded runs, what could not be verified, each apf run's own account,
+ * and the machines the apf runs ran on. */
+static int check_submissions(apf_score_result *r, const apf_score_logs *logs,
+			     unsigned flags)
+{
+	int rc = 0;
+	for (size_t i = 0; !rc && i < logs->nexcluded; i++)
+		rc = warn(r, "%s: not verified: %s", logs->excluded[i].name,
+			  logs->excluded[i].reason);
+	size_t algoperf = 0, nruns = 0;
+	for (size_t i = 0; i < logs->n; i++) {
+		algoperf += !logs->s[i].apf_run;
+		nruns += logs->s[i].run != NULL;
+	}
+	if (!rc && (flags & APF_SCORE_VERIFY) && algoperf)
+		rc = warn(r,
+			  "%zu AlgoPerf log director%s (no run.json, log or "
+			  "signature) cannot be verified; scored as logged",
+			  algoperf, algoperf == 1 ? "y" : "ies");
+	for (size_t i = 0; !rc && i < logs->n; i++)
+		if (logs->s[i].run)
+			rc = check_run(r, &logs->s[i], flags);
+	if (rc || nruns < 2)
+		return rc;
+	const char **names = apf_calloc(nruns, sizeof *names);
+	const struct apf_score_hardware **hw = apf_calloc(nruns, sizeof *hw);
+	char **diff = NULL;
+	size_t ndiff = 0;
+	if (!names || !hw)
+		rc = apf_error(APF_ENOMEM, "score", "out of memory");
+	for (size_t i = 0, k = 0; !rc && i < logs->n; i++)
+		if (logs->s[i].run) {
+			names[k] = logs->s[i].name;
+			hw[k++] = &logs->s[i].run->hw;
+		}
+	if (!rc)
+		rc = apf_score_hardware_compare(&diff, &ndiff, names, hw, nruns);
+	for (size_t i = 0; !rc && i < ndiff; i++)
+		rc = problem(r, flags, "%s", diff[i]);
+	for (size_t i = 0; i < ndiff; i++)
+		free(diff[i]);
+	free(diff);
+	free(names);
+	free(hw);
+	return rc;
+}
+
+/* Whether submission s's time for workload w involves a unit that stopped
+ * early (failed or interrupted) without meeting its target. */
+static int stopped_early(const struct apf_score_submission *s,
+			 const struct apf_score_workload *w)
+{
+	if (!s->run || !w)
+		return 0;
+	for (size_t i = 0; i < s->run->nunits; i++) {
+		const struct apf_score_unit *u = &s->run->units[i];
+		if ((u->state != APF_SCORE_UNIT_FAILED &&
+		     u->state != APF_SCORE_UNIT_INTERRUPTED) ||
+		    strcmp(u->dir_name, w->dir_name))
+			continue;
+		int met = 0;
+		for (size_t k = 0; k < w->nstudies && !met; k++) {
+			const struct apf_score_study *st = &w->studies[k];
+			if (st->number != u->study)
+				continue;
+			for (size_t j = 0; j < st->ntrials; j++)
+				if (st->trials[j].number == u->trial)
+					met = st->trials[j].hit >= 0;
+		}
+		if (!met)
+			return 1;
+	}
+	return 0;
+}
+
 static double score_of(const apf_score_result *r, size_t i)
 {
 	return r->score[i];
@@ -576,10 +766,19 @@ int apf_score_compute(apf_score_result **out, apf_score_logs *logs,
 	if (!r)
 		return apf_error(APF_ENOMEM, "score", "out of memory");
 	r->rules = rules;
+	r->verify = (flags & APF_SCORE_VERIFY) != 0;
+	r->logs = logs;
 	struct names base = {0}, var = {0}, var_base = {0};
 	int rc = 0;
 	if (!logs->n) {
-		rc = apf_error(APF_EINPUT, "score", "no submissions to score");
+		rc = logs->nexcluded
+			     ? apf_error(APF_EINPUT, "score",
+					 "no submissions to score: %zu failed "
+					 "verification (first: %s: %s)",
+					 logs->nexcluded, logs->excluded[0].name,
+					 logs->excluded[0].reason)
+			     : apf_error(APF_EINPUT, "score",
+					 "no submissions to score");
 		goto fail;
 	}
 	if (!(r->targets_source = apf_strdup(apf_score_targets_source(targets))))
@@ -595,6 +794,8 @@ int apf_score_compute(apf_score_result **out, apf_score_logs *logs,
 			       "no base workloads to score");
 		goto fail;
 	}
+	if ((rc = check_submissions(r, logs, flags)))
+		goto fail;
 	size_t ncols = base.n + var.n, nsub = logs->n;
 	r->nsub = nsub;
 	r->nbase = base.n;
@@ -607,8 +808,9 @@ int apf_score_compute(apf_score_result **out, apf_score_logs *logs,
 	r->ratio = apf_calloc(nsub * base.n, sizeof *r->ratio);
 	r->rho = apf_calloc(nsub * APF_SCORE_POINTS, sizeof *r->rho);
 	r->score = apf_calloc(nsub, sizeof *r->score);
+	r->early = apf_calloc(nsub * ncols, sizeof *r->early);
 	if (!r->workloads || !r->variant_base || !r->sub || !r->raw ||
-	    !r->final || !r->ratio || !r->rho || !r->score)
+	    !r->final || !r->ratio || !r->rho || !r->score || !r->early)
 		goto nomem;
 	for (size_t c = 0; c < ncols; c++) {
 		r->workloads[c] = c < base.n ? base.v[c] : var.v[c - base.n];
@@ -710,6 +912,12 @@ int apf_score_compute(apf_score_result **out, apf_score_logs *logs,
 					*y = t;
 				}
 		}
+	/* After the ranking, so the marks follow the ranked rows. */
+	for (size_t i = 0; i < nsub; i++)
+		for (size_t c = 0; c < ncols; c++)
+			r->early[i * ncols + c] = (unsigned char)stopped_early(
+				r->sub[i], sub_workload(r->sub[i],
+							r->workloads[c]));
 	*out = r;
 	return 0;
 nomem:

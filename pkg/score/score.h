@@ -213,24 +213,118 @@ struct apf_score_workload {
 	double time;     /* median over studies; NAN if no study has logs */
 };
 
+/* ---- what an apf run directory says of itself ----------------------------
+ * A CSV alone does not say whether the run behind it is whole: run.json
+ * lists the plan's units and the machine, log.jsonl which units started,
+ * ended or failed and whether the last session ended (run_end). The scorer
+ * reads them (without verifying them: that is `apf score --verify`, done by
+ * the caller) so that a run holding 1 of its 15 units, an interrupted run
+ * or failed units are said, not silently scored. */
+
+enum apf_score_unit_state {
+	APF_SCORE_UNIT_NOT_RUN = 0,   /* planned; the log never started it */
+	APF_SCORE_UNIT_ENDED,         /* trial_end, not failed */
+	APF_SCORE_UNIT_FAILED,        /* trial_end with failed: true */
+	APF_SCORE_UNIT_INTERRUPTED,   /* started, and no trial_end */
+};
+
+struct apf_score_unit {
+	char *name;       /* study_<k>/<workload>[_<variant>]/trial_<n> */
+	char *dir_name;   /* <workload>[_<variant>], as the scorer's workload */
+	long study, trial;
+	int planned;      /* one of run.json's plan units */
+	int state;        /* enum apf_score_unit_state */
+	int has_csv;      /* its eval_measurements.csv is there */
+	char reason[16];  /* trial_end's reason, "" before one */
+	char fault[16];   /* the kind of its last sandbox_fault, "" if none */
+};
+
+/* The machine of a run, from run.json: device, threads, environment's
+ * cpu.model, cpu.cores and gpus[].name. NULL or -1 where it does not say. */
+struct apf_score_hardware {
+	char *device;
+	char *cpu_model;
+	long cpu_cores;
+	long threads;
+	char *gpu_model;  /* the GPUs' names joined by ", "; "" for none */
+	long gpus;
+};
+
+typedef struct apf_score_run {
+	struct apf_score_unit *units; /* the plan's first, then others */
+	size_t nunits;
+	size_t nplanned;  /* units[0 .. nplanned) are run.json's plan */
+	int plan_known;   /* run.json lists plan.units */
+	int log_found;    /* log.jsonl is there */
+	char *log_error;  /* why the log could not be read, else NULL */
+	int log_torn;     /* it ends in a torn line (a crash while writing) */
+	int ended;        /* its last session ends with run_end */
+	struct apf_score_hardware hw;
+} apf_score_run;
+
+/* Reads run.json and log.jsonl of the run directory dir (the log with
+ * pkg/runlog's reader, each unit's story with pkg/rundir's, as a resume
+ * reads it). A log that is missing or cannot be read is not an error:
+ * log_found and log_error say so. A run.json that is no JSON object is. */
+int apf_score_read_run(apf_score_run **out, const char *dir);
+void apf_score_run_free(apf_score_run *r);
+/* "cpu AMD EPYC (2 cores), 2 threads, no GPU" and the like. */
+int apf_score_hardware_describe(const struct apf_score_hardware *hw,
+				apf_buf *out);
+/* The fields in which runs' machines differ (device, cpu.model, cpu.cores,
+ * threads, gpu.model, gpu.count), one message each, "runs differ in
+ * <field> (<name>: <value>; ...): time-to-target is comparable only on the
+ * same hardware", into *out (n of them; free each and the array). */
+int apf_score_hardware_compare(char ***out, size_t *n,
+			       const char *const *names,
+			       const struct apf_score_hardware *const *hw,
+			       size_t nruns);
+
+/* Whether a submission's run was verified (apf score --verify). */
+enum apf_score_verified {
+	APF_SCORE_UNVERIFIED = 0,     /* not asked, or not yet */
+	APF_SCORE_VERIFIED,           /* apf verify's checks passed */
+	APF_SCORE_NOT_VERIFIABLE,     /* AlgoPerf's logs: nothing signed */
+};
+
 struct apf_score_submission {
-	char *name;
+	char *name;      /* its label, else run.json's submission, else the
+			  * directory's name */
 	char *path;
+	char *label;     /* DIR=LABEL's label, else NULL */
 	int apf_run;
+	apf_score_run *run; /* an apf run's own account, else NULL */
+	int verified;    /* enum apf_score_verified */
 	struct apf_score_workload *w; /* sorted by name */
 	size_t nw;
 	size_t stray;    /* trial_* directories directly under a study */
 };
 
+/* A submission left out of the scoring (its run failed verification). */
+struct apf_score_excluded {
+	char *name, *path, *reason;
+};
+
 typedef struct apf_score_logs {
 	struct apf_score_submission *s;
 	size_t n;
+	struct apf_score_excluded *excluded;
+	size_t nexcluded;
 } apf_score_logs;
 
 int apf_score_logs_new(apf_score_logs **out);
 /* Adds the submission at path, or each submission directory inside path.
- * Only walks directories; CSVs are read by apf_score_compute. */
+ * Only walks directories (and an apf run's run.json and log); CSVs are
+ * read by apf_score_compute. */
 int apf_score_logs_add(apf_score_logs *l, const char *path);
+/* The same for one submission named label (NULL: as apf_score_logs_add);
+ * path must then be one submission, not a directory of them. Names and
+ * labels must be unique: a duplicate is an error naming it. */
+int apf_score_logs_add_as(apf_score_logs *l, const char *path,
+			  const char *label);
+/* Takes submission i out of the scoring, keeping its name, path and why
+ * for the report. */
+int apf_score_logs_exclude(apf_score_logs *l, size_t i, const char *reason);
 void apf_score_logs_free(apf_score_logs *l);
 /* True when any submission is an apf run. */
 int apf_score_logs_have_apf_run(const apf_score_logs *l);
@@ -297,6 +391,12 @@ typedef struct apf_score_result {
 	double tau[APF_SCORE_POINTS];
 	double *rho;            /* nsub x APF_SCORE_POINTS */
 	double *score;          /* nsub */
+	/* nsub x (nbase + nvar): the cell's time involves a unit that
+	 * stopped early (failed or interrupted) without meeting its target,
+	 * so a miss there is not a miss over the whole budget. */
+	unsigned char *early;
+	int verify;             /* APF_SCORE_VERIFY was given */
+	const apf_score_logs *logs; /* for the excluded submissions */
 	char **warnings;
 	size_t nwarnings;
 } apf_score_result;
@@ -308,6 +408,9 @@ typedef struct apf_score_result {
  * scorer's --strict; without it each is a warning, a refused trial counts
  * as never meeting its target and the base workload is left out. */
 #define APF_SCORE_STRICT 1u
+/* The caller verified the apf runs (apf score --verify) and marked each
+ * submission's verified; the report says what was and was not. */
+#define APF_SCORE_VERIFY 2u
 
 /* Reads the trials the scoring needs and computes everything. heldout may
  * be NULL (then a targets file's held-out list applies, if any). The result
@@ -320,14 +423,22 @@ void apf_score_result_free(apf_score_result *r);
 
 /* ---- reports -------------------------------------------------------------- */
 
-/* A text table: rank, submission, score, per-workload times. */
+/* t seconds in fixed point with at least sig significant digits and at
+ * least min_decimals decimals (sig 4: 0.9780, 69.50, 158.4, 1235). */
+void apf_score_format_seconds(char *out, size_t size, double t, int sig,
+			      int min_decimals);
+/* A text table: rank, submission, score, per-workload times (4 significant
+ * digits), what was verified, the machine, and the warnings. */
 int apf_score_format_table(const apf_score_result *r, apf_buf *out);
 /* submission,score,<base workloads...>,<variants...>; inf where missed,
- * empty where there are no logs. */
+ * empty where there are no logs; times with at least 6 decimals and 6
+ * significant digits. */
 int apf_score_format_csv(const apf_score_result *r, apf_buf *out);
 /* Times as numbers, "inf" when missed, null when there are no logs. */
 int apf_score_format_json(const apf_score_result *r, apf_buf *out);
-/* The performance-profile plot. */
+/* The performance-profile plot: rho over [0, 1] with headroom on both
+ * sides (a profile at 1 or 0 never lies on the frame), each submission with
+ * its own colour and dash pattern, and a legend showing both. */
 int apf_score_format_svg(const apf_score_result *r, apf_buf *out);
 
 #endif

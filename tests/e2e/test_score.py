@@ -746,6 +746,7 @@ class RefusedNumbers(unittest.TestCase):
 
 
 
+import apftest  # noqa: E402
 from apftest import ApfCase  # noqa: E402 (its runs need signed entries)
 
 
@@ -787,6 +788,279 @@ class HeldOutDrawHasOneReader(ApfCase):
                 self.assertTrue(line.startswith(f"apf: {bad}: {why}"), line)
                 self.assertEqual(r.err.splitlines()[-1], line)
                 self.assertFalse(os.path.exists(self.path("run", "log.jsonl")))
+
+
+# ---- apf runs made by `apf run`, and hostile copies of them --------------
+
+def sandbox_available():
+    from test_run import sandbox_available as probe
+    return probe()
+
+
+HW_NOTE = "time-to-target is comparable only on the same hardware"
+
+
+class RealRuns(ApfCase):
+    """apf score on runs made by `apf run` (the NAdamW baseline on the test
+    workload blobs_mlp, a plan of 1 study x 2 trials, about 4 s a run; made
+    once for the class), and on copies an operator edited: a deleted unit,
+    an edited CSV, a cut log. The scorer says what the run itself records
+    (run.json's plan and machine, the log's ends and failures), and
+    --verify runs the verifier first."""
+
+    @classmethod
+    def setUpClass(cls):
+        if not sandbox_available():
+            raise unittest.SkipTest("the kernel refuses user namespaces here")
+        m = ApfCase("run")
+        m.setUp()
+        cls.maker = m
+        src = os.path.join(apftest.ROOT, "submissions", "baselines", "nadamw")
+        shutil.copytree(src, m.path("nadamw"))
+        with open(m.path("nadamw", "submission.ini"), "a") as f:
+            f.write("studies = 1\ntrials = 2\n")
+        entry = m.path("nadamw.apf")
+        m.ok("pack", m.path("nadamw"), "-w", apftest.BLOBS, "-o", entry)
+        # The thread counts may differ from the one the entry recorded
+        # (the test runner's BLAS setting): a drift, logged and allowed.
+        m.ok("run", entry, "-o", m.path("two"), "--threads", "2",
+             "--allow-env-drift", "-q", timeout=300)
+        m.ok("run", entry, "-o", m.path("one"), "--threads", "1",
+             "--allow-env-drift", "-q", timeout=300)
+        bad = os.path.join(apftest.ROOT, "tests", "data", "submissions",
+                           "returns_error")
+        m.ok("pack", bad, "-w", apftest.BLOBS, "-o", m.path("bad.apf"))
+        r = m.apf("run", m.path("bad.apf"), "-o", m.path("failed"),
+                  "--study", "0", "--threads", "2", "--allow-env-drift",
+                  "-q", timeout=300)
+        assert r.rc == 3, r
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.maker.tearDown()
+
+    def setUp(self):
+        super().setUp()
+        shutil.rmtree(self.home, ignore_errors=True)
+        shutil.copytree(self.maker.home, self.home)
+
+    def run_copy(self, name, as_name=None):
+        dst = self.path(as_name or name)
+        shutil.copytree(self.maker.path(name), dst)
+        return dst
+
+    def score(self, *args):
+        return self.apf("score", *args)
+
+    def json_of(self, *args):
+        r = self.ok("score", *args, "--json")
+        return r, json.loads(r.out)
+
+    def test_a_whole_run_scores_quietly_and_says_it_is_unverified(self):
+        run = self.run_copy("two")
+        r, j = self.json_of(run)
+        self.assertEqual(j["warnings"], [])
+        self.assertEqual(r.err, "")
+        self.assertEqual(j["verification"], "none")
+        sub = j["submissions"][0]
+        self.assertEqual(sub["verified"], "no")
+        self.assertEqual(sub["run"]["plan_units"], 2)
+        self.assertTrue(sub["run"]["complete"])
+        self.assertEqual(sub["run"]["hardware"]["threads"], 2)
+        t = self.ok("score", run)
+        self.assertIn("verified: no - 1 apf run scored unverified, as on "
+                      "disk (pass --verify)\n", t.out)
+        self.assertRegex(t.out, r"hardware: cpu .+ \(\d+ cores?\), 2 "
+                         r"threads, no GPU\n")
+        # Four significant digits: 0.978 s and 0.999 s stay apart.
+        line = next(l for l in t.out.splitlines() if " nadamw " in l)
+        cell = line.split()[-1]
+        self.assertRegex(cell, r"^(\d{4,}|\d{3}\.\d|\d{2}\.\d{2}|\d\.\d{3}|"
+                         r"0\.\d{4,})$")
+        v = self.ok("score", run, "--verify", "--strict")
+        self.assertIn("verified: 1 apf run (apf verify's checks, no "
+                      "re-evaluation or replay)\n", v.out)
+
+    def test_units_missing_from_the_directory_are_named(self):
+        run = self.run_copy("two", "partial")
+        shutil.rmtree(os.path.join(run, "study_0", apftest.BLOBS, "trial_2"))
+        want = (f"nadamw: 1 of the plan's 2 units has no "
+                f"eval_measurements.csv (study_0/{apftest.BLOBS}/trial_2)")
+        r, j = self.json_of(run)
+        self.assertEqual(j["warnings"], [want])
+        self.assertEqual(j["submissions"][0]["run"]["plan_units_with_csv"], 1)
+        self.assertEqual(r.err, f"apf: score: warning: {want}\n")
+        t = self.ok("score", run)
+        self.assertIn(f"\nwarnings (1):\n  {want}\n", t.out)
+        s = self.fails(2, "score", run, "--strict")
+        self.assertEqual(s.err, f"apf: score: {want}\n")
+        self.assertEqual(s.out, "")
+
+    def test_a_run_holding_one_unit_of_fifteen_is_said(self):
+        # The baseline's own plan (3 studies x 5 trials), one unit run.
+        m = self.maker
+        entry = self.path("full.apf")
+        self.ok("pack", os.path.join(apftest.ROOT, "submissions", "baselines",
+                                     "nadamw"), "-w", apftest.BLOBS, "-o",
+                entry)
+        self.ok("run", entry, "-o", self.path("one_unit"), "--study", "0",
+                "--trial", "1", "--threads", "2", "--allow-env-drift", "-q",
+                timeout=300)
+        del m
+        r, j = self.json_of(self.path("one_unit"))
+        self.assertEqual(j["warnings"][0],
+                         f"nadamw: 14 of the plan's 15 units have no "
+                         f"eval_measurements.csv (study_0/{apftest.BLOBS}"
+                         f"/trial_2, study_0/{apftest.BLOBS}/trial_3, "
+                         f"study_0/{apftest.BLOBS}/trial_4, ...)")
+
+    def test_interrupted_run_is_said(self):
+        run = self.run_copy("two", "cut")
+        log = os.path.join(run, "log.jsonl")
+        with open(log, "rb") as f:
+            lines = f.read().split(b"\n")[:-1]
+        # The second unit's trial_end and the run_end are gone, as if the
+        # runner had been killed before writing them.
+        self.assertEqual(json.loads(lines[-1])["event"], "run_end")
+        self.assertEqual(json.loads(lines[-2])["event"], "trial_end")
+        with open(log, "wb") as f:
+            f.write(b"\n".join(lines[:-2]) + b"\n")
+        want = (f"nadamw: incomplete: the log ends without run_end (the run "
+                f"was interrupted or is still running); 1 unit did not end: "
+                f"study_0/{apftest.BLOBS}/trial_2")
+        r, j = self.json_of(run)
+        self.assertEqual(j["warnings"], [want])
+        run_j = j["submissions"][0]["run"]
+        self.assertFalse(run_j["complete"])
+        self.assertEqual(run_j["interrupted"], [f"study_0/{apftest.BLOBS}/trial_2"])
+        s = self.fails(2, "score", run, "--strict")
+        self.assertEqual(s.err, f"apf: score: {want}\n")
+        # A torn last line says so too.
+        with open(log, "ab") as f:
+            f.write(b'{"seq":')
+        r, j = self.json_of(run)
+        self.assertIn("nadamw: incomplete: the log ends in a torn line",
+                      j["warnings"][0])
+
+    def test_failed_unit_is_named_and_its_inf_marked(self):
+        good = self.run_copy("two")
+        bad = self.run_copy("failed")
+        r, j = self.json_of(good, bad)
+        want = (f"returns_error: 1 unit failed: study_0/{apftest.BLOBS}/"
+                f"trial_1 (error)")
+        self.assertIn(want, j["warnings"])
+        subs = {s["name"]: s for s in j["submissions"]}
+        self.assertEqual(subs["returns_error"]["stopped_early"], [apftest.BLOBS])
+        self.assertEqual(subs["returns_error"]["run"]["failed"],
+                         [{"unit": f"study_0/{apftest.BLOBS}/trial_1",
+                           "reason": "error", "fault": None}])
+        self.assertEqual(subs["nadamw"]["stopped_early"], [])
+        t = self.ok("score", good, bad)
+        line = next(l for l in t.out.splitlines() if " returns_error " in l)
+        self.assertTrue(line.endswith(" inf!"), line)
+        self.assertIn("\n!: a unit behind it stopped early (failed, or the "
+                      "run was interrupted) before meeting its\n", t.out)
+        self.fails(2, "score", good, bad, "--strict")
+
+    def test_edited_csv_ranks_without_verify_and_is_excluded_with_it(self):
+        good = self.run_copy("two")
+        edited = self.run_copy("two", "edited")
+        csv_path = os.path.join(edited, "study_0", apftest.BLOBS, "trial_1",
+                                "eval_measurements.csv")
+        with open(csv_path, newline="") as f:
+            rows = list(csv.reader(f))
+        head = rows[0]
+        # The row that met the target claims a tenth of its time.
+        for col in ("score", "accumulated_submission_time"):
+            i = head.index(col)
+            rows[-1][i] = f"{float(rows[-1][i]) / 10:.9f}"
+        with open(csv_path, "w", newline="") as f:
+            csv.writer(f, lineterminator="\n").writerows(rows)
+        r, j = self.json_of(good + "=honest", edited + "=edited")
+        self.assertEqual(j["submissions"][0]["name"], "edited")
+        self.assertEqual(j["submissions"][0]["score"], 1.0)
+
+        r, j = self.json_of(good + "=honest", edited + "=edited", "--verify")
+        self.assertEqual([s["name"] for s in j["submissions"]], ["honest"])
+        self.assertEqual(j["submissions"][0]["verified"], "yes")
+        self.assertEqual(len(j["excluded"]), 1)
+        x = j["excluded"][0]
+        self.assertEqual(x["name"], "edited")
+        self.assertTrue(x["reason"].startswith("check 3 (timing): "), x)
+        self.assertIn("eval_measurements.csv", x["reason"])
+        self.assertEqual(j["warnings"], [f"edited: not verified: {x['reason']}"])
+        t = self.ok("score", good + "=honest", edited + "=edited", "--verify")
+        self.assertIn(f"\nnot ranked (1):\n  edited: not verified: "
+                      f"{x['reason']}\n", t.out)
+        self.assertIn("; 1 failed, not ranked\n", t.out)
+        s = self.fails(1, "score", good + "=honest", edited + "=edited",
+                       "--verify", "--strict")
+        self.assertEqual(s.err, f"apf: score: edited: not verified: "
+                         f"{x['reason']}\n")
+        self.assertEqual(s.out, "")
+
+    def test_runs_on_different_thread_counts_are_warned_about(self):
+        two, one = self.run_copy("two"), self.run_copy("one")
+        want = f"runs differ in threads (2t: 2; 1t: 1): {HW_NOTE}"
+        r, j = self.json_of(two + "=2t", one + "=1t")
+        self.assertEqual(j["warnings"], [want])
+        t = self.ok("score", two + "=2t", one + "=1t")
+        self.assertNotIn("\nhardware:", t.out)
+        self.assertIn(f"  {want}\n", t.out)
+        s = self.fails(2, "score", two + "=2t", one + "=1t", "--strict")
+        self.assertEqual(s.err, f"apf: score: {want}\n")
+
+    def test_labels_score_two_runs_of_one_submission(self):
+        a, b = self.run_copy("two", "a"), self.run_copy("two", "b")
+        s = self.fails(2, "score", a, b)
+        self.assertEqual(s.err, f"apf: {b}: submission 'nadamw' is also {a}; "
+                         "names must be unique (label them: DIR=LABEL)\n")
+        r, j = self.json_of(a + "=first", b + "=second")
+        self.assertEqual(sorted(x["name"] for x in j["submissions"]),
+                         ["first", "second"])
+        self.assertEqual({x["label"] for x in j["submissions"]},
+                         {"first", "second"})
+        s = self.fails(2, "score", a + "=same", b + "=same")
+        self.assertEqual(s.err, f"apf: {b}: label 'same' is also {a}'s; "
+                         "labels must be unique\n")
+        # '=' in a directory's name: the whole is the path when it exists,
+        # and only the last '=' splits off a label.
+        eq = self.run_copy("two", "x=y")
+        r, j = self.json_of(eq)
+        self.assertEqual(j["submissions"][0]["name"], "nadamw")
+        r, j = self.json_of(eq + "=lab")
+        self.assertEqual(j["submissions"][0]["name"], "lab")
+        self.assertEqual(j["submissions"][0]["path"], eq)
+        s = self.fails(2, "score", self.path("nope=lab"))
+        self.assertIn("nope=lab: cannot read", s.err)
+
+    def test_help_names_the_new_options(self):
+        r = self.ok("score", "--help")
+        text = " ".join(r.out.split())
+        self.assertIn("RUN_DIR[=LABEL]", text)
+        self.assertIn("--verify", text)
+        self.assertIn("DIR=LABEL scores one submission under LABEL", text)
+        self.assertIn("split at its last '=' only when it is not a directory "
+                      "itself", text)
+
+
+class VerifyAlgoPerfLogs(unittest.TestCase):
+    def test_algoperf_logs_are_said_unverifiable_once(self):
+        logs = os.path.join(FIXTURES, "logs")
+        targets = os.path.join(FIXTURES, "targets_v05.json")
+        p = apf("score", logs, "--targets", targets, "--verify", "--json")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        r = json.loads(p.stdout)
+        once = ("2 AlgoPerf log directories (no run.json, log or signature) "
+                "cannot be verified; scored as logged")
+        self.assertEqual(r["warnings"].count(once), 1)
+        self.assertEqual(p.stderr.count("cannot be verified"), 1)
+        self.assertEqual({s["verified"] for s in r["submissions"]},
+                         {"not verifiable"})
+        t = apf("score", logs, "--targets", targets, "--verify")
+        self.assertIn("verified: 0 apf runs (apf verify's checks, no "
+                      "re-evaluation or replay); 2 AlgoPerf log directories, "
+                      "not verifiable\n", t.stdout)
 
 
 if __name__ == "__main__":

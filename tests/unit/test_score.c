@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runlog/runlog.h"
 #include "score/score.h"
 
 /* h is the tau grid's step: numpy.linspace(1, 4, 100). */
@@ -729,8 +730,11 @@ static void pipeline_reports_parse(void **state)
 				    "s2,0.500000,32.500000,\n");
 	apf_buf_free(&b);
 	assert_apf_ok(apf_score_format_table(s.r, &b));
-	assert_non_null(strstr(b.data, "   1  s1          0.9116  50.0  20.0\n"));
-	assert_non_null(strstr(b.data, "   2  s2          0.5000  32.5     -\n"));
+	assert_non_null(strstr(b.data, "   1  s1          0.9116  50.00  20.00\n"));
+	assert_non_null(strstr(b.data, "   2  s2          0.5000  32.50      -\n"));
+	/* AlgoPerf logs: nothing to verify, said in one line. */
+	assert_non_null(strstr(b.data, "verified: no - AlgoPerf logs hold "
+				       "nothing to verify\n"));
 	apf_buf_free(&b);
 	assert_apf_ok(apf_score_format_json(s.r, &b));
 	assert_non_null(strstr(b.data, "\"rules\": \"algoperf-0.5\""));
@@ -1236,6 +1240,344 @@ static void heldout_large_file_reads_in_linear_time(void **state)
 	testlib_tmpdir_free(dir);
 }
 
+/* ---- seconds, the SVG, apf runs' own account ----------------------------- */
+
+static void seconds_keep_four_significant_digits(void **state)
+{
+	(void)state;
+	char b[48];
+	const struct {
+		double t;
+		int sig, dec;
+		const char *want;
+	} cases[] = {
+		/* The table: 0.978 s and 0.999 s told apart. */
+		{0.978, 4, 0, "0.9780"},
+		{0.999, 4, 0, "0.9990"},
+		{158.4, 4, 0, "158.4"},
+		{69.5, 4, 0, "69.50"},
+		{1234.6, 4, 0, "1235"},
+		{12345.6, 4, 0, "12346"},
+		{0.0001234, 4, 0, "0.0001234"},
+		{1.0, 4, 0, "1.000"},
+		{10.0, 4, 0, "10.00"},
+		{0.1, 4, 0, "0.1000"},
+		{0, 4, 0, "0"},
+		/* The CSV: 6 decimals at least, and 6 significant digits. */
+		{158.4, 6, 6, "158.400000"},
+		{0.000978, 6, 6, "0.000978000"},
+		{50, 6, 6, "50.000000"},
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+		apf_score_format_seconds(b, sizeof b, cases[i].t, cases[i].sig,
+					 cases[i].dec);
+		assert_string_equal(b, cases[i].want);
+	}
+	apf_score_format_seconds(b, sizeof b, INFINITY, 4, 0);
+	assert_string_equal(b, "inf");
+}
+
+/* The value of attribute name in the first element of tag at or after
+ * from; the element's end in *end. */
+static double svg_attr(const char *from, const char *tag, const char *name,
+		       const char **end, char *text, size_t size)
+{
+	const char *e = strstr(from, tag);
+	assert_non_null(e);
+	char key[64];
+	snprintf(key, sizeof key, " %s=\"", name);
+	const char *a = strstr(e, key);
+	const char *close = strchr(e, '>');
+	assert_non_null(a);
+	assert_true(a < close);
+	a += strlen(key);
+	const char *q = strchr(a, '"');
+	if (text)
+		snprintf(text, size, "%.*s", (int)(q - a), a);
+	if (end)
+		*end = close;
+	return strtod(a, NULL);
+}
+
+static void svg_has_headroom_and_a_dash_pattern_per_curve(void **state)
+{
+	(void)state;
+	/* Two submissions with the same times: both profiles are 1 from
+	 * tau = 1 on, one on top of the other. */
+	char *root = testlib_tmpdir();
+	write_trial(root, "logs/s1/study_0/wa_jax/trial_1", "1,10,0.9\n");
+	write_trial(root, "logs/s2/study_0/wa_jax/trial_1", "1,10,0.9\n");
+	testlib_write_str(root, "targets.json",
+			  "{\"base_workloads\": [\"wa\"], \"workloads\": "
+			  "{\"wa\": {\"target_metric_name\": \"accuracy\", "
+			  "\"validation_target_value\": 0.8}}}");
+	struct scored s;
+	assert_apf_ok(score_dir(&s, root, "logs", "targets.json", NULL,
+				"algoperf-0.6"));
+	apf_buf b = {0};
+	assert_apf_ok(apf_score_format_svg(s.r, &b));
+	/* The plot's frame. */
+	const char *frame = strstr(b.data, "<rect x=");
+	assert_non_null(frame);
+	double top = svg_attr(frame, "<rect", "y", NULL, NULL, 0);
+	double height = svg_attr(frame, "<rect", "height", NULL, NULL, 0);
+	char dash[2][64], d[256];
+	const char *at = b.data;
+	for (int k = 0; k < 2; k++) {
+		const char *path = strstr(at, "<path class=\"profile\"");
+		assert_non_null(path);
+		svg_attr(path, "<path", "stroke-dasharray", NULL, dash[k],
+			 sizeof dash[k]);
+		svg_attr(path, "<path", "d", &at, d, sizeof d);
+		/* "M<x> <y> ...": rho = 1 from the start. */
+		double y = strtod(strchr(d, ' ') + 1, NULL);
+		assert_true(y > top + 0.03 * height);
+		assert_true(y < top + height);
+	}
+	/* Curves on top of each other still show each. */
+	assert_string_not_equal(dash[0], dash[1]);
+	/* The legend draws each curve's pattern. */
+	char legend[64];
+	const char *l = strstr(b.data, "<line class=\"legend\"");
+	assert_non_null(l);
+	svg_attr(l, "<line", "stroke-dasharray", &l, legend, sizeof legend);
+	assert_string_equal(legend, dash[0]);
+	svg_attr(l, "<line", "stroke-dasharray", NULL, legend, sizeof legend);
+	assert_string_equal(legend, dash[1]);
+	apf_buf_free(&b);
+	scored_free(&s);
+	testlib_tmpdir_free(root);
+}
+
+static void hardware_differences_name_field_and_values(void **state)
+{
+	(void)state;
+	struct apf_score_hardware a = {"cpu", "AMD EPYC", 2, 2, "", 0},
+				  b = {"cpu", "AMD EPYC", 2, 1, "", 0},
+				  c = {"cpu", "Intel Xeon", 2, 2, "", 0},
+				  u = {NULL, NULL, -1, -1, NULL, -1};
+	const struct apf_score_hardware *same[] = {&a, &a};
+	const char *names[] = {"x", "y", "z"};
+	char **d;
+	size_t n;
+	assert_apf_ok(apf_score_hardware_compare(&d, &n, names, same, 2));
+	assert_int_equal(n, 0);
+	free(d);
+	const struct apf_score_hardware *three[] = {&a, &b, &c};
+	assert_apf_ok(apf_score_hardware_compare(&d, &n, names, three, 3));
+	assert_int_equal(n, 2);
+	assert_string_equal(d[0], "runs differ in cpu.model (x: AMD EPYC; y: "
+				  "AMD EPYC; z: Intel Xeon): time-to-target is "
+				  "comparable only on the same hardware");
+	assert_string_equal(d[1], "runs differ in threads (x: 2; y: 1; z: 2): "
+				  "time-to-target is comparable only on the "
+				  "same hardware");
+	for (size_t i = 0; i < n; i++)
+		free(d[i]);
+	free(d);
+	/* A run that does not say is not taken to match. */
+	const struct apf_score_hardware *unknown[] = {&a, &u};
+	assert_apf_ok(apf_score_hardware_compare(&d, &n, names, unknown, 2));
+	assert_int_equal(n, 6);
+	assert_non_null(strstr(d[4], "gpu.model (x: none; y: unknown)"));
+	for (size_t i = 0; i < n; i++)
+		free(d[i]);
+	free(d);
+	apf_buf t = {0};
+	assert_apf_ok(apf_score_hardware_describe(&a, &t));
+	assert_string_equal(t.data, "cpu AMD EPYC (2 cores), 2 threads, no GPU");
+	apf_buf_free(&t);
+}
+
+#define RUN_JSON                                                               \
+	"{\"submission\": \"opt\", \"device\": \"cpu\", \"threads\": 2, "      \
+	"\"plan\": {\"units\": ["                                              \
+	"{\"workload\": \"wa\", \"variant\": \"base\", \"study\": 0, "         \
+	"\"trial\": 1},"                                                       \
+	"{\"workload\": \"wa\", \"variant\": \"base\", \"study\": 0, "         \
+	"\"trial\": 2},"                                                       \
+	"{\"workload\": \"wa\", \"variant\": \"base\", \"study\": 1, "         \
+	"\"trial\": 1},"                                                       \
+	"{\"workload\": \"wa\", \"variant\": \"big\", \"study\": 0, "          \
+	"\"trial\": 1}]},"                                                     \
+	"\"environment\": {\"cpu\": {\"model\": \"AMD EPYC\", \"cores\": 2}, " \
+	"\"gpus\": []}}"
+
+static void append(apf_runlog *l, const char *event, const char *fields)
+{
+	json_error_t err;
+	json_t *f = json_loads(fields, 0, &err);
+	assert_non_null(f);
+	assert_apf_ok(apf_runlog_append(l, 1, event, f, 0));
+	json_decref(f);
+}
+
+/* A unit's trial_start, with the fields the scorer reads. */
+static void trial_start(apf_runlog *l, long study, const char *variant)
+{
+	char f[256];
+	snprintf(f, sizeof f,
+		 "{\"unit\": \"study_%ld/wa%s%s/trial_1\", \"workload\": "
+		 "\"wa\", \"variant\": \"%s\", \"study\": %ld, \"trial\": 1}",
+		 study, strcmp(variant, "base") ? "_" : "",
+		 strcmp(variant, "base") ? variant : "", variant, study);
+	append(l, "trial_start", f);
+}
+
+static void run_account_from_run_json_and_log(void **state)
+{
+	(void)state;
+	char *root = testlib_tmpdir();
+	testlib_write_str(root, "run/run.json", RUN_JSON);
+	/* Study 0's trial 1 ended, study 1's failed with a fault, the
+	 * variant's was interrupted; study 0's trial 2 never started. */
+	char *run = apf_path_join(root, "run"),
+	     *log = apf_path_join(run, "log.jsonl");
+	apf_runlog *l;
+	assert_apf_ok(apf_runlog_create(&l, log));
+	append(l, "run_start", "{}");
+	trial_start(l, 0, "base");
+	append(l, "trial_end", "{\"unit\": \"study_0/wa/trial_1\", "
+			       "\"reason\": \"targets\", \"failed\": false}");
+	trial_start(l, 1, "base");
+	append(l, "sandbox_fault", "{\"unit\": \"study_1/wa/trial_1\", "
+				   "\"kind\": \"syscall\"}");
+	append(l, "trial_end", "{\"unit\": \"study_1/wa/trial_1\", "
+			       "\"reason\": \"fault\", \"failed\": true}");
+	trial_start(l, 0, "big");
+	assert_apf_ok(apf_runlog_close(l));
+	write_trial(root, "run/study_0/wa/trial_1", "1,10,0.9\n");
+	write_trial(root, "run/study_1/wa/trial_1", "1,10,0.1\n");
+	write_trial(root, "run/study_0/wa_big/trial_1", "1,10,0.1\n");
+
+	apf_score_run *r;
+	assert_apf_ok(apf_score_read_run(&r, run));
+	assert_true(r->plan_known);
+	assert_true(r->log_found);
+	assert_null(r->log_error);
+	assert_false(r->ended);
+	assert_int_equal(r->nplanned, 4);
+	assert_int_equal(r->nunits, 4);
+	assert_string_equal(r->units[0].name, "study_0/wa/trial_1");
+	assert_int_equal(r->units[0].state, APF_SCORE_UNIT_ENDED);
+	assert_int_equal(r->units[1].state, APF_SCORE_UNIT_NOT_RUN);
+	assert_false(r->units[1].has_csv);
+	assert_int_equal(r->units[2].state, APF_SCORE_UNIT_FAILED);
+	assert_string_equal(r->units[2].reason, "fault");
+	assert_string_equal(r->units[2].fault, "syscall");
+	assert_string_equal(r->units[3].dir_name, "wa_big");
+	assert_int_equal(r->units[3].state, APF_SCORE_UNIT_INTERRUPTED);
+	assert_string_equal(r->hw.cpu_model, "AMD EPYC");
+	assert_int_equal(r->hw.threads, 2);
+	assert_int_equal(r->hw.gpus, 0);
+	apf_score_run_free(r);
+
+	/* The scorer says all of it, and --strict refuses it. */
+	testlib_write_str(root, "workloads/wa/workload.ini",
+			  "[workload]\nname = wa\nmodel = mlp\n"
+			  "loss = cross_entropy\nmetric = accuracy\n"
+			  "direction = max\nvalidation_target = 0.8\n"
+			  "test_target = 0.8\n[dataset]\nname = d\npath = data\n"
+			  "[model]\nwidth = 4\n[budget.cpu]\nmax_runtime_s = 60\n"
+			  "eval_period_s = 1\n[variant.big]\nwidth = 8\n");
+	struct scored s;
+	assert_apf_ok(score_dir(&s, root, "run", NULL, NULL, "apf"));
+	assert_true(has_warning(s.r, "opt: 1 of the plan's 4 units has no "
+				     "eval_measurements.csv "
+				     "(study_0/wa/trial_2)"));
+	assert_true(has_warning(s.r, "opt: incomplete: the log ends without "
+				     "run_end (the run was interrupted or is "
+				     "still running); 1 unit did not end: "
+				     "study_0/wa_big/trial_1"));
+	assert_true(has_warning(s.r, "opt: 1 unit failed: study_1/wa/trial_1 "
+				     "(fault: syscall)"));
+	/* wa: study 0 met at 10 s, study 1 failed: the median is inf, and
+	 * the failed unit is why. */
+	assert_true(isinf(s.r->final[0]));
+	assert_true(s.r->early[0]);
+	apf_buf b = {0};
+	assert_apf_ok(apf_score_format_table(s.r, &b));
+	assert_non_null(strstr(b.data, " inf!\n"));
+	assert_non_null(strstr(b.data, "\n!: a unit behind it stopped early"));
+	assert_non_null(strstr(b.data, "verified: no - 1 apf run scored "
+				       "unverified"));
+	assert_non_null(strstr(b.data, "hardware: cpu AMD EPYC (2 cores), 2 "
+				       "threads, no GPU\n"));
+	assert_non_null(strstr(b.data, "\nwarnings (4):\n  wa_big: neither a "
+				       "base workload nor a held-out variant "
+				       "(pass --heldout to score variants); "
+				       "ignored\n  opt: 1 of the plan"));
+	apf_buf_free(&b);
+	scored_free(&s);
+	assert_int_equal(score_dir_flags(&s, root, "run", NULL, NULL, "apf",
+					 APF_SCORE_STRICT),
+			 APF_EINPUT);
+	assert_string_equal(apf_error_message(),
+			    "score: opt: 1 of the plan's 4 units has no "
+			    "eval_measurements.csv (study_0/wa/trial_2)");
+	apf_error_clear();
+	free(log);
+	free(run);
+	testlib_tmpdir_free(root);
+}
+
+static void excluded_runs_are_listed_not_ranked(void **state)
+{
+	(void)state;
+	char *root = apf_runs();
+	char *p = apf_path_join(root, "runs");
+	apf_score_logs *logs;
+	assert_apf_ok(apf_score_logs_new(&logs));
+	assert_apf_ok(apf_score_logs_add(logs, p));
+	assert_int_equal(logs->n, 2);
+	size_t i = strcmp(logs->s[0].name, "alpha") ? 1 : 0;
+	assert_apf_ok(apf_score_logs_exclude(logs, i, "check 3 (timing): x"));
+	assert_int_equal(logs->n, 1);
+	assert_string_equal(logs->s[0].name, "r2");
+	logs->s[0].verified = APF_SCORE_VERIFIED;
+	apf_score_targets *t;
+	char *w = apf_path_join(root, "workloads");
+	assert_apf_ok(apf_score_targets_from_workloads(&t, w));
+	apf_score_result *r;
+	assert_apf_ok(apf_score_compute(&r, logs, t, NULL,
+					apf_score_rules_get("apf"),
+					APF_SCORE_VERIFY));
+	assert_int_equal(r->nsub, 1);
+	assert_true(has_warning(r, "alpha: not verified: check 3 (timing): x"));
+	apf_buf b = {0};
+	assert_apf_ok(apf_score_format_table(r, &b));
+	assert_non_null(strstr(b.data, "verified: 1 apf run (apf verify's "
+				       "checks, no re-evaluation or replay); 1 "
+				       "failed, not ranked\n"));
+	assert_non_null(strstr(b.data, "\nnot ranked (1):\n  alpha: not "
+				       "verified: check 3 (timing): x\n"));
+	apf_buf_free(&b);
+	assert_apf_ok(apf_score_format_json(r, &b));
+	assert_non_null(strstr(b.data, "\"excluded\": [\n    {\n      \"name\": "
+				       "\"alpha\""));
+	apf_buf_free(&b);
+	apf_score_result_free(r);
+	/* Labels are names; a duplicate is refused naming it. */
+	char *r1 = apf_path_join(p, "r1"), *r2 = apf_path_join(p, "r2");
+	assert_int_equal(apf_score_logs_add_as(logs, r1, "r2"), APF_EINPUT);
+	assert_non_null(strstr(apf_error_message(), "submission 'r2' is also"));
+	assert_apf_ok(apf_score_logs_add_as(logs, r1, "first"));
+	assert_int_equal(apf_score_logs_add_as(logs, r2, "first"), APF_EINPUT);
+	assert_non_null(strstr(apf_error_message(),
+			       "label 'first' is also "));
+	assert_int_equal(apf_score_logs_add_as(logs, p, "all"), APF_EINPUT);
+	assert_non_null(strstr(apf_error_message(), "a label names one "
+						    "submission"));
+	apf_error_clear();
+	free(r1);
+	free(r2);
+	free(w);
+	free(p);
+	apf_score_targets_free(t);
+	apf_score_logs_free(logs);
+	testlib_tmpdir_free(root);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1265,6 +1607,11 @@ int main(void)
 		cmocka_unit_test(targets_current_format_chooses_the_rules),
 		cmocka_unit_test(base_of_variants),
 		cmocka_unit_test(heldout_large_file_reads_in_linear_time),
+		cmocka_unit_test(seconds_keep_four_significant_digits),
+		cmocka_unit_test(svg_has_headroom_and_a_dash_pattern_per_curve),
+		cmocka_unit_test(hardware_differences_name_field_and_values),
+		cmocka_unit_test(run_account_from_run_json_and_log),
+		cmocka_unit_test(excluded_runs_are_listed_not_ranked),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
