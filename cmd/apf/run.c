@@ -11,13 +11,69 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <jansson.h>
+
 #include "eval/eval.h"
 #include "runner/runner.h"
 #include "trial/trial.h"
 
 struct say {
 	int progress; /* a progress line may be on the terminal */
+	json_t *units; /* --json: one object per unit, as each ends */
 };
+
+static json_t *number_or_null(double v)
+{
+	return isnan(v) || v < 0 ? json_null() : json_real(v);
+}
+
+static void on_unit_end(void *user, const struct apf_run_unit_end *e)
+{
+	struct say *s = user;
+	json_t *u = json_pack(
+		"{s:s, s:s, s:o, s:o, s:o, s:I, s:I, s:o, s:o, s:o}", "unit",
+		e->unit, "state",
+		e->already ? "already_ended" : e->failed ? "failed" : "completed",
+		"reason", e->reason ? json_string(e->reason) : json_null(),
+		"time_to_target_s", number_or_null(e->time_to_target_s),
+		"submission_s", json_real(e->submission_s), "evals",
+		(json_int_t)e->evals, "global_step", (json_int_t)e->global_step,
+		"metric", e->metric ? json_string(e->metric) : json_null(),
+		"best_validation", number_or_null(e->best_validation),
+		"validation_target", number_or_null(e->target));
+	if (u && e->detail)
+		json_object_set_new(u, "detail", json_string(e->detail));
+	if (u && e->already)
+		json_object_set_new(u, "failed", json_boolean(e->failed));
+	json_array_append_new(s->units, u);
+}
+
+/* --json: what ran and how it ended, on stdout, whatever the outcome, so a
+ * script reads one object instead of the terminal's lines. */
+static void print_json(const struct say *s, const char *run_dir, int rc)
+{
+	size_t completed = 0, failed = 0, already = 0, i;
+	json_t *u;
+	json_array_foreach(s->units, i, u)
+	{
+		const char *st = json_string_value(json_object_get(u, "state"));
+		completed += !strcmp(st, "completed");
+		failed += !strcmp(st, "failed");
+		already += !strcmp(st, "already_ended");
+	}
+	json_t *j = json_pack("{s:s, s:i, s:o, s:I, s:I, s:I, s:O}", "run_dir",
+			      run_dir, "exit", apf_exit_code(rc), "error",
+			      rc ? json_string(apf_error_message()) : json_null(),
+			      "completed", (json_int_t)completed, "failed", (json_int_t)failed,
+			      "already_ended", (json_int_t)already, "units",
+			      s->units);
+	char *text = j ? json_dumps(j, JSON_INDENT(2) | JSON_REAL_PRECISION(10))
+		       : NULL;
+	if (text)
+		printf("%s\n", text);
+	free(text);
+	json_decref(j);
+}
 
 static void on_notice(void *user, const char *line)
 {
@@ -47,7 +103,7 @@ int cmd_run(int argc, char **argv)
 	 * threads, the default memory limit). */
 	long study = LONG_MIN, trial = LONG_MIN, threads = LONG_MIN,
 	     memory_mib = LONG_MIN;
-	int resume = 0, unsealed = 0, drift = 0, quiet = 0;
+	int resume = 0, unsealed = 0, drift = 0, quiet = 0, json = 0;
 	const struct apf_opt opts[] = {
 		{"output", 'o', OPT_STRING, &o.run_dir, "RUN_DIR",
 		 "the run directory (default: <entry>.run)"},
@@ -77,13 +133,15 @@ int cmd_run(int argc, char **argv)
 		{"memory-limit", 0, OPT_INT, &memory_mib, "MiB",
 		 "memory limit of a trial, counting all it holds (a cgroup where the kernel offers one; default: 16384)"},
 		{"quiet", 'q', OPT_FLAG, &quiet, NULL, "no progress line"},
+		{"json", 0, OPT_FLAG, &json, NULL,
+		 "print each unit's outcome as JSON on stdout at the end"},
 		{0},
 	};
 	const struct apf_usage usage = {
 		"run ENTRY.apf [-o RUN_DIR] [-k KEY] [--entry-key PUB.pem] "
 		"[--workload W] [--study K] [--trial N] [--heldout DRAW.json] "
 		"[--device cpu|cuda] [--threads N] [--resume] [--unsealed] "
-		"[--allow-env-drift] [--memory-limit MiB] [-q]",
+		"[--allow-env-drift] [--memory-limit MiB] [-q] [--json]",
 		"Run an entry's trials in the sealed runner: the entry is "
 		"verified, its workloads'\nspecs and datasets and this machine's "
 		"environment are checked against the\nmanifest, then every "
@@ -127,11 +185,19 @@ int cmd_run(int argc, char **argv)
 	o.unsealed = unsealed;
 	o.allow_env_drift = drift;
 	o.memory_limit = (uint64_t)memory_mib << 20;
-	struct say say = {!quiet && progress_enabled() && isatty(2)};
+	struct say say = {!quiet && progress_enabled() && isatty(2),
+			  json ? json_array() : NULL};
 	o.notice = on_notice;
 	o.progress = say.progress ? on_progress : NULL;
+	o.unit_end = json ? on_unit_end : NULL;
 	o.user = &say;
 	rc = apf_run(&o);
+	if (json) {
+		char *dir = o.run_dir ? NULL : apf_run_default_dir(o.entry);
+		print_json(&say, o.run_dir ? o.run_dir : dir ? dir : "", rc);
+		free(dir);
+		json_decref(say.units);
+	}
 	return rc ? cmd_fail(rc) : 0;
 }
 

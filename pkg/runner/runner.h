@@ -60,6 +60,23 @@ struct apf_run_progress {
 	double target;          /* the validation target */
 };
 
+/* How a unit ended (apf_run_opts.unit_end): one call per selected unit,
+ * those that had ended in an earlier session included (already = 1, with
+ * only failed and time_to_target_s known). */
+struct apf_run_unit_end {
+	const char *unit;
+	int already;
+	int failed;
+	const char *reason;     /* trial_end's reason; NULL when already */
+	const char *detail;     /* a failure's text, or NULL */
+	double time_to_target_s; /* -1: not met */
+	double submission_s;
+	int64_t evals, global_step;
+	const char *metric;
+	double best_validation; /* NAN: no eval */
+	double target;
+};
+
 struct apf_run_opts {
 	const char *entry;      /* ENTRY.apf */
 	const char *run_dir;    /* NULL: <entry without .apf>.run */
@@ -81,6 +98,7 @@ struct apf_run_opts {
 	 * trains. */
 	void (*notice)(void *user, const char *line);
 	void (*progress)(void *user, const struct apf_run_progress *p);
+	void (*unit_end)(void *user, const struct apf_run_unit_end *e);
 	void *user;
 };
 
@@ -89,5 +107,8 @@ struct apf_run_opts {
  * trial failed (a fault, a crash, the submission's error: logged, and the
  * run goes on with the next unit), or an error of the run itself. */
 int apf_run(const struct apf_run_opts *o);
+/* The run directory when none is given: <entry's name without .apf>.run in
+ * the current directory. Freed by the caller. */
+char *apf_run_default_dir(const char *entry);
 
 #endif

@@ -397,7 +397,7 @@ static int selected(const struct run *r, const struct apf_plan_unit *u)
 	       (o->trial < 0 || o->trial == u->trial + 1);
 }
 
-static char *default_run_dir(const char *entry)
+char *apf_run_default_dir(const char *entry)
 {
 	const char *base = strrchr(entry, '/');
 	base = base ? base + 1 : entry;
@@ -718,6 +718,23 @@ static int run_units(struct run *r, size_t nsel)
 				     "(%s); not run again",
 				  name, r->states[i].failed ? "failed"
 							    : "completed");
+		if (r->o->unit_end) {
+			const struct apf_rundir_unit *st = &r->states[i];
+			struct apf_run_unit_end e = {
+				.unit = name,
+				.already = 1,
+				.failed = st->failed,
+				.time_to_target_s =
+					st->time_to_target_ns >= 0
+						? (double)st->time_to_target_ns / 1e9
+						: -1,
+				.submission_s = (double)st->sub_ns / 1e9,
+				.evals = st->last_eval,
+				.global_step = st->global_step,
+				.best_validation = NAN,
+				.target = NAN};
+			r->o->unit_end(r->o->user, &e);
+		}
 		before++;
 	}
 	r->already = before;
@@ -754,7 +771,7 @@ int apf_run(const struct apf_run_opts *o)
 {
 	struct run r = {0};
 	r.o = o;
-	r.run_dir = o->run_dir ? apf_strdup(o->run_dir) : default_run_dir(o->entry);
+	r.run_dir = o->run_dir ? apf_strdup(o->run_dir) : apf_run_default_dir(o->entry);
 	int rc = r.run_dir ? heldout_in_force(&r)
 			   : apf_error(APF_ENOMEM, "run", "out of memory");
 	if (!rc)

@@ -105,6 +105,24 @@ static int end_trial(struct unit *u, const char *reason, int failed,
 		u->r->failed++;
 	else
 		u->r->completed++;
+	const struct apf_run_opts *o = u->r->o;
+	if (o->unit_end) {
+		struct apf_run_unit_end e = {
+			.unit = u->name,
+			.failed = failed,
+			.reason = reason,
+			.detail = failed ? detail : NULL,
+			.time_to_target_s = u->time_to_target_ns >= 0
+						    ? (double)u->time_to_target_ns / 1e9
+						    : -1,
+			.submission_s = (double)u->sub_ns / 1e9,
+			.evals = u->evals,
+			.global_step = u->global_step,
+			.metric = u->hu->spec->metric,
+			.best_validation = u->best_val,
+			.target = u->hu->validation_target};
+		o->unit_end(o->user, &e);
+	}
 	if (failed)
 		apf_runner_notice(u->r, "%s: failed: %s", u->name, reason);
 	else if (u->time_to_target_ns >= 0)

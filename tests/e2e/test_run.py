@@ -479,6 +479,34 @@ class ExitStatus(RunCase):
         self.assertIn("update_params returned -7 at step 3", end["detail"])
         self.ok("verify", run)
 
+    def test_json_says_each_units_outcome_whatever_the_exit(self):
+        self.ok("keygen")
+        entry = self.pack_source("err7", self.ERROR_AT_3)
+        run = self.path("run")
+        r = self.apf("run", entry, "-o", run, "--study", "0", "--json", timeout=300)
+        self.assertEqual(r.rc, 3, r)
+        j = json.loads(r.out)
+        self.assertEqual((j["run_dir"], j["exit"], j["completed"], j["failed"]), (run, 3, 0, 1), j)
+        self.assertIn("1 of 1 unit failed", j["error"])
+        (u,) = j["units"]
+        self.assertEqual((u["unit"], u["state"], u["reason"]),
+                         ("study_0/blobs_mlp/trial_1", "failed", "error"), u)
+        self.assertIn("update_params returned -7 at step 3", u["detail"])
+        self.assertIsNone(u["time_to_target_s"])
+        # Run again: nothing runs, and the JSON says why.
+        r = self.apf("run", entry, "-o", run, "--study", "0", "--json", timeout=300)
+        self.assertEqual(r.rc, 0, r)
+        j = json.loads(r.out)
+        self.assertEqual(j["already_ended"], 1, j)
+        self.assertEqual((j["units"][0]["state"], j["units"][0]["failed"]),
+                         ("already_ended", True), j)
+        # A refusal before anything ran is JSON too, with the error.
+        r = self.apf("run", self.path("missing.apf"), "-o", run, "--json")
+        self.assertEqual(r.rc, 2, r)
+        j = json.loads(r.out)
+        self.assertEqual((j["exit"], j["units"]), (2, []), j)
+        self.assertIn("missing.apf", j["error"])
+
     def test_options_out_of_range_are_refused_before_anything_runs(self):
         self.ok("keygen")
         entry = self.pack_source("err7", self.ERROR_AT_3)
