@@ -91,7 +91,8 @@ int cmd_pack(int argc, char **argv)
 		1, 1,
 		"apf pack submissions/baselines/nadamw -w fmnist_mlp,fmnist_cnn "
 		"-o nadamw.apf\n"
-		"SOURCE_DATE_EPOCH=1700000000 apf pack my_sub -w fmnist_mlp"};
+		"SOURCE_DATE_EPOCH=1700000000 apf pack submissions/baselines/adamw -w "
+		"fmnist_mlp -o adamw.apf"};
 	int nargs, rc = cmd_start("pack", &usage, opts, argc, argv, &nargs);
 	if (rc >= 0)
 		return rc;

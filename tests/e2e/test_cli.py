@@ -15,13 +15,13 @@ from apftest import APF, ROOT, ApfCase  # noqa: E402
 
 # Commands whose --help has no examples: section yet (their files are being
 # edited by others); remove a name once its command has examples.
-EXAMPLES_PENDING = {"pack", "run", "score", "plan"}
+EXAMPLES_PENDING = {"score", "plan"}
 
 # Examples that are not run here, and why: they need a finished run of the
 # README's demo (`apf run nadamw.apf -o nadamw.run ...`, a 180 s budget), or
 # they train for many seconds.
 NEEDS_DEMO_RUN = "nadamw.run"
-TOO_SLOW = {"train"}
+TOO_SLOW = {"train", "run"}  # minutes of training each
 
 FASHION_MNIST = "/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz"
 
@@ -240,7 +240,7 @@ class Examples(ApfCase):
             with self.subTest(example=line):
                 self.sh(line)
         self.assertGreaterEqual(len(keygen) + len(rest), 15)
-        self.assertLessEqual(len(skipped), 6, skipped)
+        self.assertLessEqual(len(skipped), 10, skipped)  # train and run, and the demo run's
 
 
 if __name__ == "__main__":
