@@ -2,12 +2,15 @@
  * cpu.c: the CPU backend, the readable reference every other backend is
  * tested against. Each layer is a plain `<layer>_forward` / `_backward` pair
  * over flat float arrays (shapes in the parameter names); GEMMs go to
- * OpenBLAS. Convolutions are im2col + GEMM over chunks of the batch.
+ * apf's own GEMM (gemm.h) on the instruction-set path chosen when the
+ * backend is created (isa.h: the best this CPU has, or APF_CPU_ISA).
+ * Convolutions are im2col + GEMM over chunks of the batch.
  *
  * Determinism: work is shared among be->threads threads by static splits
  * that depend only on sizes and the thread count; sums that cross a split
- * keep one partial per thread and add them in thread order; OpenBLAS's sgemm
- * partitions by thread count only. So a fixed thread count gives
+ * keep one partial per thread and add them in thread order. The GEMM's
+ * summation order is fixed by its contract (gemm.h), the same on every
+ * path and for every thread count. So a fixed thread count gives
  * bit-identical results. Statistics (batch norm, layer norm, reductions)
  * accumulate in double.
  */
@@ -18,8 +21,9 @@
 
 #include "nn/nn.h"
 #include "nn/cpu/fast.h"
+#include "nn/cpu/gemm.h"
+#include "nn/cpu/isa.h"
 
-#include <cblas.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -36,8 +40,9 @@
  * static split that depends only on the sizes and the thread count, so the
  * result is the same run to run. Work that sums across the split (batch-norm
  * statistics, convolution weight gradients) keeps one partial per thread and
- * adds the partials in thread order. OpenBLAS runs single-threaded inside
- * these regions and with be->threads threads for the large GEMMs outside.
+ * adds the partials in thread order. A GEMM called outside these regions
+ * (cpu_gemm) shares its output among the pool's threads; one inside them
+ * (a convolution's chunk) runs on the thread that calls it.
  */
 #define MAX_THREADS 16
 /* Below this many elements a split costs more than it saves. */
@@ -63,6 +68,10 @@ struct pool {
 	unsigned long generation;
 	int pending, stop;
 	int fast; /* route the shapes fast.c takes to it */
+	int isa;  /* the GEMM's instruction-set path (isa.h) */
+	/* Each thread's packing room, reused GEMM after GEMM: thread t's in a
+	 * region, thread 0's (the caller's) for cpu_gemm outside them. */
+	struct apf_gemm_buf gemm_buf[MAX_THREADS];
 	/* Sticky, as nn.h has it: the first failure since the last sync, and
 	 * the layer it stopped (whose outputs were left unwritten). */
 	int err;
@@ -199,16 +208,55 @@ static int cpu_sync(apf_backend *be)
 
 /* ---- GEMM ----------------------------------------------------------------- */
 
+/* Below this many multiply-adds a GEMM runs on the caller's thread alone:
+ * the pool's two hand-offs would cost more than they save. */
+#define GEMM_PAR_MIN ((size_t)1 << 18)
+
+static int gemm_isa(const apf_backend *be)
+{
+	const struct pool *p = be->impl;
+	return p->isa;
+}
+
+static struct apf_gemm_buf *gemm_bufs(apf_backend *be)
+{
+	struct pool *p = be->impl;
+	return p->gemm_buf;
+}
+
+static void gemm_pack_task(void *v, int t, int nt)
+{
+	apf_gemm_pack(v, t, nt);
+}
+
+static void gemm_compute_task(void *v, int t, int nt)
+{
+	apf_gemm_compute(v, t, nt);
+}
+
 static void cpu_gemm(apf_backend *be, int trans_a, int trans_b, int M, int N,
 		     int K, float alpha, const float *A, int lda,
 		     const float *B, int ldb, float beta, float *C, int ldc)
 {
-	(void)be;
 	if (M == 0 || N == 0)
 		return;
-	cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
-		    trans_b ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, lda,
-		    B, ldb, beta, C, ldc);
+	struct apf_gemm g = {.isa = gemm_isa(be), .trans_a = trans_a,
+			     .trans_b = trans_b, .M = M, .N = N, .K = K,
+			     .alpha = alpha, .A = A, .lda = lda, .B = B,
+			     .ldb = ldb, .beta = beta, .C = C, .ldc = ldc};
+	if (apf_gemm_prepare(&g, &gemm_bufs(be)[0])) {
+		cpu_fail(be, "gemm");
+		return;
+	}
+	/* every share packed before any is computed: two regions */
+	if (nthreads(be) > 1 && (size_t)M * N * K >= GEMM_PAR_MIN) {
+		parallel(be, gemm_pack_task, &g);
+		parallel(be, gemm_compute_task, &g);
+	} else {
+		apf_gemm_pack(&g, 0, 1);
+		apf_gemm_compute(&g, 0, 1);
+	}
+	apf_gemm_release(&g);
 }
 
 /* dbias (OC) = column sums of dout (R,OC), rows in order. */
@@ -375,8 +423,31 @@ struct conv_arg {
 	int B, H, W, C, OC, K, S, P, OH, OW, cb, nchunks, accum;
 	size_t col_floats;   /* per thread */
 	float *wflip;        /* (C,K,K,OC): weights flipped, for stride 1 */
+	int isa;             /* the GEMM's path */
+	struct apf_gemm_buf *bufs; /* per thread, the pool's */
 	int had_chunk[MAX_THREADS];
+	int failed[MAX_THREADS]; /* a GEMM of this thread's had no memory */
 };
+
+/* Thread t's GEMM inside a convolution's region, on t alone; a failure is
+ * kept for conv_failed, outside the region. */
+static void conv_gemm(struct conv_arg *a, int t, int trans_a, int trans_b,
+		      int M, int N, int K, const float *A, int lda,
+		      const float *B, int ldb, float beta, float *C, int ldc)
+{
+	if (apf_gemm(&a->bufs[t], a->isa, trans_a, trans_b, M, N, K, 1.0f, A,
+		     lda, B, ldb, beta, C, ldc))
+		a->failed[t] = 1;
+}
+
+static void conv_failed(apf_backend *be, const struct conv_arg *a)
+{
+	for (int t = 0; t < nthreads(be); t++)
+		if (a->failed[t]) {
+			cpu_fail(be, "conv2d");
+			return;
+		}
+}
 
 static void conv_fwd_task(void *v, int t, int nt)
 {
@@ -399,8 +470,8 @@ static void conv_fwd_task(void *v, int t, int nt)
 				       (size_t)a->OC * sizeof *o);
 			beta = 1.0f;
 		}
-		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, a->OC,
-			    KKC, 1.0f, col, KKC, a->weight, KKC, beta, o, a->OC);
+		conv_gemm(a, t, 0, 1, rows, a->OC, KKC, col, KKC, a->weight,
+			  KKC, beta, o, a->OC);
 	}
 }
 
@@ -423,9 +494,8 @@ static void conv_bwd_task(void *v, int t, int nt)
 		im2col(col, a->inp + b0 * in_img, nb, a->H, a->W, a->C, a->K,
 		       a->S, a->P);
 		/* this thread's dweight (OC,KKC) += d^T col, chunks in order */
-		cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, a->OC, KKC,
-			    rows, 1.0f, d, a->OC, col, KKC,
-			    a->had_chunk[t] ? 1.0f : 0.0f, dw, KKC);
+		conv_gemm(a, t, 1, 0, a->OC, KKC, rows, d, a->OC, col, KKC,
+			  a->had_chunk[t] ? 1.0f : 0.0f, dw, KKC);
 		a->had_chunk[t] = 1;
 		if (!a->dinp)
 			continue;
@@ -437,31 +507,19 @@ static void conv_bwd_task(void *v, int t, int nt)
 			int KKO = a->K * a->K * a->OC;
 			im2col(col, d, nb, a->OH, a->OW, a->OC, a->K, 1,
 			       a->K - 1 - a->P);
-			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans,
-				    (int)(nb * (size_t)a->H * a->W), a->C, KKO,
-				    1.0f, col, KKO, a->wflip, KKO,
-				    a->accum ? 1.0f : 0.0f, di, a->C);
+			conv_gemm(a, t, 0, 1, (int)(nb * (size_t)a->H * a->W),
+				  a->C, KKO, col, KKO, a->wflip, KKO,
+				  a->accum ? 1.0f : 0.0f, di, a->C);
 			continue;
 		}
 		/* dcol (rows,KKC) = d weight, reusing the column buffer, then
 		 * scattered onto this chunk's own images */
-		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, KKC,
-			    a->OC, 1.0f, d, a->OC, a->weight, KKC, 0.0f, col,
-			    KKC);
+		conv_gemm(a, t, 0, 0, rows, KKC, a->OC, d, a->OC, a->weight,
+			  KKC, 0.0f, col, KKC);
 		if (!a->accum)
 			memset(di, 0, nb * in_img * sizeof *di);
 		col2im(di, col, nb, a->H, a->W, a->C, a->K, a->S, a->P);
 	}
-}
-
-/* OpenBLAS runs single-threaded while our threads share a layer. */
-static void parallel_blas(apf_backend *be, task_fn fn, void *arg)
-{
-	if (nthreads(be) > 1)
-		openblas_set_num_threads(1);
-	parallel(be, fn, arg);
-	if (nthreads(be) > 1)
-		openblas_set_num_threads(be->threads);
 }
 
 static void fast_fwd_task(void *v, int t, int nt)
@@ -508,12 +566,14 @@ static void conv2d_forward(apf_backend *be, float *out, const float *inp,
 	}
 	struct conv_arg a = {.out = out, .inp = inp, .weight = weight,
 			     .bias = bias, .work = work, .B = B, .H = H, .W = W,
-			     .C = C, .OC = OC, .K = K, .S = S, .P = P};
+			     .C = C, .OC = OC, .K = K, .S = S, .P = P,
+			     .isa = gemm_isa(be), .bufs = gemm_bufs(be)};
 	a.OH = conv_out(H, K, S, P), a.OW = conv_out(W, K, S, P);
 	a.cb = conv_chunk_for(be, B, a.OH, a.OW, C, K);
 	a.nchunks = (B + a.cb - 1) / a.cb;
 	a.col_floats = conv_col_floats(a.cb, H, W, C, OC, K, S, P);
-	parallel_blas(be, conv_fwd_task, &a);
+	parallel(be, conv_fwd_task, &a);
+	conv_failed(be, &a);
 }
 
 static void conv2d_backward(apf_backend *be, float *dinp, float *dweight,
@@ -563,7 +623,8 @@ static void conv2d_backward(apf_backend *be, float *dinp, float *dweight,
 	struct conv_arg a = {.dinp = dinp, .dweight = dweight, .dout = dout,
 			     .inp = inp, .weight = weight, .work = work, .B = B,
 			     .H = H, .W = W, .C = C, .OC = OC, .K = K, .S = S,
-			     .P = P, .OH = OH, .OW = OW, .accum = accum};
+			     .P = P, .OH = OH, .OW = OW, .accum = accum,
+			     .isa = gemm_isa(be), .bufs = gemm_bufs(be)};
 	a.cb = conv_chunk_for(be, B, OH, OW, C, K);
 	a.nchunks = (B + a.cb - 1) / a.cb;
 	a.col_floats = conv_col_floats(a.cb, H, W, C, OC, K, S, P);
@@ -579,7 +640,8 @@ static void conv2d_backward(apf_backend *be, float *dinp, float *dweight,
 						a.wflip[((size_t)(c * K + kh) * K + kw) * OC + o] =
 							weight[((size_t)(o * K + K - 1 - kh) * K + K - 1 - kw) * C + c];
 	}
-	parallel_blas(be, conv_bwd_task, &a);
+	parallel(be, conv_bwd_task, &a);
+	conv_failed(be, &a);
 	/* partials added in thread order: fixed for a fixed thread count */
 	for (int t = 1; t < nt; t++) {
 		if (!a.had_chunk[t])
@@ -1797,6 +1859,10 @@ static int cpu_new(apf_backend **out, int threads, int fast)
 		return apf_error(APF_EINPUT, "cpu backend",
 				 "%d threads (at most %d)", threads,
 				 MAX_THREADS);
+	int isa;
+	int rc = apf_cpu_isa(&isa);
+	if (rc)
+		return rc;
 	apf_backend *be = malloc(sizeof *be);
 	struct pool *p = apf_calloc(1, sizeof *p);
 	if (!be || !p) {
@@ -1809,6 +1875,7 @@ static int cpu_new(apf_backend **out, int threads, int fast)
 	be->impl = p;
 	p->n = be->threads;
 	p->fast = fast;
+	p->isa = isa;
 	if (fast) {
 		be->batchnorm_relu_forward = batchnorm_relu_forward;
 		be->batchnorm_relu_backward = batchnorm_relu_backward;
@@ -1827,7 +1894,6 @@ static int cpu_new(apf_backend **out, int threads, int fast)
 					       "start compute thread");
 		}
 	}
-	openblas_set_num_threads(be->threads);
 	*out = be;
 	return 0;
 }
@@ -1848,6 +1914,8 @@ void apf_backend_free(apf_backend *be)
 		return;
 	struct pool *p = be->impl;
 	pool_stop(p, p->n - 1);
+	for (int t = 0; t < MAX_THREADS; t++)
+		apf_gemm_buf_free(&p->gemm_buf[t]);
 	free(p);
 	free(be);
 }

@@ -1,0 +1,452 @@
+/*
+ * gemm.c: apf's own SGEMM with a fixed summation order (gemm.h has the
+ * contract), one packed, register-blocked micro-kernel per path (isa.h).
+ *
+ * Layout of the packed operands: A panel p holds rows p*MR .. p*MR+MR-1 of
+ * op(A), k-major (pa[p][k][r]); B panel q holds columns q*NR .. q*NR+NR-1 of
+ * op(B), k-major (pb[q][k][c]); both zero-padded past M and N. A micro-kernel
+ * keeps an MR x NR tile of accumulators in registers for the whole of K and
+ * then applies the epilogue alpha * acc + beta * C. Tiles cut by the edge of
+ * C go through a tile buffer and the scalar epilogue, which rounds exactly
+ * as the vector one does (one product, one product, one sum).
+ *
+ * Loop order inside a thread's share: blocks of B panels sized for the L2
+ * cache, and for each block every A panel of the share against the block's
+ * B panels (the A panel stays in L1 while the block streams from L2).
+ *
+ * Floating point: C17 mode keeps contraction off (-ffp-contract=off), and
+ * every multiply-add of a sum is an explicit fmaf / fmadd, so neither the
+ * optimiser nor the vector width changes a bit.
+ */
+
+/* -O2 leaves the packing and epilogue loops scalar (cpu.c does the same). */
+#pragma GCC optimize("O3")
+
+#include "nn/cpu/gemm.h"
+
+#include <immintrin.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/base.h"
+#include "nn/cpu/isa.h"
+
+#define TGT_AVX2 __attribute__((target("avx2,fma")))
+#define TGT_AVX512 __attribute__((target("avx512f")))
+
+/* Bytes of B panels a block keeps in L2 while every A panel passes. */
+#define B_BLOCK_BYTES ((size_t)384 * 1024)
+
+#define SCALAR_MR 4
+#define SCALAR_NR 8
+#define AVX2_MR 6
+#define AVX2_NR 16
+#define AVX512_MR 12
+#define AVX512_NR 32
+
+/* Thread t's share [*b, *e) of n items. */
+static void share(size_t n, int t, int nt, size_t *b, size_t *e)
+{
+	size_t per = n / (size_t)nt, extra = n % (size_t)nt;
+	size_t lo = (size_t)t * per + ((size_t)t < extra ? (size_t)t : extra);
+	*b = lo;
+	*e = lo + per + ((size_t)t < extra ? 1 : 0);
+}
+
+/* ---- packing ---------------------------------------------------------- */
+
+static void pack_a(const struct apf_gemm *g, size_t p)
+{
+	size_t mr = (size_t)g->mr, K = (size_t)g->K, lda = (size_t)g->lda;
+	size_t i0 = p * mr;
+	size_t rows = (size_t)g->M - i0 < mr ? (size_t)g->M - i0 : mr;
+	float *dst = g->pa + p * mr * K;
+	if (!g->trans_a) {
+		/* op(A)[i][k] = A[i lda + k] */
+		for (size_t r = 0; r < rows; r++) {
+			const float *src = g->A + (i0 + r) * lda;
+			for (size_t k = 0; k < K; k++)
+				dst[k * mr + r] = src[k];
+		}
+	} else {
+		/* op(A)[i][k] = A[k lda + i] */
+		for (size_t k = 0; k < K; k++) {
+			const float *src = g->A + k * lda + i0;
+			for (size_t r = 0; r < rows; r++)
+				dst[k * mr + r] = src[r];
+		}
+	}
+	for (size_t k = 0; rows < mr && k < K; k++)
+		for (size_t r = rows; r < mr; r++)
+			dst[k * mr + r] = 0.0f;
+}
+
+static void pack_b(const struct apf_gemm *g, size_t q)
+{
+	size_t nr = (size_t)g->nr, K = (size_t)g->K, ldb = (size_t)g->ldb;
+	size_t j0 = q * nr;
+	size_t cols = (size_t)g->N - j0 < nr ? (size_t)g->N - j0 : nr;
+	float *dst = g->pb + q * nr * K;
+	if (!g->trans_b) {
+		/* op(B)[k][j] = B[k ldb + j] */
+		for (size_t k = 0; k < K; k++) {
+			const float *src = g->B + k * ldb + j0;
+			for (size_t c = 0; c < cols; c++)
+				dst[k * nr + c] = src[c];
+		}
+	} else {
+		/* op(B)[k][j] = B[j ldb + k] */
+		for (size_t c = 0; c < cols; c++) {
+			const float *src = g->B + (j0 + c) * ldb;
+			for (size_t k = 0; k < K; k++)
+				dst[k * nr + c] = src[k];
+		}
+	}
+	for (size_t k = 0; cols < nr && k < K; k++)
+		for (size_t c = cols; c < nr; c++)
+			dst[k * nr + c] = 0.0f;
+}
+
+void apf_gemm_pack(struct apf_gemm *g, int t, int nt)
+{
+	size_t b, e;
+	share(g->mp, t, nt, &b, &e);
+	for (size_t p = b; p < e; p++)
+		pack_a(g, p);
+	share(g->np, t, nt, &b, &e);
+	for (size_t q = b; q < e; q++)
+		pack_b(g, q);
+}
+
+/* ---- the epilogue ------------------------------------------------------ */
+
+/* C tile at (i0, j0), rows x cols of it, from acc (row stride ldacc). The
+ * same two products and one sum as the vector epilogues. */
+static void store_tile(const struct apf_gemm *g, const float *acc,
+		       size_t ldacc, size_t i0, size_t j0, size_t rows,
+		       size_t cols)
+{
+	float alpha = g->alpha, beta = g->beta;
+	for (size_t r = 0; r < rows; r++) {
+		float *c = g->C + (i0 + r) * (size_t)g->ldc + j0;
+		const float *a = acc + r * ldacc;
+		if (beta == 0.0f)
+			for (size_t j = 0; j < cols; j++)
+				c[j] = alpha * a[j];
+		else
+			for (size_t j = 0; j < cols; j++)
+				c[j] = alpha * a[j] + beta * c[j];
+	}
+}
+
+/* Rows and columns of tile (p, q) inside C. */
+static size_t tile_rows(const struct apf_gemm *g, size_t p)
+{
+	size_t left = (size_t)g->M - p * (size_t)g->mr;
+	return left < (size_t)g->mr ? left : (size_t)g->mr;
+}
+
+static size_t tile_cols(const struct apf_gemm *g, size_t q)
+{
+	size_t left = (size_t)g->N - q * (size_t)g->nr;
+	return left < (size_t)g->nr ? left : (size_t)g->nr;
+}
+
+/* ---- scalar: 4x8, fmaf ------------------------------------------------- */
+
+static void kernel_scalar(const struct apf_gemm *g, size_t p, size_t q)
+{
+	size_t K = (size_t)g->K;
+	const float *a = g->pa + p * SCALAR_MR * K;
+	const float *b = g->pb + q * SCALAR_NR * K;
+	float acc[SCALAR_MR][SCALAR_NR];
+	for (int r = 0; r < SCALAR_MR; r++)
+		for (int c = 0; c < SCALAR_NR; c++)
+			acc[r][c] = 0.0f;
+	for (size_t k = 0; k < K; k++) {
+		for (int r = 0; r < SCALAR_MR; r++)
+			for (int c = 0; c < SCALAR_NR; c++)
+				acc[r][c] = fmaf(a[r], b[c], acc[r][c]);
+		a += SCALAR_MR;
+		b += SCALAR_NR;
+	}
+	store_tile(g, &acc[0][0], SCALAR_NR, p * SCALAR_MR, q * SCALAR_NR,
+		   tile_rows(g, p), tile_cols(g, q));
+}
+
+/* ---- AVX2 + FMA: 6x16, 12 accumulators --------------------------------- */
+
+#define AVX2_ROW(r)                                                           \
+	do {                                                                  \
+		__m256 ar = _mm256_broadcast_ss(a + (r));                     \
+		c##r##0 = _mm256_fmadd_ps(ar, b0, c##r##0);                   \
+		c##r##1 = _mm256_fmadd_ps(ar, b1, c##r##1);                   \
+	} while (0)
+
+TGT_AVX2 static void kernel_avx2(const struct apf_gemm *g, size_t p, size_t q)
+{
+	size_t K = (size_t)g->K;
+	const float *a = g->pa + p * AVX2_MR * K;
+	const float *b = g->pb + q * AVX2_NR * K;
+	__m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00,
+	       c20 = c00, c21 = c00, c30 = c00, c31 = c00, c40 = c00,
+	       c41 = c00, c50 = c00, c51 = c00;
+	for (size_t k = 0; k < K; k++) {
+		__m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);
+		AVX2_ROW(0);
+		AVX2_ROW(1);
+		AVX2_ROW(2);
+		AVX2_ROW(3);
+		AVX2_ROW(4);
+		AVX2_ROW(5);
+		a += AVX2_MR;
+		b += AVX2_NR;
+	}
+	__m256 acc[AVX2_MR][2] = {{c00, c01}, {c10, c11}, {c20, c21},
+				  {c30, c31}, {c40, c41}, {c50, c51}};
+	size_t rows = tile_rows(g, p), cols = tile_cols(g, q);
+	size_t i0 = p * AVX2_MR, j0 = q * AVX2_NR;
+	if (rows < AVX2_MR || cols < AVX2_NR) {
+		float t[AVX2_MR * AVX2_NR];
+		for (int r = 0; r < AVX2_MR; r++) {
+			_mm256_storeu_ps(t + r * AVX2_NR, acc[r][0]);
+			_mm256_storeu_ps(t + r * AVX2_NR + 8, acc[r][1]);
+		}
+		store_tile(g, t, AVX2_NR, i0, j0, rows, cols);
+		return;
+	}
+	__m256 va = _mm256_set1_ps(g->alpha), vb = _mm256_set1_ps(g->beta);
+	for (int r = 0; r < AVX2_MR; r++) {
+		float *c = g->C + (i0 + (size_t)r) * (size_t)g->ldc + j0;
+		__m256 v0 = _mm256_mul_ps(va, acc[r][0]);
+		__m256 v1 = _mm256_mul_ps(va, acc[r][1]);
+		if (g->beta != 0.0f) {
+			v0 = _mm256_add_ps(v0, _mm256_mul_ps(vb, _mm256_loadu_ps(c)));
+			v1 = _mm256_add_ps(v1, _mm256_mul_ps(vb, _mm256_loadu_ps(c + 8)));
+		}
+		_mm256_storeu_ps(c, v0);
+		_mm256_storeu_ps(c + 8, v1);
+	}
+}
+
+/* ---- AVX-512: 12x32, 24 accumulators ----------------------------------- */
+
+#define AVX512_ROW(r)                                                         \
+	do {                                                                  \
+		__m512 ar = _mm512_set1_ps(a[r]);                             \
+		c##r##_0 = _mm512_fmadd_ps(ar, b0, c##r##_0);                 \
+		c##r##_1 = _mm512_fmadd_ps(ar, b1, c##r##_1);                 \
+	} while (0)
+
+TGT_AVX512 static void kernel_avx512(const struct apf_gemm *g, size_t p,
+				     size_t q)
+{
+	size_t K = (size_t)g->K;
+	const float *a = g->pa + p * AVX512_MR * K;
+	const float *b = g->pb + q * AVX512_NR * K;
+	__m512 c0_0 = _mm512_setzero_ps(), c0_1 = c0_0, c1_0 = c0_0,
+	       c1_1 = c0_0, c2_0 = c0_0, c2_1 = c0_0, c3_0 = c0_0,
+	       c3_1 = c0_0, c4_0 = c0_0, c4_1 = c0_0, c5_0 = c0_0,
+	       c5_1 = c0_0, c6_0 = c0_0, c6_1 = c0_0, c7_0 = c0_0,
+	       c7_1 = c0_0, c8_0 = c0_0, c8_1 = c0_0, c9_0 = c0_0,
+	       c9_1 = c0_0, c10_0 = c0_0, c10_1 = c0_0, c11_0 = c0_0,
+	       c11_1 = c0_0;
+	for (size_t k = 0; k < K; k++) {
+		__m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);
+		AVX512_ROW(0);
+		AVX512_ROW(1);
+		AVX512_ROW(2);
+		AVX512_ROW(3);
+		AVX512_ROW(4);
+		AVX512_ROW(5);
+		AVX512_ROW(6);
+		AVX512_ROW(7);
+		AVX512_ROW(8);
+		AVX512_ROW(9);
+		AVX512_ROW(10);
+		AVX512_ROW(11);
+		a += AVX512_MR;
+		b += AVX512_NR;
+	}
+	__m512 acc[AVX512_MR][2] = {
+		{c0_0, c0_1}, {c1_0, c1_1}, {c2_0, c2_1},   {c3_0, c3_1},
+		{c4_0, c4_1}, {c5_0, c5_1}, {c6_0, c6_1},   {c7_0, c7_1},
+		{c8_0, c8_1}, {c9_0, c9_1}, {c10_0, c10_1}, {c11_0, c11_1}};
+	size_t rows = tile_rows(g, p), cols = tile_cols(g, q);
+	size_t i0 = p * AVX512_MR, j0 = q * AVX512_NR;
+	if (rows < AVX512_MR || cols < AVX512_NR) {
+		float t[AVX512_MR * AVX512_NR];
+		for (int r = 0; r < AVX512_MR; r++) {
+			_mm512_storeu_ps(t + r * AVX512_NR, acc[r][0]);
+			_mm512_storeu_ps(t + r * AVX512_NR + 16, acc[r][1]);
+		}
+		store_tile(g, t, AVX512_NR, i0, j0, rows, cols);
+		return;
+	}
+	__m512 va = _mm512_set1_ps(g->alpha), vb = _mm512_set1_ps(g->beta);
+	for (int r = 0; r < AVX512_MR; r++) {
+		float *c = g->C + (i0 + (size_t)r) * (size_t)g->ldc + j0;
+		__m512 v0 = _mm512_mul_ps(va, acc[r][0]);
+		__m512 v1 = _mm512_mul_ps(va, acc[r][1]);
+		if (g->beta != 0.0f) {
+			v0 = _mm512_add_ps(v0, _mm512_mul_ps(vb, _mm512_loadu_ps(c)));
+			v1 = _mm512_add_ps(v1, _mm512_mul_ps(vb, _mm512_loadu_ps(c + 16)));
+		}
+		_mm512_storeu_ps(c, v0);
+		_mm512_storeu_ps(c + 16, v1);
+	}
+}
+
+/* ---- driver ------------------------------------------------------------ */
+
+typedef void (*kernel_fn)(const struct apf_gemm *g, size_t p, size_t q);
+
+static kernel_fn kernel_of(int isa)
+{
+	switch (isa) {
+	case APF_CPU_ISA_AVX2:
+		return kernel_avx2;
+	case APF_CPU_ISA_AVX512:
+		return kernel_avx512;
+	default:
+		return kernel_scalar;
+	}
+}
+
+void apf_gemm_compute(const struct apf_gemm *g, int t, int nt)
+{
+	if (!g->mp || !g->np)
+		return;
+	kernel_fn kernel = kernel_of(g->kernel);
+	/* Threads take whole panels of the dimension that has more, so each
+	 * has a share whatever the shape; the bits do not depend on it. */
+	size_t p0 = 0, p1 = g->mp, q0 = 0, q1 = g->np;
+	if (g->np >= g->mp)
+		share(g->np, t, nt, &q0, &q1);
+	else
+		share(g->mp, t, nt, &p0, &p1);
+	size_t panel = (size_t)g->K * (size_t)g->nr * sizeof(float);
+	size_t nb = panel ? B_BLOCK_BYTES / panel : q1 - q0;
+	if (nb < 1)
+		nb = 1;
+	for (size_t qb = q0; qb < q1; qb += nb) {
+		size_t qe = qb + nb < q1 ? qb + nb : q1;
+		for (size_t p = p0; p < p1; p++)
+			for (size_t q = qb; q < qe; q++)
+				kernel(g, p, q);
+	}
+}
+
+/* The micro-tile of path isa for a C of N columns: the AVX-512 path runs
+ * the AVX2 kernel (every AVX-512 CPU it runs on has AVX2 and FMA, isa.c)
+ * where 32 columns would be mostly padding. */
+static int micro_tile(int isa, int N, int *kernel, int *mr, int *nr)
+{
+	switch (isa) {
+	case APF_CPU_ISA_SCALAR:
+		*kernel = isa, *mr = SCALAR_MR, *nr = SCALAR_NR;
+		return 0;
+	case APF_CPU_ISA_AVX512:
+		if (N > AVX2_NR) {
+			*kernel = isa, *mr = AVX512_MR, *nr = AVX512_NR;
+			return 0;
+		}
+		/* fall through */
+	case APF_CPU_ISA_AVX2:
+		*kernel = APF_CPU_ISA_AVX2, *mr = AVX2_MR, *nr = AVX2_NR;
+		return 0;
+	}
+	return apf_error(APF_EINPUT, "gemm", "unknown instruction-set path %d",
+			 isa);
+}
+
+/* buf with room for n floats, 64-byte aligned; NULL when out of memory
+ * (buf unchanged). */
+static float *room_for(struct apf_gemm_buf *buf, size_t n)
+{
+	if (buf->p && buf->floats >= n)
+		return buf->p;
+	/* a whole number of lines, as aligned_alloc wants; never 0 bytes */
+	size_t bytes = (n * sizeof(float) + 63) / 64 * 64;
+	float *p = aligned_alloc(64, bytes ? bytes : 64);
+	if (!p)
+		return NULL;
+	free(buf->p);
+	buf->p = p;
+	buf->floats = n;
+	return p;
+}
+
+static int at_least_1(int n)
+{
+	return n > 1 ? n : 1;
+}
+
+int apf_gemm_prepare(struct apf_gemm *g, struct apf_gemm_buf *buf)
+{
+	g->pa = g->pb = g->owned = NULL;
+	g->mp = g->np = 0;
+	int rc = micro_tile(g->isa, g->N, &g->kernel, &g->mr, &g->nr);
+	if (rc)
+		return rc;
+	if (g->M < 0 || g->N < 0 || g->K < 0)
+		return apf_error(APF_EINPUT, "gemm", "negative size %dx%dx%d",
+				 g->M, g->N, g->K);
+	int need_a = g->trans_a ? g->M : g->K, need_b = g->trans_b ? g->K : g->N;
+	if (g->lda < at_least_1(need_a) || g->ldb < at_least_1(need_b) ||
+	    g->ldc < at_least_1(g->N))
+		return apf_error(APF_EINPUT, "gemm",
+				 "leading dimensions %d, %d, %d too small for "
+				 "%dx%dx%d", g->lda, g->ldb, g->ldc, g->M, g->N,
+				 g->K);
+	if (!g->M || !g->N)
+		return 0;
+	size_t mp = ((size_t)g->M + (size_t)g->mr - 1) / (size_t)g->mr;
+	size_t np = ((size_t)g->N + (size_t)g->nr - 1) / (size_t)g->nr;
+	size_t na = mp * (size_t)g->mr * (size_t)g->K;
+	size_t nb = np * (size_t)g->nr * (size_t)g->K;
+	struct apf_gemm_buf own = {0};
+	float *room = room_for(buf ? buf : &own, na + nb);
+	if (!room)
+		return apf_error(APF_ENOMEM, "gemm",
+				 "out of memory packing %dx%dx%d", g->M, g->N,
+				 g->K);
+	g->owned = buf ? NULL : room;
+	g->pa = room;
+	g->pb = room + na;
+	g->mp = mp;
+	g->np = np;
+	return 0;
+}
+
+void apf_gemm_release(struct apf_gemm *g)
+{
+	free(g->owned);
+	g->pa = g->pb = g->owned = NULL;
+	g->mp = g->np = 0;
+}
+
+void apf_gemm_buf_free(struct apf_gemm_buf *buf)
+{
+	free(buf->p);
+	buf->p = NULL;
+	buf->floats = 0;
+}
+
+int apf_gemm(struct apf_gemm_buf *buf, int isa, int trans_a, int trans_b,
+	     int M, int N, int K, float alpha, const float *A, int lda,
+	     const float *B, int ldb, float beta, float *C, int ldc)
+{
+	struct apf_gemm g = {.isa = isa, .trans_a = trans_a,
+			     .trans_b = trans_b, .M = M, .N = N, .K = K,
+			     .alpha = alpha, .A = A, .lda = lda, .B = B,
+			     .ldb = ldb, .beta = beta, .C = C, .ldc = ldc};
+	int rc = apf_gemm_prepare(&g, buf);
+	if (rc)
+		return rc;
+	apf_gemm_pack(&g, 0, 1);
+	apf_gemm_compute(&g, 0, 1);
+	apf_gemm_release(&g);
+	return 0;
+}

@@ -1,0 +1,86 @@
+/*
+ * gemm.h: apf's own single-precision GEMM (nn/cpu), with a summation order
+ * fixed by contract, so its bits do not depend on the CPU it runs on.
+ *
+ *     C (M,N) = alpha op(A) (M,K) op(B) (K,N) + beta C, row-major,
+ *     op(X) = X or X^T as trans_a / trans_b say.
+ *
+ * The contract. Every output element is computed as
+ *
+ *     acc = 0; for k = 0 .. K-1 in order: acc = fma(op(A)[i][k], op(B)[k][j], acc);
+ *     C[i][j] = alpha * acc + beta * C[i][j]      (two products, one sum)
+ *
+ * and with beta == 0, C[i][j] = alpha * acc: C is not read, so whatever it
+ * held (NaN included) does not leak. Every path runs exactly that sequence:
+ * scalar with fmaf() (correctly rounded, so equal to a hardware FMA), AVX2
+ * with _mm256_fmadd_ps, AVX-512 with _mm512_fmadd_ps. The vector width
+ * decides which outputs are computed together, never the order of a sum:
+ * K is not split (each micro-tile runs the whole of K in registers), and
+ * threads share the output, never K. So the bits are the same on every
+ * path (isa.h) and for every thread count.
+ *
+ * The kernels: A and B are packed into zero-padded panels (MR rows of A,
+ * NR columns of B, k-major), and a register-blocked micro-kernel computes
+ * one MR x NR tile of C over the whole of K: scalar 4x8, AVX2 6x16,
+ * AVX-512 12x32 (6x16 where N <= 16, so a narrow C is not padded to 32
+ * columns). Padding rows and columns are computed and dropped.
+ *
+ * Threads. A prepared GEMM (struct apf_gemm) is run in two phases, each a
+ * share (t of nt) that the caller's thread pool runs on every thread:
+ * apf_gemm_pack (each thread packs its share of the panels), then, after
+ * all have packed, apf_gemm_compute (each thread its share of the tiles).
+ * apf_gemm runs both phases on the calling thread.
+ */
+#ifndef APF_NN_CPU_GEMM_H
+#define APF_NN_CPU_GEMM_H
+
+#include <stddef.h>
+
+struct apf_gemm {
+	/* the problem, as cblas_sgemm's row-major arguments */
+	int isa; /* isa.h's APF_CPU_ISA_* path */
+	int trans_a, trans_b, M, N, K;
+	float alpha;
+	const float *A;
+	int lda;
+	const float *B;
+	int ldb;
+	float beta;
+	float *C;
+	int ldc;
+	/* set by apf_gemm_prepare */
+	int kernel;     /* the micro-kernel's path (see micro_tile) */
+	int mr, nr;     /* its micro-tile */
+	size_t mp, np;  /* panels of A (MR rows) and of B (NR columns) */
+	float *pa, *pb; /* the packed panels */
+	float *owned;   /* what release frees: pa when no buffer was lent */
+};
+
+/* Room for packed panels that one thread's GEMMs reuse, so a training step
+ * does not map and fault in fresh pages for every GEMM: grown on demand,
+ * never shrunk, freed by apf_gemm_buf_free. Zeroed: empty. */
+struct apf_gemm_buf {
+	float *p;
+	size_t floats;
+};
+void apf_gemm_buf_free(struct apf_gemm_buf *buf);
+
+/* Checks the problem (a bad path or leading dimension is APF_EINPUT) and
+ * finds room for the packed panels in buf, grown as needed, or with buf
+ * NULL in an allocation of its own (APF_ENOMEM). M or N 0: nothing to do,
+ * and the phases do nothing. Every prepared GEMM is released; buf must
+ * outlive it and serve no other GEMM meanwhile. */
+int apf_gemm_prepare(struct apf_gemm *g, struct apf_gemm_buf *buf);
+/* Thread t of nt: its share of the packing. */
+void apf_gemm_pack(struct apf_gemm *g, int t, int nt);
+/* Thread t of nt: its share of C, once every share is packed. */
+void apf_gemm_compute(const struct apf_gemm *g, int t, int nt);
+void apf_gemm_release(struct apf_gemm *g);
+
+/* The whole GEMM on the calling thread, on path isa; buf as for
+ * apf_gemm_prepare (NULL: an allocation of its own). */
+int apf_gemm(struct apf_gemm_buf *buf, int isa, int trans_a, int trans_b, int M, int N, int K,
+	     float alpha, const float *A, int lda, const float *B, int ldb,
+	     float beta, float *C, int ldc);
+
+#endif
