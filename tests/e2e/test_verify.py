@@ -573,7 +573,7 @@ class VerifyScenarios(RunCase):
         os.makedirs(self.path("empty"))
         self.make_submission()
         r = self.fails(2, "verify", self.path("empty"))
-        self.assertIn("entry.apf", r.err)
+        self.assertIn("not a run directory (no run.json)", r.err)
         self.fails(2, "verify", self.path("nothing"))
         self.fails(2, "verify", self.path("nothing"), "--entry-key", "x.pem")
         run = self.make_run()
