@@ -12,8 +12,9 @@
 
 /* Compiles the submission as the runner will (same sandbox, flags and
  * export check), so that an entry that cannot build is never signed. */
-static int check_build(const char *dir)
+static int check_build(void *user, const char *dir)
 {
+	(void)user;
 	char *exe = NULL, *inc = NULL;
 	int rc = apf_host_find_self(&exe, &inc);
 	char detail[1024] = "";
@@ -119,8 +120,6 @@ int cmd_pack(int argc, char **argv)
 				"$APF_HOME/keys (trusted on this machine)\n",
 			id);
 	}
-	if (!rc && !no_build)
-		rc = check_build(argv[1]);
 	apf_entry *e = NULL;
 	if (!rc) {
 		struct apf_pack_opts o = {.submission_dir = argv[1],
@@ -130,7 +129,8 @@ int cmd_pack(int argc, char **argv)
 					  .output = output,
 					  .seed_set = seed >= 0,
 					  .seed = (uint32_t)(seed >= 0 ? seed : 0),
-					  .progress = hash_progress};
+					  .progress = hash_progress,
+					  .check = no_build ? NULL : check_build};
 		rc = apf_entry_pack(&e, &o);
 		progress_done();
 	}

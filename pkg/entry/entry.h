@@ -38,6 +38,11 @@ struct apf_pack_opts {
 	uint32_t seed;
 	apf_hash_progress_fn progress; /* while hashing; may be NULL */
 	void *user;
+	/* Called once the submission.ini, the search space and the workloads
+	 * are read, before anything is signed or written (apf pack builds the
+	 * submission here); nonzero refuses the pack. May be NULL. */
+	int (*check)(void *user, const char *submission_dir);
+	void *check_user;
 };
 
 typedef struct apf_entry {

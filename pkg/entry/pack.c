@@ -417,6 +417,8 @@ int apf_entry_pack(apf_entry **out, const struct apf_pack_opts *o)
 	}
 	if (!rc)
 		rc = add_workloads(m, o);
+	if (!rc && o->check)
+		rc = o->check(o->check_user, o->submission_dir);
 	if (!rc)
 		rc = apf_git_provenance(&m->submission.git, o->submission_dir);
 	if (!rc)

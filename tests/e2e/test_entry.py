@@ -231,7 +231,8 @@ class TamperedButResealed(ApfCase):
         self.ok("keygen", "-o", self.path("mallory"), "--no-trust")
         other = self.make_submission(name="other", extra={"evil.c": "int evil;\n"})
         forged = self.path("forged.apf")
-        self.ok("pack", other, "-w", "tiny", "-k", self.path("mallory.key.pem"), "-o", forged)
+        self.ok("pack", other, "-w", "tiny", "-k", self.path("mallory.key.pem"), "-o", forged,
+                "--no-build")
         self.fails(1, "verify", forged, match="no trusted key verifies it")
 
 
@@ -267,7 +268,7 @@ class PackErrors(ApfCase):
         sub = self.make_submission()
         self.ok("keygen")  # so the faults hit the entry, not the key
         for nth in (1, 2, 3, 5):
-            r = self.apf("pack", sub, "-w", "tiny", "-o", self.path("e.apf"),
+            r = self.apf("pack", sub, "-w", "tiny", "-o", self.path("e.apf"), "--no-build",
                          env={"APF_FAULT": f"write:{nth}"})
             if r.rc == 0:
                 os.remove(self.path("e.apf"))
@@ -276,7 +277,7 @@ class PackErrors(ApfCase):
             self.assertIn("write", r.err)
             self.assert_no_leftovers(self.tmp)
         for op in ("fsync", "rename"):
-            r = self.apf("pack", sub, "-w", "tiny", "-o", self.path("e.apf"),
+            r = self.apf("pack", sub, "-w", "tiny", "-o", self.path("e.apf"), "--no-build",
                          env={"APF_FAULT": f"{op}:1"})
             self.assertEqual(r.rc, 2, r)
             self.assert_no_leftovers(self.tmp)
@@ -286,7 +287,8 @@ class PackErrors(ApfCase):
         entry = self.pack(sub)
         before = open(entry, "rb").read()
         self.write("sub/submission.c", "int changed;\n")
-        r = self.apf("pack", sub, "-w", "tiny", "-o", entry, env={"APF_FAULT": "rename:1"})
+        r = self.apf("pack", sub, "-w", "tiny", "-o", entry, "--no-build",
+                     env={"APF_FAULT": "rename:1"})
         self.assertEqual(r.rc, 2, r)
         self.assertEqual(open(entry, "rb").read(), before)
 

@@ -41,14 +41,14 @@ class RunCase(ApfCase):
         self.ok("pack", src, "-w", BLOBS, "-o", entry)
         return entry
 
-    def pack_source(self, name, code, ruleset="self"):
+    def pack_source(self, name, code, ruleset="self", build=True):
         sub = self.path(name)
         self.write(f"{name}/submission.ini",
                    f"[submission]\nname = {name}\nauthors = tests\nruleset = {ruleset}\n"
                    "[tuning]\nstudies = 2\n")
         self.write(f"{name}/submission.c", code)
         entry = self.path(f"{name}.apf")
-        self.ok("pack", sub, "-w", BLOBS, "-o", entry)
+        self.ok("pack", sub, "-w", BLOBS, "-o", entry, *([] if build else ["--no-build"]))
         return entry
 
     def run_unit(self, entry, run_dir, *extra, study="0", trial="1"):

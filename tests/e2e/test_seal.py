@@ -377,7 +377,15 @@ static void step_hook(apf_ctx *c, int64_t s) { (void)c;
 
     def test_compiler_output_reaches_the_terminal_escaped(self):
         self.ok("keygen")
-        entry = self.pack_source("esc", '#error "\x1b]0;owned\x07\x1b[2J"\n')
+        code = '#error "\x1b]0;owned\x07\x1b[2J"\n'
+        # pack's own build refuses it, escaped too ...
+        self.write("esc/submission.ini", "[submission]\nname = esc\nruleset = self\n")
+        self.write("esc/submission.c", code)
+        r = self.fails(2, "pack", self.path("esc"), "-w", BLOBS, "-o", self.path("x.apf"))
+        self.assertNotIn("\x1b", r.err)
+        self.assertIn("\\x1b]0;owned\\x07", r.err)
+        # ... and an entry packed without that check meets the runner's.
+        entry = self.pack_source("esc", code, build=False)
         r = self.run_unit(entry, self.path("run"))
         self.assertEqual(r.rc, 3, r)  # the unit failed: its build did
         self.assertNotIn("\x1b", r.err)
