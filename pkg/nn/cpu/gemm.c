@@ -10,6 +10,10 @@
  * C go through a tile buffer and the scalar epilogue, which rounds exactly
  * as the vector one does (one product, one product, one sum).
  *
+ * Packing an operand that is not k-major already (A not transposed, B
+ * transposed) is a transpose; the vector paths do it in 8x8 register
+ * blocks, which only move bits.
+ *
  * Loop order inside a thread's share: blocks of B panels sized for the L2
  * cache, and for each block every A panel of the share against the block's
  * B panels (the A panel stays in L1 while the block streams from L2).
@@ -56,6 +60,77 @@ static void share(size_t n, int t, int nt, size_t *b, size_t *e)
 
 /* ---- packing ---------------------------------------------------------- */
 
+/* dst[k][x] = src[x ld + k] for x0 <= x < n, k0 <= k < K: rows of src,
+ * transposed into a panel of width w (the rest of its rows untouched). */
+static void transpose_scalar(float *dst, size_t w, const float *src,
+			     size_t ld, size_t x0, size_t n, size_t k0, size_t K)
+{
+	for (size_t x = x0; x < n; x++) {
+		const float *s = src + x * ld;
+		for (size_t k = k0; k < K; k++)
+			dst[k * w + x] = s[k];
+	}
+}
+
+/* The same in 8x8 blocks through registers (8 loads, 24 shuffles, 8
+ * stores per 64 floats, against 64 scattered stores); the edges scalar.
+ * Moves bits only, so the paths that run it (AVX2, AVX-512) pack exactly
+ * what the scalar one does. */
+TGT_AVX2 static void transpose_avx2(float *dst, size_t w, const float *src,
+				    size_t ld, size_t n, size_t K)
+{
+	size_t n8 = n / 8 * 8, K8 = K / 8 * 8;
+	for (size_t x = 0; x < n8; x += 8) {
+		const float *s = src + x * ld;
+		for (size_t k = 0; k < K8; k += 8) {
+			__m256 r0 = _mm256_loadu_ps(s + k);
+			__m256 r1 = _mm256_loadu_ps(s + ld + k);
+			__m256 r2 = _mm256_loadu_ps(s + 2 * ld + k);
+			__m256 r3 = _mm256_loadu_ps(s + 3 * ld + k);
+			__m256 r4 = _mm256_loadu_ps(s + 4 * ld + k);
+			__m256 r5 = _mm256_loadu_ps(s + 5 * ld + k);
+			__m256 r6 = _mm256_loadu_ps(s + 6 * ld + k);
+			__m256 r7 = _mm256_loadu_ps(s + 7 * ld + k);
+			__m256 t0 = _mm256_unpacklo_ps(r0, r1);
+			__m256 t1 = _mm256_unpackhi_ps(r0, r1);
+			__m256 t2 = _mm256_unpacklo_ps(r2, r3);
+			__m256 t3 = _mm256_unpackhi_ps(r2, r3);
+			__m256 t4 = _mm256_unpacklo_ps(r4, r5);
+			__m256 t5 = _mm256_unpackhi_ps(r4, r5);
+			__m256 t6 = _mm256_unpacklo_ps(r6, r7);
+			__m256 t7 = _mm256_unpackhi_ps(r6, r7);
+			__m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44);
+			__m256 u1 = _mm256_shuffle_ps(t0, t2, 0xee);
+			__m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44);
+			__m256 u3 = _mm256_shuffle_ps(t1, t3, 0xee);
+			__m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44);
+			__m256 u5 = _mm256_shuffle_ps(t4, t6, 0xee);
+			__m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44);
+			__m256 u7 = _mm256_shuffle_ps(t5, t7, 0xee);
+			float *d = dst + k * w + x;
+			_mm256_storeu_ps(d, _mm256_permute2f128_ps(u0, u4, 0x20));
+			_mm256_storeu_ps(d + w, _mm256_permute2f128_ps(u1, u5, 0x20));
+			_mm256_storeu_ps(d + 2 * w, _mm256_permute2f128_ps(u2, u6, 0x20));
+			_mm256_storeu_ps(d + 3 * w, _mm256_permute2f128_ps(u3, u7, 0x20));
+			_mm256_storeu_ps(d + 4 * w, _mm256_permute2f128_ps(u0, u4, 0x31));
+			_mm256_storeu_ps(d + 5 * w, _mm256_permute2f128_ps(u1, u5, 0x31));
+			_mm256_storeu_ps(d + 6 * w, _mm256_permute2f128_ps(u2, u6, 0x31));
+			_mm256_storeu_ps(d + 7 * w, _mm256_permute2f128_ps(u3, u7, 0x31));
+		}
+	}
+	transpose_scalar(dst, w, src, ld, 0, n8, K8, K);
+	transpose_scalar(dst, w, src, ld, n8, n, 0, K);
+}
+
+static void pack_transposed(int isa, float *dst, size_t w, const float *src,
+			    size_t ld, size_t n, size_t K)
+{
+	if (isa == APF_CPU_ISA_SCALAR)
+		transpose_scalar(dst, w, src, ld, 0, n, 0, K);
+	else
+		transpose_avx2(dst, w, src, ld, n, K);
+}
+
 static void pack_a(const struct apf_gemm *g, size_t p)
 {
 	size_t mr = (size_t)g->mr, K = (size_t)g->K, lda = (size_t)g->lda;
@@ -64,11 +139,8 @@ static void pack_a(const struct apf_gemm *g, size_t p)
 	float *dst = g->pa + p * mr * K;
 	if (!g->trans_a) {
 		/* op(A)[i][k] = A[i lda + k] */
-		for (size_t r = 0; r < rows; r++) {
-			const float *src = g->A + (i0 + r) * lda;
-			for (size_t k = 0; k < K; k++)
-				dst[k * mr + r] = src[k];
-		}
+		pack_transposed(g->isa, dst, mr, g->A + i0 * lda, lda, rows,
+				K);
 	} else {
 		/* op(A)[i][k] = A[k lda + i] */
 		for (size_t k = 0; k < K; k++) {
@@ -97,11 +169,8 @@ static void pack_b(const struct apf_gemm *g, size_t q)
 		}
 	} else {
 		/* op(B)[k][j] = B[j ldb + k] */
-		for (size_t c = 0; c < cols; c++) {
-			const float *src = g->B + (j0 + c) * ldb;
-			for (size_t k = 0; k < K; k++)
-				dst[k * nr + c] = src[k];
-		}
+		pack_transposed(g->isa, dst, nr, g->B + j0 * ldb, ldb, cols,
+				K);
 	}
 	for (size_t k = 0; cols < nr && k < K; k++)
 		for (size_t c = cols; c < nr; c++)
