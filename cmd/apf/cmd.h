@@ -91,6 +91,7 @@ int cmd_build_internal(int argc, char **argv);
 int cmd_trial_internal(int argc, char **argv);
 int cmd_eval_internal(int argc, char **argv);
 int cmd_score(int argc, char **argv);
+int cmd_report(int argc, char **argv);
 int cmd_heldout(int argc, char **argv);
 int cmd_workloads(int argc, char **argv);
 int cmd_train(int argc, char **argv);

@@ -20,6 +20,7 @@ static const struct apf_command commands[] = {
 	{"plan", cmd_plan, "print the trials a run will execute"},
 	{"run", cmd_run, "run an entry's trials in the sealed runner"},
 	{"score", cmd_score, "performance profiles and benchmark scores"},
+	{"report", cmd_report, "one offline HTML page: curves, profiles, verdicts, provenance"},
 	{"train", cmd_train, "train a workload with the reference AdamW (development)"},
 	{"heldout", cmd_heldout, "draw or verify the held-out variants"},
 	{"workloads", cmd_workloads, "list workloads, variants, targets and budgets"},
