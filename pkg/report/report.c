@@ -493,6 +493,14 @@ static int y_range(const struct col *k, int metric, double *lo, double *hi)
 			if (isfinite(y[j]))
 				v[m++] = y[j];
 	}
+	/* Percentiles of an even sample of at most 8192 values are close
+	 * enough for a frame, and cheap for 200,000 evals. */
+	if (m > 8192) {
+		size_t stride = m / 8192 + 1, kept = 0;
+		for (size_t i = 0; i < m; i += stride)
+			v[kept++] = v[i];
+		m = kept;
+	}
 	if (m == 0) {
 		*lo = 0, *hi = 1;
 	} else {
@@ -670,8 +678,8 @@ static void view(struct w *w, const struct col *k,
 	/* Thin trials first, then the best ones over them. The first view
 	 * (validation against time, the one shown) draws each trial as its
 	 * own path, named by its key so that its row can find it; the other
-	 * five draw a submission's thin trials as one path, coarser, to keep
-	 * the page small. */
+	 * five draw a submission's thin trials as one path, at 4 times the
+	 * tolerance, to keep the page small. */
 	int own = metric == M_VAL && axis == X_TIME;
 	size_t open_sub = (size_t)-1; /* the merged path being written */
 	for (int pass = 0; pass < 2 && !w->rc; pass++) {
@@ -699,7 +707,7 @@ static void view(struct w *w, const struct col *k,
 			if (pts.data)
 				pts.data[0] = 0;
 			if (apf_report_svg_path(&pts, xb, yb, v->c.n,
-						pass ? 1 : own ? tol : 2 * tol)) {
+						pass ? 1 : own ? tol : 4 * tol)) {
 				w->rc = NOMEM;
 				break;
 			}
@@ -1432,14 +1440,18 @@ static void hparams(struct w *w, size_t si, const struct col *cols,
 			const struct tv *v = &k->t[first + i];
 			char key[64];
 			trial_key(key, sizeof key, v);
-			putf(w, "<tr id=\"h%zu_%s\"%s><td class=\"n\">%d</td>"
-				"<td class=\"n\">%d</td><td>%s</td>"
-				"<td class=\"n\">%ld</td>",
+			/* Lean cells (CSS aligns the first five): a
+			 * submission can have thousands of these rows. */
+			putf(w, "<tr id=\"h%zu_%s\"%s><td>%d</td><td>%d</td>"
+				"<td>%s</td><td>%ld</td>",
 			     k->index, key,
 			     v->best ? " class=\"best\"" : "", v->study->number,
 			     v->trial->number, v->best ? "best" : "",
 			     v->trial->evals);
-			time_cell(w, v->trial->time, "trial", NULL);
+			char shown[48];
+			apf_score_format_seconds(shown, sizeof shown,
+						 v->trial->time, 4, 0);
+			putf(w, "<td>%s</td>", shown);
 			json_array_foreach(keys, j, kk)
 			{
 				json_t *val = v->hp ? json_object_get(
@@ -1572,6 +1584,7 @@ static const char css[] =
 	"tr.v-warn td,tr.v-bad td{background:#fff6f0}"
 	"p.bad,.o-failed{color:#900}.na{color:#666}"
 	"ol.checks{margin:0;padding-left:18px}"
+	"table.hp td:nth-child(-n+5){text-align:right}"
 	"tr.best td{font-weight:600}tr.refused td{color:#900}"
 	"tr.link{cursor:pointer}tr.hl td{background:#ffffb0}"
 	"#toggles{position:sticky;top:0;background:#fafafa;border:1px solid "
@@ -1774,10 +1787,11 @@ int apf_report_html(apf_buf *out, const apf_score_result *r,
 	size_t nc = 0;
 	rc = cols_read(&cols, &nc, r, targets, run_json);
 	/* Over max_bytes, the thin curves are drawn coarser until it fits
-	 * (or they are at 16 pixels). */
+	 * (or they are at 16 pixels): 1, 4, 16, as each pass costs as much
+	 * as the next. */
 	size_t start = out->len;
 	for (double tol = o->tolerance > 0 ? o->tolerance : 1; !rc;
-	     tol *= 2) {
+	     tol *= 4) {
 		out->len = start;
 		if (out->data)
 			out->data[start] = 0;

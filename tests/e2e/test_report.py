@@ -426,6 +426,20 @@ class RealRun(ApfCase, PageChecks):
         cls.verified = m.path("verified.html")
         m.ok("report", cls.run_dir, "-o", cls.unverified)
         m.ok("report", cls.run_dir, "--verify", "-o", cls.verified)
+        # A copy whose CSV was edited after the run: it fails check 3.
+        cls.tampered = m.path("tampered")
+        shutil.copytree(cls.run_dir, cls.tampered)
+        csv = os.path.join(cls.tampered, "study_0", apftest.BLOBS, "trial_1",
+                           "eval_measurements.csv")
+        with open(csv) as f:
+            lines = f.read().splitlines(True)
+        lines[1] = "1" + lines[1][1:] if lines[1][0] == "0" else \
+            "0" + lines[1]
+        with open(csv, "w") as f:
+            f.writelines(lines)
+        cls.mixed = m.path("mixed.html")
+        m.ok("report", cls.run_dir, cls.tampered + "=edited", "--verify",
+             "-o", cls.mixed)
 
     @classmethod
     def tearDownClass(cls):
@@ -479,6 +493,32 @@ class RealRun(ApfCase, PageChecks):
         for c in v["checks"]:
             self.assertIn(f"{c['name']} {c['outcome']}", cells[-1]["text"])
         self.assertNotIn("UNVERIFIED", "".join(page.text))
+
+    def test_failed_run_is_marked_and_not_ranked(self):
+        text, page = self.read(self.mixed)
+        score = json.loads(self.maker.ok(
+            "score", self.run_dir, self.tampered + "=edited", "--verify",
+            "--json").out)
+        self.assertEqual([x["name"] for x in score["excluded"]], ["edited"])
+        self.check_against_score(page, score)
+        why = score["excluded"][0]["reason"]
+        self.assertIn("check 3 (timing)", why)
+        rows = [r for r in page.body_rows(page.table("scores"))
+                if r["attrs"].get("data-sub") == "edited"]
+        self.assertEqual(len(rows), 1)
+        shown = "".join(c["text"] for c in rows[0]["cells"])
+        self.assertIn("FAILED verification", shown)
+        self.assertIn("not ranked: " + why, shown)
+        ver = {r["attrs"]["data-sub"]: r for r in
+               page.body_rows(page.table("verification"))}
+        self.assertEqual(set(ver), {"nadamw", "edited"})
+        failed = "".join(c["text"] for c in ver["edited"]["cells"])
+        self.assertIn("FAILED verification", failed)
+        self.assertIn("timing failed", failed)
+        v = json.loads(page.scripts["apf-verify"])
+        self.assertFalse(v["edited"]["verified"])
+        self.assertEqual(v["edited"]["exit_code"], 1)
+        self.assertTrue(v["nadamw"]["verified"])
 
     def test_provenance_environment_and_hyperparameters(self):
         text, page = self.read(self.unverified)
