@@ -18,20 +18,25 @@
  * cache, and for each block every A panel of the share against the block's
  * B panels (the A panel stays in L1 while the block streams from L2).
  *
- * Floating point: C17 mode keeps contraction off (-ffp-contract=off), and
- * every multiply-add of a sum is an explicit fmaf / fmadd, so neither the
- * optimiser nor the vector width changes a bit.
+ * Floating point: contraction is off (below), and every multiply-add of a
+ * sum is an explicit fmaf / fmadd, so neither the optimiser nor the vector
+ * width changes a bit.
  */
 
-/* -O2 leaves the packing and epilogue loops scalar (cpu.c does the same). */
-#pragma GCC optimize("O3")
+/* -O2 leaves the packing and epilogue loops scalar (cpu.c does the same).
+ * Contraction stays off whatever -std the build uses (GNU modes and clang
+ * turn it on): an epilogue fused into one FMA would round differently on
+ * the paths that have FMA. */
+#pragma GCC optimize("O3", "fp-contract=off")
+#ifdef __clang__
+#pragma clang fp contract(off)
+#endif
 
 #include "nn/cpu/gemm.h"
 
 #include <immintrin.h>
 #include <math.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "base/base.h"
 #include "nn/cpu/isa.h"
