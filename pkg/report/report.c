@@ -507,6 +507,16 @@ static int y_range(const struct col *k, int metric, double *lo, double *hi)
 		qsort(v, m, sizeof *v, cmp_double);
 		*lo = v[(size_t)((double)(m - 1) * 0.01)];
 		*hi = v[(size_t)((double)(m - 1) * 0.99 + 0.5)];
+		/* The first evals (a loss at its start) lie far from where
+		 * the trials spend their time: zoom on the bulk, on the
+		 * side away from better; what is cut off is clipped at the
+		 * frame. */
+		double mid = v[(m - 1) / 2];
+		int dir = k->has_target ? k->target.direction : 0;
+		if (dir < 0 && mid + 3 * (mid - *lo) < *hi)
+			*hi = mid + 3 * (mid - *lo);
+		if (dir > 0 && mid - 3 * (*hi - mid) > *lo)
+			*lo = mid - 3 * (*hi - mid);
 	}
 	free(v);
 	if (metric == M_VAL && k->has_target) {
