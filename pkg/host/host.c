@@ -25,6 +25,7 @@
 #include "data/data.h"
 #include "eval/eval.h"
 #include "hash/hash.h"
+#include "nn/cpu/isa.h"
 #include "sandbox/sandbox.h"
 
 /* Under AddressSanitizer (make check) the sandboxed apf needs its shadow
@@ -669,10 +670,22 @@ static int spawn_trial(apf_host *h)
 	argv[n] = NULL;
 	apf_buf_printf(&threads, "OPENBLAS_NUM_THREADS=%d", o->threads);
 	apf_buf_printf(&home, "HOME=%s", scratch);
+	/* The kernels' instruction-set path is the supervisor's decision
+	 * (APF_CPU_ISA, else the best this CPU has), handed on explicitly:
+	 * the trial's environment is otherwise empty. The paths give the same
+	 * bits; this makes a forced one reach the trial of a run and of a
+	 * replay. */
+	int isa = 0;
+	char isa_env[32] = "";
+	if (!rc)
+		rc = apf_cpu_isa(&isa);
+	if (!rc)
+		snprintf(isa_env, sizeof isa_env, "APF_CPU_ISA=%s",
+			 apf_cpu_isa_name(isa));
 	if (!rc && (!threads.data || !home.data))
 		rc = apf_error(APF_ENOMEM, "trial", "out of memory");
 	const char *envp[] = {threads.data, home.data, "PATH=/usr/bin:/bin",
-			      "LC_ALL=C", ASAN_ENV, NULL};
+			      "LC_ALL=C", isa_env, ASAN_ENV, NULL};
 	struct apf_sandbox_config c;
 	struct apf_sandbox_mount m[NSYS + 8];
 	size_t nm;

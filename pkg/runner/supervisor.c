@@ -26,6 +26,7 @@
 #include "entry/entry.h"
 #include "hash/hash.h"
 #include "host/host.h"
+#include "nn/cpu/isa.h"
 #include "rundir/events.h"
 #include "rundir/resume.h"
 #include "rundir/rundir.h"
@@ -551,8 +552,14 @@ static int prepare(struct run *r)
 				 "--device %s: this apf is built for the cpu only",
 				 r->device);
 	r->sealed = !o->unsealed;
+	/* A forced instruction-set path this CPU lacks (or a misspelt one)
+	 * is refused before anything is made. */
+	int isa;
+	int rc = apf_cpu_isa(&isa);
+	if (rc)
+		return rc;
 	/* 1. the entry */
-	int rc = extract_entry(r);
+	rc = extract_entry(r);
 	if (!rc)
 		rc = apf_entry_plan(r->entry, &r->plan);
 	if (!rc) {
