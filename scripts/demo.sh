@@ -1,8 +1,8 @@
 #!/bin/sh
 # make demo: the main job on the built-in default. Packs the NAdamW baseline
 # for fmnist_mlp, runs one study x one trial in the sealed runner, verifies
-# the run, and says where it is and how long the trial took to reach the
-# workload's validation target. Signing keys live in $APF_HOME (default
+# the run, scores it, writes its report, and says where they are and how
+# long the trial took to reach the workload's validation target. Signing keys live in $APF_HOME (default
 # ~/.config/apf); one is created on first use.
 set -eu
 build=${1:-build}
@@ -35,12 +35,16 @@ echo "== apf run: study 0, trial 1 (a budget of 180 s of training time)"
 echo "== apf verify $out/nadamw.run --reeval --replay 1"
 "$apf" verify "$out/nadamw.run" --reeval --replay 1
 
-echo "== apf score"
-"$apf" score "$out/nadamw.run"
+echo "== apf score --verify"
+"$apf" score "$out/nadamw.run" --verify
+
+echo "== apf report --verify"
+"$apf" report "$out/nadamw.run" --verify -o "$out/nadamw.html" >/dev/null
 echo
 echo "run directory: $out/nadamw.run"
 echo "  log:          $out/nadamw.run/log.jsonl (signed head: log.dsse.json)"
 echo "  measurements: $out/nadamw.run/study_0/fmnist_mlp/trial_1/eval_measurements.csv"
+echo "report:         $out/nadamw.html (one self-contained page; open it in a browser)"
 tail -n 1 "$out/nadamw.run/log.jsonl" >/dev/null
 ttt=$(grep '"event":"trial_end"' "$out/nadamw.run/log.jsonl" | sed -n 's/.*"time_to_target_ns":\([0-9]*\).*/\1/p')
 if [ -n "$ttt" ]; then
