@@ -85,7 +85,9 @@ int cmd_plan(int argc, char **argv)
 		"for ranges, every feasible point in each\nstudy, or a list's "
 		"points in order (trial N takes point N) - the same on every\n"
 		"machine.",
-		NULL, 1, 1};
+		NULL, 1, 1,
+		"apf plan nadamw.apf\n"
+		"apf plan nadamw.apf --json"};
 	int nargs, rc = cmd_start("plan", &usage, opts, argc, argv, &nargs);
 	if (rc >= 0)
 		return rc;

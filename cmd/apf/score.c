@@ -226,7 +226,10 @@ int cmd_score(int argc, char **argv)
 		"error with the verifier's exit code\n(1 for a failed check). "
 		"AlgoPerf log directories hold nothing signed: they\nare said "
 		"to be unverifiable, once, and scored as logged.",
-		1, -1};
+		1, -1,
+		"apf score nadamw.run --verify\n"
+		"apf score nadamw.run=tuned adamw.run=baseline --json\n"
+		"apf score nadamw.run --svg profile.svg --csv scores.csv"};
 	int nargs, rc = cmd_start("score", &usage, opts, argc, argv, &nargs);
 	if (rc >= 0)
 		return rc;

@@ -15,7 +15,7 @@ from apftest import APF, ROOT, ApfCase  # noqa: E402
 
 # Commands whose --help has no examples: section yet (their files are being
 # edited by others); remove a name once its command has examples.
-EXAMPLES_PENDING = {"score", "plan"}
+EXAMPLES_PENDING = set()
 
 # Examples that are not run here, and why: they need a finished run of the
 # README's demo (`apf run nadamw.apf -o nadamw.run ...`, a 180 s budget), or
@@ -240,7 +240,8 @@ class Examples(ApfCase):
             with self.subTest(example=line):
                 self.sh(line)
         self.assertGreaterEqual(len(keygen) + len(rest), 15)
-        self.assertLessEqual(len(skipped), 10, skipped)  # train and run, and the demo run's
+        # train and run take minutes; the rest need the demo's run (nadamw.run)
+        self.assertLessEqual(len(skipped), 14, skipped)
 
 
 if __name__ == "__main__":
