@@ -47,10 +47,6 @@ struct apf_usage {
 	int min_args, max_args; /* positional arguments; max -1 = unbounded */
 	const char *examples;   /* NULL: none */
 };
-/* Commands whose usage was written before `examples` existed initialise
- * it positionally and leave it out (it is NULL then), which
- * -Wmissing-field-initializers would refuse in every file of cmd/. */
-#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
 
 /* Parses argv[1..] (argv[0] is the command name). Positional arguments are
  * compacted into argv[1..*nargs]. Returns 0 to go on, 1 when --help was
