@@ -21,37 +21,9 @@
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "report/report.h"
-#include "score/score.h"
-#include "verify/verify.h"
-
-static int is_dir(const char *p)
-{
-	struct stat st;
-	return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
-}
-
-/* DIR or DIR=LABEL, split as apf score splits it. */
-static int split_label(const char *arg, char **path, const char **label)
-{
-	*path = NULL;
-	*label = NULL;
-	const char *eq = strrchr(arg, '=');
-	if (!eq || is_dir(arg))
-		return 0;
-	char *dir = strndup(arg, (size_t)(eq - arg));
-	if (!dir)
-		return apf_error(APF_ENOMEM, "report", "out of memory");
-	if (!*dir || !is_dir(dir)) {
-		free(dir);
-		return 0;
-	}
-	*path = dir;
-	*label = eq + 1;
-	return 0;
-}
+#include "scoring.h"
 
 /* `apf verify RUN --json`'s object for one verification. */
 static json_t *verdict_json(const apf_verify_report *r, int rc,
@@ -87,55 +59,15 @@ static json_t *verdict_json(const apf_verify_report *r, int rc,
 		(double)r->claimed_ns / 1e9, "checks", checks);
 }
 
-/* --verify, as apf score --verify does it, keeping each run's report in
- * verdicts under the submission's name. */
-static int verify_runs(apf_score_logs *logs, json_t *verdicts,
-		       const apf_keyring *runner, const apf_keyring *entry,
-		       int strict)
+/* Each run's verification, in `apf verify --json`'s form, under its
+ * submission's name. */
+static int keep_verdict(void *user, const char *name,
+			const apf_verify_report *r, int rc, const char *why)
 {
-	int rc = 0;
-	for (size_t i = 0; !rc && i < logs->n;) {
-		struct apf_score_submission *s = &logs->s[i];
-		if (!s->apf_run) {
-			s->verified = APF_SCORE_NOT_VERIFIABLE;
-			i++;
-			continue;
-		}
-		struct apf_verify_opts o = {.runner_keys = runner,
-					    .entry_keys = entry};
-		apf_verify_report *r = NULL;
-		int vrc = apf_verify_run(&r, s->path, &o);
-		if (vrc == APF_ENOMEM || !r) {
-			apf_verify_report_free(r);
-			rc = vrc ? vrc : APF_ENOMEM;
-			break;
-		}
-		char why[1024] = "";
-		if (vrc == 0 || vrc == APF_EABORT)
-			apf_error_clear();
-		else
-			apf_error_take(why, sizeof why);
-		json_t *v = verdict_json(r, vrc, vrc ? why : NULL);
-		apf_verify_report_free(r);
-		if (!v || json_object_set_new(verdicts, s->name, v)) {
-			rc = apf_error(APF_ENOMEM, "report", "out of memory");
-			break;
-		}
-		if (vrc == 0 || vrc == APF_EABORT) {
-			s->verified = APF_SCORE_VERIFIED;
-			i++;
-			continue;
-		}
-		if (strict) {
-			char name[256];
-			snprintf(name, sizeof name, "%s", s->name);
-			rc = apf_error(vrc, "report", "%s: not verified: %s",
-				       name, why);
-			break;
-		}
-		rc = apf_score_logs_exclude(logs, i, why);
-	}
-	return rc;
+	json_t *v = verdict_json(r, rc, why);
+	if (!v || json_object_set_new(user, name, v))
+		return apf_error(APF_ENOMEM, "report", "out of memory");
+	return 0;
 }
 
 int cmd_report(int argc, char **argv)
@@ -198,108 +130,46 @@ int cmd_report(int argc, char **argv)
 		apf_error(APF_EUSAGE, "report", "-o FILE is required");
 		return cmd_fail(APF_EUSAGE);
 	}
-	const apf_score_rules *rules = NULL;
-	if (rules_name && !(rules = apf_score_rules_get(rules_name))) {
-		apf_error(APF_EUSAGE, "report",
-			  "--rules: unknown rules '%s' (apf, algoperf-0.5, "
-			  "algoperf-0.6)",
-			  rules_name);
-		return cmd_fail(APF_EUSAGE);
-	}
-	apf_score_logs *logs = NULL;
-	apf_score_targets *targets = NULL;
-	apf_score_heldout *heldout = NULL;
-	apf_score_result *res = NULL;
-	apf_keyring *runner_keys = NULL, *entry_keys = NULL;
 	json_t *verdicts = verify ? json_object() : NULL;
-	rc = 0;
-	if (verify && !verdicts)
-		rc = apf_error(APF_ENOMEM, "report", "out of memory");
-	if (!rc)
-		rc = apf_score_logs_new(&logs);
-	for (int i = 1; !rc && i <= nargs; i++) {
-		char *path;
-		const char *label;
-		rc = split_label(argv[i], &path, &label);
-		if (!rc)
-			rc = apf_score_logs_add_as(logs, path ? path : argv[i],
-						   label);
-		free(path);
+	if (verify && !verdicts) {
+		apf_error(APF_ENOMEM, "report", "out of memory");
+		return cmd_fail(APF_ENOMEM);
 	}
-	if (!rc)
-		rc = apf_keyring_default(&entry_keys, entry_key);
-	if (!rc && verify)
-		rc = apf_keyring_default(&runner_keys, key_path);
-	if (!rc && verify)
-		rc = verify_runs(logs, verdicts, runner_keys, entry_keys,
-				 strict);
-	if (!rc)
-		rc = targets_path
-			     ? apf_score_targets_load_json(&targets, targets_path)
-			     : apf_score_targets_from_workloads(&targets, NULL);
-	char *own = NULL;
-	for (size_t i = 0; !rc && !heldout_path && i < logs->n && !own; i++) {
-		char *h = apf_path_join(logs->s[i].path, "heldout.json");
-		struct stat st;
-		if (h && stat(h, &st) == 0)
-			own = h;
-		else
-			free(h);
-	}
-	if (!rc && (heldout_path || own))
-		rc = apf_score_heldout_load(&heldout,
-					    heldout_path ? heldout_path : own);
-	free(own);
-	const char *version = targets ? apf_score_targets_version(targets)
-				      : NULL;
-	if (!rc && !rules)
-		rc = apf_score_targets_rules(&rules, targets);
-	if (!rc && !rules)
-		rules = apf_score_rules_get(apf_score_logs_have_apf_run(logs)
-						    ? "apf"
-						    : "algoperf-0.6");
-	apf_score_rules self;
-	if (!rc && self_tuning) {
-		apf_score_rules_self(rules, &self);
-		rules = &self;
-	}
-	if (!rc)
-		rc = apf_score_compute(&res, logs, targets, heldout, rules,
-				       (strict ? APF_SCORE_STRICT : 0) |
-					       (verify ? APF_SCORE_VERIFY : 0));
+	const struct cmd_scoring_in in = {.cmd = "report",
+					  .args = argv + 1,
+					  .nargs = nargs,
+					  .rules_name = rules_name,
+					  .targets_path = targets_path,
+					  .heldout_path = heldout_path,
+					  .key_path = key_path,
+					  .entry_key = entry_key,
+					  .self_tuning = self_tuning,
+					  .strict = strict,
+					  .verify = verify,
+					  .want_entry_keys = 1,
+					  .verdict = keep_verdict,
+					  .user = verdicts};
+	struct cmd_scoring sc;
+	rc = cmd_scoring_compute(&sc, &in);
 	apf_buf page = {0};
 	if (!rc) {
 		struct apf_report_opts ro = {.title = title,
 					     .verdicts = verdicts,
-					     .entry_keys = entry_keys,
+					     .entry_keys = sc.entry_keys,
 					     /* small enough to mail */
 					     .max_bytes = (size_t)9 << 19,
 					     .inputs = argv + 1,
 					     .ninputs = (size_t)nargs};
-		rc = apf_report_html(&page, res, targets, &ro);
+		rc = apf_report_html(&page, sc.res, sc.targets, &ro);
 	}
 	if (!rc)
 		rc = apf_file_write(output, page.data, page.len, 0644, 0);
 	apf_buf_free(&page);
 	if (!rc) {
-		const apf_score_rules *vr = apf_score_rules_for_version(version);
-		if (vr && strncmp(rules->name, "algoperf-", 9) == 0 &&
-		    strcmp(vr->name, rules->name))
-			fprintf(stderr,
-				"apf: report: warning: scoring with %s but the "
-				"targets are AlgoPerf %s's\n",
-				rules->name, version);
-		for (size_t i = 0; i < res->nwarnings; i++)
-			fprintf(stderr, "apf: report: warning: %s\n",
-				res->warnings[i]);
+		cmd_scoring_warnings(&sc, "report");
 		printf("%s\n", output);
 	}
-	apf_score_result_free(res);
-	apf_score_heldout_free(heldout);
-	apf_score_targets_free(targets);
-	apf_score_logs_free(logs);
-	apf_keyring_free(runner_keys);
-	apf_keyring_free(entry_keys);
+	cmd_scoring_free(&sc);
 	json_decref(verdicts);
 	return rc ? cmd_fail(rc) : 0;
 }

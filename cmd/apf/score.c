@@ -2,11 +2,10 @@
  * score.c: `apf score DIR[=LABEL]... [--rules R] [--targets F] [--heldout F]
  * [--svg F] [--csv F] [--self-tuning] [--verify [--key PUB.pem]
  * [--entry-key PUB.pem]] [--strict] [--json]`: performance profiles and
- * benchmark scores from AlgoPerf's logs or apf runs (DESIGN.md section 8).
+ * benchmark scores from AlgoPerf's logs or apf runs.
  *
- * The rules default to the AlgoPerf version the targets file names (0.5 or
- * 0.6; any other is an error), else to apf when any input is an apf run,
- * else to algoperf-0.6.
+ * The inputs (DIR=LABEL, the rules' default, a run's own heldout.json,
+ * --verify) are read as scoring.h says, the same as for `apf report`.
  * Warnings (skipped trials, unexpected study counts, trials refused for
  * malformed or impossible numbers, an apf run's missing, failed or
  * interrupted units, machines that differ) go to stderr, into the table
@@ -14,27 +13,14 @@
  * files are written atomically, and only once everything has been
  * computed. --strict makes them errors (exit 2). A failure prints one line
  * and nothing else.
- *
- * --verify runs the verifier (verify/verify.h, the checks `apf verify RUN`
- * runs by default) over each apf run first; pkg/score never links the
- * verifier, so the outcome goes in as data: a run that fails is taken out
- * of the ranking (apf_score_logs_exclude) with the verifier's message, or
- * under --strict is the error, with the verifier's exit code.
- *
- * DIR=LABEL scores DIR under LABEL, so that two runs of one submission can
- * be told apart. The argument is split at its last '=' only when it is not
- * itself a directory and the part before is one, so a path holding '='
- * still works without a label.
  */
 #include "cmd.h"
 
 #include <errno.h>
 #include <stdlib.h>
-#include <sys/stat.h>
 #include <string.h>
 
-#include "score/score.h"
-#include "verify/verify.h"
+#include "scoring.h"
 
 static int write_file(const char *path, const apf_score_result *r,
 		      int (*format)(const apf_score_result *, apf_buf *))
@@ -44,83 +30,6 @@ static int write_file(const char *path, const apf_score_result *r,
 	if (!rc)
 		rc = apf_file_write(path, b.data, b.len, 0644, 0);
 	apf_buf_free(&b);
-	return rc;
-}
-
-static int is_dir(const char *p)
-{
-	struct stat st;
-	return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
-}
-
-/* DIR or DIR=LABEL (see the file's comment). *path is arg itself or a
- * copy the caller frees. */
-static int split_label(const char *arg, char **path, const char **label)
-{
-	*path = NULL;
-	*label = NULL;
-	const char *eq = strrchr(arg, '=');
-	if (!eq || is_dir(arg))
-		return 0;
-	char *dir = strndup(arg, (size_t)(eq - arg));
-	if (!dir)
-		return apf_error(APF_ENOMEM, "score", "out of memory");
-	if (!*dir || !is_dir(dir)) {
-		free(dir);
-		return 0;
-	}
-	*path = dir;
-	*label = eq + 1;
-	return 0;
-}
-
-/* --verify: the verifier over each apf run, as `apf verify RUN` checks it
- * without --reeval or --replay. A run that fails is excluded, or with
- * strict is the error (the verifier's status, so exit 1 for a failed
- * check). A run that verifies but is unfinished (APF_EABORT) counts as
- * verified; the scorer's own warnings say it is incomplete. */
-static int verify_runs(apf_score_logs *logs, const char *key_path,
-		       const char *entry_key, int strict)
-{
-	apf_keyring *runner = NULL, *entry = NULL;
-	int rc = apf_keyring_default(&runner, key_path);
-	if (!rc)
-		rc = apf_keyring_default(&entry, entry_key);
-	for (size_t i = 0; !rc && i < logs->n;) {
-		struct apf_score_submission *s = &logs->s[i];
-		if (!s->apf_run) {
-			s->verified = APF_SCORE_NOT_VERIFIABLE;
-			i++;
-			continue;
-		}
-		struct apf_verify_opts o = {.runner_keys = runner,
-					    .entry_keys = entry};
-		apf_verify_report *r = NULL;
-		int vrc = apf_verify_run(&r, s->path, &o);
-		apf_verify_report_free(r);
-		if (vrc == 0 || vrc == APF_EABORT) {
-			apf_error_clear();
-			s->verified = APF_SCORE_VERIFIED;
-			i++;
-			continue;
-		}
-		if (vrc == APF_ENOMEM) {
-			rc = vrc;
-			break;
-		}
-		char why[1024];
-		apf_error_take(why, sizeof why);
-		if (strict) {
-			char name[256];
-			snprintf(name, sizeof name, "%s", s->name);
-			rc = apf_error(vrc, "score", "%s: not verified: %s",
-				       name, why);
-			break;
-		}
-		rc = apf_score_logs_exclude(logs, i, why);
-	}
-	apf_keyring_free(runner);
-	apf_keyring_free(entry);
 	return rc;
 }
 
@@ -233,84 +142,27 @@ int cmd_score(int argc, char **argv)
 	int nargs, rc = cmd_start("score", &usage, opts, argc, argv, &nargs);
 	if (rc >= 0)
 		return rc;
-	const apf_score_rules *rules = NULL;
-	if (rules_name && !(rules = apf_score_rules_get(rules_name))) {
-		apf_error(APF_EUSAGE, "score",
-			  "--rules: unknown rules '%s' (apf, algoperf-0.5, "
-			  "algoperf-0.6)",
-			  rules_name);
-		return cmd_fail(APF_EUSAGE);
-	}
-	apf_score_logs *logs = NULL;
-	apf_score_targets *targets = NULL;
-	apf_score_heldout *heldout = NULL;
-	apf_score_result *res = NULL;
-	rc = apf_score_logs_new(&logs);
-	for (int i = 1; !rc && i <= nargs; i++) {
-		char *path;
-		const char *label;
-		rc = split_label(argv[i], &path, &label);
-		if (!rc)
-			rc = apf_score_logs_add_as(logs, path ? path : argv[i],
-						   label);
-		free(path);
-	}
-	if (!rc && verify)
-		rc = verify_runs(logs, key_path, entry_key, strict);
-	if (!rc)
-		rc = targets_path
-			     ? apf_score_targets_load_json(&targets, targets_path)
-			     : apf_score_targets_from_workloads(&targets, NULL);
-	/* An apf run holds the draw its variants were run for. */
-	char *own = NULL;
-	for (size_t i = 0; !rc && !heldout_path && i < logs->n && !own; i++) {
-		char *h = apf_path_join(logs->s[i].path, "heldout.json");
-		struct stat st;
-		if (h && stat(h, &st) == 0)
-			own = h;
-		else
-			free(h);
-	}
-	if (!rc && (heldout_path || own))
-		rc = apf_score_heldout_load(&heldout,
-					    heldout_path ? heldout_path : own);
-	free(own);
-	const char *version = targets ? apf_score_targets_version(targets)
-				      : NULL;
-	/* A targets file's benchmark_version chooses the rules unless
-	 * --rules does; a version apf does not know is an error then. */
-	if (!rc && !rules)
-		rc = apf_score_targets_rules(&rules, targets);
-	if (!rc && !rules)
-		rules = apf_score_rules_get(apf_score_logs_have_apf_run(logs)
-						    ? "apf"
-						    : "algoperf-0.6");
-	apf_score_rules self;
-	if (!rc && self_tuning) {
-		apf_score_rules_self(rules, &self);
-		rules = &self;
-	}
-	if (!rc)
-		rc = apf_score_compute(&res, logs, targets, heldout, rules,
-				       (strict ? APF_SCORE_STRICT : 0) |
-					       (verify ? APF_SCORE_VERIFY : 0));
+	const struct cmd_scoring_in in = {.cmd = "score",
+					  .args = argv + 1,
+					  .nargs = nargs,
+					  .rules_name = rules_name,
+					  .targets_path = targets_path,
+					  .heldout_path = heldout_path,
+					  .key_path = key_path,
+					  .entry_key = entry_key,
+					  .self_tuning = self_tuning,
+					  .strict = strict,
+					  .verify = verify};
+	struct cmd_scoring sc;
+	rc = cmd_scoring_compute(&sc, &in);
+	const apf_score_result *res = sc.res;
 	if (!rc && csv)
 		rc = write_file(csv, res, apf_score_format_csv);
 	if (!rc && svg)
 		rc = write_file(svg, res, apf_score_format_svg);
 	/* Warnings only once nothing can fail, so a failure is one line. */
-	if (!rc) {
-		const apf_score_rules *vr = apf_score_rules_for_version(version);
-		if (vr && strncmp(rules->name, "algoperf-", 9) == 0 &&
-		    strcmp(vr->name, rules->name))
-			fprintf(stderr,
-				"apf: score: warning: scoring with %s but the "
-				"targets are AlgoPerf %s's\n",
-				rules->name, version);
-		for (size_t i = 0; i < res->nwarnings; i++)
-			fprintf(stderr, "apf: score: warning: %s\n",
-				res->warnings[i]);
-	}
+	if (!rc)
+		cmd_scoring_warnings(&sc, "score");
 	if (!rc) {
 		apf_buf b = {0};
 		rc = json ? apf_score_format_json(res, &b)
@@ -321,9 +173,6 @@ int cmd_score(int argc, char **argv)
 			rc = apf_error_errno(APF_EIO, errno, "stdout", "write");
 		apf_buf_free(&b);
 	}
-	apf_score_result_free(res);
-	apf_score_heldout_free(heldout);
-	apf_score_targets_free(targets);
-	apf_score_logs_free(logs);
+	cmd_scoring_free(&sc);
 	return rc ? cmd_fail(rc) : 0;
 }

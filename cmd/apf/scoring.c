@@ -1,0 +1,184 @@
+/*
+ * scoring.c: the inputs and the scoring `apf score` and `apf report` share
+ * (scoring.h).
+ */
+#include "scoring.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+static int is_dir(const char *p)
+{
+	struct stat st;
+	return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+/* DIR or DIR=LABEL (scoring.h). *path is NULL (use arg itself) or a copy
+ * the caller frees. */
+static int split_label(const char *arg, char **path, const char **label)
+{
+	*path = NULL;
+	*label = NULL;
+	const char *eq = strrchr(arg, '=');
+	if (!eq || is_dir(arg))
+		return 0;
+	char *dir = strndup(arg, (size_t)(eq - arg));
+	if (!dir)
+		return apf_error(APF_ENOMEM, "scoring", "out of memory");
+	if (!*dir || !is_dir(dir)) {
+		free(dir);
+		return 0;
+	}
+	*path = dir;
+	*label = eq + 1;
+	return 0;
+}
+
+static int verify_runs(struct cmd_scoring *s, const struct cmd_scoring_in *in)
+{
+	apf_keyring *runner = NULL;
+	int rc = apf_keyring_default(&runner, in->key_path);
+	apf_score_logs *logs = s->logs;
+	for (size_t i = 0; !rc && i < logs->n;) {
+		struct apf_score_submission *sub = &logs->s[i];
+		if (!sub->apf_run) {
+			sub->verified = APF_SCORE_NOT_VERIFIABLE;
+			i++;
+			continue;
+		}
+		struct apf_verify_opts o = {.runner_keys = runner,
+					    .entry_keys = s->entry_keys};
+		apf_verify_report *r = NULL;
+		int vrc = apf_verify_run(&r, sub->path, &o);
+		if (vrc == APF_ENOMEM || !r) {
+			apf_verify_report_free(r);
+			rc = vrc ? vrc : APF_ENOMEM;
+			break;
+		}
+		int ok = vrc == 0 || vrc == APF_EABORT;
+		char why[1024] = "";
+		if (ok)
+			apf_error_clear();
+		else
+			apf_error_take(why, sizeof why);
+		if (in->verdict)
+			rc = in->verdict(in->user, sub->name, r, vrc,
+					 ok ? NULL : why);
+		apf_verify_report_free(r);
+		if (rc)
+			break;
+		if (ok) {
+			sub->verified = APF_SCORE_VERIFIED;
+			i++;
+			continue;
+		}
+		if (in->strict) {
+			char name[256];
+			snprintf(name, sizeof name, "%s", sub->name);
+			rc = apf_error(vrc, in->cmd, "%s: not verified: %s", name,
+				       why);
+			break;
+		}
+		rc = apf_score_logs_exclude(logs, i, why);
+	}
+	apf_keyring_free(runner);
+	return rc;
+}
+
+/* An apf run holds the draw its variants were run for. */
+static int own_heldout(struct cmd_scoring *s, const char *given)
+{
+	char *own = NULL;
+	for (size_t i = 0; !given && i < s->logs->n && !own; i++) {
+		char *h = apf_path_join(s->logs->s[i].path, "heldout.json");
+		struct stat st;
+		if (h && stat(h, &st) == 0)
+			own = h;
+		else
+			free(h);
+	}
+	int rc = given || own ? apf_score_heldout_load(&s->heldout,
+						       given ? given : own)
+			      : 0;
+	free(own);
+	return rc;
+}
+
+int cmd_scoring_compute(struct cmd_scoring *s, const struct cmd_scoring_in *in)
+{
+	memset(s, 0, sizeof *s);
+	if (in->rules_name && !(s->rules = apf_score_rules_get(in->rules_name)))
+		return apf_error(APF_EUSAGE, in->cmd,
+				 "--rules: unknown rules '%s' (apf, "
+				 "algoperf-0.5, algoperf-0.6)",
+				 in->rules_name);
+	int rc = apf_score_logs_new(&s->logs);
+	for (int i = 0; !rc && i < in->nargs; i++) {
+		char *path;
+		const char *label;
+		rc = split_label(in->args[i], &path, &label);
+		if (!rc)
+			rc = apf_score_logs_add_as(s->logs,
+						   path ? path : in->args[i],
+						   label);
+		free(path);
+	}
+	if (!rc && (in->verify || in->want_entry_keys))
+		rc = apf_keyring_default(&s->entry_keys, in->entry_key);
+	if (!rc && in->verify)
+		rc = verify_runs(s, in);
+	if (!rc)
+		rc = in->targets_path
+			     ? apf_score_targets_load_json(&s->targets,
+							   in->targets_path)
+			     : apf_score_targets_from_workloads(&s->targets,
+								NULL);
+	if (!rc)
+		rc = own_heldout(s, in->heldout_path);
+	s->version = s->targets ? apf_score_targets_version(s->targets) : NULL;
+	/* A targets file's benchmark_version chooses the rules unless
+	 * --rules does; a version apf does not know is an error then. */
+	if (!rc && !s->rules)
+		rc = apf_score_targets_rules(&s->rules, s->targets);
+	if (!rc && !s->rules)
+		s->rules = apf_score_rules_get(
+			apf_score_logs_have_apf_run(s->logs) ? "apf"
+							     : "algoperf-0.6");
+	if (!rc && in->self_tuning) {
+		apf_score_rules_self(s->rules, &s->self);
+		s->rules = &s->self;
+	}
+	if (!rc)
+		rc = apf_score_compute(&s->res, s->logs, s->targets, s->heldout,
+				       s->rules,
+				       (in->strict ? APF_SCORE_STRICT : 0) |
+					       (in->verify ? APF_SCORE_VERIFY
+							   : 0));
+	return rc;
+}
+
+void cmd_scoring_warnings(const struct cmd_scoring *s, const char *cmd)
+{
+	const apf_score_rules *vr = apf_score_rules_for_version(s->version);
+	if (vr && strncmp(s->rules->name, "algoperf-", 9) == 0 &&
+	    strcmp(vr->name, s->rules->name))
+		fprintf(stderr,
+			"apf: %s: warning: scoring with %s but the targets "
+			"are AlgoPerf %s's\n",
+			cmd, s->rules->name, s->version);
+	for (size_t i = 0; i < s->res->nwarnings; i++)
+		fprintf(stderr, "apf: %s: warning: %s\n", cmd,
+			s->res->warnings[i]);
+}
+
+void cmd_scoring_free(struct cmd_scoring *s)
+{
+	apf_score_result_free(s->res);
+	apf_score_heldout_free(s->heldout);
+	apf_score_targets_free(s->targets);
+	apf_score_logs_free(s->logs);
+	apf_keyring_free(s->entry_keys);
+	memset(s, 0, sizeof *s);
+}

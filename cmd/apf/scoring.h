@@ -1,0 +1,62 @@
+/*
+ * scoring.h: what `apf score` and `apf report` share - their inputs
+ * (DIR[=LABEL]..., --rules, --targets, --heldout, --self-tuning,
+ * --verify with --key and --entry-key, --strict) read the same way, and
+ * the scoring computed from them, so that the page and the table cannot
+ * disagree on what the same command line means.
+ *
+ * DIR=LABEL scores DIR under LABEL; the argument is split at its last '='
+ * only when it is not itself a directory and the part before is one, so a
+ * path holding '=' still works without a label. The rules default to the
+ * AlgoPerf version the targets file names, else apf when any input is an
+ * apf run, else algoperf-0.6. Without --heldout an apf run's own
+ * heldout.json is used. --verify runs the verifier (the checks `apf verify
+ * RUN` runs by default) over each apf run: one that fails is left out of
+ * the ranking with the verifier's message, or under --strict is the error
+ * with the verifier's exit status; one that verifies but is unfinished
+ * counts as verified (the scorer's warnings say it is incomplete).
+ */
+#ifndef APF_CMD_SCORING_H
+#define APF_CMD_SCORING_H
+
+#include "score/score.h"
+#include "sign/sign.h"
+#include "verify/verify.h"
+
+struct cmd_scoring_in {
+	const char *cmd; /* "score", "report": messages name it */
+	char *const *args;
+	int nargs;
+	const char *rules_name, *targets_path, *heldout_path;
+	const char *key_path, *entry_key;
+	int self_tuning, strict, verify;
+	int want_entry_keys; /* load the trusted submitter keys without
+				--verify too (the report shows trust) */
+	/* --verify: each apf run's verification as it is made (rc 0 or
+	 * APF_EABORT: verified; why: the failure, else NULL). Nonzero stops
+	 * the scoring with that error. May be NULL. */
+	int (*verdict)(void *user, const char *name,
+		       const apf_verify_report *r, int rc, const char *why);
+	void *user;
+};
+
+struct cmd_scoring {
+	apf_score_logs *logs;
+	apf_score_targets *targets;
+	apf_score_heldout *heldout;
+	apf_score_result *res;
+	const apf_score_rules *rules;
+	apf_score_rules self;       /* rules points here with --self-tuning */
+	apf_keyring *entry_keys;    /* NULL unless verify or want_entry_keys */
+	const char *version;        /* the targets file's benchmark_version */
+};
+
+/* Reads the inputs and computes the scoring into *s (zeroed first; the
+ * struct must not move while used). */
+int cmd_scoring_compute(struct cmd_scoring *s, const struct cmd_scoring_in *in);
+/* The warnings, to stderr as `apf: <cmd>: warning: ...` lines: only once
+ * nothing can fail, so that a failure is one line. */
+void cmd_scoring_warnings(const struct cmd_scoring *s, const char *cmd);
+void cmd_scoring_free(struct cmd_scoring *s);
+
+#endif
