@@ -72,32 +72,12 @@ static int keep_verdict(void *user, const char *name,
 
 int cmd_report(int argc, char **argv)
 {
-	const char *rules_name = NULL, *targets_path = NULL,
-		   *heldout_path = NULL, *output = NULL, *key_path = NULL,
-		   *entry_key = NULL, *title = NULL;
-	int self_tuning = 0, strict = 0, verify = 0;
+	const char *output = NULL, *title = NULL;
+	struct cmd_scoring_in in = {.cmd = "report", .want_entry_keys = 1};
 	const struct apf_opt opts[] = {
+		CMD_SCORING_OPTIONS(in),
 		{"output", 'o', OPT_STRING, &output, "FILE",
 		 "write the page here (required)"},
-		{"rules", 'r', OPT_STRING, &rules_name, "R",
-		 "apf, algoperf-0.5 or algoperf-0.6"},
-		{"targets", 't', OPT_STRING, &targets_path, "FILE",
-		 "AlgoPerf's workload_targets JSON"},
-		{"heldout", 0, OPT_STRING, &heldout_path, "FILE",
-		 "held-out variants: AlgoPerf's list or an apf draw"},
-		{"self-tuning", 0, OPT_FLAG, &self_tuning, NULL,
-		 "the submissions follow the self-tuning ruleset"},
-		{"verify", 0, OPT_FLAG, &verify, NULL,
-		 "verify each apf run first (apf verify's checks); one that "
-		 "fails is not ranked"},
-		{"key", 0, OPT_STRING, &key_path, "PUB.pem",
-		 "--verify: trust only this runner key (default: "
-		 "$APF_HOME/trusted/)"},
-		{"entry-key", 0, OPT_STRING, &entry_key, "PUB.pem",
-		 "trust only this submitter key (default: $APF_HOME/trusted/)"},
-		{"strict", 0, OPT_FLAG, &strict, NULL,
-		 "every warning is an error (exit 2; a run failing --verify: "
-		 "exit 1)"},
 		{"title", 0, OPT_STRING, &title, "TEXT",
 		 "the page's title (default: apf report)"},
 		{0},
@@ -130,25 +110,15 @@ int cmd_report(int argc, char **argv)
 		apf_error(APF_EUSAGE, "report", "-o FILE is required");
 		return cmd_fail(APF_EUSAGE);
 	}
-	json_t *verdicts = verify ? json_object() : NULL;
-	if (verify && !verdicts) {
+	json_t *verdicts = in.verify ? json_object() : NULL;
+	if (in.verify && !verdicts) {
 		apf_error(APF_ENOMEM, "report", "out of memory");
 		return cmd_fail(APF_ENOMEM);
 	}
-	const struct cmd_scoring_in in = {.cmd = "report",
-					  .args = argv + 1,
-					  .nargs = nargs,
-					  .rules_name = rules_name,
-					  .targets_path = targets_path,
-					  .heldout_path = heldout_path,
-					  .key_path = key_path,
-					  .entry_key = entry_key,
-					  .self_tuning = self_tuning,
-					  .strict = strict,
-					  .verify = verify,
-					  .want_entry_keys = 1,
-					  .verdict = keep_verdict,
-					  .user = verdicts};
+	in.args = argv + 1;
+	in.nargs = nargs;
+	in.verdict = keep_verdict;
+	in.user = verdicts;
 	struct cmd_scoring sc;
 	rc = cmd_scoring_compute(&sc, &in);
 	apf_buf page = {0};

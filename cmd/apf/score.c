@@ -35,35 +35,15 @@ static int write_file(const char *path, const apf_score_result *r,
 
 int cmd_score(int argc, char **argv)
 {
-	const char *rules_name = NULL, *targets_path = NULL,
-		   *heldout_path = NULL, *svg = NULL, *csv = NULL,
-		   *key_path = NULL, *entry_key = NULL;
-	int json = 0, self_tuning = 0, strict = 0, verify = 0;
+	const char *svg = NULL, *csv = NULL;
+	int json = 0;
+	struct cmd_scoring_in in = {.cmd = "score"};
 	const struct apf_opt opts[] = {
-		{"rules", 'r', OPT_STRING, &rules_name, "R",
-		 "apf, algoperf-0.5 or algoperf-0.6"},
-		{"targets", 't', OPT_STRING, &targets_path, "FILE",
-		 "AlgoPerf's workload_targets JSON"},
-		{"heldout", 0, OPT_STRING, &heldout_path, "FILE",
-		 "held-out variants: AlgoPerf's list or an apf draw"},
+		CMD_SCORING_OPTIONS(in),
 		{"svg", 0, OPT_STRING, &svg, "FILE",
 		 "write the performance-profile plot"},
 		{"csv", 0, OPT_STRING, &csv, "FILE",
 		 "write submission,score,<times...> rows"},
-		{"self-tuning", 0, OPT_FLAG, &self_tuning, NULL,
-		 "the submissions follow the self-tuning ruleset"},
-		{"verify", 0, OPT_FLAG, &verify, NULL,
-		 "verify each apf run first (apf verify's checks); one that "
-		 "fails is not ranked"},
-		{"key", 0, OPT_STRING, &key_path, "PUB.pem",
-		 "--verify: trust only this runner key (default: "
-		 "$APF_HOME/trusted/)"},
-		{"entry-key", 0, OPT_STRING, &entry_key, "PUB.pem",
-		 "--verify: trust only this submitter key (default: "
-		 "$APF_HOME/trusted/)"},
-		{"strict", 0, OPT_FLAG, &strict, NULL,
-		 "every warning is an error (exit 2; a run failing --verify: "
-		 "exit 1)"},
 		{"json", 0, OPT_FLAG, &json, NULL,
 		 "print JSON instead of the table"},
 		{0},
@@ -142,17 +122,8 @@ int cmd_score(int argc, char **argv)
 	int nargs, rc = cmd_start("score", &usage, opts, argc, argv, &nargs);
 	if (rc >= 0)
 		return rc;
-	const struct cmd_scoring_in in = {.cmd = "score",
-					  .args = argv + 1,
-					  .nargs = nargs,
-					  .rules_name = rules_name,
-					  .targets_path = targets_path,
-					  .heldout_path = heldout_path,
-					  .key_path = key_path,
-					  .entry_key = entry_key,
-					  .self_tuning = self_tuning,
-					  .strict = strict,
-					  .verify = verify};
+	in.args = argv + 1;
+	in.nargs = nargs;
 	struct cmd_scoring sc;
 	rc = cmd_scoring_compute(&sc, &in);
 	const apf_score_result *res = sc.res;

@@ -40,6 +40,27 @@ struct cmd_scoring_in {
 	void *user;
 };
 
+/* The options both commands take, as entries of their struct apf_opt
+ * tables, setting the fields of `in` (a struct cmd_scoring_in). */
+#define CMD_SCORING_OPTIONS(in)                                                \
+	{"rules", 'r', OPT_STRING, &(in).rules_name, "R",                      \
+	 "apf, algoperf-0.5 or algoperf-0.6"},                                 \
+	{"targets", 't', OPT_STRING, &(in).targets_path, "FILE",               \
+	 "AlgoPerf's workload_targets JSON"},                                  \
+	{"heldout", 0, OPT_STRING, &(in).heldout_path, "FILE",                 \
+	 "held-out variants: AlgoPerf's list or an apf draw"},                 \
+	{"self-tuning", 0, OPT_FLAG, &(in).self_tuning, NULL,                  \
+	 "the submissions follow the self-tuning ruleset"},                    \
+	{"verify", 0, OPT_FLAG, &(in).verify, NULL,                            \
+	 "verify each apf run first (apf verify's checks); one that fails "    \
+	 "is not ranked"},                                                     \
+	{"key", 0, OPT_STRING, &(in).key_path, "PUB.pem",                      \
+	 "--verify: trust only this runner key (default: $APF_HOME/trusted/)"},\
+	{"entry-key", 0, OPT_STRING, &(in).entry_key, "PUB.pem",               \
+	 "trust only this submitter key (default: $APF_HOME/trusted/)"},       \
+	{"strict", 0, OPT_FLAG, &(in).strict, NULL,                            \
+	 "every warning is an error (exit 2; a run failing --verify: exit 1)"}
+
 struct cmd_scoring {
 	apf_score_logs *logs;
 	apf_score_targets *targets;
