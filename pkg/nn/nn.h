@@ -19,8 +19,9 @@
  *
  * Determinism. For a fixed thread count every function gives bit-identical
  * results run to run: reductions run in a fixed order (per channel or per
- * row, accumulated in double where they feed a statistic), GEMM goes to
- * OpenBLAS with its thread count pinned, and randomness (dropout) comes from
+ * row, accumulated in double where they feed a statistic), GEMMs are apf's
+ * own (cpu/gemm.h: every output summed in k order with fma, the same bits on
+ * every instruction-set path and thread count), and randomness (dropout) comes from
  * counter-based Philox words addressed by element index (rng.h), never from
  * a thread's position.
  *
@@ -71,7 +72,7 @@ typedef struct apf_backend apf_backend;
 
 struct apf_backend {
 	const char *name; /* "cpu", "cuda" */
-	int threads;      /* compute threads (BLAS), pinned at creation */
+	int threads;      /* compute threads, pinned at creation */
 
 	/* ---- memory ---- */
 	int (*alloc)(apf_backend *be, size_t nbytes, void **out); /* zeroed */
@@ -255,9 +256,9 @@ struct apf_backend {
 	void *impl;
 };
 
-/* The CPU backend with `threads` BLAS threads (<= 0: 1). OpenBLAS's thread
- * count is process-wide, so every CPU backend of a process uses the count of
- * the latest one created; a trial has one. */
+/* The CPU backend with `threads` compute threads (<= 0: 1), its kernels on
+ * the instruction-set path APF_CPU_ISA names or the best this CPU has
+ * (cpu/isa.h; an unknown or unavailable one is refused). */
 int apf_backend_cpu_new(apf_backend **out, int threads);
 /* The same backend with its plain kernels only: the reference its fast
  * (AVX2/FMA) kernels are tested against. apf_backend_cpu_new takes the fast

@@ -138,9 +138,39 @@ static int check_inputs(struct run *r)
 }
 
 struct drift {
-	json_t *fields;
-	apf_buf text;
+	json_t *fields;  /* every field that differs (the env_drift record) */
+	apf_buf text;    /* those that can change a result */
+	apf_buf benign;  /* those that cannot */
+	int hard;
 };
+
+/* Whether an environment field that differs can change what a CPU trial
+ * computes. apf's kernels compute every output with the same float
+ * operations whatever the machine (nn/cpu/gemm.h; OpenBLAS computes none of
+ * a trial's results), so the CPU's model, core count, memory, kernel, the
+ * instruction-set path and BLAS cannot; a CPU that gains or loses AVX2 and
+ * FMA can (the convolutions' fast kernels exist for AVX2 only, and the
+ * generic path sums in another order), as can the compiler, the C library,
+ * apf itself, the OS and the image. Times still differ across machines:
+ * apf score says so when it compares runs. */
+static int drift_harmless(const char *field, const char *expected,
+			  const char *actual)
+{
+	static const char *const benign[] = {"cpu.model", "cpu.cores",
+					     "cpu.isa", "memory_bytes",
+					     "kernel", "gpus", NULL};
+	for (const char *const *b = benign; *b; b++)
+		if (!strcmp(field, *b))
+			return 1;
+	if (!strncmp(field, "blas.", 5))
+		return 1;
+	if (!strcmp(field, "cpu.flags")) {
+		int e = strstr(expected, "\"avx2\"") && strstr(expected, "\"fma\"");
+		int a = strstr(actual, "\"avx2\"") && strstr(actual, "\"fma\"");
+		return e == a;
+	}
+	return 0;
+}
 
 static void on_drift(void *user, const char *field, const char *expected,
 		     const char *actual)
@@ -149,8 +179,11 @@ static void on_drift(void *user, const char *field, const char *expected,
 	json_array_append_new(d->fields,
 			      json_pack("{s:s, s:s, s:s}", "field", field,
 					"expected", expected, "actual", actual));
-	apf_buf_printf(&d->text, "%s%s (entry %s, here %s)",
-		       d->text.len ? "; " : "", field, expected, actual);
+	int benign = drift_harmless(field, expected, actual);
+	apf_buf *b = benign ? &d->benign : &d->text;
+	apf_buf_printf(b, "%s%s (entry %s, here %s)", b->len ? "; " : "", field,
+		       expected, actual);
+	d->hard += !benign;
 }
 
 /* ---- the run directory ---------------------------------------------------- */
@@ -648,14 +681,21 @@ static int heldout_in_force(struct run *r)
 /* This machine's environment against the entry's record. */
 static int check_environment(struct run *r, struct drift *d)
 {
-	int n = apf_env_compare(r->entry->manifest->environment, r->env,
-				on_drift, d);
+	apf_env_compare(r->entry->manifest->environment, r->env, on_drift, d);
+	int n = d->hard;
 	if (n && !r->o->allow_env_drift)
 		return apf_error(APF_EVERIFY, "environment",
 				 "%d field%s differ%s from the entry's record: "
 				 "%s (--allow-env-drift runs anyway and logs it)",
 				 n, n == 1 ? "" : "s", n == 1 ? "s" : "",
 				 d->text.data);
+	if (d->benign.len)
+		apf_runner_notice(r,
+				  "environment: %s: differ%s from the entry's "
+				  "record without changing a result (logged; "
+				  "times are this machine's)",
+				  d->benign.data,
+				  strchr(d->benign.data, ';') ? "" : "s");
 	return 0;
 }
 
@@ -783,7 +823,7 @@ int apf_run(const struct apf_run_opts *o)
 			   : apf_error(APF_ENOMEM, "run", "out of memory");
 	if (!rc)
 		rc = prepare(&r);
-	struct drift d = {json_array(), {0}};
+	struct drift d = {json_array(), {0}, {0}, 0};
 	if (!rc)
 		rc = check_environment(&r, &d);
 	size_t nsel = 0;
@@ -812,6 +852,7 @@ int apf_run(const struct apf_run_opts *o)
 			       r.completed + r.failed == 1 ? "" : "s");
 	json_decref(d.fields);
 	apf_buf_free(&d.text);
+	apf_buf_free(&d.benign);
 	run_free(&r);
 	return rc;
 }

@@ -16,6 +16,8 @@
 #include <string.h>
 #include <sys/utsname.h>
 
+#include "nn/cpu/isa.h"
+
 #ifdef APF_HAVE_CUDA
 #include <cuda_runtime_api.h>
 #include <cudnn.h>
@@ -98,6 +100,19 @@ static json_t *cpu_record(void)
 	free(model);
 	free(flags);
 	return cpu;
+}
+
+/* The CPU kernels' instruction-set path in force here (nn/cpu/isa.h): the
+ * one a trial started from this process computes with, since the runner
+ * hands its decision to the trial. */
+static int cpu_isa(json_t *cpu)
+{
+	int isa;
+	int rc = apf_cpu_isa(&isa);
+	if (!rc && json_object_set_new(cpu, "isa",
+				       json_string(apf_cpu_isa_name(isa))))
+		rc = apf_error(APF_ENOMEM, "environment", "out of memory");
+	return rc;
 }
 
 static json_int_t memory_bytes(void)
@@ -234,13 +249,18 @@ int apf_env_capture(json_t **out)
 	free(os);
 	if (!env)
 		return apf_error(APF_ENOMEM, "environment", "out of memory");
+	int rc = cpu_isa(json_object_get(env, "cpu"));
+	if (rc) {
+		json_decref(env);
+		return rc;
+	}
 	*out = env;
 	return 0;
 }
 
 /* ---- validation ------------------------------------------------------------ */
 
-enum kind { K_STR, K_INT, K_OBJ, K_ARR, K_STR_OR_NULL, K_OBJ_OR_NULL };
+enum kind { K_STR, K_INT, K_OBJ, K_ARR, K_STR_OR_NULL, K_OBJ_OR_NULL, K_ISA };
 
 struct field {
 	const char *name;
@@ -266,7 +286,7 @@ static int check_fields(const json_t *o, const char *where,
 	}
 	for (const struct field *f = fields; f->name; f++) {
 		json_t *x = json_object_get(o, f->name);
-		int ok;
+		int ok, isa;
 		switch (f->kind) {
 		case K_STR:
 			ok = json_is_string(x);
@@ -282,6 +302,12 @@ static int check_fields(const json_t *o, const char *where,
 			break;
 		case K_STR_OR_NULL:
 			ok = json_is_string(x) || json_is_null(x);
+			break;
+		case K_ISA:
+			ok = !x || (json_is_string(x) &&
+				    apf_cpu_isa_choose(&isa, json_string_value(x),
+						       ~0u) == 0);
+			apf_error_clear();
 			break;
 		default:
 			ok = json_is_object(x) || json_is_null(x);
@@ -306,8 +332,11 @@ int apf_env_validate(const json_t *env)
 		{"image_digest", K_STR_OR_NULL}, {NULL, 0}};
 	static const struct field apf[] = {
 		{"version", K_STR}, {"build", K_STR}, {NULL, 0}};
-	static const struct field cpu[] = {
-		{"model", K_STR}, {"cores", K_INT}, {"flags", K_ARR}, {NULL, 0}};
+	/* isa: from records made since the kernels had paths (optional, so
+	 * older entries still read). */
+	static const struct field cpu[] = {{"model", K_STR}, {"cores", K_INT},
+					   {"flags", K_ARR}, {"isa", K_ISA},
+					   {NULL, 0}};
 	static const struct field blas[] = {
 		{"name", K_STR},   {"version", K_STR}, {"config", K_STR},
 		{"core", K_STR},   {"threads", K_INT}, {NULL, 0}};

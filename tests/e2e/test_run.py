@@ -167,6 +167,32 @@ class Run(RunCase):
         drift = [x for x in self.check_run(self.path("r")) if x["event"] == "env_drift"]
         self.assertEqual([f["field"] for f in drift[0]["fields"]], ["image_digest"])
 
+    def test_a_drift_that_cannot_change_a_result_is_logged_not_refused(self):
+        # Packed where the kernels took the scalar path, run where they take
+        # the widest: the same bits (nn/cpu/gemm.h), so the run goes on,
+        # says so and logs it; a field that can change a result beside it
+        # is still refused, and named alone.
+        src = os.path.join(apftest.ROOT, "submissions", "baselines", "nadamw")
+        entry = self.path("e.apf")
+        self.ok("pack", src, "-w", BLOBS, "-o", entry, env={"APF_CPU_ISA": "scalar"})
+        here = json.loads(self.ok("env", "--json").out)["cpu"]["isa"]
+        if here == "scalar":
+            self.skipTest("this CPU has no vector path to differ from scalar")
+        r = self.run_unit(entry, self.path("r"))
+        self.assertEqual(r.rc, 0, r)
+        self.assertIn(f'apf: run: environment: cpu.isa (entry "scalar", here "{here}"): '
+                      "differs from the entry's record without changing a result (logged; "
+                      "times are this machine's)\n", r.err)
+        drift = [x for x in self.check_run(self.path("r")) if x["event"] == "env_drift"]
+        self.assertEqual([f["field"] for f in drift[0]["fields"]], ["cpu.isa"])
+        self.ok("verify", self.path("r"))
+        both = self.path("both.apf")
+        self.ok("pack", src, "-w", BLOBS, "-o", both,
+                env={"APF_CPU_ISA": "scalar", "APF_IMAGE_DIGEST": "sha256:" + "cd" * 32})
+        r = self.fails(1, "run", both, "-o", self.path("r2"))
+        self.assertIn("1 field differs from the entry's record: image_digest", r.err)
+        self.assertNotIn("cpu.isa", r.err)
+
 
 HOSTILE_HEAD = r"""
 #include <apf/submission.h>
