@@ -1516,6 +1516,7 @@ static void run_account_from_run_json_and_log(void **state)
 			    "score: opt: 1 of the plan's 4 units has no "
 			    "eval_measurements.csv (study_0/wa/trial_2)");
 	apf_error_clear();
+	scored_free(&s);
 	free(log);
 	free(run);
 	testlib_tmpdir_free(root);
