@@ -37,8 +37,24 @@ else
 	exit 2
 fi
 export DEBIAN_FRONTEND=noninteractive
+# A fresh image has empty package lists (apt-get would answer "Unable to
+# locate package" for each one): refresh them first, quietly. Otherwise try
+# the lists as they are, and refresh once only if that fails. The apt-get
+# output is kept and shown only when the install fails for good.
+lists=${APF_APT_LISTS:-/var/lib/apt/lists}
+log=$(mktemp "${TMPDIR:-/tmp}/apf-deps.XXXXXX")
+trap 'rm -f "$log"' EXIT
+fresh=0
+if ! ls "$lists" 2>/dev/null | grep -q '_Packages'; then
+	$sudo apt-get update -q >"$log" 2>&1 || { cat "$log" >&2; echo "apf: deps: apt-get update failed" >&2; exit 2; }
+	fresh=1
+fi
 # shellcheck disable=SC2086
-if ! $sudo apt-get install -y -q --no-install-recommends $missing >/dev/null; then
-	$sudo apt-get update -q >/dev/null
-	$sudo apt-get install -y -q --no-install-recommends $missing >/dev/null
+if ! $sudo apt-get install -y -q --no-install-recommends $missing >"$log" 2>&1; then
+	if [ "$fresh" -eq 1 ] || ! $sudo apt-get update -q >"$log" 2>&1 ||
+	   ! $sudo apt-get install -y -q --no-install-recommends $missing >"$log" 2>&1; then
+		cat "$log" >&2
+		echo "apf: deps: could not install:$missing" >&2
+		exit 2
+	fi
 fi
