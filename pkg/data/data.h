@@ -36,6 +36,10 @@ typedef struct apf_idx {
  * types, more than 4 dimensions, more than max_bytes of data, truncated
  * files and trailing bytes, each with a one-line reason naming the file. */
 int apf_idx_read(apf_idx **out, const char *path, size_t max_bytes);
+/* The same checks of the header alone (ndim, dims, count, item_size; data
+ * stays NULL), without reading the data: what a listing needs to know a
+ * dataset's shape. */
+int apf_idx_read_header(apf_idx *out, const char *path, size_t max_bytes);
 void apf_idx_free(apf_idx *idx);
 
 /* ---- labelled image splits ------------------------------------------------ */

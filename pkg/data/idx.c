@@ -48,17 +48,12 @@ static int gz_exact(gzFile f, void *buf, size_t n, const char *path,
 	return 0;
 }
 
-int apf_idx_read(apf_idx **out, const char *path, size_t max_bytes)
+/* The header: magic, element type, dimensions; *total is the data's size. */
+static int read_header(gzFile f, apf_idx *idx, const char *path,
+		       size_t max_bytes, size_t *total)
 {
-	*out = NULL;
-	gzFile f = gzopen(path, "rb");
-	if (!f)
-		return apf_error_errno(APF_EINPUT, errno ? errno : ENOENT, path,
-				       "cannot open");
-	apf_idx *idx = apf_calloc(1, sizeof *idx);
 	uint8_t head[4];
-	int rc = idx ? gz_exact(f, head, 4, path, "header")
-		     : apf_error(APF_ENOMEM, path, "out of memory");
+	int rc = gz_exact(f, head, 4, path, "header");
 	if (!rc && (head[0] || head[1]))
 		rc = apf_error(APF_EINPUT, path,
 			       "not an IDX file (bad magic %02x %02x)", head[0],
@@ -72,7 +67,7 @@ int apf_idx_read(apf_idx **out, const char *path, size_t max_bytes)
 		rc = apf_error(APF_EINPUT, path,
 			       "IDX with %d dimensions (1 to 4 supported)",
 			       head[3]);
-	size_t total = 1;
+	*total = 1;
 	if (!rc) {
 		idx->ndim = head[3];
 		uint8_t d[16];
@@ -81,18 +76,47 @@ int apf_idx_read(apf_idx **out, const char *path, size_t max_bytes)
 			idx->dims[i] = (uint32_t)d[4 * i] << 24 |
 				       (uint32_t)d[4 * i + 1] << 16 |
 				       (uint32_t)d[4 * i + 2] << 8 | d[4 * i + 3];
-			if (idx->dims[i] == 0 || total > max_bytes / idx->dims[i])
+			if (idx->dims[i] == 0 || *total > max_bytes / idx->dims[i])
 				rc = apf_error(APF_EINPUT, path,
 					       "IDX dimensions too large or "
 					       "zero (over %zu bytes)",
 					       max_bytes);
 			else
-				total *= idx->dims[i];
+				*total *= idx->dims[i];
 		}
 	}
 	if (!rc) {
 		idx->count = idx->dims[0];
-		idx->item_size = total / idx->count;
+		idx->item_size = *total / idx->count;
+	}
+	return rc;
+}
+
+int apf_idx_read_header(apf_idx *out, const char *path, size_t max_bytes)
+{
+	memset(out, 0, sizeof *out);
+	gzFile f = gzopen(path, "rb");
+	if (!f)
+		return apf_error_errno(APF_EINPUT, errno ? errno : ENOENT, path,
+				       "cannot open");
+	size_t total;
+	int rc = read_header(f, out, path, max_bytes, &total);
+	gzclose(f);
+	return rc;
+}
+
+int apf_idx_read(apf_idx **out, const char *path, size_t max_bytes)
+{
+	*out = NULL;
+	gzFile f = gzopen(path, "rb");
+	if (!f)
+		return apf_error_errno(APF_EINPUT, errno ? errno : ENOENT, path,
+				       "cannot open");
+	apf_idx *idx = apf_calloc(1, sizeof *idx);
+	size_t total = 1;
+	int rc = idx ? read_header(f, idx, path, max_bytes, &total)
+		     : apf_error(APF_ENOMEM, path, "out of memory");
+	if (!rc) {
 		idx->data = malloc(total);
 		if (!idx->data)
 			rc = apf_error(APF_ENOMEM, path, "out of memory");

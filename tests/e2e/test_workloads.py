@@ -167,12 +167,20 @@ class Workloads(unittest.TestCase):
         with tempfile.TemporaryDirectory() as d:
             os.makedirs(os.path.join(d, "fashion-mnist"))
             bad = os.path.join(d, "fashion-mnist", "train-images-idx3-ubyte.gz")
+            # A valid IDX file, but of one dimension (labels, not images).
             with gzip.open(bad, "wb") as f:
-                f.write(b"\x00\x00\x08\x01" + b"\x00" * 12)
+                f.write(b"\x00\x00\x08\x01\x00\x00\x00\x05" + b"\x00" * 5)
             p = apf("workloads", "fmnist_mlp", env={"APF_DATASETS_DIR": d})
             self.assertEqual(p.returncode, 2)
             self.assertEqual(p.stdout, "")
             self.assertTrue(p.stderr.startswith(f"apf: fmnist_mlp: {bad}: expected IDX images"),
+                            p.stderr)
+            # Not IDX at all: the header reader's own reason.
+            with gzip.open(bad, "wb") as f:
+                f.write(b"PK\x03\x04" + b"\x00" * 12)
+            p = apf("workloads", "fmnist_mlp", env={"APF_DATASETS_DIR": d})
+            self.assertEqual(p.returncode, 2)
+            self.assertTrue(p.stderr.startswith(f"apf: fmnist_mlp: {bad}: not an IDX file"),
                             p.stderr)
 
     def test_usage_errors_exit_2(self):
