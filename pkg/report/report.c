@@ -548,6 +548,35 @@ static double x_max(const struct col *k, int axis)
 
 /* ---- drawing -------------------------------------------------------------- */
 
+/* "UNVERIFIED: a, b" at (x, y) of a plot, naming the apf runs on it (all of
+ * the scoring's, or those with a trial in column k) that were not verified
+ * or failed: the mark every plot carries. */
+static void unverified_line(struct w *w, const apf_score_result *r,
+			    const struct col *k, int x, int y)
+{
+	int any = 0;
+	for (size_t s = 0; s < r->nsub; s++) {
+		if (!r->sub[s]->apf_run ||
+		    r->sub[s]->verified == APF_SCORE_VERIFIED)
+			continue;
+		int here = !k;
+		for (size_t i = 0; k && i < k->nt && !here; i++)
+			here = k->t[i].sub == s;
+		if (!here)
+			continue;
+		if (!any)
+			putf(w, "<text class=\"unv\" x=\"%d\" y=\"%d\">"
+				"UNVERIFIED: ",
+			     x, y);
+		else
+			put(w, ", ");
+		esc(w, r->sub[s]->name);
+		any = 1;
+	}
+	if (any)
+		put(w, "</text>");
+}
+
 struct frame {
 	double x0, x1, y0, y1;
 };
@@ -776,27 +805,7 @@ static void view(struct w *w, const struct col *k,
 	free(yb);
 	apf_buf_free(&pts);
 	/* Unverified and failed runs, named on the plot itself. */
-	int any = 0;
-	for (size_t s = 0; s < r->nsub; s++) {
-		if (!r->sub[s]->apf_run ||
-		    r->sub[s]->verified == APF_SCORE_VERIFIED)
-			continue;
-		int here = 0;
-		for (size_t i = 0; i < k->nt && !here; i++)
-			here = k->t[i].sub == s;
-		if (!here)
-			continue;
-		if (!any)
-			putf(w, "<text class=\"unv\" x=\"%d\" y=\"%d\">"
-				"UNVERIFIED: ",
-			     ML + 6, MT + 14);
-		else
-			put(w, ", ");
-		esc(w, r->sub[s]->name);
-		any = 1;
-	}
-	if (any)
-		put(w, "</text>");
+	unverified_line(w, r, k, ML + 6, MT + 14);
 	put(w, "</svg></div>");
 }
 
@@ -1010,22 +1019,7 @@ static void profile_plot(struct w *w, const apf_score_result *r,
 		put(w, "</title></path>");
 	}
 	apf_buf_free(&pts);
-	int any = 0;
-	for (size_t s = 0; s < r->nsub; s++) {
-		if (!r->sub[s]->apf_run ||
-		    r->sub[s]->verified == APF_SCORE_VERIFIED)
-			continue;
-		if (!any)
-			putf(w, "<text class=\"unv\" x=\"%d\" y=\"%d\">"
-				"UNVERIFIED: ",
-			     ML + 6, PH - MB - 8);
-		else
-			put(w, ", ");
-		esc(w, r->sub[s]->name);
-		any = 1;
-	}
-	if (any)
-		put(w, "</text>");
+	unverified_line(w, r, NULL, ML + 6, PH - MB - 8);
 	put(w, "</svg>");
 	legend(w, r, o, NULL);
 	put(w, "</div><div class=\"tables\"><div class=\"scroll\"><table "
