@@ -239,6 +239,7 @@ install: all
 	install -m 644 $(BUILD)/libapf.a $(DESTDIR)$(PREFIX)/lib/libapf.a
 	install -m 644 include/apf/*.h $(DESTDIR)$(PREFIX)/include/apf/
 	cp -R workloads $(DESTDIR)$(PREFIX)/share/apf/
+	install -m 644 containers/seccomp.json $(DESTDIR)$(PREFIX)/share/apf/seccomp.json
 	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(shell sed -n 's/.*APF_VERSION "\(.*\)"/\1/p' pkg/base/base.h)|' \
 	    -e 's|@LIBS@|$(LIBS)|' scripts/apf.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/apf.pc
 

@@ -1,12 +1,21 @@
 #!/bin/sh
 # Installs the Debian packages apf needs, with apt-get, when they are missing.
-# Usage: scripts/deps.sh GROUP...   (groups: build, test, bench)
+# Usage: scripts/deps.sh GROUP...   (groups: build, test, bench, runtime, unit)
+#   build    what compiles and links apf
+#   runtime  the data the shipped workloads read (an image has build + runtime)
+#   unit     what the unit tests need beyond build (the image build runs them)
+#   test     everything make test uses: the unit tests', the end-to-end
+#            tests' (python, chromium for the report, podman and debootstrap
+#            for the container test)
+#   bench    the peers the benchmarks measure against
 set -eu
 
-build="gcc make pkg-config git libarchive-dev libssl-dev libgit2-dev libinih-dev
+build="gcc make pkg-config git python3 libarchive-dev libssl-dev libgit2-dev libinih-dev
 libjansson-dev libopenblas-dev libseccomp-dev libelf-dev zlib1g-dev libzstd-dev"
 test="libcmocka-dev python3 python3-jsonschema openssl zstd dataset-fashion-mnist
-util-linux iproute2 man-db groff-base chromium"
+util-linux iproute2 man-db groff-base chromium podman runc debootstrap"
+runtime="dataset-fashion-mnist"
+unit="libcmocka-dev python3"
 bench="python3-torch coreutils bc dataset-fashion-mnist"
 
 want=""
@@ -15,6 +24,8 @@ for g in "$@"; do
 	build) want="$want $build" ;;
 	test) want="$want $test" ;;
 	bench) want="$want $bench" ;;
+	runtime) want="$want $runtime" ;;
+	unit) want="$want $unit" ;;
 	*) echo "apf: deps: unknown group '$g'" >&2; exit 2 ;;
 	esac
 done

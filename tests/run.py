@@ -9,7 +9,7 @@ few at a time, and prints one line per test case. Skipped tests are listed
 with their reason and never counted as passed. The last line is always
 `N passed, N failed`.
 
-    tests/run.py [--build DIR] [--sanitized] [-k PATTERN] [-j N]
+    tests/run.py [--build DIR] [--sanitized] [-k PATTERN] [--kind KIND] [-j N]
 """
 import argparse
 import concurrent.futures as cf
@@ -144,6 +144,8 @@ def main():
     ap.add_argument("--sanitized", action="store_true")
     ap.add_argument("-k", dest="pattern", default=None,
                     help="only test files whose name contains this")
+    ap.add_argument("--kind", choices=("unit", "e2e", "layout"),
+                    help="only the unit, e2e or layout tests")
     ap.add_argument("-j", type=int, default=max(2, os.cpu_count() or 2))
     ap.add_argument("--timeout", type=int, default=1200)
     ap.add_argument("--child")
@@ -164,6 +166,10 @@ def main():
     units = [u for u in units if os.access(u, os.X_OK) and not u.endswith(".d")]
     modules = sorted(glob.glob(os.path.join(ROOT, "tests", "e2e", "test_*.py")) +
                      glob.glob(os.path.join(ROOT, "tests", "layout", "test_*.py")))
+    if args.kind:
+        units = units if args.kind == "unit" else []
+        modules = [e for e in modules
+                   if os.path.basename(os.path.dirname(e)) == args.kind]
     if args.pattern:
         units = [u for u in units if args.pattern in os.path.basename(u)]
         modules = [e for e in modules if args.pattern in os.path.basename(e)]

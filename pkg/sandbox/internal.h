@@ -115,7 +115,8 @@ struct apf_sandbox {
 	int status;        /* wait status of the program */
 	struct rusage ru;
 	char setup_error[APF_SANDBOX_TEXT_MAX];
-	int setup_proc_mount; /* setup_error is the mount of a fresh /proc */
+	int setup_step;       /* which set-up step setup_error is (spawn.c) */
+	int setup_errno;      /* and its errno */
 	int ended;
 	apf_sandbox_end end;
 	void *req, *resp;  /* seccomp_notif buffers of the kernel's sizes */

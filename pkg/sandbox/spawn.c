@@ -61,7 +61,7 @@ enum { MSG_LISTENER = 'L', MSG_ERROR = 'E', MSG_EXIT = 'X' };
 
 /* Which set-up step failed, for the steps the supervisor's message says
  * more about: the message's text is for people, never parsed. */
-enum { STEP_OTHER, STEP_MOUNT_PROC };
+enum { STEP_OTHER, STEP_MOUNT_PROC, STEP_SETHOSTNAME };
 
 struct msg {
 	int type;
@@ -171,8 +171,15 @@ static int mkdir_p(const char *path)
 	return 0;
 }
 
+/* A mount point for a file. One that exists already (the file itself, where
+ * a directory bound before it holds it: apf installed in /usr/local/bin
+ * under the bound /usr) is left alone: opening it for writing would fail
+ * while it runs (ETXTBSY), and on a read-only bind. */
 static int make_file(const char *path)
 {
+	struct stat st;
+	if (lstat(path, &st) == 0)
+		return S_ISREG(st.st_mode) ? 0 : EEXIST;
 	char dir[PATH_MAX];
 	size_t len = strlen(path);
 	const char *slash = strrchr(path, '/');
@@ -667,7 +674,8 @@ static _Noreturn void init_main(struct plan *p)
 	if ((err = write_file("/proc/self/gid_map", p->gid_map)))
 		child_fail(chan, "write", "gid_map", err);
 	if (sethostname(p->hostname, strlen(p->hostname)) < 0)
-		child_fail(chan, "sethostname", NULL, errno);
+		child_fail_step(chan, STEP_SETHOSTNAME, "sethostname", NULL,
+				errno);
 	build_root(p);
 	/* The program runs as the same user; non-dumpable keeps it out of
 	 * our memory and descriptors (/proc/1/mem, /proc/1/fd). */
@@ -970,6 +978,14 @@ static int plan_build(struct plan *p, const struct apf_sandbox_config *cfg,
 	return 0;
 }
 
+/* The flag that admits apf's sandbox in a container: the runtime's default
+ * seccomp profile plus what the sandbox needs, shipped in the source tree's
+ * containers/ and installed beside the workloads. */
+#define RUN_WITH "run the container with "
+#define SECCOMP_FLAG                                                         \
+	"--security-opt seccomp=seccomp.json, apf's profile (containers/ in "  \
+	"its source, share/apf/ where it is installed)"
+
 /* Why the kernel may refuse the namespaces, from the knobs that usually
  * decide it. */
 static const char *userns_hint(int clone_errno)
@@ -995,8 +1011,25 @@ static const char *userns_hint(int clone_errno)
 		hint = " (kernel.apparmor_restrict_unprivileged_userns is 1)";
 	free(v);
 	if (!hint[0] && clone_errno == EPERM)
-		hint = " (a container's seccomp profile may forbid it)";
+		hint = " (a container's seccomp profile may forbid it: " RUN_WITH
+		       SECCOMP_FLAG ")";
 	return hint;
+}
+
+/* What a container must be started with for the set-up step that failed:
+ * the two refusals a container runtime's defaults make (containers/README.md
+ * says why apf needs each). */
+static const char *setup_hint(int step, int err)
+{
+	if (step == STEP_MOUNT_PROC)
+		return " (in a container, a /proc with masked parts forbids a "
+		       "fresh one: " RUN_WITH "--security-opt unmask=/proc/* "
+		       "(podman) or --security-opt systempaths=unconfined "
+		       "(docker))";
+	if (step == STEP_SETHOSTNAME && err == EPERM)
+		return " (a container's default seccomp profile forbids it: "
+		       RUN_WITH SECCOMP_FLAG ")";
+	return "";
 }
 
 static int notif_buffers(apf_sandbox *sb)
@@ -1063,7 +1096,8 @@ static void note_message(apf_sandbox *sb, const struct msg *m)
 	if (m->type == MSG_ERROR && !sb->setup_error[0]) {
 		snprintf(sb->setup_error, sizeof sb->setup_error, "%s: %s",
 			 m->text, strerror(m->err));
-		sb->setup_proc_mount = m->step == STEP_MOUNT_PROC;
+		sb->setup_step = m->step;
+		sb->setup_errno = m->err;
 	} else if (m->type == MSG_EXIT) {
 		sb->have_status = 1;
 		sb->status = m->status;
@@ -1213,10 +1247,7 @@ static int spawn(apf_sandbox **out, const struct apf_sandbox_config *cfg,
 	sb->ended = 1;
 	if (sb->setup_error[0])
 		rc = apf_error(APF_EABORT, "sandbox", "%s%s", sb->setup_error,
-			       sb->setup_proc_mount
-				       ? " (in a container, a /proc with masked "
-					 "parts forbids a fresh one)"
-				       : "");
+			       setup_hint(sb->setup_step, sb->setup_errno));
 	else if (r == -ETIMEDOUT)
 		rc = apf_error(APF_EABORT, "sandbox",
 			       "setting up took more than %d s",
