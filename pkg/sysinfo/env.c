@@ -219,9 +219,45 @@ static void gpu_records(json_t **gpus, json_t **cuda)
 	}
 }
 
+/* APF_IMAGE_DIGEST, the one field a launcher states: a content digest,
+ * optionally after the image's name, "[NAME@]ALGORITHM:HEX" as registries
+ * write them (sha256:<64 hex digits>), so that a typo or a tag ("apf:latest",
+ * which names no fixed image) is refused instead of recorded. */
+static int image_digest_ok(const char *v)
+{
+	const char *at = strrchr(v, '@');
+	const char *d = at ? at + 1 : v;
+	if (strlen(v) > 255 || (at && at == v))
+		return 0;
+	for (const char *p = v; p < d; p++)
+		if (*p <= ' ' || *p > '~')
+			return 0;
+	const char *colon = strchr(d, ':');
+	if (!colon || colon == d)
+		return 0;
+	for (const char *p = d; p < colon; p++)
+		if (!((*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9')))
+			return 0;
+	size_t hex = strlen(colon + 1);
+	if (hex < 32 || strspn(colon + 1, "0123456789abcdef") != hex)
+		return 0;
+	return 1;
+}
+
 int apf_env_capture(json_t **out)
 {
 	*out = NULL;
+	const char *image = getenv("APF_IMAGE_DIGEST");
+	if (image && *image && !image_digest_ok(image)) {
+		int shown = strlen(image) <= 80;
+		for (const char *p = image; shown && *p; p++)
+			shown = *p >= ' ' && *p <= '~';
+		return apf_error(APF_EINPUT, "APF_IMAGE_DIGEST",
+				 "'%s' is not an image digest (expected "
+				 "[NAME@]sha256:<64 hex digits>, as `podman image "
+				 "inspect --format '{{.Digest}}'` prints)",
+				 shown ? image : "...");
+	}
 	struct utsname u;
 	char kernel[512] = "unknown";
 	if (uname(&u) == 0)
@@ -235,7 +271,6 @@ int apf_env_capture(json_t **out)
 	const char *compiler = "gcc " __VERSION__;
 #endif
 	char *os = os_release();
-	const char *image = getenv("APF_IMAGE_DIGEST");
 	json_t *gpus, *cuda;
 	gpu_records(&gpus, &cuda);
 	json_t *env = json_pack(

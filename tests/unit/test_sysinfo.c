@@ -77,6 +77,50 @@ static void env_record_validates_and_compares(void **state)
 	json_decref(env);
 }
 
+/* The launcher's APF_IMAGE_DIGEST is recorded as given when it is a
+ * digest, and refused when it is a tag, a typo or something that would
+ * break the one-line error. */
+static void image_digest_is_a_digest_or_refused(void **state)
+{
+	(void)state;
+	static const char *const good[] = {
+		"sha256:9de2962035f029f49d1d77db226d7a0cf3e4400c63107ff59f8e31b4a462c5fa",
+		"localhost/apf@sha256:"
+		"9de2962035f029f49d1d77db226d7a0cf3e4400c63107ff59f8e31b4a462c5fa",
+		"registry.example:5000/a/b@sha512:"
+		"00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff",
+	};
+	static const char *const bad[] = {
+		"apf:latest", "sha256:", "sha256:XYZ", "@sha256:"
+		"9de2962035f029f49d1d77db226d7a0cf3e4400c63107ff59f8e31b4a462c5fa",
+		"sha256:9DE2962035F029F49D1D77DB226D7A0CF3E4400C63107FF59F8E31B4A462C5FA",
+		"a b@sha256:9de2962035f029f49d1d77db226d7a0cf3e4400c63107ff59f8e31b4a462c5fa",
+		"sha256:9de2\n962035f029f49d1d77db226d7a0cf3e4400c63107ff59f8e31b4a462c5fa",
+	};
+	json_t *env;
+	for (size_t i = 0; i < sizeof good / sizeof *good; i++) {
+		setenv("APF_IMAGE_DIGEST", good[i], 1);
+		assert_apf_ok(apf_env_capture(&env));
+		assert_string_equal(
+			json_string_value(json_object_get(env, "image_digest")),
+			good[i]);
+		json_decref(env);
+	}
+	for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+		setenv("APF_IMAGE_DIGEST", bad[i], 1);
+		assert_int_equal(apf_env_capture(&env), APF_EINPUT);
+		assert_null(env);
+		const char *msg = apf_error_message();
+		assert_non_null(strstr(msg, "is not an image digest"));
+		assert_null(strchr(msg, '\n'));
+	}
+	setenv("APF_IMAGE_DIGEST", "", 1);
+	assert_apf_ok(apf_env_capture(&env));
+	assert_true(json_is_null(json_object_get(env, "image_digest")));
+	json_decref(env);
+	unsetenv("APF_IMAGE_DIGEST");
+}
+
 static void outside_git_is_recorded_as_such(void **state)
 {
 	(void)state;
@@ -202,6 +246,7 @@ int main(void)
 	}
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(env_record_validates_and_compares),
+		cmocka_unit_test(image_digest_is_a_digest_or_refused),
 		cmocka_unit_test(outside_git_is_recorded_as_such),
 		cmocka_unit_test(clean_checkout_and_credentials),
 		cmocka_unit_test(every_kind_of_change_under_the_submission_is_dirty),
