@@ -17,18 +17,18 @@ if ! "$apf" keygen >/dev/null 2>"$out/keygen.err"; then
 	echo "using the existing key in ${APF_HOME:-$HOME/.config/apf}/keys"
 fi
 
+unsealed=""
+if ! unshare -U -r -m -p -n -f true 2>/dev/null; then
+	echo "(this kernel refuses user namespaces: building and running --unsealed, as the log will say)"
+	unsealed="--unsealed"
+fi
 echo "== apf pack submissions/baselines/nadamw -w fmnist_mlp"
-"$apf" pack submissions/baselines/nadamw -w fmnist_mlp -o "$out/nadamw.apf"
+"$apf" pack submissions/baselines/nadamw -w fmnist_mlp -o "$out/nadamw.apf" $unsealed
 "$apf" verify "$out/nadamw.apf"
 
 echo "== apf plan (first trials)"
 "$apf" plan "$out/nadamw.apf" | head -4
 
-unsealed=""
-if ! unshare -U -r -m -p -n -f true 2>/dev/null; then
-	echo "(this kernel refuses user namespaces: running --unsealed, as the log will say)"
-	unsealed="--unsealed"
-fi
 echo "== apf run: study 0, trial 1 (a budget of 180 s of training time)"
 "$apf" run "$out/nadamw.apf" -o "$out/nadamw.run" --study 0 --trial 1 $unsealed
 

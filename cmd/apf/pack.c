@@ -14,12 +14,12 @@
  * export check), so that an entry that cannot build is never signed. */
 static int check_build(void *user, const char *dir)
 {
-	(void)user;
+	const int *unsealed = user;
 	char *exe = NULL, *inc = NULL;
 	int rc = apf_host_find_self(&exe, &inc);
 	char detail[1024] = "";
 	if (!rc)
-		rc = apf_host_check_build(exe, inc, dir, 1, detail,
+		rc = apf_host_check_build(exe, inc, dir, !*unsealed, detail,
 					  sizeof detail);
 	free(exe);
 	free(inc);
@@ -59,7 +59,7 @@ int cmd_pack(int argc, char **argv)
 {
 	const char *workloads = NULL, *key_path = NULL, *output = NULL;
 	long seed = -1;
-	int no_build = 0;
+	int no_build = 0, unsealed = 0;
 	const struct apf_opt opts[] = {
 		{"workloads", 'w', OPT_STRING, &workloads, "W[,W...]",
 		 "the workloads this entry is for (under workloads/)"},
@@ -72,11 +72,14 @@ int cmd_pack(int argc, char **argv)
 		 "code)"},
 		{"no-build", 0, OPT_FLAG, &no_build, NULL,
 		 "do not compile the submission first (the runner still does)"},
+		{"unsealed", 0, OPT_FLAG, &unsealed, NULL,
+		 "compile it outside the sandbox (where this machine refuses "
+		 "user namespaces); the entry is the same"},
 		{0},
 	};
 	const struct apf_usage usage = {
 		"pack SUBMISSION_DIR -w WORKLOAD[,...] [-k KEY] [-o ENTRY.apf] "
-		"[--seed N] [--no-build]",
+		"[--seed N] [--no-build | --unsealed]",
 		"Hash a submission, its workloads' specs and datasets, and this "
 		"machine's\nenvironment into a signed manifest (DSSE over an "
 		"in-toto statement), and write\nit with the submission's files "
@@ -99,6 +102,12 @@ int cmd_pack(int argc, char **argv)
 		return rc;
 	if (!workloads) {
 		apf_error(APF_EUSAGE, "pack", "name the workloads with -w");
+		return cmd_fail(APF_EUSAGE);
+	}
+	if (no_build && unsealed) {
+		apf_error(APF_EUSAGE, "pack",
+			  "--unsealed says how to build, --no-build not to: "
+			  "give one");
 		return cmd_fail(APF_EUSAGE);
 	}
 	if (seed < -1 || seed > 0xffffffffL) {
@@ -130,7 +139,8 @@ int cmd_pack(int argc, char **argv)
 					  .seed_set = seed >= 0,
 					  .seed = (uint32_t)(seed >= 0 ? seed : 0),
 					  .progress = hash_progress,
-					  .check = no_build ? NULL : check_build};
+					  .check = no_build ? NULL : check_build,
+					  .check_user = &unsealed};
 		rc = apf_entry_pack(&e, &o);
 		progress_done();
 	}

@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -360,9 +361,42 @@ static int write_archive(const char *out, int64_t mtime, const apf_buf *env,
 	return apf_archive_writer_commit(w);
 }
 
+/* The output's directory, checked before anything is read or built: a
+ * mistyped -o fails at once, not after the build check. */
+static int output_dir_ok(const char *output)
+{
+	if (!output)
+		return 0;
+	char *dir = apf_strdup(output);
+	if (!dir)
+		return apf_error(APF_ENOMEM, "pack", "out of memory");
+	char *slash = strrchr(dir, '/');
+	if (!slash) {
+		free(dir);
+		return 0;
+	}
+	if (slash == dir)
+		slash[1] = 0;
+	else
+		*slash = 0;
+	struct stat st;
+	int rc = 0;
+	if (stat(dir, &st) < 0)
+		rc = apf_error(APF_EINPUT, output, "its directory %s: %s", dir,
+			       strerror(errno));
+	else if (!S_ISDIR(st.st_mode))
+		rc = apf_error(APF_EINPUT, output,
+			       "%s is not a directory", dir);
+	free(dir);
+	return rc;
+}
+
 int apf_entry_pack(apf_entry **out, const struct apf_pack_opts *o)
 {
 	*out = NULL;
+	int rc = output_dir_ok(o->output);
+	if (rc)
+		return rc;
 	apf_manifest *m = apf_calloc(1, sizeof *m);
 	apf_entry *e = apf_calloc(1, sizeof *e);
 	if (!m || !e) {
@@ -377,7 +411,7 @@ int apf_entry_pack(apf_entry **out, const struct apf_pack_opts *o)
 	const char *space = NULL; /* the search space's file name */
 	apf_tree *t = NULL;
 	apf_buf env = {0};
-	int rc = creation_time(created, &epoch);
+	rc = creation_time(created, &epoch);
 	if (!rc)
 		rc = read_submission_ini(o->submission_dir, m, &seed_given);
 	if (!rc && !strcmp(m->tuning.ruleset, "external"))

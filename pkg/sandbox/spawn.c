@@ -986,6 +986,36 @@ static int plan_build(struct plan *p, const struct apf_sandbox_config *cfg,
 	"--security-opt seccomp=seccomp.json, apf's profile (containers/ in "  \
 	"its source, share/apf/ where it is installed)"
 
+/* Whether this process runs in a chroot, where the kernel refuses a user
+ * namespace (its root is not its mount namespace's). mountinfo lists mount
+ * points relative to the process's root and leaves out those it cannot
+ * reach, so from a chroot into a plain directory no mount is at "/". (A
+ * chroot into a mount point of its own is not seen: no hint, then.) */
+static int chrooted(void)
+{
+	char *info = NULL;
+	size_t n;
+	if (apf_file_read(&info, &n, "/proc/self/mountinfo", 1u << 22))
+		return 0;
+	int root_seen = 0;
+	for (char *line = info; line && *line && !root_seen;) {
+		char *end = strchr(line, '\n');
+		if (end)
+			*end = 0;
+		/* id parent major:minor root MOUNT-POINT ... */
+		char *f = line;
+		for (int i = 0; i < 4 && f; i++) {
+			f = strchr(f, ' ');
+			if (f)
+				f++;
+		}
+		root_seen = f && f[0] == '/' && f[1] == ' ';
+		line = end ? end + 1 : NULL;
+	}
+	free(info);
+	return !root_seen;
+}
+
 /* Why the kernel may refuse the namespaces, from the knobs that usually
  * decide it. */
 static const char *userns_hint(int clone_errno)
@@ -1010,6 +1040,9 @@ static const char *userns_hint(int clone_errno)
 			  16) == 0 && v[0] == '1')
 		hint = " (kernel.apparmor_restrict_unprivileged_userns is 1)";
 	free(v);
+	if (!hint[0] && clone_errno == EPERM && chrooted())
+		hint = " (apf runs in a chroot, where the kernel refuses user "
+		       "namespaces: run it in a container or on the machine)";
 	if (!hint[0] && clone_errno == EPERM)
 		hint = " (a container's seccomp profile may forbid it: " RUN_WITH
 		       SECCOMP_FLAG ")";

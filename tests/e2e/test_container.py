@@ -106,6 +106,7 @@ class Container(ApfCase):
         if why:
             cls.skip = why
             return
+        before = sh(["podman", "image", "inspect", "--format", "{{.Id}}", IMAGE]).stdout.strip()
         r = sh(["podman", "build", *cls.flags, "--network=host", "--build-arg", f"BASE={BASE}",
                 "--build-arg", "APF_TEST=0", "-t", IMAGE, ROOT], timeout=1200)
         if r.returncode != 0:
@@ -114,6 +115,11 @@ class Container(ApfCase):
         r = sh(["podman", "image", "inspect", "--format", "{{.Digest}}", IMAGE])
         assert r.returncode == 0, r.stderr
         cls.digest = r.stdout.strip()
+        # The tree's previous image, now untagged, would pile up run after
+        # run; its packages' layer stays, shared with the new one.
+        after = sh(["podman", "image", "inspect", "--format", "{{.Id}}", IMAGE]).stdout.strip()
+        if before and before != after:
+            sh(["podman", "rmi", before])
 
     @classmethod
     def cannot_run(cls):

@@ -248,7 +248,14 @@ class PackErrors(ApfCase):
         self.fails(2, "pack", sub, "-w", "tiny,tiny", match="named twice")
         self.fails(2, "pack", self.path("nodir"), "-w", "tiny")
         self.fails(2, "pack", sub, "-w", "tiny", "--bogus", match="unknown option")
-        self.fails(2, "pack", sub, "-w", "tiny", "-o", self.path("no", "such", "dir.apf"))
+        # Named before anything is built (the build check would refuse
+        # this placeholder code with the same exit status).
+        r = self.fails(2, "pack", sub, "-w", "tiny", "-o", self.path("no", "such", "dir.apf"))
+        self.assertIn("its directory " + self.path("no", "such") + ": No such file or directory",
+                      r.err)
+        self.write("afile", "x")
+        self.fails(2, "pack", sub, "-w", "tiny", "-o", self.path("afile", "dir.apf"),
+                   match="is not a directory")
         os.remove(os.path.join(sub, "tuning_search_space.ini"))
         self.fails(2, "pack", sub, "-w", "tiny", match="tuning_search_space.ini")
         self.write("sub/submission.ini", "[submission]\nname = x\nruleset = sometimes\n")

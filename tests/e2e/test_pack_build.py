@@ -129,3 +129,42 @@ class PackBuild(ApfCase):
                      timeout=300)
         self.assertEqual(r.rc, 3, r)
         self.assertIn("study_0/blobs_mlp/trial_1: submission: does not define update_params", r.err)
+
+
+class PackUnsealed(ApfCase):
+    """pack --unsealed: the same check outside the sandbox, for a machine
+    that refuses user namespaces (a chroot, some containers). This class
+    runs everywhere, so the submitter there is covered too."""
+
+    def setUp(self):
+        super().setUp()
+        self.ok("keygen")
+        self.env["SOURCE_DATE_EPOCH"] = "1700000000"
+
+    def sub(self, name, code):
+        return PackBuild.submission(self, name, code)
+
+    def test_the_entry_is_the_same_as_a_sealed_build_gives(self):
+        sub = self.sub("good", GOOD)
+        self.ok("pack", sub, "-w", BLOBS, "-o", self.path("u.apf"), "--unsealed")
+        self.assertEqual(os.listdir(self.scratch), [])
+        if sandbox_available():
+            self.ok("pack", sub, "-w", BLOBS, "-o", self.path("s.apf"))
+            with open(self.path("u.apf"), "rb") as a, open(self.path("s.apf"), "rb") as b:
+                self.assertEqual(a.read(), b.read())
+
+    def test_code_that_does_not_build_is_refused_the_same_way(self):
+        line = GOOD.count("\n") + 1
+        sub = self.sub("syntax", GOOD + "int broken = ;\n")
+        r = self.fails(2, "pack", sub, "-w", BLOBS, "-o", self.path("x.apf"), "--unsealed")
+        self.assertEqual(r.err.splitlines()[-1], f"apf: {sub}: does not build: submission.c:"
+                         f"{line}:14: error: expected expression before ';' token")
+        self.assertFalse(os.path.exists(self.path("x.apf")))
+        sub = self.sub("noupdate", GOOD.replace("int update_params", "int update_paramz"))
+        self.fails(2, "pack", sub, "-w", BLOBS, "-o", self.path("x.apf"), "--unsealed",
+                   match="does not define update_params")
+
+    def test_unsealed_and_no_build_together_is_a_usage_error(self):
+        sub = self.sub("good", GOOD)
+        self.fails(2, "pack", sub, "-w", BLOBS, "--unsealed", "--no-build",
+                   match="give one")
