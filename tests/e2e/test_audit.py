@@ -114,10 +114,15 @@ class Audit(RunCase):
     def test_under_reported_submission_time_fails_the_timing_tolerance(self):
         run = self.run_source("nadamw", os.path.join(apftest.ROOT, "submissions",
                                                      "baselines", "nadamw"))
-        r = self.ok("verify", run, "--replay", "all", "--timing-tolerance", "1.5",
+        # Replayed times depend on the machine's load at the moment, so the
+        # margins are wide: the honest run passes a tolerance of 20 (its
+        # replay would have to run 20 times slower than the run did to
+        # fail), and the forgery below claims a thousandth of the time it
+        # took, 50 times beyond that tolerance.
+        r = self.ok("verify", run, "--replay", "all", "--timing-tolerance", "20",
                     timeout=600)
         self.assertIn("within the tolerance", r.out)
-        # The operator books two thirds of every timed block after the first
+        # The operator books 999/1000 of every timed block after the first
         # as logging time: the blocks start later, end where they ended, and
         # every sum, the CSV and the time-to-target follow, so the log is
         # consistent and checks 1-4 pass.
@@ -127,7 +132,7 @@ class Audit(RunCase):
         for r in recs:
             if r["event"] == "step_block":
                 if r["first_step"] > 1:
-                    moved = (r["end_ns"] - r["start_ns"]) * 2 // 3
+                    moved = (r["end_ns"] - r["start_ns"]) * 999 // 1000
                     r["start_ns"] += moved
                     moved_total += moved
                 sub += r["end_ns"] - r["start_ns"]
@@ -151,9 +156,9 @@ class Audit(RunCase):
             row["accumulated_logging_time"] = "%.9f" % (e["accumulated_logging_ns"] / 1e9)
         self.write_csv(run, rows)
         self.ok("verify", run)
-        r = self.fails(1, "verify", run, "--replay", "all", "--timing-tolerance", "1.5",
+        r = self.fails(1, "verify", run, "--replay", "all", "--timing-tolerance", "20",
                        timeout=600, match="check 5 (replay)")
-        self.assertIn("under 1/1.5", r.err)
+        self.assertIn("under 1/20", r.err)
 
     def test_timing_is_not_compared_on_another_cpu(self):
         # run.json says the run had another CPU (re-bound, re-chained and
