@@ -254,6 +254,8 @@ install: all
 	install -m 644 $(BUILD)/libapf.a $(DESTDIR)$(PREFIX)/lib/libapf.a
 	install -m 644 include/apf/*.h $(DESTDIR)$(PREFIX)/include/apf/
 	cp -R workloads $(DESTDIR)$(PREFIX)/share/apf/
+	install -d $(DESTDIR)$(PREFIX)/share/apf/datasets/clicks
+	install -m 644 datasets/clicks/*.tab $(DESTDIR)$(PREFIX)/share/apf/datasets/clicks/
 	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(shell sed -n 's/.*APF_VERSION "\(.*\)"/\1/p' pkg/base/base.h)|' \
 	    -e 's|@LIBS@|$(LIBS)|' scripts/apf.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/apf.pc
 
