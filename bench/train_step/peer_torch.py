@@ -75,7 +75,9 @@ class DLRM(nn.Module):
             [sum(CLICK_ROWS[:i]) for i in range(len(CLICK_ROWS))]))
         f = len(CLICK_ROWS) + 1
         li, lj = zip(*[(i, j) for i in range(f) for j in range(i)])
-        self.li, self.lj = list(li), list(lj)
+        # the lower triangle as flat indices: index_select's backward is
+        # an index_add, much faster on CPU than advanced indexing's
+        self.register_buffer("pairs", torch.tensor([i * f + j for i, j in zip(li, lj)]))
         self.top = nn.Sequential(nn.Linear(dim + len(li), 256), nn.ReLU(),
                                  nn.Linear(256, 128), nn.ReLU(),
                                  nn.Linear(128, 1))
@@ -83,7 +85,7 @@ class DLRM(nn.Module):
     def forward(self, x, cat):
         d = self.bottom(x)
         v = torch.cat([d.unsqueeze(1), self.emb(cat + self.offsets)], dim=1)
-        z = torch.bmm(v, v.transpose(1, 2))[:, self.li, self.lj]
+        z = torch.bmm(v, v.transpose(1, 2)).flatten(1).index_select(1, self.pairs)
         return self.top(torch.cat([d, z], dim=1)).squeeze(1)
 
 
