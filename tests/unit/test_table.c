@@ -264,6 +264,11 @@ static void table_workload_checks_its_spec_against_the_files(void **state)
 		 "must include the metric 'log_loss'", 1},
 		{"metrics = log_loss, auc", "metrics = log_loss, accuracy",
 		 "not 'accuracy'", 0},
+		{"metrics = log_loss, auc", "metrics = log_loss, auc, log_loss",
+		 "'log_loss' twice", 1},
+		{"metrics = log_loss, auc", "metrics = log_loss, loss",
+		 "'loss' is not a metric name", 1},
+		{"format = table", "format = csv", "unknown format 'csv'", 0},
 		{"categorical_rows = 5, 3", "categorical_rows = 5, 4",
 		 "feature 1 has 3 rows in the tables, 4 in the spec", 0},
 		{"dense_features = 2", "dense_features = 3",
@@ -292,6 +297,24 @@ static void table_workload_checks_its_spec_against_the_files(void **state)
 		testlib_tmpdir_free(root);
 	}
 	apf_backend_free(be);
+}
+
+static void metrics_default_to_the_metric_alone(void **state)
+{
+	(void)state;
+	char *root = testlib_tmpdir();
+	char *ini = replace(tiny_ini, "metrics = log_loss, auc\n", "");
+	apf_workload_spec *w = tiny_spec(root, ini);
+	assert_non_null(w);
+	assert_int_equal(w->nmetrics, 1);
+	assert_string_equal(w->metrics[0], "log_loss");
+	apf_workload_spec_free(w);
+	free(ini);
+	w = tiny_spec(root, tiny_ini);
+	assert_int_equal(w->nmetrics, 2);
+	assert_string_equal(w->metrics[1], "auc");
+	apf_workload_spec_free(w);
+	testlib_tmpdir_free(root);
 }
 
 static void table_workload_learns_and_reports_log_loss_and_auc(void **state)
@@ -343,6 +366,7 @@ int main(void)
 		cmocka_unit_test(table_train_split_is_handed_over_sealed),
 		cmocka_unit_test(auc_is_exact_with_ties),
 		cmocka_unit_test(table_workload_checks_its_spec_against_the_files),
+		cmocka_unit_test(metrics_default_to_the_metric_alone),
 		cmocka_unit_test(table_workload_learns_and_reports_log_loss_and_auc),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
