@@ -57,6 +57,8 @@ UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 UNIT_LIB_OBJ := $(UNIT_LIB:%.c=$(BUILD)/obj/%.o)
 BENCH_BIN:= $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
 HELPER_BIN := $(HELPER_SRC:tests/helpers/%.c=$(BUILD)/tests/helpers/%)
+DATAGEN     := $(BUILD)/datagen/clicks
+CLICKS_DATA := datasets/clicks/test.tab
 
 ifneq ($(CU_SRC),)
 CPPFLAGS_APF += -DAPF_HAVE_CUDA -I/usr/local/cuda/include
@@ -67,7 +69,7 @@ endif
         layout-tests layout-report
 .DEFAULT_GOAL := all
 
-all: $(BUILD)/apf $(BUILD)/libapf.a
+all: $(BUILD)/apf $(BUILD)/libapf.a $(CLICKS_DATA)
 
 # V=1 shows the full commands.
 Q := $(if $(V),,@)
@@ -134,6 +136,19 @@ $(BUILD)/tests/fuzz/%: tests/fuzz/%.c tests/fuzz/replay.c $(BUILD)/libapf.a
 	    $(LDFLAGS_APF) -o $@ $< tests/fuzz/replay.c $(BUILD)/libapf.a $(LIBS)
 
 unit-tests: $(UNIT_BIN) $(HELPER_BIN) $(FUZZ_REPLAY)
+
+# The synthetic click log of workloads/clicks_dlrm: datagen/clicks.c writes
+# it (the same bytes on every machine; workload.ini pins its digest) into
+# datasets/clicks/, outside the workload's directory, which a trial sees.
+$(DATAGEN): datagen/clicks.c $(BUILD)/libapf.a
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  DATAGEN $@")
+	$(Q)$(CC) $(CPPFLAGS_APF) $(CFLAGS_APF) $(CFLAGS) $(LDFLAGS_APF) -o $@ $< \
+	    $(BUILD)/libapf.a $(LIBS)
+$(CLICKS_DATA): datagen/clicks.c | $(DATAGEN)
+	@$(if $(Q),echo "  GEN     datasets/clicks")
+	@mkdir -p datasets
+	$(Q)$(DATAGEN) datasets/clicks
 
 # The verifier's link check (tests/layout/test_layout.py, verify/README):
 # libapf-verify.a holds verify/ and every package but the runner (the
@@ -240,6 +255,8 @@ install: all
 	install -m 644 include/apf/*.h $(DESTDIR)$(PREFIX)/include/apf/
 	cp -R workloads $(DESTDIR)$(PREFIX)/share/apf/
 	install -m 644 containers/seccomp.json $(DESTDIR)$(PREFIX)/share/apf/seccomp.json
+	install -d $(DESTDIR)$(PREFIX)/share/apf/datasets/clicks
+	install -m 644 datasets/clicks/*.tab $(DESTDIR)$(PREFIX)/share/apf/datasets/clicks/
 	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(shell sed -n 's/.*APF_VERSION "\(.*\)"/\1/p' pkg/base/base.h)|' \
 	    -e 's|@LIBS@|$(LIBS)|' scripts/apf.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/apf.pc
 

@@ -30,7 +30,14 @@ CONFIGS = {
                    "--lr", "1e-3", "--weight-decay", "1e-4", "--warmup", "0.05"],
     "fmnist_cnn": ["--batch", "128", "--steps", "1290", "--eval-every", "430",
                    "--lr", "2e-3", "--weight-decay", "1e-4", "--warmup", "0.05"],
+    # 781 steps an epoch of the 200k train rows at batch 256; evaluations
+    # every quarter epoch, since the model overfits within two epochs
+    "clicks_dlrm": ["--batch", "256", "--steps", "1560", "--eval-every", "195",
+                    "--lr", "1e-3", "--weight-decay", "1e-4", "--warmup", "0.05"],
 }
+
+# workload: (metric, direction) where it is not accuracy, higher better
+METRICS = {"clicks_dlrm": ("log_loss", -1)}
 
 
 def run(apf, workload, seed):
@@ -42,16 +49,22 @@ def run(apf, workload, seed):
     return json.loads(p.stdout)
 
 
-def derive(runs):
-    best = [max(e["validation_accuracy"] for e in r["evals"]) for r in runs]
+def derive(runs, metric="accuracy", direction=1):
+    """The rule of DESIGN.md section 5, in the metric's direction: the worst
+    test value is the lowest of a metric to maximise, the highest of one to
+    minimise."""
+    better = max if direction > 0 else min
+    worse = min if direction > 0 else max
+    best = [better(e["validation_" + metric] for e in r["evals"]) for r in runs]
     val_target = statistics.median(best)
     tests, times = [], []
     for r in runs:
-        hit = next((e for e in r["evals"] if e["validation_accuracy"] >= val_target), None)
+        hit = next((e for e in r["evals"]
+                    if (e["validation_" + metric] - val_target) * direction >= 0), None)
         if hit:
-            tests.append(hit["test_accuracy"])
+            tests.append(hit["test_" + metric])
             times.append(hit["seconds"])
-    return val_target, min(tests), best, times
+    return val_target, worse(tests), best, times
 
 
 def main():
@@ -62,8 +75,9 @@ def main():
     a = ap.parse_args()
     for w in a.workloads:
         runs = [run(a.apf, w, s) for s in range(a.seeds)]
-        val, test, best, times = derive(runs)
-        print(f"# {w}: best validation accuracy per seed {', '.join(f'{b:.4f}' for b in best)}; "
+        metric, direction = METRICS.get(w, ("accuracy", 1))
+        val, test, best, times = derive(runs, metric, direction)
+        print(f"# {w}: best validation {metric} per seed {', '.join(f'{b:.4f}' for b in best)}; "
               f"target met after {', '.join(f'{t:.0f}' for t in times)} s of training")
         print(f"[workload] # {w}\nvalidation_target = {val:.4f}\ntest_target = {test:.4f}\n"
               f"targets = provisional")

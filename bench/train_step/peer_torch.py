@@ -3,13 +3,16 @@
 thread count as apf's, timed the same way (warm-up, then the median of
 several repetitions of a fixed number of steps).
 
-    peer_torch.py {mlp|cnn} BATCH THREADS STEPS REPS
+    peer_torch.py {mlp|cnn|dlrm} BATCH THREADS STEPS REPS
 
 Prints `samples_per_s <median>` and `peak_rss_mib <this process's peak>`. The models mirror
 workloads/fmnist_mlp (784-1024-1024-10, ReLU) and workloads/fmnist_cnn (the
 small ResNet: stem, three stages of one basic block at 16-32-64 channels,
 batch norm, global average pool, linear head), in channels-last layout as
-apf computes them.
+apf computes them, and workloads/clicks_dlrm (DLRM: bottom MLP 13-64-16, 26
+embedding tables of 16 in one stacked table as apf keeps them, the dot
+interaction's 351 pairwise dots, top MLP 367-256-128-1, sigmoid
+cross-entropy; dense embedding gradients, as apf computes them).
 """
 import resource
 import statistics
@@ -57,11 +60,45 @@ class ResNet(nn.Module):
         return self.head(x.mean((2, 3)))
 
 
+# workloads/clicks_dlrm's categorical_rows
+CLICK_ROWS = [487, 194, 1000, 667, 102, 24, 400, 211, 3, 300, 183, 833, 600,
+              100, 567, 1000, 10, 367, 140, 4, 967, 18, 15, 933, 105, 142]
+
+
+class DLRM(nn.Module):
+    def __init__(self, dim=16):
+        super().__init__()
+        self.bottom = nn.Sequential(nn.Linear(13, 64), nn.ReLU(),
+                                    nn.Linear(64, dim), nn.ReLU())
+        self.emb = nn.Embedding(sum(CLICK_ROWS), dim)
+        self.register_buffer("offsets", torch.tensor(
+            [sum(CLICK_ROWS[:i]) for i in range(len(CLICK_ROWS))]))
+        f = len(CLICK_ROWS) + 1
+        li, lj = zip(*[(i, j) for i in range(f) for j in range(i)])
+        # the lower triangle as flat indices: index_select's backward is
+        # an index_add, much faster on CPU than advanced indexing's
+        self.register_buffer("pairs", torch.tensor([i * f + j for i, j in zip(li, lj)]))
+        self.top = nn.Sequential(nn.Linear(dim + len(li), 256), nn.ReLU(),
+                                 nn.Linear(256, 128), nn.ReLU(),
+                                 nn.Linear(128, 1))
+
+    def forward(self, x, cat):
+        d = self.bottom(x)
+        v = torch.cat([d.unsqueeze(1), self.emb(cat + self.offsets)], dim=1)
+        z = torch.bmm(v, v.transpose(1, 2)).flatten(1).index_select(1, self.pairs)
+        return self.top(torch.cat([d, z], dim=1)).squeeze(1)
+
+
 def main():
     kind, batch, threads, steps, reps = sys.argv[1], *map(int, sys.argv[2:6])
     torch.set_num_threads(threads)
     torch.manual_seed(0)
-    if kind == "mlp":
+    cat = None
+    if kind == "dlrm":
+        model = DLRM()
+        x = torch.rand(batch, 13) * 4
+        cat = torch.stack([torch.randint(0, r, (batch,)) for r in CLICK_ROWS], dim=1)
+    elif kind == "mlp":
         model = nn.Sequential(nn.Linear(784, 1024), nn.ReLU(),
                               nn.Linear(1024, 1024), nn.ReLU(),
                               nn.Linear(1024, 10))
@@ -74,7 +111,10 @@ def main():
 
     def step():
         opt.zero_grad(set_to_none=True)
-        loss = F.cross_entropy(model(x), y)
+        if cat is not None:
+            loss = F.binary_cross_entropy_with_logits(model(x, cat), (y % 2).float())
+        else:
+            loss = F.cross_entropy(model(x), y)
         loss.backward()
         opt.step()
 

@@ -12,6 +12,7 @@
 
 #include <errno.h>
 #include <jansson.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -31,25 +32,38 @@ static int on_eval(void *user, long step, double seconds,
 	const struct apf_split_metrics *tr = &ev->split[APF_SPLIT_TRAIN];
 	const struct apf_split_metrics *va = &ev->split[APF_SPLIT_VALIDATION];
 	const struct apf_split_metrics *te = &ev->split[APF_SPLIT_TEST];
+	const char *mn = c->spec->metric;
 	if (c->evals) {
-		json_array_append_new(
-			c->evals,
-			json_pack("{s:I, s:f, s:f, s:f, s:f, s:f, s:f, s:f}",
-				  "step", (json_int_t)step, "seconds", seconds,
-				  "train_loss", tr->loss, "train_accuracy",
-				  tr->accuracy, "validation_loss", va->loss,
-				  "validation_accuracy", va->accuracy,
-				  "test_loss", te->loss, "test_accuracy",
-				  te->accuracy));
+		/* <split>_loss and <split>_<m> for each of the workload's
+		 * metrics (train_accuracy, ... for a classifier) */
+		json_t *o = json_pack("{s:I, s:f, s:f, s:f, s:f}", "step",
+				      (json_int_t)step, "seconds", seconds,
+				      "train_loss", tr->loss, "validation_loss",
+				      va->loss, "test_loss", te->loss);
+		static const char *const split[3] = {"train", "validation",
+						     "test"};
+		for (int s = 0; o && s < 3; s++)
+			for (size_t k = 0; k < c->spec->nmetrics; k++) {
+				char key[96];
+				snprintf(key, sizeof key, "%s_%s", split[s],
+					 c->spec->metrics[k]);
+				double v = apf_split_metric(&ev->split[s],
+							    c->spec->metrics[k]);
+				json_object_set_new(o, key,
+						    isfinite(v) ? json_real(v)
+								: json_null());
+			}
+		json_array_append_new(c->evals, o);
 		progress_show("%s/%s step %ld, %.0f s, validation %.4f "
 			      "(target %g)",
 			      c->spec->name, c->variant, step, seconds,
-			      va->accuracy, c->target);
+			      apf_split_metric(va, mn), c->target);
 	} else {
 		printf("step %6ld  %7.1f s  train %.4f / %.4f  validation "
 		       "%.4f / %.4f  test %.4f / %.4f\n",
-		       step, seconds, tr->loss, tr->accuracy, va->loss,
-		       va->accuracy, te->loss, te->accuracy);
+		       step, seconds, tr->loss, apf_split_metric(tr, mn),
+		       va->loss, apf_split_metric(va, mn), te->loss,
+		       apf_split_metric(te, mn));
 		fflush(stdout);
 	}
 	return 0;

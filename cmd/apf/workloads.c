@@ -80,8 +80,11 @@ static void print_text(const struct info *in)
 	else
 		printf("  model %s, parameters not counted (no training "
 		       "images here to take the input shape from)", w->model);
-	printf("; metric %s (%s is better)\n", w->metric,
+	printf("; metric %s (%s is better)", w->metric,
 	       w->direction > 0 ? "higher" : "lower");
+	for (size_t i = 0; w->nmetrics > 1 && i < w->nmetrics; i++)
+		printf("%s%s", i ? ", " : ", reports ", w->metrics[i]);
+	printf("\n");
 	printf("  targets%s: validation %g, test %g\n",
 	       w->targets_provisional ? " (provisional)" : "",
 	       w->validation_target, w->test_target);
@@ -124,6 +127,15 @@ static json_t *params_json(const struct info *in, size_t v)
 	return json_integer((json_int_t)in->params[v]);
 }
 
+/* What each split reports besides its loss (the CSV's train/<m>, ...). */
+static json_t *metrics_json(const apf_workload_spec *w)
+{
+	json_t *a = json_array();
+	for (size_t i = 0; a && i < w->nmetrics; i++)
+		json_array_append_new(a, json_string(w->metrics[i]));
+	return a;
+}
+
 static json_t *to_json(const struct info *in)
 {
 	const apf_workload_spec *w = in->spec;
@@ -155,7 +167,7 @@ static json_t *to_json(const struct info *in)
 	}
 	return json_pack(
 		"{s:s, s:s?, s:s, s:s, s:s, s:s, s:f, s:f, s:s, s:I, s:o,"
-		" s:{s:s, s:s, s:s?}, s:{s:o, s:o}, s:o}",
+		" s:{s:s, s:s, s:s?}, s:{s:o, s:o}, s:o, s:o}",
 		"name", w->name, "description", w->description, "model",
 		w->model, "loss", w->loss, "metric", w->metric, "direction",
 		w->direction > 0 ? "max" : "min", "validation_target",
@@ -165,7 +177,7 @@ static json_t *to_json(const struct info *in)
 		"dataset", "name", w->dataset_name,
 		"path", w->dataset_path, "digest", w->dataset_digest, "budget",
 		"cpu", budget_json(&w->cpu), "gpu", budget_json(&w->gpu),
-		"variants", vars);
+		"variants", vars, "metrics", metrics_json(w));
 }
 
 /* Prints the workloads that could be described, as text or JSON. */

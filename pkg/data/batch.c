@@ -23,7 +23,8 @@ void apf_data_permutation(uint32_t *perm, size_t n, const apf_rng_key *key,
 }
 
 struct apf_batcher {
-	const apf_image_dataset *ds;
+	const apf_dataset *ds;
+	apf_dataset view; /* apf_batcher_new's image dataset, not owned */
 	int split;
 	apf_rng_key key;
 	uint32_t *perm;
@@ -31,12 +32,13 @@ struct apf_batcher {
 	int have_perm;
 };
 
-int apf_batcher_new(apf_batcher **out, const apf_image_dataset *ds, int split,
-		    const apf_rng_key *key)
+int apf_dataset_batcher_new(apf_batcher **out, const apf_dataset *ds,
+			    int split, const apf_rng_key *key)
 {
 	*out = NULL;
+	size_t n = apf_dataset_size(ds, split);
 	apf_batcher *b = apf_calloc(1, sizeof *b);
-	if (!b || !(b->perm = apf_calloc(ds->split[split].n, sizeof *b->perm))) {
+	if (!b || !(b->perm = apf_calloc(n ? n : 1, sizeof *b->perm))) {
 		free(b);
 		return apf_error(APF_ENOMEM, "batcher", "out of memory");
 	}
@@ -45,6 +47,20 @@ int apf_batcher_new(apf_batcher **out, const apf_image_dataset *ds, int split,
 	b->key = *key;
 	*out = b;
 	return 0;
+}
+
+int apf_batcher_new(apf_batcher **out, const apf_image_dataset *ds, int split,
+		    const apf_rng_key *key)
+{
+	apf_dataset view = {.kind = APF_DATA_IMAGES,
+			    .images = (apf_image_dataset *)ds,
+			    .in_floats = ds->H * ds->W * ds->C};
+	int rc = apf_dataset_batcher_new(out, &view, split, key);
+	if (!rc) {
+		(*out)->view = view;
+		(*out)->ds = &(*out)->view;
+	}
+	return rc;
 }
 
 void apf_batcher_free(apf_batcher *b)
@@ -58,7 +74,13 @@ void apf_batcher_free(apf_batcher *b)
 int apf_batcher_next(apf_batcher *b, apf_data_pos *pos, size_t B, float *x,
 		     int32_t *y)
 {
-	size_t n = b->ds->split[b->split].n;
+	return apf_batcher_next_ex(b, pos, B, x, NULL, y);
+}
+
+int apf_batcher_next_ex(apf_batcher *b, apf_data_pos *pos, size_t B,
+			float *x, int32_t *xi, int32_t *y)
+{
+	size_t n = apf_dataset_size(b->ds, b->split);
 	if (B == 0 || B > n)
 		return apf_error(APF_EINPUT, "batcher",
 				 "batch size %zu for a split of %zu examples", B,
@@ -77,7 +99,7 @@ int apf_batcher_next(apf_batcher *b, apf_data_pos *pos, size_t B, float *x,
 		b->perm_epoch = pos->epoch;
 		b->have_perm = 1;
 	}
-	apf_image_gather(b->ds, b->split, b->perm + pos->index, 0, B, x, y);
+	apf_dataset_gather(b->ds, b->split, b->perm + pos->index, 0, B, x, xi, y);
 	pos->index += B;
 	return 0;
 }

@@ -1,7 +1,8 @@
 /*
  * data: datasets for the workloads. An IDX reader for the (gzip'd) files
- * Debian ships, the labelled-image splits built from them, and batching with
- * seeded per-epoch shuffling.
+ * Debian ships, the labelled-image splits built from them, tables (dense
+ * features, categorical ids and a 0/1 label: click logs), one dataset type
+ * over both kinds, and batching with seeded per-epoch shuffling.
  *
  * Images stay as bytes in memory and are normalised as batches are gathered
  * ((v / 255 - mean) / std), so a 60k-image dataset costs 47 MB, not 188.
@@ -91,6 +92,74 @@ void apf_image_gather(const apf_image_dataset *ds, int split,
 		      const uint32_t *idx, size_t first, size_t B, float *x,
 		      int32_t *y);
 
+/* ---- tables ---------------------------------------------------------------
+ *
+ * A table file, and byte for byte the memfd a handed-over train split
+ * travels in (little-endian; apf runs on x86-64):
+ *
+ *     magic "APFTAB01" | u32 n_dense | u32 n_cat | u64 n | u64 0  (32 bytes)
+ *     u32 rows[n_cat]                  categorical feature f's ids < rows[f]
+ *     f32 dense[n][n_dense] | i32 cat[n][n_cat] | u8 label[n]
+ *
+ * Parsing checks everything a model relies on: the exact length, every id
+ * inside its feature's rows, every label 0 or 1, every dense value finite.
+ */
+typedef struct apf_table {
+	int n_dense, n_cat;
+	const uint32_t *rows;  /* (n_cat) */
+	const float *dense;    /* (n, n_dense) */
+	const int32_t *cat;    /* (n, n_cat) */
+	const uint8_t *label;  /* (n) */
+	size_t n;
+	void *buf;             /* the bytes: malloc'd, or a mapping */
+	size_t len;
+	int mapped;
+} apf_table;
+
+/* Reads and checks a table file of at most max_bytes. */
+int apf_table_read(apf_table **out, const char *path, size_t max_bytes);
+/* Checks len bytes as a table (`what` names them in errors) and points t's
+ * arrays into them; t does not own buf. */
+int apf_table_parse(apf_table *t, void *buf, size_t len, const char *what);
+void apf_table_free(apf_table *t);
+
+/* ---- datasets of either kind ------------------------------------------------
+ *
+ * What one example is, by kind:
+ *   images  x: H*W*C floats (normalised pixels), y: a class label
+ *   table   x: n_dense floats, xi: n_cat int32 ids, y: the 0/1 label
+ * Further kinds fit the same shape: token sequences as xi (T tokens) with
+ * y the T next tokens, image targets as extra floats.
+ */
+enum apf_data_kind { APF_DATA_IMAGES = 1, APF_DATA_TABLE };
+
+typedef struct apf_dataset {
+	int kind;
+	apf_image_dataset *images; /* APF_DATA_IMAGES */
+	apf_table *table[3];       /* APF_DATA_TABLE, by split; NULL: not held */
+	int in_floats, in_ints;    /* per example */
+	int holds_eval;            /* validation and test are here */
+} apf_dataset;
+
+/* Wraps an image dataset (taking it over). */
+int apf_dataset_of_images(apf_dataset **out, apf_image_dataset *images);
+/* Reads the train, validation and test tables dir/names[split]. */
+int apf_dataset_load_tables(apf_dataset **out, const char *dir,
+			    const char *const names[3]);
+void apf_dataset_free(apf_dataset *ds);
+size_t apf_dataset_size(const apf_dataset *ds, int split);
+/* Gathers examples idx[0..B) (idx NULL: first..first+B) of a split: x
+ * (B, in_floats), xi (B, in_ints; may be NULL when in_ints is 0), y (B). */
+void apf_dataset_gather(const apf_dataset *ds, int split, const uint32_t *idx,
+			size_t first, size_t B, float *x, int32_t *xi,
+			int32_t *y);
+/* The hand-over of a dataset's train split (handover.c), of either kind:
+ * import expects the kind the workload declares, and for images the
+ * normalisation its spec gives. */
+int apf_dataset_export_train(int *out_fd, const apf_dataset *ds);
+int apf_dataset_import_train(apf_dataset **out, int fd, int kind, float mean,
+			     float std);
+
 /* ---- order ----------------------------------------------------------------- */
 
 /* Where a trial's training stream stands; lives in the arena. */
@@ -108,9 +177,15 @@ void apf_data_permutation(uint32_t *perm, size_t n, const apf_rng_key *key,
 typedef struct apf_batcher apf_batcher;
 int apf_batcher_new(apf_batcher **out, const apf_image_dataset *ds, int split,
 		    const apf_rng_key *key);
+/* The same over a dataset of any kind. */
+int apf_dataset_batcher_new(apf_batcher **out, const apf_dataset *ds,
+			    int split, const apf_rng_key *key);
 void apf_batcher_free(apf_batcher *b);
 /* Fills x, y with the next B examples after *pos and advances it. */
 int apf_batcher_next(apf_batcher *b, apf_data_pos *pos, size_t B, float *x,
 		     int32_t *y);
+/* The same with the examples' int32 features (xi, as apf_dataset_gather). */
+int apf_batcher_next_ex(apf_batcher *b, apf_data_pos *pos, size_t B,
+			float *x, int32_t *xi, int32_t *y);
 
 #endif

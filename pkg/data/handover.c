@@ -130,3 +130,78 @@ int apf_image_dataset_import_train(apf_image_dataset **out, int fd, float mean,
 	*out = ds;
 	return 0;
 }
+
+/* ---- either kind --------------------------------------------------------------
+ *
+ * A table's train split travels as its own file format (data.h), sealed the
+ * same way; the trial parses (and so checks) it as it would the file.
+ */
+int apf_dataset_export_train(int *out_fd, const apf_dataset *ds)
+{
+	*out_fd = -1;
+	if (ds->kind == APF_DATA_IMAGES)
+		return apf_image_dataset_export_train(out_fd, ds->images);
+	const apf_table *t = ds->table[APF_SPLIT_TRAIN];
+	if (!t)
+		return apf_error(APF_EINTERNAL, "train split", "not loaded");
+	int fd = memfd_create("apf-train", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	if (fd < 0)
+		return apf_error_errno(APF_EIO, errno, "train split", "memfd");
+	int rc = ftruncate(fd, (off_t)t->len) == 0
+			 ? 0
+			 : apf_error_errno(APF_EIO, errno, "train split",
+					   "size the memfd");
+	if (!rc)
+		rc = write_all(fd, t->buf, t->len, 0);
+	if (!rc && fcntl(fd, F_ADD_SEALS, HANDOVER_SEALS) != 0)
+		rc = apf_error_errno(APF_EIO, errno, "train split", "seal");
+	if (rc) {
+		close(fd);
+		return rc;
+	}
+	*out_fd = fd;
+	return 0;
+}
+
+int apf_dataset_import_train(apf_dataset **out, int fd, int kind, float mean,
+			     float std)
+{
+	*out = NULL;
+	if (kind == APF_DATA_IMAGES) {
+		apf_image_dataset *im;
+		int rc = apf_image_dataset_import_train(&im, fd, mean, std);
+		return rc ? rc : apf_dataset_of_images(out, im);
+	}
+	struct stat st;
+	if (fstat(fd, &st) != 0)
+		return apf_error_errno(APF_EINPUT, errno, "train split", "fstat");
+	int seals = fcntl(fd, F_GET_SEALS);
+	if (seals < 0 || (seals & HANDOVER_SEALS) != HANDOVER_SEALS)
+		return apf_error(APF_EINPUT, "train split",
+				 "the descriptor is not a sealed memfd");
+	size_t len = (size_t)st.st_size;
+	if (len == 0)
+		return apf_error(APF_EINPUT, "train split", "empty");
+	void *map = mmap(NULL, len, PROT_READ, MAP_SHARED, fd, 0);
+	if (map == MAP_FAILED)
+		return apf_error_errno(APF_EINPUT, errno, "train split", "map");
+	apf_dataset *ds = apf_calloc(1, sizeof *ds);
+	apf_table *t = apf_calloc(1, sizeof *t);
+	int rc = ds && t ? apf_table_parse(t, map, len, "train split")
+			 : apf_error(APF_ENOMEM, "train split", "out of memory");
+	if (rc) {
+		munmap(map, len);
+		free(t);
+		free(ds);
+		return rc;
+	}
+	t->buf = map;
+	t->len = len;
+	t->mapped = 1;
+	ds->kind = APF_DATA_TABLE;
+	ds->table[APF_SPLIT_TRAIN] = t;
+	ds->in_floats = t->n_dense;
+	ds->in_ints = t->n_cat;
+	*out = ds;
+	return 0;
+}

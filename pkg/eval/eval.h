@@ -20,8 +20,9 @@ struct apf_workload_spec;
 
 /* Evaluates the parameters and model state of an arena (live memory of
  * `bytes`, or a checkpoint's bytes) on the train subset, validation and
- * test splits: {"train/loss", "train/<metric>", "validation/...",
- * "validation/num_examples", "test/...", "test/num_examples"}. The arena's
+ * test splits: {"train/loss", "train/<m>" for each of the workload's
+ * metrics, "validation/...", "validation/num_examples", "test/...",
+ * "test/num_examples"}. The arena's
  * header is checked first and must match the workload's model. */
 int apf_eval_arena(json_t **out, struct apf_workload *wl,
 		   const struct apf_workload_spec *spec, const void *arena,

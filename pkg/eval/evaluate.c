@@ -41,9 +41,14 @@ int apf_eval_arena(json_t **out, struct apf_workload *wl,
 		char key[96];
 		snprintf(key, sizeof key, "%s/loss", names[s]);
 		json_object_set_new(o, key, json_real(ev.split[s].loss));
-		snprintf(key, sizeof key, "%s/%s", names[s], spec->metric);
-		json_object_set_new(o, key,
-				    json_real(apf_workload_metric(wl, &ev.split[s])));
+		for (size_t k = 0; k < spec->nmetrics; k++) {
+			snprintf(key, sizeof key, "%s/%s", names[s],
+				 spec->metrics[k]);
+			json_object_set_new(
+				o, key,
+				json_real(apf_split_metric(&ev.split[s],
+							   spec->metrics[k])));
+		}
 		if (s > 0) {
 			snprintf(key, sizeof key, "%s/num_examples", names[s]);
 			json_object_set_new(o, key,

@@ -654,8 +654,8 @@ static int spawn_trial(apf_host *h)
 		a.so = TRIAL_UNIT "/submission.so";
 		a.hparams = TRIAL_UNIT "/hparams.json";
 	}
-	int rc = apf_image_dataset_export_train(&h->train_fd,
-						apf_workload_dataset(h->u.wl));
+	int rc = apf_dataset_export_train(&h->train_fd,
+					  apf_workload_dataset(h->u.wl));
 	if (rc)
 		return rc;
 	int sv[2];

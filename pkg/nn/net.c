@@ -40,6 +40,8 @@ enum op_type {
 	OP_GAP,
 	OP_DROPOUT,
 	OP_ADD,
+	OP_EMBEDDING,
+	OP_INTERACTION,
 };
 
 struct tensor {
@@ -63,6 +65,10 @@ struct op {
 	int fused_into;         /* runs inside the chain ending at this op */
 	int fbn, fadd;          /* a fused chain's tail: its bn and add ops */
 	int fres, fres_accum;   /* the add's other input and its accum flag */
+	int first, nfields;     /* embedding: its index columns */
+	int32_t *offset;        /* embedding: field row offsets (backend) */
+	int32_t *rows;          /* embedding: field sizes (host) */
+	int V;                  /* embedding: rows of the table */
 };
 
 struct apf_net {
@@ -76,6 +82,8 @@ struct apf_net {
 	apf_state_entry *state;
 	size_t nstate, cap_state, state_floats;
 	int out;
+	int nidx;               /* index inputs per example */
+	const int32_t *idx, *host_idx; /* the forward's indices */
 	int finished;
 	int ndropout;
 	float *bound_params, *bound_state;
@@ -205,6 +213,11 @@ void apf_net_free(apf_net *net)
 		if (net->ops[i].type == OP_BATCHNORM) {
 			net->be->free(net->be, net->ops[i].save_a);
 			net->be->free(net->be, net->ops[i].save_b);
+		}
+	for (size_t i = 0; i < net->nops; i++)
+		if (net->ops[i].type == OP_EMBEDDING) {
+			net->be->free(net->be, net->ops[i].offset);
+			free(net->ops[i].rows);
 		}
 	free(net->t);
 	free(net->ops);
@@ -533,6 +546,108 @@ int apf_net_add(apf_net *net, int a, int b)
 	return t;
 }
 
+int apf_net_index_input(apf_net *net, int n)
+{
+	if (net->finished || net->nidx || net->nops)
+		return apf_error(APF_EINTERNAL, "net",
+				 "index inputs are declared once, before the "
+				 "layers");
+	if (n <= 0 || n > 1 << 20)
+		return apf_error(APF_EINPUT, "net", "%d index inputs", n);
+	net->nidx = n;
+	return 0;
+}
+
+int apf_net_index_count(const apf_net *net)
+{
+	return net->nidx;
+}
+
+int apf_net_embedding(apf_net *net, int first, int nfields, const int *rows,
+		      int D, float init_bound, const char *name)
+{
+	if (net->finished)
+		return apf_error(APF_EINTERNAL, "net",
+				 "layer added after apf_net_finish");
+	if (first < 0 || nfields <= 0 || first + nfields > net->nidx)
+		return apf_error(APF_EINPUT, name,
+				 "embedding of index inputs [%d, %d) with %d "
+				 "declared",
+				 first, first + nfields, net->nidx);
+	if (D <= 0 || !(init_bound >= 0.0f))
+		return apf_error(APF_EINPUT, name, "embedding width %d", D);
+	long V = 0;
+	for (int f = 0; f < nfields; f++) {
+		if (rows[f] <= 0 || V + rows[f] > (1L << 30))
+			return apf_error(APF_EINPUT, name,
+					 "field %d has %d rows", f, rows[f]);
+		V += rows[f];
+	}
+	int t = new_tensor(net, 1, nfields, D);
+	if (t < 0)
+		return t;
+	struct op *o;
+	int rc = new_op(&o, net, OP_EMBEDDING, 0, -1);
+	if (rc)
+		return rc;
+	o->nin = 0; /* reads indices, not a tensor */
+	o->out = t;
+	o->first = first;
+	o->nfields = nfields;
+	o->V = (int)V;
+	int wshape[2] = {(int)V, D};
+	int pi = add_param(net, name, "weight", APF_PARAM_EMBEDDING, 2, wshape,
+			   D);
+	if (pi < 0)
+		return pi;
+	net->params[pi].init_bound = init_bound;
+	o = &net->ops[net->nops - 1];
+	o->param[0] = pi;
+	int32_t *off = malloc((size_t)nfields * sizeof *off);
+	o->rows = malloc((size_t)nfields * sizeof *o->rows);
+	if (!off || !o->rows) {
+		free(off);
+		return apf_error(APF_ENOMEM, name, "out of memory");
+	}
+	for (int f = 0, acc = 0; f < nfields; acc += rows[f], f++) {
+		off[f] = acc;
+		o->rows[f] = rows[f];
+	}
+	rc = net->be->alloc(net->be, (size_t)nfields * sizeof *off,
+			    (void **)&o->offset);
+	if (!rc)
+		net->be->upload(net->be, o->offset, off,
+				(size_t)nfields * sizeof *off);
+	free(off);
+	return rc ? rc : t;
+}
+
+int apf_net_interaction(apf_net *net, int dense, int emb)
+{
+	int rc = check_in(net, dense);
+	if (!rc)
+		rc = check_in(net, emb);
+	if (rc)
+		return rc;
+	struct tensor x = net->t[dense], e = net->t[emb];
+	int D = (int)tensor_numel(&x);
+	if (e.C != D || e.H != 1)
+		return apf_error(APF_EINPUT, "net",
+				 "interaction of a %d-vector with embeddings "
+				 "%dx%dx%d",
+				 D, e.H, e.W, e.C);
+	long F = (long)e.W + 1;
+	int t = new_tensor(net, 1, 1, (int)(D + F * (F - 1) / 2));
+	if (t < 0)
+		return t;
+	struct op *o;
+	rc = new_op(&o, net, OP_INTERACTION, dense, emb);
+	if (rc)
+		return rc;
+	o->out = t;
+	return t;
+}
+
 /* Whether an op strictly between ops lo and hi, other than skip, reads
  * tensor t. */
 static int read_between(const apf_net *net, size_t lo, size_t hi, size_t skip,
@@ -739,6 +854,12 @@ int apf_net_init(apf_net *net, const apf_rng_key *key, const char *init)
 				w[j] = 1.0f;
 			continue;
 		}
+		if (p->kind == APF_PARAM_EMBEDDING) {
+			for (size_t j = 0; j < p->numel; j++)
+				w[j] = (2.0f * apf_rng_uniform(&r) - 1.0f) *
+				       p->init_bound;
+			continue;
+		}
 		if (p->kind != APF_PARAM_WEIGHT &&
 		    p->kind != APF_PARAM_CONV_WEIGHT)
 			continue; /* biases stay 0 */
@@ -881,7 +1002,49 @@ static void fused_backward(apf_net *net, const struct op *o, float *grads,
 int apf_net_forward(apf_net *net, const float **logits, const float *x,
 		    int B, int train, const uint32_t dkey[2], uint64_t dstep)
 {
+	return apf_net_forward_idx(net, logits, x, NULL, NULL, B, train, dkey,
+				   dstep);
+}
+
+/* Every index an embedding reads lies in its field. */
+static int check_indices(const apf_net *net, const int32_t *idx, int B)
+{
+	for (size_t i = 0; i < net->nops; i++) {
+		const struct op *o = &net->ops[i];
+		if (o->type != OP_EMBEDDING)
+			continue;
+		for (int b = 0; b < B; b++)
+			for (int f = 0; f < o->nfields; f++) {
+				int32_t v = idx[(size_t)b * net->nidx +
+						o->first + f];
+				if (v < 0 || v >= o->rows[f])
+					return apf_error(
+						APF_EINPUT, "net",
+						"index %d of example %d is "
+						"%ld, outside its field's %d "
+						"rows",
+						o->first + f, b, (long)v,
+						o->rows[f]);
+			}
+	}
+	return 0;
+}
+
+int apf_net_forward_idx(apf_net *net, const float **logits, const float *x,
+			const int32_t *idx, const int32_t *host_idx, int B,
+			int train, const uint32_t dkey[2], uint64_t dstep)
+{
 	*logits = NULL;
+	if (net->nidx && (!idx || !host_idx))
+		return apf_error(APF_EINTERNAL, "net",
+				 "forward without the net's index inputs");
+	if (net->nidx) {
+		int rc = check_indices(net, host_idx, B);
+		if (rc)
+			return rc;
+	}
+	net->idx = idx;
+	net->host_idx = host_idx;
 	if (!net->bound_params)
 		return apf_error(APF_EINTERNAL, "net", "forward before bind");
 	if (B <= 0)
@@ -965,6 +1128,17 @@ int apf_net_forward(apf_net *net, const float **logits, const float *x,
 		case OP_ADD:
 			be->add_forward(be, out->data, in->data,
 					net->t[o->in[1]].data, n);
+			break;
+		case OP_EMBEDDING:
+			be->embedding_forward(be, out->data, net->idx + o->first,
+					      net->nidx, o->offset,
+					      param_ptr(net, o->param[0]), B,
+					      o->nfields, out->C);
+			break;
+		case OP_INTERACTION:
+			be->interaction_forward(be, out->data, in->data,
+						net->t[o->in[1]].data, B,
+						net->t[o->in[1]].W, in->C * in->H * in->W);
 			break;
 		}
 	}
@@ -1073,6 +1247,19 @@ int apf_net_backward(apf_net *net, float *grads, const float *dlogits)
 						       net->t[o->in[k]].grad,
 						       dout, n, o->accum[k]);
 			break;
+		case OP_EMBEDDING:
+			be->embedding_backward(be, gw, dout, net->idx + o->first,
+					       net->nidx, o->offset, B,
+					       o->nfields, o->V, out->C);
+			break;
+		case OP_INTERACTION: {
+			struct tensor *e = &net->t[o->in[1]];
+			be->interaction_backward(
+				be, din, o->in[1] == 0 ? NULL : e->grad, dout,
+				in->data, e->data, B, e->W,
+				in->C * in->H * in->W, acc, o->accum[1]);
+			break;
+		}
 		}
 	}
 	return be->sync(be);

@@ -218,6 +218,50 @@ struct apf_backend {
 	/* How many rows of logits (B,V) have their first maximum at the label. */
 	long (*count_correct)(apf_backend *be, const float *logits,
 			      const int32_t *labels, int B, int V);
+	/* Sigmoid cross-entropy of logits (B) against 0/1 labels (B), in the
+	 * stable form max(z,0) - z t + log1p(exp(-|z|)) with the target
+	 * t = (1-s) label + s/2 (label smoothing s): losses (B); probs (B)
+	 * (sigmoid z) saved for backward. */
+	void (*sigmoid_xent_forward)(apf_backend *be, float *losses,
+				     float *probs, const float *logits,
+				     const int32_t *labels, int B,
+				     float smoothing);
+	/* dlogits (B) = dloss * (probs - t) */
+	void (*sigmoid_xent_backward)(apf_backend *be, float *dlogits,
+				      const float *probs,
+				      const int32_t *labels, int B,
+				      float smoothing, float dloss);
+	/* Embedding lookup: out (B,F,D), row (b,f) = table row
+	 * offset[f] + idx[b*ldi + f] of table (V,D); offset (F) int32 in
+	 * backend memory, NULL for all 0 (one table shared by the F
+	 * positions, as a token embedding). Indices are the caller's to
+	 * check (in [0, rows of field f)). */
+	void (*embedding_forward)(apf_backend *be, float *out,
+				  const int32_t *idx, int ldi,
+				  const int32_t *offset, const float *table,
+				  int B, int F, int D);
+	/* dtable (V,D) written: zero, then each dout row (b,f) added to its
+	 * table row in (b, f) order, so rows hit several times sum in a
+	 * fixed order. */
+	void (*embedding_backward)(apf_backend *be, float *dtable,
+				   const float *dout, const int32_t *idx,
+				   int ldi, const int32_t *offset, int B,
+				   int F, int V, int D);
+	/* DLRM's dot interaction of F = E + 1 vectors of D: dense (B,D) and
+	 * emb (B,E,D) give out (B, D + F(F-1)/2) = the dense vector, then
+	 * <v_i, v_j> for i = 1..F-1, j = 0..i-1 (v_0 the dense vector,
+	 * v_k = emb[., k-1]), row by row of the lower triangle. Dots are
+	 * accumulated in double in d order. */
+	void (*interaction_forward)(apf_backend *be, float *out,
+				    const float *dense, const float *emb,
+				    int B, int E, int D);
+	/* ddense (B,D), demb (B,E,D) written or added as accum_dense /
+	 * accum_emb say; either may be NULL. */
+	void (*interaction_backward)(apf_backend *be, float *ddense,
+				     float *demb, const float *dout,
+				     const float *dense, const float *emb,
+				     int B, int E, int D, int accum_dense,
+				     int accum_emb);
 
 	/* ---- vector operations (what optimizers are written with) ----
 	 * All over n floats; outputs may alias inputs. Reductions accumulate
@@ -288,6 +332,7 @@ typedef struct apf_param {
 	size_t offset;           /* floats from the start of the parameters */
 	size_t numel;
 	int fan_in;              /* for initialisation */
+	float init_bound;        /* embeddings: uniform in [-b, b] */
 } apf_param;
 
 /* Model state the net keeps besides parameters (running statistics). */
@@ -317,6 +362,21 @@ int apf_net_avgpool2d(apf_net *net, int in, int kernel, int stride, int pad);
 int apf_net_global_avgpool(apf_net *net, int in);
 int apf_net_dropout(apf_net *net, int in, float p);
 int apf_net_add(apf_net *net, int a, int b);
+/* Index inputs: each example also carries n int32 indices (categorical
+ * ids, tokens), given to apf_net_forward_idx. Declared once, before the
+ * layers that read them. */
+int apf_net_index_input(apf_net *net, int n);
+/* Embedding lookup of indices [first, first + nfields) of each example:
+ * field f has rows[f] rows of D in one table parameter `name.weight`
+ * (kind embedding, (sum rows, D), field f's rows after those of fields
+ * before it), initialised uniform in [-init_bound, init_bound]. Output
+ * (1, nfields, D). An index outside [0, rows[f]) is refused by
+ * apf_net_forward_idx. */
+int apf_net_embedding(apf_net *net, int first, int nfields, const int *rows,
+		      int D, float init_bound, const char *name);
+/* DLRM's dot interaction (backend interaction_forward): dense (1,1,D) and
+ * emb (1,E,D) give (1,1, D + (E+1)E/2). */
+int apf_net_interaction(apf_net *net, int dense, int emb);
 /* Declares the output (logits) tensor; no layer may be added after. */
 int apf_net_finish(apf_net *net, int out);
 
@@ -353,6 +413,15 @@ int apf_net_reserve(apf_net *net, int max_batch, int with_grads);
 int apf_net_forward(apf_net *net, const float **logits, const float *x,
 		    int B, int train, const uint32_t dropout_key[2],
 		    uint64_t dropout_step);
+/* The same for a net with index inputs: idx (B, n) int32 in backend
+ * memory, checked against each embedding's field sizes on the host side
+ * (host_idx, the same indices in host memory) before any lookup. */
+int apf_net_forward_idx(apf_net *net, const float **logits, const float *x,
+			const int32_t *idx, const int32_t *host_idx, int B,
+			int train, const uint32_t dropout_key[2],
+			uint64_t dropout_step);
+/* Index inputs per example (0: none). */
+int apf_net_index_count(const apf_net *net);
 /* Backward of the latest training forward from dlogits (B,V): writes the
  * parameter gradients, laid out as the parameters, to grads (backend
  * memory of param_floats floats). */

@@ -206,13 +206,14 @@ static int train(struct tp *t)
 	struct apf_objective obj;
 	if (!rc) {
 		apf_objective_of_workload(&obj, t->wl);
-		const apf_image_dataset *ds = apf_workload_dataset(t->wl);
+		const apf_dataset *ds = apf_workload_dataset(t->wl);
 		struct apf_trial_info info = {
 			.workload = t->a.workload,
 			.variant = t->a.variant,
 			.metric = t->spec->metric,
 			.device = t->a.device,
-			.train_examples = (int64_t)ds->split[APF_SPLIT_TRAIN].n,
+			.train_examples =
+				(int64_t)apf_dataset_size(ds, APF_SPLIT_TRAIN),
 			.max_runtime_s = t->a.budget_s,
 			.max_steps = t->a.max_steps,
 			.step_hint = t->a.step_hint,

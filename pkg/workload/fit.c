@@ -87,7 +87,8 @@ int apf_workload_fit(apf_workload *wl, const struct apf_fit_opts *o,
 	apf_data_pos pos = {0, 0};
 	unsigned splits = o->eval_splits ? o->eval_splits
 					 : 1u << APF_SPLIT_VALIDATION;
-	res->best_validation = -INFINITY;
+	int dir = apf_workload_direction(wl);
+	res->best_validation = dir > 0 ? -INFINITY : INFINITY;
 	uint64_t train_ns = 0;
 	for (long step = 0; !rc && step < o->steps; step++) {
 		uint64_t t0 = apf_now_ns();
@@ -121,7 +122,8 @@ int apf_workload_fit(apf_workload *wl, const struct apf_fit_opts *o,
 		double val = apf_workload_metric(
 			wl, &res->last.split[APF_SPLIT_VALIDATION]);
 		if ((splits & (1u << APF_SPLIT_VALIDATION)) &&
-		    val > res->best_validation)
+		    (dir > 0 ? val > res->best_validation
+			     : val < res->best_validation))
 			res->best_validation = val;
 		if (o->on_eval && o->on_eval(o->user, step + 1,
 					     (double)train_ns / 1e9, &res->last))

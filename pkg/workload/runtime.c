@@ -24,6 +24,7 @@
 static const struct apf_model_def *const models[] = {
 	&apf_model_mlp,
 	&apf_model_resnet,
+	&apf_model_dlrm,
 };
 
 const struct apf_model_def *apf_model_find(const char *name)
@@ -83,43 +84,170 @@ int apf_model_string(const apf_workload_spec *w, const char *variant,
 	return 0;
 }
 
+enum loss_kind { LOSS_SOFTMAX_XENT = 1, LOSS_SIGMOID_XENT };
+
+static int check_metrics(const apf_workload_spec *w, int loss);
+
 struct apf_workload {
 	const apf_workload_spec *spec;
 	char *variant;
 	apf_backend *be;
 	apf_trial_key key;
 	apf_net *net;
-	apf_image_dataset *ds;
+	apf_dataset *ds;
+	int kind;        /* enum apf_data_kind */
+	int loss;        /* enum loss_kind */
 	apf_batcher *batcher;
-	int H, W, C, classes;
+	int H, W, C, classes; /* classes: the outputs the loss takes */
+	int nidx;             /* int32 inputs per example (categorical ids) */
 	int shape_known; /* H, W, C are the dataset's, not the stand-in */
 	float smoothing;
 	float *params, *state;
 	/* private buffers, sized for `cap` examples */
 	int cap;
 	float *host_x;
-	int32_t *host_y;
+	int32_t *host_y, *host_xi;
 	float *dev_x, *losses, *probs, *dlogits;
-	int32_t *dev_y;
+	int32_t *dev_y, *dev_xi;
+	/* evaluation of sigmoid_xent: a split's logits and labels, for AUC */
+	float *scores;
+	int32_t *score_labels;
+	size_t scores_cap;
 };
+
+#define MAX_TABLE_COLS 4096
+
+/* "1000, 500, ..." -> counts, each in [1, 2^30]. */
+int apf_workload_table_rows(const apf_workload_spec *w, int *rows, int max,
+			    int *n)
+{
+	*n = 0;
+	const char *v = apf_config_get(w->ini, "dataset", "categorical_rows");
+	if (!v)
+		return 0;
+	for (const char *p = v; *p;) {
+		while (*p == ' ' || *p == '\t')
+			p++;
+		char *end;
+		errno = 0;
+		long x = strtol(p, &end, 10);
+		if (end == p || errno || x < 1 || x > (1L << 30) || *n == max)
+			return apf_config_error(w->ini, "dataset",
+						"categorical_rows",
+						"expected up to %d counts in "
+						"[1, 2^30] separated by commas",
+						max);
+		rows[(*n)++] = (int)x;
+		p = end;
+		while (*p == ' ' || *p == '\t')
+			p++;
+		if (*p == ',')
+			p++;
+		else if (*p)
+			return apf_config_error(w->ini, "dataset",
+						"categorical_rows",
+						"unexpected '%s'", p);
+	}
+	return 0;
+}
+
+/* A table dataset's declared columns: dense_features and categorical_rows. */
+static int table_columns(const apf_workload_spec *w, long *dense, int *rows,
+			 int *ncat)
+{
+	*dense = 0;
+	int rc = apf_config_long(w->ini, "dataset", "dense_features", dense);
+	if (!rc && (*dense < 1 || *dense > MAX_TABLE_COLS))
+		rc = apf_config_error(w->ini, "dataset", "dense_features",
+				      "must be in [1, %d]", MAX_TABLE_COLS);
+	if (!rc)
+		rc = apf_workload_table_rows(w, rows, MAX_TABLE_COLS, ncat);
+	return rc;
+}
+
+/* The files' columns must be the ones the spec declares: the model is
+ * built from the spec, and its embedding tables from categorical_rows. */
+static int check_table_columns(apf_workload *wl)
+{
+	const apf_workload_spec *w = wl->spec;
+	long dense;
+	int *rows = malloc(MAX_TABLE_COLS * sizeof *rows), ncat = 0;
+	if (!rows)
+		return apf_error(APF_ENOMEM, w->name, "out of memory");
+	int rc = table_columns(w, &dense, rows, &ncat);
+	const apf_table *t = wl->ds->table[APF_SPLIT_TRAIN];
+	if (!rc && (t->n_dense != dense || t->n_cat != ncat))
+		rc = apf_error(APF_EINPUT, w->name,
+			       "the tables have %d dense and %d categorical "
+			       "columns, the spec says %ld and %d",
+			       t->n_dense, t->n_cat, dense, ncat);
+	for (int f = 0; !rc && f < ncat; f++)
+		if (t->rows[f] != (uint32_t)rows[f])
+			rc = apf_error(APF_EINPUT, w->name,
+				       "categorical feature %d has %u rows in "
+				       "the tables, %d in the spec",
+				       f, t->rows[f], rows[f]);
+	free(rows);
+	return rc;
+}
 
 /* The dataset the spec names, or (train_fd >= 0) the train split a
  * supervisor handed over: the trial never opens the dataset itself. */
+/* The [dataset] format: idx (images) or table. */
+static int data_kind(const apf_workload_spec *w, int *kind)
+{
+	const char *format = "idx";
+	int rc = apf_config_opt_string(w->ini, "dataset", "format", &format);
+	if (rc)
+		return rc;
+	if (!strcmp(format, "idx"))
+		*kind = APF_DATA_IMAGES;
+	else if (!strcmp(format, "table"))
+		*kind = APF_DATA_TABLE;
+	else
+		return apf_config_error(w->ini, "dataset", "format",
+					"unknown format '%s' (idx, table)",
+					format);
+	return 0;
+}
+
+static int load_table_dataset(apf_workload *wl, int train_fd)
+{
+	const apf_workload_spec *w = wl->spec;
+	const apf_config *c = w->ini;
+	static const char *const keys[] = {
+		"name",	      "path",	  "digest",	     "format",
+		"train",      "validation", "test",	     "dense_features",
+		"categorical_rows", NULL};
+	int rc = apf_config_check_keys(c, "dataset", keys);
+	const char *names[3];
+	static const char *const split_keys[3] = {"train", "validation",
+						  "test"};
+	for (int s = 0; !rc && s < 3; s++)
+		rc = apf_config_string(c, "dataset", split_keys[s], &names[s]);
+	if (rc)
+		return rc;
+	if (train_fd >= 0)
+		rc = apf_dataset_import_train(&wl->ds, train_fd, APF_DATA_TABLE,
+					      0.0f, 1.0f);
+	else
+		rc = apf_dataset_load_tables(&wl->ds, w->dataset_path, names);
+	if (!rc)
+		rc = check_table_columns(wl);
+	return rc ? apf_error_prefix(rc, w->name) : 0;
+}
+
 static int load_dataset(apf_workload *wl, int train_fd)
 {
 	const apf_workload_spec *w = wl->spec;
 	const apf_config *c = w->ini;
+	if (wl->kind == APF_DATA_TABLE)
+		return load_table_dataset(wl, train_fd);
 	static const char *const keys[] = {
 		"name", "path", "digest", "format", "train_images",
 		"train_labels", "test_images", "test_labels", "validation_size",
 		"train_size", "classes", "mean", "std", NULL};
 	int rc = apf_config_check_keys(c, "dataset", keys);
-	const char *format = "idx";
-	if (!rc)
-		rc = apf_config_opt_string(c, "dataset", "format", &format);
-	if (!rc && strcmp(format, "idx"))
-		return apf_config_error(c, "dataset", "format",
-					"unknown format '%s' (idx)", format);
 	apf_image_dataset_opts o = {.dir = w->dataset_path, .classes = 10,
 				    .mean = 0.0f, .std = 1.0f};
 	long nvalid = 0, ntrain = 0, classes = 10;
@@ -156,18 +284,27 @@ static int load_dataset(apf_workload *wl, int train_fd)
 	o.classes = (int)classes;
 	o.mean = (float)mean;
 	o.std = (float)std;
+	apf_image_dataset *im = NULL;
 	if (train_fd >= 0) {
-		rc = apf_image_dataset_import_train(&wl->ds, train_fd, o.mean,
+		rc = apf_image_dataset_import_train(&im, train_fd, o.mean,
 						    o.std);
-		if (!rc && wl->ds->classes != o.classes)
+		if (!rc && im->classes != o.classes)
 			rc = apf_error(APF_EINPUT, "train split",
 				       "%d classes, the spec says %d",
-				       wl->ds->classes, o.classes);
+				       im->classes, o.classes);
 	} else {
-		rc = apf_image_dataset_load(&wl->ds, &o);
+		rc = apf_image_dataset_load(&im, &o);
 	}
+	if (!rc) {
+		rc = apf_dataset_of_images(&wl->ds, im);
+		im = NULL;
+	}
+	apf_image_dataset_free(im);
 	if (rc)
 		return apf_error_prefix(rc, w->name);
+	wl->H = wl->ds->images->H, wl->W = wl->ds->images->W;
+	wl->C = wl->ds->images->C;
+	wl->classes = wl->ds->images->classes;
 	return 0;
 }
 
@@ -183,6 +320,8 @@ static int load_dataset(apf_workload *wl, int train_fd)
 static int input_shape(apf_workload *wl)
 {
 	const apf_workload_spec *w = wl->spec;
+	if (wl->kind == APF_DATA_TABLE)
+		return 0; /* declared by the spec (open_workload) */
 	const char *name = apf_config_get(w->ini, "dataset", "train_images");
 	if (!name)
 		return 0;
@@ -215,20 +354,26 @@ static int reserve(apf_workload *wl, int B)
 	apf_backend *be = wl->be;
 	free(wl->host_x);
 	free(wl->host_y);
+	free(wl->host_xi);
 	be->free(be, wl->dev_x);
 	be->free(be, wl->dev_y);
+	be->free(be, wl->dev_xi);
 	be->free(be, wl->losses);
 	be->free(be, wl->probs);
 	be->free(be, wl->dlogits);
 	wl->dev_x = wl->losses = wl->probs = wl->dlogits = NULL;
-	wl->dev_y = NULL;
+	wl->dev_y = wl->dev_xi = wl->host_xi = NULL;
 	wl->cap = 0;
 	size_t in = (size_t)B * wl->H * wl->W * wl->C, out = (size_t)B * wl->classes;
+	size_t nxi = (size_t)B * wl->nidx;
 	wl->host_x = malloc(in * sizeof *wl->host_x);
 	wl->host_y = malloc((size_t)B * sizeof *wl->host_y);
-	if (!wl->host_x || !wl->host_y)
+	wl->host_xi = malloc((nxi ? nxi : 1) * sizeof *wl->host_xi);
+	if (!wl->host_x || !wl->host_y || !wl->host_xi)
 		return apf_error(APF_ENOMEM, wl->spec->name, "out of memory");
 	int rc = be->alloc(be, in * sizeof(float), (void **)&wl->dev_x);
+	if (!rc && nxi)
+		rc = be->alloc(be, nxi * sizeof(int32_t), (void **)&wl->dev_xi);
 	if (!rc)
 		rc = be->alloc(be, (size_t)B * sizeof(int32_t),
 			       (void **)&wl->dev_y);
@@ -258,15 +403,27 @@ static int open_workload(apf_workload **out, const apf_workload_spec *spec,
 		return apf_config_error(spec->ini, "workload", "model",
 					"no model code named '%s'",
 					spec->model);
-	if (strcmp(spec->loss, "cross_entropy"))
+	int loss = !strcmp(spec->loss, "cross_entropy")	? LOSS_SOFTMAX_XENT
+		   : !strcmp(spec->loss, "sigmoid_xent") ? LOSS_SIGMOID_XENT
+							  : 0;
+	if (!loss)
 		return apf_config_error(spec->ini, "workload", "loss",
-					"unknown loss '%s' (cross_entropy)",
+					"unknown loss '%s' (cross_entropy, "
+					"sigmoid_xent)",
 					spec->loss);
-	if (strcmp(spec->metric, "accuracy") || spec->direction != 1)
-		return apf_config_error(spec->ini, "workload", "metric",
-					"classification workloads report "
-					"accuracy, direction max");
-	int rc = apf_config_check_keys(spec->ini, "model", md->keys);
+	int rc = check_metrics(spec, loss);
+	if (rc)
+		return rc;
+	int kind = 0;
+	rc = data_kind(spec, &kind);
+	if (!rc && kind == APF_DATA_TABLE && loss != LOSS_SIGMOID_XENT)
+		rc = apf_config_error(spec->ini, "workload", "loss",
+				      "a table's 0/1 labels take sigmoid_xent");
+	if (!rc && kind == APF_DATA_IMAGES && loss != LOSS_SOFTMAX_XENT)
+		rc = apf_config_error(spec->ini, "workload", "loss",
+				      "class labels take cross_entropy");
+	if (!rc)
+		rc = apf_config_check_keys(spec->ini, "model", md->keys);
 	if (rc)
 		return rc;
 	apf_workload *wl = apf_calloc(1, sizeof *wl);
@@ -274,6 +431,8 @@ static int open_workload(apf_workload **out, const apf_workload_spec *spec,
 		return apf_error(APF_ENOMEM, spec->name, "out of memory");
 	wl->spec = spec;
 	wl->be = be;
+	wl->kind = kind;
+	wl->loss = loss;
 	wl->key = key ? *key : (apf_trial_key){0};
 	wl->variant = apf_strdup(variant ? variant : "base");
 	/* Without the data, the shape comes from the images' header
@@ -282,21 +441,34 @@ static int open_workload(apf_workload **out, const apf_workload_spec *spec,
 	wl->H = 28, wl->W = 28, wl->C = 1, wl->classes = 10;
 	long classes = 10;
 	rc = wl->variant ? 0 : apf_error(APF_ENOMEM, spec->name, "out of memory");
-	if (!rc)
+	if (!rc && kind == APF_DATA_IMAGES)
 		rc = apf_config_opt_long(spec->ini, "dataset", "classes", &classes);
 	wl->classes = (int)classes;
+	if (!rc && kind == APF_DATA_TABLE) {
+		/* The model's shapes are the spec's; the files must agree
+		 * (check_table_columns). */
+		long dense;
+		int *rows = malloc(MAX_TABLE_COLS * sizeof *rows), ncat = 0;
+		rc = rows ? table_columns(spec, &dense, rows, &ncat)
+			  : apf_error(APF_ENOMEM, spec->name, "out of memory");
+		free(rows);
+		if (!rc) {
+			wl->H = 1, wl->W = 1, wl->C = (int)dense;
+			wl->nidx = ncat;
+			wl->classes = 1;
+			wl->shape_known = 1;
+		}
+	}
 	if (!rc && (flags & APF_WORKLOAD_NO_DATA))
 		rc = input_shape(wl);
 	if (!rc && !(flags & APF_WORKLOAD_NO_DATA)) {
 		rc = load_dataset(wl, train_fd);
 		if (!rc) {
-			wl->H = wl->ds->H, wl->W = wl->ds->W, wl->C = wl->ds->C;
 			wl->shape_known = 1;
-			wl->classes = wl->ds->classes;
 			apf_rng_key k = {wl->key.seed, wl->key.study,
 					 wl->key.trial, APF_RNG_SHUFFLE};
-			rc = apf_batcher_new(&wl->batcher, wl->ds,
-					     APF_SPLIT_TRAIN, &k);
+			rc = apf_dataset_batcher_new(&wl->batcher, wl->ds,
+						     APF_SPLIT_TRAIN, &k);
 		}
 	}
 	double smoothing = 0.0;
@@ -314,6 +486,10 @@ static int open_workload(apf_workload **out, const apf_workload_spec *spec,
 		rc = apf_error(APF_EINTERNAL, spec->name,
 			       "model gives %d outputs for %d classes",
 			       apf_net_out_features(wl->net), wl->classes);
+	if (!rc && apf_net_index_count(wl->net) != wl->nidx)
+		rc = apf_error(APF_EINTERNAL, spec->name,
+			       "model reads %d categorical inputs of %d",
+			       apf_net_index_count(wl->net), wl->nidx);
 	if (rc) {
 		apf_workload_close(wl);
 		return rc;
@@ -345,11 +521,15 @@ void apf_workload_close(apf_workload *wl)
 	apf_backend *be = wl->be;
 	apf_net_free(wl->net);
 	apf_batcher_free(wl->batcher);
-	apf_image_dataset_free(wl->ds);
+	apf_dataset_free(wl->ds);
 	free(wl->host_x);
 	free(wl->host_y);
+	free(wl->host_xi);
+	free(wl->scores);
+	free(wl->score_labels);
 	be->free(be, wl->dev_x);
 	be->free(be, wl->dev_y);
+	be->free(be, wl->dev_xi);
 	be->free(be, wl->losses);
 	be->free(be, wl->probs);
 	be->free(be, wl->dlogits);
@@ -367,9 +547,14 @@ apf_backend *apf_workload_backend(apf_workload *wl)
 	return wl->be;
 }
 
-const apf_image_dataset *apf_workload_dataset(const apf_workload *wl)
+const apf_dataset *apf_workload_dataset(const apf_workload *wl)
 {
 	return wl->ds;
+}
+
+int apf_workload_direction(const apf_workload *wl)
+{
+	return wl->spec->direction;
 }
 
 const char *apf_workload_variant_name(const apf_workload *wl)
@@ -407,7 +592,12 @@ static int upload_batch(apf_workload *wl, int B, apf_batch *out)
 	be->upload(be, wl->dev_x, wl->host_x,
 		   (size_t)B * wl->H * wl->W * wl->C * sizeof(float));
 	be->upload(be, wl->dev_y, wl->host_y, (size_t)B * sizeof(int32_t));
-	*out = (apf_batch){wl->dev_x, wl->dev_y, B};
+	if (wl->nidx)
+		be->upload(be, wl->dev_xi, wl->host_xi,
+			   (size_t)B * wl->nidx * sizeof(int32_t));
+	*out = (apf_batch){wl->dev_x, wl->dev_y, B,
+			   wl->nidx ? wl->dev_xi : NULL,
+			   wl->nidx ? wl->host_xi : NULL};
 	return 0;
 }
 
@@ -421,8 +611,8 @@ int apf_workload_next_batch(apf_workload *wl, apf_data_pos *pos, int B,
 		return apf_error(APF_EINPUT, wl->spec->name, "batch size %d", B);
 	int rc = reserve(wl, B);
 	if (!rc)
-		rc = apf_batcher_next(wl->batcher, pos, (size_t)B, wl->host_x,
-				      wl->host_y);
+		rc = apf_batcher_next_ex(wl->batcher, pos, (size_t)B,
+					 wl->host_x, wl->host_xi, wl->host_y);
 	if (!rc)
 		rc = upload_batch(wl, B, out);
 	return rc ? apf_error_prefix(rc, wl->spec->name) : 0;
@@ -441,9 +631,18 @@ int apf_workload_loss_grad(apf_workload *wl, const apf_batch *batch,
 	uint64_t pk = apf_rng_philox_key(&k);
 	uint32_t dkey[2] = {(uint32_t)pk, (uint32_t)(pk >> 32)};
 	const float *logits;
-	rc = apf_net_forward(wl->net, &logits, batch->x, B, 1, dkey, step);
+	rc = apf_net_forward_idx(wl->net, &logits, batch->x, batch->xi,
+				 batch->host_xi, B, 1, dkey, step);
 	if (rc)
 		return rc;
+	if (wl->loss == LOSS_SIGMOID_XENT) {
+		be->sigmoid_xent_forward(be, wl->losses, wl->probs, logits,
+					 batch->y, B, wl->smoothing);
+		*loss = be->sum(be, wl->losses, (size_t)B) / B;
+		be->sigmoid_xent_backward(be, wl->dlogits, wl->probs, batch->y,
+					  B, wl->smoothing, 1.0f / (float)B);
+		return apf_net_backward(wl->net, grads, wl->dlogits);
+	}
 	be->softmax_xent_forward(be, wl->losses, wl->probs, logits, batch->y, B,
 				 wl->classes, wl->smoothing);
 	*loss = be->sum(be, wl->losses, (size_t)B) / B;
@@ -461,18 +660,41 @@ static int eval_split(apf_workload *wl, int split, size_t n,
 	int rc = reserve(wl, EVAL_BATCH);
 	if (rc)
 		return rc;
+	int sigmoid = wl->loss == LOSS_SIGMOID_XENT;
+	if (sigmoid && n > wl->scores_cap) {
+		free(wl->scores);
+		free(wl->score_labels);
+		wl->scores_cap = 0;
+		wl->scores = malloc(n * sizeof *wl->scores);
+		wl->score_labels = malloc(n * sizeof *wl->score_labels);
+		if (!wl->scores || !wl->score_labels)
+			return apf_error(APF_ENOMEM, wl->spec->name,
+					 "out of memory");
+		wl->scores_cap = n;
+	}
 	double loss = 0.0;
 	long correct = 0;
 	for (size_t first = 0; first < n; first += EVAL_BATCH) {
 		int B = (int)(n - first < EVAL_BATCH ? n - first : EVAL_BATCH);
-		apf_image_gather(wl->ds, split, NULL, first, (size_t)B,
-				 wl->host_x, wl->host_y);
+		apf_dataset_gather(wl->ds, split, NULL, first, (size_t)B,
+				   wl->host_x, wl->host_xi, wl->host_y);
 		apf_batch b;
 		upload_batch(wl, B, &b);
 		const float *logits;
-		rc = apf_net_forward(wl->net, &logits, b.x, B, 0, NULL, 0);
+		rc = apf_net_forward_idx(wl->net, &logits, b.x, b.xi, b.host_xi,
+					 B, 0, NULL, 0);
 		if (rc)
 			return rc;
+		if (sigmoid) {
+			be->sigmoid_xent_forward(be, wl->losses, wl->probs,
+						 logits, b.y, B, 0.0f);
+			loss += be->sum(be, wl->losses, (size_t)B);
+			be->download(be, wl->scores + first, logits,
+				     (size_t)B * sizeof(float));
+			memcpy(wl->score_labels + first, wl->host_y,
+			       (size_t)B * sizeof(int32_t));
+			continue;
+		}
 		be->softmax_xent_forward(be, wl->losses, wl->probs, logits, b.y,
 					 B, wl->classes, 0.0f);
 		loss += be->sum(be, wl->losses, (size_t)B);
@@ -481,7 +703,11 @@ static int eval_split(apf_workload *wl, int split, size_t n,
 	rc = be->sync(be);
 	m->n = n;
 	m->loss = n ? loss / (double)n : 0.0;
-	m->accuracy = n ? (double)correct / (double)n : 0.0;
+	m->accuracy = n && !sigmoid ? (double)correct / (double)n : NAN;
+	m->log_loss = sigmoid ? m->loss : NAN;
+	m->auc = NAN;
+	if (!rc && sigmoid)
+		rc = apf_auc(&m->auc, wl->scores, wl->score_labels, n);
 	return rc;
 }
 
@@ -490,7 +716,7 @@ int apf_workload_evaluate(apf_workload *wl, const float *params,
 			  apf_workload_eval *out)
 {
 	memset(out, 0, sizeof *out);
-	if (!wl->ds || wl->ds->map)
+	if (!wl->ds || !wl->ds->holds_eval)
 		return apf_error(APF_EINTERNAL, wl->spec->name,
 				 "opened without the evaluation splits");
 	/* Eval-mode layers only read what is bound; the cast lets the same
@@ -500,9 +726,9 @@ int apf_workload_evaluate(apf_workload *wl, const float *params,
 	for (int s = 0; !rc && s < 3; s++) {
 		if (!(splits & (1u << s)))
 			continue;
-		size_t n = wl->ds->split[s].n;
+		size_t n = apf_dataset_size(wl->ds, s);
 		if (s == APF_SPLIT_TRAIN)
-			n = wl->ds->split[APF_SPLIT_VALIDATION].n;
+			n = apf_dataset_size(wl->ds, APF_SPLIT_VALIDATION);
 		rc = eval_split(wl, s, n, &out->split[s]);
 	}
 	apf_net_bind(wl->net, wl->params, wl->state);
@@ -512,6 +738,106 @@ int apf_workload_evaluate(apf_workload *wl, const float *params,
 double apf_workload_metric(const apf_workload *wl,
 			   const struct apf_split_metrics *m)
 {
-	(void)wl;
-	return m->accuracy;
+	return apf_split_metric(m, wl->spec->metric);
+}
+
+double apf_split_metric(const struct apf_split_metrics *m, const char *name)
+{
+	if (!strcmp(name, "accuracy"))
+		return m->accuracy;
+	if (!strcmp(name, "log_loss"))
+		return m->log_loss;
+	if (!strcmp(name, "auc"))
+		return m->auc;
+	return NAN;
+}
+
+/* The metrics a loss can report, and the direction each improves in. */
+static const struct {
+	const char *name;
+	int loss, direction;
+} known_metrics[] = {
+	{"accuracy", LOSS_SOFTMAX_XENT, 1},
+	{"log_loss", LOSS_SIGMOID_XENT, -1},
+	{"auc", LOSS_SIGMOID_XENT, 1},
+};
+
+static int check_metrics(const apf_workload_spec *w, int loss)
+{
+	for (size_t i = 0; i < w->nmetrics; i++) {
+		size_t k = 0, nk = sizeof known_metrics / sizeof *known_metrics;
+		while (k < nk && (strcmp(known_metrics[k].name, w->metrics[i]) ||
+				  known_metrics[k].loss != loss))
+			k++;
+		if (k == nk)
+			return apf_config_error(
+				w->ini, "workload",
+				apf_config_get(w->ini, "workload", "metrics")
+					? "metrics"
+					: "metric",
+				"%s reports %s, not '%s'", w->loss,
+				loss == LOSS_SOFTMAX_XENT ? "accuracy"
+							  : "log_loss and auc",
+				w->metrics[i]);
+		if (!strcmp(w->metrics[i], w->metric) &&
+		    known_metrics[k].direction != w->direction)
+			return apf_config_error(w->ini, "workload", "direction",
+						"%s improves as it %s", w->metric,
+						known_metrics[k].direction > 0
+							? "grows (max)"
+							: "falls (min)");
+	}
+	return 0;
+}
+
+/* Pairs of (score, index) sorted by score, ties by index: a total order,
+ * so the ranks do not depend on the sort's implementation. */
+struct scored {
+	float s;
+	uint32_t i;
+};
+
+static int cmp_scored(const void *a, const void *b)
+{
+	const struct scored *x = a, *y = b;
+	if (x->s != y->s)
+		return x->s < y->s ? -1 : 1;
+	return x->i < y->i ? -1 : x->i > y->i;
+}
+
+int apf_auc(double *out, const float *scores, const int32_t *labels, size_t n)
+{
+	*out = NAN;
+	struct scored *v = malloc((n ? n : 1) * sizeof *v);
+	if (!v)
+		return apf_error(APF_ENOMEM, "auc", "out of memory");
+	size_t pos = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (isnan(scores[i])) {
+			free(v); /* no order: the AUC of a diverged model */
+			return 0;
+		}
+		v[i] = (struct scored){scores[i], (uint32_t)i};
+		pos += labels[i] != 0;
+	}
+	qsort(v, n, sizeof *v, cmp_scored);
+	/* Mann-Whitney: the positives' rank sum, ties at their average
+	 * rank (1-based). */
+	double rank_sum = 0.0;
+	for (size_t i = 0; i < n;) {
+		size_t j = i;
+		while (j + 1 < n && v[j + 1].s == v[i].s)
+			j++;
+		double avg = 0.5 * ((double)i + (double)j) + 1.0;
+		for (size_t k = i; k <= j; k++)
+			if (labels[v[k].i])
+				rank_sum += avg;
+		i = j + 1;
+	}
+	free(v);
+	size_t neg = n - pos;
+	if (pos && neg)
+		*out = (rank_sum - 0.5 * (double)pos * (double)(pos + 1)) /
+		       ((double)pos * (double)neg);
+	return 0;
 }

@@ -186,6 +186,64 @@ static int load_budget(const apf_config *c, const char *section,
 	return rc;
 }
 
+/* [workload] metrics: the names each split reports besides its loss, in
+ * order, "accuracy" or "log_loss, auc"; absent, the metric alone. The
+ * metric must be one of them. Which names a loss can report is the
+ * runtime's to check. */
+static int load_metrics(apf_workload_spec *w)
+{
+	const apf_config *c = w->ini;
+	const char *v = NULL;
+	int rc = apf_config_opt_string(c, "workload", "metrics", &v);
+	if (rc)
+		return rc;
+	if (!v)
+		v = w->metric;
+	int has_primary = 0;
+	for (const char *p = v; *p;) {
+		while (*p == ' ' || *p == '\t' || *p == ',')
+			p++;
+		size_t len = 0;
+		while (p[len] && p[len] != ',' && p[len] != ' ' && p[len] != '\t')
+			len++;
+		if (!len)
+			break;
+		if (len > 40 || w->nmetrics == APF_WORKLOAD_MAX_METRICS)
+			return apf_config_error(c, "workload", "metrics",
+						"at most %d names of up to 40 "
+						"characters",
+						APF_WORKLOAD_MAX_METRICS);
+		char *name = apf_strdup(p);
+		if (!name)
+			return apf_error(APF_ENOMEM, apf_config_name(c),
+					 "out of memory");
+		name[len] = 0;
+		for (size_t i = 0; i < w->nmetrics; i++)
+			if (!strcmp(w->metrics[i], name)) {
+				free(name);
+				return apf_config_error(c, "workload",
+							"metrics",
+							"'%.40s' twice", p);
+			}
+		if (!apf_workload_name_ok(name) || !strcmp(name, "loss") ||
+		    !strcmp(name, "num_examples")) {
+			rc = apf_config_error(c, "workload", "metrics",
+					      "'%s' is not a metric name",
+					      name);
+			free(name);
+			return rc;
+		}
+		has_primary |= !strcmp(name, w->metric);
+		w->metrics[w->nmetrics++] = name;
+		p += len;
+	}
+	if (!has_primary)
+		return apf_config_error(c, "workload", "metrics",
+					"must include the metric '%s'",
+					w->metric);
+	return 0;
+}
+
 static int load_variants(apf_workload_spec *w)
 {
 	const apf_config *c = w->ini;
@@ -251,7 +309,8 @@ int apf_workload_spec_load_dir(apf_workload_spec **out, const char *dir)
 	const apf_config *c = w->ini;
 	static const char *const wkeys[] = {
 		"name", "description", "model", "loss", "metric", "direction",
-		"validation_target", "test_target", "targets", "max_steps", NULL};
+		"validation_target", "test_target", "targets", "max_steps",
+		"metrics", NULL};
 	for (size_t i = 0; !rc && i < apf_config_nsections(c); i++) {
 		const char *s = apf_config_section(c, i);
 		if (strcmp(s, "workload") && strcmp(s, "dataset") &&
@@ -286,6 +345,8 @@ int apf_workload_spec_load_dir(apf_workload_spec **out, const char *dir)
 		rc = dup_req(c, "workload", "loss", &w->loss);
 	if (!rc)
 		rc = dup_req(c, "workload", "metric", &w->metric);
+	if (!rc)
+		rc = load_metrics(w);
 	const char *dirn = NULL;
 	if (!rc)
 		rc = apf_config_string(c, "workload", "direction", &dirn);
@@ -398,6 +459,8 @@ void apf_workload_spec_free(apf_workload_spec *w)
 	free(w->model);
 	free(w->loss);
 	free(w->metric);
+	for (size_t i = 0; i < w->nmetrics; i++)
+		free(w->metrics[i]);
 	free(w->dataset_name);
 	free(w->dataset_path);
 	free(w->dataset_digest);

@@ -4,13 +4,20 @@
  *
  * workload.ini:
  *
- *     [workload]      name, description, model (the model code's name), loss,
- *                     metric (e.g. accuracy), direction (max|min),
+ *     [workload]      name, description, model (the model code's name), loss
+ *                     (cross_entropy | sigmoid_xent), metric (e.g. accuracy,
+ *                     log_loss), direction (max|min), metrics (what each
+ *                     split reports besides its loss: "log_loss, auc";
+ *                     default the metric alone),
  *                     validation_target, test_target,
  *                     targets (provisional|derived), max_steps
  *     [dataset]       name, path (absolute, or relative to the workload
  *                     directory), digest (its tree digest, `apf hash PATH`),
- *                     plus reader-specific keys (format, split sizes, ...)
+ *                     format (idx | table) and its keys: idx images
+ *                     (train_images, ..., validation_size, classes, mean,
+ *                     std) or tables (train, validation, test: table files;
+ *                     dense_features; categorical_rows, one count per
+ *                     categorical feature)
  *     [model]         model-specific keys (width, activation, norm, ...)
  *     [budget.cpu]    max_runtime_s, eval_period_s (per hardware class)
  *     [budget.gpu]
@@ -32,6 +39,8 @@
 #include "data/data.h"
 #include "nn/nn.h"
 
+#define APF_WORKLOAD_MAX_METRICS 8
+
 struct apf_budget {
 	double max_runtime_s;
 	double eval_period_s;
@@ -50,6 +59,10 @@ typedef struct apf_workload_spec {
 	char *model;
 	char *loss;
 	char *metric;
+	char *metrics[APF_WORKLOAD_MAX_METRICS]; /* reported per split, in
+						    order; the metric among
+						    them */
+	size_t nmetrics;
 	int direction;      /* +1: higher is better (max), -1: lower (min) */
 	double validation_target, test_target;
 	int targets_provisional;
@@ -105,7 +118,10 @@ int apf_workload_meets(int direction, double value, double target);
  */
 
 /* Model code: builds the net for a variant. `keys` lists the [model] keys it
- * reads (NULL-terminated); others are refused. */
+ * reads (NULL-terminated); others are refused. The input is H, W, C floats
+ * per example (a table's dense features: 1, 1, n) plus, for a table, its
+ * categorical ids (apf_workload_table_rows); `classes` is the number of
+ * outputs the loss takes (1 for sigmoid_xent). */
 struct apf_model_def {
 	const char *name;
 	const char *const *keys;
@@ -115,7 +131,13 @@ struct apf_model_def {
 };
 /* The model code apf knows, by [workload] model name; NULL if none. */
 const struct apf_model_def *apf_model_find(const char *name);
-extern const struct apf_model_def apf_model_mlp, apf_model_resnet;
+extern const struct apf_model_def apf_model_mlp, apf_model_resnet,
+	apf_model_dlrm;
+
+/* A table dataset's [dataset] categorical_rows: the rows of each
+ * categorical feature, at most max of them; *n = 0 when the key is absent. */
+int apf_workload_table_rows(const apf_workload_spec *w, int *rows, int max,
+			    int *n);
 
 /* [model] values under a variant, typed, with a default when unset;
  * malformed values fail naming the section that set them. */
@@ -147,8 +169,8 @@ int apf_workload_open(apf_workload **out, const apf_workload_spec *spec,
 		      const char *variant, apf_backend *be,
 		      const apf_trial_key *key, int flags);
 /* A trial's workload: the training split comes from train_fd, a sealed
- * memfd the supervisor made with apf_image_dataset_export_train; the
- * dataset's files are never opened and evaluation is refused. */
+ * memfd the supervisor made with apf_dataset_export_train; the dataset's
+ * files are never opened and evaluation is refused. */
 int apf_workload_open_train(apf_workload **out, const apf_workload_spec *spec,
 			    const char *variant, apf_backend *be,
 			    const apf_trial_key *key, int train_fd);
@@ -156,8 +178,10 @@ void apf_workload_close(apf_workload *wl);
 
 apf_net *apf_workload_net(apf_workload *wl);
 apf_backend *apf_workload_backend(apf_workload *wl);
-const apf_image_dataset *apf_workload_dataset(const apf_workload *wl);
+const apf_dataset *apf_workload_dataset(const apf_workload *wl);
 const char *apf_workload_variant_name(const apf_workload *wl);
+/* The spec's direction: +1 when its metric improves as it grows. */
+int apf_workload_direction(const apf_workload *wl);
 /* 0 only when opened with NO_DATA and no training images gave the input
  * shape (none named, or none on this machine): the net was built for the
  * 28x28x1 stand-in, so its size is not that of the model a trial trains. */
@@ -171,9 +195,11 @@ int apf_workload_init(apf_workload *wl);
 
 /* A batch in backend memory, owned by the workload. */
 typedef struct apf_batch {
-	const float *x;   /* (B,H,W,C) */
+	const float *x;   /* (B,H,W,C) images, or (B,n_dense) features */
 	const int32_t *y; /* (B) */
 	int B;
+	const int32_t *xi;      /* (B,n_cat) categorical ids; NULL: none */
+	const int32_t *host_xi; /* the same in host memory */
 } apf_batch;
 
 /* The next training batch after *pos (shuffled per epoch from the trial
@@ -188,10 +214,21 @@ int apf_workload_loss_grad(apf_workload *wl, const apf_batch *batch,
 			   uint64_t step, double *loss, float *grads);
 
 struct apf_split_metrics {
-	double loss;      /* mean cross-entropy, no smoothing */
-	double accuracy;
+	double loss;      /* mean of the workload's loss, no smoothing */
+	double accuracy;  /* cross_entropy */
+	double log_loss;  /* sigmoid_xent: the mean loss, by its usual name */
+	double auc;       /* sigmoid_xent: area under the ROC curve, exact */
 	size_t n;         /* examples evaluated */
 };
+
+/* A split's metric by name (accuracy, log_loss, auc); NAN for others. */
+double apf_split_metric(const struct apf_split_metrics *m, const char *name);
+/* The exact ROC AUC of scores (n) against 0/1 labels (n): tied scores
+ * share their average rank, sums run in double in sorted order (ties in
+ * index order), so the value is a function of the inputs alone; NAN when
+ * one class is absent. */
+int apf_auc(double *out, const float *scores, const int32_t *labels,
+	    size_t n);
 
 typedef struct apf_workload_eval {
 	struct apf_split_metrics split[3]; /* by enum apf_split_id; train is
@@ -243,7 +280,8 @@ struct apf_fit_opts {
 
 struct apf_fit_result {
 	apf_workload_eval last;
-	double best_validation; /* best validation metric seen */
+	double best_validation; /* best validation metric seen, in the
+				   metric's direction */
 	long steps_done;
 	double train_seconds;   /* excluding evaluation */
 	double last_loss;

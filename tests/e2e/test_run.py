@@ -29,6 +29,8 @@ def sandbox_available():
 
 
 class RunCase(ApfCase):
+    metric = "accuracy"  # the workload's metric, as check_run compares it
+
     def setUp(self):
         super().setUp()
         if not sandbox_available():
@@ -85,8 +87,8 @@ class RunCase(ApfCase):
                     self.assertEqual(int(row["global_step"]), e["global_step"])
                     self.assertAlmostEqual(float(row["score"]),
                                            e["accumulated_submission_ns"] / 1e9, places=8)
-                    self.assertAlmostEqual(float(row["validation/accuracy"]),
-                                           e["metrics"]["validation/accuracy"], places=8)
+                    col = "validation/" + self.metric
+                    self.assertAlmostEqual(float(row[col]), e["metrics"][col], places=8)
         return recs
 
 

@@ -31,6 +31,7 @@ struct lcase {
 	int B, H, W, C, OC, K, S, P, act;
 	float p, smoothing;
 	int uniform_dout; /* the backward takes one weight for all outputs */
+	int no_accum;     /* the backward writes its gradients, never adds */
 	void (*ref)(const struct lcase *c, double *const *in, double *out);
 	void (*fwd)(const struct lcase *c, apf_backend *be, float *const *in,
 		    float *out, float *save);
@@ -373,6 +374,105 @@ static void xent_bwd(const struct lcase *c, apf_backend *be, float *const *in,
 				  c->smoothing, dout[0]);
 }
 
+/* Sigmoid cross-entropy: logits (B) against 0/1 labels, smoothing s. */
+static const int32_t sig_labels[5] = {1, 0, 0, 1, 1};
+static void sigxent_ref(const struct lcase *c, double *const *in, double *out)
+{
+	for (int b = 0; b < c->B; b++) {
+		double z = 4.0 * in[0][b]; /* reach the saturated parts too */
+		double t = (1 - c->smoothing) * sig_labels[b] + 0.5 * c->smoothing;
+		double p = 1.0 / (1.0 + exp(-z));
+		out[b] = -(t * log(p) + (1 - t) * log(1 - p));
+	}
+}
+static void sigxent_fwd(const struct lcase *c, apf_backend *be,
+			float *const *in, float *out, float *save)
+{
+	float z[8];
+	for (int b = 0; b < c->B; b++)
+		z[b] = 4.0f * in[0][b];
+	be->sigmoid_xent_forward(be, out, save, z, sig_labels, c->B,
+				 c->smoothing);
+}
+static void sigxent_bwd(const struct lcase *c, apf_backend *be,
+			float *const *in, const float *out, const float *dout,
+			float *const *din, float *save, int accum)
+{
+	(void)in, (void)out, (void)accum;
+	be->sigmoid_xent_backward(be, din[0], save, sig_labels, c->B,
+				  c->smoothing, dout[0]);
+	for (int b = 0; b < c->B; b++)
+		din[0][b] *= 4.0f; /* the chain rule of the scaling above */
+}
+
+/* Embedding: two fields of 4 and 3 rows (V = 7, D = 3) read by B = 3
+ * examples, rows 1 (field 0) and 4 (field 1's 0) twice each, so backward
+ * must add rows hit more than once. */
+static const int32_t emb_idx[6] = {1, 0, 1, 2, 3, 0};
+static const int32_t emb_off[2] = {0, 4};
+static void emb_ref(const struct lcase *c, double *const *in, double *out)
+{
+	for (int b = 0; b < c->B; b++)
+		for (int f = 0; f < 2; f++)
+			for (int d = 0; d < c->C; d++)
+				out[(b * 2 + f) * c->C + d] =
+					in[0][(emb_off[f] + emb_idx[b * 2 + f]) *
+						      c->C + d];
+}
+static void emb_fwd(const struct lcase *c, apf_backend *be, float *const *in,
+		    float *out, float *save)
+{
+	(void)save;
+	be->embedding_forward(be, out, emb_idx, 2, emb_off, in[0], c->B, 2,
+			      c->C);
+}
+static void emb_bwd(const struct lcase *c, apf_backend *be, float *const *in,
+		    const float *out, const float *dout, float *const *din,
+		    float *save, int accum)
+{
+	(void)in, (void)out, (void)save, (void)accum;
+	be->embedding_backward(be, din[0], dout, emb_idx, 2, emb_off, c->B, 2,
+			       7, c->C);
+}
+
+/* Dot interaction: dense (B,D), emb (B,E,D) -> (B, D + F(F-1)/2). */
+static void inter_ref(const struct lcase *c, double *const *in, double *out)
+{
+	int E = c->W, D = c->C, F = E + 1;
+	int OC = D + F * (F - 1) / 2;
+	for (int b = 0; b < c->B; b++) {
+		double *o = out + b * OC;
+		const double *v[16];
+		v[0] = in[0] + b * D;
+		for (int k = 1; k < F; k++)
+			v[k] = in[1] + (b * E + k - 1) * D;
+		for (int d = 0; d < D; d++)
+			o[d] = v[0][d];
+		int p = D;
+		for (int i = 1; i < F; i++)
+			for (int j = 0; j < i; j++) {
+				double s = 0;
+				for (int d = 0; d < D; d++)
+					s += v[i][d] * v[j][d];
+				o[p++] = s;
+			}
+	}
+}
+static void inter_fwd(const struct lcase *c, apf_backend *be,
+		      float *const *in, float *out, float *save)
+{
+	(void)save;
+	be->interaction_forward(be, out, in[0], in[1], c->B, c->W, c->C);
+}
+static void inter_bwd(const struct lcase *c, apf_backend *be,
+		      float *const *in, const float *out, const float *dout,
+		      float *const *din, float *save, int accum)
+{
+	(void)out, (void)save;
+	be->interaction_backward(be, din[0], din[1], dout, in[0], in[1], c->B,
+				 c->W, c->C, accum, accum);
+}
+
 /* ---- the checker ---------------------------------------------------------- */
 
 static double *dup_d(const double *x, size_t n)
@@ -449,7 +549,7 @@ static void check_layer_on(const struct lcase *c, apf_backend *be)
 	}
 	/* accumulate mode adds exactly what write mode writes (softmax
 	 * cross-entropy's backward has no accumulate mode) */
-	if (c->ref != xent_ref) {
+	if (c->ref != xent_ref && !c->no_accum) {
 		for (int k = 0; k < c->nin; k++)
 			for (size_t i = 0; i < c->in_n[k]; i++)
 				dacc[k][i] = 0.5f;
@@ -603,6 +703,126 @@ static void dropout_add_and_loss_gradients_match_finite_differences(void **state
 		x.in_n[0] = 20, x.out_n = 4;
 		check_layer(&x);
 	}
+}
+
+static void click_layers_gradients_match_finite_differences(void **state)
+{
+	(void)state;
+	for (int s = 0; s < 2; s++) {
+		struct lcase x = {.name = "sigmoid_xent", .nin = 1, .B = 5,
+				  .smoothing = s ? 0.1f : 0.0f,
+				  .uniform_dout = 1, .no_accum = 1,
+				  .ref = sigxent_ref, .fwd = sigxent_fwd,
+				  .bwd = sigxent_bwd};
+		x.in_n[0] = 5, x.out_n = 5;
+		check_layer(&x);
+	}
+	struct lcase e = {.name = "embedding", .nin = 1, .B = 3, .C = 3,
+			  .no_accum = 1, .ref = emb_ref, .fwd = emb_fwd,
+			  .bwd = emb_bwd};
+	e.in_n[0] = 7 * 3, e.out_n = 3 * 2 * 3;
+	check_layer(&e);
+	struct lcase d = {.name = "interaction", .nin = 2, .B = 2, .W = 3,
+			  .C = 4, .ref = inter_ref, .fwd = inter_fwd,
+			  .bwd = inter_bwd};
+	d.in_n[0] = 2 * 4, d.in_n[1] = 2 * 3 * 4, d.out_n = 2 * (4 + 6);
+	check_layer(&d);
+}
+
+/* A DLRM-shaped net: dense (3) -> linear 4 -> relu; two embedding fields
+ * of 5 and 3 rows (D 4); interaction; linear 6 -> relu -> linear 1. */
+static apf_net *dlrm_net(apf_backend *be)
+{
+	apf_net *net;
+	assert_apf_ok(apf_net_new(&net, be, 1, 1, 3));
+	assert_apf_ok(apf_net_index_input(net, 2));
+	int rows[2] = {5, 3};
+	int b = apf_net_linear(net, 0, 4, 1, "bottom");
+	b = apf_net_activation(net, b, APF_ACT_RELU);
+	int e = apf_net_embedding(net, 0, 2, rows, 4, 0.5f, "emb");
+	int t = apf_net_interaction(net, b, e);
+	t = apf_net_linear(net, t, 6, 1, "top1");
+	t = apf_net_activation(net, t, APF_ACT_TANH);
+	t = apf_net_linear(net, t, 1, 1, "top2");
+	assert_true(t > 0);
+	assert_apf_ok(apf_net_finish(net, t));
+	return net;
+}
+
+static void dlrm_net_gradient_matches_finite_differences(void **state)
+{
+	(void)state;
+	apf_backend *be;
+	assert_apf_ok(apf_backend_cpu_new(&be, 1));
+	apf_net *net = dlrm_net(be);
+	const apf_param *ep = apf_net_param(net, 2);
+	assert_string_equal(ep->name, "emb.weight");
+	assert_int_equal(ep->kind, APF_PARAM_EMBEDDING);
+	assert_int_equal(ep->shape[0], 8);
+	assert_int_equal(apf_net_out_features(net), 1);
+	size_t np = apf_net_param_floats(net);
+	float *params = calloc(np, 4), *g = calloc(np, 4);
+	apf_net_bind(net, params, NULL);
+	apf_rng_key key = {5, 0, 0, APF_RNG_INIT};
+	assert_apf_ok(apf_net_init(net, &key, "he_normal"));
+	for (size_t j = 0; j < ep->numel; j++) {
+		float v = params[ep->offset + j];
+		assert_true(v >= -0.5f && v <= 0.5f);
+	}
+	enum { B = 4 };
+	float x[B * 3], r[B];
+	int32_t idx[B * 2] = {4, 2, 0, 2, 4, 0, 1, 1};
+	apf_rng rr;
+	apf_rng_init(&rr, &key, 9);
+	for (int i = 0; i < B * 3; i++)
+		x[i] = apf_rng_normal(&rr);
+	for (int i = 0; i < B; i++)
+		r[i] = apf_rng_uniform(&rr) - 0.5f;
+	const float *out;
+	assert_apf_ok(apf_net_forward_idx(net, &out, x, idx, idx, B, 1, NULL, 0));
+	assert_apf_ok(apf_net_backward(net, g, r));
+	const float h = 1e-2f;
+	int checked = 0;
+	for (size_t i = 0; i < apf_net_nparams(net); i++) {
+		const apf_param *p = apf_net_param(net, i);
+		for (size_t j = 0; j < p->numel; j++) {
+			float *w = &params[p->offset + j], keep = *w;
+			double L[2];
+			for (int k = 0; k < 2; k++) {
+				*w = keep + (k ? -h : h);
+				assert_apf_ok(apf_net_forward_idx(
+					net, &out, x, idx, idx, B, 1, NULL, 0));
+				L[k] = 0;
+				for (int b = 0; b < B; b++)
+					L[k] += (double)r[b] * out[b];
+			}
+			*w = keep;
+			double num = (L[0] - L[1]) / (2 * h);
+			double got = g[p->offset + j];
+			if (fabs(got - num) > 2e-3 + 3e-2 * fabs(num))
+				fail_msg("%s[%zu]: backward %.6g, finite "
+					 "difference %.6g",
+					 p->name, j, got, num);
+			checked++;
+		}
+	}
+	assert_true(checked > 80);
+	/* An index outside its field is refused before any lookup, and a
+	 * forward without the indices is an error, not a read of NULL. */
+	int32_t bad[B * 2] = {4, 2, 0, 3, 4, 0, 1, 1};
+	assert_int_equal(apf_net_forward_idx(net, &out, x, bad, bad, B, 1,
+					     NULL, 0),
+			 APF_EINPUT);
+	assert_non_null(strstr(apf_error_message(), "outside its field"));
+	bad[3] = -1;
+	assert_int_equal(apf_net_forward_idx(net, &out, x, bad, bad, B, 0,
+					     NULL, 0),
+			 APF_EINPUT);
+	assert_int_equal(apf_net_forward(net, &out, x, B, 0, NULL, 0),
+			 APF_EINTERNAL);
+	free(params), free(g);
+	apf_net_free(net);
+	apf_backend_free(be);
 }
 
 static void dropout_keeps_the_stated_share(void **state)
@@ -1063,6 +1283,8 @@ int main(void)
 		cmocka_unit_test(activation_gradients_match_finite_differences),
 		cmocka_unit_test(pooling_gradients_match_finite_differences),
 		cmocka_unit_test(dropout_add_and_loss_gradients_match_finite_differences),
+		cmocka_unit_test(click_layers_gradients_match_finite_differences),
+		cmocka_unit_test(dlrm_net_gradient_matches_finite_differences),
 		cmocka_unit_test(dropout_keeps_the_stated_share),
 		cmocka_unit_test(conv_over_many_chunks_matches_reference),
 		cmocka_unit_test(threaded_layers_agree_with_one_thread),

@@ -1503,6 +1503,155 @@ static long count_correct(apf_backend *be, const float *logits,
 	return n;
 }
 
+/* ---- click-through layers: sigmoid loss, embeddings, dot interaction ----- */
+
+// losses (B), probs (B) from logits (B) and 0/1 labels (B)
+static void sigmoid_xent_forward(apf_backend *be, float *losses, float *probs,
+				 const float *logits, const int32_t *labels,
+				 int B, float smoothing)
+{
+	(void)be;
+	for (int b = 0; b < B; b++) {
+		double z = logits[b];
+		double t = (1.0 - smoothing) * (labels[b] ? 1.0 : 0.0) +
+			   0.5 * smoothing;
+		/* max(z,0) - z t + log(1 + exp(-|z|)): no exp overflows, and
+		 * log1p keeps the small tail exact. */
+		double l = (z > 0 ? z : 0.0) - z * t + log1p(exp(-fabs(z)));
+		losses[b] = (float)l;
+		probs[b] = (float)(z >= 0 ? 1.0 / (1.0 + exp(-z))
+					  : exp(z) / (1.0 + exp(z)));
+	}
+}
+
+static void sigmoid_xent_backward(apf_backend *be, float *dlogits,
+				  const float *probs, const int32_t *labels,
+				  int B, float smoothing, float dloss)
+{
+	(void)be;
+	for (int b = 0; b < B; b++) {
+		float t = (1.0f - smoothing) * (labels[b] ? 1.0f : 0.0f) +
+			  0.5f * smoothing;
+		dlogits[b] = dloss * (probs[b] - t);
+	}
+}
+
+// out (B,F,D) from table (V,D) at rows offset[f] + idx (B,ldi)[b,f]
+static void embedding_forward(apf_backend *be, float *out, const int32_t *idx,
+			      int ldi, const int32_t *offset,
+			      const float *table, int B, int F, int D)
+{
+	(void)be;
+	for (int b = 0; b < B; b++)
+		for (int f = 0; f < F; f++) {
+			size_t row = (size_t)idx[(size_t)b * ldi + f] +
+				     (offset ? (size_t)offset[f] : 0);
+			memcpy(out + ((size_t)b * F + f) * D,
+			       table + row * D, (size_t)D * sizeof *out);
+		}
+}
+
+// dtable (V,D) = scatter-add of dout (B,F,D) rows, in (b, f) order
+static void embedding_backward(apf_backend *be, float *dtable,
+			       const float *dout, const int32_t *idx, int ldi,
+			       const int32_t *offset, int B, int F, int V,
+			       int D)
+{
+	(void)be;
+	memset(dtable, 0, (size_t)V * D * sizeof *dtable);
+	for (int b = 0; b < B; b++)
+		for (int f = 0; f < F; f++) {
+			size_t row = (size_t)idx[(size_t)b * ldi + f] +
+				     (offset ? (size_t)offset[f] : 0);
+			float *g = dtable + row * D;
+			const float *d = dout + ((size_t)b * F + f) * D;
+			for (int k = 0; k < D; k++)
+				g[k] += d[k];
+		}
+}
+
+/* Vector k of example b: the dense vector, then the embeddings. */
+static const float *ivec(const float *dense, const float *emb, int b, int k,
+			 int E, int D)
+{
+	return k == 0 ? dense + (size_t)b * D
+		      : emb + ((size_t)b * E + (k - 1)) * D;
+}
+
+// out (B, D + F(F-1)/2) from dense (B,D) and emb (B,E,D), F = E + 1
+static void interaction_forward(apf_backend *be, float *out,
+				const float *dense, const float *emb, int B,
+				int E, int D)
+{
+	(void)be;
+	int F = E + 1;
+	size_t OC = (size_t)D + (size_t)F * (F - 1) / 2;
+	for (int b = 0; b < B; b++) {
+		float *o = out + b * OC;
+		memcpy(o, dense + (size_t)b * D, (size_t)D * sizeof *o);
+		size_t p = (size_t)D;
+		for (int i = 1; i < F; i++) {
+			const float *vi = ivec(dense, emb, b, i, E, D);
+			for (int j = 0; j < i; j++) {
+				const float *vj = ivec(dense, emb, b, j, E, D);
+				double s = 0.0;
+				for (int k = 0; k < D; k++)
+					s += (double)vi[k] * vj[k];
+				o[p++] = (float)s;
+			}
+		}
+	}
+}
+
+/* Backward walks the pairs once in their output order: pair (i, j) adds
+ * dout(pair) v_j to v_i's gradient and dout(pair) v_i to v_j's, summed in
+ * double (F*D per example) and then written or added. */
+static void interaction_backward(apf_backend *be, float *ddense, float *demb,
+				 const float *dout, const float *dense,
+				 const float *emb, int B, int E, int D,
+				 int accum_dense, int accum_emb)
+{
+	int F = E + 1;
+	size_t OC = (size_t)D + (size_t)F * (F - 1) / 2;
+	double *g = malloc((size_t)F * D * sizeof *g);
+	if (!g) {
+		cpu_fail(be, "interaction");
+		return;
+	}
+	for (int b = 0; b < B; b++) {
+		const float *d = dout + b * OC;
+		for (int x = 0; x < D; x++)
+			g[x] = d[x];
+		memset(g + D, 0, (size_t)E * D * sizeof *g);
+		size_t p = (size_t)D;
+		for (int i = 1; i < F; i++) {
+			const float *vi = ivec(dense, emb, b, i, E, D);
+			for (int j = 0; j < i; j++, p++) {
+				const float *vj = ivec(dense, emb, b, j, E, D);
+				double w = d[p];
+				double *gi = g + (size_t)i * D, *gj = g + (size_t)j * D;
+				for (int x = 0; x < D; x++) {
+					gi[x] += w * vj[x];
+					gj[x] += w * vi[x];
+				}
+			}
+		}
+		if (ddense) {
+			float *dst = ddense + (size_t)b * D;
+			for (int x = 0; x < D; x++)
+				dst[x] = accum_dense ? dst[x] + (float)g[x]
+						     : (float)g[x];
+		}
+		if (demb) {
+			float *dst = demb + (size_t)b * E * D;
+			for (size_t x = 0; x < (size_t)E * D; x++)
+				dst[x] = accum_emb ? dst[x] + (float)g[D + x]
+						   : (float)g[D + x];
+		}
+	}
+	free(g);
+}
+
 /* ---- vector operations ---------------------------------------------------- */
 
 static void v_fill(apf_backend *be, float *x, float v, size_t n)
@@ -1820,6 +1969,12 @@ static const apf_backend cpu_template = {
 	.softmax_xent_forward = softmax_xent_forward,
 	.softmax_xent_backward = softmax_xent_backward,
 	.count_correct = count_correct,
+	.sigmoid_xent_forward = sigmoid_xent_forward,
+	.sigmoid_xent_backward = sigmoid_xent_backward,
+	.embedding_forward = embedding_forward,
+	.embedding_backward = embedding_backward,
+	.interaction_forward = interaction_forward,
+	.interaction_backward = interaction_backward,
 	.fill = v_fill,
 	.copy = v_copy,
 	.scale = v_scale,
