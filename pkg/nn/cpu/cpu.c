@@ -4,7 +4,9 @@
  * over flat float arrays (shapes in the parameter names); GEMMs go to
  * apf's own GEMM (gemm.h) on the instruction-set path chosen when the
  * backend is created (isa.h: the best this CPU has, or APF_CPU_ISA).
- * Convolutions are im2col + GEMM over chunks of the batch.
+ * Convolutions are im2col + GEMM over chunks of the batch; the default
+ * backend routes the shapes fast.c takes (direct and Winograd convolutions,
+ * fused batch norm) to its kernels, on the same path.
  *
  * Determinism: work is shared among be->threads threads by static splits
  * that depend only on sizes and the thread count; sums that cross a split
