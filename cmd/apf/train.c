@@ -74,7 +74,7 @@ int cmd_train(int argc, char **argv)
 	const char *variant = "base", *lr_s = "1e-3", *wd_s = "1e-4",
 		   *warm_s = "0.05";
 	long steps = 1000, batch = 128, seed = 0, threads = 2, every = 0;
-	int as_json = 0;
+	int as_json = 0, no_eval = 0;
 	const struct apf_opt opts[] = {
 		{"variant", 'v', OPT_STRING, &variant, "NAME",
 		 "the workload variant (default base)"},
@@ -89,6 +89,9 @@ int cmd_train(int argc, char **argv)
 		{"threads", 't', OPT_INT, &threads, "T", "compute threads (2)"},
 		{"eval-every", 'e', OPT_INT, &every, "N",
 		 "evaluate every N steps (default: at the end only)"},
+		{"no-eval", 0, OPT_FLAG, &no_eval, NULL,
+		 "train only, never evaluate: the digest alone (to compare "
+		 "instruction-set paths without the evaluations' cost)"},
 		{"json", 0, OPT_FLAG, &as_json, NULL,
 		 "print the evaluations as JSON on stdout"},
 		{0},
@@ -144,7 +147,7 @@ int cmd_train(int argc, char **argv)
 	struct apf_fit_opts o = {
 		.steps = steps, .batch = (int)batch,
 		.adamw = {lr, 0.9, 0.999, 1e-8, wd, warm},
-		.eval_every = every,
+		.eval_every = no_eval ? -1 : every,
 		.eval_splits = 1u << APF_SPLIT_TRAIN |
 			       1u << APF_SPLIT_VALIDATION | 1u << APF_SPLIT_TEST,
 		.on_eval = on_eval, .user = &c};

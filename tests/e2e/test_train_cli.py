@@ -34,6 +34,20 @@ class TrainOnFashionMnist(unittest.TestCase):
         c = apf(*args[:-1], "4")
         self.assertNotEqual(json.loads(c.stdout)["digest"], ra["digest"])
 
+    def test_no_eval_trains_the_same_and_evaluates_nothing(self):
+        args = ["train", "fmnist_mlp", "-v", "narrow", "-n", "10", "-b", "32", "--json"]
+        a, b = apf(*args), apf(*args, "--no-eval", "--eval-every", "5")
+        self.assertEqual(a.returncode, 0, a.stderr)
+        self.assertEqual(b.returncode, 0, b.stderr)
+        ra, rb = json.loads(a.stdout), json.loads(b.stdout)
+        self.assertEqual(rb["digest"], ra["digest"])
+        self.assertEqual(len(ra["evals"]), 1)
+        self.assertEqual(rb["evals"], [])
+        p = apf("train", "fmnist_mlp", "-v", "narrow", "-n", "10", "-b", "32", "--no-eval")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(len(p.stdout.splitlines()), 1)
+        self.assertIn("10 steps in", p.stdout)
+
     def test_text_output_has_one_line_per_evaluation(self):
         p = apf("train", "fmnist_mlp", "-v", "narrow", "-n", "10", "-b", "32", "-e", "5")
         self.assertEqual(p.returncode, 0, p.stderr)

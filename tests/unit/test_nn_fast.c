@@ -1,13 +1,20 @@
 /*
- * test_nn_fast.c: the CPU backend's fast (AVX2/FMA) kernels against its
- * plain ones, the oracle (apf_backend_cpu_plain_new): every layer the fast
- * kernels take, on the fmnist_cnn shapes and on odd ones (partial tiles,
- * strides, 5x5 kernels, shapes that fall back), forward and backward, write
- * and accumulate modes, one and two threads. The two agree to a tight
- * tolerance; each is bit-identical with itself run to run.
+ * test_nn_fast.c: the CPU backend's fast kernels (direct and Winograd
+ * convolutions, fused batch norm) against its plain ones, the oracle
+ * (apf_backend_cpu_plain_new): every layer the fast kernels take, on the
+ * fmnist_cnn shapes and on odd ones (partial tiles, strides, 5x5 kernels,
+ * shapes that fall back), forward and backward, write and accumulate modes,
+ * one and two threads. The two agree to a tight tolerance; each is
+ * bit-identical with itself run to run.
  *
- * Skips where the CPU has no AVX2/FMA: apf_backend_cpu_new is then the
- * plain backend, which test_nn.c covers.
+ * And the contract across CPUs (fast.h): the same layers, and a whole
+ * ResNet's step, give the same bits on every instruction-set path this CPU
+ * runs (APF_CPU_ISA forces each), at one and at two threads, on shapes
+ * chosen to reach every kernel's edge cases: partial pixel tiles, 16 and
+ * 48 channels (the AVX-512 tile's 32 + 16), channel counts its 16 lanes do
+ * not divide (8, 24: the AVX2 kernels take over), batch-norm channels past
+ * the last 16 and 8. Where the CPU has only the scalar path there is
+ * nothing to compare, and those tests say so by skipping.
  */
 #include "testlib.h"
 
@@ -17,6 +24,7 @@
 
 #include "nn/nn.h"
 #include "nn/cpu/fast.h"
+#include "nn/cpu/isa.h"
 
 static float *rand_floats(apf_rng *r, size_t n, float lo, float hi)
 {
@@ -50,10 +58,24 @@ static void assert_close(const char *what, const float *got, const float *want,
 				 i, got[i], want[i], mx);
 }
 
-static void require_fast(void)
+/* The default backend on path isa (APF_CPU_ISA, as a run sets it). */
+static apf_backend *backend_on(int isa, int threads)
 {
-	if (!apf_cpu_fast_supported())
-		SKIP_BECAUSE("this CPU has no AVX2/FMA, so no fast kernels");
+	apf_backend *be;
+	assert_int_equal(setenv("APF_CPU_ISA", apf_cpu_isa_name(isa), 1), 0);
+	assert_apf_ok(apf_backend_cpu_new(&be, threads));
+	unsetenv("APF_CPU_ISA");
+	return be;
+}
+
+/* The paths besides scalar this CPU runs; skips the test where none. */
+static unsigned vector_paths(void)
+{
+	unsigned have = apf_cpu_isa_available() & ~(1u << APF_CPU_ISA_SCALAR);
+	if (!have)
+		SKIP_BECAUSE("this CPU runs the scalar path only: no second "
+			     "path to compare");
+	return have;
 }
 
 struct conv_shape {
@@ -145,7 +167,6 @@ static void conv_compare(const struct conv_shape *s, int threads)
 static void fast_conv_matches_plain_on_fmnist_cnn_shapes(void **state)
 {
 	(void)state;
-	require_fast();
 	static const struct conv_shape shapes[] = {
 		{3, 28, 28, 1, 16, 3, 1, 1, 0},   /* stem */
 		{3, 28, 28, 16, 16, 3, 1, 1, 0},  /* stage 1 */
@@ -164,7 +185,6 @@ static void fast_conv_matches_plain_on_fmnist_cnn_shapes(void **state)
 static void fast_conv_matches_plain_on_odd_shapes(void **state)
 {
 	(void)state;
-	require_fast();
 	static const struct conv_shape shapes[] = {
 		{2, 9, 7, 16, 16, 5, 2, 2, 1},  /* 5x5, stride 2, odd sizes */
 		{2, 7, 7, 16, 16, 3, 2, 1, 0},  /* stride 2 onto an odd map */
@@ -287,7 +307,6 @@ static void bn_relu_compare(int N, int C, int with_res, float offset,
 static void fused_batchnorm_relu_matches_the_three_layers(void **state)
 {
 	(void)state;
-	require_fast();
 	for (int threads = 1; threads <= 2; threads++) {
 		bn_relu_compare(3000, 16, 0, 0.0f, threads); /* threaded rows */
 		bn_relu_compare(3000, 16, 1, 0.0f, threads);
@@ -360,7 +379,6 @@ static void bn_compare(int N, int C, float offset, int threads)
 static void fast_batchnorm_matches_plain(void **state)
 {
 	(void)state;
-	require_fast();
 	for (int threads = 1; threads <= 2; threads++) {
 		bn_compare(3000, 32, 0.0f, threads);
 		bn_compare(700, 20, 0.0f, threads);
@@ -432,7 +450,6 @@ static void resnet_run(apf_backend *be, float **logits, float **grads,
 static void fast_resnet_matches_plain_and_repeats_bit_for_bit(void **state)
 {
 	(void)state;
-	require_fast();
 	apf_backend *plain;
 	assert_apf_ok(apf_backend_cpu_plain_new(&plain, 1));
 	float *lp, *gp, *sp;
@@ -463,6 +480,253 @@ static void fast_resnet_matches_plain_and_repeats_bit_for_bit(void **state)
 	apf_backend_free(plain);
 }
 
+/* ---- the same bits on every path ---------------------------------------- */
+
+/* Every output of the convolution on each vector path against the scalar
+ * path's, bit for bit, through the backend (as a trial runs it). */
+static void conv_same_bits(const struct conv_shape *s, int threads,
+			   unsigned paths)
+{
+	int OH = (s->H + 2 * s->P - s->K) / s->S + 1;
+	int OW = (s->W + 2 * s->P - s->K) / s->S + 1;
+	size_t nx = (size_t)s->B * s->H * s->W * s->C;
+	size_t ny = (size_t)s->B * OH * OW * s->OC;
+	size_t nw = (size_t)s->OC * s->K * s->K * s->C;
+	apf_rng_key key = {15, (uint32_t)s->C, (uint32_t)s->OC, APF_RNG_TEST};
+	apf_rng r;
+	apf_rng_init(&r, &key, (uint64_t)(s->H * 100 + s->K * 10 + s->S));
+	float *x = rand_floats(&r, nx, -1, 1), *w = rand_floats(&r, nw, -0.5f, 0.5f);
+	float *b = rand_floats(&r, (size_t)s->OC, -1, 1);
+	float *dy = rand_floats(&r, ny, -1, 1);
+	apf_backend *ref = backend_on(APF_CPU_ISA_SCALAR, threads);
+	struct conv_out want;
+	conv_run(ref, s, x, w, b, dy, &want);
+	char what[160];
+	for (int isa = APF_CPU_ISA_AVX2; isa <= APF_CPU_ISA_AVX512; isa++) {
+		if (!(paths & (1u << isa)))
+			continue;
+		snprintf(what, sizeof what,
+			 "conv B%d %dx%dx%d->%d K%d S%d P%d t%d on %s", s->B,
+			 s->H, s->W, s->C, s->OC, s->K, s->S, s->P, threads,
+			 apf_cpu_isa_name(isa));
+		apf_backend *be = backend_on(isa, threads);
+		struct conv_out got;
+		conv_run(be, s, x, w, b, dy, &got);
+		if (memcmp(got.y, want.y, ny * sizeof *got.y) ||
+		    memcmp(got.dx, want.dx, nx * sizeof *got.dx) ||
+		    memcmp(got.dxacc, want.dxacc, nx * sizeof *got.dx) ||
+		    memcmp(got.dw, want.dw, nw * sizeof *got.dw) ||
+		    (s->bias && memcmp(got.db, want.db, (size_t)s->OC * 4)))
+			fail_msg("%s: not the scalar path's bits", what);
+		conv_out_free(&got);
+		apf_backend_free(be);
+	}
+	conv_out_free(&want);
+	free(x), free(w), free(b), free(dy);
+	apf_backend_free(ref);
+}
+
+static void conv_gives_the_same_bits_on_every_path(void **state)
+{
+	(void)state;
+	unsigned paths = vector_paths();
+	static const struct conv_shape shapes[] = {
+		{3, 28, 28, 1, 16, 3, 1, 1, 0},   /* stem */
+		{3, 28, 28, 16, 16, 3, 1, 1, 0},  /* Winograd, 16 channels */
+		{3, 28, 28, 16, 32, 3, 2, 1, 0},  /* direct, stride 2 */
+		{3, 28, 28, 16, 32, 1, 2, 0, 0},  /* projection */
+		{2, 7, 7, 64, 64, 3, 1, 1, 1},    /* Winograd 64, bias */
+		{2, 9, 7, 16, 16, 5, 2, 2, 1},    /* 5x5, stride 2, odd sizes */
+		{2, 5, 7, 48, 48, 3, 1, 1, 1},    /* 32 + 16 channels, odd map */
+		{2, 6, 5, 48, 16, 3, 2, 1, 0},    /* direct, 48 -> 16 */
+		{2, 6, 5, 24, 48, 3, 2, 1, 0},    /* 24 channels: 16 + 8 */
+		{3, 5, 4, 8, 16, 3, 1, 1, 1},     /* 8 channels, direct */
+		{2, 6, 5, 32, 20, 3, 1, 1, 1},    /* forward falls back */
+		{5, 3, 3, 8, 16, 3, 3, 1, 1},     /* stride 3, one pixel a row */
+	};
+	for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++)
+		for (int threads = 1; threads <= 2; threads++)
+			conv_same_bits(&shapes[i], threads, paths);
+}
+
+/* The kernels themselves, called with each path in the job (no backend in
+ * between): one forward on one thread, against the scalar path's. */
+static void conv_kernels_compute_the_scalar_bits(void **state)
+{
+	(void)state;
+	unsigned paths = vector_paths();
+	static const struct conv_shape shapes[] = {
+		{2, 9, 9, 16, 48, 3, 1, 1, 1}, /* Winograd */
+		{2, 9, 9, 16, 48, 3, 2, 1, 1}, /* direct */
+	};
+	for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
+		const struct conv_shape *s = &shapes[i];
+		int OH = (s->H + 2 * s->P - s->K) / s->S + 1;
+		int OW = (s->W + 2 * s->P - s->K) / s->S + 1;
+		size_t nx = (size_t)s->B * s->H * s->W * s->C;
+		size_t ny = (size_t)s->B * OH * OW * s->OC;
+		size_t nw = (size_t)s->OC * s->K * s->K * s->C;
+		apf_rng_key key = {16, 0, 0, APF_RNG_TEST};
+		apf_rng r;
+		apf_rng_init(&r, &key, i);
+		float *x = rand_floats(&r, nx, -1, 1);
+		float *w = rand_floats(&r, nw, -0.5f, 0.5f);
+		float *b = rand_floats(&r, (size_t)s->OC, -1, 1);
+		size_t nwork = apf_cpu_conv_fast_work(s->B, s->H, s->W, s->C,
+						      s->OC, s->K, s->S, s->P, 1);
+		float *want = NULL;
+		for (int isa = APF_CPU_ISA_SCALAR; isa <= APF_CPU_ISA_AVX512; isa++) {
+			if (isa != APF_CPU_ISA_SCALAR && !(paths & (1u << isa)))
+				continue;
+			float *y = floats(ny, NAN), *ws = floats(nwork, NAN);
+			struct apf_conv_job j = {
+				.isa = isa, .B = s->B, .H = s->H, .W = s->W,
+				.C = s->C, .OC = s->OC, .K = s->K, .S = s->S,
+				.P = s->P, .OH = OH, .OW = OW, .inp = x,
+				.weight = w, .bias = b, .out = y, .work = ws};
+			apf_cpu_conv_fast_prepare(&j);
+			apf_cpu_conv_fast_forward(&j, 0, 1);
+			free(ws);
+			if (!want) {
+				want = y;
+				continue;
+			}
+			if (memcmp(y, want, ny * sizeof *y))
+				fail_msg("conv kernel %zu on %s: not the scalar "
+					 "path's bits", i, apf_cpu_isa_name(isa));
+			free(y);
+		}
+		free(want), free(x), free(w), free(b);
+	}
+}
+
+/* Batch norm, fused with ReLU (and a residual) and plain, forward in
+ * training and eval mode and backward in write and accumulate modes, on
+ * each path against the scalar path, bit for bit. */
+enum { BN_Y, BN_MEAN, BN_RSTD, BN_RUN_MEAN, BN_RUN_VAR, BN_EVAL_Y, BN_DX,
+       BN_DRES, BN_DSCALE, BN_DBIAS, BN_DX_ACC, BN_DRES_ACC, BN_PLAIN_Y,
+       BN_PLAIN_DX, BN_PLAIN_DSCALE, BN_PLAIN_DBIAS, BN_NOUT };
+
+static const struct {
+	const char *name;
+	int per_row; /* N x C, else C */
+} bn_outs[BN_NOUT] = {
+	{"y", 1}, {"mean", 0}, {"rstd", 0}, {"run_mean", 0}, {"run_var", 0},
+	{"eval y", 1}, {"dx", 1}, {"dres", 1}, {"dscale", 0}, {"dbias", 0},
+	{"dx accumulated", 1}, {"dres accumulated", 1}, {"plain y", 1},
+	{"plain dx", 1}, {"plain dscale", 0}, {"plain dbias", 0},
+};
+
+/* o[BN_*]: every output of the fused layer (with res or without) and of
+ * the plain batch norm on be. */
+static void bn_run(apf_backend *be, int N, int C, const float *x,
+		   const float *res, const float *dy, const float *sc,
+		   const float *bi, float *o[BN_NOUT])
+{
+	size_t n = (size_t)N * C;
+	for (int i = 0; i < BN_NOUT; i++)
+		o[i] = floats(bn_outs[i].per_row ? n : (size_t)C, NAN);
+	for (size_t i = 0; i < n; i++)
+		o[BN_DX_ACC][i] = 0.5f, o[BN_DRES_ACC][i] = 0.25f;
+	for (int c = 0; c < C; c++)
+		o[BN_RUN_MEAN][c] = 0.1f, o[BN_RUN_VAR][c] = 2;
+	be->batchnorm_relu_forward(be, o[BN_Y], o[BN_MEAN], o[BN_RSTD], x, res,
+				   sc, bi, o[BN_RUN_MEAN], o[BN_RUN_VAR], N, C,
+				   0.1f, 1e-5f, 1);
+	be->batchnorm_relu_forward(be, o[BN_EVAL_Y], NULL, NULL, x, res, sc, bi,
+				   o[BN_RUN_MEAN], o[BN_RUN_VAR], N, C, 0.1f,
+				   1e-5f, 0);
+	be->batchnorm_relu_backward(be, o[BN_DX], res ? o[BN_DRES] : NULL,
+				    o[BN_DSCALE], o[BN_DBIAS], dy, o[BN_Y], x,
+				    sc, o[BN_MEAN], o[BN_RSTD], N, C, 0, 0);
+	be->batchnorm_relu_backward(be, o[BN_DX_ACC], res ? o[BN_DRES_ACC] : NULL,
+				    o[BN_DSCALE], o[BN_DBIAS], dy, o[BN_Y], x,
+				    sc, o[BN_MEAN], o[BN_RSTD], N, C, 1, 1);
+	float *pm = floats((size_t)C, NAN), *pr = floats((size_t)C, NAN);
+	be->batchnorm_forward(be, o[BN_PLAIN_Y], pm, pr, x, sc, bi,
+			      o[BN_RUN_MEAN], o[BN_RUN_VAR], N, C, 0.1f, 1e-5f,
+			      1);
+	be->batchnorm_backward(be, o[BN_PLAIN_DX], o[BN_PLAIN_DSCALE],
+			       o[BN_PLAIN_DBIAS], dy, x, sc, pm, pr, N, C, 0);
+	free(pm), free(pr);
+}
+
+static void bn_same_bits(int N, int C, int with_res, float offset,
+			 int threads, unsigned paths)
+{
+	size_t n = (size_t)N * C;
+	apf_rng_key key = {17, (uint32_t)C, (uint32_t)with_res, APF_RNG_TEST};
+	apf_rng r;
+	apf_rng_init(&r, &key, (uint64_t)N);
+	float *x = rand_floats(&r, n, offset - 1, offset + 2);
+	float *res = rand_floats(&r, n, -1, 1), *dy = rand_floats(&r, n, -1, 1);
+	float *sc = rand_floats(&r, (size_t)C, 0.5f, 1.5f);
+	float *bi = rand_floats(&r, (size_t)C, -0.5f, 0.5f);
+	apf_backend *ref = backend_on(APF_CPU_ISA_SCALAR, threads);
+	float *want[BN_NOUT], *got[BN_NOUT];
+	bn_run(ref, N, C, x, with_res ? res : NULL, dy, sc, bi, want);
+	for (int isa = APF_CPU_ISA_AVX2; isa <= APF_CPU_ISA_AVX512; isa++) {
+		if (!(paths & (1u << isa)))
+			continue;
+		apf_backend *be = backend_on(isa, threads);
+		bn_run(be, N, C, x, with_res ? res : NULL, dy, sc, bi, got);
+		for (int i = 0; i < BN_NOUT; i++) {
+			size_t len = bn_outs[i].per_row ? n : (size_t)C;
+			if (memcmp(got[i], want[i], len * sizeof(float)))
+				fail_msg("bn N%d C%d res%d offset %g t%d on %s: "
+					 "%s not the scalar path's bits", N, C,
+					 with_res, offset, threads,
+					 apf_cpu_isa_name(isa), bn_outs[i].name);
+			free(got[i]);
+		}
+		apf_backend_free(be);
+	}
+	for (int i = 0; i < BN_NOUT; i++)
+		free(want[i]);
+	free(x), free(res), free(dy), free(sc), free(bi);
+	apf_backend_free(ref);
+}
+
+static void batchnorm_gives_the_same_bits_on_every_path(void **state)
+{
+	(void)state;
+	unsigned paths = vector_paths();
+	for (int threads = 1; threads <= 2; threads++) {
+		bn_same_bits(3000, 16, 1, 0.0f, threads, paths);
+		bn_same_bits(517, 64, 1, 0.0f, threads, paths);
+		bn_same_bits(999, 12, 1, 0.0f, threads, paths); /* 8 + 4 */
+		bn_same_bits(301, 27, 0, 0.0f, threads, paths); /* 16 + 8 + 3 */
+		bn_same_bits(40, 3, 0, 0.0f, threads, paths);
+		bn_same_bits(3000, 48, 0, 300.0f, threads, paths);
+	}
+}
+
+static void resnet_gives_the_same_bits_on_every_path(void **state)
+{
+	(void)state;
+	unsigned paths = vector_paths();
+	for (int threads = 1; threads <= 2; threads++) {
+		float *lw, *gw, *sw;
+		size_t np, ns;
+		apf_backend *ref = backend_on(APF_CPU_ISA_SCALAR, threads);
+		resnet_run(ref, &lw, &gw, &sw, &np, &ns);
+		for (int isa = APF_CPU_ISA_AVX2; isa <= APF_CPU_ISA_AVX512; isa++) {
+			if (!(paths & (1u << isa)))
+				continue;
+			apf_backend *be = backend_on(isa, threads);
+			float *l, *g, *st;
+			resnet_run(be, &l, &g, &st, &np, &ns);
+			assert_memory_equal(l, lw, 60 * sizeof *l);
+			assert_memory_equal(g, gw, np * sizeof *g);
+			assert_memory_equal(st, sw, ns * sizeof *st);
+			free(l), free(g), free(st);
+			apf_backend_free(be);
+		}
+		free(lw), free(gw), free(sw);
+		apf_backend_free(ref);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -471,6 +735,10 @@ int main(void)
 		cmocka_unit_test(fused_batchnorm_relu_matches_the_three_layers),
 		cmocka_unit_test(fast_batchnorm_matches_plain),
 		cmocka_unit_test(fast_resnet_matches_plain_and_repeats_bit_for_bit),
+		cmocka_unit_test(conv_gives_the_same_bits_on_every_path),
+		cmocka_unit_test(conv_kernels_compute_the_scalar_bits),
+		cmocka_unit_test(batchnorm_gives_the_same_bits_on_every_path),
+		cmocka_unit_test(resnet_gives_the_same_bits_on_every_path),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -4,7 +4,9 @@
  * over flat float arrays (shapes in the parameter names); GEMMs go to
  * apf's own GEMM (gemm.h) on the instruction-set path chosen when the
  * backend is created (isa.h: the best this CPU has, or APF_CPU_ISA).
- * Convolutions are im2col + GEMM over chunks of the batch.
+ * Convolutions are im2col + GEMM over chunks of the batch; the default
+ * backend routes the shapes fast.c takes (direct and Winograd convolutions,
+ * fused batch norm) to its kernels, on the same path.
  *
  * Determinism: work is shared among be->threads threads by static splits
  * that depend only on sizes and the thread count; sums that cross a split
@@ -68,7 +70,7 @@ struct pool {
 	unsigned long generation;
 	int pending, stop;
 	int fast; /* route the shapes fast.c takes to it */
-	int isa;  /* the GEMM's instruction-set path (isa.h) */
+	int isa;  /* the own kernels' path (isa.h): GEMM and fast.c */
 	/* Each thread's packing room, reused GEMM after GEMM: thread t's in a
 	 * region, thread 0's (the caller's) for cpu_gemm outside them. */
 	struct apf_gemm_buf gemm_buf[MAX_THREADS];
@@ -555,6 +557,7 @@ static void conv2d_forward(apf_backend *be, float *out, const float *inp,
 	}
 	if (use_fast(be) && apf_cpu_conv_fast_forward_ok(C, OC, K)) {
 		struct apf_conv_job j = {
+			.isa = gemm_isa(be),
 			.B = B, .H = H, .W = W, .C = C, .OC = OC, .K = K,
 			.S = S, .P = P, .OH = conv_out(H, K, S, P),
 			.OW = conv_out(W, K, S, P), .inp = inp,
@@ -589,6 +592,7 @@ static void conv2d_backward(apf_backend *be, float *dinp, float *dweight,
 	}
 	if (use_fast(be)) {
 		struct apf_conv_job j = {
+			.isa = gemm_isa(be),
 			.B = B, .H = H, .W = W, .C = C, .OC = OC, .K = K,
 			.S = S, .P = P, .OH = OH, .OW = OW, .inp = inp,
 			.weight = weight, .dout = dout, .dinp = dinp,
@@ -1024,7 +1028,8 @@ static void bn_fast_forward(apf_backend *be, float *out, float *save_mean,
 		return;
 	}
 	float *a = coef, *shift = coef + C;
-	struct apf_bn_job j = {.N = N, .C = C, .inp = inp, .res = res,
+	struct apf_bn_job j = {.isa = gemm_isa(be), .N = N, .C = C,
+			       .inp = inp, .res = res,
 			       .shift = shift, .a = a, .b = bias, .y = out,
 			       .relu = relu, .part = part};
 	if (train) {
@@ -1073,7 +1078,8 @@ static void bn_fast_backward(apf_backend *be, float *dinp, float *dres,
 		return;
 	}
 	float *k0 = coef, *k1 = coef + C, *k2 = coef + 2 * C;
-	struct apf_bn_job j = {.N = N, .C = C, .inp = inp, .dout = dout,
+	struct apf_bn_job j = {.isa = gemm_isa(be), .N = N, .C = C,
+			       .inp = inp, .dout = dout,
 			       .out = out, .mean = mean, .k0 = k0, .k1 = k1,
 			       .k2 = k2, .dinp = dinp, .dres = dres,
 			       .relu = relu, .accum_inp = accum,
@@ -2055,7 +2061,7 @@ static int cpu_new(apf_backend **out, int threads, int fast)
 
 int apf_backend_cpu_new(apf_backend **out, int threads)
 {
-	return cpu_new(out, threads, apf_cpu_fast_supported());
+	return cpu_new(out, threads, 1);
 }
 
 int apf_backend_cpu_plain_new(apf_backend **out, int threads)

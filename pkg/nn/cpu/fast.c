@@ -1,31 +1,51 @@
 /*
- * fast.c: the CPU backend's AVX2/FMA kernels (see fast.h): direct NHWC
- * convolutions for small channel counts and batch norm fused with ReLU.
+ * fast.c: the CPU backend's fast kernels (see fast.h): direct NHWC and
+ * Winograd convolutions for small channel counts and batch norm fused with
+ * ReLU, on the job's instruction-set path.
  *
- * Why not im2col + sgemm for these layers: with 16 to 64 channels the GEMMs
- * are skinny (N = 16..64, K = 9 C), OpenBLAS spends much of its time packing,
- * and im2col writes nine copies of the input. Here a zero-padded copy of a
- * few images (one copy, cache-resident) feeds a 6 x 16 register tile.
+ * Why not im2col + GEMM for these layers: with 16 to 64 channels the GEMMs
+ * are skinny (N = 16..64, K = 9 C), packing costs much of their time, and
+ * im2col writes nine copies of the input. Here a zero-padded copy of a few
+ * images (one copy, cache-resident) feeds a register tile.
+ *
+ * This file decides every order: the shares, the chunks of images, the
+ * pixels in tiles of 6, the batch-norm rows in blocks of 16; the inner
+ * kernels are the path's (fast_ops.h: fast_scalar.c, fast_avx2.c,
+ * fast_avx512.c), and each computes every element with the same float
+ * operations, so the path never changes a bit. Nothing here depends on the
+ * path but the table of kernels. The code outside the kernels (padding,
+ * the Winograd weight transforms) is plain C with contraction off, the same
+ * on any CPU.
  *
  * Invariants: every function is one thread's share (t of nt) of a layer;
  * shares are whole images (convolutions) or whole rows (batch norm) from a
  * static split; every accumulation runs in a fixed order. Only unaligned
  * vector loads and stores are used, and no load reads outside the buffers.
  */
-#pragma GCC optimize("O3")
+#pragma GCC optimize("O3", "fp-contract=off")
+#ifdef __clang__
+#pragma clang fp contract(off)
+#endif
 
 #include "nn/cpu/fast.h"
 
-#include <immintrin.h>
-#include <math.h>
 #include <string.h>
 
-#define TGT __attribute__((target("avx2,fma")))
+#include "nn/cpu/fast_ops.h"
+#include "nn/cpu/isa.h"
 
-int apf_cpu_fast_supported(void)
+/* The kernels of a job's path (isa.h); anything else is the scalar one,
+ * which computes the same bits on any CPU. */
+static const struct apf_fast_ops *ops(int isa)
 {
-	__builtin_cpu_init();
-	return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+	switch (isa) {
+	case APF_CPU_ISA_AVX512:
+		return &apf_fast_avx512_ops;
+	case APF_CPU_ISA_AVX2:
+		return &apf_fast_avx2_ops;
+	default:
+		return &apf_fast_scalar_ops;
+	}
 }
 
 /* Thread t's share [*b, *e) of n items. */
@@ -41,8 +61,7 @@ static void share(int n, int t, int nt, int *b, int *e)
 /* A padded chunk aims at this many floats: a few images, so the weight
  * gradient's repeated passes over it hit L2. */
 #define CHUNK_FLOATS ((size_t)48 * 1024)
-#define TILE_PX 6 /* pixels per register tile */
-#define MAX_TAPS 64
+#define MAX_TAPS APF_FAST_MAX_TAPS
 
 int apf_cpu_conv_fast_forward_ok(int C, int OC, int K)
 {
@@ -171,10 +190,10 @@ float *apf_cpu_conv_fast_dweight_part(const struct apf_conv_job *j, int t,
 
 static void wino_weights(float *U, const float *weight, int C, int OC,
 			 int flip);
-static void wino_conv(const struct geo *g, const float *in, float *out,
-		      const float *U, int H, int W, int cin, int cout, int b0,
-		      int b1, float *pad, float *V, float *M, const float *bias,
-		      int accum);
+static void wino_conv(const struct apf_fast_ops *k, const struct geo *g,
+		      const float *in, float *out, const float *U, int H, int W,
+		      int cin, int cout, int b0, int b1, float *pad, float *V,
+		      float *M, const float *bias, int accum);
 static void wino_dweight(struct apf_conv_job *j, const struct geo *g, int t,
 			 int nt);
 static float *thread_v(const struct apf_conv_job *j, const struct geo *g,
@@ -227,144 +246,6 @@ static void pad_images(float *dst, const float *src, int nb, int h, int w,
 			       (size_t)hi_w * ch * sizeof *d);
 		}
 }
-
-/* The register tile: for pixels i < np, out[i][0..15] (=, or += when
- * accum) sum over taps t and channels c < cin of
- * px[i][toff[t] + c] * tw[t][c * ldw + 0..15], plus bias[0..15] if given.
- * Pixels np..5 repeat pixel 0 and are not stored. With stats, the stored
- * values' sums go to stats[0..15], their squares' to stats[nstat..]. */
-TGT static void tile_6x16(const float *const px[TILE_PX],
-			  float *const out[TILE_PX], int np,
-			  const ptrdiff_t *toff, const float *const *tw,
-			  int ntaps, int cin, int ldw, const float *bias,
-			  int accum, double *stats, int nstat)
-{
-	__m256 a0 = _mm256_setzero_ps(), b0 = a0, a1 = a0, b1 = a0;
-	__m256 a2 = a0, b2 = a0, a3 = a0, b3 = a0, a4 = a0, b4 = a0;
-	__m256 a5 = a0, b5 = a0;
-	for (int t = 0; t < ntaps; t++) {
-		const float *w = tw[t];
-		ptrdiff_t o = toff[t];
-		const float *p0 = px[0] + o, *p1 = px[1] + o, *p2 = px[2] + o;
-		const float *p3 = px[3] + o, *p4 = px[4] + o, *p5 = px[5] + o;
-		for (int c = 0; c < cin; c++, w += ldw) {
-			__m256 w0 = _mm256_loadu_ps(w);
-			__m256 w1 = _mm256_loadu_ps(w + 8);
-			__m256 x;
-			x = _mm256_broadcast_ss(p0 + c);
-			a0 = _mm256_fmadd_ps(x, w0, a0);
-			b0 = _mm256_fmadd_ps(x, w1, b0);
-			x = _mm256_broadcast_ss(p1 + c);
-			a1 = _mm256_fmadd_ps(x, w0, a1);
-			b1 = _mm256_fmadd_ps(x, w1, b1);
-			x = _mm256_broadcast_ss(p2 + c);
-			a2 = _mm256_fmadd_ps(x, w0, a2);
-			b2 = _mm256_fmadd_ps(x, w1, b2);
-			x = _mm256_broadcast_ss(p3 + c);
-			a3 = _mm256_fmadd_ps(x, w0, a3);
-			b3 = _mm256_fmadd_ps(x, w1, b3);
-			x = _mm256_broadcast_ss(p4 + c);
-			a4 = _mm256_fmadd_ps(x, w0, a4);
-			b4 = _mm256_fmadd_ps(x, w1, b4);
-			x = _mm256_broadcast_ss(p5 + c);
-			a5 = _mm256_fmadd_ps(x, w0, a5);
-			b5 = _mm256_fmadd_ps(x, w1, b5);
-		}
-	}
-	__m256 lo[TILE_PX] = {a0, a1, a2, a3, a4, a5};
-	__m256 hi[TILE_PX] = {b0, b1, b2, b3, b4, b5};
-	__m256 blo = _mm256_setzero_ps(), bhi = blo;
-	if (bias) {
-		blo = _mm256_loadu_ps(bias);
-		bhi = _mm256_loadu_ps(bias + 8);
-	}
-	for (int i = 0; i < np; i++) {
-		float *d = out[i];
-		__m256 l = lo[i], h = hi[i];
-		if (accum) {
-			l = _mm256_add_ps(_mm256_loadu_ps(d), l);
-			h = _mm256_add_ps(_mm256_loadu_ps(d + 8), h);
-		} else if (bias) {
-			l = _mm256_add_ps(blo, l);
-			h = _mm256_add_ps(bhi, h);
-		}
-		_mm256_storeu_ps(d, l);
-		_mm256_storeu_ps(d + 8, h);
-	}
-	if (!stats)
-		return;
-	/* batch-norm statistics of the stored values: float partials over
-	 * the tile's pixels in order, added to the double sums
-	 * (stats[0..15]) and sums of squares (stats[nstat..nstat+15]) */
-	for (int half = 0; half < 2; half++) {
-		__m256 s = _mm256_setzero_ps(), q = s;
-		for (int i = 0; i < np; i++) {
-			__m256 v = _mm256_loadu_ps(out[i] + 8 * half);
-			s = _mm256_add_ps(s, v);
-			q = _mm256_fmadd_ps(v, v, q);
-		}
-		double *ds = stats + 8 * half, *dq = ds + nstat;
-		__m256d s0 = _mm256_cvtps_pd(_mm256_castps256_ps128(s));
-		__m256d s1 = _mm256_cvtps_pd(_mm256_extractf128_ps(s, 1));
-		__m256d q0 = _mm256_cvtps_pd(_mm256_castps256_ps128(q));
-		__m256d q1 = _mm256_cvtps_pd(_mm256_extractf128_ps(q, 1));
-		_mm256_storeu_pd(ds, _mm256_add_pd(_mm256_loadu_pd(ds), s0));
-		_mm256_storeu_pd(ds + 4,
-				 _mm256_add_pd(_mm256_loadu_pd(ds + 4), s1));
-		_mm256_storeu_pd(dq, _mm256_add_pd(_mm256_loadu_pd(dq), q0));
-		_mm256_storeu_pd(dq + 4,
-				 _mm256_add_pd(_mm256_loadu_pd(dq + 4), q1));
-	}
-}
-
-/* Output pixels (img, row, col) of a chunk, in that order, with the strides
- * that place each pixel's input base and output. */
-struct grid {
-	const float *in;   /* padded chunk */
-	ptrdiff_t in_img, in_row, in_col; /* input strides of img, row, col */
-	float *out;
-	ptrdiff_t out_img, out_row, out_col;
-	int rows, cols, nimg;
-};
-
-TGT static void run_tiles(const struct grid *g, const ptrdiff_t *toff,
-			  const float *const *tw, int ntaps, int cin, int ldw,
-			  int cout, const float *bias, int accum,
-			  double *stats)
-{
-	int n = g->nimg * g->rows * g->cols;
-	const float *twc[MAX_TAPS];
-	int img = 0, r = 0, c = 0; /* the next pixel */
-	for (int p = 0; p < n; p += TILE_PX) {
-		const float *px[TILE_PX];
-		float *out[TILE_PX];
-		int np = n - p < TILE_PX ? n - p : TILE_PX;
-		for (int i = 0; i < np; i++) {
-			px[i] = g->in + img * g->in_img + r * g->in_row +
-				c * g->in_col;
-			out[i] = g->out + img * g->out_img + r * g->out_row +
-				 c * g->out_col;
-			if (++c == g->cols) {
-				c = 0;
-				if (++r == g->rows)
-					r = 0, img++;
-			}
-		}
-		for (int i = np; i < TILE_PX; i++)
-			px[i] = px[0], out[i] = out[0];
-		for (int o0 = 0; o0 < cout; o0 += 16) {
-			float *oo[TILE_PX];
-			for (int i = 0; i < TILE_PX; i++)
-				oo[i] = out[i] + o0;
-			for (int t = 0; t < ntaps; t++)
-				twc[t] = tw[t] + o0;
-			tile_6x16(px, oo, np, toff, twc, ntaps, cin, ldw,
-				  bias ? bias + o0 : NULL, accum,
-				  stats ? stats + o0 : NULL, cout);
-		}
-	}
-}
-
 void apf_cpu_conv_fast_forward(struct apf_conv_job *j, int t, int nt)
 {
 	struct geo g;
@@ -375,8 +256,8 @@ void apf_cpu_conv_fast_forward(struct apf_conv_job *j, int t, int nt)
 	float *pad = thread_pad(j, &g, t);
 	if (g.wino) {
 		float *V = thread_v(j, &g, t);
-		wino_conv(&g, j->inp, j->out, j->wt, j->H, j->W, C, OC, b0, b1,
-			  pad, V, V + g.v_floats, j->bias, 0);
+		wino_conv(ops(j->isa), &g, j->inp, j->out, j->wt, j->H, j->W, C,
+			  OC, b0, b1, pad, V, V + g.v_floats, j->bias, 0);
 		return;
 	}
 	ptrdiff_t toff[MAX_TAPS];
@@ -386,14 +267,11 @@ void apf_cpu_conv_fast_forward(struct apf_conv_job *j, int t, int nt)
 			toff[kh * K + kw] = ((ptrdiff_t)kh * g.Wp + kw) * C;
 			tw[kh * K + kw] = j->wt + (size_t)(kh * K + kw) * C * OC;
 		}
-	double *stats = j->stats ? j->stats + (size_t)t * 2 * OC : NULL;
-	if (stats)
-		memset(stats, 0, 2 * (size_t)OC * sizeof *stats);
 	for (int b = b0; b < b1; b += g.nb_in) {
 		int nb = b1 - b < g.nb_in ? b1 - b : g.nb_in;
 		pad_images(pad, j->inp + (size_t)b * j->H * j->W * C, nb, j->H,
 			   j->W, C, j->P, j->P, j->P);
-		struct grid gr = {
+		struct apf_fast_grid gr = {
 			.in = pad, .in_img = (ptrdiff_t)g.in_img,
 			.in_row = (ptrdiff_t)j->S * g.Wp * C,
 			.in_col = (ptrdiff_t)j->S * C,
@@ -401,7 +279,7 @@ void apf_cpu_conv_fast_forward(struct apf_conv_job *j, int t, int nt)
 			.out_img = (ptrdiff_t)j->OH * j->OW * OC,
 			.out_row = (ptrdiff_t)j->OW * OC, .out_col = OC,
 			.rows = j->OH, .cols = j->OW, .nimg = nb};
-		run_tiles(&gr, toff, tw, K * K, C, OC, OC, j->bias, 0, stats);
+		ops(j->isa)->tiles(&gr, toff, tw, K * K, C, OC, OC, j->bias, 0);
 	}
 }
 
@@ -415,8 +293,9 @@ void apf_cpu_conv_fast_dinp(struct apf_conv_job *j, int t, int nt)
 	float *pad = thread_pad(j, &g, t);
 	if (g.wino) {
 		float *V = thread_v(j, &g, t);
-		wino_conv(&g, j->dout, j->dinp, j->wt, j->H, j->W, OC, C, b0,
-			  b1, pad, V, V + g.v_floats, NULL, j->accum);
+		wino_conv(ops(j->isa), &g, j->dout, j->dinp, j->wt, j->H, j->W,
+			  OC, C, b0, b1, pad, V, V + g.v_floats, NULL,
+			  j->accum);
 		return;
 	}
 	for (int b = b0; b < b1; b += g.nb_dy) {
@@ -446,7 +325,7 @@ void apf_cpu_conv_fast_dinp(struct apf_conv_job *j, int t, int nt)
 						ntaps++;
 					}
 				}
-				struct grid gr = {
+				struct apf_fast_grid gr = {
 					.in = pad + ((size_t)g.QL * g.Wq + g.QL) * OC,
 					.in_img = (ptrdiff_t)g.dy_img,
 					.in_row = (ptrdiff_t)g.Wq * OC,
@@ -460,67 +339,10 @@ void apf_cpu_conv_fast_dinp(struct apf_conv_job *j, int t, int nt)
 					.nimg = nb};
 				if (ntaps == 0 && j->accum)
 					continue;
-				run_tiles(&gr, toff, tw, ntaps, OC, K * K * C,
-					  C, NULL, j->accum, NULL);
+				ops(j->isa)->tiles(&gr, toff, tw, ntaps, OC,
+						   K * K * C, C, NULL, j->accum);
 			}
 	}
-}
-
-/* Weight-gradient tile: acc[r][k] (output channel o0 + r, column k) +=
- * sum over the chunk's pixels of dy[pixel][o0 + r] * x[pixel][xoff[k] ..
- * + 8]; columns k >= ncol repeat column 0 and are not stored. */
-TGT static void dweight_tile(float *part, const ptrdiff_t dwoff[3],
-			     ptrdiff_t dw_ld, int ncol, const float *dy,
-			     const float *x, const ptrdiff_t xoff[3],
-			     const struct apf_conv_job *j, const struct geo *g,
-			     int nb)
-{
-	__m256 acc[4][3];
-	for (int r = 0; r < 4; r++)
-		for (int k = 0; k < 3; k++)
-			acc[r][k] = k < ncol ? _mm256_loadu_ps(part + r * dw_ld + dwoff[k])
-					     : _mm256_setzero_ps();
-	__m256 a00 = acc[0][0], a01 = acc[0][1], a02 = acc[0][2];
-	__m256 a10 = acc[1][0], a11 = acc[1][1], a12 = acc[1][2];
-	__m256 a20 = acc[2][0], a21 = acc[2][1], a22 = acc[2][2];
-	__m256 a30 = acc[3][0], a31 = acc[3][1], a32 = acc[3][2];
-	ptrdiff_t x0 = xoff[0], x1 = xoff[ncol > 1 ? 1 : 0],
-		  x2 = xoff[ncol > 2 ? 2 : 0];
-	int OC = j->OC, S = j->S, C = j->C, OW = j->OW;
-	for (int b = 0; b < nb; b++)
-		for (int oh = 0; oh < j->OH; oh++) {
-			const float *d = dy + ((size_t)b * j->OH + oh) * OW * OC;
-			const float *xr = x + (size_t)b * g->in_img +
-					  (size_t)oh * S * g->Wp * C;
-			for (int ow = 0; ow < OW; ow++, d += OC,
-				 xr += (ptrdiff_t)S * C) {
-				__m256 v0 = _mm256_loadu_ps(xr + x0);
-				__m256 v1 = _mm256_loadu_ps(xr + x1);
-				__m256 v2 = _mm256_loadu_ps(xr + x2);
-				__m256 e;
-				e = _mm256_broadcast_ss(d);
-				a00 = _mm256_fmadd_ps(e, v0, a00);
-				a01 = _mm256_fmadd_ps(e, v1, a01);
-				a02 = _mm256_fmadd_ps(e, v2, a02);
-				e = _mm256_broadcast_ss(d + 1);
-				a10 = _mm256_fmadd_ps(e, v0, a10);
-				a11 = _mm256_fmadd_ps(e, v1, a11);
-				a12 = _mm256_fmadd_ps(e, v2, a12);
-				e = _mm256_broadcast_ss(d + 2);
-				a20 = _mm256_fmadd_ps(e, v0, a20);
-				a21 = _mm256_fmadd_ps(e, v1, a21);
-				a22 = _mm256_fmadd_ps(e, v2, a22);
-				e = _mm256_broadcast_ss(d + 3);
-				a30 = _mm256_fmadd_ps(e, v0, a30);
-				a31 = _mm256_fmadd_ps(e, v1, a31);
-				a32 = _mm256_fmadd_ps(e, v2, a32);
-			}
-		}
-	__m256 res[4][3] = {{a00, a01, a02}, {a10, a11, a12},
-			    {a20, a21, a22}, {a30, a31, a32}};
-	for (int r = 0; r < 4; r++)
-		for (int k = 0; k < ncol; k++)
-			_mm256_storeu_ps(part + r * dw_ld + dwoff[k], res[r][k]);
 }
 
 void apf_cpu_conv_fast_dweight(struct apf_conv_job *j, int t, int nt)
@@ -536,32 +358,20 @@ void apf_cpu_conv_fast_dweight(struct apf_conv_job *j, int t, int nt)
 	int K = j->K, C = j->C, OC = j->OC;
 	float *pad = thread_pad(j, &g, t);
 	float *part = pad + g.pad_floats;
-	ptrdiff_t dw_ld = (ptrdiff_t)K * K * C;
-	memset(part, 0, (size_t)OC * dw_ld * sizeof *part);
-	/* the columns of one kernel row: (kw, 8 channels), three at a time */
-	int ncols = K * C / 8;
+	memset(part, 0, (size_t)OC * K * K * C * sizeof *part);
+	/* every element sums over the pixels of chunk after chunk, in order */
 	for (int b = b0; b < b1; b += g.nb_in) {
 		int nb = b1 - b < g.nb_in ? b1 - b : g.nb_in;
 		pad_images(pad, j->inp + (size_t)b * j->H * j->W * C, nb, j->H,
 			   j->W, C, j->P, j->P, j->P);
 		const float *dy = j->dout + (size_t)b * j->OH * j->OW * OC;
+		struct apf_fast_dw d = {.K = K, .C = C, .OC = OC, .S = j->S,
+					.OH = j->OH, .OW = j->OW, .Wp = g.Wp,
+					.nb = nb, .in_img = g.in_img};
 		for (int kh = 0; kh < K; kh++)
-			for (int o0 = 0; o0 < OC; o0 += 4)
-				for (int c0 = 0; c0 < ncols; c0 += 3) {
-					ptrdiff_t xoff[3], dwoff[3];
-					int n = ncols - c0 < 3 ? ncols - c0 : 3;
-					for (int k = 0; k < n; k++) {
-						int col = c0 + k;
-						int kw = col / (C / 8);
-						int c = col % (C / 8) * 8;
-						xoff[k] = (ptrdiff_t)kw * C + c;
-						dwoff[k] = (ptrdiff_t)(kh * K + kw) * C + c;
-					}
-					dweight_tile(part + o0 * dw_ld, dwoff,
-						     dw_ld, n, dy + o0,
-						     pad + (size_t)kh * g.Wp * C,
-						     xoff, j, &g, nb);
-				}
+			ops(j->isa)->dweight_row(part, dy,
+						 pad + (size_t)kh * g.Wp * C,
+						 kh, &d);
 	}
 }
 
@@ -611,63 +421,6 @@ static void wino_weights(float *U, const float *weight, int C, int OC, int flip)
 		}
 }
 
-/* V[xi * vs + 0..cin) = (B^T d B)[xi] of the 4x4 input tile at d (rows
- * `row` floats apart, pixels cin apart), 8 channels at a time. */
-TGT static void wino_in(float *V, size_t vs, const float *d, size_t row,
-			int cin)
-{
-	for (int c = 0; c < cin; c += 8) {
-		__m256 x[4][4], t[4][4];
-		for (int i = 0; i < 4; i++)
-			for (int k = 0; k < 4; k++)
-				x[i][k] = _mm256_loadu_ps(d + i * row + (size_t)k * cin + c);
-		for (int k = 0; k < 4; k++) {
-			t[0][k] = _mm256_sub_ps(x[0][k], x[2][k]);
-			t[1][k] = _mm256_add_ps(x[1][k], x[2][k]);
-			t[2][k] = _mm256_sub_ps(x[2][k], x[1][k]);
-			t[3][k] = _mm256_sub_ps(x[1][k], x[3][k]);
-		}
-		for (int i = 0; i < 4; i++) {
-			float *v = V + (size_t)(4 * i) * vs + c;
-			_mm256_storeu_ps(v, _mm256_sub_ps(t[i][0], t[i][2]));
-			_mm256_storeu_ps(v + vs, _mm256_add_ps(t[i][1], t[i][2]));
-			_mm256_storeu_ps(v + 2 * vs, _mm256_sub_ps(t[i][2], t[i][1]));
-			_mm256_storeu_ps(v + 3 * vs, _mm256_sub_ps(t[i][1], t[i][3]));
-		}
-	}
-}
-
-/* The tile's outputs inside the image (nh x nw of its 2x2) at y (rows yrow
- * floats apart, pixels cout apart) = (A^T m A) of M[xi * ms + 0..cout). */
-TGT static void wino_out(float *y, size_t yrow, int nh, int nw, const float *M,
-			 size_t ms, int cout, const float *bias, int accum)
-{
-	for (int o = 0; o < cout; o += 8) {
-		__m256 m[4][4], s0[4], s1[4], r[2][2];
-		for (int i = 0; i < 4; i++)
-			for (int k = 0; k < 4; k++)
-				m[i][k] = _mm256_loadu_ps(M + (size_t)(4 * i + k) * ms + o);
-		for (int k = 0; k < 4; k++) {
-			s0[k] = _mm256_add_ps(_mm256_add_ps(m[0][k], m[1][k]), m[2][k]);
-			s1[k] = _mm256_sub_ps(_mm256_sub_ps(m[1][k], m[2][k]), m[3][k]);
-		}
-		r[0][0] = _mm256_add_ps(_mm256_add_ps(s0[0], s0[1]), s0[2]);
-		r[0][1] = _mm256_sub_ps(_mm256_sub_ps(s0[1], s0[2]), s0[3]);
-		r[1][0] = _mm256_add_ps(_mm256_add_ps(s1[0], s1[1]), s1[2]);
-		r[1][1] = _mm256_sub_ps(_mm256_sub_ps(s1[1], s1[2]), s1[3]);
-		for (int i = 0; i < nh; i++)
-			for (int k = 0; k < nw; k++) {
-				float *p = y + i * yrow + (size_t)k * cout + o;
-				__m256 v = r[i][k];
-				if (accum)
-					v = _mm256_add_ps(_mm256_loadu_ps(p), v);
-				else if (bias)
-					v = _mm256_add_ps(_mm256_loadu_ps(bias + o), v);
-				_mm256_storeu_ps(p, v);
-			}
-	}
-}
-
 static float *thread_v(const struct apf_conv_job *j, const struct geo *g,
 		       int t)
 {
@@ -677,10 +430,10 @@ static float *thread_v(const struct apf_conv_job *j, const struct geo *g,
 
 /* Images [b0, b1): out (H,W,cout) = or += the 3x3 stride-1 padding-1
  * convolution of in (H,W,cin) by the transformed kernel U. */
-static void wino_conv(const struct geo *g, const float *in, float *out,
-		      const float *U, int H, int W, int cin, int cout, int b0,
-		      int b1, float *pad, float *V, float *M, const float *bias,
-		      int accum)
+static void wino_conv(const struct apf_fast_ops *k, const struct geo *g,
+		      const float *in, float *out, const float *U, int H, int W,
+		      int cin, int cout, int b0, int b1, float *pad, float *V,
+		      float *M, const float *bias, int accum)
 {
 	size_t vs = (size_t)g->TG * cin, ms = (size_t)g->TG * cout;
 	size_t row = (size_t)g->Ww * cin, img = (size_t)g->Hw * row;
@@ -696,18 +449,18 @@ static void wino_conv(const struct geo *g, const float *in, float *out,
 			for (int s = 0; s < nq; s++) {
 				int q = q0 + s, im = q / per_img, r = q % per_img;
 				int ty = r / g->TW, tx = r % g->TW;
-				wino_in(V + (size_t)s * cin, vs,
+				k->wino_in(V + (size_t)s * cin, vs,
 					pad + im * img + 2 * ty * row + (size_t)2 * tx * cin,
 					row, cin);
 			}
 			for (int xi = 0; xi < 16; xi++) {
-				struct grid gr = {
+				struct apf_fast_grid gr = {
 					.in = V + xi * vs, .in_col = cin,
 					.out = M + xi * ms, .out_col = cout,
 					.rows = 1, .cols = nq, .nimg = 1};
 				const float *u = U + (size_t)xi * cin * cout;
-				run_tiles(&gr, toff0, &u, 1, cin, cout, cout,
-					  NULL, 0, NULL);
+				k->tiles(&gr, toff0, &u, 1, cin, cout, cout, NULL,
+					 0);
 			}
 			for (int s = 0; s < nq; s++) {
 				int q = q0 + s, im = q / per_img, r = q % per_img;
@@ -715,87 +468,14 @@ static void wino_conv(const struct geo *g, const float *in, float *out,
 				int nh = H - 2 * ty < 2 ? H - 2 * ty : 2;
 				int nw = W - 2 * tx < 2 ? W - 2 * tx : 2;
 				float *y = out + (((size_t)(b + im) * H + 2 * ty) * W + 2 * tx) * cout;
-				wino_out(y, (size_t)W * cout, nh, nw,
-					 M + (size_t)s * cout, ms, cout, bias,
-					 accum);
+				k->wino_out(y, (size_t)W * cout, nh, nw,
+					    M + (size_t)s * cout, ms, cout, bias,
+					    accum);
 			}
 		}
 	}
 }
 
-/* Z[xi * zs + 0..OC) = (A y A^T)[xi] of the 2x2 output-gradient tile at y
- * (nh x nw of it inside the image; the rest counts as 0). */
-TGT static void wino_dy(float *Z, size_t zs, const float *y, size_t yrow,
-			int nh, int nw, int OC)
-{
-	__m256 zero = _mm256_setzero_ps();
-	for (int o = 0; o < OC; o += 8) {
-		__m256 v[2][2], a[4][2];
-		for (int i = 0; i < 2; i++)
-			for (int k = 0; k < 2; k++)
-				v[i][k] = i < nh && k < nw
-					? _mm256_loadu_ps(y + i * yrow + (size_t)k * OC + o)
-					: zero;
-		for (int k = 0; k < 2; k++) {
-			a[0][k] = v[0][k];
-			a[1][k] = _mm256_add_ps(v[0][k], v[1][k]);
-			a[2][k] = _mm256_sub_ps(v[0][k], v[1][k]);
-			a[3][k] = _mm256_sub_ps(zero, v[1][k]);
-		}
-		for (int i = 0; i < 4; i++) {
-			float *z = Z + (size_t)(4 * i) * zs + o;
-			_mm256_storeu_ps(z, a[i][0]);
-			_mm256_storeu_ps(z + zs, _mm256_add_ps(a[i][0], a[i][1]));
-			_mm256_storeu_ps(z + 2 * zs, _mm256_sub_ps(a[i][0], a[i][1]));
-			_mm256_storeu_ps(z + 3 * zs, _mm256_sub_ps(zero, a[i][1]));
-		}
-	}
-}
-
-/* du rows r < nr (ldu apart), 16 columns: += sum over n slots s of
- * z[s * zs + r] * v[s * vsl + 0..15]. Rows nr..5 repeat row 0, unstored. */
-TGT static void reduce_6x16(float *du, size_t ldu, int nr, const float *z,
-			    size_t zs, const float *v, size_t vsl, int n)
-{
-	__m256 a[6][2];
-	for (int r = 0; r < 6; r++)
-		for (int k = 0; k < 2; k++)
-			a[r][k] = r < nr ? _mm256_loadu_ps(du + r * ldu + 8 * k)
-					 : _mm256_setzero_ps();
-	__m256 a00 = a[0][0], a01 = a[0][1], a10 = a[1][0], a11 = a[1][1];
-	__m256 a20 = a[2][0], a21 = a[2][1], a30 = a[3][0], a31 = a[3][1];
-	__m256 a40 = a[4][0], a41 = a[4][1], a50 = a[5][0], a51 = a[5][1];
-	int r1 = nr > 1, r2 = nr > 2 ? 2 : 0, r3 = nr > 3 ? 3 : 0;
-	int r4 = nr > 4 ? 4 : 0, r5 = nr > 5 ? 5 : 0;
-	for (int s = 0; s < n; s++, z += zs, v += vsl) {
-		__m256 v0 = _mm256_loadu_ps(v), v1 = _mm256_loadu_ps(v + 8), e;
-		e = _mm256_broadcast_ss(z);
-		a00 = _mm256_fmadd_ps(e, v0, a00);
-		a01 = _mm256_fmadd_ps(e, v1, a01);
-		e = _mm256_broadcast_ss(z + r1);
-		a10 = _mm256_fmadd_ps(e, v0, a10);
-		a11 = _mm256_fmadd_ps(e, v1, a11);
-		e = _mm256_broadcast_ss(z + r2);
-		a20 = _mm256_fmadd_ps(e, v0, a20);
-		a21 = _mm256_fmadd_ps(e, v1, a21);
-		e = _mm256_broadcast_ss(z + r3);
-		a30 = _mm256_fmadd_ps(e, v0, a30);
-		a31 = _mm256_fmadd_ps(e, v1, a31);
-		e = _mm256_broadcast_ss(z + r4);
-		a40 = _mm256_fmadd_ps(e, v0, a40);
-		a41 = _mm256_fmadd_ps(e, v1, a41);
-		e = _mm256_broadcast_ss(z + r5);
-		a50 = _mm256_fmadd_ps(e, v0, a50);
-		a51 = _mm256_fmadd_ps(e, v1, a51);
-	}
-	__m256 res[6][2] = {{a00, a01}, {a10, a11}, {a20, a21},
-			    {a30, a31}, {a40, a41}, {a50, a51}};
-	for (int r = 0; r < nr; r++)
-		for (int k = 0; k < 2; k++)
-			_mm256_storeu_ps(du + r * ldu + 8 * k, res[r][k]);
-}
-
-/* Thread t's weight gradient by Winograd, into its partial (OC,3,3,C). */
 static void wino_dweight(struct apf_conv_job *j, const struct geo *g, int t,
 			 int nt)
 {
@@ -808,6 +488,7 @@ static void wino_dweight(struct apf_conv_job *j, const struct geo *g, int t,
 	size_t vs = (size_t)g->TG * C, zs = (size_t)g->TG * OC;
 	size_t row = (size_t)g->Ww * C, img = (size_t)g->Hw * row;
 	int per_img = g->TH * g->TW;
+	const struct apf_fast_ops *k = ops(j->isa);
 	for (int b = b0; b < b1; b += g->nb_w) {
 		int nb = b1 - b < g->nb_w ? b1 - b : g->nb_w;
 		pad_images(pad, j->inp + (size_t)b * H * W * C, nb, H, W, C, 1,
@@ -818,22 +499,19 @@ static void wino_dweight(struct apf_conv_job *j, const struct geo *g, int t,
 			for (int s = 0; s < nq; s++) {
 				int q = q0 + s, im = q / per_img, r = q % per_img;
 				int ty = r / g->TW, tx = r % g->TW;
-				wino_in(V + (size_t)s * C, vs,
+				k->wino_in(V + (size_t)s * C, vs,
 					pad + im * img + 2 * ty * row + (size_t)2 * tx * C,
 					row, C);
 				int nh = H - 2 * ty < 2 ? H - 2 * ty : 2;
 				int nw = W - 2 * tx < 2 ? W - 2 * tx : 2;
 				const float *y = j->dout + (((size_t)(b + im) * H + 2 * ty) * W + 2 * tx) * OC;
-				wino_dy(Z + (size_t)s * OC, zs, y, (size_t)W * OC,
-					nh, nw, OC);
+				k->wino_dy(Z + (size_t)s * OC, zs, y,
+					   (size_t)W * OC, nh, nw, OC);
 			}
 			for (int xi = 0; xi < 16; xi++)
-				for (int o0 = 0; o0 < OC; o0 += 6)
-					for (int c0 = 0; c0 < C; c0 += 16)
-						reduce_6x16(dU + ((size_t)xi * OC + o0) * C + c0,
-							    C, OC - o0 < 6 ? OC - o0 : 6,
-							    Z + xi * zs + o0, OC,
-							    V + xi * vs + c0, C, nq);
+				k->wino_reduce(dU + (size_t)xi * OC * C,
+					       Z + xi * zs, V + xi * vs, OC, C,
+					       nq);
 		}
 	}
 	/* part[o][kh][kw][c] = (G^T dU G)[kh][kw] */
@@ -859,12 +537,12 @@ static void wino_dweight(struct apf_conv_job *j, const struct geo *g, int t,
 /* ---- batch norm + ReLU ------------------------------------------------------
  *
  * Rows are read in blocks of BN_ROWS (a block of a few KiB stays in L1
- * while every 8-channel group sums over it); per block and group the sums
- * run in float over the rows in order and are then added into the double
- * per-thread partials. Statistics sum x - shift, shift a sample of each
- * channel (the first row), so E[x^2] - E[x]^2 cancels nothing when the mean
- * is large against the spread. Channels past the last multiple of 8 take a
- * scalar loop of the same order.
+ * while every group of channels sums over it); per block and channel the
+ * sums run in float over the rows in order and are then added into the
+ * double per-thread partials, whatever the number of lanes that do it.
+ * Statistics sum x - shift, shift a sample of each channel (the first row),
+ * so E[x^2] - E[x]^2 cancels nothing when the mean is large against the
+ * spread.
  */
 #define BN_ROWS 16
 
@@ -873,159 +551,46 @@ static void bn_rows(const struct apf_bn_job *j, int t, int nt, int *r0, int *r1)
 	share(j->N, t, nt, r0, r1);
 }
 
-static void add_float8(double *d, __m256 v) TGT;
-static void add_float8(double *d, __m256 v)
+/* Thread t's share of the statistics: per block of rows, the path's float
+ * sums over the block's rows in order, added into its double partials. */
+void apf_cpu_bn_fast_stats(struct apf_bn_job *j, int t, int nt)
 {
-	__m256d lo = _mm256_cvtps_pd(_mm256_castps256_ps128(v));
-	__m256d hi = _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1));
-	_mm256_storeu_pd(d, _mm256_add_pd(_mm256_loadu_pd(d), lo));
-	_mm256_storeu_pd(d + 4, _mm256_add_pd(_mm256_loadu_pd(d + 4), hi));
-}
-
-TGT void apf_cpu_bn_fast_stats(struct apf_bn_job *j, int t, int nt)
-{
-	int r0, r1, C = j->C, C8 = C / 8 * 8;
+	int r0, r1, C = j->C;
 	bn_rows(j, t, nt, &r0, &r1);
 	double *s = j->part + (size_t)t * 2 * C, *q = s + C;
 	memset(s, 0, 2 * (size_t)C * sizeof *s);
-	for (int rb = r0; rb < r1; rb += BN_ROWS) {
-		int re = r1 - rb < BN_ROWS ? r1 : rb + BN_ROWS;
-		for (int c = 0; c < C8; c += 8) {
-			__m256 sh = _mm256_loadu_ps(j->shift + c);
-			__m256 fs = _mm256_setzero_ps(), fq = fs;
-			for (int r = rb; r < re; r++) {
-				__m256 x = _mm256_sub_ps(
-					_mm256_loadu_ps(j->inp + (size_t)r * C + c), sh);
-				fs = _mm256_add_ps(fs, x);
-				fq = _mm256_fmadd_ps(x, x, fq);
-			}
-			add_float8(s + c, fs);
-			add_float8(q + c, fq);
-		}
-		for (int c = C8; c < C; c++) {
-			float fs = 0, fq = 0;
-			for (int r = rb; r < re; r++) {
-				float x = j->inp[(size_t)r * C + c] - j->shift[c];
-				fs += x;
-				fq = fmaf(x, x, fq);
-			}
-			s[c] += fs;
-			q[c] += fq;
-		}
-	}
+	const struct apf_fast_ops *k = ops(j->isa);
+	for (int rb = r0; rb < r1; rb += BN_ROWS)
+		k->bn_stats(j, rb, r1 - rb < BN_ROWS ? r1 : rb + BN_ROWS, 0, s,
+			    q);
 }
 
-TGT void apf_cpu_bn_fast_apply(struct apf_bn_job *j, int t, int nt)
+/* y = relu((x - mean) a + b [+ res]), each element one fma and an add. */
+void apf_cpu_bn_fast_apply(struct apf_bn_job *j, int t, int nt)
 {
-	int r0, r1, C = j->C, C8 = C / 8 * 8;
+	int r0, r1;
 	bn_rows(j, t, nt, &r0, &r1);
-	__m256 zero = _mm256_setzero_ps();
-	for (int r = r0; r < r1; r++) {
-		const float *x = j->inp + (size_t)r * C;
-		const float *res = j->res ? j->res + (size_t)r * C : NULL;
-		float *y = j->y + (size_t)r * C;
-		for (int c = 0; c < C8; c += 8) {
-			__m256 xc = _mm256_sub_ps(_mm256_loadu_ps(x + c),
-						  _mm256_loadu_ps(j->mean + c));
-			__m256 v = _mm256_fmadd_ps(xc, _mm256_loadu_ps(j->a + c),
-						   _mm256_loadu_ps(j->b + c));
-			if (res)
-				v = _mm256_add_ps(v, _mm256_loadu_ps(res + c));
-			_mm256_storeu_ps(y + c, j->relu ? _mm256_max_ps(v, zero) : v);
-		}
-		for (int c = C8; c < C; c++) {
-			float v = fmaf(x[c] - j->mean[c], j->a[c], j->b[c]);
-			if (res)
-				v += res[c];
-			y[c] = !j->relu || v > 0.0f ? v : 0.0f;
-		}
-	}
+	ops(j->isa)->bn_apply(j, r0, r1, 0);
 }
 
-/* dout at o, masked by the ReLU's output where the layer has one. */
-static inline TGT __m256 bn_grad8(const struct apf_bn_job *j, size_t o)
+/* The sums of g and g (x - mean), g = dout masked by the ReLU, blocked as
+ * the statistics are. */
+void apf_cpu_bn_fast_dsums(struct apf_bn_job *j, int t, int nt)
 {
-	__m256 g = _mm256_loadu_ps(j->dout + o);
-	if (j->relu)
-		g = _mm256_and_ps(g, _mm256_cmp_ps(_mm256_loadu_ps(j->out + o),
-						   _mm256_setzero_ps(), _CMP_GT_OQ));
-	return g;
-}
-
-static inline float bn_grad1(const struct apf_bn_job *j, size_t o)
-{
-	return !j->relu || j->out[o] > 0.0f ? j->dout[o] : 0.0f;
-}
-
-TGT void apf_cpu_bn_fast_dsums(struct apf_bn_job *j, int t, int nt)
-{
-	int r0, r1, C = j->C, C8 = C / 8 * 8;
+	int r0, r1, C = j->C;
 	bn_rows(j, t, nt, &r0, &r1);
 	double *s = j->part + (size_t)t * 2 * C, *q = s + C;
 	memset(s, 0, 2 * (size_t)C * sizeof *s);
-	for (int rb = r0; rb < r1; rb += BN_ROWS) {
-		int re = r1 - rb < BN_ROWS ? r1 : rb + BN_ROWS;
-		for (int c = 0; c < C8; c += 8) {
-			__m256 m = _mm256_loadu_ps(j->mean + c);
-			__m256 fs = _mm256_setzero_ps(), fq = fs;
-			for (int r = rb; r < re; r++) {
-				size_t o = (size_t)r * C + c;
-				__m256 g = bn_grad8(j, o);
-				__m256 xc = _mm256_sub_ps(_mm256_loadu_ps(j->inp + o), m);
-				fs = _mm256_add_ps(fs, g);
-				fq = _mm256_fmadd_ps(g, xc, fq);
-			}
-			add_float8(s + c, fs);
-			add_float8(q + c, fq);
-		}
-		for (int c = C8; c < C; c++) {
-			float fs = 0, fq = 0;
-			for (int r = rb; r < re; r++) {
-				size_t o = (size_t)r * C + c;
-				float g = bn_grad1(j, o);
-				fs += g;
-				fq = fmaf(g, j->inp[o] - j->mean[c], fq);
-			}
-			s[c] += fs;
-			q[c] += fq;
-		}
-	}
+	const struct apf_fast_ops *k = ops(j->isa);
+	for (int rb = r0; rb < r1; rb += BN_ROWS)
+		k->bn_dsums(j, rb, r1 - rb < BN_ROWS ? r1 : rb + BN_ROWS, 0, s,
+			    q);
 }
 
-TGT void apf_cpu_bn_fast_dx(struct apf_bn_job *j, int t, int nt)
+/* dinp = k0 (g - k1 - (x - mean) k2) (the last two one fma), dres = g. */
+void apf_cpu_bn_fast_dx(struct apf_bn_job *j, int t, int nt)
 {
-	int r0, r1, C = j->C, C8 = C / 8 * 8;
+	int r0, r1;
 	bn_rows(j, t, nt, &r0, &r1);
-	for (int r = r0; r < r1; r++) {
-		size_t o = (size_t)r * C;
-		for (int c = 0; c < C8; c += 8) {
-			__m256 g = bn_grad8(j, o + c);
-			if (j->dres) {
-				float *d = j->dres + o + c;
-				_mm256_storeu_ps(d, j->accum_res
-					? _mm256_add_ps(_mm256_loadu_ps(d), g) : g);
-			}
-			if (!j->dinp)
-				continue;
-			__m256 xc = _mm256_sub_ps(_mm256_loadu_ps(j->inp + o + c),
-						  _mm256_loadu_ps(j->mean + c));
-			__m256 u = _mm256_sub_ps(g, _mm256_loadu_ps(j->k1 + c));
-			u = _mm256_fnmadd_ps(xc, _mm256_loadu_ps(j->k2 + c), u);
-			__m256 dx = _mm256_mul_ps(_mm256_loadu_ps(j->k0 + c), u);
-			float *d = j->dinp + o + c;
-			_mm256_storeu_ps(d, j->accum_inp
-				? _mm256_add_ps(_mm256_loadu_ps(d), dx) : dx);
-		}
-		for (int c = C8; c < C; c++) {
-			float g = bn_grad1(j, o + c);
-			if (j->dres)
-				j->dres[o + c] = j->accum_res ? j->dres[o + c] + g : g;
-			if (!j->dinp)
-				continue;
-			float u = g - j->k1[c];
-			u = fmaf(-(j->inp[o + c] - j->mean[c]), j->k2[c], u);
-			float dx = j->k0[c] * u;
-			j->dinp[o + c] = j->accum_inp ? j->dinp[o + c] + dx : dx;
-		}
-	}
+	ops(j->isa)->bn_dx(j, r0, r1, 0);
 }

@@ -1,35 +1,39 @@
 /*
- * fast.h: the CPU backend's AVX2/FMA kernels (fast.c), internal to nn/cpu.
+ * fast.h: the CPU backend's fast kernels (fast.c), internal to nn/cpu.
  *
- * cpu.c keeps the plain kernels, the readable reference; when the CPU has
- * AVX2 and FMA it routes the shapes these kernels take to them. Each kernel
- * here is one thread's share of a layer, `(job, t, nt)`: cpu.c's pool runs
- * it on every thread, so this file knows nothing of threads. Shares depend
- * only on the sizes and nt, and every sum runs in a fixed order, so a fixed
+ * cpu.c keeps the plain kernels, the readable reference; the default
+ * backend routes the shapes these kernels take to them. Each kernel here is
+ * one thread's share of a layer, `(job, t, nt)`: cpu.c's pool runs it on
+ * every thread, so this file knows nothing of threads. Shares depend only
+ * on the sizes and nt, and every sum runs in a fixed order, so a fixed
  * thread count gives bit-identical results (nn.h); the bits differ from the
  * plain kernels' (FMA rounds once, sums group differently), within a tight
  * tolerance the tests check.
+ *
+ * The contract across CPUs: a job runs on the instruction-set path in its
+ * `isa` (isa.h: scalar, AVX2/FMA or AVX-512), and every path computes each
+ * output element with the same sequence of float operations (fast_ops.h),
+ * so for a fixed thread count the results are the same bits on every path,
+ * as the GEMM's are (gemm.h). The path decides speed only.
  */
 #ifndef APF_NN_CPU_FAST_H
 #define APF_NN_CPU_FAST_H
 
 #include <stddef.h>
 
-/* 1 when this CPU runs the kernels below (AVX2 and FMA). */
-int apf_cpu_fast_supported(void);
-
 /* ---- direct convolution (NHWC, no im2col) ----------------------------------
  *
  * Forward and input gradient run one register-blocked micro-kernel over a
  * zero-padded copy of a few images at a time (the padding makes every tap of
  * every pixel a fixed offset from the pixel, so no bounds checks): 6 output
- * pixels x 16 output channels in 12 accumulators. The input gradient is the
- * same kernel over the padded output gradient, one pass per residue class of
- * the stride. The weight gradient reduces over pixels with 4 output channels
- * x 3 (tap, 8-channel) columns in 12 accumulators, into one partial per
+ * pixels x 16 output channels (AVX2; 6 x 32 on AVX-512). The input gradient
+ * is the same kernel over the padded output gradient, one pass per residue
+ * class of the stride. The weight gradient reduces over pixels with 4
+ * output channels x 3 (tap, 8 or 16 channel) columns, into one partial per
  * thread that the caller adds in thread order.
  */
 struct apf_conv_job {
+	int isa; /* isa.h's path the kernels run on */
 	int B, H, W, C, OC, K, S, P, OH, OW;
 	const float *inp;    /* (B,H,W,C) */
 	const float *weight; /* (OC,K,K,C) */
@@ -40,7 +44,6 @@ struct apf_conv_job {
 	int accum;           /* dinp: 0 write, 1 add */
 	float *wt;           /* transformed weights; conv_fast_prepare* */
 	float *work;         /* apf_cpu_conv_fast_work floats */
-	double *stats;       /* forward: per thread 2*OC sums (x, x^2), or NULL */
 };
 
 /* Which parts the fast kernels take for this shape. */
@@ -77,6 +80,7 @@ float *apf_cpu_conv_fast_dweight_part(const struct apf_conv_job *j, int t,
  * 2 C double sums, which the caller adds in thread order.
  */
 struct apf_bn_job {
+	int isa; /* isa.h's path the kernels run on */
 	int N, C;
 	const float *inp, *res, *dout, *out;
 	const float *shift;              /* stats */

@@ -2,8 +2,8 @@
  * isa.h: which instruction-set path the CPU backend's own kernels run
  * (nn/cpu), chosen once per backend and recorded with the results.
  *
- * The paths compute the same bits (gemm.h's contract): the choice decides
- * only speed. APF_CPU_ISA=scalar|avx2|avx512 forces one, so a run made on
+ * The paths compute the same bits (gemm.h's and fast.h's contract): the
+ * choice decides only speed. APF_CPU_ISA=scalar|avx2|avx512 forces one, so a run made on
  * one machine can be replayed on the path another machine would pick; a
  * value this CPU cannot run, or an unknown one, is refused, never silently
  * replaced. Detection is at run time (__builtin_cpu_supports); nothing is
