@@ -1144,6 +1144,11 @@ static int resume(struct vx *v, const struct apf_runlog_record *r,
 		return 0;
 	}
 	struct vx_unit *u = &v->units[s->unit];
+	if (v->per_unit && s->unit != v->cur_unit)
+		return log_fail(v, r, s,
+				"a resume of %s in the log of %s: a unit's log "
+				"holds its own records only",
+				u->name, v->units[v->cur_unit].name);
 	if (!u->ever_started || u->state == U_ENDED) {
 		if (u->fail)
 			return 0;
@@ -1260,6 +1265,11 @@ static int session_unsealed_check(struct vx *v)
 	return 0;
 }
 
+int apf_vx_session_check(struct vx *v)
+{
+	return session_unsealed_check(v);
+}
+
 static int run_end(struct vx *v, const struct apf_runlog_record *r,
 		   const struct vx_slot *s)
 {
@@ -1288,6 +1298,8 @@ int apf_vx_record(void *user, const struct apf_runlog_record *r)
 	memcpy(v->last_hash, r->hash, 65);
 	if (r->line_no == v->head_records)
 		memcpy(v->signed_hash, r->hash, 65);
+	if (r->line_no == v->index_records)
+		memcpy(v->index_hash, r->hash, 65);
 	v->last_ev = s->ev;
 	if (v->o->progress && v->records - v->progress_at >= 65536) {
 		v->progress_at = v->records;
@@ -1338,6 +1350,11 @@ int apf_vx_record(void *user, const struct apf_runlog_record *r)
 				name);
 	}
 	struct vx_unit *u = &v->units[s->unit];
+	if (v->per_unit && s->unit != v->cur_unit)
+		return log_fail(v, r, s,
+				"a record of %s in the log of %s: a unit's log "
+				"holds its own records only",
+				u->name, v->units[v->cur_unit].name);
 	if (s->ev == APF_EV_TRIAL_END) {
 		/* run_end counts the session's trial_end records. */
 		if (s->flags & 1)
@@ -1453,10 +1470,21 @@ int apf_vx_walk_end(struct vx *v)
 	int rc = v->session_open ? session_unsealed_check(v) : 0;
 	if (rc)
 		return rc;
-	/* Finished: the last session ended with run_end, and no unit was
+	/* Finished: the last session ended with run_end (of every unit's log,
+	 * in the per-unit layout, and at least one unit ran), and no unit was
 	 * left interrupted by an earlier one. */
-	rep->complete = v->last_ev == APF_EV_RUN_END && !unended;
-	if (v->last_ev != APF_EV_RUN_END)
+	if (v->per_unit)
+		rep->complete = !v->open_logs && rep->records && !unended;
+	else
+		rep->complete = v->last_ev == APF_EV_RUN_END && !unended;
+	if (v->per_unit && !rep->records)
+		snprintf(v->incomplete, sizeof v->incomplete,
+			 "no unit has run yet");
+	else if (v->per_unit && v->open_logs)
+		snprintf(v->incomplete, sizeof v->incomplete,
+			 "the log of %s ends without run_end%s", v->first_open,
+			 v->open_logs > 1 ? " (and more units')" : "");
+	else if (v->last_ev != APF_EV_RUN_END)
 		snprintf(v->incomplete, sizeof v->incomplete,
 			 "the log ends at line %" PRIu64 " without run_end",
 			 v->records);
@@ -1491,6 +1519,7 @@ void apf_vx_unit_free(struct vx_unit *u)
 	free(u->mnames);
 	json_decref(u->hparams);
 	free(u->fail);
+	free(u->log_path);
 	free(u->name);
 	free(u->workload);
 	free(u->variant);

@@ -29,7 +29,10 @@ struct run {
 	char *workloads_dir;
 	char *include_dir;
 	char *exe;                /* this apf binary */
-	struct apf_runlog *log;
+	struct apf_runlog *log;   /* the log of the unit under way */
+	char *unit_dir;           /* ... and its directory */
+	int *unit_locks;          /* per plan unit: its flock'd .lock, or -1 */
+	const json_t *drift;      /* env_drift's fields (each session logs it) */
 	struct apf_key *key;
 	char run_json_sha256[65];
 	json_t *env;              /* the live environment record */

@@ -262,8 +262,8 @@ static int log_run_start(struct run *r, const json_t *drift)
 
 /* The directory is made whole under a temporary name and renamed into
  * place, so a crash leaves either no run directory or one with run.json,
- * the entry and a log holding run_start. */
-static int create_run_dir(struct run *r, const json_t *drift)
+ * the entry and an empty signed index. The units' logs come with them. */
+static int create_run_dir(struct run *r)
 {
 	apf_buf tmp = {0};
 	apf_buf_printf(&tmp, "%s.tmp.XXXXXX", r->run_dir);
@@ -275,7 +275,6 @@ static int create_run_dir(struct run *r, const json_t *drift)
 	chmod(tmp.data, 0755);
 	char *entry_copy = apf_path_join(tmp.data, "entry.apf");
 	char *rj = apf_path_join(tmp.data, "run.json");
-	char *logp = apf_path_join(tmp.data, "log.jsonl");
 	json_t *j = run_json(r);
 	char *text = j ? json_dumps(j, JSON_INDENT(2)) : NULL;
 	int rc = text ? 0 : apf_error(APF_ENOMEM, "run.json", "out of memory");
@@ -297,9 +296,8 @@ static int create_run_dir(struct run *r, const json_t *drift)
 		apf_buf_free(&b);
 	}
 	if (!rc)
-		rc = apf_runlog_create(&r->log, logp);
-	if (!rc)
-		rc = log_run_start(r, drift);
+		rc = apf_rundir_index_update(tmp.data, r->key, r->run_json_sha256,
+					     NULL, 0, NULL);
 	if (!rc && rename(tmp.data, r->run_dir) != 0)
 		rc = apf_error_errno(errno == EEXIST || errno == ENOTEMPTY
 					     ? APF_EINPUT
@@ -313,16 +311,12 @@ static int create_run_dir(struct run *r, const json_t *drift)
 		rc = apf_fsync_dir(slash ? parent : ".");
 		free(parent);
 	}
-	if (rc) {
-		apf_runlog_close(r->log);
-		r->log = NULL;
+	if (rc)
 		apf_remove_tree(tmp.data);
-	}
 	free(text);
 	json_decref(j);
 	free(entry_copy);
 	free(rj);
-	free(logp);
 	apf_buf_free(&tmp);
 	return rc;
 }
@@ -334,7 +328,16 @@ static int open_run_dir(struct run *r)
 	char *logp = apf_path_join(r->run_dir, "log.jsonl");
 	char *text = NULL;
 	size_t len;
-	int rc = apf_file_read(&text, &len, rj, 1 << 24);
+	struct stat st;
+	int rc = 0;
+	if (logp && lstat(logp, &st) == 0)
+		rc = apf_error(APF_EINPUT, r->run_dir,
+			       "a run of apf's single-log layout (one log.jsonl "
+			       "for all units): apf verify, score and report "
+			       "read it, but new units go into a new run "
+			       "directory");
+	if (!rc)
+		rc = apf_file_read(&text, &len, rj, 1 << 24);
 	json_t *j = NULL;
 	if (!rc) {
 		apf_sha256_hex(r->run_json_sha256, text, len);
@@ -368,24 +371,16 @@ static int open_run_dir(struct run *r)
 				       json_is_true(sealed) ? "sealed" : "unsealed",
 				       (long long)threads);
 	}
-	uint64_t cut = 0;
-	if (!rc)
-		rc = apf_runlog_open_append(&r->log, logp, r->o->resume, &cut);
-	if (rc == APF_EVERIFY && !r->o->resume)
-		apf_error(APF_EINPUT, r->run_dir,
-			  "its log ends in a torn record (a crash?): continue it "
-			  "with --resume");
-	if (!rc && cut)
-		apf_runner_notice(r, "cut %llu bytes of a torn record from the log's end",
-		       (unsigned long long)cut);
 	free(text);
 	json_decref(j);
 	free(rj);
 	free(logp);
-	return rc == APF_EVERIFY ? APF_EINPUT : rc;
+	return rc;
 }
 
 /* ---- the log's story of each unit ------------------------------------------ */
+
+static int selected(const struct run *r, const struct apf_plan_unit *u);
 
 static long unit_index(struct run *r, const char *name)
 {
@@ -411,14 +406,81 @@ static int scan_record(void *user, const struct apf_runlog_record *rec)
 	return 0;
 }
 
-static int scan_log(struct run *r)
+/* Each selected unit's own log, as far as it is whole: a torn last line
+ * (a crash) is cut when the unit is resumed. */
+static int scan_logs(struct run *r)
 {
-	char *logp = apf_path_join(r->run_dir, "log.jsonl");
+	int rc = 0;
 	for (size_t i = 0; i < r->plan->n; i++)
 		apf_rundir_unit_init(&r->states[i]);
-	int rc = apf_runlog_read(NULL, logp, scan_record, r);
-	free(logp);
+	for (size_t i = 0; !rc && i < r->plan->n; i++) {
+		if (r->unit_locks[i] < 0)
+			continue;
+		char name[512];
+		unit_name(&r->plan->units[i], name, sizeof name);
+		apf_buf p = {0};
+		apf_buf_printf(&p, "%s/%s/log.jsonl", r->run_dir, name);
+		if (!p.data)
+			return apf_error(APF_ENOMEM, "run", "out of memory");
+		struct stat st;
+		if (lstat(p.data, &st) == 0) {
+			const struct apf_runlog_read_opts ro = {
+				.fn = scan_record, .user = r, .json = 1};
+			struct apf_runlog_summary sum = {0};
+			rc = apf_runlog_walk(&sum, p.data, &ro);
+			if (rc == APF_EVERIFY && sum.torn_bytes) {
+				apf_error_clear();
+				rc = 0;
+				/* Only a resume goes on from a crash. */
+				r->states[i].started = 1;
+			}
+		}
+		apf_buf_free(&p);
+	}
 	return rc;
+}
+
+/* Each selected unit is flock'd (RUN/<unit>/.lock) while this process
+ * works on it, so two runners - two apf run -j, two Slurm tasks - never
+ * write one unit's log; apf status reads the lock to tell a unit that is
+ * running from one that was stopped. */
+static int lock_units(struct run *r)
+{
+	for (size_t i = 0; i < r->plan->n; i++)
+		r->unit_locks[i] = -1;
+	for (size_t i = 0; i < r->plan->n; i++) {
+		if (!selected(r, &r->plan->units[i]))
+			continue;
+		char name[512];
+		unit_name(&r->plan->units[i], name, sizeof name);
+		apf_buf p = {0};
+		apf_buf_printf(&p, "%s/%s", r->run_dir, name);
+		int rc = p.data ? apf_mkdirs(p.data, 0755)
+				: apf_error(APF_ENOMEM, "run", "out of memory");
+		if (!rc)
+			apf_buf_puts(&p, "/.lock");
+		int fd = rc ? -1
+			    : open(p.data, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW,
+				   0644);
+		if (!rc && fd < 0)
+			rc = apf_error_errno(APF_EIO, errno, p.data, "open");
+		if (!rc && flock(fd, LOCK_EX | LOCK_NB) != 0)
+			rc = errno == EWOULDBLOCK
+				     ? apf_error(APF_EINPUT, r->run_dir,
+						 "%s is being run by another "
+						 "apf process",
+						 name)
+				     : apf_error_errno(APF_EIO, errno, p.data,
+						       "lock");
+		apf_buf_free(&p);
+		if (rc) {
+			if (fd >= 0)
+				close(fd);
+			return rc;
+		}
+		r->unit_locks[i] = fd;
+	}
+	return 0;
 }
 
 /* ---- the run ------------------------------------------------------------------ */
@@ -465,6 +527,11 @@ static void run_free(struct run *r)
 	if (r->work_lock > 0)
 		close(r->work_lock);
 	free(r->work);
+	for (size_t i = 0; r->unit_locks && r->plan && i < r->plan->n; i++)
+		if (r->unit_locks[i] >= 0)
+			close(r->unit_locks[i]);
+	free(r->unit_locks);
+	free(r->unit_dir);
 	free(r->src);
 	free(r->run_dir);
 	free(r->heldout);
@@ -611,7 +678,10 @@ static int prepare(struct run *r)
 					     &r->nvariants);
 	if (!rc) {
 		r->states = apf_calloc(r->plan->n, sizeof *r->states);
-		if (!r->states)
+		r->unit_locks = apf_calloc(r->plan->n, sizeof *r->unit_locks);
+		for (size_t i = 0; r->unit_locks && i < r->plan->n; i++)
+			r->unit_locks[i] = -1;
+		if (!r->states || !r->unit_locks)
 			rc = apf_error(APF_ENOMEM, "run", "out of memory");
 	}
 	/* 2. inputs on this machine */
@@ -701,7 +771,7 @@ static int check_environment(struct run *r, struct drift *d)
 
 /* The run directory: opened (resumed, or one more unit of the same
  * entry) or created; *fresh when created (run_start is then logged). */
-static int open_or_create(struct run *r, const json_t *drift, int *fresh)
+static int open_or_create(struct run *r, int *fresh)
 {
 	*fresh = 0;
 	int created = 0;
@@ -718,11 +788,13 @@ static int open_or_create(struct run *r, const json_t *drift, int *fresh)
 		rc = apf_error(APF_EINPUT, r->run_dir,
 			       "no such run directory to resume");
 	else {
-		rc = create_run_dir(r, drift);
+		rc = create_run_dir(r);
 		*fresh = 1;
 	}
 	if (!rc)
-		rc = scan_log(r);
+		rc = lock_units(r);
+	if (!rc)
+		rc = scan_logs(r);
 	/* A unit that started and did not end was interrupted: only
 	 * --resume continues it. */
 	for (size_t i = 0; !rc && i < r->plan->n; i++)
@@ -736,6 +808,68 @@ static int open_or_create(struct run *r, const json_t *drift, int *fresh)
 				       name);
 		}
 	return rc;
+}
+
+/* One session of one unit in its own log (created, or continued: a torn
+ * last line cut on --resume): run_start and what it says of this machine,
+ * the unit's records, and, unless a signal stopped it, run_end, the signed
+ * head and the unit's entry in the run's index. */
+static int run_one(struct run *r, size_t i)
+{
+	char name[512];
+	unit_name(&r->plan->units[i], name, sizeof name);
+	free(r->unit_dir);
+	r->unit_dir = apf_path_join(r->run_dir, name);
+	char *logp = r->unit_dir ? apf_path_join(r->unit_dir, "log.jsonl") : NULL;
+	if (!logp)
+		return apf_error(APF_ENOMEM, "run", "out of memory");
+	struct stat st;
+	int rc;
+	if (lstat(logp, &st) != 0) {
+		rc = apf_runlog_create(&r->log, logp);
+	} else {
+		uint64_t cut = 0;
+		rc = apf_runlog_open_append(&r->log, logp, r->o->resume, &cut);
+		if (rc == APF_EVERIFY && !r->o->resume)
+			rc = apf_error(APF_EINPUT, r->run_dir,
+				       "%s: its log ends in a torn record (a "
+				       "crash?): continue it with --resume",
+				       name);
+		else if (rc == APF_EVERIFY)
+			rc = APF_EINPUT;
+		if (!rc && cut)
+			apf_runner_notice(r,
+					  "%s: cut %llu bytes of a torn record "
+					  "from its log's end",
+					  name, (unsigned long long)cut);
+	}
+	free(logp);
+	if (!rc)
+		rc = log_run_start(r, r->drift);
+	size_t completed = r->completed, failed = r->failed;
+	if (!rc)
+		rc = apf_runner_unit(r, i);
+	if (r->log && !stop_signal && (!rc || rc == APF_EABORT)) {
+		json_t *f = json_pack("{s:I, s:I, s:I}", "units", (json_int_t)1,
+				      "completed",
+				      (json_int_t)(r->completed - completed),
+				      "failed", (json_int_t)(r->failed - failed));
+		int lrc = f ? append(r->log, "run_end", f, 1)
+			    : apf_error(APF_ENOMEM, "run", "out of memory");
+		json_decref(f);
+		if (!lrc)
+			lrc = apf_rundir_sign_head(r->unit_dir, r->key,
+						   r->run_json_sha256, r->log);
+		if (!lrc)
+			lrc = apf_rundir_index_update(
+				r->run_dir, r->key, r->run_json_sha256, name,
+				apf_runlog_count(r->log), apf_runlog_head(r->log));
+		if (!rc)
+			rc = lrc;
+	}
+	int crc = r->log ? apf_runlog_close(r->log) : 0;
+	r->log = NULL;
+	return rc ? rc : crc;
 }
 
 /* The selected units, one after another, until done or interrupted; then
@@ -785,30 +919,18 @@ static int run_units(struct run *r, size_t nsel)
 		before++;
 	}
 	r->already = before;
+	(void)nsel;
 	for (size_t i = 0; !rc && i < r->plan->n && !stop_signal; i++) {
 		if (!selected(r, &r->plan->units[i]) || r->states[i].ended)
 			continue;
 		r->ordinal++;
-		rc = apf_runner_unit(r, i);
+		rc = run_one(r, i);
 	}
 	if (!rc && stop_signal)
 		rc = apf_error(APF_EABORT, "run",
 			       "interrupted; continue with apf run %s -o %s "
 			       "--resume",
 			       r->o->entry, r->run_dir);
-	if (r->log && !stop_signal && (!rc || rc == APF_EABORT)) {
-		json_t *f = json_pack("{s:I, s:I, s:I}", "units", (json_int_t)nsel,
-				      "completed", (json_int_t)r->completed,
-				      "failed", (json_int_t)r->failed);
-		int lrc = f ? append(r->log, "run_end", f, 1)
-			    : apf_error(APF_ENOMEM, "run", "out of memory");
-		json_decref(f);
-		if (!lrc)
-			lrc = apf_rundir_sign_head(r->run_dir, r->key,
-						   r->run_json_sha256, r->log);
-		if (!rc)
-			rc = lrc;
-	}
 	sigaction(SIGINT, &old_int, NULL);
 	sigaction(SIGTERM, &old_term, NULL);
 	return rc;
@@ -834,10 +956,9 @@ int apf_run(const struct apf_run_opts *o)
 			       "no unit of the plan matches --workload/--study/"
 			       "--trial (see apf plan)");
 	int fresh = 0;
+	r.drift = d.fields;
 	if (!rc)
-		rc = open_or_create(&r, d.fields, &fresh);
-	if (!rc && !fresh)
-		rc = log_run_start(&r, d.fields);
+		rc = open_or_create(&r, &fresh);
 	if (!rc)
 		rc = run_units(&r, nsel);
 	if (!rc)

@@ -53,7 +53,7 @@ struct unit {
 
 static int sign_head(struct run *r)
 {
-	return apf_rundir_sign_head(r->run_dir, r->key, r->run_json_sha256,
+	return apf_rundir_sign_head(r->unit_dir, r->key, r->run_json_sha256,
 				    r->log);
 }
 
