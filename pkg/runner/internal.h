@@ -47,6 +47,7 @@ struct run {
 	size_t completed, failed;
 	size_t ordinal, to_run;   /* this unit is ordinal of to_run (1-based) */
 	size_t already;           /* selected units that had ended before */
+	int slot, slots;          /* -j: this process's slot, of how many */
 };
 
 /* A SIGINT or SIGTERM asked the run to stop (the log stays resumable). */

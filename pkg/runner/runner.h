@@ -58,6 +58,9 @@ struct apf_run_progress {
 	const char *metric;     /* the workload's, e.g. "accuracy" */
 	double validation;      /* at the last eval; NAN before the first */
 	double target;          /* the validation target */
+	int slot, slots;        /* apf run -j: which of the slots units run
+				 * in at once (0-based), of how many; 0, 1
+				 * when one at a time */
 };
 
 /* How a unit ended (apf_run_opts.unit_end): one call per selected unit,
@@ -88,6 +91,9 @@ struct apf_run_opts {
 	const char *device;     /* "cpu" (default) or "cuda" */
 	const char *heldout;    /* a held-out draw: run its variants too */
 	int threads;            /* 0: all usable cores */
+	int jobs;               /* units at once (-j; child processes of this
+				 * one, each pinned to its threads' share of
+				 * the usable cores); 0 or 1: one at a time */
 	int resume;
 	int unsealed;
 	int allow_env_drift;

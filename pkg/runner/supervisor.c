@@ -9,6 +9,9 @@
 #include "runner/runner.h"
 
 #include <dirent.h>
+#include <poll.h>
+#include <sched.h>
+#include <sys/wait.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -872,6 +875,252 @@ static int run_one(struct run *r, size_t i)
 	return rc ? rc : crc;
 }
 
+/* ---- apf run -j N: units at once ---------------------------------------------
+ *
+ * Each unit runs in a child process forked from this supervisor once the
+ * checks are done: the child runs exactly what one-at-a-time runs
+ * (run_one: its own log, its own trial, evaluator and work directory), so
+ * a unit computes the same bits either way; processes rather than threads
+ * because the supervisor's state (the run, the host, the signal flag) is
+ * one unit's, and a crash of one unit's supervisor cannot take the others
+ * with it. Each child is pinned (sched_setaffinity, inherited by its build,
+ * trial and evaluator) to its slot's share of the usable cores - slot s of
+ * N gets cores s*T .. s*T+T-1 of the usable list, T the run's threads -
+ * and reports what it would have told the user through a pipe, one
+ * fixed-size message per write (atomic: under PIPE_BUF). It exits 0 (the
+ * unit completed), 1 (its trial failed: a result), 2 (an error of the run,
+ * sent first) or 3 (interrupted). */
+
+enum { MSG_NOTICE = 1, MSG_PROGRESS, MSG_UNIT_END, MSG_ERROR };
+
+struct msg {
+	int kind;
+	int code;
+	struct apf_run_progress p;
+	struct apf_run_unit_end e;
+	char unit[256], metric[32], reason[32];
+	char text[3072];
+};
+
+_Static_assert(sizeof(struct msg) <= PIPE_BUF, "a message is one write");
+
+struct child {
+	pid_t pid;
+	int fd;
+	int slot;
+};
+
+static void send_msg(int fd, const struct msg *m)
+{
+	ssize_t n;
+	do
+		n = write(fd, m, sizeof *m);
+	while (n < 0 && errno == EINTR);
+}
+
+static void child_notice(void *user, const char *line)
+{
+	struct msg m = {.kind = MSG_NOTICE};
+	snprintf(m.text, sizeof m.text, "%s", line);
+	send_msg(*(int *)user, &m);
+}
+
+static void child_progress(void *user, const struct apf_run_progress *p)
+{
+	struct msg m = {.kind = MSG_PROGRESS, .p = *p};
+	snprintf(m.unit, sizeof m.unit, "%s", p->unit ? p->unit : "");
+	snprintf(m.metric, sizeof m.metric, "%s", p->metric ? p->metric : "");
+	send_msg(*(int *)user, &m);
+}
+
+static void child_unit_end(void *user, const struct apf_run_unit_end *e)
+{
+	struct msg m = {.kind = MSG_UNIT_END, .e = *e};
+	snprintf(m.unit, sizeof m.unit, "%s", e->unit ? e->unit : "");
+	snprintf(m.metric, sizeof m.metric, "%s", e->metric ? e->metric : "");
+	snprintf(m.reason, sizeof m.reason, "%s", e->reason ? e->reason : "");
+	snprintf(m.text, sizeof m.text, "%s", e->detail ? e->detail : "");
+	send_msg(*(int *)user, &m);
+}
+
+/* The usable cores of slot (of the run's threads each), as a set. */
+static void slot_cpus(const struct run *r, int slot, cpu_set_t *out)
+{
+	cpu_set_t all;
+	CPU_ZERO(out);
+	if (sched_getaffinity(0, sizeof all, &all) != 0)
+		return;
+	int cpus[CPU_SETSIZE], n = 0;
+	for (int c = 0; c < CPU_SETSIZE; c++)
+		if (CPU_ISSET(c, &all))
+			cpus[n++] = c;
+	for (int k = 0; n && k < r->threads; k++)
+		CPU_SET(cpus[((size_t)slot * (size_t)r->threads + (size_t)k) %
+			     (size_t)n],
+			out);
+}
+
+/* The child: one unit, then _exit (never the parent's clean-up: its work
+ * directory and locks are the parent's). */
+static void child_main(struct run *r, size_t i, int slot, int fd)
+{
+	struct apf_run_opts co = *r->o;
+	co.notice = r->o->notice ? child_notice : NULL;
+	co.progress = r->o->progress ? child_progress : NULL;
+	co.unit_end = r->o->unit_end ? child_unit_end : NULL;
+	co.user = &fd;
+	r->o = &co;
+	r->slot = slot;
+	cpu_set_t set;
+	slot_cpus(r, slot, &set);
+	if (CPU_COUNT(&set))
+		sched_setaffinity(0, sizeof set, &set);
+	size_t failed = r->failed;
+	int rc = run_one(r, i);
+	int code = stop_signal ? 3 : rc ? 2 : r->failed > failed ? 1 : 0;
+	if (rc && !stop_signal) {
+		struct msg m = {.kind = MSG_ERROR, .code = rc};
+		snprintf(m.text, sizeof m.text, "%s", apf_error_message());
+		send_msg(fd, &m);
+	}
+	close(fd);
+	_exit(code);
+}
+
+/* One message from a child, passed on to the user's callbacks. */
+static void relay(struct run *r, struct msg *m, int *err, char *err_text,
+		  size_t size)
+{
+	const struct apf_run_opts *o = r->o;
+	if (m->kind == MSG_NOTICE && o->notice) {
+		o->notice(o->user, m->text);
+	} else if (m->kind == MSG_PROGRESS && o->progress) {
+		m->p.unit = m->unit;
+		m->p.metric = m->metric;
+		o->progress(o->user, &m->p);
+	} else if (m->kind == MSG_UNIT_END && o->unit_end) {
+		m->e.unit = m->unit;
+		m->e.metric = m->metric[0] ? m->metric : NULL;
+		m->e.reason = m->reason[0] ? m->reason : NULL;
+		m->e.detail = m->text[0] ? m->text : NULL;
+		o->unit_end(o->user, &m->e);
+	} else if (m->kind == MSG_ERROR && !*err) {
+		*err = m->code ? m->code : APF_EINTERNAL;
+		snprintf(err_text, size, "%s", m->text);
+	}
+}
+
+static int run_parallel(struct run *r)
+{
+	int jobs = r->o->jobs;
+	struct child *ch = apf_calloc((size_t)jobs, sizeof *ch);
+	if (!ch)
+		return apf_error(APF_ENOMEM, "run", "out of memory");
+	for (int s = 0; s < jobs; s++)
+		ch[s].pid = -1;
+	r->slots = jobs;
+	int err = 0, running = 0, forwarded = 0;
+	char err_text[3072] = "";
+	size_t next = 0;
+	for (;;) {
+		/* Start units while there are free slots. */
+		for (int s = 0; s < jobs && !err && !stop_signal; s++) {
+			if (ch[s].pid >= 0)
+				continue;
+			while (next < r->plan->n &&
+			       (!selected(r, &r->plan->units[next]) ||
+				r->states[next].ended))
+				next++;
+			if (next >= r->plan->n)
+				break;
+			int p[2];
+			if (pipe2(p, O_CLOEXEC) != 0) {
+				err = apf_error_errno(APF_EIO, errno, "run", "pipe");
+				snprintf(err_text, sizeof err_text, "%s",
+					 apf_error_message());
+				break;
+			}
+			r->ordinal++;
+			fflush(NULL);
+			pid_t pid = fork();
+			if (pid == 0) {
+				close(p[0]);
+				for (int k = 0; k < jobs; k++)
+					if (ch[k].pid >= 0)
+						close(ch[k].fd);
+				child_main(r, next, s, p[1]);
+			}
+			close(p[1]);
+			if (pid < 0) {
+				close(p[0]);
+				err = apf_error_errno(APF_EIO, errno, "run", "fork");
+				snprintf(err_text, sizeof err_text, "%s",
+					 apf_error_message());
+				break;
+			}
+			ch[s] = (struct child){pid, p[0], s};
+			running++;
+			next++;
+		}
+		if (!running)
+			break;
+		if (stop_signal && !forwarded) {
+			/* Ctrl-C reaches the children with us; a SIGTERM sent
+			 * to this process alone is passed on. */
+			for (int s = 0; s < jobs; s++)
+				if (ch[s].pid > 0)
+					kill(ch[s].pid, stop_signal);
+			forwarded = 1;
+		}
+		struct pollfd pf[jobs];
+		int map[jobs], n = 0;
+		for (int s = 0; s < jobs; s++)
+			if (ch[s].pid >= 0) {
+				pf[n] = (struct pollfd){ch[s].fd, POLLIN, 0};
+				map[n++] = s;
+			}
+		if (poll(pf, (nfds_t)n, 500) < 0 && errno != EINTR)
+			break;
+		for (int k = 0; k < n; k++) {
+			if (!(pf[k].revents & (POLLIN | POLLHUP | POLLERR)))
+				continue;
+			struct child *c = &ch[map[k]];
+			struct msg m;
+			ssize_t got = read(c->fd, &m, sizeof m);
+			if (got == (ssize_t)sizeof m) {
+				relay(r, &m, &err, err_text, sizeof err_text);
+				continue;
+			}
+			if (got < 0 && errno == EINTR)
+				continue;
+			/* End of the pipe: the child is done. */
+			int status = 0;
+			while (waitpid(c->pid, &status, 0) < 0 && errno == EINTR)
+				;
+			close(c->fd);
+			int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+			if (code == 0)
+				r->completed++;
+			else if (code == 1)
+				r->failed++;
+			else if (code != 3 && !err) {
+				err = APF_EINTERNAL;
+				snprintf(err_text, sizeof err_text,
+					 "run: the supervisor of a unit ended "
+					 "abnormally (status %d)",
+					 status);
+			}
+			c->pid = -1;
+			running--;
+		}
+	}
+	free(ch);
+	r->slots = 0;
+	if (err)
+		apf_error_restore(err, err_text);
+	return err;
+}
+
 /* The selected units, one after another, until done or interrupted; then
  * run_end (unless a signal stopped the run: the log stays resumable). */
 static int run_units(struct run *r, size_t nsel)
@@ -920,7 +1169,10 @@ static int run_units(struct run *r, size_t nsel)
 	}
 	r->already = before;
 	(void)nsel;
-	for (size_t i = 0; !rc && i < r->plan->n && !stop_signal; i++) {
+	if (r->o->jobs > 1 && r->to_run > 1)
+		rc = run_parallel(r);
+	for (size_t i = 0; r->o->jobs <= 1 && !rc && i < r->plan->n && !stop_signal;
+	     i++) {
 		if (!selected(r, &r->plan->units[i]) || r->states[i].ended)
 			continue;
 		r->ordinal++;

@@ -377,6 +377,8 @@ static void tick(void *user, int64_t step, uint64_t now)
 		.unit = u->name,
 		.ordinal = u->r->ordinal,
 		.count = u->r->to_run,
+		.slot = u->r->slot,
+		.slots = u->r->slots > 0 ? u->r->slots : 1,
 		.step = step,
 		.evals = u->evals,
 		.submission_s = (double)(u->sub_ns + (t > u->interval_start
