@@ -106,9 +106,10 @@ class RunDir:
     apf run writes), the one unit log there is (self.unit), whose head
     index.dsse.json names too."""
 
-    def __init__(self, path, runner_key):
+    def __init__(self, path, runner_key, unit=None):
         self.path = path
         self.runner_key = runner_key
+        self.want_unit = unit
         self.reload()
 
     def log_file(self):
@@ -129,6 +130,10 @@ class RunDir:
             name = unit_name(u["workload"], u["variant"], u["study"], u["trial"])
             if os.path.exists(self.file(name, "log.jsonl")):
                 logs.append(name)
+        want = getattr(self, "want_unit", None)
+        if want:
+            assert want in logs, f"{want} has no log"
+            logs = [want]
         assert len(logs) == 1, f"RunDir takes one unit log, not {logs}"
         self.unit = logs[0]
         self.log_rel = f"{self.unit}/log.jsonl"

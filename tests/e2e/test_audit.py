@@ -78,7 +78,8 @@ class Audit(RunCase):
     def rechain_and_sign(self, run, recs):
         """Writes the records as a runner holding the key would: chained,
         the head signed (and, for a unit's own log, the index)."""
-        rd = runfake.RunDir(run, os.path.join(self.home, "keys", "default.key.pem"))
+        rd = runfake.RunDir(run, os.path.join(self.home, "keys", "default.key.pem"),
+                            unit=f"study_0/{BLOBS}/trial_1")
         rd.records = recs
         rd.save()
 
@@ -106,7 +107,7 @@ class Audit(RunCase):
         # as logging time: the blocks start later, end where they ended, and
         # every sum, the CSV and the time-to-target follow, so the log is
         # consistent and checks 1-4 pass.
-        recs = apftest.read_log(run)[0]
+        recs = runfake.RunDir(run, None, unit=f"study_0/{BLOBS}/trial_1").records
         sub = moved_total = 0
         ttt = None
         for r in recs:
@@ -152,7 +153,7 @@ class Audit(RunCase):
         with open(path, "w") as f:
             json.dump(rj, f, indent=2)
             f.write("\n")
-        recs = apftest.read_log(run)[0]
+        recs = runfake.RunDir(run, None, unit=f"study_0/{BLOBS}/trial_1").records
         with open(path, "rb") as f:
             sha = runfake.sha256_hex(f.read())
         for r in recs:
@@ -170,7 +171,7 @@ class Audit(RunCase):
                               ruleset="external")
         # A runner (holding the key) logs a slightly better train loss,
         # re-chains the log and re-signs its head: checks 1-4 cannot tell.
-        recs = apftest.read_log(run)[0]
+        recs = runfake.RunDir(run, None, unit=f"study_0/{BLOBS}/trial_1").records
         next(r for r in recs if r["event"] == "eval")["metrics"]["train/loss"] *= 0.999
         self.rechain_and_sign(run, recs)
         # The CSV carries train/loss too: rewrite it as the runner would.
