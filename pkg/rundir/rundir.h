@@ -56,6 +56,16 @@ int apf_rundir_index_update(const char *run_dir, const struct apf_key *key,
 			    const char *run_json_sha256, const char *unit,
 			    uint64_t records, const char *head);
 
+/* Where each unit of run.json's plan stands (status.c, `apf status`):
+ * {"run_dir", "layout": "per-unit"|"single-log", "units_planned", "counts":
+ * {state: n}, "units": [{"unit", "state", "evals", "submission_s",
+ * "budget_s", "preemptions", "indexed", ["time_to_target_s"],
+ * ["problem"]}]}; state is pending (never started), running (another
+ * process holds the unit's lock), done, failed, or preempted (started,
+ * not ended, not running: stopped by a signal, a crash or a preemption;
+ * apf run --resume continues it). Read, not verified. */
+int apf_rundir_status(json_t **out, const char *run_dir);
+
 /* A unit's directory, "study_<k>/<workload>/trial_<n>" (trial 1-based); a
  * held-out variant's workload directory is <workload>_<variant>, as
  * AlgoPerf names variant workloads. Returns the length snprintf would

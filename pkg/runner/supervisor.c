@@ -826,6 +826,15 @@ static int run_one(struct run *r, size_t i)
 	char *logp = r->unit_dir ? apf_path_join(r->unit_dir, "log.jsonl") : NULL;
 	if (!logp)
 		return apf_error(APF_ENOMEM, "run", "out of memory");
+	/* .running is held only while the unit runs (its .lock is held by
+	 * whoever has it selected, running or queued): apf status reads it. */
+	char *running = apf_path_join(r->unit_dir, ".running");
+	int run_fd = running ? open(running, O_RDWR | O_CREAT | O_CLOEXEC |
+						  O_NOFOLLOW, 0644)
+			     : -1;
+	if (run_fd >= 0)
+		flock(run_fd, LOCK_EX | LOCK_NB);
+	free(running);
 	struct stat st;
 	int rc;
 	if (lstat(logp, &st) != 0) {
@@ -872,6 +881,8 @@ static int run_one(struct run *r, size_t i)
 	}
 	int crc = r->log ? apf_runlog_close(r->log) : 0;
 	r->log = NULL;
+	if (run_fd >= 0)
+		close(run_fd);
 	return rc ? rc : crc;
 }
 

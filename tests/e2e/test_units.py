@@ -269,13 +269,58 @@ class Units(RunCase):
         try:
             r = self.apf("run", self.path("e.apf"), "-o", self.run, "--study", "0",
                          "--trial", "3", "--threads", "1", "--resume", timeout=300)
+            st = json.loads(self.ok("status", self.run, "--json").out)
         finally:
             os.kill(p.pid, signal.SIGCONT)
+        states = {u["unit"]: u["state"] for u in st["units"]}
+        self.assertEqual(states[unit(3)], "running", st)
         out, err = p.communicate(timeout=300)
         self.assertEqual(p.returncode, 0, err)
         self.assertEqual(r.rc, 2, r)
         self.assertIn(f"{unit(3)} is being run by another apf process", r.err)
         self.ok("verify", self.run)
+
+
+    def test_status_says_where_each_unit_stands(self):
+        st = json.loads(self.ok("status", self.run, "--json").out)
+        self.assertEqual(st["layout"], "per-unit")
+        self.assertEqual(st["units_planned"], 15)
+        self.assertEqual(st["counts"], {"pending": 13, "running": 0, "done": 2,
+                                        "failed": 0, "preempted": 0})
+        u1 = [u for u in st["units"] if u["unit"] == unit(1)][0]
+        self.assertEqual((u1["state"], u1["evals"], u1["budget_s"], u1["indexed"]),
+                         ("done", 2, 600.0, True))
+        self.assertGreater(u1["submission_s"], 0)
+        # A unit stopped by a signal mid-trial is preempted until resumed.
+        p = subprocess.Popen([apftest.APF, "run", self.path("e.apf"), "-o", self.run,
+                              "--study", "0", "--trial", "3", "--threads", "1", "-q"],
+                             env=self.env, cwd=self.tmp, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+        log = os.path.join(self.run, unit(3), "log.jsonl")
+        deadline = time.monotonic() + 120
+        while p.poll() is None and time.monotonic() < deadline:
+            if os.path.exists(log) and b'"trial_start"' in open(log, "rb").read():
+                break
+            time.sleep(0.01)
+        if p.poll() is not None:
+            p.communicate()
+            self.skipTest("the unit ended before the signal")
+        p.send_signal(signal.SIGINT)
+        p.communicate(timeout=300)
+        self.assertEqual(p.returncode, 3)
+        st = json.loads(self.ok("status", self.run, "--json").out)
+        u3 = [u for u in st["units"] if u["unit"] == unit(3)][0]
+        self.assertEqual(u3["state"], "preempted", st)
+        self.assertFalse(u3["indexed"])
+        self.ok("run", self.path("e.apf"), "-o", self.run, "--study", "0", "--trial", "3",
+                "--threads", "1", "--resume", timeout=300)
+        st = json.loads(self.ok("status", self.run, "--json").out)
+        self.assertEqual(st["counts"]["done"], 3)
+        self.ok("verify", self.run)
+        out = self.ok("status", self.run).out
+        self.assertIn(f"{self.run}: 15 units planned: 3 done, 0 running, 0 failed, "
+                      "0 preempted, 12 pending", out)
+        self.assertRegex(out, unit(1) + r" +done +2 evals +\d+\.\d\d / 600\.00 s")
 
 
 class SingleLogLayout(apftest.ApfCase):
