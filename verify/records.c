@@ -575,7 +575,8 @@ static const char *state_name(int state)
 	static const char *const names[] = {
 		"before trial_start", "after trial_start", "after build",
 		"after clock_start",  "after a step_block", "after an eval",
-		"after a resume",     "after sandbox_fault", "after trial_end"};
+		"after a resume",     "after sandbox_fault", "after trial_end",
+		"after its preemption"};
 	return names[state];
 }
 
@@ -1122,6 +1123,34 @@ static int trial_end(struct vx *v, struct vx_unit *u,
 	return 0;
 }
 
+/* preempt: a SIGTERM or SIGUSR1 (a scheduler's warning) asked the unit to
+ * stop; the supervisor asked for an eval at the end of the step under way,
+ * which may come before its period, logged it with its checkpoint, and
+ * stopped the trial. The unit goes on only after a resume from that eval,
+ * in a later session. */
+static int preempt(struct vx *v, struct vx_unit *u,
+		   const struct apf_runlog_record *r, const struct vx_slot *s)
+{
+	const struct vx_eval *last = u->nevals ? &u->evals[u->nevals - 1] : NULL;
+	if (u->state != U_EVAL || !last || last->index != u->k)
+		return fail_here(v, u, r, s, "a preempt %s",
+				 state_name(u->state));
+	if (s->u[0] != last->index)
+		return fail_here(v, u, r, s,
+				 "after_eval %" PRIu64 ", but the unit's last "
+				 "eval is %" PRIu64,
+				 s->u[0], last->index);
+	if (last->stop)
+		return fail_here(v, u, r, s,
+				 "eval %" PRIu64 " met %s, so the trial had "
+				 "to end there, not be preempted",
+				 last->index, stop_words(last->stop));
+	/* The eval it asked for may come early. */
+	u->early_eval = 0;
+	u->state = U_PREEMPTED;
+	return 0;
+}
+
 static int resume(struct vx *v, const struct apf_runlog_record *r,
 		  const struct vx_slot *s)
 {
@@ -1373,6 +1402,11 @@ int apf_vx_record(void *user, const struct apf_runlog_record *r)
 		return fail_here(v, u, r, s,
 				 "the unit was interrupted in an earlier "
 				 "session and goes on without a resume");
+	if (u->state == U_PREEMPTED)
+		return fail_here(v, u, r, s,
+				 "a %s after the unit's preemption, in the "
+				 "same session",
+				 apf_vx_event_name(s->ev));
 	if (r->t_ns < u->seg_t)
 		return fail_here(v, u, r, s,
 				 "t_ns %" PRIu64 " is before the unit's "
@@ -1441,6 +1475,8 @@ int apf_vx_record(void *user, const struct apf_runlog_record *r)
 		return 0;
 	case APF_EV_TRIAL_END:
 		return trial_end(v, u, r, s);
+	case APF_EV_PREEMPT:
+		return preempt(v, u, r, s);
 	}
 	return apf_error(APF_EINTERNAL, v->log_path, "unhandled event");
 }

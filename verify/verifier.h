@@ -86,6 +86,8 @@ enum vx_state {
 		      * eval j ended the trial */
 	U_FAULT,     /* sandbox_fault: trial_end next */
 	U_ENDED,
+	U_PREEMPTED, /* preempt after eval k: nothing more this session; a
+		      * resume from eval k in a later one */
 };
 
 struct vx_unit {

@@ -50,8 +50,11 @@ struct run {
 	int slot, slots;          /* -j: this process's slot, of how many */
 };
 
-/* A SIGINT or SIGTERM asked the run to stop (the log stays resumable). */
+/* A SIGINT asked the run to stop (the log stays resumable). */
 int apf_run_interrupted(void);
+/* A SIGTERM or SIGUSR1 asked it to checkpoint and stop; which one. */
+int apf_run_preempted(void);
+const char *apf_run_preempt_signal(void);
 /* Runs one unit to its end (or resumes it); logs everything. A failed
  * trial returns 0: it is a result. */
 int apf_runner_unit(struct run *r, size_t index);

@@ -45,16 +45,32 @@
 
 extern const char apf_build_id[];
 
-static volatile sig_atomic_t stop_signal;
+static volatile sig_atomic_t stop_signal, preempt_signal;
 
+/* SIGINT stops at once (the work since the last eval is lost); SIGTERM and
+ * SIGUSR1 (Slurm's warning before it preempts or ends a job) preempt: the
+ * unit under way checkpoints at the end of its current step and stops. */
 static void on_signal(int sig)
 {
-	stop_signal = sig;
+	if (sig == SIGINT)
+		stop_signal = sig;
+	else
+		preempt_signal = sig;
 }
 
 int apf_run_interrupted(void)
 {
 	return stop_signal != 0;
+}
+
+int apf_run_preempted(void)
+{
+	return preempt_signal != 0;
+}
+
+const char *apf_run_preempt_signal(void)
+{
+	return preempt_signal == SIGUSR1 ? "SIGUSR1" : "SIGTERM";
 }
 
 static void unit_name(const struct apf_plan_unit *u, char *out, size_t size)
@@ -988,8 +1004,11 @@ static void child_main(struct run *r, size_t i, int slot, int fd)
 		sched_setaffinity(0, sizeof set, &set);
 	size_t failed = r->failed;
 	int rc = run_one(r, i);
-	int code = stop_signal ? 3 : rc ? 2 : r->failed > failed ? 1 : 0;
-	if (rc && !stop_signal) {
+	int code = stop_signal || preempt_signal ? 3
+		   : rc				  ? 2
+		   : r->failed > failed		  ? 1
+						  : 0;
+	if (rc && !stop_signal && !preempt_signal) {
 		struct msg m = {.kind = MSG_ERROR, .code = rc};
 		snprintf(m.text, sizeof m.text, "%s", apf_error_message());
 		send_msg(fd, &m);
@@ -1035,7 +1054,8 @@ static int run_parallel(struct run *r)
 	size_t next = 0;
 	for (;;) {
 		/* Start units while there are free slots. */
-		for (int s = 0; s < jobs && !err && !stop_signal; s++) {
+		for (int s = 0; s < jobs && !err && !stop_signal && !preempt_signal;
+		     s++) {
 			if (ch[s].pid >= 0)
 				continue;
 			while (next < r->plan->n &&
@@ -1075,12 +1095,13 @@ static int run_parallel(struct run *r)
 		}
 		if (!running)
 			break;
-		if (stop_signal && !forwarded) {
-			/* Ctrl-C reaches the children with us; a SIGTERM sent
+		if ((stop_signal || preempt_signal) && !forwarded) {
+			/* Ctrl-C reaches the children with us; a signal sent
 			 * to this process alone is passed on. */
 			for (int s = 0; s < jobs; s++)
 				if (ch[s].pid > 0)
-					kill(ch[s].pid, stop_signal);
+					kill(ch[s].pid, stop_signal ? stop_signal
+								    : preempt_signal);
 			forwarded = 1;
 		}
 		struct pollfd pf[jobs];
@@ -1137,10 +1158,11 @@ static int run_parallel(struct run *r)
 static int run_units(struct run *r, size_t nsel)
 {
 	int rc = 0;
-	struct sigaction sa = {0}, old_int, old_term;
+	struct sigaction sa = {0}, old_int, old_term, old_usr1;
 	sa.sa_handler = on_signal;
 	sigaction(SIGINT, &sa, &old_int);
 	sigaction(SIGTERM, &sa, &old_term);
+	sigaction(SIGUSR1, &sa, &old_usr1);
 	size_t before = 0;
 	for (size_t i = 0; i < r->plan->n; i++) {
 		if (!selected(r, &r->plan->units[i]))
@@ -1182,7 +1204,8 @@ static int run_units(struct run *r, size_t nsel)
 	(void)nsel;
 	if (r->o->jobs > 1 && r->to_run > 1)
 		rc = run_parallel(r);
-	for (size_t i = 0; r->o->jobs <= 1 && !rc && i < r->plan->n && !stop_signal;
+	for (size_t i = 0; r->o->jobs <= 1 && !rc && i < r->plan->n &&
+			   !stop_signal && !preempt_signal;
 	     i++) {
 		if (!selected(r, &r->plan->units[i]) || r->states[i].ended)
 			continue;
@@ -1194,8 +1217,15 @@ static int run_units(struct run *r, size_t nsel)
 			       "interrupted; continue with apf run %s -o %s "
 			       "--resume",
 			       r->o->entry, r->run_dir);
+	else if (!rc && preempt_signal)
+		rc = apf_error(APF_EABORT, "run",
+			       "preempted by %s: the units under way "
+			       "checkpointed and stopped; continue with apf run "
+			       "%s -o %s --resume",
+			       apf_run_preempt_signal(), r->o->entry, r->run_dir);
 	sigaction(SIGINT, &old_int, NULL);
 	sigaction(SIGTERM, &old_term, NULL);
+	sigaction(SIGUSR1, &old_usr1, NULL);
 	return rc;
 }
 
