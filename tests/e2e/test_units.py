@@ -12,6 +12,7 @@ computes alone (tests/data/workloads/blobs_steps evaluates at fixed steps,
 so the trajectories are comparable whatever the machine's speed).
 """
 import base64
+import csv
 import json
 import os
 import shutil
@@ -360,6 +361,97 @@ class SingleLogLayout(apftest.ApfCase):
                        "--entry-key", self.pub, "--study", "0", "--trial", "2",
                        "--allow-env-drift")
         self.assertIn("single-log layout", r.err)
+
+
+class Preemption(RunCase):
+    """SIGTERM or SIGUSR1 mid-trial: the unit checkpoints at the end of its
+    current step and stops; --resume goes on from that checkpoint."""
+
+    def start(self, sig):
+        from test_verify import SLOW_SUBMISSION
+        self.ok("keygen")
+        self.write("slow/submission.ini", "[submission]\nname = slow\nauthors = tests\n"
+                   "ruleset = external\n[tuning]\nstudies = 1\ntrials = 2\n")
+        self.write("slow/submission.c", SLOW_SUBMISSION)
+        self.write("slow/tuning_search_space.ini",
+                   "[learning_rate]\nmin = 1e-4\nmax = 1e-2\nscaling = log\n")
+        self.entry = self.path("slow.apf")
+        self.ok("pack", self.path("slow"), "-w", apftest.BLOBS, "-o", self.entry)
+        self.run = self.path("run")
+        self.name = f"study_0/{apftest.BLOBS}/trial_1"
+        p = subprocess.Popen([apftest.APF, "run", self.entry, "-o", self.run, "--study", "0",
+                              "--trial", "1", "-q"], env=self.env, cwd=self.tmp,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        log = os.path.join(self.run, self.name, "log.jsonl")
+        deadline = time.monotonic() + 120
+        # Mid-trial: after its second eval (the budget allows about six).
+        while p.poll() is None and time.monotonic() < deadline:
+            if os.path.exists(log) and open(log, "rb").read().count(b'"event":"eval"') >= 2:
+                break
+            time.sleep(0.02)
+        # Well inside the next eval period (1 s), so that the eval the
+        # preemption asks for comes early.
+        time.sleep(0.4)
+        self.assertIsNone(p.poll(), "the trial ended before the signal")
+        p.send_signal(sig)
+        out, err = p.communicate(timeout=120)
+        return p.returncode, err
+
+    def test_sigusr1_checkpoints_stops_and_resumes(self):
+        rc, err = self.start(signal.SIGUSR1)
+        self.assertEqual(rc, 3, err)
+        self.assertIn("preempted by SIGUSR1: checkpointed at eval", err)
+        self.assertIn("--resume", err.strip().splitlines()[-1])
+        recs, _ = apftest.read_chain(os.path.join(self.run, self.name, "log.jsonl"))
+        evals = [x for x in recs if x["event"] == "eval"]
+        self.assertEqual([x["event"] for x in recs[-3:]], ["eval", "preempt", "run_end"])
+        pre = recs[-2]
+        self.assertEqual((pre["signal"], pre["after_eval"]), ("SIGUSR1", evals[-1]["index"]))
+        with open(os.path.join(self.run, self.name, "ckpt", f"{pre['after_eval']}.bin"),
+                  "rb") as f:
+            self.assertEqual(runfake.sha256_hex(f.read()), evals[-1]["checkpoint"]["sha256"])
+        st = json.loads(self.ok("status", self.run, "--json").out)
+        self.assertEqual(st["units"][0]["state"], "preempted")
+        # Verified as far as it goes: incomplete (exit 3), never failed.
+        r = self.fails(3, "verify", self.run)
+        self.assertIn("interrupted and not resumed", r.err)
+        # The requeued task: --resume goes on from the preemption's eval.
+        self.ok("run", self.entry, "-o", self.run, "--study", "0", "--trial", "1",
+                "--resume", "-q", timeout=300)
+        recs, _ = apftest.read_chain(os.path.join(self.run, self.name, "log.jsonl"))
+        res = [x for x in recs if x["event"] == "resume"]
+        self.assertEqual([(x["from_eval"], x["preemption_count"]) for x in res],
+                         [(pre["after_eval"], 1)])
+        self.assertEqual(recs[-2]["event"], "trial_end")
+        r = self.ok("verify", self.run, "--replay", "all", timeout=600)
+        self.assertIn("1 resume", r.out)
+        self.assertRegex(r.out, r"5 replay +passed")
+        with open(os.path.join(self.run, self.name, "eval_measurements.csv")) as f:
+            rows = list(csv.DictReader(f))
+        counts = [int(x["preemption_count"]) for x in rows]
+        k = pre["after_eval"]
+        self.assertEqual(counts, [0] * k + [1] * (len(rows) - k))
+
+    def test_sigterm_preempts_too_and_an_early_eval_without_it_fails(self):
+        rc, err = self.start(signal.SIGTERM)
+        self.assertEqual(rc, 3, err)
+        self.assertIn("preempted by SIGTERM", err)
+        self.ok("run", self.entry, "-o", self.run, "--study", "0", "--trial", "1",
+                "--resume", "-q", timeout=300)
+        self.ok("verify", self.run)
+        # A runner that evaluates early when it likes, with no preemption
+        # to justify it: the preempt record dropped, the log re-signed.
+        rd = runfake.RunDir(self.run, os.path.join(self.home, "keys", "default.key.pem"))
+        pre = [x for x in rd.records if x["event"] == "preempt"][0]
+        ev = [x for x in rd.records if x["event"] == "eval" and x["index"] == pre["after_eval"]][0]
+        before = [x for x in rd.records if x["event"] == "eval"
+                  and x["index"] == pre["after_eval"] - 1][0]
+        if ev["start_ns"] - before["end_ns"] >= 10**9:
+            self.skipTest("the preemption's eval was due anyway (a loaded machine)")
+        rd.records = [x for x in rd.records if x["event"] != "preempt"]
+        rd.save()
+        r = self.fails(1, "verify", self.run)
+        self.assertIn("came before the eval period had passed", r.err)
 
 
 class Jobs(RunCase):
