@@ -6,7 +6,7 @@ set -eu
 build="gcc make pkg-config git libarchive-dev libssl-dev libgit2-dev libinih-dev
 libjansson-dev libopenblas-dev libseccomp-dev libelf-dev zlib1g-dev libzstd-dev"
 test="libcmocka-dev python3 python3-jsonschema openssl zstd dataset-fashion-mnist
-util-linux iproute2 man-db groff-base chromium"
+util-linux iproute2 man-db groff-base chromium slurm-wlm munge"
 bench="python3-torch coreutils bc dataset-fashion-mnist"
 
 want=""

@@ -135,7 +135,17 @@ int cmd_run(int argc, char **argv)
 	 * threads, the default memory limit). */
 	long study = LONG_MIN, trial = LONG_MIN, threads = LONG_MIN,
 	     memory_mib = LONG_MIN, jobs = LONG_MIN;
-	int resume = 0, unsealed = 0, drift = 0, quiet = 0, json = 0;
+	int resume = 0, unsealed = 0, drift = 0, quiet = 0, json = 0, slurm = 0;
+	long parallelism = LONG_MIN;
+	struct apf_slurm_opts so = {0};
+	/* sbatch options after "--" (with --slurm only). */
+	for (int i = 1; i < argc; i++)
+		if (!strcmp(argv[i], "--")) {
+			so.sbatch_args = argv + i + 1;
+			so.nsbatch_args = (size_t)(argc - i - 1);
+			argc = i;
+			break;
+		}
 	const struct apf_opt opts[] = {
 		{"output", 'o', OPT_STRING, &o.run_dir, "RUN_DIR",
 		 "the run directory (default: <entry>.run)"},
@@ -167,6 +177,18 @@ int cmd_run(int argc, char **argv)
 		 "(logged)"},
 		{"memory-limit", 0, OPT_INT, &memory_mib, "MiB",
 		 "memory limit of a trial, counting all it holds (a cgroup where the kernel offers one; default: 16384)"},
+		{"slurm", 0, OPT_FLAG, &slurm, NULL,
+		 "submit the unfinished units as one Slurm job array (sbatch), "
+		 "one unit per task, instead of running them; with --resume, "
+		 "again after preemptions or failures of the cluster"},
+		{"partition", 0, OPT_STRING, &so.partition, "P",
+		 "--slurm: the partition"},
+		{"gres", 0, OPT_STRING, &so.gres, "gpu:N",
+		 "--slurm: generic resources per task"},
+		{"time", 0, OPT_STRING, &so.time, "T",
+		 "--slurm: each task's time limit (sbatch --time)"},
+		{"array-parallelism", 0, OPT_INT, &parallelism, "K",
+		 "--slurm: at most K tasks at once"},
 		{"quiet", 'q', OPT_FLAG, &quiet, NULL, "no progress line"},
 		{"json", 0, OPT_FLAG, &json, NULL,
 		 "print each unit's outcome as JSON on stdout at the end"},
@@ -176,7 +198,9 @@ int cmd_run(int argc, char **argv)
 		"run ENTRY.apf [-o RUN_DIR] [-k KEY] [--entry-key PUB.pem] "
 		"[--workload W] [--study K] [--trial N] [--heldout DRAW.json] "
 		"[--device cpu|cuda] [--threads N] [-j N] [--resume] [--unsealed] "
-		"[--allow-env-drift] [--memory-limit MiB] [-q] [--json]",
+		"[--allow-env-drift] [--memory-limit MiB] [-q] [--json] "
+		"[--slurm [--partition P] [--gres gpu:N] [--time T] "
+		"[--array-parallelism K] [-- SBATCH_OPTIONS...]]",
 		"Run an entry's trials in the sealed runner: the entry is "
 		"verified, its workloads'\nspecs and datasets and this machine's "
 		"environment are checked against the\nmanifest, then every "
@@ -194,6 +218,8 @@ int cmd_run(int argc, char **argv)
 		"--trial 1\n"
 		"apf run nadamw.apf -o runs/nadamw --heldout heldout.json\n"
 		"apf run nadamw.apf -o runs/nadamw -j 4 --threads 2\n"
+		"apf run nadamw.apf -o runs/nadamw --slurm --time 2:00:00 "
+		"--array-parallelism 8\n"
 		"apf run nadamw.apf -o runs/nadamw --resume"};
 	int nargs, rc = cmd_start("run", &usage, opts, argc, argv, &nargs);
 	if (rc >= 0)
@@ -204,6 +230,16 @@ int cmd_run(int argc, char **argv)
 				  ? "--threads takes 1 to 4096"
 			  : jobs != LONG_MIN && (jobs < 1 || jobs > 64)
 				  ? "-j takes 1 to 64"
+			  : parallelism != LONG_MIN && parallelism < 1
+				  ? "--array-parallelism takes K >= 1"
+			  : !slurm && (so.partition || so.gres || so.time ||
+				       parallelism != LONG_MIN || so.sbatch_args)
+				  ? "--partition, --gres, --time, "
+				    "--array-parallelism and sbatch options "
+				    "after -- go with --slurm"
+			  : slurm && jobs != LONG_MIN
+				  ? "--slurm runs one unit per array task; -j "
+				    "is for one machine"
 			  : memory_mib != LONG_MIN && memory_mib < 1
 				  ? "--memory-limit takes MiB >= 1"
 				  : NULL;
@@ -220,6 +256,8 @@ int cmd_run(int argc, char **argv)
 	o.trial = trial;
 	o.threads = (int)threads;
 	o.jobs = jobs == LONG_MIN ? 1 : (int)jobs;
+	so.array_parallelism = parallelism == LONG_MIN ? 0 : parallelism;
+	o.slurm = slurm ? &so : NULL;
 	o.resume = resume;
 	o.unsealed = unsealed;
 	o.allow_env_drift = drift;
@@ -231,6 +269,8 @@ int cmd_run(int argc, char **argv)
 	o.unit_end = json ? on_unit_end : NULL;
 	o.user = &say;
 	rc = apf_run(&o);
+	if (!rc && slurm && so.job_id[0] && !json)
+		printf("%s\n", so.job_id);
 	if (json) {
 		char *dir = o.run_dir ? NULL : apf_run_default_dir(o.entry);
 		print_json(&say, o.run_dir ? o.run_dir : dir ? dir : "", rc);

@@ -78,10 +78,21 @@ int cmd_status(int argc, char **argv)
 		char times[80] = "";
 		if (json_is_number(json_object_get(u, "submission_s")))
 			snprintf(times, sizeof times, "  %8s / %s s", sub, bud);
-		printf("  %-40s %-9s %4lld evals%s%s%s\n", safe,
+		json_t *sl = json_object_get(u, "slurm");
+		char task[200] = "";
+		if (sl) {
+			char job[64], id[64];
+			const char *j = json_string_value(json_object_get(sl, "job_id"));
+			const char *t = json_string_value(
+				json_object_get(sl, "array_task_id"));
+			apf_text_escape(job, sizeof job, j ? j : "?");
+			apf_text_escape(id, sizeof id, t ? t : "?");
+			snprintf(task, sizeof task, "  slurm %s_%s", job, id);
+		}
+		printf("  %-40s %-9s %4lld evals%s%s%s%s\n", safe,
 		       json_string_value(json_object_get(u, "state")),
 		       (long long)json_integer_value(json_object_get(u, "evals")),
-		       times, problem ? "  " : "", problem ? problem : "");
+		       times, task, problem ? "  " : "", problem ? problem : "");
 	}
 	json_decref(st);
 	return 0;

@@ -161,6 +161,22 @@ int apf_rundir_status(json_t **out, const char *run_dir)
 					    number_or_null(uw.st.time_to_target_ns));
 		if (u && problem)
 			json_object_set_new(u, "problem", json_string(problem));
+		/* A Slurm array task's job and task (apf run --slurm). */
+		char *sl = NULL;
+		size_t sll = 0;
+		char rel[600];
+		snprintf(rel, sizeof rel, "%s/slurm.json", name);
+		if (u && !apf_file_read_beneath(&sl, &sll, run_dir, rel,
+						APF_MAX_SMALL_JSON_BYTES,
+						APF_FILE_MISSING_OK) &&
+		    sl) {
+			json_t *sj = json_loadb(sl, sll, 0, NULL);
+			if (json_is_object(sj))
+				json_object_set(u, "slurm", sj);
+			json_decref(sj);
+		}
+		apf_error_clear();
+		free(sl);
 		json_array_append_new(units, u);
 		apf_rundir_unit_free(&uw.st);
 		free(dir);

@@ -58,6 +58,13 @@ const char *apf_run_preempt_signal(void);
 /* Runs one unit to its end (or resumes it); logs everything. A failed
  * trial returns 0: it is a result. */
 int apf_runner_unit(struct run *r, size_t index);
+/* apf run --slurm (slurm.c): submits the units of the plan listed in
+ * units (n of them) as one job array. */
+int apf_runner_slurm_submit(struct run *r, const size_t *units, size_t n);
+/* In a Slurm array task, records the job and task in the unit's directory
+ * (slurm.json) for apf status; nothing outside Slurm. */
+int apf_runner_slurm_note(const char *unit_dir);
+
 /* Tells the run's user one line (apf_run_opts.notice), if it listens. */
 void apf_runner_notice(const struct run *r, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));

@@ -80,6 +80,23 @@ struct apf_run_unit_end {
 	double target;
 };
 
+/* apf run --slurm: the plan's unfinished selected units submitted as one
+ * Slurm job array (slurm.c), one unit per array task, each task running
+ * `apf run RUN/entry.apf -o RUN --workload W --study K --trial N --resume`
+ * into the same run directory on shared storage. */
+struct apf_slurm_opts {
+	const char *partition;  /* --partition; NULL: the cluster's default */
+	const char *gres;       /* --gres, e.g. gpu:1 */
+	const char *time;       /* --time */
+	long array_parallelism; /* %K of --array; 0: no limit */
+	char *const *sbatch_args; /* more sbatch options (after --) */
+	size_t nsbatch_args;
+	const char *sbatch;     /* the sbatch program; NULL: "sbatch" on PATH */
+	char job_id[64];        /* out: the array's job id ("" when nothing
+				 * was left to submit) */
+	size_t submitted;       /* out: units submitted */
+};
+
 struct apf_run_opts {
 	const char *entry;      /* ENTRY.apf */
 	const char *run_dir;    /* NULL: <entry without .apf>.run */
@@ -98,6 +115,7 @@ struct apf_run_opts {
 	int unsealed;
 	int allow_env_drift;
 	uint64_t memory_limit;  /* bytes for the trial; 0: default */
+	struct apf_slurm_opts *slurm; /* non-NULL: submit, do not run */
 	/* What the run tells its user (the library prints nothing); each
 	 * may be NULL. notice: one line - the runner key created, a unit's
 	 * end, the summary; progress: about twice a second while a trial

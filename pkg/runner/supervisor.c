@@ -873,6 +873,8 @@ static int run_one(struct run *r, size_t i)
 	}
 	free(logp);
 	if (!rc)
+		rc = apf_runner_slurm_note(r->unit_dir);
+	if (!rc)
 		rc = log_run_start(r, r->drift);
 	size_t completed = r->completed, failed = r->failed;
 	if (!rc)
@@ -1252,6 +1254,21 @@ int apf_run(const struct apf_run_opts *o)
 	r.drift = d.fields;
 	if (!rc)
 		rc = open_or_create(&r, &fresh);
+	if (!rc && o->slurm) {
+		/* Submit the selected units that have not ended; run none. */
+		size_t *todo = apf_calloc(r.plan->n + 1, sizeof *todo), n = 0;
+		for (size_t i = 0; todo && i < r.plan->n; i++)
+			if (selected(&r, &r.plan->units[i]) && !r.states[i].ended)
+				todo[n++] = i;
+		rc = todo ? apf_runner_slurm_submit(&r, todo, n)
+			  : apf_error(APF_ENOMEM, "run", "out of memory");
+		free(todo);
+		json_decref(d.fields);
+		apf_buf_free(&d.text);
+		apf_buf_free(&d.benign);
+		run_free(&r);
+		return rc;
+	}
 	if (!rc)
 		rc = run_units(&r, nsel);
 	if (!rc)
