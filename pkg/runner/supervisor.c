@@ -1204,10 +1204,11 @@ static int run_units(struct run *r, size_t nsel)
 	}
 	r->already = before;
 	(void)nsel;
-	if (r->o->jobs > 1 && r->to_run > 1)
+	int parallel = r->o->jobs > 1 && r->to_run > 1;
+	if (parallel)
 		rc = run_parallel(r);
-	for (size_t i = 0; r->o->jobs <= 1 && !rc && i < r->plan->n &&
-			   !stop_signal && !preempt_signal;
+	for (size_t i = 0; !parallel && !rc && i < r->plan->n && !stop_signal &&
+			   !preempt_signal;
 	     i++) {
 		if (!selected(r, &r->plan->units[i]) || r->states[i].ended)
 			continue;

@@ -499,6 +499,16 @@ class Jobs(RunCase):
                 with open(os.path.join(self.path("seq"), unit(t), "ckpt", ck), "rb") as f:
                     self.assertEqual(x, f.read(), (unit(t), ck))
 
+    def test_j_with_one_unit_left_runs_it(self):
+        self.ok("keygen")
+        src = os.path.join(apftest.ROOT, "submissions", "baselines", "nadamw")
+        entry = self.path("e.apf")
+        self.ok("pack", src, "-w", STEPS, "-o", entry)
+        r = self.ok("run", entry, "-o", self.path("one"), "--study", "1", "--trial", "2",
+                    "-j", "4", "--threads", "1", timeout=300)
+        self.assertIn("1 unit completed, 0 failed", r.err)
+        self.ok("verify", self.path("one"))
+
     def test_j_is_checked(self):
         r = self.fails(2, "run", "x.apf", "-j", "0")
         self.assertIn("-j takes 1 to 64", r.err)
