@@ -112,6 +112,16 @@ static int index_load(json_t **units, const char *run_dir, const char *path,
 	return rc;
 }
 
+int apf_rundir_index_get(json_t **units, const char *run_dir,
+			 const struct apf_key *key, const char *run_json_sha256)
+{
+	char *path = apf_path_join(run_dir, APF_RUNDIR_INDEX_FILE);
+	int rc = path ? index_load(units, run_dir, path, key, run_json_sha256)
+		      : apf_error(APF_ENOMEM, run_dir, "out of memory");
+	free(path);
+	return rc;
+}
+
 int apf_rundir_index_update(const char *run_dir, const struct apf_key *key,
 			    const char *run_json_sha256, const char *unit,
 			    uint64_t records, const char *head)

@@ -66,6 +66,11 @@ int apf_rundir_index_update(const char *run_dir, const struct apf_key *key,
  * apf run --resume continues it). Read, not verified. */
 int apf_rundir_status(json_t **out, const char *run_dir);
 
+/* The units object of RUN/index.dsse.json as it stands (missing: empty),
+ * which must be signed by key. A new reference in *units. */
+int apf_rundir_index_get(json_t **units, const char *run_dir,
+			 const struct apf_key *key, const char *run_json_sha256);
+
 /* A unit's directory, "study_<k>/<workload>/trial_<n>" (trial 1-based); a
  * held-out variant's workload directory is <workload>_<variant>, as
  * AlgoPerf names variant workloads. Returns the length snprintf would

@@ -425,6 +425,41 @@ static int scan_record(void *user, const struct apf_runlog_record *rec)
 	return 0;
 }
 
+/* A unit's log whose last session ended (run_end) is signed and in the
+ * index; a runner killed between its run_end and the index update left it
+ * out, so it is signed and entered now (the log's chain was just read). */
+static int settle_closed_log(struct run *r, const json_t *index,
+			     const char *name, const char *logp)
+{
+	json_t *e = json_object_get(index, name);
+	apf_runlog *l = NULL;
+	int rc = apf_runlog_open_append(&l, logp, 0, NULL);
+	if (rc)
+		return rc;
+	const char *head = json_string_value(json_object_get(e, "head"));
+	if (!e || !head || strcmp(head, apf_runlog_head(l)) ||
+	    (uint64_t)json_integer_value(json_object_get(e, "records")) !=
+		    apf_runlog_count(l)) {
+		char *dir = apf_path_join(r->run_dir, name);
+		rc = dir ? apf_rundir_sign_head(dir, r->key, r->run_json_sha256, l)
+			 : apf_error(APF_ENOMEM, "run", "out of memory");
+		if (!rc)
+			rc = apf_rundir_index_update(r->run_dir, r->key,
+						     r->run_json_sha256, name,
+						     apf_runlog_count(l),
+						     apf_runlog_head(l));
+		free(dir);
+	}
+	int crc = apf_runlog_close(l);
+	return rc ? rc : crc;
+}
+
+static int last_event_cb(void *user, const struct apf_runlog_record *rec)
+{
+	*(int *)user = !strcmp(rec->event, "run_end");
+	return 0;
+}
+
 /* Each selected unit's own log, as far as it is whole: a torn last line
  * (a crash) is cut when the unit is resumed. */
 static int scan_logs(struct run *r)
@@ -432,6 +467,8 @@ static int scan_logs(struct run *r)
 	int rc = 0;
 	for (size_t i = 0; i < r->plan->n; i++)
 		apf_rundir_unit_init(&r->states[i]);
+	json_t *index = NULL;
+	rc = apf_rundir_index_get(&index, r->run_dir, r->key, r->run_json_sha256);
 	for (size_t i = 0; !rc && i < r->plan->n; i++) {
 		if (r->unit_locks[i] < 0)
 			continue;
@@ -452,10 +489,20 @@ static int scan_logs(struct run *r)
 				rc = 0;
 				/* Only a resume goes on from a crash. */
 				r->states[i].started = 1;
+			} else if (!rc) {
+				int closed = 0;
+				const struct apf_runlog_read_opts lo = {
+					.fn = last_event_cb, .user = &closed};
+				struct apf_runlog_summary ls = {0};
+				rc = apf_runlog_walk(&ls, p.data, &lo);
+				if (!rc && closed)
+					rc = settle_closed_log(r, index, name,
+							       p.data);
 			}
 		}
 		apf_buf_free(&p);
 	}
+	json_decref(index);
 	return rc;
 }
 

@@ -207,6 +207,20 @@ class Units(RunCase):
         self.sign_index(idx["units"])
         self.rejected(CHECK_LOG, unit(2), "run.json")
 
+    def test_a_runner_killed_before_the_index_update_is_settled_by_the_next(self):
+        # As if killed after unit 2's run_end was written, before its head
+        # was signed and the index updated.
+        idx = self.index()
+        del idx["units"][unit(2)]
+        self.sign_index(idx["units"])
+        rd = runfake.RunDir(self.run, self.key, unit=unit(2))
+        rd.sign_head(records=len(rd.lines) - 1)
+        self.fails(1, "verify", self.run)
+        self.ok("run", self.path("e.apf"), "-o", self.run, "--study", "0", "--trial", "2",
+                "--threads", "1", timeout=300)
+        self.ok("verify", self.run)
+        self.assertIn(unit(2), self.index()["units"])
+
     # ---- an outsider's side (no runner key) --------------------------------
 
     def test_forged_index_fails(self):
