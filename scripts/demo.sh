@@ -42,18 +42,20 @@ echo "== apf report --verify"
 "$apf" report "$out/nadamw.run" --verify -o "$out/nadamw.html" >/dev/null
 echo
 echo "run directory: $out/nadamw.run"
-echo "  log:          $out/nadamw.run/log.jsonl (signed head: log.dsse.json)"
+echo "  log:          $out/nadamw.run/study_0/fmnist_mlp/trial_1/log.jsonl (signed head: log.dsse.json beside it;"
+echo "                the run's index of unit heads: index.dsse.json)"
 echo "  measurements: $out/nadamw.run/study_0/fmnist_mlp/trial_1/eval_measurements.csv"
 echo "report:         $out/nadamw.html (one self-contained page; open it in a browser)"
-tail -n 1 "$out/nadamw.run/log.jsonl" >/dev/null
-ttt=$(grep '"event":"trial_end"' "$out/nadamw.run/log.jsonl" | sed -n 's/.*"time_to_target_ns":\([0-9]*\).*/\1/p')
+log=$out/nadamw.run/study_0/fmnist_mlp/trial_1/log.jsonl
+tail -n 1 "$log" >/dev/null
+ttt=$(grep '"event":"trial_end"' "$log" | sed -n 's/.*"time_to_target_ns":\([0-9]*\).*/\1/p')
 if [ -n "$ttt" ]; then
 	echo "time to target: $(echo "$ttt" | awk '{printf "%.1f s of submission time", $1 / 1e9}')"
 else
 	# An untuned trial may miss a target set by tuned baselines.
-	best=$(grep '"event":"eval"' "$out/nadamw.run/log.jsonl" |
+	best=$(grep '"event":"eval"' "$log" |
 		sed -n 's/.*"validation\/accuracy":\([0-9.e-]*\).*/\1/p' | sort -g | tail -n 1 | awk '{printf "%.4f", $1}')
-	target=$(grep '"event":"trial_start"' "$out/nadamw.run/log.jsonl" |
+	target=$(grep '"event":"trial_start"' "$log" |
 		sed -n 's/.*"validation_target":\([0-9.e-]*\).*/\1/p' | awk '{printf "%.4f", $1}')
 	echo "time to target: not reached within the budget (best validation accuracy $best, target $target);"
 	echo "  this trial's hyperparameters are one untuned draw of the plan (apf plan)"

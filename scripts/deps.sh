@@ -6,14 +6,14 @@
 #   unit     what the unit tests need beyond build (the image build runs them)
 #   test     everything make test uses: the unit tests', the end-to-end
 #            tests' (python, chromium for the report, podman and debootstrap
-#            for the container test)
+#            for the container test, slurm-wlm and munge for the Slurm test)
 #   bench    the peers the benchmarks measure against
 set -eu
 
 build="gcc make pkg-config git python3 libarchive-dev libssl-dev libgit2-dev libinih-dev
 libjansson-dev libopenblas-dev libseccomp-dev libelf-dev zlib1g-dev libzstd-dev"
 test="libcmocka-dev python3 python3-jsonschema openssl zstd dataset-fashion-mnist
-util-linux iproute2 man-db groff-base chromium podman runc debootstrap"
+util-linux iproute2 man-db groff-base chromium podman runc debootstrap slurm-wlm munge"
 runtime="dataset-fashion-mnist"
 unit="libcmocka-dev python3"
 bench="python3-torch coreutils bc dataset-fashion-mnist"

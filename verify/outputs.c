@@ -97,7 +97,7 @@ int apf_vx_hparams_files(struct vx *v)
 			rc = apf_error(APF_EVERIFY, file,
 				       "missing (the trial started at %s line "
 				       "%" PRIu64 ")",
-				       v->log_path, u->start_line);
+				       apf_vx_log_of(v, u), u->start_line);
 		else if (!h)
 			rc = apf_error(APF_EVERIFY, file, "line %d: %s", je.line,
 				       je.text);
@@ -106,7 +106,7 @@ int apf_vx_hparams_files(struct vx *v)
 			rc = apf_error(APF_EVERIFY, file,
 				       "not the hyperparameters of trial_start "
 				       "(%s line %" PRIu64 ")",
-				       v->log_path, u->start_line);
+				       apf_vx_log_of(v, u), u->start_line);
 		const char *k;
 		json_t *x;
 		json_object_foreach(rc ? NULL : u->hparams, k, x)
@@ -116,7 +116,7 @@ int apf_vx_hparams_files(struct vx *v)
 				rc = apf_error(APF_EVERIFY, file,
 					       "%s differs from trial_start's "
 					       "(%s line %" PRIu64 ")",
-					       k, v->log_path, u->start_line);
+					       k, apf_vx_log_of(v, u), u->start_line);
 				break;
 			}
 		}
@@ -197,7 +197,7 @@ static int csv_fail(const struct csv_ctx *c, size_t line,
 				 "%s: line %zu (eval %" PRIu64 " of %s, %s "
 				 "line %" PRIu64 "): %s",
 				 c->file, line, e->index, c->u->name,
-				 c->v->log_path, e->line, why);
+				 apf_vx_log_of(c->v, c->u), e->line, why);
 	return apf_error(APF_EVERIFY, apf_vx_label(c->v, APF_VERIFY_TIMING),
 			 "%s: line %zu: %s", c->file, line, why);
 }
@@ -558,7 +558,7 @@ int apf_vx_checkpoints(struct vx *v)
 			       "%s%s%s (%s of %s, %s line %" PRIu64 ")",
 			       named ? "" : file ? file : rel, named ? "" : ": ",
 			       what, whose,
-			       bad->u->name, v->log_path, bad->e->line);
+			       bad->u->name, apf_vx_log_of(v, bad->u), bad->e->line);
 		free(file);
 	}
 	free(p.jobs);

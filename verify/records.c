@@ -575,7 +575,8 @@ static const char *state_name(int state)
 	static const char *const names[] = {
 		"before trial_start", "after trial_start", "after build",
 		"after clock_start",  "after a step_block", "after an eval",
-		"after a resume",     "after sandbox_fault", "after trial_end"};
+		"after a resume",     "after sandbox_fault", "after trial_end",
+		"after its preemption"};
 	return names[state];
 }
 
@@ -1122,6 +1123,34 @@ static int trial_end(struct vx *v, struct vx_unit *u,
 	return 0;
 }
 
+/* preempt: a SIGTERM or SIGUSR1 (a scheduler's warning) asked the unit to
+ * stop; the supervisor asked for an eval at the end of the step under way,
+ * which may come before its period, logged it with its checkpoint, and
+ * stopped the trial. The unit goes on only after a resume from that eval,
+ * in a later session. */
+static int preempt(struct vx *v, struct vx_unit *u,
+		   const struct apf_runlog_record *r, const struct vx_slot *s)
+{
+	const struct vx_eval *last = u->nevals ? &u->evals[u->nevals - 1] : NULL;
+	if (u->state != U_EVAL || !last || last->index != u->k)
+		return fail_here(v, u, r, s, "a preempt %s",
+				 state_name(u->state));
+	if (s->u[0] != last->index)
+		return fail_here(v, u, r, s,
+				 "after_eval %" PRIu64 ", but the unit's last "
+				 "eval is %" PRIu64,
+				 s->u[0], last->index);
+	if (last->stop)
+		return fail_here(v, u, r, s,
+				 "eval %" PRIu64 " met %s, so the trial had "
+				 "to end there, not be preempted",
+				 last->index, stop_words(last->stop));
+	/* The eval it asked for may come early. */
+	u->early_eval = 0;
+	u->state = U_PREEMPTED;
+	return 0;
+}
+
 static int resume(struct vx *v, const struct apf_runlog_record *r,
 		  const struct vx_slot *s)
 {
@@ -1144,6 +1173,11 @@ static int resume(struct vx *v, const struct apf_runlog_record *r,
 		return 0;
 	}
 	struct vx_unit *u = &v->units[s->unit];
+	if (v->per_unit && s->unit != v->cur_unit)
+		return log_fail(v, r, s,
+				"a resume of %s in the log of %s: a unit's log "
+				"holds its own records only",
+				u->name, v->units[v->cur_unit].name);
 	if (!u->ever_started || u->state == U_ENDED) {
 		if (u->fail)
 			return 0;
@@ -1260,6 +1294,11 @@ static int session_unsealed_check(struct vx *v)
 	return 0;
 }
 
+int apf_vx_session_check(struct vx *v)
+{
+	return session_unsealed_check(v);
+}
+
 static int run_end(struct vx *v, const struct apf_runlog_record *r,
 		   const struct vx_slot *s)
 {
@@ -1288,6 +1327,8 @@ int apf_vx_record(void *user, const struct apf_runlog_record *r)
 	memcpy(v->last_hash, r->hash, 65);
 	if (r->line_no == v->head_records)
 		memcpy(v->signed_hash, r->hash, 65);
+	if (r->line_no == v->index_records)
+		memcpy(v->index_hash, r->hash, 65);
 	v->last_ev = s->ev;
 	if (v->o->progress && v->records - v->progress_at >= 65536) {
 		v->progress_at = v->records;
@@ -1338,6 +1379,11 @@ int apf_vx_record(void *user, const struct apf_runlog_record *r)
 				name);
 	}
 	struct vx_unit *u = &v->units[s->unit];
+	if (v->per_unit && s->unit != v->cur_unit)
+		return log_fail(v, r, s,
+				"a record of %s in the log of %s: a unit's log "
+				"holds its own records only",
+				u->name, v->units[v->cur_unit].name);
 	if (s->ev == APF_EV_TRIAL_END) {
 		/* run_end counts the session's trial_end records. */
 		if (s->flags & 1)
@@ -1356,6 +1402,11 @@ int apf_vx_record(void *user, const struct apf_runlog_record *r)
 		return fail_here(v, u, r, s,
 				 "the unit was interrupted in an earlier "
 				 "session and goes on without a resume");
+	if (u->state == U_PREEMPTED)
+		return fail_here(v, u, r, s,
+				 "a %s after the unit's preemption, in the "
+				 "same session",
+				 apf_vx_event_name(s->ev));
 	if (r->t_ns < u->seg_t)
 		return fail_here(v, u, r, s,
 				 "t_ns %" PRIu64 " is before the unit's "
@@ -1424,6 +1475,8 @@ int apf_vx_record(void *user, const struct apf_runlog_record *r)
 		return 0;
 	case APF_EV_TRIAL_END:
 		return trial_end(v, u, r, s);
+	case APF_EV_PREEMPT:
+		return preempt(v, u, r, s);
 	}
 	return apf_error(APF_EINTERNAL, v->log_path, "unhandled event");
 }
@@ -1453,10 +1506,21 @@ int apf_vx_walk_end(struct vx *v)
 	int rc = v->session_open ? session_unsealed_check(v) : 0;
 	if (rc)
 		return rc;
-	/* Finished: the last session ended with run_end, and no unit was
+	/* Finished: the last session ended with run_end (of every unit's log,
+	 * in the per-unit layout, and at least one unit ran), and no unit was
 	 * left interrupted by an earlier one. */
-	rep->complete = v->last_ev == APF_EV_RUN_END && !unended;
-	if (v->last_ev != APF_EV_RUN_END)
+	if (v->per_unit)
+		rep->complete = !v->open_logs && rep->records && !unended;
+	else
+		rep->complete = v->last_ev == APF_EV_RUN_END && !unended;
+	if (v->per_unit && !rep->records)
+		snprintf(v->incomplete, sizeof v->incomplete,
+			 "no unit has run yet");
+	else if (v->per_unit && v->open_logs)
+		snprintf(v->incomplete, sizeof v->incomplete,
+			 "the log of %s ends without run_end%s", v->first_open,
+			 v->open_logs > 1 ? " (and more units')" : "");
+	else if (v->last_ev != APF_EV_RUN_END)
 		snprintf(v->incomplete, sizeof v->incomplete,
 			 "the log ends at line %" PRIu64 " without run_end",
 			 v->records);
@@ -1491,6 +1555,7 @@ void apf_vx_unit_free(struct vx_unit *u)
 	free(u->mnames);
 	json_decref(u->hparams);
 	free(u->fail);
+	free(u->log_path);
 	free(u->name);
 	free(u->workload);
 	free(u->variant);

@@ -86,6 +86,8 @@ enum vx_state {
 		      * eval j ended the trial */
 	U_FAULT,     /* sandbox_fault: trial_end next */
 	U_ENDED,
+	U_PREEMPTED, /* preempt after eval k: nothing more this session; a
+		      * resume from eval k in a later one */
 };
 
 struct vx_unit {
@@ -126,6 +128,7 @@ struct vx_unit {
 	char **mnames;
 	size_t nmnames;
 	int reason, failed;
+	char *log_path;     /* its own log (per-unit layout), or NULL */
 	/* The first check-3 failure. */
 	uint64_t fail_line;
 	char *fail;
@@ -137,7 +140,19 @@ struct vx {
 	const char *dir;
 	const struct apf_verify_opts *o;
 	apf_verify_report *rep;
-	char *log_path;
+	char *log_path;     /* the log being read */
+	/* The per-unit layout (rundir.h): the log being read is the unit
+	 * cur_unit's (-1: the single-log layout's RUN/log.jsonl), and the
+	 * signed index names, for it, index_records (0: no entry) whose line
+	 * must have the hash index_head; index_hash is that line's. */
+	int per_unit;
+	long cur_unit;
+	uint64_t index_records;
+	char index_head[65], index_hash[65];
+	size_t open_logs;   /* unit logs that end without run_end */
+	uint64_t rep_unsigned; /* the log's records after its signed head */
+	size_t nlogs;       /* unit logs read */
+	const char *first_open;
 	apf_entry *entry;
 	json_t *run_json;
 	char run_json_sha[65];
@@ -175,6 +190,8 @@ struct vx {
 size_t apf_vx_slot_size(void);
 void apf_vx_prepare(void *user, const struct apf_runlog_record *r, void *slot);
 int apf_vx_record(void *user, const struct apf_runlog_record *r);
+/* A session still open when its log ends: an unsealed one says why. */
+int apf_vx_session_check(struct vx *v);
 /* After the walk: units left unfinished, run_end's counts. */
 int apf_vx_walk_end(struct vx *v);
 /* The check-3 failure on the earliest line, as the current error. */
@@ -191,6 +208,13 @@ const char *apf_vx_event_name(int ev);
 int apf_vx_hparams_files(struct vx *v);
 int apf_vx_csvs(struct vx *v);
 int apf_vx_checkpoints(struct vx *v);
+
+/* The log a unit's records are in. */
+static inline const char *apf_vx_log_of(const struct vx *v,
+					const struct vx_unit *u)
+{
+	return u->log_path ? u->log_path : v->log_path;
+}
 
 /* verify.c: "check N (name)", the start of a failure's message; the
  * failure is then that check's, whichever check is running. */

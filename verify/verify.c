@@ -515,16 +515,20 @@ static int load_run_json(struct vx *v)
 
 /* ---- check 2: the signed head ---------------------------------------------- */
 
-static int load_head(struct vx *v)
+/* rel: log.dsse.json, or <unit>/log.dsse.json. */
+static int load_head(struct vx *v, const char *rel)
 {
-	char *file = in_run(v, "log.dsse.json");
+	char *file = in_run(v, rel);
 	if (!file)
 		return apf_error(APF_ENOMEM, v->dir, "out of memory");
 	char *text = NULL;
 	size_t len = 0;
 	struct apf_dsse d = {0};
 	json_t *pl = NULL;
-	int rc = apf_file_read_beneath(&text, &len, v->dir, "log.dsse.json",
+	v->no_head = 0;
+	v->head_records = 0;
+	v->head[0] = 0;
+	int rc = apf_file_read_beneath(&text, &len, v->dir, rel,
 				       APF_MAX_SMALL_JSON_BYTES,
 				       APF_FILE_MISSING_OK);
 	if (!rc && !text) {
@@ -594,7 +598,7 @@ static int compare_head(struct vx *v, const struct apf_runlog_summary *sum)
 					 "%s is missing, yet the log ends with "
 					 "run_end: nothing of it is signed",
 					 file);
-		v->rep->unsigned_records = sum->records;
+		v->rep_unsigned = sum->records;
 		return 0;
 	}
 	if (sum->records < v->head_records)
@@ -618,7 +622,7 @@ static int compare_head(struct vx *v, const struct apf_runlog_summary *sum)
 				 "signed head %.16s... (%s): the log was "
 				 "rewritten",
 				 v->head_records, at, v->head, file);
-	v->rep->unsigned_records = sum->records - v->head_records;
+	v->rep_unsigned = sum->records - v->head_records;
 	return 0;
 }
 
@@ -652,16 +656,16 @@ static int torn_tail(struct vx *v, struct apf_runlog_summary *sum)
 	return 1;
 }
 
-static int check_log(struct vx *v)
+/* Walks v->log_path (its signed head loaded): the chain, each record, the
+ * head. */
+static int walk_log(struct vx *v, struct apf_runlog_summary *out)
 {
-	int rc = load_run_json(v);
-	if (!rc)
-		rc = load_head(v);
-	if (rc)
-		return rc;
 	struct stat st;
 	if (lstat(v->log_path, &st) == 0)
-		v->rep->log_bytes = (uint64_t)st.st_size;
+		v->rep->log_bytes += (uint64_t)st.st_size;
+	v->records = v->bytes_seen = 0;
+	v->last_ev = 0;
+	v->signed_hash[0] = v->index_hash[0] = 0;
 	const struct apf_runlog_read_opts ro = {
 		.fn = apf_vx_record,
 		.user = v,
@@ -669,7 +673,7 @@ static int check_log(struct vx *v)
 		.slot_size = apf_vx_slot_size(),
 	};
 	struct apf_runlog_summary sum = {0};
-	rc = apf_runlog_walk(&sum, v->log_path, &ro);
+	int rc = apf_runlog_walk(&sum, v->log_path, &ro);
 	if (rc == APF_EVERIFY && sum.torn_bytes && torn_tail(v, &sum)) {
 		apf_error_clear();
 		rc = 0;
@@ -678,16 +682,197 @@ static int check_log(struct vx *v)
 		rc = apf_error(APF_EVERIFY, v->log_path, "empty");
 	if (!rc)
 		rc = compare_head(v, &sum);
+	*out = sum;
+	return rc;
+}
+
+/* The signed index of the per-unit layout: its units, each in run.json's
+ * plan. */
+static int load_index(struct vx *v, json_t **units)
+{
+	*units = NULL;
+	const char *rel = APF_RUNDIR_INDEX_FILE;
+	char *file = in_run(v, rel);
+	if (!file)
+		return apf_error(APF_ENOMEM, v->dir, "out of memory");
+	char *text = NULL;
+	size_t len = 0;
+	struct apf_dsse d = {0};
+	int rc = apf_file_read_beneath(&text, &len, v->dir, rel,
+				       APF_MAX_RUN_JSON_BYTES, 0);
+	if (!rc) {
+		rc = apf_dsse_verify(&d, text, len, v->o->runner_keys);
+		if (rc)
+			apf_error_prefix(rc, file);
+	}
+	if (!rc && strcmp(d.signer, jstr(v->run_json, "runner", "keyid")))
+		rc = apf_error(APF_EVERIFY, file,
+			       "signed by key %.16s..., but run.json names "
+			       "the runner key %.16s...",
+			       d.signer, jstr(v->run_json, "runner", "keyid"));
+	if (!rc)
+		rc = apf_rundir_index_decode(units, &d, v->run_json_sha, file);
+	const char *name;
+	json_t *e;
+	json_object_foreach(rc ? NULL : *units, name, e)
+	{
+		size_t i;
+		for (i = 0; i < v->nunits && strcmp(v->units[i].name, name); i++)
+			;
+		if (i == v->nunits) {
+			rc = apf_error(APF_EVERIFY, file,
+				       "names unit %.200s, which is not in "
+				       "run.json's plan",
+				       name);
+			break;
+		}
+	}
+	if (!rc)
+		memcpy(v->rep->runner_signer, d.signer, 65);
+	apf_dsse_free(&d);
+	free(text);
+	free(file);
+	return rc;
+}
+
+/* The index's word on one unit's log, read whole as sum: a log that ended
+ * its last session must be named with its last line; one still open (a
+ * crash, or a unit still running) may be named at an earlier line of it. */
+static int check_index_entry(struct vx *v, const struct vx_unit *u,
+			     const struct apf_runlog_summary *sum)
+{
+	int open = v->last_ev != APF_EV_RUN_END;
+	if (!v->index_records && !open)
+		return apf_error(APF_EVERIFY, v->log_path,
+				 "%s has a log whose last session ended, but "
+				 "no entry in " APF_RUNDIR_INDEX_FILE,
+				 u->name);
+	if (!v->index_records)
+		return 0;
+	if (v->index_records > sum->records)
+		return apf_error(APF_EVERIFY, v->log_path,
+				 "%s: " APF_RUNDIR_INDEX_FILE " names line %"
+				 PRIu64 ", but its log has %" PRIu64
+				 " records: records were removed from the end",
+				 u->name, v->index_records, sum->records);
+	if (!open && v->index_records != sum->records)
+		return apf_error(APF_EVERIFY, v->log_path,
+				 "%s: " APF_RUNDIR_INDEX_FILE " names line %"
+				 PRIu64 " as its head, but its log ends at line "
+				 "%" PRIu64 " (an older index?)",
+				 u->name, v->index_records, sum->records);
+	if (strcmp(v->index_hash, v->index_head))
+		return apf_error(APF_EVERIFY, v->log_path,
+				 "%s: line %" PRIu64 "'s SHA-256 %.16s... is not "
+				 "the head %.16s... that " APF_RUNDIR_INDEX_FILE
+				 " names: the log was rewritten or is another "
+				 "unit's",
+				 u->name, v->index_records, v->index_hash,
+				 v->index_head);
+	return 0;
+}
+
+/* The per-unit layout: every unit's own log and signed head, and the
+ * index. */
+static int check_unit_logs(struct vx *v)
+{
+	json_t *index = NULL;
+	int rc = load_index(v, &index);
+	for (size_t i = 0; !rc && i < v->nunits; i++) {
+		struct vx_unit *u = &v->units[i];
+		json_t *e = json_object_get(index, u->name);
+		apf_buf rel = {0};
+		apf_buf_printf(&rel, "%s/log.jsonl", u->name);
+		if (!rel.data) {
+			rc = apf_error(APF_ENOMEM, v->dir, "out of memory");
+			break;
+		}
+		int fd;
+		rc = apf_file_open_beneath(&fd, NULL, v->dir, rel.data,
+					   APF_FILE_MISSING_OK);
+		if (fd >= 0)
+			close(fd);
+		if (!rc && fd < 0 && e)
+			rc = apf_error(APF_EVERIFY,
+				       apf_vx_label(v, APF_VERIFY_LOG),
+				       "%s/" APF_RUNDIR_INDEX_FILE ": names "
+				       "unit %s, which has no log (%s)",
+				       v->dir, u->name, rel.data);
+		if (rc || fd < 0) {
+			apf_buf_free(&rel);
+			continue;
+		}
+		free(v->log_path);
+		v->log_path = in_run(v, rel.data);
+		u->log_path = apf_strdup(v->log_path ? v->log_path : "");
+		v->cur_unit = (long)i;
+		v->index_records =
+			e ? (uint64_t)json_integer_value(
+				    json_object_get(e, "records"))
+			  : 0;
+		snprintf(v->index_head, sizeof v->index_head, "%s",
+			 e ? json_string_value(json_object_get(e, "head")) : "");
+		/* <unit>/log.jsonl -> <unit>/log.dsse.json */
+		rel.len -= strlen("log.jsonl");
+		rel.data[rel.len] = 0;
+		apf_buf_puts(&rel, "log.dsse.json");
+		rc = v->log_path && u->log_path && rel.data
+			     ? load_head(v, rel.data)
+			     : apf_error(APF_ENOMEM, v->dir, "out of memory");
+		apf_buf_free(&rel);
+		struct apf_runlog_summary sum = {0};
+		if (!rc)
+			rc = walk_log(v, &sum);
+		if (!rc && v->session_open)
+			rc = apf_vx_session_check(v);
+		if (!rc)
+			rc = check_index_entry(v, u, &sum);
+		if (rc)
+			break;
+		v->session_open = 0;
+		if (v->last_ev != APF_EV_RUN_END && !v->open_logs++)
+			v->first_open = u->name;
+		v->nlogs++;
+		v->rep->records += sum.records;
+		v->rep->unsigned_records += v->rep_unsigned;
+		memcpy(v->rep->head, sum.head, 65);
+	}
+	json_decref(index);
+	return rc;
+}
+
+static int check_log(struct vx *v)
+{
+	int rc = load_run_json(v);
+	if (!rc && v->per_unit)
+		rc = check_unit_logs(v);
+	if (!rc && !v->per_unit)
+		rc = load_head(v, "log.dsse.json");
+	struct apf_runlog_summary sum = {0};
+	if (!rc && !v->per_unit)
+		rc = walk_log(v, &sum);
 	if (rc)
 		return rc;
-	v->rep->records = sum.records;
-	memcpy(v->rep->head, sum.head, 65);
+	if (!v->per_unit) {
+		v->rep->records = sum.records;
+		v->rep->unsigned_records = v->rep_unsigned;
+		memcpy(v->rep->head, sum.head, 65);
+	}
 	rc = apf_vx_walk_end(v);
 	if (!rc && !v->o->log_only)
 		rc = apf_vx_hparams_files(v);
 	if (rc)
 		return rc;
-	if (v->no_head)
+	if (v->per_unit)
+		set_detail(v, APF_VERIFY_LOG,
+			   "%" PRIu64 " records chained in %zu unit log%s, each "
+			   "head signed, and the index of their heads signed, "
+			   "by runner key %.16s...; run.json bound to the entry; "
+			   "the trials' parameters are the plan's and the "
+			   "workload specs'",
+			   v->rep->records, v->nlogs, v->nlogs == 1 ? "" : "s",
+			   v->rep->runner_signer);
+	else if (v->no_head)
 		set_detail(v, APF_VERIFY_LOG,
 			   "%" PRIu64 " records chained, none signed yet; "
 			   "run.json bound to the entry; the trials' parameters "
@@ -972,13 +1157,26 @@ int apf_verify_run(apf_verify_report **out, const char *dir,
 		return apf_error(APF_ENOMEM, dir, "out of memory");
 	}
 	*out = rep;
-	struct vx v = {.dir = dir, .o = o, .rep = rep};
+	struct vx v = {.dir = dir, .o = o, .rep = rep, .cur_unit = -1};
 	v.log_path = in_run(&v, "log.jsonl");
 	int rc = v.log_path ? 0 : apf_error(APF_ENOMEM, dir, "out of memory");
 	struct stat st;
 	if (!rc && (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)))
 		rc = apf_error_errno(APF_EINPUT, errno, dir,
 				     "not a run directory");
+	/* The single-log layout has RUN/log.jsonl; the per-unit layout never
+	 * has one, and a run directory with both kinds is neither. */
+	struct stat lst, ist;
+	char *index = rc ? NULL : in_run(&v, APF_RUNDIR_INDEX_FILE);
+	int has_log = !rc && lstat(v.log_path, &lst) == 0;
+	int has_index = index && lstat(index, &ist) == 0;
+	free(index);
+	if (!rc && has_log && has_index)
+		rc = apf_error(APF_EINPUT, dir,
+			       "both a run-level log.jsonl (the single-log "
+			       "layout) and " APF_RUNDIR_INDEX_FILE " (per-unit "
+			       "logs): not a run directory apf wrote");
+	v.per_unit = !has_log;
 	if (!rc)
 		rc = run_check(&v, APF_VERIFY_ENTRY, check_entry);
 	if (!rc)
@@ -1010,7 +1208,7 @@ int apf_verify_run(apf_verify_report **out, const char *dir,
 				 sizeof extra - strlen(extra),
 				 "; a torn line of %zu bytes ends it",
 				 rep->torn_bytes);
-		rc = apf_error(APF_EABORT, v.log_path,
+		rc = apf_error(APF_EABORT, v.per_unit ? dir : v.log_path,
 			       "verified as far as it goes, but %s%s: the run "
 			       "stopped abnormally or is still running (apf "
 			       "run --resume continues it)",

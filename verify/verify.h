@@ -15,7 +15,16 @@
  *                  (targets, budget, eval period, max steps); the runner's
  *                  signature (log.dsse.json) over exactly the last line
  *                  (of a finished log; see below); hparams.json equal to
- *                  the trial's.
+ *                  the trial's. In the per-unit layout (rundir.h) that is
+ *                  every unit's own log and signed head, each holding only
+ *                  its unit's records and bound to run.json by its
+ *                  run_start, and index.dsse.json, the runner's signature
+ *                  over the units' heads: every unit it names is in the
+ *                  plan and has a log, every log whose last session ended
+ *                  is named with its last line, an open one (a crash, a
+ *                  unit still running) at most with a line of it. Runs of
+ *                  the single-log layout (one RUN/log.jsonl) are read as
+ *                  before.
  *   3 timing       from the supervisor's timestamps: accumulated submission,
  *                  eval and logging time and total duration; step counts;
  *                  eval cadence; budget; target flags against the metrics;

@@ -41,13 +41,19 @@ def apf(*args, env):
 
 
 def evals_of(run_dir):
-    """unit -> its eval records."""
+    """unit -> its eval records: from each unit's own log, or the single
+    log of a run made before per-unit logs."""
+    import glob
     out = {}
-    with open(os.path.join(run_dir, "log.jsonl")) as f:
-        for line in f:
-            r = json.loads(line)
-            if r["event"] == "eval":
-                out.setdefault(r["unit"], []).append(r)
+    single = os.path.join(run_dir, "log.jsonl")
+    logs = [single] if os.path.exists(single) else sorted(
+        glob.glob(os.path.join(run_dir, "study_*", "*", "trial_*", "log.jsonl")))
+    for log in logs:
+        with open(log) as f:
+            for line in f:
+                r = json.loads(line)
+                if r["event"] == "eval":
+                    out.setdefault(r["unit"], []).append(r)
     return out
 
 

@@ -32,7 +32,7 @@ export APF_WORKLOADS_DIR="$work/workloads"
 
 # step_s ttt eval_ms logging_ms of one run directory's log
 measure() {
-	python3 - "$1/log.jsonl" <<'PY'
+	python3 - "$1/study_0/fmnist_mlp/trial_1/log.jsonl" <<'PY'
 import json, statistics, sys
 recs = [json.loads(l) for l in open(sys.argv[1])]
 blocks = [r for r in recs if r["event"] == "step_block" and r["last_step"] > r["first_step"]]

@@ -83,6 +83,7 @@ int cmd_inspect(int argc, char **argv);
 int cmd_verify(int argc, char **argv);
 int cmd_plan(int argc, char **argv);
 int cmd_run(int argc, char **argv);
+int cmd_status(int argc, char **argv);
 int cmd_build_internal(int argc, char **argv);
 int cmd_trial_internal(int argc, char **argv);
 int cmd_eval_internal(int argc, char **argv);

@@ -19,6 +19,7 @@ static const struct apf_command commands[] = {
 	{"verify", cmd_verify, "verify an entry's signature and contents"},
 	{"plan", cmd_plan, "print the trials a run will execute"},
 	{"run", cmd_run, "run an entry's trials in the sealed runner"},
+	{"status", cmd_status, "where each unit of a run stands"},
 	{"score", cmd_score, "performance profiles and benchmark scores"},
 	{"report", cmd_report, "one offline HTML page: curves, profiles, verdicts, provenance"},
 	{"train", cmd_train, "train a workload with the reference AdamW (development)"},

@@ -20,7 +20,21 @@
 struct say {
 	int progress; /* a progress line may be on the terminal */
 	json_t *units; /* --json: one object per unit, as each ends */
+	/* -j: one line per slot, redrawn together; lines drawn now. */
+	char lines[64][200];
+	int nlines, drawn;
 };
+
+/* Takes the progress lines off the terminal (the cursor ends where the
+ * first was). */
+static void progress_clear(struct say *s)
+{
+	if (s->drawn > 1)
+		fprintf(stderr, "\r\033[%dA\033[J", s->drawn - 1);
+	else
+		fprintf(stderr, "\r\033[K");
+	s->drawn = 0;
+}
 
 static json_t *number_or_null(double v)
 {
@@ -79,21 +93,39 @@ static void on_notice(void *user, const char *line)
 {
 	struct say *s = user;
 	if (s->progress)
-		fprintf(stderr, "\r\033[K");
+		progress_clear(s);
 	fprintf(stderr, "apf: run: %s\n", line);
 }
 
 static void on_progress(void *user, const struct apf_run_progress *p)
 {
-	(void)user;
+	struct say *s = user;
 	char val[96] = "";
 	if (!isnan(p->validation))
 		snprintf(val, sizeof val, "  %s %.4f (target %.4f)", p->metric,
 			 p->validation, p->target);
-	fprintf(stderr,
-		"\r[%zu/%zu] %s  step %lld  %.1f/%.0f s  evals %lld%s\033[K",
-		p->ordinal, p->count, p->unit, (long long)p->step,
-		p->submission_s, p->budget_s, (long long)p->evals, val);
+	if (p->slots <= 1) {
+		fprintf(stderr,
+			"\r[%zu/%zu] %s  step %lld  %.1f/%.0f s  evals %lld%s\033[K",
+			p->ordinal, p->count, p->unit, (long long)p->step,
+			p->submission_s, p->budget_s, (long long)p->evals, val);
+		s->drawn = 1;
+		return;
+	}
+	/* -j: every running unit on its own line, in slot order. */
+	int slots = p->slots < 64 ? p->slots : 64;
+	if (p->slot < 0 || p->slot >= slots)
+		return;
+	s->nlines = slots;
+	snprintf(s->lines[p->slot], sizeof s->lines[p->slot],
+		 "[%zu/%zu] %s  step %lld  %.1f/%.0f s  evals %lld%s",
+		 p->ordinal, p->count, p->unit, (long long)p->step,
+		 p->submission_s, p->budget_s, (long long)p->evals, val);
+	progress_clear(s);
+	for (int i = 0; i < slots; i++)
+		fprintf(stderr, "%s%s\033[K", i ? "\n" : "",
+			s->lines[i][0] ? s->lines[i] : "-");
+	s->drawn = slots;
 }
 
 int cmd_run(int argc, char **argv)
@@ -102,8 +134,18 @@ int cmd_run(int argc, char **argv)
 	/* LONG_MIN: not given (then all studies, all trials, the entry's
 	 * threads, the default memory limit). */
 	long study = LONG_MIN, trial = LONG_MIN, threads = LONG_MIN,
-	     memory_mib = LONG_MIN;
-	int resume = 0, unsealed = 0, drift = 0, quiet = 0, json = 0;
+	     memory_mib = LONG_MIN, jobs = LONG_MIN;
+	int resume = 0, unsealed = 0, drift = 0, quiet = 0, json = 0, slurm = 0;
+	long parallelism = LONG_MIN;
+	struct apf_slurm_opts so = {0};
+	/* sbatch options after "--" (with --slurm only). */
+	for (int i = 1; i < argc; i++)
+		if (!strcmp(argv[i], "--")) {
+			so.sbatch_args = argv + i + 1;
+			so.nsbatch_args = (size_t)(argc - i - 1);
+			argc = i;
+			break;
+		}
 	const struct apf_opt opts[] = {
 		{"output", 'o', OPT_STRING, &o.run_dir, "RUN_DIR",
 		 "the run directory (default: <entry>.run)"},
@@ -123,6 +165,9 @@ int cmd_run(int argc, char **argv)
 		 "where trials run (default: cpu)"},
 		{"threads", 0, OPT_INT, &threads, "N",
 		 "compute threads (default: all usable cores)"},
+		{"jobs", 'j', OPT_INT, &jobs, "N",
+		 "run N units at once, each pinned to its threads' share of "
+		 "the cores (default: 1)"},
 		{"resume", 0, OPT_FLAG, &resume, NULL,
 		 "continue an interrupted run from its last checkpoints"},
 		{"unsealed", 0, OPT_FLAG, &unsealed, NULL,
@@ -132,6 +177,18 @@ int cmd_run(int argc, char **argv)
 		 "(logged)"},
 		{"memory-limit", 0, OPT_INT, &memory_mib, "MiB",
 		 "memory limit of a trial, counting all it holds (a cgroup where the kernel offers one; default: 16384)"},
+		{"slurm", 0, OPT_FLAG, &slurm, NULL,
+		 "submit the unfinished units as one Slurm job array (sbatch), "
+		 "one unit per task, instead of running them; with --resume, "
+		 "again after preemptions or failures of the cluster"},
+		{"partition", 0, OPT_STRING, &so.partition, "P",
+		 "--slurm: the partition"},
+		{"gres", 0, OPT_STRING, &so.gres, "gpu:N",
+		 "--slurm: generic resources per task"},
+		{"time", 0, OPT_STRING, &so.time, "T",
+		 "--slurm: each task's time limit (sbatch --time)"},
+		{"array-parallelism", 0, OPT_INT, &parallelism, "K",
+		 "--slurm: at most K tasks at once"},
 		{"quiet", 'q', OPT_FLAG, &quiet, NULL, "no progress line"},
 		{"json", 0, OPT_FLAG, &json, NULL,
 		 "print each unit's outcome as JSON on stdout at the end"},
@@ -140,8 +197,10 @@ int cmd_run(int argc, char **argv)
 	const struct apf_usage usage = {
 		"run ENTRY.apf [-o RUN_DIR] [-k KEY] [--entry-key PUB.pem] "
 		"[--workload W] [--study K] [--trial N] [--heldout DRAW.json] "
-		"[--device cpu|cuda] [--threads N] [--resume] [--unsealed] "
-		"[--allow-env-drift] [--memory-limit MiB] [-q] [--json]",
+		"[--device cpu|cuda] [--threads N] [-j N] [--resume] [--unsealed] "
+		"[--allow-env-drift] [--memory-limit MiB] [-q] [--json] "
+		"[--slurm [--partition P] [--gres gpu:N] [--time T] "
+		"[--array-parallelism K] [-- SBATCH_OPTIONS...]]",
 		"Run an entry's trials in the sealed runner: the entry is "
 		"verified, its workloads'\nspecs and datasets and this machine's "
 		"environment are checked against the\nmanifest, then every "
@@ -158,6 +217,9 @@ int cmd_run(int argc, char **argv)
 		"apf run nadamw.apf -o runs/nadamw --workload fmnist_mlp --study 0 "
 		"--trial 1\n"
 		"apf run nadamw.apf -o runs/nadamw --heldout heldout.json\n"
+		"apf run nadamw.apf -o runs/nadamw -j 4 --threads 2\n"
+		"apf run nadamw.apf -o runs/nadamw --slurm --time 2:00:00 "
+		"--array-parallelism 8\n"
 		"apf run nadamw.apf -o runs/nadamw --resume"};
 	int nargs, rc = cmd_start("run", &usage, opts, argc, argv, &nargs);
 	if (rc >= 0)
@@ -166,6 +228,18 @@ int cmd_run(int argc, char **argv)
 			  : trial != LONG_MIN && trial < 1 ? "--trial N counts from 1"
 			  : threads != LONG_MIN && (threads < 1 || threads > 4096)
 				  ? "--threads takes 1 to 4096"
+			  : jobs != LONG_MIN && (jobs < 1 || jobs > 64)
+				  ? "-j takes 1 to 64"
+			  : parallelism != LONG_MIN && parallelism < 1
+				  ? "--array-parallelism takes K >= 1"
+			  : !slurm && (so.partition || so.gres || so.time ||
+				       parallelism != LONG_MIN || so.sbatch_args)
+				  ? "--partition, --gres, --time, "
+				    "--array-parallelism and sbatch options "
+				    "after -- go with --slurm"
+			  : slurm && jobs != LONG_MIN
+				  ? "--slurm runs one unit per array task; -j "
+				    "is for one machine"
 			  : memory_mib != LONG_MIN && memory_mib < 1
 				  ? "--memory-limit takes MiB >= 1"
 				  : NULL;
@@ -181,17 +255,22 @@ int cmd_run(int argc, char **argv)
 	o.study = study;
 	o.trial = trial;
 	o.threads = (int)threads;
+	o.jobs = jobs == LONG_MIN ? 1 : (int)jobs;
+	so.array_parallelism = parallelism == LONG_MIN ? 0 : parallelism;
+	o.slurm = slurm ? &so : NULL;
 	o.resume = resume;
 	o.unsealed = unsealed;
 	o.allow_env_drift = drift;
 	o.memory_limit = (uint64_t)memory_mib << 20;
-	struct say say = {!quiet && progress_enabled() && isatty(2),
-			  json ? json_array() : NULL};
+	struct say say = {.progress = !quiet && progress_enabled() && isatty(2),
+			  .units = json ? json_array() : NULL};
 	o.notice = on_notice;
 	o.progress = say.progress ? on_progress : NULL;
 	o.unit_end = json ? on_unit_end : NULL;
 	o.user = &say;
 	rc = apf_run(&o);
+	if (!rc && slurm && so.job_id[0] && !json)
+		printf("%s\n", so.job_id);
 	if (json) {
 		char *dir = o.run_dir ? NULL : apf_run_default_dir(o.entry);
 		print_json(&say, o.run_dir ? o.run_dir : dir ? dir : "", rc);

@@ -66,6 +66,7 @@ struct apf_host {
 	struct apf_proto pr;
 	apf_sandbox *sb;
 	uint64_t next_due;
+	int eval_now_asked;   /* o.eval_now said yes (once per host) */
 	uint64_t init_ns, submission_init_ns;
 	int64_t batch;
 	const char *end_kind;
@@ -790,6 +791,11 @@ static int await_line(apf_host *h, char *line, size_t size,
 		uint64_t now = apf_now_ns();
 		if (deadline_ns && now >= deadline_ns)
 			return 0;
+		if (progress && h->o.eval_now && !h->eval_now_asked &&
+		    h->o.eval_now()) {
+			h->eval_now_asked = 1;
+			h->next_due = now ? now : 1;
+		}
 		if (h->next_due && now >= h->next_due) {
 			/* At the end of the step under way: any step after the
 			 * last eval's is at or past this one. */

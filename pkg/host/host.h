@@ -49,6 +49,10 @@ struct apf_host_opts {
 	/* Polled while waiting: nonzero stops the wait (a SIGINT). May be
 	 * NULL. */
 	int (*interrupted)(void);
+	/* Asked now and then while the trial trains (may be NULL): when it
+	 * says yes, an eval is asked for at the end of the step under way,
+	 * once (a preemption's checkpoint). */
+	int (*eval_now)(void);
 	/* Called about twice a second while the trial trains (progress). May
 	 * be NULL. */
 	void (*tick)(void *user, int64_t step, uint64_t now_ns);

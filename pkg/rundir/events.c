@@ -15,6 +15,7 @@ const char *const apf_rundir_fault_kinds[] = {"syscall", "path",	 "crash",
 					  "build",   NULL};
 const char *const apf_rundir_reasons[] = {"budget", "targets", "complete",
 				      "max_steps", "fault", "error", NULL};
+const char *const apf_rundir_preempt_signals[] = {"SIGTERM", "SIGUSR1", NULL};
 
 #define REQ 1
 #define OPT 0
@@ -116,6 +117,11 @@ static const struct apf_event_field f_resume[] = {
 	FLD("from_eval", APF_F_U64, REQ, 1, NULL),
 	FLD("preemption_count", APF_F_U64_1, REQ, 2, NULL),
 	END};
+static const struct apf_event_field f_preempt[] = {
+	UNIT_FIELD,
+	FLD("signal", APF_F_ENUM, REQ, 0, apf_rundir_preempt_signals),
+	FLD("after_eval", APF_F_U64_1, REQ, 0, NULL),
+	END};
 static const struct apf_event_field f_run_end[] = {
 	FLD("units", APF_F_U64, REQ, 0, NULL),
 	FLD("completed", APF_F_U64, REQ, 1, NULL),
@@ -136,6 +142,7 @@ const struct apf_event_def apf_rundir_events[APF_EV_COUNT] = {
 	[APF_EV_TRIAL_END] = {"trial_end", f_trial_end},
 	[APF_EV_RESUME] = {"resume", f_resume},
 	[APF_EV_RUN_END] = {"run_end", f_run_end},
+	[APF_EV_PREEMPT] = {"preempt", f_preempt},
 };
 
 int apf_rundir_event(const char *name)

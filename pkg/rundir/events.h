@@ -28,6 +28,7 @@ enum apf_event {
 	APF_EV_TRIAL_END,
 	APF_EV_RESUME,
 	APF_EV_RUN_END,
+	APF_EV_PREEMPT,
 	APF_EV_COUNT
 };
 
@@ -76,6 +77,7 @@ extern const char *const apf_rundir_devices[];     /* run_start.device */
 extern const char *const apf_rundir_directions[];  /* trial_start.direction */
 extern const char *const apf_rundir_fault_kinds[]; /* sandbox_fault.kind */
 extern const char *const apf_rundir_reasons[];     /* trial_end.reason */
+extern const char *const apf_rundir_preempt_signals[]; /* preempt.signal */
 
 /* The event of a record's name; APF_EV_UNKNOWN when none. */
 int apf_rundir_event(const char *name);

@@ -3,11 +3,20 @@
  * by the runner (pkg/runner) and read by the verifier (verify/) and the
  * scorer (pkg/score), so that each of its rules is written down once:
  *
- *   RUN/run.json, log.jsonl, log.dsse.json (the signed head), entry.apf,
- *   heldout.json (a held-out draw, when the run has one), and per unit
- *   RUN/study_<k>/<workload>[_<variant>]/trial_<n>/ with hparams.json,
+ *   RUN/run.json, entry.apf, index.dsse.json (the signed index of the
+ *   units' log heads), heldout.json (a held-out draw, when the run has
+ *   one), and per unit RUN/study_<k>/<workload>[_<variant>]/trial_<n>/
+ *   with its own log.jsonl and log.dsse.json (the signed head), hparams.json,
  *   eval_measurements.csv, ckpt/<k>.bin, build.log, trial.log and
  *   evaluator.log.
+ *
+ * Each unit's log is a whole log of its own (runlog.h): every session of
+ * apf run that works on the unit appends run_start (bound to run.json's
+ * SHA-256, which binds the log to this run), the unit's records and, unless
+ * it was stopped, run_end; so units never share a writer and can run
+ * concurrently. Runs made before per-unit logs kept one RUN/log.jsonl and
+ * RUN/log.dsse.json for all units (the single-log layout): the verifier and
+ * the scorer still read it.
  */
 #ifndef APF_RUNDIR_H
 #define APF_RUNDIR_H
@@ -24,6 +33,44 @@ struct apf_key;
 #define APF_RUNDIR_HEAD_TYPE "application/vnd.apf.runlog-head+json"
 #define APF_RUNDIR_HEAD_FORMAT "apf-runlog-head-v1"
 
+/* The signed index (index.c): a DSSE envelope of this payload type over
+ * {"format": "apf-run-index-v1", "run_json_sha256": ..., "units":
+ * {"<unit>": {"records": N, "head": "<SHA-256 of line N>"}, ...}}, each
+ * unit's log head at the end of its last session. */
+#define APF_RUNDIR_INDEX_FILE "index.dsse.json"
+#define APF_RUNDIR_INDEX_TYPE "application/vnd.apf.run-index+json"
+#define APF_RUNDIR_INDEX_FORMAT "apf-run-index-v1"
+
+struct apf_dsse;
+/* The units object of an index envelope already verified (or parsed) as
+ * d, after checking the payload's form and its run_json_sha256: a new
+ * reference in *units. Failures are APF_EVERIFY naming file. */
+int apf_rundir_index_decode(json_t **units, const struct apf_dsse *d,
+			    const char *run_json_sha256, const char *file);
+/* Sets unit's entry (unit NULL: none, writing an empty index when there is
+ * none) in RUN/index.dsse.json, signed by key, under an exclusive flock of
+ * RUN/index.lock so that concurrent writers, on one machine or on shared
+ * storage, never lose each other's entries; written atomically. The index
+ * there must be signed by key. */
+int apf_rundir_index_update(const char *run_dir, const struct apf_key *key,
+			    const char *run_json_sha256, const char *unit,
+			    uint64_t records, const char *head);
+
+/* Where each unit of run.json's plan stands (status.c, `apf status`):
+ * {"run_dir", "layout": "per-unit"|"single-log", "units_planned", "counts":
+ * {state: n}, "units": [{"unit", "state", "evals", "submission_s",
+ * "budget_s", "preemptions", "indexed", ["time_to_target_s"],
+ * ["problem"]}]}; state is pending (never started), running (another
+ * process holds the unit's lock), done, failed, or preempted (started,
+ * not ended, not running: stopped by a signal, a crash or a preemption;
+ * apf run --resume continues it). Read, not verified. */
+int apf_rundir_status(json_t **out, const char *run_dir);
+
+/* The units object of RUN/index.dsse.json as it stands (missing: empty),
+ * which must be signed by key. A new reference in *units. */
+int apf_rundir_index_get(json_t **units, const char *run_dir,
+			 const struct apf_key *key, const char *run_json_sha256);
+
 /* A unit's directory, "study_<k>/<workload>/trial_<n>" (trial 1-based); a
  * held-out variant's workload directory is <workload>_<variant>, as
  * AlgoPerf names variant workloads. Returns the length snprintf would
@@ -32,8 +79,9 @@ int apf_rundir_unit_name(char *out, size_t size, long study,
 			 const char *workload, const char *variant,
 			 long trial);
 
-/* Writes log.dsse.json in run_dir: the runner's signature over the log's
- * head (its record count and last line's hash) and run.json's digest. */
+/* Writes log.dsse.json in dir (a unit's directory; the run's in the
+ * single-log layout): the runner's signature over the log's head (its
+ * record count and last line's hash) and run.json's digest. */
 int apf_rundir_sign_head(const char *run_dir, const struct apf_key *key,
 			 const char *run_json_sha256,
 			 const struct apf_runlog *log);

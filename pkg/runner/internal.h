@@ -29,7 +29,10 @@ struct run {
 	char *workloads_dir;
 	char *include_dir;
 	char *exe;                /* this apf binary */
-	struct apf_runlog *log;
+	struct apf_runlog *log;   /* the log of the unit under way */
+	char *unit_dir;           /* ... and its directory */
+	int *unit_locks;          /* per plan unit: its flock'd .lock, or -1 */
+	const json_t *drift;      /* env_drift's fields (each session logs it) */
 	struct apf_key *key;
 	char run_json_sha256[65];
 	json_t *env;              /* the live environment record */
@@ -44,13 +47,24 @@ struct run {
 	size_t completed, failed;
 	size_t ordinal, to_run;   /* this unit is ordinal of to_run (1-based) */
 	size_t already;           /* selected units that had ended before */
+	int slot, slots;          /* -j: this process's slot, of how many */
 };
 
-/* A SIGINT or SIGTERM asked the run to stop (the log stays resumable). */
+/* A SIGINT asked the run to stop (the log stays resumable). */
 int apf_run_interrupted(void);
+/* A SIGTERM or SIGUSR1 asked it to checkpoint and stop; which one. */
+int apf_run_preempted(void);
+const char *apf_run_preempt_signal(void);
 /* Runs one unit to its end (or resumes it); logs everything. A failed
  * trial returns 0: it is a result. */
 int apf_runner_unit(struct run *r, size_t index);
+/* apf run --slurm (slurm.c): submits the units of the plan listed in
+ * units (n of them) as one job array. */
+int apf_runner_slurm_submit(struct run *r, const size_t *units, size_t n);
+/* In a Slurm array task, records the job and task in the unit's directory
+ * (slurm.json) for apf status; nothing outside Slurm. */
+int apf_runner_slurm_note(const char *unit_dir);
+
 /* Tells the run's user one line (apf_run_opts.notice), if it listens. */
 void apf_runner_notice(const struct run *r, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));

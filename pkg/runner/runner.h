@@ -58,6 +58,9 @@ struct apf_run_progress {
 	const char *metric;     /* the workload's, e.g. "accuracy" */
 	double validation;      /* at the last eval; NAN before the first */
 	double target;          /* the validation target */
+	int slot, slots;        /* apf run -j: which of the slots units run
+				 * in at once (0-based), of how many; 0, 1
+				 * when one at a time */
 };
 
 /* How a unit ended (apf_run_opts.unit_end): one call per selected unit,
@@ -77,6 +80,23 @@ struct apf_run_unit_end {
 	double target;
 };
 
+/* apf run --slurm: the plan's unfinished selected units submitted as one
+ * Slurm job array (slurm.c), one unit per array task, each task running
+ * `apf run RUN/entry.apf -o RUN --workload W --study K --trial N --resume`
+ * into the same run directory on shared storage. */
+struct apf_slurm_opts {
+	const char *partition;  /* --partition; NULL: the cluster's default */
+	const char *gres;       /* --gres, e.g. gpu:1 */
+	const char *time;       /* --time */
+	long array_parallelism; /* %K of --array; 0: no limit */
+	char *const *sbatch_args; /* more sbatch options (after --) */
+	size_t nsbatch_args;
+	const char *sbatch;     /* the sbatch program; NULL: "sbatch" on PATH */
+	char job_id[64];        /* out: the array's job id ("" when nothing
+				 * was left to submit) */
+	size_t submitted;       /* out: units submitted */
+};
+
 struct apf_run_opts {
 	const char *entry;      /* ENTRY.apf */
 	const char *run_dir;    /* NULL: <entry without .apf>.run */
@@ -88,10 +108,14 @@ struct apf_run_opts {
 	const char *device;     /* "cpu" (default) or "cuda" */
 	const char *heldout;    /* a held-out draw: run its variants too */
 	int threads;            /* 0: all usable cores */
+	int jobs;               /* units at once (-j; child processes of this
+				 * one, each pinned to its threads' share of
+				 * the usable cores); 0 or 1: one at a time */
 	int resume;
 	int unsealed;
 	int allow_env_drift;
 	uint64_t memory_limit;  /* bytes for the trial; 0: default */
+	struct apf_slurm_opts *slurm; /* non-NULL: submit, do not run */
 	/* What the run tells its user (the library prints nothing); each
 	 * may be NULL. notice: one line - the runner key created, a unit's
 	 * end, the summary; progress: about twice a second while a trial

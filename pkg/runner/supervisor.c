@@ -9,6 +9,9 @@
 #include "runner/runner.h"
 
 #include <dirent.h>
+#include <poll.h>
+#include <sched.h>
+#include <sys/wait.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -42,16 +45,32 @@
 
 extern const char apf_build_id[];
 
-static volatile sig_atomic_t stop_signal;
+static volatile sig_atomic_t stop_signal, preempt_signal;
 
+/* SIGINT stops at once (the work since the last eval is lost); SIGTERM and
+ * SIGUSR1 (Slurm's warning before it preempts or ends a job) preempt: the
+ * unit under way checkpoints at the end of its current step and stops. */
 static void on_signal(int sig)
 {
-	stop_signal = sig;
+	if (sig == SIGINT)
+		stop_signal = sig;
+	else
+		preempt_signal = sig;
 }
 
 int apf_run_interrupted(void)
 {
 	return stop_signal != 0;
+}
+
+int apf_run_preempted(void)
+{
+	return preempt_signal != 0;
+}
+
+const char *apf_run_preempt_signal(void)
+{
+	return preempt_signal == SIGUSR1 ? "SIGUSR1" : "SIGTERM";
 }
 
 static void unit_name(const struct apf_plan_unit *u, char *out, size_t size)
@@ -262,8 +281,8 @@ static int log_run_start(struct run *r, const json_t *drift)
 
 /* The directory is made whole under a temporary name and renamed into
  * place, so a crash leaves either no run directory or one with run.json,
- * the entry and a log holding run_start. */
-static int create_run_dir(struct run *r, const json_t *drift)
+ * the entry and an empty signed index. The units' logs come with them. */
+static int create_run_dir(struct run *r)
 {
 	apf_buf tmp = {0};
 	apf_buf_printf(&tmp, "%s.tmp.XXXXXX", r->run_dir);
@@ -275,7 +294,6 @@ static int create_run_dir(struct run *r, const json_t *drift)
 	chmod(tmp.data, 0755);
 	char *entry_copy = apf_path_join(tmp.data, "entry.apf");
 	char *rj = apf_path_join(tmp.data, "run.json");
-	char *logp = apf_path_join(tmp.data, "log.jsonl");
 	json_t *j = run_json(r);
 	char *text = j ? json_dumps(j, JSON_INDENT(2)) : NULL;
 	int rc = text ? 0 : apf_error(APF_ENOMEM, "run.json", "out of memory");
@@ -297,9 +315,8 @@ static int create_run_dir(struct run *r, const json_t *drift)
 		apf_buf_free(&b);
 	}
 	if (!rc)
-		rc = apf_runlog_create(&r->log, logp);
-	if (!rc)
-		rc = log_run_start(r, drift);
+		rc = apf_rundir_index_update(tmp.data, r->key, r->run_json_sha256,
+					     NULL, 0, NULL);
 	if (!rc && rename(tmp.data, r->run_dir) != 0)
 		rc = apf_error_errno(errno == EEXIST || errno == ENOTEMPTY
 					     ? APF_EINPUT
@@ -313,16 +330,12 @@ static int create_run_dir(struct run *r, const json_t *drift)
 		rc = apf_fsync_dir(slash ? parent : ".");
 		free(parent);
 	}
-	if (rc) {
-		apf_runlog_close(r->log);
-		r->log = NULL;
+	if (rc)
 		apf_remove_tree(tmp.data);
-	}
 	free(text);
 	json_decref(j);
 	free(entry_copy);
 	free(rj);
-	free(logp);
 	apf_buf_free(&tmp);
 	return rc;
 }
@@ -334,7 +347,16 @@ static int open_run_dir(struct run *r)
 	char *logp = apf_path_join(r->run_dir, "log.jsonl");
 	char *text = NULL;
 	size_t len;
-	int rc = apf_file_read(&text, &len, rj, 1 << 24);
+	struct stat st;
+	int rc = 0;
+	if (logp && lstat(logp, &st) == 0)
+		rc = apf_error(APF_EINPUT, r->run_dir,
+			       "a run of apf's single-log layout (one log.jsonl "
+			       "for all units): apf verify, score and report "
+			       "read it, but new units go into a new run "
+			       "directory");
+	if (!rc)
+		rc = apf_file_read(&text, &len, rj, 1 << 24);
 	json_t *j = NULL;
 	if (!rc) {
 		apf_sha256_hex(r->run_json_sha256, text, len);
@@ -368,24 +390,16 @@ static int open_run_dir(struct run *r)
 				       json_is_true(sealed) ? "sealed" : "unsealed",
 				       (long long)threads);
 	}
-	uint64_t cut = 0;
-	if (!rc)
-		rc = apf_runlog_open_append(&r->log, logp, r->o->resume, &cut);
-	if (rc == APF_EVERIFY && !r->o->resume)
-		apf_error(APF_EINPUT, r->run_dir,
-			  "its log ends in a torn record (a crash?): continue it "
-			  "with --resume");
-	if (!rc && cut)
-		apf_runner_notice(r, "cut %llu bytes of a torn record from the log's end",
-		       (unsigned long long)cut);
 	free(text);
 	json_decref(j);
 	free(rj);
 	free(logp);
-	return rc == APF_EVERIFY ? APF_EINPUT : rc;
+	return rc;
 }
 
 /* ---- the log's story of each unit ------------------------------------------ */
+
+static int selected(const struct run *r, const struct apf_plan_unit *u);
 
 static long unit_index(struct run *r, const char *name)
 {
@@ -411,14 +425,128 @@ static int scan_record(void *user, const struct apf_runlog_record *rec)
 	return 0;
 }
 
-static int scan_log(struct run *r)
+/* A unit's log whose last session ended (run_end) is signed and in the
+ * index; a runner killed between its run_end and the index update left it
+ * out, so it is signed and entered now (the log's chain was just read). */
+static int settle_closed_log(struct run *r, const json_t *index,
+			     const char *name, const char *logp)
 {
-	char *logp = apf_path_join(r->run_dir, "log.jsonl");
+	json_t *e = json_object_get(index, name);
+	apf_runlog *l = NULL;
+	int rc = apf_runlog_open_append(&l, logp, 0, NULL);
+	if (rc)
+		return rc;
+	const char *head = json_string_value(json_object_get(e, "head"));
+	if (!e || !head || strcmp(head, apf_runlog_head(l)) ||
+	    (uint64_t)json_integer_value(json_object_get(e, "records")) !=
+		    apf_runlog_count(l)) {
+		char *dir = apf_path_join(r->run_dir, name);
+		rc = dir ? apf_rundir_sign_head(dir, r->key, r->run_json_sha256, l)
+			 : apf_error(APF_ENOMEM, "run", "out of memory");
+		if (!rc)
+			rc = apf_rundir_index_update(r->run_dir, r->key,
+						     r->run_json_sha256, name,
+						     apf_runlog_count(l),
+						     apf_runlog_head(l));
+		free(dir);
+	}
+	int crc = apf_runlog_close(l);
+	return rc ? rc : crc;
+}
+
+static int last_event_cb(void *user, const struct apf_runlog_record *rec)
+{
+	*(int *)user = !strcmp(rec->event, "run_end");
+	return 0;
+}
+
+/* Each selected unit's own log, as far as it is whole: a torn last line
+ * (a crash) is cut when the unit is resumed. */
+static int scan_logs(struct run *r)
+{
+	int rc = 0;
 	for (size_t i = 0; i < r->plan->n; i++)
 		apf_rundir_unit_init(&r->states[i]);
-	int rc = apf_runlog_read(NULL, logp, scan_record, r);
-	free(logp);
+	json_t *index = NULL;
+	rc = apf_rundir_index_get(&index, r->run_dir, r->key, r->run_json_sha256);
+	for (size_t i = 0; !rc && i < r->plan->n; i++) {
+		if (r->unit_locks[i] < 0)
+			continue;
+		char name[512];
+		unit_name(&r->plan->units[i], name, sizeof name);
+		apf_buf p = {0};
+		apf_buf_printf(&p, "%s/%s/log.jsonl", r->run_dir, name);
+		if (!p.data)
+			return apf_error(APF_ENOMEM, "run", "out of memory");
+		struct stat st;
+		if (lstat(p.data, &st) == 0) {
+			const struct apf_runlog_read_opts ro = {
+				.fn = scan_record, .user = r, .json = 1};
+			struct apf_runlog_summary sum = {0};
+			rc = apf_runlog_walk(&sum, p.data, &ro);
+			if (rc == APF_EVERIFY && sum.torn_bytes) {
+				apf_error_clear();
+				rc = 0;
+				/* Only a resume goes on from a crash. */
+				r->states[i].started = 1;
+			} else if (!rc) {
+				int closed = 0;
+				const struct apf_runlog_read_opts lo = {
+					.fn = last_event_cb, .user = &closed};
+				struct apf_runlog_summary ls = {0};
+				rc = apf_runlog_walk(&ls, p.data, &lo);
+				if (!rc && closed)
+					rc = settle_closed_log(r, index, name,
+							       p.data);
+			}
+		}
+		apf_buf_free(&p);
+	}
+	json_decref(index);
 	return rc;
+}
+
+/* Each selected unit is flock'd (RUN/<unit>/.lock) while this process
+ * works on it, so two runners - two apf run -j, two Slurm tasks - never
+ * write one unit's log; apf status reads the lock to tell a unit that is
+ * running from one that was stopped. */
+static int lock_units(struct run *r)
+{
+	for (size_t i = 0; i < r->plan->n; i++)
+		r->unit_locks[i] = -1;
+	for (size_t i = 0; i < r->plan->n; i++) {
+		if (!selected(r, &r->plan->units[i]))
+			continue;
+		char name[512];
+		unit_name(&r->plan->units[i], name, sizeof name);
+		apf_buf p = {0};
+		apf_buf_printf(&p, "%s/%s", r->run_dir, name);
+		int rc = p.data ? apf_mkdirs(p.data, 0755)
+				: apf_error(APF_ENOMEM, "run", "out of memory");
+		if (!rc)
+			apf_buf_puts(&p, "/.lock");
+		int fd = rc ? -1
+			    : open(p.data, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW,
+				   0644);
+		if (!rc && fd < 0)
+			rc = apf_error_errno(APF_EIO, errno, p.data, "open");
+		if (!rc && flock(fd, LOCK_EX | LOCK_NB) != 0)
+			rc = errno == EWOULDBLOCK
+				     ? apf_error(APF_EINPUT, r->run_dir,
+						 "%s is being run by another "
+						 "apf process",
+						 name)
+				     : apf_error_errno(APF_EIO, errno, p.data,
+						       "lock");
+		apf_buf_free(&p);
+		if (rc) {
+			if (fd >= 0)
+				close(fd);
+			return rc;
+		}
+		r->unit_locks[i] = fd;
+	}
+	return 0;
 }
 
 /* ---- the run ------------------------------------------------------------------ */
@@ -465,6 +593,11 @@ static void run_free(struct run *r)
 	if (r->work_lock > 0)
 		close(r->work_lock);
 	free(r->work);
+	for (size_t i = 0; r->unit_locks && r->plan && i < r->plan->n; i++)
+		if (r->unit_locks[i] >= 0)
+			close(r->unit_locks[i]);
+	free(r->unit_locks);
+	free(r->unit_dir);
 	free(r->src);
 	free(r->run_dir);
 	free(r->heldout);
@@ -611,7 +744,10 @@ static int prepare(struct run *r)
 					     &r->nvariants);
 	if (!rc) {
 		r->states = apf_calloc(r->plan->n, sizeof *r->states);
-		if (!r->states)
+		r->unit_locks = apf_calloc(r->plan->n, sizeof *r->unit_locks);
+		for (size_t i = 0; r->unit_locks && i < r->plan->n; i++)
+			r->unit_locks[i] = -1;
+		if (!r->states || !r->unit_locks)
 			rc = apf_error(APF_ENOMEM, "run", "out of memory");
 	}
 	/* 2. inputs on this machine */
@@ -701,7 +837,7 @@ static int check_environment(struct run *r, struct drift *d)
 
 /* The run directory: opened (resumed, or one more unit of the same
  * entry) or created; *fresh when created (run_start is then logged). */
-static int open_or_create(struct run *r, const json_t *drift, int *fresh)
+static int open_or_create(struct run *r, int *fresh)
 {
 	*fresh = 0;
 	int created = 0;
@@ -718,11 +854,13 @@ static int open_or_create(struct run *r, const json_t *drift, int *fresh)
 		rc = apf_error(APF_EINPUT, r->run_dir,
 			       "no such run directory to resume");
 	else {
-		rc = create_run_dir(r, drift);
+		rc = create_run_dir(r);
 		*fresh = 1;
 	}
 	if (!rc)
-		rc = scan_log(r);
+		rc = lock_units(r);
+	if (!rc)
+		rc = scan_logs(r);
 	/* A unit that started and did not end was interrupted: only
 	 * --resume continues it. */
 	for (size_t i = 0; !rc && i < r->plan->n; i++)
@@ -738,15 +876,342 @@ static int open_or_create(struct run *r, const json_t *drift, int *fresh)
 	return rc;
 }
 
+/* One session of one unit in its own log (created, or continued: a torn
+ * last line cut on --resume): run_start and what it says of this machine,
+ * the unit's records, and, unless a signal stopped it, run_end, the signed
+ * head and the unit's entry in the run's index. */
+static int run_one(struct run *r, size_t i)
+{
+	char name[512];
+	unit_name(&r->plan->units[i], name, sizeof name);
+	free(r->unit_dir);
+	r->unit_dir = apf_path_join(r->run_dir, name);
+	char *logp = r->unit_dir ? apf_path_join(r->unit_dir, "log.jsonl") : NULL;
+	if (!logp)
+		return apf_error(APF_ENOMEM, "run", "out of memory");
+	/* .running is held only while the unit runs (its .lock is held by
+	 * whoever has it selected, running or queued): apf status reads it. */
+	char *running = apf_path_join(r->unit_dir, ".running");
+	int run_fd = running ? open(running, O_RDWR | O_CREAT | O_CLOEXEC |
+						  O_NOFOLLOW, 0644)
+			     : -1;
+	if (run_fd >= 0)
+		flock(run_fd, LOCK_EX | LOCK_NB);
+	free(running);
+	struct stat st;
+	int rc;
+	if (lstat(logp, &st) != 0) {
+		rc = apf_runlog_create(&r->log, logp);
+	} else {
+		uint64_t cut = 0;
+		rc = apf_runlog_open_append(&r->log, logp, r->o->resume, &cut);
+		if (rc == APF_EVERIFY && !r->o->resume)
+			rc = apf_error(APF_EINPUT, r->run_dir,
+				       "%s: its log ends in a torn record (a "
+				       "crash?): continue it with --resume",
+				       name);
+		else if (rc == APF_EVERIFY)
+			rc = APF_EINPUT;
+		if (!rc && cut)
+			apf_runner_notice(r,
+					  "%s: cut %llu bytes of a torn record "
+					  "from its log's end",
+					  name, (unsigned long long)cut);
+	}
+	free(logp);
+	if (!rc)
+		rc = apf_runner_slurm_note(r->unit_dir);
+	if (!rc)
+		rc = log_run_start(r, r->drift);
+	size_t completed = r->completed, failed = r->failed;
+	if (!rc)
+		rc = apf_runner_unit(r, i);
+	if (r->log && !stop_signal && (!rc || rc == APF_EABORT)) {
+		json_t *f = json_pack("{s:I, s:I, s:I}", "units", (json_int_t)1,
+				      "completed",
+				      (json_int_t)(r->completed - completed),
+				      "failed", (json_int_t)(r->failed - failed));
+		int lrc = f ? append(r->log, "run_end", f, 1)
+			    : apf_error(APF_ENOMEM, "run", "out of memory");
+		json_decref(f);
+		if (!lrc)
+			lrc = apf_rundir_sign_head(r->unit_dir, r->key,
+						   r->run_json_sha256, r->log);
+		if (!lrc)
+			lrc = apf_rundir_index_update(
+				r->run_dir, r->key, r->run_json_sha256, name,
+				apf_runlog_count(r->log), apf_runlog_head(r->log));
+		if (!rc)
+			rc = lrc;
+	}
+	int crc = r->log ? apf_runlog_close(r->log) : 0;
+	r->log = NULL;
+	if (run_fd >= 0)
+		close(run_fd);
+	return rc ? rc : crc;
+}
+
+/* ---- apf run -j N: units at once ---------------------------------------------
+ *
+ * Each unit runs in a child process forked from this supervisor once the
+ * checks are done: the child runs exactly what one-at-a-time runs
+ * (run_one: its own log, its own trial, evaluator and work directory), so
+ * a unit computes the same bits either way; processes rather than threads
+ * because the supervisor's state (the run, the host, the signal flag) is
+ * one unit's, and a crash of one unit's supervisor cannot take the others
+ * with it. Each child is pinned (sched_setaffinity, inherited by its build,
+ * trial and evaluator) to its slot's share of the usable cores - slot s of
+ * N gets cores s*T .. s*T+T-1 of the usable list, T the run's threads -
+ * and reports what it would have told the user through a pipe, one
+ * fixed-size message per write (atomic: under PIPE_BUF). It exits 0 (the
+ * unit completed), 1 (its trial failed: a result), 2 (an error of the run,
+ * sent first) or 3 (interrupted). */
+
+enum { MSG_NOTICE = 1, MSG_PROGRESS, MSG_UNIT_END, MSG_ERROR };
+
+struct msg {
+	int kind;
+	int code;
+	struct apf_run_progress p;
+	struct apf_run_unit_end e;
+	char unit[256], metric[32], reason[32];
+	char text[3072];
+};
+
+_Static_assert(sizeof(struct msg) <= PIPE_BUF, "a message is one write");
+
+struct child {
+	pid_t pid;
+	int fd;
+	int slot;
+};
+
+static void send_msg(int fd, const struct msg *m)
+{
+	ssize_t n;
+	do
+		n = write(fd, m, sizeof *m);
+	while (n < 0 && errno == EINTR);
+}
+
+static void child_notice(void *user, const char *line)
+{
+	struct msg m = {.kind = MSG_NOTICE};
+	snprintf(m.text, sizeof m.text, "%s", line);
+	send_msg(*(int *)user, &m);
+}
+
+static void child_progress(void *user, const struct apf_run_progress *p)
+{
+	struct msg m = {.kind = MSG_PROGRESS, .p = *p};
+	snprintf(m.unit, sizeof m.unit, "%s", p->unit ? p->unit : "");
+	snprintf(m.metric, sizeof m.metric, "%s", p->metric ? p->metric : "");
+	send_msg(*(int *)user, &m);
+}
+
+static void child_unit_end(void *user, const struct apf_run_unit_end *e)
+{
+	struct msg m = {.kind = MSG_UNIT_END, .e = *e};
+	snprintf(m.unit, sizeof m.unit, "%s", e->unit ? e->unit : "");
+	snprintf(m.metric, sizeof m.metric, "%s", e->metric ? e->metric : "");
+	snprintf(m.reason, sizeof m.reason, "%s", e->reason ? e->reason : "");
+	snprintf(m.text, sizeof m.text, "%s", e->detail ? e->detail : "");
+	send_msg(*(int *)user, &m);
+}
+
+/* The usable cores of slot (of the run's threads each), as a set. */
+static void slot_cpus(const struct run *r, int slot, cpu_set_t *out)
+{
+	cpu_set_t all;
+	CPU_ZERO(out);
+	if (sched_getaffinity(0, sizeof all, &all) != 0)
+		return;
+	int cpus[CPU_SETSIZE], n = 0;
+	for (int c = 0; c < CPU_SETSIZE; c++)
+		if (CPU_ISSET(c, &all))
+			cpus[n++] = c;
+	for (int k = 0; n && k < r->threads; k++)
+		CPU_SET(cpus[((size_t)slot * (size_t)r->threads + (size_t)k) %
+			     (size_t)n],
+			out);
+}
+
+/* The child: one unit, then _exit (never the parent's clean-up: its work
+ * directory and locks are the parent's). */
+static void child_main(struct run *r, size_t i, int slot, int fd)
+{
+	struct apf_run_opts co = *r->o;
+	co.notice = r->o->notice ? child_notice : NULL;
+	co.progress = r->o->progress ? child_progress : NULL;
+	co.unit_end = r->o->unit_end ? child_unit_end : NULL;
+	co.user = &fd;
+	r->o = &co;
+	r->slot = slot;
+	cpu_set_t set;
+	slot_cpus(r, slot, &set);
+	if (CPU_COUNT(&set))
+		sched_setaffinity(0, sizeof set, &set);
+	size_t failed = r->failed;
+	int rc = run_one(r, i);
+	int code = stop_signal || preempt_signal ? 3
+		   : rc				  ? 2
+		   : r->failed > failed		  ? 1
+						  : 0;
+	if (rc && !stop_signal && !preempt_signal) {
+		struct msg m = {.kind = MSG_ERROR, .code = rc};
+		snprintf(m.text, sizeof m.text, "%s", apf_error_message());
+		send_msg(fd, &m);
+	}
+	close(fd);
+	_exit(code);
+}
+
+/* One message from a child, passed on to the user's callbacks. */
+static void relay(struct run *r, struct msg *m, int *err, char *err_text,
+		  size_t size)
+{
+	const struct apf_run_opts *o = r->o;
+	if (m->kind == MSG_NOTICE && o->notice) {
+		o->notice(o->user, m->text);
+	} else if (m->kind == MSG_PROGRESS && o->progress) {
+		m->p.unit = m->unit;
+		m->p.metric = m->metric;
+		o->progress(o->user, &m->p);
+	} else if (m->kind == MSG_UNIT_END && o->unit_end) {
+		m->e.unit = m->unit;
+		m->e.metric = m->metric[0] ? m->metric : NULL;
+		m->e.reason = m->reason[0] ? m->reason : NULL;
+		m->e.detail = m->text[0] ? m->text : NULL;
+		o->unit_end(o->user, &m->e);
+	} else if (m->kind == MSG_ERROR && !*err) {
+		*err = m->code ? m->code : APF_EINTERNAL;
+		snprintf(err_text, size, "%s", m->text);
+	}
+}
+
+static int run_parallel(struct run *r)
+{
+	int jobs = r->o->jobs;
+	struct child *ch = apf_calloc((size_t)jobs, sizeof *ch);
+	if (!ch)
+		return apf_error(APF_ENOMEM, "run", "out of memory");
+	for (int s = 0; s < jobs; s++)
+		ch[s].pid = -1;
+	r->slots = jobs;
+	int err = 0, running = 0, forwarded = 0;
+	char err_text[3072] = "";
+	size_t next = 0;
+	for (;;) {
+		/* Start units while there are free slots. */
+		for (int s = 0; s < jobs && !err && !stop_signal && !preempt_signal;
+		     s++) {
+			if (ch[s].pid >= 0)
+				continue;
+			while (next < r->plan->n &&
+			       (!selected(r, &r->plan->units[next]) ||
+				r->states[next].ended))
+				next++;
+			if (next >= r->plan->n)
+				break;
+			int p[2];
+			if (pipe2(p, O_CLOEXEC) != 0) {
+				err = apf_error_errno(APF_EIO, errno, "run", "pipe");
+				snprintf(err_text, sizeof err_text, "%s",
+					 apf_error_message());
+				break;
+			}
+			r->ordinal++;
+			fflush(NULL);
+			pid_t pid = fork();
+			if (pid == 0) {
+				close(p[0]);
+				for (int k = 0; k < jobs; k++)
+					if (ch[k].pid >= 0)
+						close(ch[k].fd);
+				child_main(r, next, s, p[1]);
+			}
+			close(p[1]);
+			if (pid < 0) {
+				close(p[0]);
+				err = apf_error_errno(APF_EIO, errno, "run", "fork");
+				snprintf(err_text, sizeof err_text, "%s",
+					 apf_error_message());
+				break;
+			}
+			ch[s] = (struct child){pid, p[0], s};
+			running++;
+			next++;
+		}
+		if (!running)
+			break;
+		if ((stop_signal || preempt_signal) && !forwarded) {
+			/* Ctrl-C reaches the children with us; a signal sent
+			 * to this process alone is passed on. */
+			for (int s = 0; s < jobs; s++)
+				if (ch[s].pid > 0)
+					kill(ch[s].pid, stop_signal ? stop_signal
+								    : preempt_signal);
+			forwarded = 1;
+		}
+		struct pollfd pf[jobs];
+		int map[jobs], n = 0;
+		for (int s = 0; s < jobs; s++)
+			if (ch[s].pid >= 0) {
+				pf[n] = (struct pollfd){ch[s].fd, POLLIN, 0};
+				map[n++] = s;
+			}
+		if (poll(pf, (nfds_t)n, 500) < 0 && errno != EINTR)
+			break;
+		for (int k = 0; k < n; k++) {
+			if (!(pf[k].revents & (POLLIN | POLLHUP | POLLERR)))
+				continue;
+			struct child *c = &ch[map[k]];
+			struct msg m;
+			ssize_t got = read(c->fd, &m, sizeof m);
+			if (got == (ssize_t)sizeof m) {
+				relay(r, &m, &err, err_text, sizeof err_text);
+				continue;
+			}
+			if (got < 0 && errno == EINTR)
+				continue;
+			/* End of the pipe: the child is done. */
+			int status = 0;
+			while (waitpid(c->pid, &status, 0) < 0 && errno == EINTR)
+				;
+			close(c->fd);
+			int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+			if (code == 0)
+				r->completed++;
+			else if (code == 1)
+				r->failed++;
+			else if (code != 3 && !err) {
+				err = APF_EINTERNAL;
+				snprintf(err_text, sizeof err_text,
+					 "run: the supervisor of a unit ended "
+					 "abnormally (status %d)",
+					 status);
+			}
+			c->pid = -1;
+			running--;
+		}
+	}
+	free(ch);
+	r->slots = 0;
+	if (err)
+		apf_error_restore(err, err_text);
+	return err;
+}
+
 /* The selected units, one after another, until done or interrupted; then
  * run_end (unless a signal stopped the run: the log stays resumable). */
 static int run_units(struct run *r, size_t nsel)
 {
 	int rc = 0;
-	struct sigaction sa = {0}, old_int, old_term;
+	struct sigaction sa = {0}, old_int, old_term, old_usr1;
 	sa.sa_handler = on_signal;
 	sigaction(SIGINT, &sa, &old_int);
 	sigaction(SIGTERM, &sa, &old_term);
+	sigaction(SIGUSR1, &sa, &old_usr1);
 	size_t before = 0;
 	for (size_t i = 0; i < r->plan->n; i++) {
 		if (!selected(r, &r->plan->units[i]))
@@ -785,32 +1250,32 @@ static int run_units(struct run *r, size_t nsel)
 		before++;
 	}
 	r->already = before;
-	for (size_t i = 0; !rc && i < r->plan->n && !stop_signal; i++) {
+	(void)nsel;
+	int parallel = r->o->jobs > 1 && r->to_run > 1;
+	if (parallel)
+		rc = run_parallel(r);
+	for (size_t i = 0; !parallel && !rc && i < r->plan->n && !stop_signal &&
+			   !preempt_signal;
+	     i++) {
 		if (!selected(r, &r->plan->units[i]) || r->states[i].ended)
 			continue;
 		r->ordinal++;
-		rc = apf_runner_unit(r, i);
+		rc = run_one(r, i);
 	}
 	if (!rc && stop_signal)
 		rc = apf_error(APF_EABORT, "run",
 			       "interrupted; continue with apf run %s -o %s "
 			       "--resume",
 			       r->o->entry, r->run_dir);
-	if (r->log && !stop_signal && (!rc || rc == APF_EABORT)) {
-		json_t *f = json_pack("{s:I, s:I, s:I}", "units", (json_int_t)nsel,
-				      "completed", (json_int_t)r->completed,
-				      "failed", (json_int_t)r->failed);
-		int lrc = f ? append(r->log, "run_end", f, 1)
-			    : apf_error(APF_ENOMEM, "run", "out of memory");
-		json_decref(f);
-		if (!lrc)
-			lrc = apf_rundir_sign_head(r->run_dir, r->key,
-						   r->run_json_sha256, r->log);
-		if (!rc)
-			rc = lrc;
-	}
+	else if (!rc && preempt_signal)
+		rc = apf_error(APF_EABORT, "run",
+			       "preempted by %s: the units under way "
+			       "checkpointed and stopped; continue with apf run "
+			       "%s -o %s --resume",
+			       apf_run_preempt_signal(), r->o->entry, r->run_dir);
 	sigaction(SIGINT, &old_int, NULL);
 	sigaction(SIGTERM, &old_term, NULL);
+	sigaction(SIGUSR1, &old_usr1, NULL);
 	return rc;
 }
 
@@ -834,10 +1299,24 @@ int apf_run(const struct apf_run_opts *o)
 			       "no unit of the plan matches --workload/--study/"
 			       "--trial (see apf plan)");
 	int fresh = 0;
+	r.drift = d.fields;
 	if (!rc)
-		rc = open_or_create(&r, d.fields, &fresh);
-	if (!rc && !fresh)
-		rc = log_run_start(&r, d.fields);
+		rc = open_or_create(&r, &fresh);
+	if (!rc && o->slurm) {
+		/* Submit the selected units that have not ended; run none. */
+		size_t *todo = apf_calloc(r.plan->n + 1, sizeof *todo), n = 0;
+		for (size_t i = 0; todo && i < r.plan->n; i++)
+			if (selected(&r, &r.plan->units[i]) && !r.states[i].ended)
+				todo[n++] = i;
+		rc = todo ? apf_runner_slurm_submit(&r, todo, n)
+			  : apf_error(APF_ENOMEM, "run", "out of memory");
+		free(todo);
+		json_decref(d.fields);
+		apf_buf_free(&d.text);
+		apf_buf_free(&d.benign);
+		run_free(&r);
+		return rc;
+	}
 	if (!rc)
 		rc = run_units(&r, nsel);
 	if (!rc)

@@ -47,13 +47,14 @@ struct unit {
 	uint64_t interval_start, last_eval_end;
 	int64_t time_to_target_ns;
 	int ended;
+	int preempted; /* checkpointed at a preemption's eval and stopped */
 	int warn_rc; /* a warning's record could not be written */
 	double last_val, best_val; /* validation metric: last eval, best */
 };
 
 static int sign_head(struct run *r)
 {
-	return apf_rundir_sign_head(r->run_dir, r->key, r->run_json_sha256,
+	return apf_rundir_sign_head(r->unit_dir, r->key, r->run_json_sha256,
 				    r->log);
 }
 
@@ -350,6 +351,27 @@ static int eval_point(struct unit *u, int64_t step, enum apf_proto_why why,
 		apf_host_stop(u->host);
 		return rc;
 	}
+	if (!rc && apf_run_preempted()) {
+		/* This eval's checkpoint is where a resume goes on from. */
+		json_decref(m);
+		rc = record(u, "preempt",
+			    json_pack("{s:s, s:I}", "signal",
+				      apf_run_preempt_signal(), "after_eval",
+				      (json_int_t)u->evals),
+			    1);
+		if (!rc)
+			rc = sign_head(u->r);
+		u->preempted = 1;
+		apf_host_stop(u->host);
+		if (!rc)
+			apf_runner_notice(u->r,
+					  "%s: preempted by %s: checkpointed at "
+					  "eval %lld (step %lld) and stopped",
+					  u->name, apf_run_preempt_signal(),
+					  (long long)u->evals,
+					  (long long)u->global_step);
+		return rc;
+	}
 	if (!rc) {
 		apf_host_due(u->host, eval_end + u->hu->eval_period_ns);
 		rc = apf_host_go(u->host, u->sub_ns, u->evals, m, 0);
@@ -377,6 +399,8 @@ static void tick(void *user, int64_t step, uint64_t now)
 		.unit = u->name,
 		.ordinal = u->r->ordinal,
 		.count = u->r->to_run,
+		.slot = u->r->slot,
+		.slots = u->r->slots > 0 ? u->r->slots : 1,
 		.step = step,
 		.evals = u->evals,
 		.submission_s = (double)(u->sub_ns + (t > u->interval_start
@@ -435,6 +459,7 @@ static int prepare(struct unit *u)
 		.budget_multiplier = man->tuning.budget_multiplier,
 		.hp = &pu->hp,
 		.interrupted = apf_run_interrupted,
+		.eval_now = apf_run_preempted,
 		.tick = tick,
 		.warn = warn,
 		.user = u};
@@ -633,7 +658,7 @@ static int record_clock_start(struct unit *u, const char *init_hex,
 static int train(struct unit *u)
 {
 	int rc = 0;
-	while (!rc && !u->ended && !apf_run_interrupted()) {
+	while (!rc && !u->ended && !u->preempted && !apf_run_interrupted()) {
 		uint64_t left = u->hu->budget_ns > u->sub_ns
 					? u->hu->budget_ns - u->sub_ns
 					: 0;

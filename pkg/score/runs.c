@@ -2,7 +2,8 @@
  * runs.c: what an apf run directory says of itself, for the scorer's
  * warnings (score.h, "what an apf run directory says of itself").
  *
- * run.json gives the plan's units and the machine; log.jsonl, read with
+ * run.json gives the plan's units and the machine; the logs (each unit's
+ * own, or the single-log layout's RUN/log.jsonl), read with
  * pkg/runlog's reader (chain checked, records in order) and each unit's
  * records applied with pkg/rundir's apf_rundir_unit_apply (the story as a
  * resume reads it), gives which units started, ended or failed and whether
@@ -244,38 +245,76 @@ static int on_record(void *user, const struct apf_runlog_record *rec)
 	return 0;
 }
 
-static int read_log(apf_score_run *r, const char *dir)
+/* Reads one log into the walk; a torn or broken log is recorded. *closed:
+ * it began with run_start and its last session ended. */
+static int read_one_log(apf_score_run *r, struct walk *w, const char *path,
+			int *closed)
 {
-	char *path = apf_path_join(dir, "log.jsonl");
-	if (!path)
-		return NOMEM(dir);
-	struct stat st;
-	if (lstat(path, &st) != 0) {
-		free(path);
-		return 0;
-	}
-	r->log_found = 1;
-	struct walk w = {.r = r};
-	int rc = story_grow(&w);
+	w->open = w->seen_start = 0;
+	int rc = story_grow(w);
 	struct apf_runlog_summary sum = {0};
 	if (!rc)
-		rc = apf_runlog_read(&sum, path, on_record, &w);
+		rc = apf_runlog_read(&sum, path, on_record, w);
 	if (rc == APF_ENOMEM) {
 		/* Nothing to report but that. */
 	} else if (rc && sum.torn_bytes) {
 		r->log_torn = 1;
 		apf_error_clear();
 		rc = 0;
-	} else if (rc) {
+	} else if (rc && !r->log_error) {
 		r->log_error = apf_strdup(apf_error_message());
 		apf_error_clear();
-		rc = r->log_error ? 0 : NOMEM(dir);
+		rc = r->log_error ? 0 : NOMEM(path);
+	} else if (rc) {
+		apf_error_clear();
+		rc = 0;
+	}
+	*closed = w->seen_start && !w->open;
+	return rc;
+}
+
+/* The single-log layout's RUN/log.jsonl, or each planned unit's own log
+ * (rundir.h): which units started, ended, failed. */
+static int read_log(apf_score_run *r, const char *dir)
+{
+	char *path = apf_path_join(dir, "log.jsonl");
+	char *index = apf_path_join(dir, APF_RUNDIR_INDEX_FILE);
+	if (!path || !index) {
+		free(path);
+		free(index);
+		return NOMEM(dir);
+	}
+	struct stat st;
+	struct walk w = {.r = r};
+	int rc = 0, all_closed = 1, logs = 0;
+	if (lstat(path, &st) == 0) {
+		r->log_found = 1;
+		logs = 1;
+		rc = read_one_log(r, &w, path, &all_closed);
+	} else if (lstat(index, &st) == 0) {
+		r->log_found = 1;
+		size_t n = r->nplanned;
+		for (size_t i = 0; !rc && i < n; i++) {
+			char *unit = apf_path_join(dir, r->units[i].name);
+			char *p = unit ? apf_path_join(unit, "log.jsonl") : NULL;
+			free(unit);
+			if (!p) {
+				rc = NOMEM(dir);
+				break;
+			}
+			int closed = 0;
+			if (lstat(p, &st) == 0) {
+				logs++;
+				rc = read_one_log(r, &w, p, &closed);
+				all_closed &= closed;
+			}
+			free(p);
+		}
 	}
 	if (!rc)
 		rc = story_grow(&w);
 	if (!rc) {
-		r->ended = w.seen_start && !w.open && !r->log_torn &&
-			   !r->log_error;
+		r->ended = logs && all_closed && !r->log_torn && !r->log_error;
 		for (size_t i = 0; i < r->nunits; i++) {
 			const struct apf_rundir_unit *s = &w.story[i];
 			r->units[i].state =
@@ -289,6 +328,7 @@ static int read_log(apf_score_run *r, const char *dir)
 		apf_rundir_unit_free(&w.story[i]);
 	free(w.story);
 	free(path);
+	free(index);
 	return rc;
 }
 

@@ -255,10 +255,12 @@ typedef struct apf_score_run {
 	size_t nunits;
 	size_t nplanned;  /* units[0 .. nplanned) are run.json's plan */
 	int plan_known;   /* run.json lists plan.units */
-	int log_found;    /* log.jsonl is there */
+	int log_found;    /* log.jsonl is there (the single-log layout), or
+			   * the index of per-unit logs */
 	char *log_error;  /* why the log could not be read, else NULL */
 	int log_torn;     /* it ends in a torn line (a crash while writing) */
-	int ended;        /* its last session ends with run_end */
+	int ended;        /* its last session ends with run_end (every unit
+			   * log's, in the per-unit layout; one at least) */
 	struct apf_score_hardware hw;
 } apf_score_run;
 

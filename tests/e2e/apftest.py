@@ -134,34 +134,66 @@ def reseal(tar_bytes):
 BLOBS = "blobs_mlp"
 
 
-def read_log(run_dir):
-    """The log's records, after checking seq and the prev chain."""
+def read_chain(path):
+    """One log's records, after checking seq and the prev chain; and its head."""
     import json
     recs = []
     prev = "0" * 64
-    with open(os.path.join(run_dir, "log.jsonl"), "rb") as f:
+    with open(path, "rb") as f:
         data = f.read()
-    assert data.endswith(b"\n"), "the log ends in a torn line"
+    assert data.endswith(b"\n"), f"{path} ends in a torn line"
     for i, line in enumerate(data.split(b"\n")[:-1]):
         rec = json.loads(line)
-        assert rec["seq"] == i, f"line {i + 1}: seq {rec['seq']}"
-        assert rec["prev"] == prev, f"line {i + 1}: prev breaks the chain"
+        assert rec["seq"] == i, f"{path} line {i + 1}: seq {rec['seq']}"
+        assert rec["prev"] == prev, f"{path} line {i + 1}: prev breaks the chain"
         prev = hashlib.sha256(line).hexdigest()
         recs.append(rec)
     return recs, prev
 
 
-def check_head_signature(run_dir, pubkey):
-    """log.dsse.json signs the last line's hash, checked with openssl."""
+def unit_names(run_dir):
+    """run.json's plan units, as unit directory names."""
+    import json
+    with open(os.path.join(run_dir, "run.json")) as f:
+        rj = json.load(f)
+    out = []
+    for u in rj["plan"]["units"]:
+        wl = u["workload"] if u["variant"] == "base" else f"{u['workload']}_{u['variant']}"
+        out.append(f"study_{u['study']}/{wl}/trial_{u['trial']}")
+    return out
+
+
+def unit_logs(run_dir):
+    """{unit: path of its log.jsonl} of the units that have one (per-unit layout)."""
+    out = {}
+    for name in unit_names(run_dir):
+        p = os.path.join(run_dir, name, "log.jsonl")
+        if os.path.exists(p):
+            out[name] = p
+    return out
+
+
+def read_log(run_dir):
+    """The run's records, each log's chain checked: the single-log layout's
+    RUN/log.jsonl, or every unit's own log one after another (run.json's
+    order); and the head of the run-level log (None for per-unit logs)."""
+    single = os.path.join(run_dir, "log.jsonl")
+    if os.path.exists(single):
+        return read_chain(single)
+    recs = []
+    for name, path in unit_logs(run_dir).items():
+        recs += read_chain(path)[0]
+    return recs, None
+
+
+def read_dsse(path, pubkey):
+    """A DSSE envelope's payload, its signature checked with openssl."""
     import base64
     import json
     import tempfile
-    _, head = read_log(run_dir)
-    with open(os.path.join(run_dir, "log.dsse.json")) as f:
+    with open(path) as f:
         env = json.load(f)
     body = base64.b64decode(env["payload"])
-    payload = json.loads(body)
-    assert payload["head"] == head, "the signed head is not the last line"
     ptype = env["payloadType"].encode()
     pae = b"DSSEv1 %d %s %d %s" % (len(ptype), ptype, len(body), body)
     with tempfile.TemporaryDirectory() as d:
@@ -173,6 +205,27 @@ def check_head_signature(run_dir, pubkey):
                             "-rawin", "-in", os.path.join(d, "pae"), "-sigfile",
                             os.path.join(d, "sig")], capture_output=True, text=True)
         assert p.returncode == 0, p.stdout + p.stderr
+    return json.loads(body)
+
+
+def check_head_signature(run_dir, pubkey):
+    """log.dsse.json signs the last line's hash, checked with openssl: the
+    run's (single-log layout), or every unit's, and index.dsse.json names
+    each unit's head. Returns the (last) signed head payload."""
+    single = os.path.join(run_dir, "log.jsonl")
+    if os.path.exists(single):
+        _, head = read_chain(single)
+        payload = read_dsse(os.path.join(run_dir, "log.dsse.json"), pubkey)
+        assert payload["head"] == head, "the signed head is not the last line"
+        return payload
+    index = read_dsse(os.path.join(run_dir, "index.dsse.json"), pubkey)
+    payload = None
+    for name, path in unit_logs(run_dir).items():
+        recs, head = read_chain(path)
+        payload = read_dsse(os.path.join(os.path.dirname(path), "log.dsse.json"), pubkey)
+        assert payload["head"] == head, f"{name}: the signed head is not the last line"
+        if recs[-1]["event"] == "run_end":
+            assert index["units"][name] == {"records": len(recs), "head": head}, name
     return payload
 
 

@@ -40,6 +40,7 @@ import subprocess
 import tempfile
 
 HEAD_TYPE = "application/vnd.apf.runlog-head+json"
+INDEX_TYPE = "application/vnd.apf.run-index+json"
 ZERO = "0" * 64
 TIME_COLUMNS = ["accumulated_eval_time", "accumulated_logging_time",
                 "accumulated_submission_time", "global_step",
@@ -100,15 +101,47 @@ def unit_name(workload, variant, study, trial):
 
 
 class RunDir:
-    """A run directory on disk and the key that signs its log head."""
+    """A run directory on disk and the key that signs its log head. Its log
+    is the single-log layout's RUN/log.jsonl or, in the per-unit layout (what
+    apf run writes), the one unit log there is (self.unit), whose head
+    index.dsse.json names too."""
 
-    def __init__(self, path, runner_key):
+    def __init__(self, path, runner_key, unit=None):
         self.path = path
         self.runner_key = runner_key
+        self.want_unit = unit
         self.reload()
 
+    def log_file(self):
+        return self.file(self.log_rel)
+
+    def head_file(self):
+        return self.file(self.head_rel)
+
+    def find_log(self):
+        self.unit = None
+        self.log_rel, self.head_rel = "log.jsonl", "log.dsse.json"
+        if os.path.exists(self.file("log.jsonl")):
+            return
+        with open(self.file("run.json")) as f:
+            rj = json.load(f)
+        logs = []
+        for u in rj["plan"]["units"]:
+            name = unit_name(u["workload"], u["variant"], u["study"], u["trial"])
+            if os.path.exists(self.file(name, "log.jsonl")):
+                logs.append(name)
+        want = getattr(self, "want_unit", None)
+        if want:
+            assert want in logs, f"{want} has no log"
+            logs = [want]
+        assert len(logs) == 1, f"RunDir takes one unit log, not {logs}"
+        self.unit = logs[0]
+        self.log_rel = f"{self.unit}/log.jsonl"
+        self.head_rel = f"{self.unit}/log.dsse.json"
+
     def reload(self):
-        with open(self.file("log.jsonl"), "rb") as f:
+        self.find_log()
+        with open(self.log_file(), "rb") as f:
             self.lines = f.read().split(b"\n")
         assert self.lines[-1] == b"", "log ends without a newline"
         self.lines.pop()
@@ -168,7 +201,7 @@ class RunDir:
         return out
 
     def write_lines(self, lines):
-        with open(self.file("log.jsonl"), "wb") as f:
+        with open(self.log_file(), "wb") as f:
             f.write(b"".join(l + b"\n" for l in lines))
         self.lines = list(lines)
         self.records = [json.loads(l) for l in lines]
@@ -190,7 +223,28 @@ class RunDir:
         key = key or self.runner_key
         keyid = keyid or self.run_json["runner"]["keyid"]
         env = sign_dsse(key, HEAD_TYPE, payload, keyid)
-        with open(self.file("log.dsse.json"), "w") as f:
+        with open(self.head_file(), "w") as f:
+            f.write(env)
+        if self.unit and n and json.loads(self.lines[n - 1])["event"] == "run_end":
+            self.sign_index({self.unit: {"records": n, "head": head}}, key, keyid)
+
+    def index_units(self):
+        with open(self.file("index.dsse.json")) as f:
+            env = json.load(f)
+        return json.loads(base64.b64decode(env["payload"]))["units"]
+
+    def sign_index(self, units, key=None, keyid=None, replace=False):
+        """index.dsse.json naming these units' heads (added to the ones it
+        names, or instead of them), signed."""
+        all_units = {} if replace else self.index_units()
+        all_units.update(units)
+        payload = json.dumps({"format": "apf-run-index-v1",
+                              "run_json_sha256": sha256_hex(self.run_json_bytes),
+                              "units": all_units}, separators=(",", ":"),
+                             sort_keys=True).encode()
+        env = sign_dsse(key or self.runner_key, INDEX_TYPE, payload,
+                        keyid or self.run_json["runner"]["keyid"])
+        with open(self.file("index.dsse.json"), "w") as f:
             f.write(env)
 
     def write_run_json(self, obj):
@@ -584,6 +638,8 @@ class FakeRun:
                 ckpts[(r["unit"], r["index"])] = r.pop("_ckpt")
         run = RunDir.__new__(RunDir)
         run.path, run.runner_key = path, self.runner_key
+        # The fake writes the single-log layout.
+        run.unit, run.log_rel, run.head_rel = None, "log.jsonl", "log.dsse.json"
         run.run_json, run.run_json_bytes = run_json, run_json_bytes
         run.records = records
         run.lines = run.chain(records)

@@ -77,25 +77,11 @@ class Audit(RunCase):
 
     def rechain_and_sign(self, run, recs):
         """Writes the records as a runner holding the key would: chained,
-        the head signed."""
-        prev, out = runfake.ZERO, []
-        for r in recs:
-            r["prev"] = prev
-            line = json.dumps(r, separators=(",", ":")).encode()
-            prev = runfake.sha256_hex(line)
-            out.append(line)
-        with open(os.path.join(run, "log.jsonl"), "wb") as f:
-            f.write(b"\n".join(out) + b"\n")
-        key = os.path.join(self.home, "keys", "default.key.pem")
-        pub = os.path.join(self.home, "keys", "default.pub.pem")
-        with open(os.path.join(run, "run.json"), "rb") as f:
-            run_json_sha = runfake.sha256_hex(f.read())
-        payload = runfake.dumps({"format": "apf-runlog-head-v1",
-                                 "run_json_sha256": run_json_sha,
-                                 "records": len(out), "head": prev}).encode()
-        with open(os.path.join(run, "log.dsse.json"), "w") as f:
-            f.write(runfake.sign_dsse(key, runfake.HEAD_TYPE, payload,
-                                      runfake.pem_keyid(pub)))
+        the head signed (and, for a unit's own log, the index)."""
+        rd = runfake.RunDir(run, os.path.join(self.home, "keys", "default.key.pem"),
+                            unit=f"study_0/{BLOBS}/trial_1")
+        rd.records = recs
+        rd.save()
 
     def csv_path(self, run):
         return os.path.join(run, "study_0", BLOBS, "trial_1", "eval_measurements.csv")
@@ -126,7 +112,7 @@ class Audit(RunCase):
         # as logging time: the blocks start later, end where they ended, and
         # every sum, the CSV and the time-to-target follow, so the log is
         # consistent and checks 1-4 pass.
-        recs = [json.loads(l) for l in open(os.path.join(run, "log.jsonl"), "rb")]
+        recs = runfake.RunDir(run, None, unit=f"study_0/{BLOBS}/trial_1").records
         sub = moved_total = 0
         ttt = None
         for r in recs:
@@ -172,7 +158,7 @@ class Audit(RunCase):
         with open(path, "w") as f:
             json.dump(rj, f, indent=2)
             f.write("\n")
-        recs = [json.loads(l) for l in open(os.path.join(run, "log.jsonl"), "rb")]
+        recs = runfake.RunDir(run, None, unit=f"study_0/{BLOBS}/trial_1").records
         with open(path, "rb") as f:
             sha = runfake.sha256_hex(f.read())
         for r in recs:
@@ -190,7 +176,7 @@ class Audit(RunCase):
                               ruleset="external")
         # A runner (holding the key) logs a slightly better train loss,
         # re-chains the log and re-signs its head: checks 1-4 cannot tell.
-        recs = [json.loads(l) for l in open(os.path.join(run, "log.jsonl"), "rb")]
+        recs = runfake.RunDir(run, None, unit=f"study_0/{BLOBS}/trial_1").records
         next(r for r in recs if r["event"] == "eval")["metrics"]["train/loss"] *= 0.999
         self.rechain_and_sign(run, recs)
         # The CSV carries train/loss too: rewrite it as the runner would.

@@ -916,7 +916,7 @@ class RealRuns(ApfCase):
 
     def test_interrupted_run_is_said(self):
         run = self.run_copy("two", "cut")
-        log = os.path.join(run, "log.jsonl")
+        log = os.path.join(run, "study_0", apftest.BLOBS, "trial_2", "log.jsonl")
         with open(log, "rb") as f:
             lines = f.read().split(b"\n")[:-1]
         # The second unit's trial_end and the run_end are gone, as if the

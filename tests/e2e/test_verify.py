@@ -96,7 +96,7 @@ class VerifyTampering(RunCase):
         self.assertEqual([c["check"] for c in rep["checks"]], [1, 2, 3, 4, 5, 6])
         self.assertEqual({c["outcome"] for c in rep["checks"]}, {"passed", "skipped"})
         # The signed head is the log's last line, as sha256sum computes it.
-        with open(run.file("log.jsonl"), "rb") as f:
+        with open(run.log_file(), "rb") as f:
             last = f.read().rstrip(b"\n").split(b"\n")[-1]
         self.assertEqual(rep["head"], runfake.sha256_hex(last))
 
@@ -139,7 +139,7 @@ class VerifyTampering(RunCase):
         run.write_lines(run.lines[:-3])
         self.rejected(run, CHECK_LOG, "log.jsonl", "records were removed from the end")
         # Cut inside a line, as a crash would: still fewer than signed.
-        with open(run.file("log.jsonl"), "ab") as f:
+        with open(run.log_file(), "ab") as f:
             f.write(b'{"seq":')
         self.rejected(run, CHECK_LOG, "records were removed from the end")
 
@@ -161,7 +161,9 @@ class VerifyTampering(RunCase):
         self.ok("keygen", "-o", self.path("mallory"), "--no-trust")
         run.sign_head(key=self.path("mallory.key.pem"),
                       keyid=runfake.pem_keyid(self.path("mallory.pub.pem")))
-        self.rejected(run, CHECK_LOG, "log.dsse.json", "no trusted key verifies it")
+        # log.dsse.json, or (per-unit logs, whose index the attacker signs
+        # too) index.dsse.json, read first.
+        self.rejected(run, CHECK_LOG, "dsse.json", "no trusted key verifies it")
         # Trusting the attacker's key does not help: run.json names the
         # runner's.
         r = self.apf("verify", run.path, "--key", self.path("mallory.pub.pem"))

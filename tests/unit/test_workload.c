@@ -102,10 +102,11 @@ static void finds_workloads_through_environment(void **state)
 	char **names;
 	size_t n;
 	assert_apf_ok(apf_workloads_list(&names, &n));
-	assert_int_equal(n, 3);
+	assert_int_equal(n, 4);
 	assert_string_equal(names[0], "blobs_mlp");
-	assert_string_equal(names[1], "tiny");
-	assert_string_equal(names[2], "toy");
+	assert_string_equal(names[1], "blobs_steps");
+	assert_string_equal(names[2], "tiny");
+	assert_string_equal(names[3], "toy");
 	apf_workloads_list_free(names, n);
 	apf_workload_spec *w;
 	assert_apf_ok(apf_workload_spec_load(&w, "tiny"));

@@ -1,0 +1,99 @@
+/*
+ * status.c: `apf status RUN_DIR [--json]`: where each unit of a run stands
+ * (pkg/rundir's apf_rundir_status), read while the run may be under way.
+ */
+#include "cmd.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "rundir/rundir.h"
+
+static void seconds(char *out, size_t size, const json_t *v)
+{
+	if (json_is_number(v))
+		snprintf(out, size, "%.2f", json_number_value(v));
+	else
+		snprintf(out, size, "-");
+}
+
+int cmd_status(int argc, char **argv)
+{
+	int json = 0;
+	const struct apf_opt opts[] = {
+		{"json", 0, OPT_FLAG, &json, NULL, "print the status as JSON"},
+		{0},
+	};
+	const struct apf_usage usage = {
+		"status RUN_DIR [--json]",
+		"Show where each unit of a run stands: pending, running, done, "
+		"failed or\npreempted (started, stopped before its end: apf run "
+		"--resume continues it),\nwith its evals and its submission time "
+		"against its budget.",
+		"Read while the run may be under way, not verified (apf verify "
+		"does that).\nExit 0, or 2 when RUN_DIR is no run directory.",
+		1, 1,
+		"apf status runs/nadamw\napf status runs/nadamw --json"};
+	int nargs, rc = cmd_start("status", &usage, opts, argc, argv, &nargs);
+	if (rc >= 0)
+		return rc;
+	json_t *st = NULL;
+	rc = apf_rundir_status(&st, argv[1]);
+	if (rc)
+		return cmd_fail(rc);
+	if (json) {
+		char *text = json_dumps(st, JSON_INDENT(2) | JSON_REAL_PRECISION(10));
+		if (text)
+			printf("%s\n", text);
+		free(text);
+		json_decref(st);
+		return 0;
+	}
+	json_t *c = json_object_get(st, "counts");
+	printf("%s: %lld units planned: %lld done, %lld running, %lld "
+	       "failed, %lld preempted, %lld pending\n",
+	       argv[1],
+	       (long long)json_integer_value(json_object_get(st, "units_planned")),
+	       (long long)json_integer_value(json_object_get(c, "done")),
+	       (long long)json_integer_value(json_object_get(c, "running")),
+	       (long long)json_integer_value(json_object_get(c, "failed")),
+	       (long long)json_integer_value(json_object_get(c, "preempted")),
+	       (long long)json_integer_value(json_object_get(c, "pending")));
+	size_t i;
+	json_t *u;
+	json_array_foreach(json_object_get(st, "units"), i, u)
+	{
+		char sub[32], bud[32];
+		seconds(sub, sizeof sub, json_object_get(u, "submission_s"));
+		seconds(bud, sizeof bud, json_object_get(u, "budget_s"));
+		const char *problem =
+			json_string_value(json_object_get(u, "problem"));
+		char safe[600];
+		apf_text_escape(safe, sizeof safe,
+				json_string_value(json_object_get(u, "unit")));
+		char times[80] = "";
+		if (json_is_number(json_object_get(u, "submission_s")))
+			snprintf(times, sizeof times, "  %8s / %s s", sub, bud);
+		json_t *sl = json_object_get(u, "slurm");
+		char task[200] = "";
+		if (sl) {
+			char job[64], id[64];
+			const char *j = json_string_value(json_object_get(sl, "job_id"));
+			const char *t = json_string_value(
+				json_object_get(sl, "array_task_id"));
+			apf_text_escape(job, sizeof job, j ? j : "?");
+			apf_text_escape(id, sizeof id, t ? t : "?");
+			snprintf(task, sizeof task, "  slurm %s_%s", job, id);
+		}
+		printf("  %-40s %-9s %4lld evals%s%s%s%s\n", safe,
+		       json_string_value(json_object_get(u, "state")),
+		       (long long)json_integer_value(json_object_get(u, "evals")),
+		       times, task, problem ? "  " : "", problem ? problem : "");
+	}
+	json_decref(st);
+	return 0;
+}
