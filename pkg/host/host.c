@@ -8,6 +8,7 @@
  * protocol fault.
  */
 #include "host/host.h"
+#include "sysinfo/sysinfo.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -683,10 +684,20 @@ static int spawn_trial(apf_host *h)
 	if (!rc)
 		snprintf(isa_env, sizeof isa_env, "APF_CPU_ISA=%s",
 			 apf_cpu_isa_name(isa));
+	/* OpenBLAS picks its kernels per core type, and they differ in their
+	 * bits: the trial's is pinned to the supervisor's, the one the
+	 * environment record names (blas.core). A name that is not plain
+	 * letters and digits is not handed on (OpenBLAS detects then). */
+	char blas_env[64] = "";
+	const char *core = apf_blas_core();
+	if (core && *core && strlen(core) < 32 &&
+	    strspn(core, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+			 "0123456789") == strlen(core))
+		snprintf(blas_env, sizeof blas_env, "OPENBLAS_CORETYPE=%s", core);
 	if (!rc && (!threads.data || !home.data))
 		rc = apf_error(APF_ENOMEM, "trial", "out of memory");
 	const char *envp[] = {threads.data, home.data, "PATH=/usr/bin:/bin",
-			      "LC_ALL=C", isa_env, ASAN_ENV, NULL};
+			      "LC_ALL=C", isa_env, blas_env, ASAN_ENV, NULL};
 	struct apf_sandbox_config c;
 	struct apf_sandbox_mount m[NSYS + 8];
 	size_t nm;

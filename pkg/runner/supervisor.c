@@ -165,12 +165,12 @@ struct drift {
 
 /* Whether an environment field that differs can change what a CPU trial
  * computes. apf's kernels compute every output with the same float
- * operations whatever the machine (nn/cpu/gemm.h; OpenBLAS computes none of
- * a trial's results), so the CPU's model, core count, memory, kernel, the
- * instruction-set path and BLAS cannot; a CPU that gains or loses AVX2 and
- * FMA can (the convolutions' fast kernels exist for AVX2 only, and the
- * generic path sums in another order), as can the compiler, the C library,
- * apf itself, the OS and the image. Times still differ across machines:
+ * operations on every instruction-set path (nn/cpu/gemm.h, nn/cpu/fast.h;
+ * OpenBLAS computes none of a trial's results), so the CPU's model, core
+ * count, memory, kernel, the path and BLAS cannot; a CPU that gains or
+ * loses AVX2 and FMA can, through the C library: glibc picks an FMA
+ * variant of expf there, which rounds two floats differently. So can the
+ * compiler, the C library, apf itself, the OS and the image. Times still differ across machines:
  * apf score says so when it compares runs. */
 static int drift_harmless(const char *field, const char *expected,
 			  const char *actual)

@@ -128,6 +128,11 @@ int apf_blas_threads(void)
 	return openblas_get_num_threads();
 }
 
+const char *apf_blas_core(void)
+{
+	return openblas_get_corename();
+}
+
 static json_t *blas_record(void)
 {
 	const char *config = openblas_get_config();

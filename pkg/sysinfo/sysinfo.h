@@ -45,5 +45,9 @@ int apf_git_validate(const json_t *git);
 
 /* The number of threads apf's BLAS is configured to use. */
 int apf_blas_threads(void);
+/* The core type OpenBLAS runs its kernels for in this process ("Haswell",
+ * "Cooperlake", ...): what the record's blas.core says, and what the
+ * runner pins a trial's OpenBLAS to (OPENBLAS_CORETYPE). */
+const char *apf_blas_core(void);
 
 #endif

@@ -156,10 +156,10 @@ class TrialEnvironment(RunCase):
     def test_the_record_names_the_path_the_trial_computes_on(self):
         # Forced to the narrowest path and to the widest: the record of the
         # run (run.json's environment, what verify and replay compare) says
-        # what the trial itself runs, not what the supervisor would pick.
-        # (The BLAS core is not compared: the trial's results use none of
-        # OpenBLAS, and the runner does not hand a pinned OPENBLAS_CORETYPE
-        # on to the trial, so the two can name different cores.)
+        # what the trial itself runs, not what the supervisor would pick;
+        # and the trial's OpenBLAS runs the core type the record names
+        # (the runner pins it; the trial's results use none of OpenBLAS,
+        # but a record must describe what the trial computed with).
         self.ok("keygen")
         entry = self.pack_source("envprobe", TRIAL_ENV)
         for name in sorted({paths()[0], paths()[-1]}):
@@ -170,3 +170,13 @@ class TrialEnvironment(RunCase):
             trial, record = self.trial_view(run), self.record(run)
             self.assertEqual(trial["cpu.isa"], name)
             self.assertEqual(record["cpu"]["isa"], name)
+            self.assertEqual(trial["blas.core"], record["blas"]["core"])
+        # Whatever the shell pins: the record follows the supervisor's
+        # OpenBLAS, and the trial follows the record.
+        for core in ("Haswell", "SkylakeX") if "avx512" in paths() else ("Haswell",):
+            run = self.path("run-core-" + core)
+            r = self.apf("run", entry, "-o", run, "--study", "0", "--trial", "1",
+                         "--allow-env-drift", env={"OPENBLAS_CORETYPE": core}, timeout=300)
+            self.assertEqual(r.rc, 0, r)
+            self.assertEqual(self.record(run)["blas"]["core"], core)
+            self.assertEqual(self.trial_view(run)["blas.core"], core)
