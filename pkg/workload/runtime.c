@@ -84,6 +84,39 @@ int apf_model_string(const apf_workload_spec *w, const char *variant,
 	return 0;
 }
 
+int apf_model_widths(const apf_workload_spec *w, const char *variant,
+		     const char *key, const char *dflt, int max_n, int *widths,
+		     int *n)
+{
+	const char *v = apf_workload_model_value(w, variant, key);
+	char what[80];
+	snprintf(what, sizeof what, "[model] %s", key);
+	*n = 0;
+	if (!v)
+		v = dflt;
+	for (const char *p = v; *p;) {
+		while (*p == ' ' || *p == '\t')
+			p++;
+		char *end;
+		errno = 0;
+		long x = strtol(p, &end, 10);
+		if (end == p || errno || x < 1 || x > 65536 || *n == max_n)
+			return apf_error(APF_EINPUT, what,
+					 "expected up to %d widths in [1, "
+					 "65536] separated by commas, got '%s'",
+					 max_n, v);
+		widths[(*n)++] = (int)x;
+		p = end;
+		while (*p == ' ' || *p == '\t')
+			p++;
+		if (*p == ',')
+			p++;
+		else if (*p)
+			return apf_error(APF_EINPUT, what, "unexpected '%s'", p);
+	}
+	return 0;
+}
+
 enum loss_kind { LOSS_SOFTMAX_XENT = 1, LOSS_SIGMOID_XENT };
 
 static int check_metrics(const apf_workload_spec *w, int loss);

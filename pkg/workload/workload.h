@@ -148,6 +148,11 @@ int apf_model_double(const apf_workload_spec *w, const char *variant,
 		     double *out);
 int apf_model_string(const apf_workload_spec *w, const char *variant,
 		     const char *key, const char *dflt, const char **out);
+/* A list of layer widths, "1024, 1024" (dflt when unset): up to max_n
+ * numbers in [1, 65536] separated by commas, into widths; *n of them. */
+int apf_model_widths(const apf_workload_spec *w, const char *variant,
+		     const char *key, const char *dflt, int max_n, int *widths,
+		     int *n);
 
 typedef struct apf_workload apf_workload;
 

@@ -18,7 +18,7 @@ import subprocess
 
 import apftest
 from test_run import RunCase
-from test_seal import HEAD, NO_INIT, c_bytes
+from test_seal import HEAD, NO_INIT, scan_code, scan_found
 
 GEN = os.path.join(os.path.dirname(apftest.APF), "datagen", "clicks")
 
@@ -172,42 +172,7 @@ class Clicks(RunCase):
         val, _ = table_rows(os.path.join(self.data, "validation.tab"), 0, 4)
         test, _ = table_rows(os.path.join(self.data, "test.tab"), 0, 4)
         self.assertEqual(len(train), 64)
-        code = r"""
-#include <setjmp.h>
-#include <signal.h>
-static sigjmp_buf jump;
-static void on_bus(int sig) { (void)sig; siglongjmp(jump, 1); }
-static const unsigned char masked[3][64] = {@TRAIN@, @VAL@, @TEST@};
-static void step_hook(apf_ctx *c, int64_t s) { (void)c;
-	if (s != 3) return;
-	unsigned char (*want)[64] = malloc(sizeof masked);
-	for (int k = 0; k < 3; k++)
-		for (int i = 0; i < 64; i++) want[k][i] = masked[k][i] ^ 0x5a;
-	FILE *f = fopen("/proc/self/maps", "r");
-	if (!f) { fprintf(stderr, "scan: no maps\n"); return; }
-	char line[512]; size_t searched = 0; static volatile int found[3];
-	while (fgets(line, sizeof line, f)) {
-		unsigned long a, b; char perm[8];
-		if (sscanf(line, "%lx-%lx %7s", &a, &b, perm) != 3 || perm[0] != 'r'
-		    || strstr(line, "[vvar]") || strstr(line, "[vsyscall]")) continue;
-		signal(SIGBUS, on_bus);
-		if (sigsetjmp(jump, 1) == 0) {
-			for (volatile unsigned long p = a; p + 64 <= b; p += 4) {
-				for (int k = 0; k < 3; k++)
-					if (!found[k] && (const void *)p != (const void *)want[k] &&
-					    !memcmp((const void *)p, want[k], 64)) found[k] = 1;
-			}
-		}
-		searched += b - a;
-	}
-	fclose(f);
-	free(want);
-	fprintf(stderr, "scan: %zu bytes, train %d validation %d test %d\n",
-		searched, found[0], found[1], found[2]);
-}
-"""
-        code = code.replace("@TRAIN@", c_bytes(train)).replace("@VAL@", c_bytes(val))
-        code = code.replace("@TEST@", c_bytes(test))
+        code = scan_code(train, val, test, stride=4)
         self.ok("keygen")
         entry = self.pack_hostile("scan", NO_INIT + code)
         run = self.path("run")
@@ -215,12 +180,7 @@ static void step_hook(apf_ctx *c, int64_t s) { (void)c;
         recs = self.check_run(run)
         end = [x for x in recs if x["event"] == "trial_end"][0]
         self.assertFalse(end["failed"], end)
-        with open(os.path.join(run, end["unit"], "trial.log")) as f:
-            log = f.read()
-        m = re.search(r"scan: (\d+) bytes, train (\d) validation (\d) test (\d)", log)
-        self.assertTrue(m, log)
-        self.assertGreater(int(m.group(1)), 1 << 20)
-        self.assertEqual(m.group(2, 3, 4), ("1", "0", "0"), log)
+        self.assertEqual(scan_found(self, run, end), ("1", "0", "0"))
 
     def pack_hostile(self, name, code):
         sub = self.path(name)

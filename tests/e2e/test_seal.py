@@ -76,6 +76,63 @@ def c_bytes(b):
     return "{" + ", ".join(str(x ^ 0x5a) for x in b) + "}"
 
 
+# A trial that scans every readable mapping of its own process for three
+# 64-byte records (a training, a validation and a test example) and prints
+# which it found: the supervisor hands over the training split alone, so
+# only the first may be there. `stride` is the alignment the scan steps by.
+SCAN = r"""
+#include <setjmp.h>
+#include <signal.h>
+static sigjmp_buf jump;
+static void on_bus(int sig) { (void)sig; siglongjmp(jump, 1); }
+/* Kept XORed, so that the only plain copies are the ones searched for. */
+static const unsigned char masked[3][64] = {@TRAIN@, @VAL@, @TEST@};
+static void step_hook(apf_ctx *c, int64_t s) { (void)c;
+	if (s != 3) return;
+	unsigned char (*want)[64] = malloc(sizeof masked);
+	for (int k = 0; k < 3; k++)
+		for (int i = 0; i < 64; i++) want[k][i] = masked[k][i] ^ 0x5a;
+	FILE *f = fopen("/proc/self/maps", "r");
+	if (!f) { fprintf(stderr, "scan: no maps\n"); return; }
+	char line[512]; size_t searched = 0; static volatile int found[3];
+	while (fgets(line, sizeof line, f)) {
+		unsigned long a, b; char perm[8];
+		if (sscanf(line, "%lx-%lx %7s", &a, &b, perm) != 3 || perm[0] != 'r'
+		    || strstr(line, "[vvar]") || strstr(line, "[vsyscall]")) continue;
+		/* A file mapped past its end raises SIGBUS there: skip the rest. */
+		signal(SIGBUS, on_bus);
+		if (sigsetjmp(jump, 1) == 0) {
+			for (volatile unsigned long p = a; p + 64 <= b; p += @STRIDE@) {
+				for (int k = 0; k < 3; k++)
+					if (!found[k] && (const void *)p != (const void *)want[k] &&
+					    !memcmp((const void *)p, want[k], 64)) found[k] = 1;
+			}
+		}
+		searched += b - a;
+	}
+	fclose(f);
+	free(want);
+	fprintf(stderr, "scan: %zu bytes, train %d validation %d test %d\n",
+		searched, found[0], found[1], found[2]);
+}
+"""
+
+
+def scan_code(train, val, test, stride=1):
+    return (SCAN.replace("@TRAIN@", c_bytes(train)).replace("@VAL@", c_bytes(val))
+            .replace("@TEST@", c_bytes(test)).replace("@STRIDE@", str(stride)))
+
+
+def scan_found(case, run, end):
+    """(train, validation, test) found, from the scan's line in trial.log."""
+    with open(os.path.join(run, end["unit"], "trial.log")) as f:
+        log = f.read()
+    m = re.search(r"scan: (\d+) bytes, train (\d) validation (\d) test (\d)", log)
+    case.assertTrue(m, log)
+    case.assertGreater(int(m.group(1)), 1 << 20)
+    return m.group(2, 3, 4)
+
+
 class Seal(RunCase):
     def run_hostile(self, name, code, *extra):
         self.ok("keygen")
@@ -186,54 +243,12 @@ __attribute__((constructor)) static void early(void) { spin(120); }
         train, n = split_bytes("train-images-idx3-ubyte.gz", 0)
         val, _ = split_bytes("train-images-idx3-ubyte.gz", n - 500)
         test, _ = split_bytes("t10k-images-idx3-ubyte.gz", 0)
-        code = r"""
-#include <setjmp.h>
-#include <signal.h>
-static sigjmp_buf jump;
-static void on_bus(int sig) { (void)sig; siglongjmp(jump, 1); }
-/* Kept XORed, so that the only plain copies are the ones searched for. */
-static const unsigned char masked[3][64] = {@TRAIN@, @VAL@, @TEST@};
-static void step_hook(apf_ctx *c, int64_t s) { (void)c;
-	if (s != 3) return;
-	unsigned char (*want)[64] = malloc(sizeof masked);
-	for (int k = 0; k < 3; k++)
-		for (int i = 0; i < 64; i++) want[k][i] = masked[k][i] ^ 0x5a;
-	FILE *f = fopen("/proc/self/maps", "r");
-	if (!f) { fprintf(stderr, "scan: no maps\n"); return; }
-	char line[512]; size_t searched = 0; static volatile int found[3];
-	while (fgets(line, sizeof line, f)) {
-		unsigned long a, b; char perm[8];
-		if (sscanf(line, "%lx-%lx %7s", &a, &b, perm) != 3 || perm[0] != 'r'
-		    || strstr(line, "[vvar]") || strstr(line, "[vsyscall]")) continue;
-		/* A file mapped past its end raises SIGBUS there: skip the rest. */
-		signal(SIGBUS, on_bus);
-		if (sigsetjmp(jump, 1) == 0) {
-			for (volatile unsigned long p = a; p + 64 <= b; p++) {
-				for (int k = 0; k < 3; k++)
-					if (!found[k] && (const void *)p != (const void *)want[k] &&
-					    !memcmp((const void *)p, want[k], 64)) found[k] = 1;
-			}
-		}
-		searched += b - a;
-	}
-	fclose(f);
-	free(want);
-	fprintf(stderr, "scan: %zu bytes, train %d validation %d test %d\n",
-		searched, found[0], found[1], found[2]);
-}
-"""
-        code = code.replace("@TRAIN@", c_bytes(train)).replace("@VAL@", c_bytes(val))
-        code = code.replace("@TEST@", c_bytes(test))
+        code = scan_code(train, val, test)
         entry, run, recs, end, r = self.run_hostile("scan", NO_INIT + code)
         self.assertFalse(end["failed"], end)
-        with open(os.path.join(run, end["unit"], "trial.log")) as f:
-            log = f.read()
-        m = re.search(r"scan: (\d+) bytes, train (\d) validation (\d) test (\d)", log)
-        self.assertTrue(m, log)
-        self.assertGreater(int(m.group(1)), 1 << 20)
         # The search works (it finds a training image) and finds neither
         # a validation nor a test image.
-        self.assertEqual(m.group(2, 3, 4), ("1", "0", "0"), log)
+        self.assertEqual(scan_found(self, run, end), ("1", "0", "0"))
 
     def test_reading_the_dataset_files_is_a_fault(self):
         self.contained("read_test", NO_INIT + r"""

@@ -24,7 +24,6 @@
  */
 #include "workload/workload.h"
 
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,37 +34,6 @@ static const char *const dlrm_keys[] = {
 
 #define MAX_LAYERS 16
 #define MAX_CAT 4096
-
-static int parse_widths(const apf_workload_spec *w, const char *variant,
-			const char *key, const char *dflt, int *widths, int *n)
-{
-	const char *v = apf_workload_model_value(w, variant, key);
-	*n = 0;
-	if (!v)
-		v = dflt;
-	for (const char *p = v; *p;) {
-		while (*p == ' ' || *p == '\t')
-			p++;
-		char *end;
-		errno = 0;
-		long x = strtol(p, &end, 10);
-		if (end == p || errno || x < 1 || x > 65536 || *n == MAX_LAYERS)
-			return apf_error(APF_EINPUT, "[model] widths",
-					 "%s: expected up to %d widths in [1, "
-					 "65536] separated by commas, got '%s'",
-					 key, MAX_LAYERS, v);
-		widths[(*n)++] = (int)x;
-		p = end;
-		while (*p == ' ' || *p == '\t')
-			p++;
-		if (*p == ',')
-			p++;
-		else if (*p)
-			return apf_error(APF_EINPUT, "[model] widths",
-					 "%s: unexpected '%s'", key, p);
-	}
-	return 0;
-}
 
 /* linear -> [layernorm] -> activation [-> dropout], named prefix<i>. */
 static int hidden(apf_net *net, int t, int width, int ln, int act,
@@ -96,9 +64,11 @@ static int dlrm_build(apf_net **out, apf_backend *be,
 	int *rows = malloc(MAX_CAT * sizeof *rows);
 	if (!rows)
 		return apf_error(APF_ENOMEM, "dlrm", "out of memory");
-	int rc = parse_widths(w, variant, "bottom", "64, 16", bottom, &nb);
+	int rc = apf_model_widths(w, variant, "bottom", "64, 16", MAX_LAYERS,
+				  bottom, &nb);
 	if (!rc)
-		rc = parse_widths(w, variant, "top", "256, 128", top, &nt);
+		rc = apf_model_widths(w, variant, "top", "256, 128",
+				      MAX_LAYERS, top, &nt);
 	if (!rc)
 		rc = apf_model_long(w, variant, "embedding_dim", 16, 1, 1024, &D);
 	if (!rc)

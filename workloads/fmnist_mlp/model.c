@@ -14,7 +14,6 @@
  */
 #include "workload/workload.h"
 
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,46 +24,13 @@ static const char *const mlp_keys[] = {"hidden", "activation", "norm",
 
 #define MAX_HIDDEN 16
 
-/* "1024, 1024" -> widths; refuses empty items, non-numbers and absurd sizes. */
-static int parse_widths(const apf_workload_spec *w, const char *variant,
-			int *widths, int *n)
-{
-	const char *v = apf_workload_model_value(w, variant, "hidden");
-	*n = 0;
-	if (!v)
-		v = "1024, 1024";
-	const char *p = v;
-	while (*p) {
-		while (*p == ' ' || *p == '\t')
-			p++;
-		char *end;
-		errno = 0;
-		long x = strtol(p, &end, 10);
-		if (end == p || errno || x < 1 || x > 65536 || *n == MAX_HIDDEN)
-			return apf_error(APF_EINPUT, "[model] hidden",
-					 "expected up to %d "
-					 "widths in [1, 65536] separated by "
-					 "commas, got '%s'",
-					 MAX_HIDDEN, v);
-		widths[(*n)++] = (int)x;
-		p = end;
-		while (*p == ' ' || *p == '\t')
-			p++;
-		if (*p == ',')
-			p++;
-		else if (*p)
-			return apf_error(APF_EINPUT, "[model] hidden",
-					 "unexpected '%s'", p);
-	}
-	return 0;
-}
-
 static int mlp_build(apf_net **out, apf_backend *be, const apf_workload_spec *w,
 		     const char *variant, int H, int W, int C, int classes)
 {
 	*out = NULL;
 	int widths[MAX_HIDDEN], nh;
-	int rc = parse_widths(w, variant, widths, &nh);
+	int rc = apf_model_widths(w, variant, "hidden", "1024, 1024", MAX_HIDDEN,
+				  widths, &nh);
 	const char *act_name, *norm;
 	double dropout;
 	apf_model_string(w, variant, "activation", "relu", &act_name);
