@@ -57,6 +57,13 @@ def evals_of(run_dir):
     return out
 
 
+def series(evs, vkey, tkey):
+    """A unit's evals as the record keeps them: step, submission seconds
+    (the time a target is met at) and the two metrics."""
+    return [{"step": e["global_step"], "submission_s": e["accumulated_submission_ns"] / 1e9,
+             vkey: e["metrics"][vkey], tkey: e["metrics"][tkey]} for e in evs]
+
+
 def ini_set(path, section, key, value):
     text = open(path).read()
     pat = re.compile(rf"(\[{re.escape(section)}\][^\[]*?^){re.escape(key)}[ \t]*=[^\n]*", re.M | re.S)
@@ -130,7 +137,7 @@ def main():
             hp = [u["hparams"] for u in plan["units"] if u["trial"] == trial][0]
             v = better(e["metrics"][vkey] for e in evs)
             record["tuning"].append({"baseline": b, "unit": unit, "hparams": hp,
-                                     "best_validation": v})
+                                     "best_validation": v, "evals": series(evs, vkey, tkey)})
             print(f"  {unit}: best {vkey} {v:.4f}", flush=True)
             if best is None or better(v, best[0]) == v and v != best[0]:
                 best = (v, b, hp)
@@ -153,8 +160,7 @@ def main():
         bv = better(e["metrics"][vkey] for e in evs)
         bests.append((bv, evs))
         record["reruns"].append({"unit": unit, "best_validation": bv,
-                                 "evals": [{"step": e["global_step"], vkey: e["metrics"][vkey],
-                                            tkey: e["metrics"][tkey]} for e in evs]})
+                                 "evals": series(evs, vkey, tkey)})
     val_target = statistics.median(bv for bv, _ in bests)
     tests = []
     for _, evs in bests:

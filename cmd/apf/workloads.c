@@ -93,9 +93,14 @@ static void print_text(const struct info *in)
 	if (w->gpu.max_runtime_s > 0)
 		printf("; gpu: %g s, eval every %g s", w->gpu.max_runtime_s,
 		       w->gpu.eval_period_s);
-	printf("\n  dataset %s at %s%s%s\n", w->dataset_name, w->dataset_path,
+	/* The path as the kernel resolves it where it exists (an ini's
+	 * "../../datasets/x" reads badly), else as the ini gives it. */
+	char *real = realpath(w->dataset_path, NULL);
+	printf("\n  dataset %s at %s%s%s\n", w->dataset_name,
+	       real ? real : w->dataset_path,
 	       w->dataset_digest ? ", digest " : "",
 	       w->dataset_digest ? w->dataset_digest : "");
+	free(real);
 	printf("  variants:\n");
 	for (size_t v = 0; v < w->nvariants; v++) {
 		const struct apf_workload_variant *var = &w->variants[v];

@@ -1,0 +1,153 @@
+"""workloads/derive_targets.py and workloads/baselines.py on the test
+workloads, with the real apf: derive_targets' record holds every tuning
+trial's evals with their submission times and targets that follow the rule
+from them; baselines.py runs each baseline once over a workload and a
+variant (the variant's model keys really in its copy), its times-to-target
+are the first evals of the logs that meet each level, a second invocation
+reuses the complete runs, and its pure pieces (relaxed targets, rankings,
+Kendall's tau) give the values worked out by hand."""
+import importlib.util
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import unittest
+
+from apftest import APF, ROOT, TEST_WORKLOADS
+
+PY = sys.executable
+
+
+def load(name):
+    spec = importlib.util.spec_from_file_location(
+        name, os.path.join(ROOT, "workloads", name + ".py"))
+    sys.path.insert(0, os.path.join(ROOT, "workloads"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def script(name, *args, timeout=900):
+    env = dict(os.environ, APF_BIN=APF)
+    return subprocess.run([PY, os.path.join(ROOT, "workloads", name + ".py"), *args],
+                          capture_output=True, text=True, env=env, timeout=timeout)
+
+
+class Pieces(unittest.TestCase):
+    def setUp(self):
+        self.b = load("baselines")
+
+    def test_relaxed_targets(self):
+        # accuracy 0.90: error 0.10 -> 0.105 and 0.115
+        self.assertAlmostEqual(self.b.relax(0.90, 1.05, True), 0.895)
+        self.assertAlmostEqual(self.b.relax(0.90, 1.15, True), 0.885)
+        # log loss 0.40 -> 0.42 and 0.46
+        self.assertAlmostEqual(self.b.relax(0.40, 1.05, False), 0.42)
+        self.assertAlmostEqual(self.b.relax(0.40, 1.15, False), 0.46)
+
+    def test_time_to_target_takes_the_fastest_trial_first_hit(self):
+        trials = {"trial_1": [(1.0, {"v": 0.5}), (2.0, {"v": 0.8}), (3.0, {"v": 0.9})],
+                  "trial_2": [(1.5, {"v": 0.85}), (2.5, {"v": 0.95})]}
+        self.assertEqual(self.b.time_to(trials, "v", 0.8, True), 1.5)
+        self.assertEqual(self.b.time_to(trials, "v", 0.9, True), 2.5)
+        self.assertIsNone(self.b.time_to(trials, "v", 0.99, True))
+        self.assertEqual(self.b.time_to(trials, "v", 0.5, False), 1.0)
+
+    def test_ranking_puts_misses_last_and_tau(self):
+        order = self.b.ranking({"a": None, "b": 3.0, "c": 1.0, "d": None})
+        self.assertEqual(order, ["c", "b", "a", "d"])
+        self.assertEqual(self.b.kendall_tau(["a", "b", "c"], ["a", "b", "c"]), 1.0)
+        self.assertEqual(self.b.kendall_tau(["a", "b", "c"], ["c", "b", "a"]), -1.0)
+        # one swap of three pairs: (2 - 1) / 3
+        self.assertAlmostEqual(self.b.kendall_tau(["a", "b", "c"], ["b", "a", "c"]), 1 / 3)
+
+
+def log_evals(run):
+    """unit -> [(submission s, validation accuracy)] straight from the logs."""
+    out = {}
+    for root, _, files in os.walk(run):
+        if "log.jsonl" in files:
+            with open(os.path.join(root, "log.jsonl")) as f:
+                for line in f:
+                    r = json.loads(line)
+                    if r["event"] == "eval":
+                        out.setdefault(r["unit"], []).append(
+                            (r["accumulated_submission_ns"] / 1e9,
+                             r["metrics"]["validation/accuracy"]))
+    return out
+
+
+class Scripts(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="apf-targets-test-")
+
+    def tearDown(self):
+        subprocess.run(["rm", "-rf", self.tmp])
+
+    def test_derive_targets_records_series_and_follows_the_rule(self):
+        rec = os.path.join(self.tmp, "rec.json")
+        p = script("derive_targets", "blobs_steps", "--baselines", "nadamw,adamw",
+                   "--trials", "1", "--reruns", "2", "--dry-run", "--record", rec,
+                   "--workloads-dir", TEST_WORKLOADS)
+        self.assertEqual(p.returncode, 0, p.stderr + p.stdout)
+        r = json.load(open(rec))
+        self.assertEqual([t["baseline"] for t in r["tuning"]], ["nadamw", "adamw"])
+        for t in r["tuning"] + r["reruns"]:
+            times = [e["submission_s"] for e in t["evals"]]
+            self.assertGreater(len(times), 1)
+            self.assertEqual(times, sorted(times))
+            self.assertEqual(t["best_validation"],
+                             max(e["validation/accuracy"] for e in t["evals"]))
+        self.assertEqual(r["validation_target"],
+                         statistics.median(x["best_validation"] for x in r["reruns"]))
+        # --dry-run: the real ini is untouched
+        self.assertIn("targets = provisional",
+                      open(os.path.join(TEST_WORKLOADS, "blobs_steps", "workload.ini")).read())
+
+    def test_baselines_table_matches_the_logs_and_resumes(self):
+        out = os.path.join(self.tmp, "bl")
+        rec = os.path.join(self.tmp, "bl.json")
+        args = ["blobs_steps", "blobs_steps:gelu", "--baselines", "nadamw,heavy_ball",
+                "--trials", "1", "--out", out, "--record", rec,
+                "--workloads-dir", TEST_WORKLOADS]
+        p = script("baselines", *args)
+        self.assertEqual(p.returncode, 0, p.stderr + p.stdout)
+        self.assertIn("blobs_steps-gelu (accuracy, max; level 0 median", p.stdout)
+        self.assertIn("apf score ", p.stdout)
+        self.assertIn("tau", p.stdout)
+        ini = open(os.path.join(out, "workloads", "blobs_steps-gelu", "workload.ini")).read()
+        self.assertIn("activation = gelu", ini)
+        self.assertNotIn("[variant.", ini)
+        r = json.load(open(rec))
+        self.assertEqual([c["column"] for c in r["columns"]], ["blobs_steps", "blobs_steps-gelu"])
+        for b in ("nadamw", "heavy_ball"):
+            evs = log_evals(os.path.join(out, b + ".run"))
+            for col in r["columns"]:
+                unit = [u for u in evs if f"/{col['column']}/" in u]
+                self.assertEqual(len(unit), 1)
+                series = evs[unit[0]]
+                self.assertEqual(col["best_validation"][b], max(v for _, v in series))
+                for level in col["levels"]:
+                    hits = [t for t, v in series if v >= level["target"]]
+                    self.assertEqual(level["time_s"][b], hits[0] if hits else None)
+        # targets: level 0 is the median of the baselines' best (not derived)
+        c0 = r["columns"][0]
+        self.assertAlmostEqual(c0["levels"][0]["target"],
+                               statistics.median(c0["best_validation"].values()))
+        p2 = script("baselines", *args)
+        self.assertEqual(p2.returncode, 0, p2.stderr + p2.stdout)
+        self.assertIn("nadamw: reusing", p2.stdout)
+        self.assertIn("heavy_ball: reusing", p2.stdout)
+
+    def test_unknown_variant_is_one_line(self):
+        p = script("baselines", "blobs_steps:nope", "--out", os.path.join(self.tmp, "x"),
+                   "--workloads-dir", TEST_WORKLOADS)
+        self.assertNotEqual(p.returncode, 0)
+        self.assertEqual(len(p.stderr.strip().splitlines()), 1, p.stderr)
+        self.assertTrue(p.stderr.startswith("apf: baselines: "), p.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()
