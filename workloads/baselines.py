@@ -27,7 +27,10 @@ where the error is 1 - metric for metrics to maximise (accuracy, SSIM) and
 the metric itself for those to minimise (log loss, cross-entropy). A
 baseline's time-to-target is AlgoPerf's external-tuning figure for one
 study: the fastest of its trials, in submission seconds, to an eval that
-meets the target; "-" when none does.
+meets the target; "-" when none does. Evals come once an eval period, so
+baselines that meet a target at the same eval are ranked as a tie; the
+rankings of two columns are compared by Kendall's tau-b at each level
+("n/a" where one ranking is a single tie, e.g. when no baseline met it).
 """
 import argparse
 import json
@@ -98,16 +101,31 @@ def make_column(col, src_dir, wl_dir):
     return name, real, variant or None
 
 
-def run_complete(run):
-    """Whether `apf status` says every unit of the run is done."""
+APF_BIN = os.environ.get("APF_BIN", os.path.join(ROOT, "build", "apf"))
+
+
+def run_status(run):
+    """`apf status --json` of a run directory, or None when it has none."""
     if not os.path.exists(os.path.join(run, "run.json")):
+        return None
+    p = subprocess.run([APF_BIN, "status", run, "--json"], capture_output=True, text=True)
+    return json.loads(p.stdout) if p.returncode == 0 else None
+
+
+def run_complete(run):
+    """Whether every planned unit of the run has ended: done, or failed (a
+    trial that diverged is a result, as in AlgoPerf: it counts for the
+    evals it made before it failed, and misses the targets after)."""
+    st = run_status(run)
+    if not st:
         return False
-    p = subprocess.run([os.environ.get("APF_BIN", os.path.join(ROOT, "build", "apf")),
-                        "status", run, "--json"], capture_output=True, text=True)
-    if p.returncode != 0:
-        return False
-    units = json.loads(p.stdout).get("units", [])
-    return bool(units) and all(u.get("state") == "done" for u in units)
+    c = st["counts"]
+    return st["units_planned"] > 0 and c["done"] + c["failed"] == st["units_planned"]
+
+
+def failed_units(run):
+    st = run_status(run) or {"units": []}
+    return [u["unit"] for u in st["units"] if u["state"] == "failed"]
 
 
 def run_series(run):
@@ -116,7 +134,7 @@ def run_series(run):
     for unit, evs in evals_of(run).items():
         _, workload, trial = unit.split("/")
         out.setdefault(workload, {})[trial] = [
-            (e["accumulated_submission_ns"] / 1e9, e["metrics"]) for e in evs]
+            (e["accumulated_submission_ns"] / 1e9, e["index"], e["metrics"]) for e in evs]
     return out
 
 
@@ -130,33 +148,66 @@ def meets(v, target, higher):
 
 
 def time_to(trials, key, target, higher):
+    """(submission s, eval index) of the fastest trial's first eval that
+    meets target, or None."""
     best = None
     for evs in trials.values():
-        for t, m in evs:
+        for t, idx, m in evs:
             if key in m and meets(m[key], target, higher):
-                best = t if best is None else min(best, t)
+                if best is None or (idx, t) < (best[1], best[0]):
+                    best = (t, idx)
                 break
     return best
 
 
-def ranking(times):
-    """Baselines ordered by time (reached first), those that never reach it
-    last in a tie; ties keep the list's order."""
-    return sorted(times, key=lambda b: (times[b] is None, times[b] or 0.0))
+def ranking(hits):
+    """The baselines in groups, fastest first: hits (baseline -> (s, eval
+    index) or None) at the same eval index are a tie, since evals come once
+    an eval period and nothing tells apart two trials that met the target
+    between the same two evals; those that never meet it are the last
+    group."""
+    idx = sorted({h[1] for h in hits.values() if h is not None})
+    groups = [[b for b in hits if hits[b] is not None and hits[b][1] == i] for i in idx]
+    missed = [b for b in hits if hits[b] is None]
+    return groups + ([missed] if missed else [])
 
 
 def kendall_tau(a, b):
-    """Kendall's tau between two orderings of the same items."""
-    pos = {x: i for i, x in enumerate(b)}
-    n, s = len(a), 0
-    for i in range(n):
-        for j in range(i + 1, n):
-            s += 1 if pos[a[i]] < pos[a[j]] else -1
-    return s / (n * (n - 1) / 2) if n > 1 else 1.0
+    """Kendall's tau-b between two rankings in groups (ties allowed) of the
+    same items; None when either ranking is one big tie."""
+    ra = {x: i for i, g in enumerate(a) for x in g}
+    rb = {x: i for i, g in enumerate(b) for x in g}
+    items = sorted(ra)
+    conc = disc = ta = tb = 0
+    for i in range(len(items)):
+        for j in range(i + 1, len(items)):
+            da = ra[items[i]] - ra[items[j]]
+            db = rb[items[i]] - rb[items[j]]
+            if da == 0 and db == 0:
+                continue
+            if da == 0:
+                ta += 1
+            elif db == 0:
+                tb += 1
+            elif (da > 0) == (db > 0):
+                conc += 1
+            else:
+                disc += 1
+    den = ((conc + disc + ta) * (conc + disc + tb)) ** 0.5
+    return (conc - disc) / den if den else None
 
 
-def fmt_time(t):
-    return "-" if t is None else f"{t:.2f}"
+def fmt_order(groups, hits):
+    met = [g for g in groups if all(hits[b] is not None for b in g)]
+    return " < ".join(" = ".join(g) for g in met) or "none met it"
+
+
+def fmt_tau(tau):
+    return "n/a" if tau is None else f"{tau:+.2f}"
+
+
+def fmt_time(h):
+    return "-" if h is None else f"{h[0]:.1f}"
 
 
 def main():
@@ -197,7 +248,15 @@ def main():
         shutil.rmtree(run, ignore_errors=True)
         print(f"{b}: {args.trials} trials on {len(names)} workloads", flush=True)
         extra = ["--threads", args.threads] if args.threads else []
-        apf("run", entry, "-o", run, "-q", *extra, env=env)
+        p = subprocess.run([APF_BIN, "run", entry, "-o", run, "-q", *extra], env=env,
+                           capture_output=True, text=True)
+        # A run whose trials failed exits non-zero; that is a result when
+        # every unit ended. Anything else (no run, units left) is an error.
+        if p.returncode != 0 and not run_complete(run):
+            sys.exit(f"apf run {entry}: {p.stderr.strip()}")
+        for u in failed_units(run):
+            print(f"  {u}: failed (its trial.log says why); its evals before the failure count",
+                  flush=True)
 
     data = {b: run_series(runs[b]) for b in baselines}
     record = {"baselines": baselines, "trials": args.trials, "columns": []}
@@ -209,7 +268,7 @@ def main():
         key = f"validation/{metric}"
         bests = {}
         for b in baselines:
-            vals = [m[key] for evs in data[b].get(name, {}).values() for _, m in evs if key in m]
+            vals = [m[key] for evs in data[b].get(name, {}).values() for _, _, m in evs if key in m]
             if not vals:
                 sys.exit(f"apf: baselines: {runs[b]}: no evals of {name}")
             bests[b] = max(vals) if higher else min(vals)
@@ -224,32 +283,36 @@ def main():
         lines.append("| --- |" + " --- |" * (len(baselines) + 1))
         for li, (label, factor) in enumerate(LEVELS):
             target = relax(t0, factor, higher)
-            times = {b: time_to(data[b].get(name, {}), key, target, higher) for b in baselines}
-            order = ranking(times)
-            if li == 0:
-                rank0[name] = order
-            col["levels"].append({"label": label, "target": target, "time_s": times,
+            hits = {b: time_to(data[b].get(name, {}), key, target, higher) for b in baselines}
+            order = ranking(hits)
+            rank0.setdefault(name, []).append(order)
+            col["levels"].append({"label": label, "target": target,
+                                  "time_s": {b: h and h[0] for b, h in hits.items()},
+                                  "eval_index": {b: h and h[1] for b, h in hits.items()},
                                   "ranking": order})
             lines.append(f"| {label} {target:.4f} | " +
-                         " | ".join(fmt_time(times[b]) for b in baselines) +
-                         " | " + " < ".join(b for b in order if times[b] is not None) + " |")
+                         " | ".join(fmt_time(hits[b]) for b in baselines) +
+                         " | " + fmt_order(order, hits) + " |")
         lines.append("| best validation | " +
                      " | ".join(f"{bests[b]:.4f}" for b in baselines) + " | |")
         record["columns"].append(col)
 
-    lines.append("\nRanking stability at level 0 (Kendall's tau, 1 = the same order):")
+    lines.append("\nRanking stability (Kendall's tau-b at levels 0 / 1 / 2; 1: the same "
+                 "order, -1: reversed; baselines meeting a target at the same eval tie):")
     first = names[0]
+
+    def compare(a, b, what):
+        taus = [kendall_tau(x, y) for x, y in zip(rank0[a], rank0[b])]
+        lines.append(f"  {b} against {what}: " + " / ".join(fmt_tau(t) for t in taus))
+        record.setdefault("stability", []).append({"a": a, "b": b, "tau": taus})
+
     for name, _, variant in cols:
         if variant:
             base = name.split("-", 1)[0]
             if base in rank0:
-                tau = kendall_tau(rank0[base], rank0[name])
-                lines.append(f"  {name} against its base {base}: tau {tau:+.2f}")
-                record.setdefault("stability", []).append({"a": base, "b": name, "tau": tau})
+                compare(base, name, f"its base {base}")
         elif name != first:
-            tau = kendall_tau(rank0[first], rank0[name])
-            lines.append(f"  {name} against {first}: tau {tau:+.2f}")
-            record.setdefault("stability", []).append({"a": first, "b": name, "tau": tau})
+            compare(first, name, first)
 
     # apf score over the four runs, at level 0 of every column.
     targets = {"workloads": {c["column"]: {"target_metric_name": c["metric"],

@@ -32,12 +32,21 @@ static const char *const min_v06[] = {"ce_loss", "error_rate", "ctc_loss",
 				      "ppl",     NULL};
 static const char *const max_all[] = {"mean_average_precision", "ssim",
 				      "accuracy", "bleu", NULL};
+/* apf's own workloads' metrics besides AlgoPerf's: clicks_dlrm's log loss
+ * and AUC, text_lm's cross-entropy and perplexity. The AlgoPerf rule sets
+ * keep their scorers' lists. */
+static const char *const min_apf[] = {"ce_loss", "error_rate", "ctc_loss",
+				      "wer",     "l1_loss",    "loss",
+				      "ppl",     "log_loss",   "cross_entropy",
+				      "perplexity", NULL};
+static const char *const max_apf[] = {"mean_average_precision", "ssim",
+				      "accuracy", "bleu", "auc", NULL};
 
 static const apf_score_rules rule_sets[] = {
 	{"apf",
 	 "apf: the fastest trial of each study; held-out rules when variants "
 	 "are drawn",
-	 APF_SCORE_BEST_MIN_TIME, 0, 0, 1.5, 0, 0, min_v06, max_all},
+	 APF_SCORE_BEST_MIN_TIME, 0, 0, 1.5, 0, 0, min_apf, max_apf},
 	{"algoperf-0.5",
 	 "AlgoPerf v0.5 scorer: per study the trial that met the target at the "
 	 "earliest eval; 5 studies x 5 trials; held-out variants",
@@ -101,6 +110,8 @@ static const struct {
 	{"ce_loss", 0, INFINITY},    {"ctc_loss", 0, INFINITY},
 	{"l1_loss", 0, INFINITY},    {"loss", 0, INFINITY},
 	{"ppl", 1, INFINITY},
+	{"log_loss", 0, INFINITY},   {"cross_entropy", 0, INFINITY},
+	{"perplexity", 1, INFINITY}, {"auc", 0, 1},
 };
 
 void apf_score_metric_range(const char *metric, double *lo, double *hi)

@@ -48,20 +48,29 @@ class Pieces(unittest.TestCase):
         self.assertAlmostEqual(self.b.relax(0.40, 1.15, False), 0.46)
 
     def test_time_to_target_takes_the_fastest_trial_first_hit(self):
-        trials = {"trial_1": [(1.0, {"v": 0.5}), (2.0, {"v": 0.8}), (3.0, {"v": 0.9})],
-                  "trial_2": [(1.5, {"v": 0.85}), (2.5, {"v": 0.95})]}
-        self.assertEqual(self.b.time_to(trials, "v", 0.8, True), 1.5)
-        self.assertEqual(self.b.time_to(trials, "v", 0.9, True), 2.5)
+        trials = {"trial_1": [(1.0, 1, {"v": 0.5}), (2.0, 2, {"v": 0.8}), (3.0, 3, {"v": 0.9})],
+                  "trial_2": [(1.5, 1, {"v": 0.85}), (2.5, 2, {"v": 0.95})]}
+        self.assertEqual(self.b.time_to(trials, "v", 0.8, True), (1.5, 1))
+        self.assertEqual(self.b.time_to(trials, "v", 0.9, True), (2.5, 2))
         self.assertIsNone(self.b.time_to(trials, "v", 0.99, True))
-        self.assertEqual(self.b.time_to(trials, "v", 0.5, False), 1.0)
+        self.assertEqual(self.b.time_to(trials, "v", 0.5, False), (1.0, 1))
 
-    def test_ranking_puts_misses_last_and_tau(self):
-        order = self.b.ranking({"a": None, "b": 3.0, "c": 1.0, "d": None})
-        self.assertEqual(order, ["c", "b", "a", "d"])
-        self.assertEqual(self.b.kendall_tau(["a", "b", "c"], ["a", "b", "c"]), 1.0)
-        self.assertEqual(self.b.kendall_tau(["a", "b", "c"], ["c", "b", "a"]), -1.0)
+    def test_ranking_ties_at_one_eval_and_misses_last(self):
+        hits = {"a": None, "b": (3.0, 3), "c": (1.0, 1), "d": None, "e": (1.2, 1)}
+        self.assertEqual(self.b.ranking(hits), [["c", "e"], ["b"], ["a", "d"]])
+        self.assertEqual(self.b.fmt_order(self.b.ranking(hits), hits), "c = e < b")
+
+    def test_kendall_tau_b(self):
+        tau = self.b.kendall_tau
+        self.assertEqual(tau([["a"], ["b"], ["c"]], [["a"], ["b"], ["c"]]), 1.0)
+        self.assertEqual(tau([["a"], ["b"], ["c"]], [["c"], ["b"], ["a"]]), -1.0)
         # one swap of three pairs: (2 - 1) / 3
-        self.assertAlmostEqual(self.b.kendall_tau(["a", "b", "c"], ["b", "a", "c"]), 1 / 3)
+        self.assertAlmostEqual(tau([["a"], ["b"], ["c"]], [["b"], ["a"], ["c"]]), 1 / 3)
+        # a tie on one side: pairs (a,b) tied in y; (a,c), (b,c) concordant:
+        # (2 - 0) / sqrt(3 * 2)
+        self.assertAlmostEqual(tau([["a"], ["b"], ["c"]], [["a", "b"], ["c"]]), 2 / 6 ** 0.5)
+        # nobody met it on one side: undefined, not 0
+        self.assertIsNone(tau([["a"], ["b"]], [["a", "b"]]))
 
 
 def log_evals(run):
@@ -132,6 +141,8 @@ class Scripts(unittest.TestCase):
                 for level in col["levels"]:
                     hits = [t for t, v in series if v >= level["target"]]
                     self.assertEqual(level["time_s"][b], hits[0] if hits else None)
+                    flat = [x for g in level["ranking"] for x in g]
+                    self.assertEqual(sorted(flat), ["heavy_ball", "nadamw"])
         # targets: level 0 is the median of the baselines' best (not derived)
         c0 = r["columns"][0]
         self.assertAlmostEqual(c0["levels"][0]["target"],

@@ -80,6 +80,16 @@ static void rules_know_metric_directions(void **state)
 	assert_int_equal(apf_score_metric_direction(v05, "ppl"), 0);
 	assert_int_equal(apf_score_metric_direction(v06, "ppl"), -1);
 	assert_int_equal(apf_score_metric_direction(v06, "f1"), 0);
+	/* apf's rules know its own workloads' metrics too; AlgoPerf's
+	 * scorers do not, and say so rather than guess. */
+	assert_int_equal(apf_score_metric_direction(apf, "log_loss"), -1);
+	assert_int_equal(apf_score_metric_direction(apf, "cross_entropy"), -1);
+	assert_int_equal(apf_score_metric_direction(apf, "perplexity"), -1);
+	assert_int_equal(apf_score_metric_direction(apf, "auc"), 1);
+	assert_int_equal(apf_score_metric_direction(apf, "ssim"), 1);
+	assert_int_equal(apf_score_metric_direction(apf, "accuracy"), 1);
+	assert_int_equal(apf_score_metric_direction(v06, "auc"), 0);
+	assert_int_equal(apf_score_metric_direction(v06, "log_loss"), 0);
 	assert_int_equal(v05->studies, 5);
 	assert_int_equal(v06->studies, 3);
 	assert_true(v05->self_tuning_budget == 3.0);
@@ -541,6 +551,26 @@ static void csv_accepts_plain_decimals_and_missing_metrics(void **state)
 	assert_true(lo == 0 && isinf(hi));
 	apf_score_metric_range("f1", &lo, &hi);
 	assert_true(isinf(lo) && lo < 0 && isinf(hi));
+	/* apf's own workloads' metrics */
+	apf_score_metric_range("log_loss", &lo, &hi);
+	assert_true(lo == 0 && isinf(hi));
+	apf_score_metric_range("auc", &lo, &hi);
+	assert_true(lo == 0 && hi == 1);
+	apf_score_metric_range("perplexity", &lo, &hi);
+	assert_true(lo == 1 && isinf(hi));
+	apf_score_metric_range("cross_entropy", &lo, &hi);
+	assert_true(lo == 0 && isinf(hi));
+	/* an AUC of 1.5 or a negative log loss is refused, not ranked */
+	const struct apf_score_target auc = {"auc", 1, 0.8};
+	const char *a = "score,validation/auc\n1,0.7\n2,1.5\n3,0.9\n";
+	assert_int_equal(apf_score_parse_trial(a, strlen(a), "a.csv", &auc,
+					       &evals, &hit, &time),
+			 APF_EINPUT);
+	const struct apf_score_target ll = {"log_loss", -1, 0.4};
+	const char *l = "score,validation/log_loss\n1,0.5\n2,-0.1\n";
+	assert_int_equal(apf_score_parse_trial(l, strlen(l), "l.csv", &ll,
+					       &evals, &hit, &time),
+			 APF_EINPUT);
 }
 
 /* ---- the pipeline --------------------------------------------------- */
