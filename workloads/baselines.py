@@ -42,16 +42,10 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from derive_targets import (BASELINES, ROOT, apf, copy_baseline, evals_of,  # noqa: E402
-                            ini_set)
+from derive_targets import (APF_BIN, BASELINES, ROOT, apf, copy_baseline,  # noqa: E402
+                            evals_of, ini_get, ini_set, scratch_copy, unreachable_targets)
 
 LEVELS = [("derived", 1.0), ("easier (+5% error)", 1.05), ("easier (+15% error)", 1.15)]
-
-
-def ini_get(path, section, key):
-    m = re.search(rf"^\[{re.escape(section)}\][^\[]*?^{re.escape(key)}[ \t]*=[ \t]*([^\n;]*)",
-                  open(path).read(), re.M | re.S)
-    return m.group(1).strip() if m else None
 
 
 def variant_keys(path, variant):
@@ -78,13 +72,7 @@ def make_column(col, src_dir, wl_dir):
     if not os.path.exists(real):
         sys.exit(f"apf: baselines: {col}: no workload {base} in {src_dir}")
     name = f"{base}-{variant}" if variant else base
-    dst = os.path.join(wl_dir, name)
-    shutil.rmtree(dst, ignore_errors=True)
-    shutil.copytree(origin, dst)
-    ini = os.path.join(dst, "workload.ini")
-    path = ini_get(ini, "dataset", "path")
-    if path and not path.startswith("/"):
-        ini_set(ini, "dataset", "path", os.path.realpath(os.path.join(origin, path)))
+    ini = scratch_copy(origin, os.path.join(wl_dir, name))
     if variant:
         for k, v in variant_keys(real, variant):
             if k not in ("validation_target", "test_target"):
@@ -95,13 +83,8 @@ def make_column(col, src_dir, wl_dir):
         text = re.sub(r"^\[variant\.[^\]]*\].*?(?=^\[|\Z)", "", text, flags=re.M | re.S)
         with open(ini, "w") as f:
             f.write(text)
-    higher = ini_get(ini, "workload", "direction") == "max"
-    ini_set(ini, "workload", "validation_target", "2" if higher else "-1")
-    ini_set(ini, "workload", "test_target", "2" if higher else "-1")
+    unreachable_targets(ini)
     return name, real, variant or None
-
-
-APF_BIN = os.environ.get("APF_BIN", os.path.join(ROOT, "build", "apf"))
 
 
 def run_status(run):
@@ -129,7 +112,8 @@ def failed_units(run):
 
 
 def run_series(run):
-    """column -> trial -> [(submission s, metrics)] of a baseline's run."""
+    """column -> trial -> [(submission s, eval index, metrics)] of a
+    baseline's run."""
     out = {}
     for unit, evs in evals_of(run).items():
         _, workload, trial = unit.split("/")

@@ -32,8 +32,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BASELINES = ["nadamw", "adamw", "sgd_nesterov", "heavy_ball"]
 
 
+APF_BIN = os.environ.get("APF_BIN", os.path.join(ROOT, "build", "apf"))
+
+
 def apf(*args, env):
-    p = subprocess.run([os.environ.get("APF_BIN", os.path.join(ROOT, "build", "apf")), *args],
+    p = subprocess.run([APF_BIN, *args],
                        env=env, capture_output=True, text=True)
     if p.returncode != 0:
         sys.exit(f"apf {' '.join(args[:2])}: {p.stderr.strip()}")
@@ -62,6 +65,32 @@ def series(evs, vkey, tkey):
     (the time a target is met at) and the two metrics."""
     return [{"step": e["global_step"], "submission_s": e["accumulated_submission_ns"] / 1e9,
              vkey: e["metrics"][vkey], tkey: e["metrics"][tkey]} for e in evs]
+
+
+def ini_get(path, section, key):
+    m = re.search(rf"^\[{re.escape(section)}\][^\[]*?^{re.escape(key)}[ \t]*=[ \t]*([^\n;]*)",
+                  open(path).read(), re.M | re.S)
+    return m.group(1).strip() if m else None
+
+
+def unreachable_targets(ini):
+    """Sets a scratch copy's targets where no trial meets them, so every
+    trial runs its whole budget."""
+    higher = ini_get(ini, "workload", "direction") == "max"
+    ini_set(ini, "workload", "validation_target", "2" if higher else "-1")
+    ini_set(ini, "workload", "test_target", "2" if higher else "-1")
+
+
+def scratch_copy(origin, dst):
+    """Copies the workload folder origin to dst, its relative dataset path
+    made absolute (it is relative to origin); returns the copy's ini."""
+    shutil.rmtree(dst, ignore_errors=True)
+    shutil.copytree(origin, dst)
+    ini = os.path.join(dst, "workload.ini")
+    path = ini_get(ini, "dataset", "path")
+    if path and not path.startswith("/"):
+        ini_set(ini, "dataset", "path", os.path.realpath(os.path.join(origin, path)))
+    return ini
 
 
 def ini_set(path, section, key, value):
@@ -105,19 +134,13 @@ def main():
     wl_dir = os.path.join(work, "workloads")
     shutil.rmtree(wl_dir, ignore_errors=True)
     origin = os.path.join(args.workloads_dir, args.workload)
-    shutil.copytree(origin, os.path.join(wl_dir, args.workload))
-    ini = os.path.join(wl_dir, args.workload, "workload.ini")
-    m = re.search(r"^\[dataset\][^\[]*?^path\s*=\s*(\S+)", open(ini).read(), re.M | re.S)
-    if m and not m.group(1).startswith("/"):
-        ini_set(ini, "dataset", "path", os.path.realpath(os.path.join(origin, m.group(1))))
+    ini = scratch_copy(origin, os.path.join(wl_dir, args.workload))
+    unreachable_targets(ini)
     env["APF_WORKLOADS_DIR"] = wl_dir
     listing = json.loads(apf("workloads", "--json", env=env))["workloads"]
     spec = [w for w in listing if w["name"] == args.workload][0]
     metric = spec["metric"]
     higher = spec["direction"] == "max"
-    ini_set(ini, "workload", "validation_target", "2" if higher else "-1")
-    ini_set(ini, "workload", "test_target", "2" if higher else "-1")
-    env["APF_WORKLOADS_DIR"] = wl_dir
     better = max if higher else min
     vkey, tkey = f"validation/{metric}", f"test/{metric}"
 
