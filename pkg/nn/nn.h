@@ -263,6 +263,10 @@ struct apf_backend {
 				     int B, int E, int D, int accum_dense,
 				     int accum_emb);
 
+	/* ---- sequence layers (decoder Transformers: text_lm) ---- */
+
+	/* ---- image-to-image layers (U-Nets: fmnist_unet) ---- */
+
 	/* ---- vector operations (what optimizers are written with) ----
 	 * All over n floats; outputs may alias inputs. Reductions accumulate
 	 * in double in index order and return to the host. */

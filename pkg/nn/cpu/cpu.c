@@ -1941,6 +1941,11 @@ static void v_adam_direction(apf_backend *be, float *d, const float *m,
 	ew_run(be, &a);
 }
 
+/* ---- sequence layers: causal self-attention, gated linear units ---------- */
+
+/* ---- image-to-image layers: transposed convolution, concatenation,
+ * instance norm, L1 loss ------------------------------------------------------ */
+
 /* ---- the table ------------------------------------------------------------ */
 
 static const apf_backend cpu_template = {
@@ -1981,6 +1986,8 @@ static const apf_backend cpu_template = {
 	.embedding_backward = embedding_backward,
 	.interaction_forward = interaction_forward,
 	.interaction_backward = interaction_backward,
+	/* sequence layers */
+	/* image-to-image layers */
 	.fill = v_fill,
 	.copy = v_copy,
 	.scale = v_scale,
