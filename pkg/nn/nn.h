@@ -265,6 +265,29 @@ struct apf_backend {
 
 	/* ---- sequence layers (decoder Transformers: text_lm) ---- */
 
+	/* Causal multi-head self-attention over T positions: qkv (B,T,3C) holds
+	 * q, k, v (each C = NH heads of C/NH, head h at columns [h hs, (h+1) hs));
+	 * out (B,T,C) = per head softmax(scale q k^T, causal: key t2 <= query t)
+	 * v, heads concatenated. att (B,NH,T,T) saves the probabilities for
+	 * backward (entries above the diagonal written 0); it is the only
+	 * (B,NH,T,T) buffer: backward works row by row with O(T) scratch. Scores
+	 * and the softmax sum accumulate in double in key order. */
+	void (*attention_forward)(apf_backend *be, float *out, float *att,
+				  const float *qkv, int B, int T, int C, int NH,
+				  float scale);
+	/* dqkv (B,T,3C) written (accum 0) or added (accum 1) from dout (B,T,C),
+	 * the forward's qkv and att. */
+	void (*attention_backward)(apf_backend *be, float *dqkv, const float *dout,
+				   const float *qkv, const float *att, int B, int T,
+				   int C, int NH, float scale, int accum);
+	/* Gated linear unit: inp (N,2H) -> out (N,H), out = act(a) * g with
+	 * a = inp[n, 0..H), g = inp[n, H..2H) (act GELU: GEGLU, SILU: SwiGLU). */
+	void (*glu_forward)(apf_backend *be, int act, float *out, const float *inp,
+			    int N, int H);
+	/* dinp (N,2H) written or added as accum says. */
+	void (*glu_backward)(apf_backend *be, int act, float *dinp, const float *dout,
+			     const float *inp, int N, int H, int accum);
+
 	/* ---- image-to-image layers (U-Nets: fmnist_unet) ---- */
 
 	/* ---- vector operations (what optimizers are written with) ----
@@ -347,7 +370,8 @@ typedef struct apf_state_entry {
 
 typedef struct apf_net apf_net;
 
-/* input: H, W, C of one example (an MLP's flat input is 1, 1, features). */
+/* input: H, W, C of one example (an MLP's flat input is 1, 1, features;
+ * C 0 for a net whose inputs are indices alone). */
 int apf_net_new(apf_net **out, apf_backend *be, int H, int W, int C);
 void apf_net_free(apf_net *net);
 
@@ -381,7 +405,31 @@ int apf_net_embedding(apf_net *net, int first, int nfields, const int *rows,
 /* DLRM's dot interaction (backend interaction_forward): dense (1,1,D) and
  * emb (1,E,D) give (1,1, D + (E+1)E/2). */
 int apf_net_interaction(apf_net *net, int dense, int emb);
-/* Declares the output (logits) tensor; no layer may be added after. */
+/* Sequences. A sequence of T positions of C features is a (1, T, C)
+ * tensor; layernorm, activation, dropout and add work on it row by row as
+ * they do on images. */
+/* Linear over the last axis, applied at every position: (H, W, C) ->
+ * (H, W, out_features), one weight (out_features, C). */
+int apf_net_dense(apf_net *net, int in, int out_features, int bias,
+		  const char *name);
+/* Token embedding of index inputs [first, first + T): one table
+ * `name.weight` (V, D) shared by the T positions, initialised uniform in
+ * [-init_bound, init_bound]; output (1, T, D). An index outside [0, V) is
+ * refused by apf_net_forward_idx. */
+int apf_net_token_embedding(apf_net *net, int first, int T, int V, int D,
+			    float init_bound, const char *name);
+/* Learned positions: out = in + `name.weight` (H W, C), the same for every
+ * example (kind embedding, uniform in [-init_bound, init_bound]). */
+int apf_net_position(apf_net *net, int in, float init_bound, const char *name);
+/* Causal self-attention of `heads` heads (backend attention_forward) of a
+ * (1, T, 3C) tensor of q, k, v: output (1, T, C); scores scaled by scale
+ * (1/sqrt(C/heads) is the usual). */
+int apf_net_attention(apf_net *net, int qkv, int heads, float scale);
+/* Gated linear unit (backend glu_forward): (H, W, 2F) -> (H, W, F). */
+int apf_net_glu(apf_net *net, int in, int act);
+/* Declares the output (logits) tensor, (1, 1, classes) or (1, positions,
+ * classes) (a sequence's per-position logits); no layer may be added
+ * after. */
 int apf_net_finish(apf_net *net, int out);
 
 /* Shape of one example of a tensor (H, W, C). */
@@ -393,6 +441,8 @@ size_t apf_net_nstate(const apf_net *net);
 const apf_state_entry *apf_net_state(const apf_net *net, size_t i);
 size_t apf_net_state_floats(const apf_net *net);
 int apf_net_out_features(const apf_net *net);
+/* Positions of the output: 1, or T for per-position logits. */
+int apf_net_out_positions(const apf_net *net);
 /* Multiply-adds of one example's forward pass (for FLOP figures). */
 double apf_net_forward_macs(const apf_net *net);
 
