@@ -289,6 +289,42 @@ struct apf_backend {
 			     const float *inp, int N, int H, int accum);
 
 	/* ---- image-to-image layers (U-Nets: fmnist_unet) ---- */
+	/* Transposed convolution, kernel 2 stride 2 (a U-Net's up-sampling):
+	 * inp (B,H,W,C), weight (OC,2,2,C), bias (OC) or NULL -> out (B,2H,2W,OC),
+	 * out[b,2h+i,2w+j,o] = bias[o] + sum_c inp[b,h,w,c] weight[o,i,j,c]. */
+	void (*upconv2x2_forward)(apf_backend *be, float *out, const float *inp,
+				  const float *weight, const float *bias, int B,
+				  int H, int W, int C, int OC);
+	/* dinp (B,H,W,C) written or added (accum; may be NULL), dweight and
+	 * dbias (NULL: none) written. */
+	void (*upconv2x2_backward)(apf_backend *be, float *dinp, float *dweight,
+				   float *dbias, const float *dout, const float *inp,
+				   const float *weight, int B, int H, int W, int C,
+				   int OC, int accum);
+	/* Channel concatenation of N rows: a (N,Ca), b (N,Cb) -> out (N,Ca+Cb). */
+	void (*concat_forward)(apf_backend *be, float *out, const float *a,
+			       const float *b, int N, int Ca, int Cb);
+	/* da, db (either NULL) written or added as accum_a / accum_b say. */
+	void (*concat_backward)(apf_backend *be, float *da, float *db,
+				const float *dout, int N, int Ca, int Cb, int accum_a,
+				int accum_b);
+	/* Instance norm: each (image b, channel c) of inp (B,HW,C) normalised
+	 * over its HW pixels (biased variance, eps), then scale[c], bias[c];
+	 * mean, rstd (B,C) saved. Statistics in double, pixels in order. */
+	void (*instnorm_forward)(apf_backend *be, float *out, float *mean,
+				 float *rstd, const float *inp, const float *scale,
+				 const float *bias, int B, int HW, int C, float eps);
+	void (*instnorm_backward)(apf_backend *be, float *dinp, float *dscale,
+				  float *dbias, const float *dout, const float *inp,
+				  const float *scale, const float *mean,
+				  const float *rstd, int B, int HW, int C, int accum);
+	/* L1 loss of pred against target, n values per example, B examples:
+	 * losses (B) = mean over the n of |pred - target| (summed in double). */
+	void (*l1_forward)(apf_backend *be, float *losses, const float *pred,
+			   const float *target, int B, int n);
+	/* dpred (B n) = dloss * sign(pred - target) / n (sign(0) = 0). */
+	void (*l1_backward)(apf_backend *be, float *dpred, const float *pred,
+			    const float *target, int B, int n, float dloss);
 
 	/* ---- vector operations (what optimizers are written with) ----
 	 * All over n floats; outputs may alias inputs. Reductions accumulate
