@@ -264,6 +264,28 @@ struct apf_backend {
 				     int accum_emb);
 
 	/* ---- sequence layers (decoder Transformers: text_lm) ---- */
+	/* Causal multi-head self-attention over T positions: qkv (B,T,3C) holds
+	 * q, k, v (each C = NH heads of C/NH, head h at columns [h hs, (h+1) hs));
+	 * out (B,T,C) = per head softmax(scale q k^T, causal: key t2 <= query t)
+	 * v, heads concatenated. att (B,NH,T,T) saves the probabilities for
+	 * backward (entries above the diagonal written 0); it is the only
+	 * (B,NH,T,T) buffer: backward works row by row with O(T) scratch. Scores
+	 * and the softmax sum accumulate in double in key order. */
+	void (*attention_forward)(apf_backend *be, float *out, float *att,
+				  const float *qkv, int B, int T, int C, int NH,
+				  float scale);
+	/* dqkv (B,T,3C) written (accum 0) or added (accum 1) from dout (B,T,C),
+	 * the forward's qkv and att. */
+	void (*attention_backward)(apf_backend *be, float *dqkv, const float *dout,
+				   const float *qkv, const float *att, int B, int T,
+				   int C, int NH, float scale, int accum);
+	/* Gated linear unit: inp (N,2H) -> out (N,H), out = act(a) * g with
+	 * a = inp[n, 0..H), g = inp[n, H..2H) (act GELU: GEGLU, SILU: SwiGLU). */
+	void (*glu_forward)(apf_backend *be, int act, float *out, const float *inp,
+			    int N, int H);
+	/* dinp (N,2H) written or added as accum says. */
+	void (*glu_backward)(apf_backend *be, int act, float *dinp, const float *dout,
+			     const float *inp, int N, int H, int accum);
 
 	/* ---- image-to-image layers (U-Nets: fmnist_unet) ---- */
 

@@ -1185,6 +1185,23 @@ static void layernorm_backward(apf_backend *be, float *dinp, float *dscale,
 #define GELU_K 0.7978845608028654f /* sqrt(2/pi) */
 #define GELU_C 0.044715f
 
+/* The scalar formulas, shared by the activations and the gated linear
+ * units, so both compute the same bits. */
+static inline float relu_f(float x)
+{
+	return x > 0.0f ? x : 0.0f;
+}
+
+static inline float gelu_f(float x)
+{
+	return 0.5f * x * (1.0f + tanhf(GELU_K * (x + GELU_C * x * x * x)));
+}
+
+static inline float silu_f(float x)
+{
+	return x / (1.0f + expf(-x));
+}
+
 HOT static void activation_forward_s(apf_backend *be, int act, float *out,
 			       const float *inp, size_t n)
 {
@@ -1192,18 +1209,15 @@ HOT static void activation_forward_s(apf_backend *be, int act, float *out,
 	switch (act) {
 	case APF_ACT_RELU:
 		for (size_t i = 0; i < n; i++)
-			out[i] = inp[i] > 0.0f ? inp[i] : 0.0f;
+			out[i] = relu_f(inp[i]);
 		break;
 	case APF_ACT_GELU:
-		for (size_t i = 0; i < n; i++) {
-			float x = inp[i];
-			out[i] = 0.5f * x *
-				 (1.0f + tanhf(GELU_K * (x + GELU_C * x * x * x)));
-		}
+		for (size_t i = 0; i < n; i++)
+			out[i] = gelu_f(inp[i]);
 		break;
 	case APF_ACT_SILU:
 		for (size_t i = 0; i < n; i++)
-			out[i] = inp[i] / (1.0f + expf(-inp[i]));
+			out[i] = silu_f(inp[i]);
 		break;
 	case APF_ACT_TANH:
 		for (size_t i = 0; i < n; i++)
@@ -1943,6 +1957,366 @@ static void v_adam_direction(apf_backend *be, float *d, const float *m,
 
 /* ---- sequence layers: causal self-attention, gated linear units ---------- */
 
+/* Attention works head by head: the B*NH (b,h) pairs are split statically
+ * among the threads and each pair is computed whole by one thread in a fixed
+ * order, so the bits do not depend on the thread count. Within a head, query
+ * row t reads keys 0..t only. K (forward) and V (backward) are first copied
+ * transposed, (hs,T), so the per-row dot products run along the keys with
+ * one double accumulator per key: that loop vectorises and still sums each
+ * dot in d order. Each thread's scratch is linear in T (a few (T,hs) panels
+ * and rows of T), never (T,T). */
+
+struct attn_arg {
+	float *out, *att, *dqkv;
+	const float *qkv, *dout, *att_in;
+	int B, T, C, NH, accum;
+	float scale;
+	char *scratch;      /* one slab per thread */
+	size_t slab_bytes;
+};
+
+/* Bytes of one thread's scratch, forward and backward alike: T doubles, then
+ * 3 (T,hs) float panels and rows of hs and T floats, 64-byte aligned. */
+static size_t attn_slab_bytes(int T, int hs)
+{
+	size_t b = (size_t)T * sizeof(double) +
+		   ((size_t)3 * T * hs + hs + T) * sizeof(float);
+	return (b + 63) / 64 * 64;
+}
+
+// xT (hs,T) = rows x[t] (hs each, stride ld) for t < T
+static inline void attn_transpose(float *restrict xT, const float *restrict x,
+				  size_t ld, int T, int hs)
+{
+	for (int t = 0; t < T; t++)
+		for (int d = 0; d < hs; d++)
+			xT[(size_t)d * T + t] = x[t * ld + d];
+}
+
+// s (n) = y (hs) . xT[:, t2] for t2 < n, in double, each summed in d order
+static inline void attn_dots(double *restrict s, const float *restrict y,
+			     const float *restrict xT, int T, int hs, int n)
+{
+	for (int t2 = 0; t2 < n; t2++)
+		s[t2] = 0.0;
+	for (int d = 0; d < hs; d++) {
+		double yd = y[d];
+		const float *restrict xr = xT + (size_t)d * T;
+		for (int t2 = 0; t2 < n; t2++)
+			s[t2] += yd * xr[t2];
+	}
+}
+
+// y (n) += a x (n)
+static inline void attn_axpy(float *restrict y, float a,
+			     const float *restrict x, int n)
+{
+	for (int i = 0; i < n; i++)
+		y[i] += a * x[i];
+}
+
+// y (n) = x, or += x when accum
+static inline void attn_store(float *restrict y, const float *restrict x,
+			      int n, int accum)
+{
+	if (accum)
+		for (int i = 0; i < n; i++)
+			y[i] += x[i];
+	else
+		for (int i = 0; i < n; i++)
+			y[i] = x[i];
+}
+
+// out (T,hs) of head (b,h), stride C; att (T,T); qkv (T,3C) at head h
+HOT static void attention_head_forward(float *out, float *att,
+				       const float *qkv, int T, int C, int hs,
+				       float scale, char *slab)
+{
+	size_t ld = (size_t)3 * C;
+	double *s = (double *)slab;
+	float *kT = (float *)(s + T);
+	float *orow = kT + (size_t)T * hs;
+	attn_transpose(kT, qkv + C, ld, T, hs);
+	for (int t = 0; t < T; t++) {
+		int n = t + 1;
+		float *a = att + (size_t)t * T;
+		attn_dots(s, qkv + t * ld, kT, T, hs, n);
+		double m = -INFINITY;
+		for (int t2 = 0; t2 < n; t2++) {
+			s[t2] *= scale;
+			m = s[t2] > m ? s[t2] : m;
+		}
+		double sum = 0.0;
+		for (int t2 = 0; t2 < n; t2++) {
+			float e = expf((float)(s[t2] - m));
+			a[t2] = e;
+			sum += e;
+		}
+		double inv = 1.0 / sum;
+		for (int t2 = 0; t2 < n; t2++)
+			a[t2] = (float)(a[t2] * inv);
+		for (int t2 = n; t2 < T; t2++)
+			a[t2] = 0.0f;
+		for (int d = 0; d < hs; d++)
+			orow[d] = 0.0f;
+		for (int t2 = 0; t2 < n; t2++)
+			attn_axpy(orow, a[t2], qkv + t2 * ld + 2 * (size_t)C, hs);
+		memcpy(out + (size_t)t * C, orow, (size_t)hs * sizeof *orow);
+	}
+}
+
+// dqkv (T,3C) at head h from dout (T,hs) stride C, qkv, att (T,T)
+HOT static void attention_head_backward(float *dqkv, const float *dout,
+					const float *qkv, const float *att,
+					int T, int C, int hs, float scale,
+					int accum, char *slab)
+{
+	size_t ld = (size_t)3 * C;
+	double *datt = (double *)slab;
+	float *vT = (float *)(datt + T);
+	float *dk = vT + (size_t)T * hs, *dv = dk + (size_t)T * hs;
+	float *dq = dv + (size_t)T * hs, *dpre = dq + hs;
+	attn_transpose(vT, qkv + 2 * (size_t)C, ld, T, hs);
+	memset(dk, 0, (size_t)2 * T * hs * sizeof *dk);
+	for (int t = 0; t < T; t++) {
+		int n = t + 1;
+		const float *a = att + (size_t)t * T;
+		const float *dO = dout + (size_t)t * C;
+		const float *q = qkv + t * ld;
+		attn_dots(datt, dO, vT, T, hs, n);
+		double sd = 0.0;
+		for (int t2 = 0; t2 < n; t2++)
+			sd += a[t2] * datt[t2];
+		/* the softmax's backward, with the score scale folded in */
+		for (int t2 = 0; t2 < n; t2++)
+			dpre[t2] = (float)((double)scale * a[t2] *
+					   (datt[t2] - sd));
+		for (int d = 0; d < hs; d++)
+			dq[d] = 0.0f;
+		for (int t2 = 0; t2 < n; t2++)
+			attn_axpy(dq, dpre[t2], qkv + t2 * ld + C, hs);
+		attn_store(dqkv + t * ld, dq, hs, accum);
+		for (int t2 = 0; t2 < n; t2++) {
+			attn_axpy(dk + (size_t)t2 * hs, dpre[t2], q, hs);
+			attn_axpy(dv + (size_t)t2 * hs, a[t2], dO, hs);
+		}
+	}
+	for (int t2 = 0; t2 < T; t2++) {
+		attn_store(dqkv + t2 * ld + C, dk + (size_t)t2 * hs, hs, accum);
+		attn_store(dqkv + t2 * ld + 2 * (size_t)C, dv + (size_t)t2 * hs,
+			   hs, accum);
+	}
+}
+
+static void attn_task(void *v, int t, int nt, int backward)
+{
+	struct attn_arg *a = v;
+	int T = a->T, C = a->C, NH = a->NH, hs = C / NH;
+	size_t lo, hi;
+	split((size_t)a->B * NH, t, nt, 1, &lo, &hi);
+	char *slab = a->scratch + (size_t)t * a->slab_bytes;
+	for (size_t bh = lo; bh < hi; bh++) {
+		size_t b = bh / NH, h = bh % NH;
+		size_t row0 = b * T;  /* first (b,t) row */
+		const float *qkv = a->qkv + row0 * 3 * C + h * hs;
+		const float *att = a->att_in ? a->att_in : a->att;
+		att += bh * T * T;
+		if (backward)
+			attention_head_backward(a->dqkv + row0 * 3 * C + h * hs,
+						a->dout + row0 * C + h * hs,
+						qkv, att, T, C, hs, a->scale,
+						a->accum, slab);
+		else
+			attention_head_forward(a->out + row0 * C + h * hs,
+					       a->att + bh * T * T, qkv, T, C,
+					       hs, a->scale, slab);
+	}
+}
+
+static void attn_fwd_task(void *v, int t, int nt)
+{
+	attn_task(v, t, nt, 0);
+}
+
+static void attn_bwd_task(void *v, int t, int nt)
+{
+	attn_task(v, t, nt, 1);
+}
+
+/* Scratch for every thread, or NULL after reporting the failure. */
+static char *attn_scratch(apf_backend *be, struct attn_arg *a)
+{
+	a->slab_bytes = attn_slab_bytes(a->T, a->C / a->NH);
+	char *p = aligned_alloc(64, a->slab_bytes * nthreads(be));
+	if (!p)
+		cpu_fail(be, "attention");
+	return p;
+}
+
+// out (B,T,C), att (B,NH,T,T) from qkv (B,T,3C)
+static void attention_forward(apf_backend *be, float *out, float *att,
+			      const float *qkv, int B, int T, int C, int NH,
+			      float scale)
+{
+	if (B <= 0 || T <= 0)
+		return;
+	struct attn_arg a = {.out = out, .att = att, .qkv = qkv, .B = B,
+			     .T = T, .C = C, .NH = NH, .scale = scale};
+	a.scratch = attn_scratch(be, &a);
+	if (!a.scratch)
+		return;
+	parallel(be, attn_fwd_task, &a);
+	free(a.scratch);
+}
+
+// dqkv (B,T,3C) from dout (B,T,C), qkv (B,T,3C), att (B,NH,T,T)
+static void attention_backward(apf_backend *be, float *dqkv, const float *dout,
+			       const float *qkv, const float *att, int B, int T,
+			       int C, int NH, float scale, int accum)
+{
+	if (B <= 0 || T <= 0)
+		return;
+	struct attn_arg a = {.dqkv = dqkv, .dout = dout, .qkv = qkv,
+			     .att_in = att, .B = B, .T = T, .C = C, .NH = NH,
+			     .scale = scale, .accum = accum};
+	a.scratch = attn_scratch(be, &a);
+	if (!a.scratch)
+		return;
+	parallel(be, attn_bwd_task, &a);
+	free(a.scratch);
+}
+
+/* tanh' from the input (a GLU keeps no activation output) */
+static inline float tanh_grad(float x)
+{
+	float t = tanhf(x);
+	return 1.0f - t * t;
+}
+
+/* Gated linear units: elementwise per row, so any split of the rows gives
+ * the same bits. One loop per activation (no branch inside). */
+
+// out (H) = act(x) * g, x and g (H)
+HOT static void glu_row_forward(int act, float *restrict out,
+				const float *restrict x,
+				const float *restrict g, int H)
+{
+	switch (act) {
+	case APF_ACT_RELU:
+		for (int i = 0; i < H; i++)
+			out[i] = relu_f(x[i]) * g[i];
+		break;
+	case APF_ACT_GELU:
+		for (int i = 0; i < H; i++)
+			out[i] = gelu_f(x[i]) * g[i];
+		break;
+	case APF_ACT_SILU:
+		for (int i = 0; i < H; i++)
+			out[i] = silu_f(x[i]) * g[i];
+		break;
+	case APF_ACT_TANH:
+		for (int i = 0; i < H; i++)
+			out[i] = tanhf(x[i]) * g[i];
+		break;
+	}
+}
+
+/* dx = dout g act'(x), dg = dout act(x), written or added. */
+#define GLU_LOOP(dx_expr, dg_expr)                                            \
+	do {                                                                  \
+		if (accum)                                                    \
+			for (int i = 0; i < H; i++) {                         \
+				dx[i] += (dx_expr);                           \
+				dg[i] += (dg_expr);                           \
+			}                                                     \
+		else                                                          \
+			for (int i = 0; i < H; i++) {                         \
+				dx[i] = (dx_expr);                            \
+				dg[i] = (dg_expr);                            \
+			}                                                     \
+	} while (0)
+
+HOT static void glu_row_backward(int act, float *restrict dx,
+				 float *restrict dg,
+				 const float *restrict dout,
+				 const float *restrict x,
+				 const float *restrict g, int H, int accum)
+{
+	switch (act) {
+	case APF_ACT_RELU:
+		GLU_LOOP(x[i] > 0.0f ? dout[i] * g[i] : 0.0f,
+			 dout[i] * relu_f(x[i]));
+		break;
+	case APF_ACT_GELU:
+		GLU_LOOP(dout[i] * g[i] * gelu_grad(x[i]),
+			 dout[i] * gelu_f(x[i]));
+		break;
+	case APF_ACT_SILU:
+		GLU_LOOP(dout[i] * g[i] * silu_grad(x[i]),
+			 dout[i] * silu_f(x[i]));
+		break;
+	case APF_ACT_TANH:
+		GLU_LOOP(dout[i] * g[i] * tanh_grad(x[i]),
+			 dout[i] * tanhf(x[i]));
+		break;
+	}
+}
+
+struct glu_arg {
+	int act, N, H, accum;
+	float *out;
+	const float *inp, *dout;
+};
+
+static void glu_fwd_task(void *v, int t, int nt)
+{
+	struct glu_arg *a = v;
+	size_t lo, hi, H = (size_t)a->H;
+	split((size_t)a->N, t, nt, 1, &lo, &hi);
+	for (size_t n = lo; n < hi; n++)
+		glu_row_forward(a->act, a->out + n * H, a->inp + n * 2 * H,
+				a->inp + n * 2 * H + H, a->H);
+}
+
+static void glu_bwd_task(void *v, int t, int nt)
+{
+	struct glu_arg *a = v;
+	size_t lo, hi, H = (size_t)a->H;
+	split((size_t)a->N, t, nt, 1, &lo, &hi);
+	for (size_t n = lo; n < hi; n++)
+		glu_row_backward(a->act, a->out + n * 2 * H,
+				 a->out + n * 2 * H + H, a->dout + n * H,
+				 a->inp + n * 2 * H, a->inp + n * 2 * H + H,
+				 a->H, a->accum);
+}
+
+static void glu_run(apf_backend *be, task_fn fn, struct glu_arg *a)
+{
+	if ((size_t)a->N * a->H < PAR_MIN || nthreads(be) == 1)
+		fn(a, 0, 1);
+	else
+		parallel(be, fn, a);
+}
+
+// out (N,H) from inp (N,2H)
+static void glu_forward(apf_backend *be, int act, float *out, const float *inp,
+			int N, int H)
+{
+	struct glu_arg a = {.act = act, .N = N, .H = H, .out = out,
+			    .inp = inp};
+	glu_run(be, glu_fwd_task, &a);
+}
+
+// dinp (N,2H) from dout (N,H), inp (N,2H)
+static void glu_backward(apf_backend *be, int act, float *dinp,
+			 const float *dout, const float *inp, int N, int H,
+			 int accum)
+{
+	struct glu_arg a = {.act = act, .N = N, .H = H, .accum = accum,
+			    .out = dinp, .inp = inp, .dout = dout};
+	glu_run(be, glu_bwd_task, &a);
+}
+
 /* ---- image-to-image layers: transposed convolution, concatenation,
  * instance norm, L1 loss ------------------------------------------------------ */
 
@@ -1987,6 +2361,10 @@ static const apf_backend cpu_template = {
 	.interaction_forward = interaction_forward,
 	.interaction_backward = interaction_backward,
 	/* sequence layers */
+	.attention_forward = attention_forward,
+	.attention_backward = attention_backward,
+	.glu_forward = glu_forward,
+	.glu_backward = glu_backward,
 	/* image-to-image layers */
 	.fill = v_fill,
 	.copy = v_copy,
