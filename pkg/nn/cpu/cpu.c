@@ -1961,10 +1961,14 @@ static void v_adam_direction(apf_backend *be, float *d, const float *m,
  * among the threads and each pair is computed whole by one thread in a fixed
  * order, so the bits do not depend on the thread count. Within a head, query
  * row t reads keys 0..t only. K (forward) and V (backward) are first copied
- * transposed, (hs,T), so the per-row dot products run along the keys with
- * one double accumulator per key: that loop vectorises and still sums each
- * dot in d order. Each thread's scratch is linear in T (a few (T,hs) panels
- * and rows of T), never (T,T). */
+ * transposed, (hs,Tp) with Tp = T rounded up to ATTN_KB and zero columns
+ * after T, so a row's dot products run along the keys, ATTN_KB keys at a
+ * time in registers, each summed in double in d order. Weighted sums of rows
+ * (out, dq) keep up to 32 columns in registers and add the rows in key
+ * order. Each thread's scratch is linear in T (a few (T,hs) panels and rows
+ * of T), never (T,T). */
+
+#define ATTN_KB 16 /* keys per register block of the dot products */
 
 struct attn_arg {
 	float *out, *att, *dqkv;
@@ -1977,34 +1981,79 @@ struct attn_arg {
 
 /* Bytes of one thread's scratch, forward and backward alike: T doubles, then
  * 3 (T,hs) float panels and rows of hs and T floats, 64-byte aligned. */
+static int attn_padded(int T)
+{
+	return (T + ATTN_KB - 1) / ATTN_KB * ATTN_KB;
+}
+
+/* Bytes of one thread's scratch, forward and backward alike: Tp doubles,
+ * then a (hs,Tp) and two (T,hs) float panels and rows of hs and T floats. */
 static size_t attn_slab_bytes(int T, int hs)
 {
-	size_t b = (size_t)T * sizeof(double) +
-		   ((size_t)3 * T * hs + hs + T) * sizeof(float);
+	size_t Tp = (size_t)attn_padded(T);
+	size_t b = Tp * sizeof(double) +
+		   (Tp * hs + (size_t)2 * T * hs + hs + T) * sizeof(float);
 	return (b + 63) / 64 * 64;
 }
 
-// xT (hs,T) = rows x[t] (hs each, stride ld) for t < T
+// xT (hs,Tp) = rows x[t] (hs each, stride ld) for t < T, zero after
 static inline void attn_transpose(float *restrict xT, const float *restrict x,
-				  size_t ld, int T, int hs)
+				  size_t ld, int T, int Tp, int hs)
 {
-	for (int t = 0; t < T; t++)
-		for (int d = 0; d < hs; d++)
-			xT[(size_t)d * T + t] = x[t * ld + d];
+	for (int d = 0; d < hs; d++) {
+		float *restrict r = xT + (size_t)d * Tp;
+		for (int t = 0; t < T; t++)
+			r[t] = x[t * ld + d];
+		for (int t = T; t < Tp; t++)
+			r[t] = 0.0f;
+	}
 }
 
-// s (n) = y (hs) . xT[:, t2] for t2 < n, in double, each summed in d order
+// s (n rounded up to ATTN_KB) = y (hs) . xT[:, t2], in double in d order
 static inline void attn_dots(double *restrict s, const float *restrict y,
-			     const float *restrict xT, int T, int hs, int n)
+			     const float *restrict xT, int Tp, int hs, int n)
 {
-	for (int t2 = 0; t2 < n; t2++)
-		s[t2] = 0.0;
-	for (int d = 0; d < hs; d++) {
-		double yd = y[d];
-		const float *restrict xr = xT + (size_t)d * T;
-		for (int t2 = 0; t2 < n; t2++)
-			s[t2] += yd * xr[t2];
+	for (int t0 = 0; t0 < n; t0 += ATTN_KB) {
+		double acc[ATTN_KB] = {0};
+		for (int d = 0; d < hs; d++) {
+			double yd = y[d];
+			const float *restrict xr = xT + (size_t)d * Tp + t0;
+			for (int j = 0; j < ATTN_KB; j++)
+				acc[j] += yd * xr[j];
+		}
+		for (int j = 0; j < ATTN_KB; j++)
+			s[t0 + j] = acc[j];
 	}
+}
+
+/* y (W) = sum over t2 < n of w[t2] x[t2] (rows of stride ld), in t2 order;
+ * W a constant once inlined, so acc lives in registers. */
+static inline void attn_wsum_block(float *restrict y, const float *restrict w,
+				   const float *restrict x, size_t ld, int n,
+				   const int W)
+{
+	float acc[32] = {0};
+	for (int t2 = 0; t2 < n; t2++) {
+		float wt = w[t2];
+		const float *restrict xr = x + t2 * ld;
+		for (int j = 0; j < W; j++)
+			acc[j] += wt * xr[j];
+	}
+	for (int j = 0; j < W; j++)
+		y[j] = acc[j];
+}
+
+// y (hs) = sum over t2 < n of w[t2] x[t2] (hs each, stride ld)
+static inline void attn_wsum(float *restrict y, const float *restrict w,
+			     const float *restrict x, size_t ld, int n, int hs)
+{
+	int d = 0;
+	for (; d + 32 <= hs; d += 32)
+		attn_wsum_block(y + d, w, x + d, ld, n, 32);
+	for (; d + 8 <= hs; d += 8)
+		attn_wsum_block(y + d, w, x + d, ld, n, 8);
+	for (; d < hs; d++)
+		attn_wsum_block(y + d, w, x + d, ld, n, 1);
 }
 
 // y (n) += a x (n)
@@ -2033,14 +2082,15 @@ HOT static void attention_head_forward(float *out, float *att,
 				       float scale, char *slab)
 {
 	size_t ld = (size_t)3 * C;
+	int Tp = attn_padded(T);
 	double *s = (double *)slab;
-	float *kT = (float *)(s + T);
-	float *orow = kT + (size_t)T * hs;
-	attn_transpose(kT, qkv + C, ld, T, hs);
+	float *kT = (float *)(s + Tp);
+	float *orow = kT + (size_t)Tp * hs;
+	attn_transpose(kT, qkv + C, ld, T, Tp, hs);
 	for (int t = 0; t < T; t++) {
 		int n = t + 1;
 		float *a = att + (size_t)t * T;
-		attn_dots(s, qkv + t * ld, kT, T, hs, n);
+		attn_dots(s, qkv + t * ld, kT, Tp, hs, n);
 		double m = -INFINITY;
 		for (int t2 = 0; t2 < n; t2++) {
 			s[t2] *= scale;
@@ -2057,10 +2107,7 @@ HOT static void attention_head_forward(float *out, float *att,
 			a[t2] = (float)(a[t2] * inv);
 		for (int t2 = n; t2 < T; t2++)
 			a[t2] = 0.0f;
-		for (int d = 0; d < hs; d++)
-			orow[d] = 0.0f;
-		for (int t2 = 0; t2 < n; t2++)
-			attn_axpy(orow, a[t2], qkv + t2 * ld + 2 * (size_t)C, hs);
+		attn_wsum(orow, a, qkv + 2 * (size_t)C, ld, n, hs);
 		memcpy(out + (size_t)t * C, orow, (size_t)hs * sizeof *orow);
 	}
 }
@@ -2072,18 +2119,19 @@ HOT static void attention_head_backward(float *dqkv, const float *dout,
 					int accum, char *slab)
 {
 	size_t ld = (size_t)3 * C;
+	int Tp = attn_padded(T);
 	double *datt = (double *)slab;
-	float *vT = (float *)(datt + T);
-	float *dk = vT + (size_t)T * hs, *dv = dk + (size_t)T * hs;
+	float *vT = (float *)(datt + Tp);
+	float *dk = vT + (size_t)Tp * hs, *dv = dk + (size_t)T * hs;
 	float *dq = dv + (size_t)T * hs, *dpre = dq + hs;
-	attn_transpose(vT, qkv + 2 * (size_t)C, ld, T, hs);
+	attn_transpose(vT, qkv + 2 * (size_t)C, ld, T, Tp, hs);
 	memset(dk, 0, (size_t)2 * T * hs * sizeof *dk);
 	for (int t = 0; t < T; t++) {
 		int n = t + 1;
 		const float *a = att + (size_t)t * T;
 		const float *dO = dout + (size_t)t * C;
 		const float *q = qkv + t * ld;
-		attn_dots(datt, dO, vT, T, hs, n);
+		attn_dots(datt, dO, vT, Tp, hs, n);
 		double sd = 0.0;
 		for (int t2 = 0; t2 < n; t2++)
 			sd += a[t2] * datt[t2];
@@ -2091,10 +2139,7 @@ HOT static void attention_head_backward(float *dqkv, const float *dout,
 		for (int t2 = 0; t2 < n; t2++)
 			dpre[t2] = (float)((double)scale * a[t2] *
 					   (datt[t2] - sd));
-		for (int d = 0; d < hs; d++)
-			dq[d] = 0.0f;
-		for (int t2 = 0; t2 < n; t2++)
-			attn_axpy(dq, dpre[t2], qkv + t2 * ld + C, hs);
+		attn_wsum(dq, dpre, qkv + C, ld, n, hs);
 		attn_store(dqkv + t * ld, dq, hs, accum);
 		for (int t2 = 0; t2 < n; t2++) {
 			attn_axpy(dk + (size_t)t2 * hs, dpre[t2], q, hs);
