@@ -822,6 +822,9 @@ static void sequence_layers_gradients_match_finite_differences(void **state)
 	attn_case(2, 5, 6, 2, 2.5f);  /* sharp softmax */
 	attn_case(1, 7, 8, 1, 0.35f); /* one head, the whole width */
 	attn_case(2, 1, 4, 2, 0.5f);  /* one position: attends to itself */
+	/* head size 41 = blocks of 32, 8 and 1 columns; 18 keys span two
+	 * register blocks of keys */
+	attn_case(1, 18, 41, 1, 0.15f);
 	const int acts[] = {APF_ACT_RELU, APF_ACT_GELU, APF_ACT_SILU,
 			    APF_ACT_TANH};
 	for (int i = 0; i < 4; i++) {
