@@ -264,7 +264,6 @@ struct apf_backend {
 				     int accum_emb);
 
 	/* ---- sequence layers (decoder Transformers: text_lm) ---- */
-
 	/* Causal multi-head self-attention over T positions: qkv (B,T,3C) holds
 	 * q, k, v (each C = NH heads of C/NH, head h at columns [h hs, (h+1) hs));
 	 * out (B,T,C) = per head softmax(scale q k^T, causal: key t2 <= query t)

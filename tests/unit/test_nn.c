@@ -10,6 +10,8 @@
  * the default one (fast kernels). The checker draws inputs, compares the
  * forwards, then compares every input's gradient of
  * L = sum(r * out) (r random) with (L(x+h) - L(x-h)) / 2h computed in double.
+ * Causal self-attention is also checked for the same bits on 1, 2 and 3
+ * threads and for probabilities that are causal and sum to 1.
  */
 #include "testlib.h"
 
@@ -30,6 +32,8 @@ struct lcase {
 	size_t out_n;
 	int B, H, W, C, OC, K, S, P, act;
 	float p, smoothing;
+	int T, NH;   /* attention: positions, heads (C the model width) */
+	float scale; /* attention: the score scale */
 	int uniform_dout; /* the backward takes one weight for all outputs */
 	int no_accum;     /* the backward writes its gradients, never adds */
 	void (*ref)(const struct lcase *c, double *const *in, double *out);
@@ -596,6 +600,78 @@ static void l1_bwd(const struct lcase *c, apf_backend *be, float *const *in,
 	be->l1_backward(be, din[0], in[0], l1_target, c->B, c->C, dout[0]);
 }
 
+/* Causal self-attention: qkv (B,T,3C) -> out (B,T,C), NH heads of C/NH. */
+static void attn_ref(const struct lcase *c, double *const *in, double *out)
+{
+	int T = c->T, C = c->C, hs = C / c->NH;
+	double *s = malloc((size_t)T * sizeof *s);
+	for (int b = 0; b < c->B; b++)
+		for (int h = 0; h < c->NH; h++)
+			for (int t = 0; t < T; t++) {
+				const double *q = in[0] + (size_t)(b * T + t) * 3 * C + h * hs;
+				double m = -INFINITY, sum = 0;
+				for (int t2 = 0; t2 <= t; t2++) {
+					const double *k = in[0] + (size_t)(b * T + t2) * 3 * C + C + h * hs;
+					double d = 0;
+					for (int i = 0; i < hs; i++)
+						d += q[i] * k[i];
+					s[t2] = c->scale * d;
+					m = s[t2] > m ? s[t2] : m;
+				}
+				for (int t2 = 0; t2 <= t; t2++) {
+					s[t2] = exp(s[t2] - m);
+					sum += s[t2];
+				}
+				double *o = out + (size_t)(b * T + t) * C + h * hs;
+				for (int i = 0; i < hs; i++) {
+					double acc = 0;
+					for (int t2 = 0; t2 <= t; t2++)
+						acc += s[t2] / sum *
+						       in[0][(size_t)(b * T + t2) * 3 * C + 2 * C + h * hs + i];
+					o[i] = acc;
+				}
+			}
+	free(s);
+}
+static void attn_fwd(const struct lcase *c, apf_backend *be, float *const *in,
+		     float *out, float *save)
+{
+	be->attention_forward(be, out, save, in[0], c->B, c->T, c->C, c->NH,
+			      c->scale);
+}
+static void attn_bwd(const struct lcase *c, apf_backend *be, float *const *in,
+		     const float *out, const float *dout, float *const *din,
+		     float *save, int accum)
+{
+	(void)out;
+	be->attention_backward(be, din[0], dout, in[0], save, c->B, c->T, c->C,
+			       c->NH, c->scale, accum);
+}
+
+/* Gated linear unit: inp (N,2H) -> act(first half) * second half, N = B,
+ * H = C. */
+static void glu_ref(const struct lcase *c, double *const *in, double *out)
+{
+	int H = c->C;
+	for (int n = 0; n < c->B; n++)
+		for (int j = 0; j < H; j++)
+			out[n * H + j] = act_d(c->act, in[0][n * 2 * H + j]) *
+					 in[0][n * 2 * H + H + j];
+}
+static void glu_fwd(const struct lcase *c, apf_backend *be, float *const *in,
+		    float *out, float *save)
+{
+	(void)save;
+	be->glu_forward(be, c->act, out, in[0], c->B, c->C);
+}
+static void glu_bwd(const struct lcase *c, apf_backend *be, float *const *in,
+		    const float *out, const float *dout, float *const *din,
+		    float *save, int accum)
+{
+	(void)out, (void)save;
+	be->glu_backward(be, c->act, din[0], dout, in[0], c->B, c->C, accum);
+}
+
 /* ---- the checker ---------------------------------------------------------- */
 
 static double *dup_d(const double *x, size_t n)
@@ -963,6 +1039,100 @@ static void image_layers_give_the_same_bits_on_one_and_two_threads(void **state)
 	image_layers_bits_case(b1, b2, 8, 14, 14, 32, 16);
 	apf_backend_free(b1);
 	apf_backend_free(b2);
+}
+
+static void attn_case(int B, int T, int C, int NH, float scale)
+{
+	struct lcase c = {.name = "attention", .nin = 1, .B = B, .T = T,
+			  .C = C, .NH = NH, .scale = scale, .ref = attn_ref,
+			  .fwd = attn_fwd, .bwd = attn_bwd};
+	c.in_n[0] = (size_t)B * T * 3 * C;
+	c.out_n = (size_t)B * T * C;
+	check_layer(&c);
+}
+
+static void sequence_layers_gradients_match_finite_differences(void **state)
+{
+	(void)state;
+	attn_case(2, 5, 6, 2, 1.0f / sqrtf(3.0f));
+	attn_case(2, 5, 6, 2, 2.5f);  /* sharp softmax */
+	attn_case(1, 7, 8, 1, 0.35f); /* one head, the whole width */
+	attn_case(2, 1, 4, 2, 0.5f);  /* one position: attends to itself */
+	/* head size 41 = blocks of 32, 8 and 1 columns; 18 keys span two
+	 * register blocks of keys */
+	attn_case(1, 18, 41, 1, 0.15f);
+	const int acts[] = {APF_ACT_RELU, APF_ACT_GELU, APF_ACT_SILU,
+			    APF_ACT_TANH};
+	for (int i = 0; i < 4; i++) {
+		struct lcase c = {.name = "glu", .nin = 1, .B = 3, .C = 7,
+				  .act = acts[i], .ref = glu_ref,
+				  .fwd = glu_fwd, .bwd = glu_bwd};
+		c.in_n[0] = 3 * 2 * 7, c.out_n = 3 * 7;
+		check_layer(&c);
+	}
+}
+
+/* Each (batch, head) pair is computed whole by one thread, so out, att and
+ * dqkv have the same bits on any thread count; att is causal and each row
+ * a distribution. */
+static void attention_is_thread_count_invariant_and_causal(void **state)
+{
+	(void)state;
+	enum { B = 3, T = 17, C = 32, NH = 4 };
+	size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C;
+	size_t natt = (size_t)B * NH * T * T;
+	apf_rng_key key = {9, 0, 0, APF_RNG_TEST};
+	apf_rng r;
+	apf_rng_init(&r, &key, 0);
+	float *qkv = malloc(nqkv * 4), *dout = malloc(nout * 4);
+	for (size_t i = 0; i < nqkv; i++)
+		qkv[i] = apf_rng_normal(&r);
+	for (size_t i = 0; i < nout; i++)
+		dout[i] = apf_rng_normal(&r);
+	float *out[3], *att[3], *dqkv[3];
+	for (int k = 0; k < 3; k++) {
+		apf_backend *be;
+		assert_apf_ok(apf_backend_cpu_new(&be, k + 1));
+		out[k] = malloc(nout * 4);
+		att[k] = malloc(natt * 4);
+		dqkv[k] = malloc(nqkv * 4);
+		/* stale values the layer must overwrite */
+		for (size_t i = 0; i < natt; i++)
+			att[k][i] = 7.0f;
+		for (size_t i = 0; i < nqkv; i++)
+			dqkv[k][i] = 7.0f;
+		be->attention_forward(be, out[k], att[k], qkv, B, T, C, NH,
+				      0.25f);
+		be->attention_backward(be, dqkv[k], dout, qkv, att[k], B, T, C,
+				       NH, 0.25f, 0);
+		assert_apf_ok(be->sync(be));
+		apf_backend_free(be);
+	}
+	for (int k = 1; k < 3; k++) {
+		assert_memory_equal(out[0], out[k], nout * 4);
+		assert_memory_equal(att[0], att[k], natt * 4);
+		assert_memory_equal(dqkv[0], dqkv[k], nqkv * 4);
+	}
+	for (size_t row = 0; row < (size_t)B * NH * T; row++) {
+		size_t t = row % T;
+		const float *a = att[0] + row * T;
+		double sum = 0;
+		for (size_t t2 = 0; t2 < T; t2++) {
+			if (t2 > t && a[t2] != 0.0f)
+				fail_msg("att row %zu [%zu] = %g above the "
+					 "diagonal", row, t2, a[t2]);
+			assert_true(a[t2] >= 0.0f);
+			sum += a[t2];
+		}
+		if (fabs(sum - 1.0) > 1e-6)
+			fail_msg("att row %zu sums to %.9g", row, sum);
+	}
+	/* dqkv fully written: no stale 7 left */
+	for (size_t i = 0; i < nqkv; i++)
+		assert_true(dqkv[0][i] != 7.0f);
+	for (int k = 0; k < 3; k++)
+		free(out[k]), free(att[k]), free(dqkv[k]);
+	free(qkv), free(dout);
 }
 
 /* A DLRM-shaped net: dense (3) -> linear 4 -> relu; two embedding fields
@@ -1521,6 +1691,8 @@ int main(void)
 		cmocka_unit_test(dropout_add_and_loss_gradients_match_finite_differences),
 		cmocka_unit_test(click_layers_gradients_match_finite_differences),
 		cmocka_unit_test(image_layers_gradients_match_finite_differences),
+		cmocka_unit_test(sequence_layers_gradients_match_finite_differences),
+		cmocka_unit_test(attention_is_thread_count_invariant_and_causal),
 		cmocka_unit_test(dlrm_net_gradient_matches_finite_differences),
 		cmocka_unit_test(dropout_keeps_the_stated_share),
 		cmocka_unit_test(conv_over_many_chunks_matches_reference),

@@ -1185,6 +1185,23 @@ static void layernorm_backward(apf_backend *be, float *dinp, float *dscale,
 #define GELU_K 0.7978845608028654f /* sqrt(2/pi) */
 #define GELU_C 0.044715f
 
+/* The scalar formulas, shared by the activations and the gated linear
+ * units, so both compute the same bits. */
+static inline float relu_f(float x)
+{
+	return x > 0.0f ? x : 0.0f;
+}
+
+static inline float gelu_f(float x)
+{
+	return 0.5f * x * (1.0f + tanhf(GELU_K * (x + GELU_C * x * x * x)));
+}
+
+static inline float silu_f(float x)
+{
+	return x / (1.0f + expf(-x));
+}
+
 HOT static void activation_forward_s(apf_backend *be, int act, float *out,
 			       const float *inp, size_t n)
 {
@@ -1192,18 +1209,15 @@ HOT static void activation_forward_s(apf_backend *be, int act, float *out,
 	switch (act) {
 	case APF_ACT_RELU:
 		for (size_t i = 0; i < n; i++)
-			out[i] = inp[i] > 0.0f ? inp[i] : 0.0f;
+			out[i] = relu_f(inp[i]);
 		break;
 	case APF_ACT_GELU:
-		for (size_t i = 0; i < n; i++) {
-			float x = inp[i];
-			out[i] = 0.5f * x *
-				 (1.0f + tanhf(GELU_K * (x + GELU_C * x * x * x)));
-		}
+		for (size_t i = 0; i < n; i++)
+			out[i] = gelu_f(inp[i]);
 		break;
 	case APF_ACT_SILU:
 		for (size_t i = 0; i < n; i++)
-			out[i] = inp[i] / (1.0f + expf(-inp[i]));
+			out[i] = silu_f(inp[i]);
 		break;
 	case APF_ACT_TANH:
 		for (size_t i = 0; i < n; i++)
@@ -1943,6 +1957,411 @@ static void v_adam_direction(apf_backend *be, float *d, const float *m,
 
 /* ---- sequence layers: causal self-attention, gated linear units ---------- */
 
+/* Attention works head by head: the B*NH (b,h) pairs are split statically
+ * among the threads and each pair is computed whole by one thread in a fixed
+ * order, so the bits do not depend on the thread count. Within a head, query
+ * row t reads keys 0..t only. K (forward) and V (backward) are first copied
+ * transposed, (hs,Tp) with Tp = T rounded up to ATTN_KB and zero columns
+ * after T, so a row's dot products run along the keys, ATTN_KB keys at a
+ * time in registers, each summed in double in d order. Weighted sums of rows
+ * (out, dq) keep up to 32 columns in registers and add the rows in key
+ * order. Each thread's scratch is linear in T (a few (T,hs) panels and rows
+ * of T), never (T,T). */
+
+#define ATTN_KB 16 /* keys per register block of the dot products */
+
+struct attn_arg {
+	float *out, *att, *dqkv;
+	const float *qkv, *dout, *att_in;
+	int B, T, C, NH, accum;
+	float scale;
+	char *scratch;      /* one slab per thread */
+	size_t slab_bytes;
+};
+
+/* Bytes of one thread's scratch, forward and backward alike: T doubles, then
+ * 3 (T,hs) float panels and rows of hs and T floats, 64-byte aligned. */
+static int attn_padded(int T)
+{
+	return (T + ATTN_KB - 1) / ATTN_KB * ATTN_KB;
+}
+
+/* Bytes of one thread's scratch, forward and backward alike: Tp doubles,
+ * then a (hs,Tp) and two (T,hs) float panels and rows of hs and T floats. */
+static size_t attn_slab_bytes(int T, int hs)
+{
+	size_t Tp = (size_t)attn_padded(T);
+	size_t b = Tp * sizeof(double) +
+		   (Tp * hs + (size_t)2 * T * hs + hs + T) * sizeof(float);
+	return (b + 63) / 64 * 64;
+}
+
+// xT (hs,Tp) = rows x[t] (hs each, stride ld) for t < T, zero after
+static inline void attn_transpose(float *restrict xT, const float *restrict x,
+				  size_t ld, int T, int Tp, int hs)
+{
+	for (int d = 0; d < hs; d++) {
+		float *restrict r = xT + (size_t)d * Tp;
+		for (int t = 0; t < T; t++)
+			r[t] = x[t * ld + d];
+		for (int t = T; t < Tp; t++)
+			r[t] = 0.0f;
+	}
+}
+
+// s (n rounded up to ATTN_KB) = y (hs) . xT[:, t2], in double in d order
+static inline void attn_dots(double *restrict s, const float *restrict y,
+			     const float *restrict xT, int Tp, int hs, int n)
+{
+	for (int t0 = 0; t0 < n; t0 += ATTN_KB) {
+		double acc[ATTN_KB] = {0};
+		for (int d = 0; d < hs; d++) {
+			double yd = y[d];
+			const float *restrict xr = xT + (size_t)d * Tp + t0;
+			for (int j = 0; j < ATTN_KB; j++)
+				acc[j] += yd * xr[j];
+		}
+		for (int j = 0; j < ATTN_KB; j++)
+			s[t0 + j] = acc[j];
+	}
+}
+
+/* y (W) = sum over t2 < n of w[t2] x[t2] (rows of stride ld), in t2 order;
+ * W a constant once inlined, so acc lives in registers. */
+static inline void attn_wsum_block(float *restrict y, const float *restrict w,
+				   const float *restrict x, size_t ld, int n,
+				   const int W)
+{
+	float acc[32] = {0};
+	for (int t2 = 0; t2 < n; t2++) {
+		float wt = w[t2];
+		const float *restrict xr = x + t2 * ld;
+		for (int j = 0; j < W; j++)
+			acc[j] += wt * xr[j];
+	}
+	for (int j = 0; j < W; j++)
+		y[j] = acc[j];
+}
+
+// y (hs) = sum over t2 < n of w[t2] x[t2] (hs each, stride ld)
+static inline void attn_wsum(float *restrict y, const float *restrict w,
+			     const float *restrict x, size_t ld, int n, int hs)
+{
+	int d = 0;
+	for (; d + 32 <= hs; d += 32)
+		attn_wsum_block(y + d, w, x + d, ld, n, 32);
+	for (; d + 8 <= hs; d += 8)
+		attn_wsum_block(y + d, w, x + d, ld, n, 8);
+	for (; d < hs; d++)
+		attn_wsum_block(y + d, w, x + d, ld, n, 1);
+}
+
+// y (n) += a x (n)
+static inline void attn_axpy(float *restrict y, float a,
+			     const float *restrict x, int n)
+{
+	for (int i = 0; i < n; i++)
+		y[i] += a * x[i];
+}
+
+// y (n) = x, or += x when accum
+static inline void attn_store(float *restrict y, const float *restrict x,
+			      int n, int accum)
+{
+	if (accum)
+		for (int i = 0; i < n; i++)
+			y[i] += x[i];
+	else
+		for (int i = 0; i < n; i++)
+			y[i] = x[i];
+}
+
+// out (T,hs) of head (b,h), stride C; att (T,T); qkv (T,3C) at head h
+HOT static void attention_head_forward(float *out, float *att,
+				       const float *qkv, int T, int C, int hs,
+				       float scale, char *slab)
+{
+	size_t ld = (size_t)3 * C;
+	int Tp = attn_padded(T);
+	double *s = (double *)slab;
+	float *kT = (float *)(s + Tp);
+	float *orow = kT + (size_t)Tp * hs;
+	attn_transpose(kT, qkv + C, ld, T, Tp, hs);
+	for (int t = 0; t < T; t++) {
+		int n = t + 1;
+		float *a = att + (size_t)t * T;
+		attn_dots(s, qkv + t * ld, kT, Tp, hs, n);
+		double m = -INFINITY;
+		for (int t2 = 0; t2 < n; t2++) {
+			s[t2] *= scale;
+			m = s[t2] > m ? s[t2] : m;
+		}
+		double sum = 0.0;
+		for (int t2 = 0; t2 < n; t2++) {
+			float e = expf((float)(s[t2] - m));
+			a[t2] = e;
+			sum += e;
+		}
+		double inv = 1.0 / sum;
+		for (int t2 = 0; t2 < n; t2++)
+			a[t2] = (float)(a[t2] * inv);
+		for (int t2 = n; t2 < T; t2++)
+			a[t2] = 0.0f;
+		attn_wsum(orow, a, qkv + 2 * (size_t)C, ld, n, hs);
+		memcpy(out + (size_t)t * C, orow, (size_t)hs * sizeof *orow);
+	}
+}
+
+// dqkv (T,3C) at head h from dout (T,hs) stride C, qkv, att (T,T)
+HOT static void attention_head_backward(float *dqkv, const float *dout,
+					const float *qkv, const float *att,
+					int T, int C, int hs, float scale,
+					int accum, char *slab)
+{
+	size_t ld = (size_t)3 * C;
+	int Tp = attn_padded(T);
+	double *datt = (double *)slab;
+	float *vT = (float *)(datt + Tp);
+	float *dk = vT + (size_t)Tp * hs, *dv = dk + (size_t)T * hs;
+	float *dq = dv + (size_t)T * hs, *dpre = dq + hs;
+	attn_transpose(vT, qkv + 2 * (size_t)C, ld, T, Tp, hs);
+	memset(dk, 0, (size_t)2 * T * hs * sizeof *dk);
+	for (int t = 0; t < T; t++) {
+		int n = t + 1;
+		const float *a = att + (size_t)t * T;
+		const float *dO = dout + (size_t)t * C;
+		const float *q = qkv + t * ld;
+		attn_dots(datt, dO, vT, Tp, hs, n);
+		double sd = 0.0;
+		for (int t2 = 0; t2 < n; t2++)
+			sd += a[t2] * datt[t2];
+		/* the softmax's backward, with the score scale folded in */
+		for (int t2 = 0; t2 < n; t2++)
+			dpre[t2] = (float)((double)scale * a[t2] *
+					   (datt[t2] - sd));
+		attn_wsum(dq, dpre, qkv + C, ld, n, hs);
+		attn_store(dqkv + t * ld, dq, hs, accum);
+		for (int t2 = 0; t2 < n; t2++) {
+			attn_axpy(dk + (size_t)t2 * hs, dpre[t2], q, hs);
+			attn_axpy(dv + (size_t)t2 * hs, a[t2], dO, hs);
+		}
+	}
+	for (int t2 = 0; t2 < T; t2++) {
+		attn_store(dqkv + t2 * ld + C, dk + (size_t)t2 * hs, hs, accum);
+		attn_store(dqkv + t2 * ld + 2 * (size_t)C, dv + (size_t)t2 * hs,
+			   hs, accum);
+	}
+}
+
+static void attn_task(void *v, int t, int nt, int backward)
+{
+	struct attn_arg *a = v;
+	int T = a->T, C = a->C, NH = a->NH, hs = C / NH;
+	size_t lo, hi;
+	split((size_t)a->B * NH, t, nt, 1, &lo, &hi);
+	char *slab = a->scratch + (size_t)t * a->slab_bytes;
+	for (size_t bh = lo; bh < hi; bh++) {
+		size_t b = bh / NH, h = bh % NH;
+		size_t row0 = b * T;  /* first (b,t) row */
+		const float *qkv = a->qkv + row0 * 3 * C + h * hs;
+		const float *att = a->att_in ? a->att_in : a->att;
+		att += bh * T * T;
+		if (backward)
+			attention_head_backward(a->dqkv + row0 * 3 * C + h * hs,
+						a->dout + row0 * C + h * hs,
+						qkv, att, T, C, hs, a->scale,
+						a->accum, slab);
+		else
+			attention_head_forward(a->out + row0 * C + h * hs,
+					       a->att + bh * T * T, qkv, T, C,
+					       hs, a->scale, slab);
+	}
+}
+
+static void attn_fwd_task(void *v, int t, int nt)
+{
+	attn_task(v, t, nt, 0);
+}
+
+static void attn_bwd_task(void *v, int t, int nt)
+{
+	attn_task(v, t, nt, 1);
+}
+
+/* Scratch for every thread, or NULL after reporting the failure. */
+static char *attn_scratch(apf_backend *be, struct attn_arg *a)
+{
+	a->slab_bytes = attn_slab_bytes(a->T, a->C / a->NH);
+	char *p = aligned_alloc(64, a->slab_bytes * nthreads(be));
+	if (!p)
+		cpu_fail(be, "attention");
+	return p;
+}
+
+// out (B,T,C), att (B,NH,T,T) from qkv (B,T,3C)
+static void attention_forward(apf_backend *be, float *out, float *att,
+			      const float *qkv, int B, int T, int C, int NH,
+			      float scale)
+{
+	if (B <= 0 || T <= 0)
+		return;
+	struct attn_arg a = {.out = out, .att = att, .qkv = qkv, .B = B,
+			     .T = T, .C = C, .NH = NH, .scale = scale};
+	a.scratch = attn_scratch(be, &a);
+	if (!a.scratch)
+		return;
+	parallel(be, attn_fwd_task, &a);
+	free(a.scratch);
+}
+
+// dqkv (B,T,3C) from dout (B,T,C), qkv (B,T,3C), att (B,NH,T,T)
+static void attention_backward(apf_backend *be, float *dqkv, const float *dout,
+			       const float *qkv, const float *att, int B, int T,
+			       int C, int NH, float scale, int accum)
+{
+	if (B <= 0 || T <= 0)
+		return;
+	struct attn_arg a = {.dqkv = dqkv, .dout = dout, .qkv = qkv,
+			     .att_in = att, .B = B, .T = T, .C = C, .NH = NH,
+			     .scale = scale, .accum = accum};
+	a.scratch = attn_scratch(be, &a);
+	if (!a.scratch)
+		return;
+	parallel(be, attn_bwd_task, &a);
+	free(a.scratch);
+}
+
+/* tanh' from the input (a GLU keeps no activation output) */
+static inline float tanh_grad(float x)
+{
+	float t = tanhf(x);
+	return 1.0f - t * t;
+}
+
+/* Gated linear units: elementwise per row, so any split of the rows gives
+ * the same bits. One loop per activation (no branch inside). */
+
+// out (H) = act(x) * g, x and g (H)
+HOT static void glu_row_forward(int act, float *restrict out,
+				const float *restrict x,
+				const float *restrict g, int H)
+{
+	switch (act) {
+	case APF_ACT_RELU:
+		for (int i = 0; i < H; i++)
+			out[i] = relu_f(x[i]) * g[i];
+		break;
+	case APF_ACT_GELU:
+		for (int i = 0; i < H; i++)
+			out[i] = gelu_f(x[i]) * g[i];
+		break;
+	case APF_ACT_SILU:
+		for (int i = 0; i < H; i++)
+			out[i] = silu_f(x[i]) * g[i];
+		break;
+	case APF_ACT_TANH:
+		for (int i = 0; i < H; i++)
+			out[i] = tanhf(x[i]) * g[i];
+		break;
+	}
+}
+
+/* dx = dout g act'(x), dg = dout act(x), written or added. */
+#define GLU_LOOP(dx_expr, dg_expr)                                            \
+	do {                                                                  \
+		if (accum)                                                    \
+			for (int i = 0; i < H; i++) {                         \
+				dx[i] += (dx_expr);                           \
+				dg[i] += (dg_expr);                           \
+			}                                                     \
+		else                                                          \
+			for (int i = 0; i < H; i++) {                         \
+				dx[i] = (dx_expr);                            \
+				dg[i] = (dg_expr);                            \
+			}                                                     \
+	} while (0)
+
+HOT static void glu_row_backward(int act, float *restrict dx,
+				 float *restrict dg,
+				 const float *restrict dout,
+				 const float *restrict x,
+				 const float *restrict g, int H, int accum)
+{
+	switch (act) {
+	case APF_ACT_RELU:
+		GLU_LOOP(x[i] > 0.0f ? dout[i] * g[i] : 0.0f,
+			 dout[i] * relu_f(x[i]));
+		break;
+	case APF_ACT_GELU:
+		GLU_LOOP(dout[i] * g[i] * gelu_grad(x[i]),
+			 dout[i] * gelu_f(x[i]));
+		break;
+	case APF_ACT_SILU:
+		GLU_LOOP(dout[i] * g[i] * silu_grad(x[i]),
+			 dout[i] * silu_f(x[i]));
+		break;
+	case APF_ACT_TANH:
+		GLU_LOOP(dout[i] * g[i] * tanh_grad(x[i]),
+			 dout[i] * tanhf(x[i]));
+		break;
+	}
+}
+
+struct glu_arg {
+	int act, N, H, accum;
+	float *out;
+	const float *inp, *dout;
+};
+
+static void glu_fwd_task(void *v, int t, int nt)
+{
+	struct glu_arg *a = v;
+	size_t lo, hi, H = (size_t)a->H;
+	split((size_t)a->N, t, nt, 1, &lo, &hi);
+	for (size_t n = lo; n < hi; n++)
+		glu_row_forward(a->act, a->out + n * H, a->inp + n * 2 * H,
+				a->inp + n * 2 * H + H, a->H);
+}
+
+static void glu_bwd_task(void *v, int t, int nt)
+{
+	struct glu_arg *a = v;
+	size_t lo, hi, H = (size_t)a->H;
+	split((size_t)a->N, t, nt, 1, &lo, &hi);
+	for (size_t n = lo; n < hi; n++)
+		glu_row_backward(a->act, a->out + n * 2 * H,
+				 a->out + n * 2 * H + H, a->dout + n * H,
+				 a->inp + n * 2 * H, a->inp + n * 2 * H + H,
+				 a->H, a->accum);
+}
+
+static void glu_run(apf_backend *be, task_fn fn, struct glu_arg *a)
+{
+	if ((size_t)a->N * a->H < PAR_MIN || nthreads(be) == 1)
+		fn(a, 0, 1);
+	else
+		parallel(be, fn, a);
+}
+
+// out (N,H) from inp (N,2H)
+static void glu_forward(apf_backend *be, int act, float *out, const float *inp,
+			int N, int H)
+{
+	struct glu_arg a = {.act = act, .N = N, .H = H, .out = out,
+			    .inp = inp};
+	glu_run(be, glu_fwd_task, &a);
+}
+
+// dinp (N,2H) from dout (N,H), inp (N,2H)
+static void glu_backward(apf_backend *be, int act, float *dinp,
+			 const float *dout, const float *inp, int N, int H,
+			 int accum)
+{
+	struct glu_arg a = {.act = act, .N = N, .H = H, .accum = accum,
+			    .out = dinp, .inp = inp, .dout = dout};
+	glu_run(be, glu_bwd_task, &a);
+}
+
 /* ---- image-to-image layers: transposed convolution, concatenation,
  * instance norm, L1 loss ------------------------------------------------------ */
 
@@ -2356,6 +2775,10 @@ static const apf_backend cpu_template = {
 	.interaction_forward = interaction_forward,
 	.interaction_backward = interaction_backward,
 	/* sequence layers */
+	.attention_forward = attention_forward,
+	.attention_backward = attention_backward,
+	.glu_forward = glu_forward,
+	.glu_backward = glu_backward,
 	/* image-to-image layers */
 	.upconv2x2_forward = upconv2x2_forward,
 	.upconv2x2_backward = upconv2x2_backward,
