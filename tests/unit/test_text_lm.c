@@ -21,10 +21,11 @@
 #include "workload/workload.h"
 
 /* 300 AdamW steps of 32 windows (seed 2024, 2 threads) bring validation
- * from the uniform 5.55 nats/byte to SHORT_RUN_SEEN, below predicting the
- * byte frequencies (3.31): the model uses context. */
+ * from the uniform 5.55 nats/byte to 2.526 (perplexity 12.5, next-byte
+ * accuracy 0.294), well below predicting the byte frequencies (3.31): the
+ * model reads context. */
 #define SHORT_RUN_STEPS 300
-#define SHORT_RUN_TARGET 3.0
+#define SHORT_RUN_TARGET 2.7
 
 static apf_workload_spec *load_text(void)
 {
