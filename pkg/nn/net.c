@@ -45,6 +45,9 @@ enum op_type {
 	OP_POSITION,
 	OP_ATTENTION,
 	OP_GLU,
+	OP_UPCONV,
+	OP_CONCAT,
+	OP_INSTNORM,
 };
 
 struct tensor {
@@ -196,7 +199,7 @@ static void free_buffers(apf_net *net)
 	}
 	for (size_t i = 0; i < net->nops; i++) {
 		struct op *o = &net->ops[i];
-		if (o->type == OP_LAYERNORM) {
+		if (o->type == OP_LAYERNORM || o->type == OP_INSTNORM) {
 			be->free(be, o->save_a);
 			be->free(be, o->save_b);
 			o->save_a = o->save_b = NULL;
@@ -722,6 +725,61 @@ int apf_net_attention(apf_net *net, int qkv, int heads, float scale)
 	return t;
 }
 
+int apf_net_upconv2x2(apf_net *net, int in, int out_channels, int bias,
+		      const char *name)
+{
+	int rc = check_in(net, in);
+	if (rc)
+		return rc;
+	struct tensor x = net->t[in];
+	int t = new_tensor(net, 2 * x.H, 2 * x.W, out_channels);
+	if (t < 0)
+		return t;
+	struct op *o;
+	rc = new_op(&o, net, OP_UPCONV, in, -1);
+	if (rc)
+		return rc;
+	o->out = t;
+	int wshape[4] = {out_channels, 2, 2, x.C};
+	/* each output sums x.C inputs (one tap of the 2x2 kernel) */
+	if ((o->param[0] = add_param(net, name, "weight", APF_PARAM_CONV_WEIGHT,
+				     4, wshape, x.C)) < 0)
+		return o->param[0];
+	if (bias && (o->param[1] = add_param(net, name, "bias", APF_PARAM_BIAS,
+					     1, &out_channels, x.C)) < 0)
+		return o->param[1];
+	return t;
+}
+
+int apf_net_concat(apf_net *net, int a, int b)
+{
+	int rc = check_in(net, a);
+	if (!rc)
+		rc = check_in(net, b);
+	if (rc)
+		return rc;
+	struct tensor x = net->t[a], y = net->t[b];
+	if (x.H != y.H || x.W != y.W || a == b)
+		return apf_error(APF_EINPUT, "net",
+				 "concatenating tensors of shapes %dx%dx%d and "
+				 "%dx%dx%d",
+				 x.H, x.W, x.C, y.H, y.W, y.C);
+	int t = new_tensor(net, x.H, x.W, x.C + y.C);
+	if (t < 0)
+		return t;
+	struct op *o;
+	rc = new_op(&o, net, OP_CONCAT, a, b);
+	if (rc)
+		return rc;
+	o->out = t;
+	return t;
+}
+
+int apf_net_instnorm(apf_net *net, int in, float eps, const char *name)
+{
+	return norm_layer(net, OP_INSTNORM, in, 0.0f, eps, name);
+}
+
 int apf_net_glu(apf_net *net, int in, int act)
 {
 	int rc = check_in(net, in);
@@ -850,10 +908,9 @@ int apf_net_finish(apf_net *net, int out)
 	int rc = check_in(net, out);
 	if (rc)
 		return rc;
-	if (out == 0 || net->t[out].H != 1)
+	if (out == 0)
 		return apf_error(APF_EINPUT, "net",
-				 "the output must be a (B, classes) or (B, "
-				 "positions, classes) layer output");
+				 "the output must be a layer's output");
 	int *written = apf_calloc(net->nt, sizeof *written);
 	if (!written)
 		return apf_error(APF_ENOMEM, "net", "out of memory");
@@ -924,6 +981,11 @@ int apf_net_out_features(const apf_net *net)
 	return net->out >= 0 ? net->t[net->out].C : 0;
 }
 
+int apf_net_output(const apf_net *net)
+{
+	return net->out;
+}
+
 int apf_net_out_positions(const apf_net *net)
 {
 	return net->out >= 0 ? net->t[net->out].W : 0;
@@ -939,6 +1001,8 @@ double apf_net_forward_macs(const apf_net *net)
 			macs += (double)tensor_numel(x) * y->C;
 		else if (o->type == OP_CONV)
 			macs += (double)y->H * y->W * y->C * o->K * o->K * x->C;
+		else if (o->type == OP_UPCONV)
+			macs += (double)tensor_numel(y) * x->C;
 		else if (o->type == OP_ATTENTION) /* q k^T and att v, causal */
 			macs += (double)y->W * (y->W + 1) * y->C;
 	}
@@ -1056,10 +1120,12 @@ int apf_net_reserve(apf_net *net, int max_batch, int with_grads)
 		struct op *o = &net->ops[i];
 		const struct tensor *x = &net->t[o->in[0]], *y = &net->t[o->out];
 		size_t rows = B * x->H * x->W;
-		if (o->type == OP_LAYERNORM) {
-			rc = alloc_floats(be, &o->save_a, rows);
+		if (o->type == OP_LAYERNORM || o->type == OP_INSTNORM) {
+			/* per row, or per (image, channel) */
+			size_t n = o->type == OP_LAYERNORM ? rows : B * x->C;
+			rc = alloc_floats(be, &o->save_a, n);
 			if (!rc)
-				rc = alloc_floats(be, &o->save_b, rows);
+				rc = alloc_floats(be, &o->save_b, n);
 		} else if (o->type == OP_ATTENTION) {
 			rc = alloc_floats(be, &o->att,
 					  B * o->heads * (size_t)y->W * y->W);
@@ -1227,6 +1293,24 @@ int apf_net_forward_idx(apf_net *net, const float **logits, const float *x,
 			be->glu_forward(be, o->act, out->data, in->data, rows,
 					out->C);
 			break;
+		case OP_UPCONV:
+			be->upconv2x2_forward(be, out->data, in->data,
+					      param_ptr(net, o->param[0]),
+					      param_ptr(net, o->param[1]), B,
+					      in->H, in->W, in->C, out->C);
+			break;
+		case OP_CONCAT:
+			be->concat_forward(be, out->data, in->data,
+					   net->t[o->in[1]].data, rows, in->C,
+					   net->t[o->in[1]].C);
+			break;
+		case OP_INSTNORM:
+			be->instnorm_forward(be, out->data, o->save_a, o->save_b,
+					     in->data,
+					     param_ptr(net, o->param[0]),
+					     param_ptr(net, o->param[1]), B,
+					     in->H * in->W, in->C, o->eps);
+			break;
 		case OP_CONV:
 			be->conv2d_forward(be, out->data, in->data,
 					   param_ptr(net, o->param[0]),
@@ -1362,6 +1446,25 @@ int apf_net_backward(apf_net *net, float *grads, const float *dlogits)
 			if (din)
 				be->glu_backward(be, o->act, din, dout, in->data,
 						 rows, out->C, acc);
+			break;
+		case OP_UPCONV:
+			be->upconv2x2_backward(be, din, gw, gb, dout, in->data,
+					       param_ptr(net, o->param[0]), B,
+					       in->H, in->W, in->C, out->C, acc);
+			break;
+		case OP_CONCAT: {
+			struct tensor *b2 = &net->t[o->in[1]];
+			be->concat_backward(be, din,
+					    o->in[1] == 0 ? NULL : b2->grad, dout,
+					    rows, in->C, b2->C, acc,
+					    o->accum[1]);
+			break;
+		}
+		case OP_INSTNORM:
+			be->instnorm_backward(be, din, gw, gb, dout, in->data,
+					      param_ptr(net, o->param[0]),
+					      o->save_a, o->save_b, B,
+					      in->H * in->W, in->C, acc);
 			break;
 		case OP_CONV:
 			be->conv2d_backward(be, din, gw, gb, dout, in->data,

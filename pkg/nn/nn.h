@@ -462,9 +462,20 @@ int apf_net_position(apf_net *net, int in, float init_bound, const char *name);
 int apf_net_attention(apf_net *net, int qkv, int heads, float scale);
 /* Gated linear unit (backend glu_forward): (H, W, 2F) -> (H, W, F). */
 int apf_net_glu(apf_net *net, int in, int act);
-/* Declares the output (logits) tensor, (1, 1, classes) or (1, positions,
- * classes) (a sequence's per-position logits); no layer may be added
- * after. */
+/* Images to images (U-Nets). */
+/* Transposed convolution, kernel 2 stride 2 (backend upconv2x2_forward):
+ * (H, W, C) -> (2H, 2W, out_channels); weight `name.weight`
+ * (out_channels, 2, 2, C) (kind conv weight). */
+int apf_net_upconv2x2(apf_net *net, int in, int out_channels, int bias,
+		      const char *name);
+/* Channels of a then b, at the same H, W: (H, W, Ca + Cb). */
+int apf_net_concat(apf_net *net, int a, int b);
+/* Instance norm: each image's channel over its H W pixels, then a scale
+ * and bias per channel (`name.scale`, `name.bias`). */
+int apf_net_instnorm(apf_net *net, int in, float eps, const char *name);
+/* Declares the output tensor: logits (1, 1, classes), a sequence's
+ * per-position logits (1, positions, classes), or an image (H, W, C) a
+ * reconstruction compares with its target; no layer may be added after. */
 int apf_net_finish(apf_net *net, int out);
 
 /* Shape of one example of a tensor (H, W, C). */
@@ -476,6 +487,9 @@ size_t apf_net_nstate(const apf_net *net);
 const apf_state_entry *apf_net_state(const apf_net *net, size_t i);
 size_t apf_net_state_floats(const apf_net *net);
 int apf_net_out_features(const apf_net *net);
+/* The output tensor's id (apf_net_tensor_shape gives its shape); -1
+ * before apf_net_finish. */
+int apf_net_output(const apf_net *net);
 /* Positions of the output: 1, or T for per-position logits. */
 int apf_net_out_positions(const apf_net *net);
 /* Multiply-adds of one example's forward pass (for FLOP figures). */

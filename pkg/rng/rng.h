@@ -25,6 +25,7 @@ enum apf_rng_purpose {
 	APF_RNG_DROPOUT = 2,   /* dropout masks; step = global step */
 	APF_RNG_SHUFFLE = 3,   /* data order; step = epoch */
 	APF_RNG_SUBMISSION = 4, /* handed to the submission */
+	APF_RNG_CORRUPTION = 5, /* a dataset's fixed corruption (fmnist_unet) */
 	APF_RNG_TEST = 99,     /* tests only */
 };
 

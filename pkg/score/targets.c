@@ -33,14 +33,15 @@ static const char *const min_v06[] = {"ce_loss", "error_rate", "ctc_loss",
 static const char *const max_all[] = {"mean_average_precision", "ssim",
 				      "accuracy", "bleu", NULL};
 /* apf's own workloads' metrics besides AlgoPerf's: clicks_dlrm's log loss
- * and AUC, text_lm's cross-entropy and perplexity. The AlgoPerf rule sets
+ * and AUC, text_lm's cross-entropy and perplexity, fmnist_unet's PSNR (its
+ * SSIM and L1 loss are AlgoPerf's fastMRI metrics). The AlgoPerf rule sets
  * keep their scorers' lists. */
 static const char *const min_apf[] = {"ce_loss", "error_rate", "ctc_loss",
 				      "wer",     "l1_loss",    "loss",
 				      "ppl",     "log_loss",   "cross_entropy",
 				      "perplexity", NULL};
 static const char *const max_apf[] = {"mean_average_precision", "ssim",
-				      "accuracy", "bleu", "auc", NULL};
+				      "accuracy", "bleu", "auc", "psnr", NULL};
 
 static const apf_score_rules rule_sets[] = {
 	{"apf",

@@ -8,6 +8,7 @@
  * (data order, dropout) comes from the trial key with its own purpose.
  */
 #include "workload/workload.h"
+#include "workload/recon.h"
 
 #include <errno.h>
 #include <math.h>
@@ -26,6 +27,7 @@ static const struct apf_model_def *const models[] = {
 	&apf_model_resnet,
 	&apf_model_dlrm,
 	&apf_model_transformer,
+	&apf_model_unet,
 };
 
 const struct apf_model_def *apf_model_find(const char *name)
@@ -118,7 +120,7 @@ int apf_model_widths(const apf_workload_spec *w, const char *variant,
 	return 0;
 }
 
-enum loss_kind { LOSS_SOFTMAX_XENT = 1, LOSS_SIGMOID_XENT };
+enum loss_kind { LOSS_SOFTMAX_XENT = 1, LOSS_SIGMOID_XENT, LOSS_L1 };
 
 static int check_metrics(const apf_workload_spec *w, int loss);
 
@@ -135,7 +137,14 @@ struct apf_workload {
 	int H, W, C, classes; /* classes: the outputs the loss takes */
 	int nidx;             /* int32 inputs per example (categorical ids) */
 	int tokens;           /* a tokens dataset's context T; 0: none */
-	int ny;               /* labels per example: 1, or T for tokens */
+	int ny;               /* labels per example: 1, T for tokens, or the
+				 target's floats (l1) */
+	/* l1: the k-space corruption an example's input is made with */
+	int center_rows;
+	double keep_rows;
+	uint32_t corruption_key[2];
+	float *host_yf, *dev_yf; /* (cap, ny) target images */
+	float *host_pred;        /* (EVAL_BATCH, ny) an eval batch's output */
 	int shape_known; /* H, W, C are the dataset's, not the stand-in */
 	float smoothing;
 	float *params, *state;
@@ -297,6 +306,99 @@ static int check_token_columns(apf_workload *wl)
 	return 0;
 }
 
+/* ---- reconstruction (loss l1) ----------------------------------------------
+ *
+ * An example's target is its image, pixels v / 255 in [0, 1]; its input is
+ * the image corrupted as [dataset] says. corruption = kspace_rows: the
+ * image's 2-D DFT keeps the center_rows lowest frequencies along H and each
+ * other row with probability keep_rows, the rest set to 0, and the input is
+ * the magnitude of the inverse (recon.h: accelerated MRI's zero-filled
+ * reconstruction). An image's mask is drawn from Philox words at
+ * (corruption_seed, FNV-1a 64 of its pixels), so it is a function of the
+ * image alone: the same in every epoch, in evaluation and in a replay,
+ * with no index to carry.
+ */
+static int recon_config(apf_workload *wl)
+{
+	const apf_config *c = wl->spec->ini;
+	const char *kind = "kspace_rows";
+	long center = 4, seed = 0;
+	double keep = 0.25, mean = 0.0, std = 1.0;
+	int rc = apf_config_opt_string(c, "dataset", "corruption", &kind);
+	if (!rc && strcmp(kind, "kspace_rows"))
+		rc = apf_config_error(c, "dataset", "corruption",
+				      "unknown corruption '%s' (kspace_rows)",
+				      kind);
+	if (!rc)
+		rc = apf_config_opt_long(c, "dataset", "center_rows", &center);
+	if (!rc && (center < 0 || center > APF_RECON_MAX))
+		rc = apf_config_error(c, "dataset", "center_rows",
+				      "must be in [0, %d]", APF_RECON_MAX);
+	if (!rc)
+		rc = apf_config_opt_double(c, "dataset", "keep_rows", &keep);
+	if (!rc && !(keep >= 0.0 && keep <= 1.0))
+		rc = apf_config_error(c, "dataset", "keep_rows",
+				      "must be in [0, 1]");
+	if (!rc)
+		rc = apf_config_long(c, "dataset", "corruption_seed", &seed);
+	if (!rc)
+		rc = apf_config_opt_double(c, "dataset", "mean", &mean);
+	if (!rc)
+		rc = apf_config_opt_double(c, "dataset", "std", &std);
+	if (!rc && (mean != 0.0 || std != 1.0))
+		rc = apf_config_error(c, "dataset", "mean",
+				      "a reconstruction reads pixels in [0, 1]: "
+				      "mean 0, std 1");
+	if (rc)
+		return rc;
+	wl->center_rows = (int)center;
+	wl->keep_rows = keep;
+	apf_rng_key k = {(uint64_t)seed, 0, 0, APF_RNG_CORRUPTION};
+	uint64_t pk = apf_rng_philox_key(&k);
+	wl->corruption_key[0] = (uint32_t)pk;
+	wl->corruption_key[1] = (uint32_t)(pk >> 32);
+	return 0;
+}
+
+/* Once the images' shape is known: the target is the whole image. */
+static int recon_shape(apf_workload *wl)
+{
+	if (wl->loss != LOSS_L1)
+		return 0;
+	if (wl->C != 1 || wl->H > APF_RECON_MAX || wl->W > APF_RECON_MAX)
+		return apf_error(APF_EINPUT, wl->spec->name,
+				 "a k-space corruption takes single-channel "
+				 "images of at most %dx%d, not %dx%dx%d",
+				 APF_RECON_MAX, APF_RECON_MAX, wl->H, wl->W,
+				 wl->C);
+	wl->ny = wl->H * wl->W;
+	wl->classes = 1;
+	return 0;
+}
+
+static uint64_t fnv1a64(const void *p, size_t n)
+{
+	const unsigned char *b = p;
+	uint64_t h = 0xcbf29ce484222325ull;
+	for (size_t i = 0; i < n; i++)
+		h = (h ^ b[i]) * 0x100000001b3ull;
+	return h;
+}
+
+/* host_x's B images become the targets (host_yf) and their corruptions. */
+static void corrupt_batch(apf_workload *wl, int B)
+{
+	size_t n = (size_t)wl->ny;
+	uint8_t mask[APF_RECON_MAX];
+	for (int b = 0; b < B; b++) {
+		float *x = wl->host_x + b * n, *y = wl->host_yf + b * n;
+		memcpy(y, x, n * sizeof *y);
+		apf_kspace_mask(mask, wl->H, wl->center_rows, wl->keep_rows,
+				wl->corruption_key, fnv1a64(y, n * sizeof *y));
+		apf_kspace_corrupt(x, y, wl->H, wl->W, mask);
+	}
+}
+
 static int load_table_dataset(apf_workload *wl, int train_fd)
 {
 	const apf_workload_spec *w = wl->spec;
@@ -338,7 +440,13 @@ static int load_dataset(apf_workload *wl, int train_fd)
 		"name", "path", "digest", "format", "train_images",
 		"train_labels", "test_images", "test_labels", "validation_size",
 		"train_size", "classes", "mean", "std", NULL};
-	int rc = apf_config_check_keys(c, "dataset", keys);
+	static const char *const recon_keys[] = {
+		"name", "path", "digest", "format", "train_images",
+		"train_labels", "test_images", "test_labels", "validation_size",
+		"train_size", "classes", "mean", "std", "corruption",
+		"center_rows", "keep_rows", "corruption_seed", NULL};
+	int rc = apf_config_check_keys(c, "dataset",
+				       wl->loss == LOSS_L1 ? recon_keys : keys);
 	apf_image_dataset_opts o = {.dir = w->dataset_path, .classes = 10,
 				    .mean = 0.0f, .std = 1.0f};
 	long nvalid = 0, ntrain = 0, classes = 10;
@@ -452,8 +560,12 @@ static int reserve(apf_workload *wl, int B)
 	be->free(be, wl->losses);
 	be->free(be, wl->probs);
 	be->free(be, wl->dlogits);
+	free(wl->host_yf);
+	free(wl->host_pred);
+	be->free(be, wl->dev_yf);
 	wl->dev_x = wl->losses = wl->probs = wl->dlogits = NULL;
 	wl->dev_y = wl->dev_xi = wl->host_xi = NULL;
+	wl->host_yf = wl->dev_yf = wl->host_pred = NULL;
 	wl->cap = 0;
 	/* in is 0 for a net of indices alone (tokens): one float stands in */
 	size_t in = (size_t)B * wl->H * wl->W * wl->C;
@@ -477,6 +589,15 @@ static int reserve(apf_workload *wl, int B)
 		rc = be->alloc(be, out * sizeof(float), (void **)&wl->probs);
 	if (!rc)
 		rc = be->alloc(be, out * sizeof(float), (void **)&wl->dlogits);
+	if (!rc && wl->loss == LOSS_L1) {
+		wl->host_yf = malloc(ny * sizeof *wl->host_yf);
+		wl->host_pred = malloc(ny * sizeof *wl->host_pred);
+		rc = wl->host_yf && wl->host_pred
+			     ? be->alloc(be, ny * sizeof(float),
+					 (void **)&wl->dev_yf)
+			     : apf_error(APF_ENOMEM, wl->spec->name,
+					 "out of memory");
+	}
 	if (!rc)
 		wl->cap = B;
 	return rc;
@@ -498,11 +619,12 @@ static int open_workload(apf_workload **out, const apf_workload_spec *spec,
 					spec->model);
 	int loss = !strcmp(spec->loss, "cross_entropy")	? LOSS_SOFTMAX_XENT
 		   : !strcmp(spec->loss, "sigmoid_xent") ? LOSS_SIGMOID_XENT
+		   : !strcmp(spec->loss, "l1")		  ? LOSS_L1
 							  : 0;
 	if (!loss)
 		return apf_config_error(spec->ini, "workload", "loss",
 					"unknown loss '%s' (cross_entropy, "
-					"sigmoid_xent)",
+					"sigmoid_xent, l1)",
 					spec->loss);
 	int rc = check_metrics(spec, loss);
 	if (rc)
@@ -516,9 +638,13 @@ static int open_workload(apf_workload **out, const apf_workload_spec *spec,
 		 loss != LOSS_SIGMOID_XENT)
 		rc = apf_config_error(spec->ini, "workload", "loss",
 				      "a table's 0/1 labels take sigmoid_xent");
-	if (!rc && kind == APF_DATA_IMAGES && loss != LOSS_SOFTMAX_XENT)
+	if (!rc && kind == APF_DATA_IMAGES && loss == LOSS_SIGMOID_XENT)
 		rc = apf_config_error(spec->ini, "workload", "loss",
-				      "class labels take cross_entropy");
+				      "images take cross_entropy (their "
+				      "classes) or l1 (their pixels)");
+	if (!rc && kind != APF_DATA_IMAGES && loss == LOSS_L1)
+		rc = apf_config_error(spec->ini, "workload", "loss",
+				      "l1 reconstructs images (format idx)");
 	if (!rc)
 		rc = apf_config_check_keys(spec->ini, "model", md->keys);
 	if (rc)
@@ -568,6 +694,8 @@ static int open_workload(apf_workload **out, const apf_workload_spec *spec,
 			wl->shape_known = 1;
 		}
 	}
+	if (!rc && loss == LOSS_L1)
+		rc = recon_config(wl);
 	if (!rc && (flags & APF_WORKLOAD_NO_DATA))
 		rc = input_shape(wl);
 	if (!rc && !(flags & APF_WORKLOAD_NO_DATA)) {
@@ -580,6 +708,8 @@ static int open_workload(apf_workload **out, const apf_workload_spec *spec,
 						     APF_SPLIT_TRAIN, &k);
 		}
 	}
+	if (!rc)
+		rc = recon_shape(wl);
 	double smoothing = 0.0;
 	if (!rc)
 		rc = apf_model_double(spec, wl->variant, "label_smoothing", 0.0,
@@ -591,14 +721,25 @@ static int open_workload(apf_workload **out, const apf_workload_spec *spec,
 		if (rc)
 			apf_error_prefix(rc, spec->name);
 	}
-	if (!rc && (apf_net_out_features(wl->net) != wl->classes ||
-		    apf_net_out_positions(wl->net) != wl->ny))
-		rc = apf_error(APF_EINTERNAL, spec->name,
-			       "model gives %d x %d outputs for %d x %d "
-			       "labels",
-			       apf_net_out_positions(wl->net),
-			       apf_net_out_features(wl->net), wl->ny,
-			       wl->classes);
+	if (!rc) {
+		/* logits (1, ny, classes), or an image of the input's shape */
+		int oh, ow, oc;
+		apf_net_tensor_shape(wl->net, apf_net_output(wl->net), &oh, &ow,
+				     &oc);
+		int ok = loss == LOSS_L1
+				 ? oh == wl->H && ow == wl->W && oc == wl->C
+				 : oh == 1 && ow == wl->ny && oc == wl->classes;
+		if (!ok)
+			rc = apf_error(APF_EINTERNAL, spec->name,
+				       "model gives %dx%dx%d outputs for %s "
+				       "%dx%dx%d",
+				       oh, ow, oc,
+				       loss == LOSS_L1 ? "images of"
+						       : "labels",
+				       loss == LOSS_L1 ? wl->H : 1,
+				       loss == LOSS_L1 ? wl->W : wl->ny,
+				       loss == LOSS_L1 ? wl->C : wl->classes);
+	}
 	if (!rc && apf_net_index_count(wl->net) != wl->nidx)
 		rc = apf_error(APF_EINTERNAL, spec->name,
 			       "model reads %d categorical inputs of %d",
@@ -640,6 +781,9 @@ void apf_workload_close(apf_workload *wl)
 	free(wl->host_xi);
 	free(wl->scores);
 	free(wl->score_labels);
+	free(wl->host_yf);
+	free(wl->host_pred);
+	be->free(be, wl->dev_yf);
 	be->free(be, wl->dev_x);
 	be->free(be, wl->dev_y);
 	be->free(be, wl->dev_xi);
@@ -702,8 +846,6 @@ int apf_workload_init(apf_workload *wl)
 static int upload_batch(apf_workload *wl, int B, apf_batch *out)
 {
 	apf_backend *be = wl->be;
-	be->upload(be, wl->dev_x, wl->host_x,
-		   (size_t)B * wl->H * wl->W * wl->C * sizeof(float));
 	/* A window's labels are its tokens shifted by one: the next token at
 	 * each of its T positions. */
 	if (wl->tokens)
@@ -711,14 +853,24 @@ static int upload_batch(apf_workload *wl, int B, apf_batch *out)
 			memcpy(wl->host_y + (size_t)b * wl->tokens,
 			       wl->host_xi + (size_t)b * wl->nidx + 1,
 			       (size_t)wl->tokens * sizeof *wl->host_y);
+	if (wl->loss == LOSS_L1) {
+		corrupt_batch(wl, B);
+		be->upload(be, wl->dev_yf, wl->host_yf,
+			   (size_t)B * wl->ny * sizeof(float));
+	}
+	be->upload(be, wl->dev_x, wl->host_x,
+		   (size_t)B * wl->H * wl->W * wl->C * sizeof(float));
+	/* image labels (B) of a reconstruction ride along, unused */
 	be->upload(be, wl->dev_y, wl->host_y,
-		   (size_t)B * wl->ny * sizeof(int32_t));
+		   (size_t)B * (wl->loss == LOSS_L1 ? 1 : wl->ny) *
+			   sizeof(int32_t));
 	if (wl->nidx)
 		be->upload(be, wl->dev_xi, wl->host_xi,
 			   (size_t)B * wl->nidx * sizeof(int32_t));
 	*out = (apf_batch){wl->dev_x, wl->dev_y, B, wl->ny,
 			   wl->nidx ? wl->dev_xi : NULL,
-			   wl->nidx ? wl->host_xi : NULL};
+			   wl->nidx ? wl->host_xi : NULL,
+			   wl->loss == LOSS_L1 ? wl->dev_yf : NULL};
 	return 0;
 }
 
@@ -756,6 +908,16 @@ int apf_workload_loss_grad(apf_workload *wl, const apf_batch *batch,
 				 batch->host_xi, B, 1, dkey, step);
 	if (rc)
 		return rc;
+	if (wl->loss == LOSS_L1) {
+		if (!batch->yf)
+			return apf_error(APF_EINTERNAL, wl->spec->name,
+					 "a batch without target images");
+		be->l1_forward(be, wl->losses, logits, batch->yf, B, wl->ny);
+		*loss = be->sum(be, wl->losses, (size_t)B) / B;
+		be->l1_backward(be, wl->dlogits, logits, batch->yf, B, wl->ny,
+				1.0f / (float)B);
+		return apf_net_backward(wl->net, grads, wl->dlogits);
+	}
 	if (wl->loss == LOSS_SIGMOID_XENT) {
 		be->sigmoid_xent_forward(be, wl->losses, wl->probs, logits,
 					 batch->y, B, wl->smoothing);
@@ -778,6 +940,33 @@ int apf_workload_loss_grad(apf_workload *wl, const apf_batch *batch,
 	return apf_net_backward(wl->net, grads, wl->dlogits);
 }
 
+/* Adds the SSIM and PSNR of the eval batch's B reconstructions
+ * (host_pred) against their targets (host_yf), each as fastMRI's
+ * evaluation computes them on a volume: the data range is the target's
+ * maximum; in sums over images in order. */
+static void recon_scores(apf_workload *wl, int B, double *ssim, double *psnr)
+{
+	size_t n = (size_t)wl->ny;
+	for (int b = 0; b < B; b++) {
+		const float *x = wl->host_pred + b * n, *y = wl->host_yf + b * n;
+		double peak = 0.0, se = 0.0;
+		for (size_t i = 0; i < n; i++) {
+			peak = y[i] > peak ? y[i] : peak;
+			se += ((double)x[i] - y[i]) * ((double)x[i] - y[i]);
+		}
+		if (peak <= 0.0)
+			peak = 1.0; /* an all-black target: the pixels' range */
+		*ssim += apf_ssim(x, y, wl->H, wl->W, peak);
+		/* a perfect reconstruction scores 100 dB over its peak, not
+		 * infinity, so means stay finite */
+		double mse = se / (double)n;
+		*psnr += 10.0 * log10(peak * peak /
+				      (mse > peak * peak * 1e-10
+					       ? mse
+					       : peak * peak * 1e-10));
+	}
+}
+
 static int eval_split(apf_workload *wl, int split, size_t n,
 		      struct apf_split_metrics *m)
 {
@@ -797,7 +986,7 @@ static int eval_split(apf_workload *wl, int split, size_t n,
 					 "out of memory");
 		wl->scores_cap = n;
 	}
-	double loss = 0.0;
+	double loss = 0.0, ssim = 0.0, psnr = 0.0;
 	long correct = 0;
 	for (size_t first = 0; first < n; first += EVAL_BATCH) {
 		int B = (int)(n - first < EVAL_BATCH ? n - first : EVAL_BATCH);
@@ -810,6 +999,14 @@ static int eval_split(apf_workload *wl, int split, size_t n,
 					 B, 0, NULL, 0);
 		if (rc)
 			return rc;
+		if (wl->loss == LOSS_L1) {
+			be->l1_forward(be, wl->losses, logits, b.yf, B, wl->ny);
+			loss += be->sum(be, wl->losses, (size_t)B);
+			be->download(be, wl->host_pred, logits,
+				     (size_t)B * wl->ny * sizeof(float));
+			recon_scores(wl, B, &ssim, &psnr);
+			continue;
+		}
 		if (sigmoid) {
 			be->sigmoid_xent_forward(be, wl->losses, wl->probs,
 						 logits, b.y, B, 0.0f);
@@ -828,14 +1025,19 @@ static int eval_split(apf_workload *wl, int split, size_t n,
 					     wl->classes);
 	}
 	rc = be->sync(be);
-	/* Means over labels: examples, or every position of every window. */
-	double labels = (double)n * wl->ny;
+	/* Means over labels: examples, or every position of every window
+	 * (an l1 loss is already a mean over its image's pixels). */
+	int softmax = wl->loss == LOSS_SOFTMAX_XENT, l1 = wl->loss == LOSS_L1;
+	double labels = (double)n * (softmax ? wl->ny : 1);
 	m->n = n;
 	m->loss = n ? loss / labels : 0.0;
-	m->accuracy = n && !sigmoid ? (double)correct / labels : NAN;
+	m->accuracy = n && softmax ? (double)correct / labels : NAN;
 	m->log_loss = sigmoid ? m->loss : NAN;
-	m->cross_entropy = sigmoid ? NAN : m->loss;
-	m->perplexity = sigmoid ? NAN : exp(m->loss);
+	m->cross_entropy = softmax ? m->loss : NAN;
+	m->perplexity = softmax ? exp(m->loss) : NAN;
+	m->l1_loss = l1 ? m->loss : NAN;
+	m->ssim = l1 && n ? ssim / (double)n : NAN;
+	m->psnr = l1 && n ? psnr / (double)n : NAN;
 	m->auc = NAN;
 	if (!rc && sigmoid)
 		rc = apf_auc(&m->auc, wl->scores, wl->score_labels, n);
@@ -884,6 +1086,12 @@ double apf_split_metric(const struct apf_split_metrics *m, const char *name)
 		return m->cross_entropy;
 	if (!strcmp(name, "perplexity"))
 		return m->perplexity;
+	if (!strcmp(name, "l1_loss"))
+		return m->l1_loss;
+	if (!strcmp(name, "ssim"))
+		return m->ssim;
+	if (!strcmp(name, "psnr"))
+		return m->psnr;
 	return NAN;
 }
 
@@ -895,6 +1103,9 @@ static const struct {
 	{"accuracy", LOSS_SOFTMAX_XENT, 1},
 	{"cross_entropy", LOSS_SOFTMAX_XENT, -1},
 	{"perplexity", LOSS_SOFTMAX_XENT, -1},
+	{"ssim", LOSS_L1, 1},
+	{"psnr", LOSS_L1, 1},
+	{"l1_loss", LOSS_L1, -1},
 	{"log_loss", LOSS_SIGMOID_XENT, -1},
 	{"auc", LOSS_SIGMOID_XENT, 1},
 };
@@ -916,7 +1127,8 @@ static int check_metrics(const apf_workload_spec *w, int loss)
 				loss == LOSS_SOFTMAX_XENT
 					? "accuracy, cross_entropy and "
 					  "perplexity"
-					: "log_loss and auc",
+				: loss == LOSS_L1 ? "ssim, psnr and l1_loss"
+						  : "log_loss and auc",
 				w->metrics[i]);
 		if (!strcmp(w->metrics[i], w->metric) &&
 		    known_metrics[k].direction != w->direction)

@@ -5,8 +5,9 @@
  * workload.ini:
  *
  *     [workload]      name, description, model (the model code's name), loss
- *                     (cross_entropy | sigmoid_xent), metric (e.g. accuracy,
- *                     log_loss, cross_entropy for tokens), direction (max|min), metrics (what each
+ *                     (cross_entropy | sigmoid_xent | l1), metric (e.g.
+ *                     accuracy, log_loss, cross_entropy for tokens, ssim
+ *                     for l1), direction (max|min), metrics (what each
  *                     split reports besides its loss: "log_loss, auc";
  *                     default the metric alone),
  *                     validation_target, test_target,
@@ -15,7 +16,9 @@
  *                     directory), digest (its tree digest, `apf hash PATH`),
  *                     format (idx | table | tokens) and its keys: idx
  *                     images (train_images, ..., validation_size, classes,
- *                     mean, std), tables (train, validation, test: table
+ *                     mean, std; for the l1 loss also the corruption the
+ *                     model undoes: corruption = kspace_rows, center_rows,
+ *                     keep_rows, corruption_seed), tables (train, validation, test: table
  *                     files; dense_features; categorical_rows, one count
  *                     per categorical feature) or tokens (train,
  *                     validation, test: table files of windows, each row
@@ -137,7 +140,7 @@ struct apf_model_def {
 /* The model code apf knows, by [workload] model name; NULL if none. */
 const struct apf_model_def *apf_model_find(const char *name);
 extern const struct apf_model_def apf_model_mlp, apf_model_resnet,
-	apf_model_dlrm, apf_model_transformer;
+	apf_model_dlrm, apf_model_transformer, apf_model_unet;
 
 /* A tokens dataset's [dataset] context (T) and vocab (V); both 0 when the
  * format is not tokens. */
@@ -211,9 +214,11 @@ typedef struct apf_batch {
 	const float *x;   /* (B,H,W,C) images, or (B,n_dense) features */
 	const int32_t *y; /* (B, ny) */
 	int B;
-	int ny;           /* labels per example: 1, or T for tokens */
+	int ny;           /* labels per example: 1, T for tokens, or the
+			     target image's floats for a reconstruction */
 	const int32_t *xi;      /* (B,n_cat) categorical ids; NULL: none */
 	const int32_t *host_xi; /* the same in host memory */
+	const float *yf;        /* (B, ny) target images (l1); NULL: none */
 } apf_batch;
 
 /* The next training batch after *pos (shuffled per epoch from the trial
@@ -234,11 +239,14 @@ struct apf_split_metrics {
 	double auc;       /* sigmoid_xent: area under the ROC curve, exact */
 	double cross_entropy; /* tokens: mean loss per token, nats */
 	double perplexity;    /* tokens: exp(cross_entropy) */
+	double l1_loss;       /* l1: mean absolute error per pixel */
+	double ssim;          /* l1: mean over images of fastMRI's SSIM */
+	double psnr;          /* l1: mean over images of the PSNR, dB */
 	size_t n;         /* examples evaluated (windows, for tokens) */
 };
 
 /* A split's metric by name (accuracy, log_loss, auc, cross_entropy,
- * perplexity); NAN for others. */
+ * perplexity, l1_loss, ssim, psnr); NAN for others. */
 double apf_split_metric(const struct apf_split_metrics *m, const char *name);
 /* The exact ROC AUC of scores (n) against 0/1 labels (n): tied scores
  * share their average rank, sums run in double in sorted order (ties in
