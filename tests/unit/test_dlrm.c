@@ -17,6 +17,7 @@
 
 #include <jansson.h>
 
+#include "torchcheck.h"
 #include "workload/workload.h"
 
 /* 800 AdamW steps of 256 (one epoch is 781): the validation log loss is
@@ -84,20 +85,9 @@ static void check_variant(const apf_workload_spec *w, const char *variant)
 	char *dir = testlib_tmpdir();
 	int rows[64], ncat;
 	assert_apf_ok(apf_workload_table_rows(w, rows, 64, &ncat));
-	json_t *jr = json_array(), *jp = json_array();
+	json_t *jr = json_array(), *jp = torchcheck_params(net);
 	for (int f = 0; f < ncat; f++)
 		json_array_append_new(jr, json_integer(rows[f]));
-	for (size_t i = 0; i < apf_net_nparams(net); i++) {
-		const apf_param *p = apf_net_param(net, i);
-		json_t *shape = json_array();
-		for (int k = 0; k < p->ndim; k++)
-			json_array_append_new(shape, json_integer(p->shape[k]));
-		json_array_append_new(
-			jp, json_pack("{s:s, s:o, s:I, s:I}", "name", p->name,
-				      "shape", shape, "offset",
-				      (json_int_t)p->offset, "numel",
-				      (json_int_t)p->numel));
-	}
 	long residual = 0;
 	assert_apf_ok(apf_model_long(w, variant, "top_residual", 0, 0, 1,
 				     &residual));
@@ -117,35 +107,8 @@ static void check_variant(const apf_workload_spec *w, const char *variant)
 	testlib_write(dir, "xi.bin", b.host_xi,
 		      (size_t)B * ncat * sizeof(int32_t), 0644);
 	testlib_write(dir, "y.bin", b.y, (size_t)B * sizeof(int32_t), 0644);
-	char cmd[4096];
-	snprintf(cmd, sizeof cmd, TESTLIB_PYTHON " %s/tests/unit/lib/dlrm_torch.py %s",
-		 testlib_root(), dir);
-	assert_int_equal(system(cmd), 0);
-	size_t len;
-	double *t = (double *)testlib_read(dir, "torch.bin", &len);
-	assert_int_equal(len, (1 + np) * sizeof(double));
-	printf("    %s: loss %.8f, PyTorch %.8f\n", variant, loss, t[0]);
-	if (fabs(loss - t[0]) > 1e-4 * fabs(t[0]))
-		fail_msg("%s: loss %.8g, PyTorch %.8g", variant, loss, t[0]);
-	double worst = 0;
-	for (size_t i = 0; i < apf_net_nparams(net); i++) {
-		const apf_param *p = apf_net_param(net, i);
-		double scale = 0, err = 0;
-		for (size_t j = 0; j < p->numel; j++) {
-			double tv = t[1 + p->offset + j];
-			scale = fabs(tv) > scale ? fabs(tv) : scale;
-			double e = fabs(g[p->offset + j] - tv);
-			err = e > err ? e : err;
-		}
-		assert_true(scale > 0); /* every parameter takes a gradient */
-		if (err > 1e-4 * scale)
-			fail_msg("%s: %s: gradient off by %.3g of its largest "
-				 "%.3g",
-				 variant, p->name, err, scale);
-		worst = err / scale > worst ? err / scale : worst;
-	}
-	printf("    %s: gradients within %.2g of PyTorch's, relative\n",
-	       variant, worst);
+	double *t = torchcheck_run("dlrm_torch.py", dir, np);
+	torchcheck_compare(variant, net, loss, g, t);
 	free(t);
 	testlib_tmpdir_free(dir);
 	apf_workload_bind(wl, NULL, NULL);

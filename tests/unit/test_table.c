@@ -258,7 +258,7 @@ static void table_workload_checks_its_spec_against_the_files(void **state)
 		int at_load;
 	} bad[] = {
 		{"loss = sigmoid_xent", "loss = cross_entropy",
-		 "cross_entropy reports accuracy, not 'log_loss'", 0},
+		 "cross_entropy reports accuracy, cross_entropy and perplexity, not 'log_loss'", 0},
 		{"direction = min", "direction = max", "falls (min)", 0},
 		{"metrics = log_loss, auc", "metrics = auc",
 		 "must include the metric 'log_loss'", 1},

@@ -272,7 +272,7 @@ static void runtime_refuses_bad_models_and_keys(void **state)
 				 "activation = gelu", "v"));
 	assert_apf_ok(open_text("resnet", "width = 4\nnorm = batchnorm",
 				 "norm = layernorm", "v"));
-	assert_int_equal(open_text("transformer", "width = 4", "width = 8", "v"),
+	assert_int_equal(open_text("conformer", "width = 4", "width = 8", "v"),
 			 APF_EINPUT);
 	assert_non_null(strstr(apf_error_message(), "no model code named"));
 	assert_int_equal(open_text("mlp", "hidden = 8", "hidden = 8", "nope"),
