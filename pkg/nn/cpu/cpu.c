@@ -2056,6 +2056,45 @@ static inline void attn_wsum(float *restrict y, const float *restrict w,
 		attn_wsum_block(y + d, w, x + d, ld, n, 1);
 }
 
+/* e^x for the softmax, in plain float and integer arithmetic so that a
+ * loop of it vectorises (float compares would not, being able to trap) and
+ * every clone computes the same bits (libm's expf is one call per element):
+ * |x| is clamped to 87 on its bits (e^-87 ~ 1.6e-38, still normal; NaN
+ * stays NaN), x = n ln2 + r with |r| <= ln2/2, e^r by its Taylor series to
+ * r^7 (truncation below 1e-8 relative), times 2^n built in the exponent
+ * bits. */
+static inline float attn_exp(float x)
+{
+	const uint32_t lim = 0x42ae0000u; /* 87.0f */
+	uint32_t ux, ut, umagic;
+	memcpy(&ux, &x, sizeof ux);
+	uint32_t mag = ux & 0x7fffffffu;
+	mag = mag > lim && mag <= 0x7f800000u ? lim : mag;
+	ux = (ux & 0x80000000u) | mag;
+	memcpy(&x, &ux, sizeof x);
+	/* round x / ln2 to nearest by the 1.5 * 2^23 shift: n sits in the low
+	 * bits of t */
+	const float magic = 12582912.0f;
+	float t = x * 1.44269504f + magic;
+	float n = t - magic;
+	float r = x - n * 0.693359375f;  /* ln2's high bits: n * hi exact */
+	r = r - n * -2.12194440e-4f;     /* ln2 - hi */
+	float p = 1.0f / 5040.0f;
+	p = p * r + 1.0f / 720.0f;
+	p = p * r + 1.0f / 120.0f;
+	p = p * r + 1.0f / 24.0f;
+	p = p * r + 1.0f / 6.0f;
+	p = p * r + 0.5f;
+	p = p * r + 1.0f;
+	p = p * r + 1.0f;
+	memcpy(&ut, &t, sizeof ut);
+	memcpy(&umagic, &magic, sizeof umagic);
+	uint32_t bits = (ut - umagic + 127u) << 23;
+	float scale;
+	memcpy(&scale, &bits, sizeof scale);
+	return p * scale;
+}
+
 // y (n) += a x (n)
 static inline void attn_axpy(float *restrict y, float a,
 			     const float *restrict x, int n)
@@ -2096,12 +2135,11 @@ HOT static void attention_head_forward(float *out, float *att,
 			s[t2] *= scale;
 			m = s[t2] > m ? s[t2] : m;
 		}
+		for (int t2 = 0; t2 < n; t2++)
+			a[t2] = attn_exp((float)(s[t2] - m));
 		double sum = 0.0;
-		for (int t2 = 0; t2 < n; t2++) {
-			float e = expf((float)(s[t2] - m));
-			a[t2] = e;
-			sum += e;
-		}
+		for (int t2 = 0; t2 < n; t2++)
+			sum += a[t2];
 		double inv = 1.0 / sum;
 		for (int t2 = 0; t2 < n; t2++)
 			a[t2] = (float)(a[t2] * inv);
