@@ -1961,14 +1961,17 @@ static void v_adam_direction(apf_backend *be, float *d, const float *m,
  * among the threads and each pair is computed whole by one thread in a fixed
  * order, so the bits do not depend on the thread count. Within a head, query
  * row t reads keys 0..t only. K (forward) and V (backward) are first copied
- * transposed, (hs,Tp) with Tp = T rounded up to ATTN_KB and zero columns
- * after T, so a row's dot products run along the keys, ATTN_KB keys at a
- * time in registers, each summed in double in d order. Weighted sums of rows
+ * transposed, (hs,Tp) with Tp = T rounded up to ATTN_PAD and zero columns
+ * after T, so a row's dot products run along the keys, a block of keys at a
+ * time in registers, each summed in d order: the scores in double, the
+ * backward's dout.v in float. Weighted sums of rows
  * (out, dq) keep up to 32 columns in registers and add the rows in key
  * order. Each thread's scratch is linear in T (a few (T,hs) panels and rows
  * of T), never (T,T). */
 
-#define ATTN_KB 16 /* keys per register block of the dot products */
+#define ATTN_KB 16  /* keys per register block of the double dots */
+#define ATTN_KBF 32 /* the same for float dots */
+#define ATTN_PAD 32 /* a multiple of both */
 
 struct attn_arg {
 	float *out, *att, *dqkv;
@@ -1983,7 +1986,7 @@ struct attn_arg {
  * 3 (T,hs) float panels and rows of hs and T floats, 64-byte aligned. */
 static int attn_padded(int T)
 {
-	return (T + ATTN_KB - 1) / ATTN_KB * ATTN_KB;
+	return (T + ATTN_PAD - 1) / ATTN_PAD * ATTN_PAD;
 }
 
 /* Bytes of one thread's scratch, forward and backward alike: Tp doubles,
@@ -2024,6 +2027,39 @@ static inline void attn_dots(double *restrict s, const float *restrict y,
 		for (int j = 0; j < ATTN_KB; j++)
 			s[t0 + j] = acc[j];
 	}
+}
+
+// s (n rounded up to ATTN_KBF) = y (hs) . xT[:, t2], in float in d order
+static inline void attn_dots_f(float *restrict s, const float *restrict y,
+			       const float *restrict xT, int Tp, int hs, int n)
+{
+	for (int t0 = 0; t0 < n; t0 += ATTN_KBF) {
+		float acc[ATTN_KBF] = {0};
+		for (int d = 0; d < hs; d++) {
+			float yd = y[d];
+			const float *restrict xr = xT + (size_t)d * Tp + t0;
+			for (int j = 0; j < ATTN_KBF; j++)
+				acc[j] += yd * xr[j];
+		}
+		for (int j = 0; j < ATTN_KBF; j++)
+			s[t0 + j] = acc[j];
+	}
+}
+
+/* sum over t2 < n of a[t2] b[t2] in double: four partials over t2 mod 4,
+ * then the tail, in a fixed order */
+static inline double attn_dot_d(const float *restrict a,
+				const float *restrict b, int n)
+{
+	double p[4] = {0};
+	int i = 0;
+	for (; i + 4 <= n; i += 4)
+		for (int j = 0; j < 4; j++)
+			p[j] += (double)a[i + j] * b[i + j];
+	double s = (p[0] + p[1]) + (p[2] + p[3]);
+	for (; i < n; i++)
+		s += (double)a[i] * b[i];
+	return s;
 }
 
 /* y (W) = sum over t2 < n of w[t2] x[t2] (rows of stride ld), in t2 order;
@@ -2158,8 +2194,8 @@ HOT static void attention_head_backward(float *dqkv, const float *dout,
 {
 	size_t ld = (size_t)3 * C;
 	int Tp = attn_padded(T);
-	double *datt = (double *)slab;
-	float *vT = (float *)(datt + Tp);
+	float *datt = (float *)slab;
+	float *vT = datt + Tp;
 	float *dk = vT + (size_t)Tp * hs, *dv = dk + (size_t)T * hs;
 	float *dq = dv + (size_t)T * hs, *dpre = dq + hs;
 	attn_transpose(vT, qkv + 2 * (size_t)C, ld, T, Tp, hs);
@@ -2169,10 +2205,8 @@ HOT static void attention_head_backward(float *dqkv, const float *dout,
 		const float *a = att + (size_t)t * T;
 		const float *dO = dout + (size_t)t * C;
 		const float *q = qkv + t * ld;
-		attn_dots(datt, dO, vT, Tp, hs, n);
-		double sd = 0.0;
-		for (int t2 = 0; t2 < n; t2++)
-			sd += a[t2] * datt[t2];
+		attn_dots_f(datt, dO, vT, Tp, hs, n);
+		double sd = attn_dot_d(a, datt, n);
 		/* the softmax's backward, with the score scale folded in */
 		for (int t2 = 0; t2 < n; t2++)
 			dpre[t2] = (float)((double)scale * a[t2] *
