@@ -1972,6 +1972,7 @@ static void v_adam_direction(apf_backend *be, float *d, const float *m,
 #define ATTN_KB 16  /* keys per register block of the double dots */
 #define ATTN_KBF 32 /* the same for float dots */
 #define ATTN_PAD 32 /* a multiple of both */
+#define ATTN_QG 4   /* query rows per group in the backward */
 
 struct attn_arg {
 	float *out, *att, *dqkv;
@@ -1995,7 +1996,8 @@ static size_t attn_slab_bytes(int T, int hs)
 {
 	size_t Tp = (size_t)attn_padded(T);
 	size_t b = Tp * sizeof(double) +
-		   (Tp * hs + (size_t)2 * T * hs + hs + T) * sizeof(float);
+		   (Tp * hs + (size_t)2 * T * hs + hs +
+		    (size_t)ATTN_QG * T) * sizeof(float);
 	return (b + 63) / 64 * 64;
 }
 
@@ -2060,6 +2062,37 @@ static inline double attn_dot_d(const float *restrict a,
 	for (; i < n; i++)
 		s += (double)a[i] * b[i];
 	return s;
+}
+
+/* dk (hs) += w[j s] q[j] and dv (hs) += u[j s] o[j] for rows j = 0..3 in
+ * order, one pass: the same bits as four axpys. q rows stride lq, o rows
+ * stride lo, weights stride s. */
+static inline void attn_rank4(float *restrict dk, float *restrict dv,
+			      const float *restrict w,
+			      const float *restrict u, size_t s,
+			      const float *restrict q, size_t lq,
+			      const float *restrict o, size_t lo, int hs)
+{
+	float w0 = w[0], w1 = w[s], w2 = w[2 * s], w3 = w[3 * s];
+	float u0 = u[0], u1 = u[s], u2 = u[2 * s], u3 = u[3 * s];
+	const float *restrict q1 = q + lq, *restrict q2 = q + 2 * lq;
+	const float *restrict q3 = q + 3 * lq;
+	const float *restrict o1 = o + lo, *restrict o2 = o + 2 * lo;
+	const float *restrict o3 = o + 3 * lo;
+	for (int d = 0; d < hs; d++) {
+		float x = dk[d];
+		x += w0 * q[d];
+		x += w1 * q1[d];
+		x += w2 * q2[d];
+		x += w3 * q3[d];
+		dk[d] = x;
+		float y = dv[d];
+		y += u0 * o[d];
+		y += u1 * o1[d];
+		y += u2 * o2[d];
+		y += u3 * o3[d];
+		dv[d] = y;
+	}
 }
 
 /* y (W) = sum over t2 < n of w[t2] x[t2] (rows of stride ld), in t2 order;
@@ -2200,23 +2233,44 @@ HOT static void attention_head_backward(float *dqkv, const float *dout,
 	float *dq = dv + (size_t)T * hs, *dpre = dq + hs;
 	attn_transpose(vT, qkv + 2 * (size_t)C, ld, T, Tp, hs);
 	memset(dk, 0, (size_t)2 * T * hs * sizeof *dk);
-	for (int t = 0; t < T; t++) {
-		int n = t + 1;
-		const float *a = att + (size_t)t * T;
-		const float *dO = dout + (size_t)t * C;
-		const float *q = qkv + t * ld;
-		attn_dots_f(datt, dO, vT, Tp, hs, n);
-		double sd = attn_dot_d(a, datt, n);
-		/* the softmax's backward, with the score scale folded in */
-		for (int t2 = 0; t2 < n; t2++)
-			dpre[t2] = (float)((double)scale * a[t2] *
-					   (datt[t2] - sd));
-		attn_wsum(dq, dpre, qkv + C, ld, n, hs);
-		attn_store(dqkv + t * ld, dq, hs, accum);
-		for (int t2 = 0; t2 < n; t2++) {
-			attn_axpy(dk + (size_t)t2 * hs, dpre[t2], q, hs);
-			attn_axpy(dv + (size_t)t2 * hs, a[t2], dO, hs);
+	/* Query rows in groups of ATTN_QG: each row's dq as it comes, then
+	 * the group's terms of dk, dv added row after row (t increasing) in
+	 * one pass over each key's row, the order the rows would give one at
+	 * a time. */
+	for (int t0 = 0; t0 < T; t0 += ATTN_QG) {
+		int G = T - t0 < ATTN_QG ? T - t0 : ATTN_QG;
+		for (int j = 0; j < G; j++) {
+			int t = t0 + j, n = t + 1;
+			const float *a = att + (size_t)t * T;
+			float *dp = dpre + (size_t)j * T;
+			attn_dots_f(datt, dout + (size_t)t * C, vT, Tp, hs, n);
+			double sd = attn_dot_d(a, datt, n);
+			/* the softmax's backward, the score scale folded in */
+			for (int t2 = 0; t2 < n; t2++)
+				dp[t2] = (float)((double)scale * a[t2] *
+						 (datt[t2] - sd));
+			attn_wsum(dq, dp, qkv + C, ld, n, hs);
+			attn_store(dqkv + t * ld, dq, hs, accum);
 		}
+		const float *a0 = att + (size_t)t0 * T;
+		const float *q0 = qkv + t0 * ld, *o0 = dout + (size_t)t0 * C;
+		int t2 = 0;
+		if (G == ATTN_QG)
+			/* keys every row of the group reads */
+			for (; t2 <= t0; t2++)
+				attn_rank4(dk + (size_t)t2 * hs,
+					   dv + (size_t)t2 * hs, dpre + t2,
+					   a0 + t2, (size_t)T, q0, ld, o0,
+					   (size_t)C, hs);
+		for (; t2 < t0 + G; t2++)
+			for (int j = t2 > t0 ? t2 - t0 : 0; j < G; j++) {
+				attn_axpy(dk + (size_t)t2 * hs,
+					  dpre[(size_t)j * T + t2],
+					  q0 + j * ld, hs);
+				attn_axpy(dv + (size_t)t2 * hs,
+					  a0[(size_t)j * T + t2],
+					  o0 + (size_t)j * C, hs);
+			}
 	}
 	for (int t2 = 0; t2 < T; t2++) {
 		attn_store(dqkv + t2 * ld + C, dk + (size_t)t2 * hs, hs, accum);
