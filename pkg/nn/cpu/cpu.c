@@ -1964,9 +1964,8 @@ static void v_adam_direction(apf_backend *be, float *d, const float *m,
  * transposed, (hs,Tp) with Tp = T rounded up to ATTN_PAD and zero columns
  * after T, so a row's dot products run along the keys, a block of keys at a
  * time in registers, each summed in d order: the scores in double, the
- * backward's dout.v in float. Weighted sums of rows
- * (out, dq) keep up to 32 columns in registers and add the rows in key
- * order. Each thread's scratch is linear in T (a few (T,hs) panels and rows
+ * backward's dout.v in float. Weighted sums of rows (out, dq) keep up to
+ * 32 columns in registers and add the rows in key order. Each thread's scratch is linear in T (a few (T,hs) panels and rows
  * of T), never (T,T). */
 
 #define ATTN_KB 16  /* keys per register block of the double dots */
@@ -1983,15 +1982,15 @@ struct attn_arg {
 	size_t slab_bytes;
 };
 
-/* Bytes of one thread's scratch, forward and backward alike: T doubles, then
- * 3 (T,hs) float panels and rows of hs and T floats, 64-byte aligned. */
+/* Tp: T rounded up to whole blocks of keys */
 static int attn_padded(int T)
 {
 	return (T + ATTN_PAD - 1) / ATTN_PAD * ATTN_PAD;
 }
 
-/* Bytes of one thread's scratch, forward and backward alike: Tp doubles,
- * then a (hs,Tp) and two (T,hs) float panels and rows of hs and T floats. */
+/* Bytes of one thread's scratch, enough for forward and backward: Tp
+ * doubles, then a (hs,Tp) and two (T,hs) float panels, a row of hs and
+ * ATTN_QG rows of T floats; a multiple of 64 so every slab stays aligned. */
 static size_t attn_slab_bytes(int T, int hs)
 {
 	size_t Tp = (size_t)attn_padded(T);
@@ -2290,12 +2289,11 @@ static void attn_task(void *v, int t, int nt, int backward)
 		size_t b = bh / NH, h = bh % NH;
 		size_t row0 = b * T;  /* first (b,t) row */
 		const float *qkv = a->qkv + row0 * 3 * C + h * hs;
-		const float *att = a->att_in ? a->att_in : a->att;
-		att += bh * T * T;
 		if (backward)
 			attention_head_backward(a->dqkv + row0 * 3 * C + h * hs,
 						a->dout + row0 * C + h * hs,
-						qkv, att, T, C, hs, a->scale,
+						qkv, a->att_in + bh * T * T,
+						T, C, hs, a->scale,
 						a->accum, slab);
 		else
 			attention_head_forward(a->out + row0 * C + h * hs,
