@@ -1186,20 +1186,49 @@ static void layernorm_backward(apf_backend *be, float *dinp, float *dscale,
 #define GELU_C 0.044715f
 
 /* The scalar formulas, shared by the activations and the gated linear
- * units, so both compute the same bits. */
+ * units, so both compute the same bits. The `_of` forms take the function's
+ * transcendental (GELU's tanh, SiLU's e^-x) so that a value and its
+ * derivative can share one call. */
 static inline float relu_f(float x)
 {
 	return x > 0.0f ? x : 0.0f;
 }
 
+static inline float gelu_tanh(float x)
+{
+	return tanhf(GELU_K * (x + GELU_C * x * x * x));
+}
+
+static inline float gelu_of(float x, float t)
+{
+	return 0.5f * x * (1.0f + t);
+}
+
 static inline float gelu_f(float x)
 {
-	return 0.5f * x * (1.0f + tanhf(GELU_K * (x + GELU_C * x * x * x)));
+	return gelu_of(x, gelu_tanh(x));
+}
+
+static inline float gelu_grad_of(float x, float t)
+{
+	float du = GELU_K * (1.0f + 3.0f * GELU_C * x * x);
+	return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du;
+}
+
+static inline float silu_of(float x, float e) /* e = e^-x */
+{
+	return x / (1.0f + e);
 }
 
 static inline float silu_f(float x)
 {
-	return x / (1.0f + expf(-x));
+	return silu_of(x, expf(-x));
+}
+
+static inline float silu_grad_of(float x, float e)
+{
+	float sg = 1.0f / (1.0f + e);
+	return sg * (1.0f + x * (1.0f - sg));
 }
 
 HOT static void activation_forward_s(apf_backend *be, int act, float *out,
@@ -1240,15 +1269,12 @@ HOT static void activation_forward_s(apf_backend *be, int act, float *out,
 
 static inline float gelu_grad(float x)
 {
-	float t = tanhf(GELU_K * (x + GELU_C * x * x * x));
-	float du = GELU_K * (1.0f + 3.0f * GELU_C * x * x);
-	return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du;
+	return gelu_grad_of(x, gelu_tanh(x));
 }
 
 static inline float silu_grad(float x)
 {
-	float sg = 1.0f / (1.0f + expf(-x));
-	return sg * (1.0f + x * (1.0f - sg));
+	return silu_grad_of(x, expf(-x));
 }
 
 HOT static void activation_backward_s(apf_backend *be, int act, float *dinp,
@@ -2355,13 +2381,6 @@ static void attention_backward(apf_backend *be, float *dqkv, const float *dout,
 	free(a.scratch);
 }
 
-/* tanh' from the input (a GLU keeps no activation output) */
-static inline float tanh_grad(float x)
-{
-	float t = tanhf(x);
-	return 1.0f - t * t;
-}
-
 /* Gated linear units: elementwise per row, so any split of the rows gives
  * the same bits. One loop per activation (no branch inside). */
 
@@ -2390,16 +2409,19 @@ HOT static void glu_row_forward(int act, float *restrict out,
 	}
 }
 
-/* dx = dout g act'(x), dg = dout act(x), written or added. */
-#define GLU_LOOP(dx_expr, dg_expr)                                            \
+/* dx = dout g act'(x), dg = dout act(x), written or added; `pre` computes
+ * the activation's transcendental once for both. */
+#define GLU_LOOP(pre, dx_expr, dg_expr)                                       \
 	do {                                                                  \
 		if (accum)                                                    \
 			for (int i = 0; i < H; i++) {                         \
+				pre;                                          \
 				dx[i] += (dx_expr);                           \
 				dg[i] += (dg_expr);                           \
 			}                                                     \
 		else                                                          \
 			for (int i = 0; i < H; i++) {                         \
+				pre;                                          \
 				dx[i] = (dx_expr);                            \
 				dg[i] = (dg_expr);                            \
 			}                                                     \
@@ -2413,20 +2435,23 @@ HOT static void glu_row_backward(int act, float *restrict dx,
 {
 	switch (act) {
 	case APF_ACT_RELU:
-		GLU_LOOP(x[i] > 0.0f ? dout[i] * g[i] : 0.0f,
+		GLU_LOOP((void)0, x[i] > 0.0f ? dout[i] * g[i] : 0.0f,
 			 dout[i] * relu_f(x[i]));
 		break;
 	case APF_ACT_GELU:
-		GLU_LOOP(dout[i] * g[i] * gelu_grad(x[i]),
-			 dout[i] * gelu_f(x[i]));
+		GLU_LOOP(float t = gelu_tanh(x[i]),
+			 dout[i] * g[i] * gelu_grad_of(x[i], t),
+			 dout[i] * gelu_of(x[i], t));
 		break;
 	case APF_ACT_SILU:
-		GLU_LOOP(dout[i] * g[i] * silu_grad(x[i]),
-			 dout[i] * silu_f(x[i]));
+		GLU_LOOP(float e = expf(-x[i]),
+			 dout[i] * g[i] * silu_grad_of(x[i], e),
+			 dout[i] * silu_of(x[i], e));
 		break;
 	case APF_ACT_TANH:
-		GLU_LOOP(dout[i] * g[i] * tanh_grad(x[i]),
-			 dout[i] * tanhf(x[i]));
+		GLU_LOOP(float t = tanhf(x[i]),
+			 dout[i] * g[i] * (1.0f - t * t),
+			 dout[i] * t);
 		break;
 	}
 }
