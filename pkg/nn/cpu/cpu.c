@@ -2014,13 +2014,13 @@ static int attn_padded(int T)
 	return (T + ATTN_PAD - 1) / ATTN_PAD * ATTN_PAD;
 }
 
-/* Bytes of one thread's scratch, enough for forward and backward: Tp
+/* Bytes of one thread's scratch, enough for forward and backward: 2 Tp
  * doubles, then a (hs,Tp) and two (T,hs) float panels, a row of hs and
  * ATTN_QG rows of T floats; a multiple of 64 so every slab stays aligned. */
 static size_t attn_slab_bytes(int T, int hs)
 {
 	size_t Tp = (size_t)attn_padded(T);
-	size_t b = Tp * sizeof(double) +
+	size_t b = 2 * Tp * sizeof(double) +
 		   (Tp * hs + (size_t)2 * T * hs + hs +
 		    (size_t)ATTN_QG * T) * sizeof(float);
 	return (b + 63) / 64 * 64;
@@ -2053,6 +2053,31 @@ static inline void attn_dots(double *restrict s, const float *restrict y,
 		}
 		for (int j = 0; j < ATTN_KB; j++)
 			s[t0 + j] = acc[j];
+	}
+}
+
+/* attn_dots for two rows y0, y1 at once, sharing each load of xT: the same
+ * bits as two calls */
+static inline void attn_dots2(double *restrict s0, double *restrict s1,
+			      const float *restrict y0,
+			      const float *restrict y1,
+			      const float *restrict xT, int Tp, int hs, int n)
+{
+	for (int t0 = 0; t0 < n; t0 += ATTN_KB) {
+		double a0[ATTN_KB] = {0}, a1[ATTN_KB] = {0};
+		for (int d = 0; d < hs; d++) {
+			double u = y0[d], w = y1[d];
+			const float *restrict xr = xT + (size_t)d * Tp + t0;
+			for (int j = 0; j < ATTN_KB; j++) {
+				double x = xr[j];
+				a0[j] += u * x;
+				a1[j] += w * x;
+			}
+		}
+		for (int j = 0; j < ATTN_KB; j++) {
+			s0[t0 + j] = a0[j];
+			s1[t0 + j] = a1[j];
+		}
 	}
 }
 
@@ -2216,31 +2241,41 @@ HOT static void attention_head_forward(float *out, float *att,
 {
 	size_t ld = (size_t)3 * C;
 	int Tp = attn_padded(T);
-	double *s = (double *)slab;
-	float *kT = (float *)(s + Tp);
+	double *s = (double *)slab; /* two rows of Tp scores */
+	float *kT = (float *)(s + 2 * (size_t)Tp);
 	float *orow = kT + (size_t)Tp * hs;
 	attn_transpose(kT, qkv + C, ld, T, Tp, hs);
-	for (int t = 0; t < T; t++) {
-		int n = t + 1;
-		float *a = att + (size_t)t * T;
-		attn_dots(s, qkv + t * ld, kT, Tp, hs, n);
-		double m = -INFINITY;
-		for (int t2 = 0; t2 < n; t2++) {
-			s[t2] *= scale;
-			m = s[t2] > m ? s[t2] : m;
+	/* query rows two at a time, sharing the loads of K */
+	for (int t0 = 0; t0 < T; t0 += 2) {
+		int rows = T - t0 < 2 ? 1 : 2;
+		const float *q = qkv + t0 * ld;
+		if (rows == 2)
+			attn_dots2(s, s + Tp, q, q + ld, kT, Tp, hs, t0 + 2);
+		else
+			attn_dots(s, q, kT, Tp, hs, t0 + 1);
+		for (int r = 0; r < rows; r++) {
+			int t = t0 + r, n = t + 1;
+			double *sr = s + (size_t)r * Tp;
+			float *a = att + (size_t)t * T;
+			double m = -INFINITY;
+			for (int t2 = 0; t2 < n; t2++) {
+				sr[t2] *= scale;
+				m = sr[t2] > m ? sr[t2] : m;
+			}
+			for (int t2 = 0; t2 < n; t2++)
+				a[t2] = attn_exp((float)(sr[t2] - m));
+			double sum = 0.0;
+			for (int t2 = 0; t2 < n; t2++)
+				sum += a[t2];
+			double inv = 1.0 / sum;
+			for (int t2 = 0; t2 < n; t2++)
+				a[t2] = (float)(a[t2] * inv);
+			for (int t2 = n; t2 < T; t2++)
+				a[t2] = 0.0f;
+			attn_wsum(orow, a, qkv + 2 * (size_t)C, ld, n, hs);
+			memcpy(out + (size_t)t * C, orow,
+			       (size_t)hs * sizeof *orow);
 		}
-		for (int t2 = 0; t2 < n; t2++)
-			a[t2] = attn_exp((float)(s[t2] - m));
-		double sum = 0.0;
-		for (int t2 = 0; t2 < n; t2++)
-			sum += a[t2];
-		double inv = 1.0 / sum;
-		for (int t2 = 0; t2 < n; t2++)
-			a[t2] = (float)(a[t2] * inv);
-		for (int t2 = n; t2 < T; t2++)
-			a[t2] = 0.0f;
-		attn_wsum(orow, a, qkv + 2 * (size_t)C, ld, n, hs);
-		memcpy(out + (size_t)t * C, orow, (size_t)hs * sizeof *orow);
 	}
 }
 
