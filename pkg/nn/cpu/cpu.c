@@ -2114,34 +2114,22 @@ static inline double attn_dot_d(const float *restrict a,
 	return s;
 }
 
-/* dk (hs) += w[j s] q[j] and dv (hs) += u[j s] o[j] for rows j = 0..3 in
- * order, one pass: the same bits as four axpys. q rows stride lq, o rows
- * stride lo, weights stride s. */
-static inline void attn_rank4(float *restrict dk, float *restrict dv,
-			      const float *restrict w,
-			      const float *restrict u, size_t s,
-			      const float *restrict q, size_t lq,
-			      const float *restrict o, size_t lo, int hs)
+/* y (hs) += w[j s] x[j] for rows j = 0..3 (stride lx) in order, in one
+ * pass: the same bits as four axpys. */
+static inline void attn_rank4(float *restrict y, const float *restrict w,
+			      size_t s, const float *restrict x, size_t lx,
+			      int hs)
 {
 	float w0 = w[0], w1 = w[s], w2 = w[2 * s], w3 = w[3 * s];
-	float u0 = u[0], u1 = u[s], u2 = u[2 * s], u3 = u[3 * s];
-	const float *restrict q1 = q + lq, *restrict q2 = q + 2 * lq;
-	const float *restrict q3 = q + 3 * lq;
-	const float *restrict o1 = o + lo, *restrict o2 = o + 2 * lo;
-	const float *restrict o3 = o + 3 * lo;
+	const float *restrict x1 = x + lx, *restrict x2 = x + 2 * lx;
+	const float *restrict x3 = x + 3 * lx;
 	for (int d = 0; d < hs; d++) {
-		float x = dk[d];
-		x += w0 * q[d];
-		x += w1 * q1[d];
-		x += w2 * q2[d];
-		x += w3 * q3[d];
-		dk[d] = x;
-		float y = dv[d];
-		y += u0 * o[d];
-		y += u1 * o1[d];
-		y += u2 * o2[d];
-		y += u3 * o3[d];
-		dv[d] = y;
+		float v = y[d];
+		v += w0 * x[d];
+		v += w1 * x1[d];
+		v += w2 * x2[d];
+		v += w3 * x3[d];
+		y[d] = v;
 	}
 }
 
@@ -2317,11 +2305,12 @@ HOT static void attention_head_backward(float *dqkv, const float *dout,
 		int t2 = 0;
 		if (G == ATTN_QG)
 			/* keys every row of the group reads */
-			for (; t2 <= t0; t2++)
-				attn_rank4(dk + (size_t)t2 * hs,
-					   dv + (size_t)t2 * hs, dpre + t2,
-					   a0 + t2, (size_t)T, q0, ld, o0,
-					   (size_t)C, hs);
+			for (; t2 <= t0; t2++) {
+				attn_rank4(dk + (size_t)t2 * hs, dpre + t2,
+					   (size_t)T, q0, ld, hs);
+				attn_rank4(dv + (size_t)t2 * hs, a0 + t2,
+					   (size_t)T, o0, (size_t)C, hs);
+			}
 		for (; t2 < t0 + G; t2++)
 			for (int j = t2 > t0 ? t2 - t0 : 0; j < G; j++) {
 				attn_axpy(dk + (size_t)t2 * hs,
