@@ -59,6 +59,8 @@ BENCH_BIN:= $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
 HELPER_BIN := $(HELPER_SRC:tests/helpers/%.c=$(BUILD)/tests/helpers/%)
 DATAGEN     := $(BUILD)/datagen/clicks
 CLICKS_DATA := datasets/clicks/test.tab
+TEXTGEN     := $(BUILD)/datagen/text
+TEXT_DATA   := datasets/fortunes/test.tab
 
 ifneq ($(CU_SRC),)
 CPPFLAGS_APF += -DAPF_HAVE_CUDA -I/usr/local/cuda/include
@@ -69,7 +71,7 @@ endif
         layout-tests layout-report
 .DEFAULT_GOAL := all
 
-all: $(BUILD)/apf $(BUILD)/libapf.a $(CLICKS_DATA)
+all: $(BUILD)/apf $(BUILD)/libapf.a $(CLICKS_DATA) $(TEXT_DATA)
 
 # V=1 shows the full commands.
 Q := $(if $(V),,@)
@@ -149,6 +151,19 @@ $(CLICKS_DATA): datagen/clicks.c | $(DATAGEN)
 	@$(if $(Q),echo "  GEN     datasets/clicks")
 	@mkdir -p datasets
 	$(Q)$(DATAGEN) datasets/clicks
+
+# The byte-level corpus of workloads/text_lm: datagen/text.c cuts Debian's
+# fortunes package into documents, splits them by a hash of their text and
+# writes token windows into datasets/fortunes/ (workload.ini pins the digest).
+$(TEXTGEN): datagen/text.c $(BUILD)/libapf.a
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  DATAGEN $@")
+	$(Q)$(CC) $(CPPFLAGS_APF) $(CFLAGS_APF) $(CFLAGS) $(LDFLAGS_APF) -o $@ $< \
+	    $(BUILD)/libapf.a $(LIBS)
+$(TEXT_DATA): datagen/text.c | $(TEXTGEN)
+	@$(if $(Q),echo "  GEN     datasets/fortunes")
+	@mkdir -p datasets
+	$(Q)$(TEXTGEN) datasets/fortunes
 
 # The verifier's link check (tests/layout/test_layout.py, verify/README):
 # libapf-verify.a holds verify/ and every package but the runner (the
@@ -257,6 +272,8 @@ install: all
 	install -m 644 containers/seccomp.json $(DESTDIR)$(PREFIX)/share/apf/seccomp.json
 	install -d $(DESTDIR)$(PREFIX)/share/apf/datasets/clicks
 	install -m 644 datasets/clicks/*.tab $(DESTDIR)$(PREFIX)/share/apf/datasets/clicks/
+	install -d $(DESTDIR)$(PREFIX)/share/apf/datasets/fortunes
+	install -m 644 datasets/fortunes/*.tab $(DESTDIR)$(PREFIX)/share/apf/datasets/fortunes/
 	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(shell sed -n 's/.*APF_VERSION "\(.*\)"/\1/p' pkg/base/base.h)|' \
 	    -e 's|@LIBS@|$(LIBS)|' scripts/apf.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/apf.pc
 

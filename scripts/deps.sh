@@ -2,7 +2,8 @@
 # Installs the Debian packages apf needs, with apt-get, when they are missing.
 # Usage: scripts/deps.sh GROUP...   (groups: build, test, bench, runtime, unit)
 #   build    what compiles and links apf
-#   runtime  the data the shipped workloads read (an image has build + runtime)
+#   runtime  the data the shipped workloads read (an image has build + runtime):
+#            Fashion-MNIST, and the fortunes text_lm's corpus is cut from
 #   unit     what the unit tests need beyond build (the image build runs them)
 #   test     everything make test uses: the unit tests', the end-to-end
 #            tests' (python, chromium for the report, podman and debootstrap
@@ -13,8 +14,9 @@ set -eu
 build="gcc make pkg-config git python3 libarchive-dev libssl-dev libgit2-dev libinih-dev
 libjansson-dev libopenblas-dev libseccomp-dev libelf-dev zlib1g-dev libzstd-dev"
 test="libcmocka-dev python3 python3-jsonschema openssl zstd dataset-fashion-mnist
-util-linux iproute2 man-db groff-base chromium podman runc debootstrap slurm-wlm munge"
-runtime="dataset-fashion-mnist"
+util-linux iproute2 man-db groff-base chromium podman runc debootstrap slurm-wlm munge
+fortunes"
+runtime="dataset-fashion-mnist fortunes"
 unit="libcmocka-dev python3"
 bench="python3-torch coreutils bc dataset-fashion-mnist"
 

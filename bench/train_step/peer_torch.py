@@ -3,7 +3,7 @@
 thread count as apf's, timed the same way (warm-up, then the median of
 several repetitions of a fixed number of steps).
 
-    peer_torch.py {mlp|cnn|dlrm} BATCH THREADS STEPS REPS
+    peer_torch.py {mlp|cnn|dlrm|lm} BATCH THREADS STEPS REPS
 
 Prints `samples_per_s <median>` and `peak_rss_mib <this process's peak>`. The models mirror
 workloads/fmnist_mlp (784-1024-1024-10, ReLU) and workloads/fmnist_cnn (the
@@ -12,8 +12,14 @@ batch norm, global average pool, linear head), in channels-last layout as
 apf computes them, and workloads/clicks_dlrm (DLRM: bottom MLP 13-64-16, 26
 embedding tables of 16 in one stacked table as apf keeps them, the dot
 interaction's 351 pairwise dots, top MLP 367-256-128-1, sigmoid
-cross-entropy; dense embedding gradients, as apf computes them).
+cross-entropy; dense embedding gradients, as apf computes them), and
+workloads/text_lm (a GPT-2-style decoder: byte embedding 256 x 128 and
+learned positions over 64 tokens, two pre-LN blocks of 4-head causal
+attention (masked softmax of q k^T, as nanoGPT computes it where PyTorch
+has no fused attention: Debian 12's PyTorch 1.13 has none) and a GELU
+MLP of 512, final norm, untied head, next-token cross-entropy).
 """
+import math
 import resource
 import statistics
 import sys
@@ -89,12 +95,43 @@ class DLRM(nn.Module):
         return self.top(torch.cat([d, z], dim=1)).squeeze(1)
 
 
+class LM(nn.Module):
+    def __init__(self, T=64, D=128, heads=4, layers=2, hidden=512, V=256):
+        super().__init__()
+        self.heads = heads
+        self.tok = nn.Embedding(V, D)
+        self.pos = nn.Parameter(torch.zeros(T, D))
+        self.blocks = nn.ModuleList(
+            nn.ModuleDict({"ln1": nn.LayerNorm(D), "qkv": nn.Linear(D, 3 * D),
+                           "proj": nn.Linear(D, D), "ln2": nn.LayerNorm(D),
+                           "up": nn.Linear(D, hidden), "down": nn.Linear(hidden, D)})
+            for _ in range(layers))
+        self.ln_f = nn.LayerNorm(D)
+        self.head = nn.Linear(D, V)
+        self.register_buffer("mask", torch.ones(T, T, dtype=torch.bool).triu(1))
+
+    def forward(self, idx):
+        B, T = idx.shape
+        x = self.tok(idx) + self.pos
+        for b in self.blocks:
+            q, k, v = b["qkv"](b["ln1"](x)).split(x.shape[2], dim=2)
+            q, k, v = (t.view(B, T, self.heads, -1).transpose(1, 2) for t in (q, k, v))
+            s = (q @ k.transpose(2, 3)) * (1.0 / math.sqrt(q.shape[3]))
+            a = torch.softmax(s.masked_fill(self.mask, float("-inf")), dim=-1) @ v
+            x = x + b["proj"](a.transpose(1, 2).reshape(B, T, -1))
+            x = x + b["down"](F.gelu(b["up"](b["ln2"](x)), approximate="tanh"))
+        return self.head(self.ln_f(x))
+
+
 def main():
     kind, batch, threads, steps, reps = sys.argv[1], *map(int, sys.argv[2:6])
     torch.set_num_threads(threads)
     torch.manual_seed(0)
-    cat = None
-    if kind == "dlrm":
+    cat = tokens = None
+    if kind == "lm":
+        model = LM()
+        tokens = torch.randint(0, 256, (batch, 65))
+    elif kind == "dlrm":
         model = DLRM()
         x = torch.rand(batch, 13) * 4
         cat = torch.stack([torch.randint(0, r, (batch,)) for r in CLICK_ROWS], dim=1)
@@ -111,7 +148,10 @@ def main():
 
     def step():
         opt.zero_grad(set_to_none=True)
-        if cat is not None:
+        if tokens is not None:
+            loss = F.cross_entropy(model(tokens[:, :64]).reshape(-1, 256),
+                                   tokens[:, 1:].reshape(-1))
+        elif cat is not None:
             loss = F.binary_cross_entropy_with_logits(model(x, cat), (y % 2).float())
         else:
             loss = F.cross_entropy(model(x), y)

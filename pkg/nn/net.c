@@ -42,6 +42,9 @@ enum op_type {
 	OP_ADD,
 	OP_EMBEDDING,
 	OP_INTERACTION,
+	OP_POSITION,
+	OP_ATTENTION,
+	OP_GLU,
 };
 
 struct tensor {
@@ -69,6 +72,10 @@ struct op {
 	int32_t *offset;        /* embedding: field row offsets (backend) */
 	int32_t *rows;          /* embedding: field sizes (host) */
 	int V;                  /* embedding: rows of the table */
+	int tokenwise;          /* linear: per position (rows B H W) */
+	int heads;              /* attention */
+	float scale;            /* attention: of the scores */
+	float *att;             /* attention: probabilities (B,NH,T,T) */
 };
 
 struct apf_net {
@@ -160,7 +167,7 @@ static int grow(void **v, size_t *cap, size_t n, size_t size)
 int apf_net_new(apf_net **out, apf_backend *be, int H, int W, int C)
 {
 	*out = NULL;
-	if (H <= 0 || W <= 0 || C <= 0)
+	if (H <= 0 || W <= 0 || C < 0)
 		return apf_error(APF_EINPUT, "net", "input shape %dx%dx%d",
 				 H, W, C);
 	apf_net *net = apf_calloc(1, sizeof *net);
@@ -194,6 +201,8 @@ static void free_buffers(apf_net *net)
 			be->free(be, o->save_b);
 			o->save_a = o->save_b = NULL;
 		}
+		be->free(be, o->att);
+		o->att = NULL;
 		be->free(be, o->argmax);
 		o->argmax = NULL;
 	}
@@ -233,6 +242,10 @@ static int check_in(apf_net *net, int in)
 				 "layer added after apf_net_finish");
 	if (in < 0 || (size_t)in >= net->nt)
 		return apf_error(APF_EINTERNAL, "net", "no tensor %d", in);
+	if (tensor_numel(&net->t[in]) == 0)
+		return apf_error(APF_EINPUT, "net",
+				 "a layer reads the float input of a net that "
+				 "has none (its inputs are indices)");
 	return 0;
 }
 
@@ -318,14 +331,16 @@ static int add_state(apf_net *net, const char *layer, const char *what,
 	return (int)net->nstate++;
 }
 
-int apf_net_linear(apf_net *net, int in, int out_features, int bias,
-		   const char *name)
+static int linear_layer(apf_net *net, int in, int out_features, int bias,
+			const char *name, int tokenwise)
 {
 	int rc = check_in(net, in);
 	if (rc)
 		return rc;
-	int C = (int)tensor_numel(&net->t[in]);
-	int t = new_tensor(net, 1, 1, out_features);
+	struct tensor x = net->t[in];
+	int C = tokenwise ? x.C : (int)tensor_numel(&x);
+	int t = tokenwise ? new_tensor(net, x.H, x.W, out_features)
+			  : new_tensor(net, 1, 1, out_features);
 	if (t < 0)
 		return t;
 	struct op *o;
@@ -333,6 +348,7 @@ int apf_net_linear(apf_net *net, int in, int out_features, int bias,
 	if (rc)
 		return rc;
 	o->out = t;
+	o->tokenwise = tokenwise;
 	int wshape[2] = {out_features, C};
 	if ((o->param[0] = add_param(net, name, "weight", APF_PARAM_WEIGHT, 2,
 				     wshape, C)) < 0)
@@ -341,6 +357,18 @@ int apf_net_linear(apf_net *net, int in, int out_features, int bias,
 					     1, &out_features, C)) < 0)
 		return o->param[1];
 	return t;
+}
+
+int apf_net_linear(apf_net *net, int in, int out_features, int bias,
+		   const char *name)
+{
+	return linear_layer(net, in, out_features, bias, name, 0);
+}
+
+int apf_net_dense(apf_net *net, int in, int out_features, int bias,
+		  const char *name)
+{
+	return linear_layer(net, in, out_features, bias, name, 1);
 }
 
 int apf_net_conv2d(apf_net *net, int in, int out_channels, int kernel,
@@ -563,8 +591,12 @@ int apf_net_index_count(const apf_net *net)
 	return net->nidx;
 }
 
-int apf_net_embedding(apf_net *net, int first, int nfields, const int *rows,
-		      int D, float init_bound, const char *name)
+/* An embedding of nfields index columns from `first`: one table of the
+ * fields' rows stacked (offsets), or (shared) one table of rows[0] rows
+ * that every field reads (offset NULL). */
+static int embedding_layer(apf_net *net, int first, int nfields,
+			   const int *rows, int shared, int D,
+			   float init_bound, const char *name)
 {
 	if (net->finished)
 		return apf_error(APF_EINTERNAL, "net",
@@ -577,7 +609,7 @@ int apf_net_embedding(apf_net *net, int first, int nfields, const int *rows,
 	if (D <= 0 || !(init_bound >= 0.0f))
 		return apf_error(APF_EINPUT, name, "embedding width %d", D);
 	long V = 0;
-	for (int f = 0; f < nfields; f++) {
+	for (int f = 0; f < (shared ? 1 : nfields); f++) {
 		if (rows[f] <= 0 || V + rows[f] > (1L << 30))
 			return apf_error(APF_EINPUT, name,
 					 "field %d has %d rows", f, rows[f]);
@@ -609,17 +641,108 @@ int apf_net_embedding(apf_net *net, int first, int nfields, const int *rows,
 		free(off);
 		return apf_error(APF_ENOMEM, name, "out of memory");
 	}
-	for (int f = 0, acc = 0; f < nfields; acc += rows[f], f++) {
+	for (int f = 0, acc = 0; f < nfields; f++) {
 		off[f] = acc;
-		o->rows[f] = rows[f];
+		o->rows[f] = shared ? rows[0] : rows[f];
+		acc += shared ? 0 : rows[f];
 	}
-	rc = net->be->alloc(net->be, (size_t)nfields * sizeof *off,
-			    (void **)&o->offset);
-	if (!rc)
-		net->be->upload(net->be, o->offset, off,
-				(size_t)nfields * sizeof *off);
+	if (!shared) {
+		rc = net->be->alloc(net->be, (size_t)nfields * sizeof *off,
+				    (void **)&o->offset);
+		if (!rc)
+			net->be->upload(net->be, o->offset, off,
+					(size_t)nfields * sizeof *off);
+	}
 	free(off);
 	return rc ? rc : t;
+}
+
+int apf_net_embedding(apf_net *net, int first, int nfields, const int *rows,
+		      int D, float init_bound, const char *name)
+{
+	return embedding_layer(net, first, nfields, rows, 0, D, init_bound,
+			       name);
+}
+
+int apf_net_token_embedding(apf_net *net, int first, int T, int V, int D,
+			    float init_bound, const char *name)
+{
+	return embedding_layer(net, first, T, &V, 1, D, init_bound, name);
+}
+
+int apf_net_position(apf_net *net, int in, float init_bound, const char *name)
+{
+	int rc = check_in(net, in);
+	if (rc)
+		return rc;
+	if (!(init_bound >= 0.0f))
+		return apf_error(APF_EINPUT, name, "init bound %g", init_bound);
+	struct tensor x = net->t[in];
+	int t = new_tensor(net, x.H, x.W, x.C);
+	if (t < 0)
+		return t;
+	struct op *o;
+	rc = new_op(&o, net, OP_POSITION, in, -1);
+	if (rc)
+		return rc;
+	o->out = t;
+	int shape[2] = {x.H * x.W, x.C};
+	int pi = add_param(net, name, "weight", APF_PARAM_EMBEDDING, 2, shape,
+			   x.C);
+	if (pi < 0)
+		return pi;
+	net->params[pi].init_bound = init_bound;
+	net->ops[net->nops - 1].param[0] = pi;
+	return t;
+}
+
+int apf_net_attention(apf_net *net, int qkv, int heads, float scale)
+{
+	int rc = check_in(net, qkv);
+	if (rc)
+		return rc;
+	struct tensor x = net->t[qkv];
+	if (x.H != 1 || x.C % 3 || heads <= 0 || (x.C / 3) % heads ||
+	    !(scale > 0.0f))
+		return apf_error(APF_EINPUT, "net",
+				 "attention of %d heads (scale %g) over "
+				 "%dx%dx%d: needs (1, T, 3C), C a multiple of "
+				 "the heads",
+				 heads, scale, x.H, x.W, x.C);
+	int t = new_tensor(net, 1, x.W, x.C / 3);
+	if (t < 0)
+		return t;
+	struct op *o;
+	rc = new_op(&o, net, OP_ATTENTION, qkv, -1);
+	if (rc)
+		return rc;
+	o->out = t;
+	o->heads = heads;
+	o->scale = scale;
+	return t;
+}
+
+int apf_net_glu(apf_net *net, int in, int act)
+{
+	int rc = check_in(net, in);
+	if (rc)
+		return rc;
+	struct tensor x = net->t[in];
+	if (act < APF_ACT_RELU || act > APF_ACT_TANH || x.C % 2)
+		return apf_error(APF_EINPUT, "net",
+				 "a gated unit (activation %d) of %d "
+				 "features: needs an even count",
+				 act, x.C);
+	int t = new_tensor(net, x.H, x.W, x.C / 2);
+	if (t < 0)
+		return t;
+	struct op *o;
+	rc = new_op(&o, net, OP_GLU, in, -1);
+	if (rc)
+		return rc;
+	o->out = t;
+	o->act = act;
+	return t;
 }
 
 int apf_net_interaction(apf_net *net, int dense, int emb)
@@ -727,10 +850,10 @@ int apf_net_finish(apf_net *net, int out)
 	int rc = check_in(net, out);
 	if (rc)
 		return rc;
-	if (out == 0 || net->t[out].H != 1 || net->t[out].W != 1)
+	if (out == 0 || net->t[out].H != 1)
 		return apf_error(APF_EINPUT, "net",
-				 "the output must be a (B, classes) layer "
-				 "output");
+				 "the output must be a (B, classes) or (B, "
+				 "positions, classes) layer output");
 	int *written = apf_calloc(net->nt, sizeof *written);
 	if (!written)
 		return apf_error(APF_ENOMEM, "net", "out of memory");
@@ -801,6 +924,11 @@ int apf_net_out_features(const apf_net *net)
 	return net->out >= 0 ? net->t[net->out].C : 0;
 }
 
+int apf_net_out_positions(const apf_net *net)
+{
+	return net->out >= 0 ? net->t[net->out].W : 0;
+}
+
 double apf_net_forward_macs(const apf_net *net)
 {
 	double macs = 0;
@@ -811,6 +939,8 @@ double apf_net_forward_macs(const apf_net *net)
 			macs += (double)tensor_numel(x) * y->C;
 		else if (o->type == OP_CONV)
 			macs += (double)y->H * y->W * y->C * o->K * o->K * x->C;
+		else if (o->type == OP_ATTENTION) /* q k^T and att v, causal */
+			macs += (double)y->W * (y->W + 1) * y->C;
 	}
 	return macs;
 }
@@ -930,6 +1060,9 @@ int apf_net_reserve(apf_net *net, int max_batch, int with_grads)
 			rc = alloc_floats(be, &o->save_a, rows);
 			if (!rc)
 				rc = alloc_floats(be, &o->save_b, rows);
+		} else if (o->type == OP_ATTENTION) {
+			rc = alloc_floats(be, &o->att,
+					  B * o->heads * (size_t)y->W * y->W);
 		} else if (o->type == OP_MAXPOOL) {
 			rc = be->alloc(be, B * tensor_numel(y) * sizeof(int32_t),
 				       (void **)&o->argmax);
@@ -1072,8 +1205,27 @@ int apf_net_forward_idx(apf_net *net, const float **logits, const float *x,
 		case OP_LINEAR:
 			be->linear_forward(be, out->data, in->data,
 					   param_ptr(net, o->param[0]),
-					   param_ptr(net, o->param[1]), B,
-					   (int)tensor_numel(in), out->C);
+					   param_ptr(net, o->param[1]),
+					   o->tokenwise ? rows : B,
+					   o->tokenwise ? in->C
+							: (int)tensor_numel(in),
+					   out->C);
+			break;
+		case OP_POSITION: {
+			size_t per = tensor_numel(in);
+			for (int b = 0; b < B; b++)
+				be->add_forward(be, out->data + b * per,
+						in->data + b * per,
+						param_ptr(net, o->param[0]), per);
+			break;
+		}
+		case OP_ATTENTION:
+			be->attention_forward(be, out->data, o->att, in->data, B,
+					      in->W, out->C, o->heads, o->scale);
+			break;
+		case OP_GLU:
+			be->glu_forward(be, o->act, out->data, in->data, rows,
+					out->C);
 			break;
 		case OP_CONV:
 			be->conv2d_forward(be, out->data, in->data,
@@ -1183,8 +1335,33 @@ int apf_net_backward(apf_net *net, float *grads, const float *dlogits)
 		switch (o->type) {
 		case OP_LINEAR:
 			be->linear_backward(be, din, gw, gb, dout, in->data,
-					    param_ptr(net, o->param[0]), B,
-					    (int)tensor_numel(in), out->C, acc);
+					    param_ptr(net, o->param[0]),
+					    o->tokenwise ? rows : B,
+					    o->tokenwise ? in->C
+							 : (int)tensor_numel(in),
+					    out->C, acc);
+			break;
+		case OP_POSITION: {
+			/* dpos = the sum of the examples' gradients, in
+			 * example order */
+			size_t per = tensor_numel(in);
+			be->copy(be, gw, dout, per);
+			for (int b = 1; b < B; b++)
+				be->axpy(be, gw, 1.0f, dout + b * per, per);
+			if (din)
+				be->accumulate(be, din, dout, n, acc);
+			break;
+		}
+		case OP_ATTENTION:
+			if (din)
+				be->attention_backward(be, din, dout, in->data,
+						       o->att, B, in->W, out->C,
+						       o->heads, o->scale, acc);
+			break;
+		case OP_GLU:
+			if (din)
+				be->glu_backward(be, o->act, din, dout, in->data,
+						 rows, out->C, acc);
 			break;
 		case OP_CONV:
 			be->conv2d_backward(be, din, gw, gb, dout, in->data,

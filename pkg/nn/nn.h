@@ -288,6 +288,42 @@ struct apf_backend {
 			     const float *inp, int N, int H, int accum);
 
 	/* ---- image-to-image layers (U-Nets: fmnist_unet) ---- */
+	/* Transposed convolution, kernel 2 stride 2 (a U-Net's up-sampling):
+	 * inp (B,H,W,C), weight (OC,2,2,C), bias (OC) or NULL -> out (B,2H,2W,OC),
+	 * out[b,2h+i,2w+j,o] = bias[o] + sum_c inp[b,h,w,c] weight[o,i,j,c]. */
+	void (*upconv2x2_forward)(apf_backend *be, float *out, const float *inp,
+				  const float *weight, const float *bias, int B,
+				  int H, int W, int C, int OC);
+	/* dinp (B,H,W,C) written or added (accum; may be NULL), dweight and
+	 * dbias (NULL: none) written. */
+	void (*upconv2x2_backward)(apf_backend *be, float *dinp, float *dweight,
+				   float *dbias, const float *dout, const float *inp,
+				   const float *weight, int B, int H, int W, int C,
+				   int OC, int accum);
+	/* Channel concatenation of N rows: a (N,Ca), b (N,Cb) -> out (N,Ca+Cb). */
+	void (*concat_forward)(apf_backend *be, float *out, const float *a,
+			       const float *b, int N, int Ca, int Cb);
+	/* da, db (either NULL) written or added as accum_a / accum_b say. */
+	void (*concat_backward)(apf_backend *be, float *da, float *db,
+				const float *dout, int N, int Ca, int Cb, int accum_a,
+				int accum_b);
+	/* Instance norm: each (image b, channel c) of inp (B,HW,C) normalised
+	 * over its HW pixels (biased variance, eps), then scale[c], bias[c];
+	 * mean, rstd (B,C) saved. Statistics in double, pixels in order. */
+	void (*instnorm_forward)(apf_backend *be, float *out, float *mean,
+				 float *rstd, const float *inp, const float *scale,
+				 const float *bias, int B, int HW, int C, float eps);
+	void (*instnorm_backward)(apf_backend *be, float *dinp, float *dscale,
+				  float *dbias, const float *dout, const float *inp,
+				  const float *scale, const float *mean,
+				  const float *rstd, int B, int HW, int C, int accum);
+	/* L1 loss of pred against target, n values per example, B examples:
+	 * losses (B) = mean over the n of |pred - target| (summed in double). */
+	void (*l1_forward)(apf_backend *be, float *losses, const float *pred,
+			   const float *target, int B, int n);
+	/* dpred (B n) = dloss * sign(pred - target) / n (sign(0) = 0). */
+	void (*l1_backward)(apf_backend *be, float *dpred, const float *pred,
+			    const float *target, int B, int n, float dloss);
 
 	/* ---- vector operations (what optimizers are written with) ----
 	 * All over n floats; outputs may alias inputs. Reductions accumulate
@@ -369,7 +405,8 @@ typedef struct apf_state_entry {
 
 typedef struct apf_net apf_net;
 
-/* input: H, W, C of one example (an MLP's flat input is 1, 1, features). */
+/* input: H, W, C of one example (an MLP's flat input is 1, 1, features;
+ * C 0 for a net whose inputs are indices alone). */
 int apf_net_new(apf_net **out, apf_backend *be, int H, int W, int C);
 void apf_net_free(apf_net *net);
 
@@ -403,7 +440,31 @@ int apf_net_embedding(apf_net *net, int first, int nfields, const int *rows,
 /* DLRM's dot interaction (backend interaction_forward): dense (1,1,D) and
  * emb (1,E,D) give (1,1, D + (E+1)E/2). */
 int apf_net_interaction(apf_net *net, int dense, int emb);
-/* Declares the output (logits) tensor; no layer may be added after. */
+/* Sequences. A sequence of T positions of C features is a (1, T, C)
+ * tensor; layernorm, activation, dropout and add work on it row by row as
+ * they do on images. */
+/* Linear over the last axis, applied at every position: (H, W, C) ->
+ * (H, W, out_features), one weight (out_features, C). */
+int apf_net_dense(apf_net *net, int in, int out_features, int bias,
+		  const char *name);
+/* Token embedding of index inputs [first, first + T): one table
+ * `name.weight` (V, D) shared by the T positions, initialised uniform in
+ * [-init_bound, init_bound]; output (1, T, D). An index outside [0, V) is
+ * refused by apf_net_forward_idx. */
+int apf_net_token_embedding(apf_net *net, int first, int T, int V, int D,
+			    float init_bound, const char *name);
+/* Learned positions: out = in + `name.weight` (H W, C), the same for every
+ * example (kind embedding, uniform in [-init_bound, init_bound]). */
+int apf_net_position(apf_net *net, int in, float init_bound, const char *name);
+/* Causal self-attention of `heads` heads (backend attention_forward) of a
+ * (1, T, 3C) tensor of q, k, v: output (1, T, C); scores scaled by scale
+ * (1/sqrt(C/heads) is the usual). */
+int apf_net_attention(apf_net *net, int qkv, int heads, float scale);
+/* Gated linear unit (backend glu_forward): (H, W, 2F) -> (H, W, F). */
+int apf_net_glu(apf_net *net, int in, int act);
+/* Declares the output (logits) tensor, (1, 1, classes) or (1, positions,
+ * classes) (a sequence's per-position logits); no layer may be added
+ * after. */
 int apf_net_finish(apf_net *net, int out);
 
 /* Shape of one example of a tensor (H, W, C). */
@@ -415,6 +476,8 @@ size_t apf_net_nstate(const apf_net *net);
 const apf_state_entry *apf_net_state(const apf_net *net, size_t i);
 size_t apf_net_state_floats(const apf_net *net);
 int apf_net_out_features(const apf_net *net);
+/* Positions of the output: 1, or T for per-position logits. */
+int apf_net_out_positions(const apf_net *net);
 /* Multiply-adds of one example's forward pass (for FLOP figures). */
 double apf_net_forward_macs(const apf_net *net);
 

@@ -25,6 +25,7 @@ static const struct apf_model_def *const models[] = {
 	&apf_model_mlp,
 	&apf_model_resnet,
 	&apf_model_dlrm,
+	&apf_model_transformer,
 };
 
 const struct apf_model_def *apf_model_find(const char *name)
@@ -133,6 +134,8 @@ struct apf_workload {
 	apf_batcher *batcher;
 	int H, W, C, classes; /* classes: the outputs the loss takes */
 	int nidx;             /* int32 inputs per example (categorical ids) */
+	int tokens;           /* a tokens dataset's context T; 0: none */
+	int ny;               /* labels per example: 1, or T for tokens */
 	int shape_known; /* H, W, C are the dataset's, not the stand-in */
 	float smoothing;
 	float *params, *state;
@@ -224,23 +227,73 @@ static int check_table_columns(apf_workload *wl)
 	return rc;
 }
 
-/* The dataset the spec names, or (train_fd >= 0) the train split a
- * supervisor handed over: the trial never opens the dataset itself. */
-/* The [dataset] format: idx (images) or table. */
-static int data_kind(const apf_workload_spec *w, int *kind)
+#define MAX_CONTEXT 4096
+#define MAX_VOCAB 65536
+
+int apf_workload_tokens(const apf_workload_spec *w, int *T, int *V)
+{
+	*T = *V = 0;
+	const char *format = apf_config_get(w->ini, "dataset", "format");
+	if (!format || strcmp(format, "tokens"))
+		return 0;
+	long t = 0, v = 0;
+	int rc = apf_config_long(w->ini, "dataset", "context", &t);
+	if (!rc && (t < 1 || t > MAX_CONTEXT))
+		rc = apf_config_error(w->ini, "dataset", "context",
+				      "must be in [1, %d]", MAX_CONTEXT);
+	if (!rc)
+		rc = apf_config_long(w->ini, "dataset", "vocab", &v);
+	if (!rc && (v < 2 || v > MAX_VOCAB))
+		rc = apf_config_error(w->ini, "dataset", "vocab",
+				      "must be in [2, %d]", MAX_VOCAB);
+	if (!rc)
+		*T = (int)t, *V = (int)v;
+	return rc;
+}
+
+/* The [dataset] format: idx (images), table, or tokens (tables of token
+ * windows: *tokens is then the context). */
+static int data_kind(const apf_workload_spec *w, int *kind, int *tokens)
 {
 	const char *format = "idx";
+	*tokens = 0;
 	int rc = apf_config_opt_string(w->ini, "dataset", "format", &format);
 	if (rc)
 		return rc;
-	if (!strcmp(format, "idx"))
+	if (!strcmp(format, "idx")) {
 		*kind = APF_DATA_IMAGES;
-	else if (!strcmp(format, "table"))
+	} else if (!strcmp(format, "table")) {
 		*kind = APF_DATA_TABLE;
-	else
+	} else if (!strcmp(format, "tokens")) {
+		int V;
+		*kind = APF_DATA_TABLE;
+		return apf_workload_tokens(w, tokens, &V);
+	} else {
 		return apf_config_error(w->ini, "dataset", "format",
-					"unknown format '%s' (idx, table)",
+					"unknown format '%s' (idx, table, "
+					"tokens)",
 					format);
+	}
+	return 0;
+}
+
+/* A tokens dataset's files hold windows of context + 1 tokens of the
+ * declared vocabulary, and nothing else. */
+static int check_token_columns(apf_workload *wl)
+{
+	const apf_table *t = wl->ds->table[APF_SPLIT_TRAIN];
+	if (t->n_dense != 0 || t->n_cat != wl->tokens + 1)
+		return apf_error(APF_EINPUT, wl->spec->name,
+				 "the token tables have %d dense and %d token "
+				 "columns, the spec's context %d needs 0 and %d",
+				 t->n_dense, t->n_cat, wl->tokens,
+				 wl->tokens + 1);
+	for (int f = 0; f < t->n_cat; f++)
+		if (t->rows[f] != (uint32_t)wl->classes)
+			return apf_error(APF_EINPUT, wl->spec->name,
+					 "token column %d has a vocabulary of "
+					 "%u, the spec says %d",
+					 f, t->rows[f], wl->classes);
 	return 0;
 }
 
@@ -252,7 +305,11 @@ static int load_table_dataset(apf_workload *wl, int train_fd)
 		"name",	      "path",	  "digest",	     "format",
 		"train",      "validation", "test",	     "dense_features",
 		"categorical_rows", NULL};
-	int rc = apf_config_check_keys(c, "dataset", keys);
+	static const char *const token_keys[] = {
+		"name", "path", "digest", "format", "train", "validation",
+		"test", "context", "vocab", NULL};
+	int rc = apf_config_check_keys(c, "dataset",
+				       wl->tokens ? token_keys : keys);
 	const char *names[3];
 	static const char *const split_keys[3] = {"train", "validation",
 						  "test"};
@@ -266,7 +323,8 @@ static int load_table_dataset(apf_workload *wl, int train_fd)
 	else
 		rc = apf_dataset_load_tables(&wl->ds, w->dataset_path, names);
 	if (!rc)
-		rc = check_table_columns(wl);
+		rc = wl->tokens ? check_token_columns(wl)
+				: check_table_columns(wl);
 	return rc ? apf_error_prefix(rc, w->name) : 0;
 }
 
@@ -397,10 +455,14 @@ static int reserve(apf_workload *wl, int B)
 	wl->dev_x = wl->losses = wl->probs = wl->dlogits = NULL;
 	wl->dev_y = wl->dev_xi = wl->host_xi = NULL;
 	wl->cap = 0;
-	size_t in = (size_t)B * wl->H * wl->W * wl->C, out = (size_t)B * wl->classes;
+	/* in is 0 for a net of indices alone (tokens): one float stands in */
+	size_t in = (size_t)B * wl->H * wl->W * wl->C;
+	size_t ny = (size_t)B * wl->ny, out = ny * wl->classes;
 	size_t nxi = (size_t)B * wl->nidx;
-	wl->host_x = malloc(in * sizeof *wl->host_x);
-	wl->host_y = malloc((size_t)B * sizeof *wl->host_y);
+	if (!in)
+		in = 1;
+	wl->host_x = apf_calloc(in, sizeof *wl->host_x);
+	wl->host_y = malloc(ny * sizeof *wl->host_y);
 	wl->host_xi = malloc((nxi ? nxi : 1) * sizeof *wl->host_xi);
 	if (!wl->host_x || !wl->host_y || !wl->host_xi)
 		return apf_error(APF_ENOMEM, wl->spec->name, "out of memory");
@@ -408,11 +470,9 @@ static int reserve(apf_workload *wl, int B)
 	if (!rc && nxi)
 		rc = be->alloc(be, nxi * sizeof(int32_t), (void **)&wl->dev_xi);
 	if (!rc)
-		rc = be->alloc(be, (size_t)B * sizeof(int32_t),
-			       (void **)&wl->dev_y);
+		rc = be->alloc(be, ny * sizeof(int32_t), (void **)&wl->dev_y);
 	if (!rc)
-		rc = be->alloc(be, (size_t)B * sizeof(float),
-			       (void **)&wl->losses);
+		rc = be->alloc(be, ny * sizeof(float), (void **)&wl->losses);
 	if (!rc)
 		rc = be->alloc(be, out * sizeof(float), (void **)&wl->probs);
 	if (!rc)
@@ -447,9 +507,13 @@ static int open_workload(apf_workload **out, const apf_workload_spec *spec,
 	int rc = check_metrics(spec, loss);
 	if (rc)
 		return rc;
-	int kind = 0;
-	rc = data_kind(spec, &kind);
-	if (!rc && kind == APF_DATA_TABLE && loss != LOSS_SIGMOID_XENT)
+	int kind = 0, tokens = 0;
+	rc = data_kind(spec, &kind, &tokens);
+	if (!rc && tokens && loss != LOSS_SOFTMAX_XENT)
+		rc = apf_config_error(spec->ini, "workload", "loss",
+				      "next-token labels take cross_entropy");
+	else if (!rc && !tokens && kind == APF_DATA_TABLE &&
+		 loss != LOSS_SIGMOID_XENT)
 		rc = apf_config_error(spec->ini, "workload", "loss",
 				      "a table's 0/1 labels take sigmoid_xent");
 	if (!rc && kind == APF_DATA_IMAGES && loss != LOSS_SOFTMAX_XENT)
@@ -466,6 +530,8 @@ static int open_workload(apf_workload **out, const apf_workload_spec *spec,
 	wl->be = be;
 	wl->kind = kind;
 	wl->loss = loss;
+	wl->tokens = tokens;
+	wl->ny = 1;
 	wl->key = key ? *key : (apf_trial_key){0};
 	wl->variant = apf_strdup(variant ? variant : "base");
 	/* Without the data, the shape comes from the images' header
@@ -477,7 +543,17 @@ static int open_workload(apf_workload **out, const apf_workload_spec *spec,
 	if (!rc && kind == APF_DATA_IMAGES)
 		rc = apf_config_opt_long(spec->ini, "dataset", "classes", &classes);
 	wl->classes = (int)classes;
-	if (!rc && kind == APF_DATA_TABLE) {
+	if (!rc && tokens) {
+		/* Indices alone: T + 1 tokens a window, T next-token labels
+		 * (check_token_columns holds the files to it). */
+		int T, V;
+		rc = apf_workload_tokens(spec, &T, &V);
+		wl->H = 1, wl->W = 1, wl->C = 0;
+		wl->nidx = T + 1;
+		wl->ny = T;
+		wl->classes = V;
+		wl->shape_known = 1;
+	} else if (!rc && kind == APF_DATA_TABLE) {
 		/* The model's shapes are the spec's; the files must agree
 		 * (check_table_columns). */
 		long dense;
@@ -515,10 +591,14 @@ static int open_workload(apf_workload **out, const apf_workload_spec *spec,
 		if (rc)
 			apf_error_prefix(rc, spec->name);
 	}
-	if (!rc && apf_net_out_features(wl->net) != wl->classes)
+	if (!rc && (apf_net_out_features(wl->net) != wl->classes ||
+		    apf_net_out_positions(wl->net) != wl->ny))
 		rc = apf_error(APF_EINTERNAL, spec->name,
-			       "model gives %d outputs for %d classes",
-			       apf_net_out_features(wl->net), wl->classes);
+			       "model gives %d x %d outputs for %d x %d "
+			       "labels",
+			       apf_net_out_positions(wl->net),
+			       apf_net_out_features(wl->net), wl->ny,
+			       wl->classes);
 	if (!rc && apf_net_index_count(wl->net) != wl->nidx)
 		rc = apf_error(APF_EINTERNAL, spec->name,
 			       "model reads %d categorical inputs of %d",
@@ -624,11 +704,19 @@ static int upload_batch(apf_workload *wl, int B, apf_batch *out)
 	apf_backend *be = wl->be;
 	be->upload(be, wl->dev_x, wl->host_x,
 		   (size_t)B * wl->H * wl->W * wl->C * sizeof(float));
-	be->upload(be, wl->dev_y, wl->host_y, (size_t)B * sizeof(int32_t));
+	/* A window's labels are its tokens shifted by one: the next token at
+	 * each of its T positions. */
+	if (wl->tokens)
+		for (int b = 0; b < B; b++)
+			memcpy(wl->host_y + (size_t)b * wl->tokens,
+			       wl->host_xi + (size_t)b * wl->nidx + 1,
+			       (size_t)wl->tokens * sizeof *wl->host_y);
+	be->upload(be, wl->dev_y, wl->host_y,
+		   (size_t)B * wl->ny * sizeof(int32_t));
 	if (wl->nidx)
 		be->upload(be, wl->dev_xi, wl->host_xi,
 			   (size_t)B * wl->nidx * sizeof(int32_t));
-	*out = (apf_batch){wl->dev_x, wl->dev_y, B,
+	*out = (apf_batch){wl->dev_x, wl->dev_y, B, wl->ny,
 			   wl->nidx ? wl->dev_xi : NULL,
 			   wl->nidx ? wl->host_xi : NULL};
 	return 0;
@@ -676,11 +764,15 @@ int apf_workload_loss_grad(apf_workload *wl, const apf_batch *batch,
 					  B, wl->smoothing, 1.0f / (float)B);
 		return apf_net_backward(wl->net, grads, wl->dlogits);
 	}
-	be->softmax_xent_forward(be, wl->losses, wl->probs, logits, batch->y, B,
-				 wl->classes, wl->smoothing);
-	*loss = be->sum(be, wl->losses, (size_t)B) / B;
-	be->softmax_xent_backward(be, wl->dlogits, wl->probs, batch->y, B,
-				  wl->classes, wl->smoothing, 1.0f / (float)B);
+	/* Rows of logits: one per example, or one per position (tokens);
+	 * the loss is their mean. */
+	int rows = B * wl->ny;
+	be->softmax_xent_forward(be, wl->losses, wl->probs, logits, batch->y,
+				 rows, wl->classes, wl->smoothing);
+	*loss = be->sum(be, wl->losses, (size_t)rows) / rows;
+	be->softmax_xent_backward(be, wl->dlogits, wl->probs, batch->y, rows,
+				  wl->classes, wl->smoothing,
+				  1.0f / (float)rows);
 	/* A non-finite loss is returned as it is: whether a diverged trial
 	 * ends is the caller's rule, not the workload's. */
 	return apf_net_backward(wl->net, grads, wl->dlogits);
@@ -728,16 +820,22 @@ static int eval_split(apf_workload *wl, int split, size_t n,
 			       (size_t)B * sizeof(int32_t));
 			continue;
 		}
+		int rows = B * wl->ny;
 		be->softmax_xent_forward(be, wl->losses, wl->probs, logits, b.y,
-					 B, wl->classes, 0.0f);
-		loss += be->sum(be, wl->losses, (size_t)B);
-		correct += be->count_correct(be, logits, b.y, B, wl->classes);
+					 rows, wl->classes, 0.0f);
+		loss += be->sum(be, wl->losses, (size_t)rows);
+		correct += be->count_correct(be, logits, b.y, rows,
+					     wl->classes);
 	}
 	rc = be->sync(be);
+	/* Means over labels: examples, or every position of every window. */
+	double labels = (double)n * wl->ny;
 	m->n = n;
-	m->loss = n ? loss / (double)n : 0.0;
-	m->accuracy = n && !sigmoid ? (double)correct / (double)n : NAN;
+	m->loss = n ? loss / labels : 0.0;
+	m->accuracy = n && !sigmoid ? (double)correct / labels : NAN;
 	m->log_loss = sigmoid ? m->loss : NAN;
+	m->cross_entropy = sigmoid ? NAN : m->loss;
+	m->perplexity = sigmoid ? NAN : exp(m->loss);
 	m->auc = NAN;
 	if (!rc && sigmoid)
 		rc = apf_auc(&m->auc, wl->scores, wl->score_labels, n);
@@ -782,6 +880,10 @@ double apf_split_metric(const struct apf_split_metrics *m, const char *name)
 		return m->log_loss;
 	if (!strcmp(name, "auc"))
 		return m->auc;
+	if (!strcmp(name, "cross_entropy"))
+		return m->cross_entropy;
+	if (!strcmp(name, "perplexity"))
+		return m->perplexity;
 	return NAN;
 }
 
@@ -791,6 +893,8 @@ static const struct {
 	int loss, direction;
 } known_metrics[] = {
 	{"accuracy", LOSS_SOFTMAX_XENT, 1},
+	{"cross_entropy", LOSS_SOFTMAX_XENT, -1},
+	{"perplexity", LOSS_SOFTMAX_XENT, -1},
 	{"log_loss", LOSS_SIGMOID_XENT, -1},
 	{"auc", LOSS_SIGMOID_XENT, 1},
 };
@@ -809,8 +913,10 @@ static int check_metrics(const apf_workload_spec *w, int loss)
 					? "metrics"
 					: "metric",
 				"%s reports %s, not '%s'", w->loss,
-				loss == LOSS_SOFTMAX_XENT ? "accuracy"
-							  : "log_loss and auc",
+				loss == LOSS_SOFTMAX_XENT
+					? "accuracy, cross_entropy and "
+					  "perplexity"
+					: "log_loss and auc",
 				w->metrics[i]);
 		if (!strcmp(w->metrics[i], w->metric) &&
 		    known_metrics[k].direction != w->direction)

@@ -6,18 +6,23 @@
  *
  *     [workload]      name, description, model (the model code's name), loss
  *                     (cross_entropy | sigmoid_xent), metric (e.g. accuracy,
- *                     log_loss), direction (max|min), metrics (what each
+ *                     log_loss, cross_entropy for tokens), direction (max|min), metrics (what each
  *                     split reports besides its loss: "log_loss, auc";
  *                     default the metric alone),
  *                     validation_target, test_target,
  *                     targets (provisional|derived), max_steps
  *     [dataset]       name, path (absolute, or relative to the workload
  *                     directory), digest (its tree digest, `apf hash PATH`),
- *                     format (idx | table) and its keys: idx images
- *                     (train_images, ..., validation_size, classes, mean,
- *                     std) or tables (train, validation, test: table files;
- *                     dense_features; categorical_rows, one count per
- *                     categorical feature)
+ *                     format (idx | table | tokens) and its keys: idx
+ *                     images (train_images, ..., validation_size, classes,
+ *                     mean, std), tables (train, validation, test: table
+ *                     files; dense_features; categorical_rows, one count
+ *                     per categorical feature) or tokens (train,
+ *                     validation, test: table files of windows, each row
+ *                     context + 1 tokens as categorical columns of vocab
+ *                     rows, no dense features, label 0; an example's input
+ *                     is its first context tokens, its labels the next
+ *                     token at each position)
  *     [model]         model-specific keys (width, activation, norm, ...)
  *     [budget.cpu]    max_runtime_s, eval_period_s (per hardware class)
  *     [budget.gpu]
@@ -132,8 +137,11 @@ struct apf_model_def {
 /* The model code apf knows, by [workload] model name; NULL if none. */
 const struct apf_model_def *apf_model_find(const char *name);
 extern const struct apf_model_def apf_model_mlp, apf_model_resnet,
-	apf_model_dlrm;
+	apf_model_dlrm, apf_model_transformer;
 
+/* A tokens dataset's [dataset] context (T) and vocab (V); both 0 when the
+ * format is not tokens. */
+int apf_workload_tokens(const apf_workload_spec *w, int *T, int *V);
 /* A table dataset's [dataset] categorical_rows: the rows of each
  * categorical feature, at most max of them; *n = 0 when the key is absent. */
 int apf_workload_table_rows(const apf_workload_spec *w, int *rows, int max,
@@ -201,8 +209,9 @@ int apf_workload_init(apf_workload *wl);
 /* A batch in backend memory, owned by the workload. */
 typedef struct apf_batch {
 	const float *x;   /* (B,H,W,C) images, or (B,n_dense) features */
-	const int32_t *y; /* (B) */
+	const int32_t *y; /* (B, ny) */
 	int B;
+	int ny;           /* labels per example: 1, or T for tokens */
 	const int32_t *xi;      /* (B,n_cat) categorical ids; NULL: none */
 	const int32_t *host_xi; /* the same in host memory */
 } apf_batch;
@@ -223,10 +232,13 @@ struct apf_split_metrics {
 	double accuracy;  /* cross_entropy */
 	double log_loss;  /* sigmoid_xent: the mean loss, by its usual name */
 	double auc;       /* sigmoid_xent: area under the ROC curve, exact */
-	size_t n;         /* examples evaluated */
+	double cross_entropy; /* tokens: mean loss per token, nats */
+	double perplexity;    /* tokens: exp(cross_entropy) */
+	size_t n;         /* examples evaluated (windows, for tokens) */
 };
 
-/* A split's metric by name (accuracy, log_loss, auc); NAN for others. */
+/* A split's metric by name (accuracy, log_loss, auc, cross_entropy,
+ * perplexity); NAN for others. */
 double apf_split_metric(const struct apf_split_metrics *m, const char *name);
 /* The exact ROC AUC of scores (n) against 0/1 labels (n): tied scores
  * share their average rank, sums run in double in sorted order (ties in

@@ -19,7 +19,6 @@
 
 #include "workload/workload.h"
 
-#define PYTHON "/usr/bin/python3"
 /* 800 AdamW steps of 256 (one epoch is 781): the validation log loss is
  * then 0.3665, AUC 0.839 (seed 2024, 2 threads; the teacher's floor is
  * 0.2771, the click rate's entropy 0.498). */
@@ -38,27 +37,6 @@ static apf_workload_spec *load_clicks(void)
 			     "writes it)");
 	}
 	return w;
-}
-
-static int have_torch(void)
-{
-	return access(PYTHON, X_OK) == 0 &&
-	       system(PYTHON " -c 'import torch, numpy' 2>/dev/null") == 0;
-}
-
-static char *read_all(const char *dir, const char *name, size_t *len)
-{
-	char *p = apf_path_join(dir, name);
-	FILE *f = fopen(p, "rb");
-	assert_non_null(f);
-	fseek(f, 0, SEEK_END);
-	*len = (size_t)ftell(f);
-	fseek(f, 0, SEEK_SET);
-	char *b = malloc(*len);
-	assert_int_equal(fread(b, 1, *len, f), *len);
-	fclose(f);
-	free(p);
-	return b;
 }
 
 static json_t *widths_json(const apf_workload_spec *w, const char *v,
@@ -140,11 +118,11 @@ static void check_variant(const apf_workload_spec *w, const char *variant)
 		      (size_t)B * ncat * sizeof(int32_t), 0644);
 	testlib_write(dir, "y.bin", b.y, (size_t)B * sizeof(int32_t), 0644);
 	char cmd[4096];
-	snprintf(cmd, sizeof cmd, PYTHON " %s/tests/unit/lib/dlrm_torch.py %s",
+	snprintf(cmd, sizeof cmd, TESTLIB_PYTHON " %s/tests/unit/lib/dlrm_torch.py %s",
 		 testlib_root(), dir);
 	assert_int_equal(system(cmd), 0);
 	size_t len;
-	double *t = (double *)read_all(dir, "torch.bin", &len);
+	double *t = (double *)testlib_read(dir, "torch.bin", &len);
 	assert_int_equal(len, (1 + np) * sizeof(double));
 	printf("    %s: loss %.8f, PyTorch %.8f\n", variant, loss, t[0]);
 	if (fabs(loss - t[0]) > 1e-4 * fabs(t[0]))
@@ -181,9 +159,9 @@ static void loss_and_gradients_match_pytorch(void **state)
 {
 	(void)state;
 	apf_workload_spec *w = load_clicks();
-	if (!have_torch()) {
+	if (!testlib_have_torch()) {
 		apf_workload_spec_free(w);
-		SKIP_BECAUSE("no PyTorch at " PYTHON " (Debian's python3-torch; "
+		SKIP_BECAUSE("no PyTorch at " TESTLIB_PYTHON " (Debian's python3-torch; "
 			     "make deps installs it)");
 	}
 	check_variant(w, "base");

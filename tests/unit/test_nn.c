@@ -477,6 +477,129 @@ static void inter_bwd(const struct lcase *c, apf_backend *be,
 				 c->W, c->C, accum, accum);
 }
 
+/* Transposed 2x2 stride-2 convolution: inp (B,H,W,C), weight (OC,2,2,C),
+ * bias (OC) when nin is 3 -> out (B,2H,2W,OC). */
+static void upconv_ref(const struct lcase *c, double *const *in, double *out)
+{
+	int H = c->H, W = c->W, C = c->C, OC = c->OC;
+	for (int b = 0; b < c->B; b++)
+		for (int h = 0; h < H; h++)
+			for (int w = 0; w < W; w++)
+				for (int i = 0; i < 2; i++)
+					for (int j = 0; j < 2; j++)
+						for (int o = 0; o < OC; o++) {
+							double s = c->nin > 2 ? in[2][o] : 0;
+							for (int k = 0; k < C; k++)
+								s += in[0][((b * H + h) * W + w) * C + k] *
+								     in[1][((o * 2 + i) * 2 + j) * C + k];
+							out[((b * 2 * H + 2 * h + i) * 2 * W + 2 * w + j) * OC + o] = s;
+						}
+}
+static void upconv_fwd(const struct lcase *c, apf_backend *be,
+		       float *const *in, float *out, float *save)
+{
+	(void)save;
+	be->upconv2x2_forward(be, out, in[0], in[1], c->nin > 2 ? in[2] : NULL,
+			      c->B, c->H, c->W, c->C, c->OC);
+}
+static void upconv_bwd(const struct lcase *c, apf_backend *be,
+		       float *const *in, const float *out, const float *dout,
+		       float *const *din, float *save, int accum)
+{
+	(void)out, (void)save;
+	be->upconv2x2_backward(be, din[0], din[1], c->nin > 2 ? din[2] : NULL,
+			       dout, in[0], in[1], c->B, c->H, c->W, c->C,
+			       c->OC, accum);
+}
+
+/* Concatenation: a (B,C), b (B,OC) -> (B,C+OC). */
+static void concat_ref(const struct lcase *c, double *const *in, double *out)
+{
+	int Co = c->C + c->OC;
+	for (int n = 0; n < c->B; n++) {
+		for (int k = 0; k < c->C; k++)
+			out[n * Co + k] = in[0][n * c->C + k];
+		for (int k = 0; k < c->OC; k++)
+			out[n * Co + c->C + k] = in[1][n * c->OC + k];
+	}
+}
+static void concat_fwd(const struct lcase *c, apf_backend *be,
+		       float *const *in, float *out, float *save)
+{
+	(void)save;
+	be->concat_forward(be, out, in[0], in[1], c->B, c->C, c->OC);
+}
+static void concat_bwd(const struct lcase *c, apf_backend *be,
+		       float *const *in, const float *out, const float *dout,
+		       float *const *din, float *save, int accum)
+{
+	(void)in, (void)out, (void)save;
+	be->concat_backward(be, din[0], din[1], dout, c->B, c->C, c->OC, accum,
+			    accum);
+}
+
+/* Instance norm of inp (B, H*W, C) per (b, c), eps 1e-5. */
+static void instnorm_ref(const struct lcase *c, double *const *in, double *out)
+{
+	int HW = c->H * c->W, C = c->C;
+	for (int b = 0; b < c->B; b++)
+		for (int k = 0; k < C; k++) {
+			const double *x = in[0] + (size_t)b * HW * C + k;
+			double m = 0, v = 0;
+			for (int p = 0; p < HW; p++)
+				m += x[p * C];
+			m /= HW;
+			for (int p = 0; p < HW; p++)
+				v += (x[p * C] - m) * (x[p * C] - m);
+			v /= HW;
+			for (int p = 0; p < HW; p++)
+				out[((size_t)b * HW + p) * C + k] =
+					(x[p * C] - m) / sqrt(v + 1e-5) * in[1][k] +
+					in[2][k];
+		}
+}
+static void instnorm_fwd(const struct lcase *c, apf_backend *be,
+			 float *const *in, float *out, float *save)
+{
+	be->instnorm_forward(be, out, save, save + c->B * c->C, in[0], in[1],
+			     in[2], c->B, c->H * c->W, c->C, 1e-5f);
+}
+static void instnorm_bwd(const struct lcase *c, apf_backend *be,
+			 float *const *in, const float *out, const float *dout,
+			 float *const *din, float *save, int accum)
+{
+	(void)out;
+	be->instnorm_backward(be, din[0], din[1], din[2], dout, in[0], in[1],
+			      save, save + c->B * c->C, c->B, c->H * c->W,
+			      c->C, accum);
+}
+
+/* L1 loss of pred (B, n = C) against a fixed target. */
+static const float l1_target[10] = {0.3f,  -0.7f, 0.05f, 0.9f,  -0.2f,
+				    -0.45f, 0.6f, -0.95f, 0.15f, 0.0f};
+static void l1_ref(const struct lcase *c, double *const *in, double *out)
+{
+	for (int b = 0; b < c->B; b++) {
+		double s = 0;
+		for (int i = 0; i < c->C; i++)
+			s += fabs(in[0][b * c->C + i] - l1_target[b * c->C + i]);
+		out[b] = s / c->C;
+	}
+}
+static void l1_fwd(const struct lcase *c, apf_backend *be, float *const *in,
+		   float *out, float *save)
+{
+	(void)save;
+	be->l1_forward(be, out, in[0], l1_target, c->B, c->C);
+}
+static void l1_bwd(const struct lcase *c, apf_backend *be, float *const *in,
+		   const float *out, const float *dout, float *const *din,
+		   float *save, int accum)
+{
+	(void)out, (void)save, (void)accum;
+	be->l1_backward(be, din[0], in[0], l1_target, c->B, c->C, dout[0]);
+}
+
 /* Causal self-attention: qkv (B,T,3C) -> out (B,T,C), NH heads of C/NH. */
 static void attn_ref(const struct lcase *c, double *const *in, double *out)
 {
@@ -803,6 +926,119 @@ static void click_layers_gradients_match_finite_differences(void **state)
 			  .bwd = inter_bwd};
 	d.in_n[0] = 2 * 4, d.in_n[1] = 2 * 3 * 4, d.out_n = 2 * (4 + 6);
 	check_layer(&d);
+}
+
+static void upconv_case(int nin)
+{
+	struct lcase c = {.name = nin > 2 ? "upconv2x2" : "upconv2x2 no bias",
+			  .nin = nin, .B = 2, .H = 2, .W = 3, .C = 3, .OC = 2,
+			  .ref = upconv_ref, .fwd = upconv_fwd,
+			  .bwd = upconv_bwd};
+	c.in_n[0] = 2 * 2 * 3 * 3, c.in_n[1] = 2 * 4 * 3, c.in_n[2] = 2;
+	c.out_n = 2 * 4 * 6 * 2;
+	check_layer(&c);
+}
+
+static void image_layers_gradients_match_finite_differences(void **state)
+{
+	(void)state;
+	upconv_case(3);
+	upconv_case(2);
+	struct lcase k = {.name = "concat", .nin = 2, .B = 3, .C = 2, .OC = 4,
+			  .ref = concat_ref, .fwd = concat_fwd,
+			  .bwd = concat_bwd};
+	k.in_n[0] = 3 * 2, k.in_n[1] = 3 * 4, k.out_n = 3 * 6;
+	check_layer(&k);
+	struct lcase n = {.name = "instnorm", .nin = 3, .B = 2, .H = 2, .W = 3,
+			  .C = 3, .ref = instnorm_ref, .fwd = instnorm_fwd,
+			  .bwd = instnorm_bwd};
+	n.in_n[0] = 2 * 6 * 3, n.in_n[1] = 3, n.in_n[2] = 3, n.out_n = 2 * 6 * 3;
+	check_layer(&n);
+	struct lcase l = {.name = "l1", .nin = 1, .B = 2, .C = 5,
+			  .uniform_dout = 1, .no_accum = 1, .ref = l1_ref,
+			  .fwd = l1_fwd, .bwd = l1_bwd};
+	l.in_n[0] = 10, l.out_n = 2;
+	check_layer(&l);
+}
+
+/* One shape of image_layers_give_the_same_bits_on_one_and_two_threads. */
+static void image_layers_bits_case(apf_backend *b1, apf_backend *b2, int B,
+				   int H, int W, int C, int OC)
+{
+	apf_backend *be[2] = {b1, b2};
+	size_t nx = (size_t)B * H * W * C, nw = (size_t)OC * 4 * C;
+	size_t ny = (size_t)B * 4 * H * W * OC, nbc = (size_t)B * C;
+	float *x = malloc(nx * 4), *w = malloc(nw * 4), *bias = malloc(OC * 4);
+	float *dy = malloc(ny * 4), *dz = malloc(nx * 4), *sc = malloc(C * 4);
+	float *bi = malloc(C * 4), *y[2], *dx[2], *dw[2], *db[2], *z[2];
+	float *m[2], *rs[2], *dxi[2], *ds[2], *dbi[2];
+	apf_rng_key key = {9, 0, 0, APF_RNG_TEST};
+	apf_rng r;
+	apf_rng_init(&r, &key, (uint64_t)B);
+	for (size_t i = 0; i < nx; i++)
+		x[i] = apf_rng_normal(&r) + 0.5f, dz[i] = apf_rng_normal(&r);
+	for (size_t i = 0; i < nw; i++)
+		w[i] = apf_rng_normal(&r) * 0.2f;
+	for (int o = 0; o < OC; o++)
+		bias[o] = 0.01f * o;
+	for (size_t i = 0; i < ny; i++)
+		dy[i] = apf_rng_normal(&r);
+	for (int c = 0; c < C; c++)
+		sc[c] = 1.0f + 0.1f * c, bi[c] = 0.02f * c;
+	for (int k = 0; k < 2; k++) {
+		y[k] = malloc(ny * 4), dx[k] = malloc(nx * 4);
+		dw[k] = malloc(nw * 4), db[k] = malloc(OC * 4);
+		z[k] = malloc(nx * 4), m[k] = malloc(nbc * 4);
+		rs[k] = malloc(nbc * 4), dxi[k] = malloc(nx * 4);
+		ds[k] = malloc(C * 4), dbi[k] = malloc(C * 4);
+		be[k]->upconv2x2_forward(be[k], y[k], x, w, bias, B, H, W, C, OC);
+		be[k]->upconv2x2_backward(be[k], dx[k], dw[k], db[k], dy, x, w,
+					  B, H, W, C, OC, 0);
+		be[k]->instnorm_forward(be[k], z[k], m[k], rs[k], x, sc, bi, B,
+					H * W, C, 1e-5f);
+		be[k]->instnorm_backward(be[k], dxi[k], ds[k], dbi[k], dz, x,
+					 sc, m[k], rs[k], B, H * W, C, 0);
+		assert_apf_ok(be[k]->sync(be[k]));
+	}
+	assert_memory_equal(y[0], y[1], ny * 4);
+	assert_memory_equal(dx[0], dx[1], nx * 4);
+	assert_memory_equal(dw[0], dw[1], nw * 4);
+	assert_memory_equal(db[0], db[1], OC * 4);
+	assert_memory_equal(z[0], z[1], nx * 4);
+	assert_memory_equal(m[0], m[1], nbc * 4);
+	assert_memory_equal(rs[0], rs[1], nbc * 4);
+	assert_memory_equal(dxi[0], dxi[1], nx * 4);
+	assert_memory_equal(ds[0], ds[1], C * 4);
+	assert_memory_equal(dbi[0], dbi[1], C * 4);
+	/* no input gradient asked for: the parameter gradients keep their bits */
+	b2->upconv2x2_backward(b2, NULL, dw[1], db[1], dy, x, w, B, H, W, C, OC,
+			       0);
+	b2->instnorm_backward(b2, NULL, ds[1], dbi[1], dz, x, sc, m[1], rs[1],
+			      B, H * W, C, 0);
+	assert_memory_equal(dw[0], dw[1], nw * 4);
+	assert_memory_equal(db[0], db[1], OC * 4);
+	assert_memory_equal(ds[0], ds[1], C * 4);
+	assert_memory_equal(dbi[0], dbi[1], C * 4);
+	for (int k = 0; k < 2; k++) {
+		free(y[k]), free(dx[k]), free(dw[k]), free(db[k]), free(z[k]);
+		free(m[k]), free(rs[k]), free(dxi[k]), free(ds[k]), free(dbi[k]);
+	}
+	free(x), free(w), free(bias), free(dy), free(dz), free(sc), free(bi);
+}
+
+/* Transposed convolution and instance norm never split a sum across
+ * threads, so their bits do not depend on the thread count; the second
+ * shape is large enough for the threaded scatter, gather and norm. */
+static void image_layers_give_the_same_bits_on_one_and_two_threads(void **state)
+{
+	(void)state;
+	apf_backend *b1, *b2;
+	assert_apf_ok(apf_backend_cpu_new(&b1, 1));
+	assert_apf_ok(apf_backend_cpu_new(&b2, 2));
+	image_layers_bits_case(b1, b2, 4, 14, 14, 16, 8);
+	image_layers_bits_case(b1, b2, 8, 14, 14, 32, 16);
+	apf_backend_free(b1);
+	apf_backend_free(b2);
 }
 
 static void attn_case(int B, int T, int C, int NH, float scale)
@@ -1454,12 +1690,14 @@ int main(void)
 		cmocka_unit_test(pooling_gradients_match_finite_differences),
 		cmocka_unit_test(dropout_add_and_loss_gradients_match_finite_differences),
 		cmocka_unit_test(click_layers_gradients_match_finite_differences),
+		cmocka_unit_test(image_layers_gradients_match_finite_differences),
 		cmocka_unit_test(sequence_layers_gradients_match_finite_differences),
 		cmocka_unit_test(attention_is_thread_count_invariant_and_causal),
 		cmocka_unit_test(dlrm_net_gradient_matches_finite_differences),
 		cmocka_unit_test(dropout_keeps_the_stated_share),
 		cmocka_unit_test(conv_over_many_chunks_matches_reference),
 		cmocka_unit_test(threaded_layers_agree_with_one_thread),
+		cmocka_unit_test(image_layers_give_the_same_bits_on_one_and_two_threads),
 		cmocka_unit_test(batchnorm_running_statistics_and_eval_mode),
 		cmocka_unit_test(vector_ops_compute_what_they_say),
 		cmocka_unit_test(net_layout_names_kinds_and_aligned_offsets),

@@ -2538,6 +2538,375 @@ static void glu_backward(apf_backend *be, int act, float *dinp,
 /* ---- image-to-image layers: transposed convolution, concatenation,
  * instance norm, L1 loss ------------------------------------------------------ */
 
+/* Transposed convolution, kernel 2 stride 2. Each input pixel feeds its own
+ * 2x2 block of output pixels and no two blocks overlap, so the layer is one
+ * GEMM per direction over the pixels, with the weight read as a matrix
+ * (4 OC, C) of rows (o,i,j): forward Y (BHW, 4OC) = inp (BHW, C) W^T, then
+ * Y scattered onto the blocks; backward gathers dout into the same G
+ * (BHW, 4OC) layout, so dinp = G W and dweight = G^T inp, both straight in
+ * their own layouts. Every GEMM runs over the whole batch, so its bits do
+ * not depend on the thread count (gemm.h); the gather and scatter are
+ * elementwise. */
+struct upconv_arg {
+	float *out, *g;        /* scatter's output, gather's G (BHW, 4OC) */
+	const float *y, *dout; /* scatter's Y (BHW, 4OC), gather's input */
+	const float *bias;     /* NULL: none */
+	int B, H, W, OC;
+};
+
+// out (B,2H,2W,OC) = scatter of y (B*H*W, OC,2,2) + bias (OC), pixels [p0,p1)
+HOT static void upconv_scatter(float *out, const float *y, const float *bias,
+			       size_t p0, size_t p1, int H, int W, int OC)
+{
+	size_t HW = (size_t)H * W;
+	for (size_t p = p0; p < p1; p++) {
+		size_t b = p / HW, h = p / W % H, w = p % W;
+		const float *src = y + p * 4 * OC;
+		for (int i = 0; i < 2; i++)
+			for (int j = 0; j < 2; j++) {
+				float *dst = out + ((b * 2 * H + 2 * h + i) * 2 * W +
+						    2 * w + j) * OC;
+				const float *s = src + i * 2 + j;
+				if (bias)
+					for (int o = 0; o < OC; o++)
+						dst[o] = s[4 * o] + bias[o];
+				else
+					for (int o = 0; o < OC; o++)
+						dst[o] = s[4 * o];
+			}
+	}
+}
+
+// g (B*H*W, OC,2,2) = gather of dout (B,2H,2W,OC), pixels [p0,p1)
+HOT static void upconv_gather(float *g, const float *dout, size_t p0, size_t p1,
+			      int H, int W, int OC)
+{
+	size_t HW = (size_t)H * W;
+	for (size_t p = p0; p < p1; p++) {
+		size_t b = p / HW, h = p / W % H, w = p % W;
+		float *dst = g + p * 4 * OC;
+		for (int i = 0; i < 2; i++)
+			for (int j = 0; j < 2; j++) {
+				const float *s = dout + ((b * 2 * H + 2 * h + i) * 2 * W +
+							 2 * w + j) * OC;
+				float *d = dst + i * 2 + j;
+				for (int o = 0; o < OC; o++)
+					d[4 * o] = s[o];
+			}
+	}
+}
+
+static void upconv_scatter_task(void *v, int t, int nt)
+{
+	struct upconv_arg *a = v;
+	size_t p0, p1;
+	split((size_t)a->B * a->H * a->W, t, nt, 1, &p0, &p1);
+	upconv_scatter(a->out, a->y, a->bias, p0, p1, a->H, a->W, a->OC);
+}
+
+static void upconv_gather_task(void *v, int t, int nt)
+{
+	struct upconv_arg *a = v;
+	size_t p0, p1;
+	split((size_t)a->B * a->H * a->W, t, nt, 1, &p0, &p1);
+	upconv_gather(a->g, a->dout, p0, p1, a->H, a->W, a->OC);
+}
+
+/* Runs fn over the pixels: on the pool when the output is large enough to
+ * pay for the hand-off. */
+static void upconv_run(apf_backend *be, task_fn fn, struct upconv_arg *a)
+{
+	size_t n = (size_t)a->B * a->H * a->W * 4 * a->OC;
+	if (n < PAR_MIN || nthreads(be) == 1)
+		fn(a, 0, 1);
+	else
+		parallel(be, fn, a);
+}
+
+// out (B,2H,2W,OC) from inp (B,H,W,C), weight (OC,2,2,C), bias (OC) or NULL
+static void upconv2x2_forward(apf_backend *be, float *out, const float *inp,
+			      const float *weight, const float *bias, int B,
+			      int H, int W, int C, int OC)
+{
+	size_t P = (size_t)B * H * W;
+	if (P == 0 || OC == 0)
+		return;
+	float *y = malloc(P * 4 * OC * sizeof *y);
+	if (!y) {
+		cpu_fail(be, "upconv2x2");
+		return;
+	}
+	cpu_gemm(be, 0, 1, (int)P, 4 * OC, C, 1.0f, inp, C, weight, C, 0.0f,
+		 y, 4 * OC);
+	struct upconv_arg a = {.out = out, .y = y, .bias = bias, .B = B, .H = H,
+			       .W = W, .OC = OC};
+	upconv_run(be, upconv_scatter_task, &a);
+	free(y);
+}
+
+// dout (B,2H,2W,OC); dinp (B,H,W,C) or NULL, dweight (OC,2,2,C), dbias (OC) or NULL
+static void upconv2x2_backward(apf_backend *be, float *dinp, float *dweight,
+			       float *dbias, const float *dout,
+			       const float *inp, const float *weight, int B,
+			       int H, int W, int C, int OC, int accum)
+{
+	size_t P = (size_t)B * H * W;
+	float *g = malloc((P ? P : 1) * 4 * OC * sizeof *g);
+	if (!g) {
+		cpu_fail(be, "upconv2x2");
+		return;
+	}
+	struct upconv_arg a = {.g = g, .dout = dout, .B = B, .H = H, .W = W,
+			       .OC = OC};
+	upconv_run(be, upconv_gather_task, &a);
+	if (dinp)
+		cpu_gemm(be, 0, 0, (int)P, C, 4 * OC, 1.0f, g, 4 * OC, weight,
+			 C, accum ? 1.0f : 0.0f, dinp, C);
+	/* K = every pixel of the batch: not split, so thread-count free */
+	cpu_gemm(be, 1, 0, 4 * OC, C, (int)P, 1.0f, g, 4 * OC, inp, C, 0.0f,
+		 dweight, C);
+	if (dbias)
+		column_sums(dbias, dout, 4 * P, OC);
+	free(g);
+}
+
+// out (N,Ca+Cb) = rows of a (N,Ca) followed by rows of b (N,Cb)
+static void concat_forward(apf_backend *be, float *out, const float *a,
+			   const float *b, int N, int Ca, int Cb)
+{
+	(void)be;
+	size_t Co = (size_t)Ca + Cb;
+	for (size_t n = 0; n < (size_t)N; n++) {
+		memcpy(out + n * Co, a + n * Ca, (size_t)Ca * sizeof *out);
+		memcpy(out + n * Co + Ca, b + n * Cb, (size_t)Cb * sizeof *out);
+	}
+}
+
+// dst (N,Cd) = or += columns [c0, c0+Cd) of dout (N,Co)
+static void concat_part_backward(float *dst, const float *dout, int N, int Cd,
+				 size_t Co, int c0, int accum)
+{
+	for (size_t n = 0; n < (size_t)N; n++) {
+		const float *s = dout + n * Co + c0;
+		float *d = dst + n * Cd;
+		if (accum)
+			for (int c = 0; c < Cd; c++)
+				d[c] += s[c];
+		else
+			memcpy(d, s, (size_t)Cd * sizeof *d);
+	}
+}
+
+// dout (N,Ca+Cb); da (N,Ca), db (N,Cb), either NULL
+static void concat_backward(apf_backend *be, float *da, float *db,
+			    const float *dout, int N, int Ca, int Cb,
+			    int accum_a, int accum_b)
+{
+	(void)be;
+	size_t Co = (size_t)Ca + Cb;
+	if (da)
+		concat_part_backward(da, dout, N, Ca, Co, 0, accum_a);
+	if (db)
+		concat_part_backward(db, dout, N, Cb, Co, Ca, accum_b);
+}
+
+/* Instance norm. The work items are (image, block of IN_BLOCK channels):
+ * each item owns its channels' statistics over all the image's pixels,
+ * read in pixel order with double accumulators on the stack, so a
+ * statistic never crosses a thread split and the bits do not depend on the
+ * thread count. Backward keeps each item's sums per (b, c) and adds them
+ * over b in order afterwards for dscale and dbias. */
+#define IN_BLOCK 32
+
+struct in_arg {
+	float *out, *dinp, *mean, *rstd;
+	const float *inp, *dout, *scale, *bias;
+	const float *smean, *srstd; /* backward: the saved statistics */
+	double *sum_d, *sum_dx;     /* backward: (B,C) sums of d, d xhat */
+	int B, HW, C, nblk, accum;
+	float eps;
+};
+
+HOT static void in_fwd_task(void *v, int t, int nt)
+{
+	struct in_arg *a = v;
+	size_t lo, hi;
+	split((size_t)a->B * a->nblk, t, nt, 1, &lo, &hi);
+	int C = a->C, HW = a->HW;
+	for (size_t it = lo; it < hi; it++) {
+		size_t b = it / a->nblk;
+		int c0 = (int)(it % a->nblk) * IN_BLOCK;
+		int nc = C - c0 < IN_BLOCK ? C - c0 : IN_BLOCK;
+		const float *x0 = a->inp + b * HW * C + c0;
+		float *y0 = a->out + b * HW * C + c0;
+		double s[IN_BLOCK] = {0}, q[IN_BLOCK] = {0};
+		for (int p = 0; p < HW; p++) {
+			const float *x = x0 + (size_t)p * C;
+			for (int c = 0; c < nc; c++)
+				s[c] += x[c];
+		}
+		for (int c = 0; c < nc; c++)
+			s[c] /= HW;
+		for (int p = 0; p < HW; p++) {
+			const float *x = x0 + (size_t)p * C;
+			for (int c = 0; c < nc; c++) {
+				double d = (double)x[c] - s[c];
+				q[c] += d * d;
+			}
+		}
+		float mf[IN_BLOCK], r[IN_BLOCK], sc[IN_BLOCK], bi[IN_BLOCK];
+		for (int c = 0; c < nc; c++) {
+			mf[c] = (float)s[c];
+			r[c] = (float)(1.0 / sqrt(q[c] / HW + a->eps));
+			sc[c] = a->scale[c0 + c];
+			bi[c] = a->bias[c0 + c];
+			a->mean[b * C + c0 + c] = mf[c];
+			a->rstd[b * C + c0 + c] = r[c];
+		}
+		for (int p = 0; p < HW; p++) {
+			const float *x = x0 + (size_t)p * C;
+			float *y = y0 + (size_t)p * C;
+			for (int c = 0; c < nc; c++)
+				y[c] = (x[c] - mf[c]) * r[c] * sc[c] + bi[c];
+		}
+	}
+}
+
+HOT static void in_bwd_task(void *v, int t, int nt)
+{
+	struct in_arg *a = v;
+	size_t lo, hi;
+	split((size_t)a->B * a->nblk, t, nt, 1, &lo, &hi);
+	int C = a->C, HW = a->HW;
+	for (size_t it = lo; it < hi; it++) {
+		size_t b = it / a->nblk;
+		int c0 = (int)(it % a->nblk) * IN_BLOCK;
+		int nc = C - c0 < IN_BLOCK ? C - c0 : IN_BLOCK;
+		size_t off = b * HW * C + c0;
+		const float *x0 = a->inp + off, *d0 = a->dout + off;
+		float m[IN_BLOCK], r[IN_BLOCK], sc[IN_BLOCK];
+		for (int c = 0; c < nc; c++) {
+			m[c] = a->smean[b * C + c0 + c];
+			r[c] = a->srstd[b * C + c0 + c];
+			sc[c] = a->scale[c0 + c];
+		}
+		double sd[IN_BLOCK] = {0}, sdx[IN_BLOCK] = {0};
+		for (int p = 0; p < HW; p++) {
+			const float *x = x0 + (size_t)p * C;
+			const float *d = d0 + (size_t)p * C;
+			for (int c = 0; c < nc; c++) {
+				float xhat = (x[c] - m[c]) * r[c];
+				sd[c] += d[c];
+				sdx[c] += (double)d[c] * xhat;
+			}
+		}
+		for (int c = 0; c < nc; c++) {
+			a->sum_d[b * C + c0 + c] = sd[c];
+			a->sum_dx[b * C + c0 + c] = sdx[c];
+		}
+		if (!a->dinp)
+			continue;
+		/* dinp = rstd (dy - mean(dy) - xhat mean(dy xhat)), dy = dout scale */
+		float mdy[IN_BLOCK], mdyx[IN_BLOCK];
+		for (int c = 0; c < nc; c++) {
+			mdy[c] = (float)(sc[c] * sd[c] / HW);
+			mdyx[c] = (float)(sc[c] * sdx[c] / HW);
+		}
+		float *di0 = a->dinp + off;
+		for (int p = 0; p < HW; p++) {
+			const float *x = x0 + (size_t)p * C;
+			const float *d = d0 + (size_t)p * C;
+			float *di = di0 + (size_t)p * C;
+			for (int c = 0; c < nc; c++) {
+				float xhat = (x[c] - m[c]) * r[c];
+				float g = r[c] * (d[c] * sc[c] - mdy[c] -
+						  xhat * mdyx[c]);
+				di[c] = a->accum ? di[c] + g : g;
+			}
+		}
+	}
+}
+
+/* Items on the pool when the tensor is large enough to pay for it. */
+static void in_run(apf_backend *be, task_fn fn, struct in_arg *a)
+{
+	if ((size_t)a->B * a->HW * a->C < PAR_MIN || nthreads(be) == 1)
+		fn(a, 0, 1);
+	else
+		parallel(be, fn, a);
+}
+
+// out, inp (B,HW,C); mean, rstd (B,C); scale, bias (C)
+static void instnorm_forward(apf_backend *be, float *out, float *mean,
+			     float *rstd, const float *inp, const float *scale,
+			     const float *bias, int B, int HW, int C, float eps)
+{
+	struct in_arg a = {.out = out, .mean = mean, .rstd = rstd, .inp = inp,
+			   .scale = scale, .bias = bias, .B = B, .HW = HW,
+			   .C = C, .nblk = (C + IN_BLOCK - 1) / IN_BLOCK,
+			   .eps = eps};
+	in_run(be, in_fwd_task, &a);
+}
+
+// dout, inp (B,HW,C); dinp (B,HW,C) or NULL; dscale, dbias (C) written
+static void instnorm_backward(apf_backend *be, float *dinp, float *dscale,
+			      float *dbias, const float *dout,
+			      const float *inp, const float *scale,
+			      const float *mean, const float *rstd, int B,
+			      int HW, int C, int accum)
+{
+	size_t BC = (size_t)B * C;
+	double *sums = malloc((BC ? 2 * BC : 1) * sizeof *sums);
+	if (!sums) {
+		cpu_fail(be, "instnorm");
+		return;
+	}
+	struct in_arg a = {.dinp = dinp, .inp = inp, .dout = dout,
+			   .scale = scale, .smean = mean, .srstd = rstd,
+			   .sum_d = sums, .sum_dx = sums + BC, .B = B, .HW = HW,
+			   .C = C, .nblk = (C + IN_BLOCK - 1) / IN_BLOCK,
+			   .accum = accum};
+	in_run(be, in_bwd_task, &a);
+	/* over the images in order */
+	for (int c = 0; c < C; c++) {
+		double s = 0.0, sx = 0.0;
+		for (int b = 0; b < B; b++) {
+			s += a.sum_d[(size_t)b * C + c];
+			sx += a.sum_dx[(size_t)b * C + c];
+		}
+		dbias[c] = (float)s;
+		dscale[c] = (float)sx;
+	}
+	free(sums);
+}
+
+// losses (B) = mean over n of |pred - target|, pred and target (B,n)
+static void l1_forward(apf_backend *be, float *losses, const float *pred,
+		       const float *target, int B, int n)
+{
+	(void)be;
+	for (int b = 0; b < B; b++) {
+		const float *p = pred + (size_t)b * n, *q = target + (size_t)b * n;
+		double s = 0.0;
+		for (int i = 0; i < n; i++)
+			s += fabs((double)p[i] - q[i]);
+		losses[b] = (float)(s / n);
+	}
+}
+
+// dpred (B,n) = dloss sign(pred - target) / n, written
+static void l1_backward(apf_backend *be, float *dpred, const float *pred,
+			const float *target, int B, int n, float dloss)
+{
+	(void)be;
+	float g = dloss / (float)n;
+	size_t N = (size_t)B * n;
+	for (size_t i = 0; i < N; i++)
+		dpred[i] = pred[i] > target[i] ? g
+			   : pred[i] < target[i] ? -g
+						 : 0.0f;
+}
+
 /* ---- the table ------------------------------------------------------------ */
 
 static const apf_backend cpu_template = {
@@ -2584,6 +2953,14 @@ static const apf_backend cpu_template = {
 	.glu_forward = glu_forward,
 	.glu_backward = glu_backward,
 	/* image-to-image layers */
+	.upconv2x2_forward = upconv2x2_forward,
+	.upconv2x2_backward = upconv2x2_backward,
+	.concat_forward = concat_forward,
+	.concat_backward = concat_backward,
+	.instnorm_forward = instnorm_forward,
+	.instnorm_backward = instnorm_backward,
+	.l1_forward = l1_forward,
+	.l1_backward = l1_backward,
 	.fill = v_fill,
 	.copy = v_copy,
 	.scale = v_scale,

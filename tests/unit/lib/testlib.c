@@ -53,3 +53,27 @@ const char *testlib_root(void)
 {
 	return APF_SOURCE_DIR;
 }
+
+char *testlib_read(const char *dir, const char *rel, size_t *len)
+{
+	char path[4096];
+	snprintf(path, sizeof path, "%s/%s", dir, rel);
+	FILE *f = fopen(path, "rb");
+	if (!f)
+		fail_msg("%s: cannot open", path);
+	fseek(f, 0, SEEK_END);
+	*len = (size_t)ftell(f);
+	fseek(f, 0, SEEK_SET);
+	char *b = malloc(*len ? *len : 1);
+	if (!b || fread(b, 1, *len, f) != *len)
+		fail_msg("%s: cannot read", path);
+	fclose(f);
+	return b;
+}
+
+int testlib_have_torch(void)
+{
+	return access(TESTLIB_PYTHON, X_OK) == 0 &&
+	       system(TESTLIB_PYTHON " -c 'import torch, numpy' 2>/dev/null") ==
+		       0;
+}

@@ -1,6 +1,7 @@
 /*
  * testlib.h: what the cmocka unit tests share: temporary directories that
- * clean themselves up, small file writers, and SKIP_BECAUSE, which prints the
+ * clean themselves up, small file readers and writers, whether PyTorch is
+ * there for the cross-checks, and SKIP_BECAUSE, which prints the
  * reason in the form tests/run.py reports ("skip: <reason>").
  */
 #ifndef APF_TESTLIB_H
@@ -39,5 +40,13 @@ void testlib_write(const char *dir, const char *rel, const void *data,
 void testlib_write_str(const char *dir, const char *rel, const char *s);
 /* Path of the source tree (for tests/data). */
 const char *testlib_root(void);
+/* The whole of dir/rel (the test fails if it cannot be read); *len bytes.
+ * Caller frees. */
+char *testlib_read(const char *dir, const char *rel, size_t *len);
+
+/* The Python with Debian's python3-torch, for the PyTorch cross-checks. */
+#define TESTLIB_PYTHON "/usr/bin/python3"
+/* Whether TESTLIB_PYTHON imports torch and numpy. */
+int testlib_have_torch(void);
 
 #endif
