@@ -1186,20 +1186,49 @@ static void layernorm_backward(apf_backend *be, float *dinp, float *dscale,
 #define GELU_C 0.044715f
 
 /* The scalar formulas, shared by the activations and the gated linear
- * units, so both compute the same bits. */
+ * units, so both compute the same bits. The `_of` forms take the function's
+ * transcendental (GELU's tanh, SiLU's e^-x) so that a value and its
+ * derivative can share one call. */
 static inline float relu_f(float x)
 {
 	return x > 0.0f ? x : 0.0f;
 }
 
+static inline float gelu_tanh(float x)
+{
+	return tanhf(GELU_K * (x + GELU_C * x * x * x));
+}
+
+static inline float gelu_of(float x, float t)
+{
+	return 0.5f * x * (1.0f + t);
+}
+
 static inline float gelu_f(float x)
 {
-	return 0.5f * x * (1.0f + tanhf(GELU_K * (x + GELU_C * x * x * x)));
+	return gelu_of(x, gelu_tanh(x));
+}
+
+static inline float gelu_grad_of(float x, float t)
+{
+	float du = GELU_K * (1.0f + 3.0f * GELU_C * x * x);
+	return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du;
+}
+
+static inline float silu_of(float x, float e) /* e = e^-x */
+{
+	return x / (1.0f + e);
 }
 
 static inline float silu_f(float x)
 {
-	return x / (1.0f + expf(-x));
+	return silu_of(x, expf(-x));
+}
+
+static inline float silu_grad_of(float x, float e)
+{
+	float sg = 1.0f / (1.0f + e);
+	return sg * (1.0f + x * (1.0f - sg));
 }
 
 HOT static void activation_forward_s(apf_backend *be, int act, float *out,
@@ -1240,15 +1269,12 @@ HOT static void activation_forward_s(apf_backend *be, int act, float *out,
 
 static inline float gelu_grad(float x)
 {
-	float t = tanhf(GELU_K * (x + GELU_C * x * x * x));
-	float du = GELU_K * (1.0f + 3.0f * GELU_C * x * x);
-	return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du;
+	return gelu_grad_of(x, gelu_tanh(x));
 }
 
 static inline float silu_grad(float x)
 {
-	float sg = 1.0f / (1.0f + expf(-x));
-	return sg * (1.0f + x * (1.0f - sg));
+	return silu_grad_of(x, expf(-x));
 }
 
 HOT static void activation_backward_s(apf_backend *be, int act, float *dinp,
@@ -1961,14 +1987,17 @@ static void v_adam_direction(apf_backend *be, float *d, const float *m,
  * among the threads and each pair is computed whole by one thread in a fixed
  * order, so the bits do not depend on the thread count. Within a head, query
  * row t reads keys 0..t only. K (forward) and V (backward) are first copied
- * transposed, (hs,Tp) with Tp = T rounded up to ATTN_KB and zero columns
- * after T, so a row's dot products run along the keys, ATTN_KB keys at a
- * time in registers, each summed in double in d order. Weighted sums of rows
- * (out, dq) keep up to 32 columns in registers and add the rows in key
- * order. Each thread's scratch is linear in T (a few (T,hs) panels and rows
+ * transposed, (hs,Tp) with Tp = T rounded up to ATTN_PAD and zero columns
+ * after T, so a row's dot products run along the keys, a block of keys at a
+ * time in registers, each summed in d order: the scores in double, the
+ * backward's dout.v in float. Weighted sums of rows (out, dq) keep up to
+ * 32 columns in registers and add the rows in key order. Each thread's scratch is linear in T (a few (T,hs) panels and rows
  * of T), never (T,T). */
 
-#define ATTN_KB 16 /* keys per register block of the dot products */
+#define ATTN_KB 16  /* keys per register block of the double dots */
+#define ATTN_KBF 32 /* the same for float dots */
+#define ATTN_PAD 32 /* a multiple of both */
+#define ATTN_QG 4   /* query rows per group in the backward */
 
 struct attn_arg {
 	float *out, *att, *dqkv;
@@ -1979,20 +2008,21 @@ struct attn_arg {
 	size_t slab_bytes;
 };
 
-/* Bytes of one thread's scratch, forward and backward alike: T doubles, then
- * 3 (T,hs) float panels and rows of hs and T floats, 64-byte aligned. */
+/* Tp: T rounded up to whole blocks of keys */
 static int attn_padded(int T)
 {
-	return (T + ATTN_KB - 1) / ATTN_KB * ATTN_KB;
+	return (T + ATTN_PAD - 1) / ATTN_PAD * ATTN_PAD;
 }
 
-/* Bytes of one thread's scratch, forward and backward alike: Tp doubles,
- * then a (hs,Tp) and two (T,hs) float panels and rows of hs and T floats. */
+/* Bytes of one thread's scratch, enough for forward and backward: 2 Tp
+ * doubles, then a (hs,Tp) and two (T,hs) float panels, a row of hs and
+ * ATTN_QG rows of T floats; a multiple of 64 so every slab stays aligned. */
 static size_t attn_slab_bytes(int T, int hs)
 {
 	size_t Tp = (size_t)attn_padded(T);
-	size_t b = Tp * sizeof(double) +
-		   (Tp * hs + (size_t)2 * T * hs + hs + T) * sizeof(float);
+	size_t b = 2 * Tp * sizeof(double) +
+		   (Tp * hs + (size_t)2 * T * hs + hs +
+		    (size_t)ATTN_QG * T) * sizeof(float);
 	return (b + 63) / 64 * 64;
 }
 
@@ -2026,6 +2056,83 @@ static inline void attn_dots(double *restrict s, const float *restrict y,
 	}
 }
 
+/* attn_dots for two rows y0, y1 at once, sharing each load of xT: the same
+ * bits as two calls */
+static inline void attn_dots2(double *restrict s0, double *restrict s1,
+			      const float *restrict y0,
+			      const float *restrict y1,
+			      const float *restrict xT, int Tp, int hs, int n)
+{
+	for (int t0 = 0; t0 < n; t0 += ATTN_KB) {
+		double a0[ATTN_KB] = {0}, a1[ATTN_KB] = {0};
+		for (int d = 0; d < hs; d++) {
+			double u = y0[d], w = y1[d];
+			const float *restrict xr = xT + (size_t)d * Tp + t0;
+			for (int j = 0; j < ATTN_KB; j++) {
+				double x = xr[j];
+				a0[j] += u * x;
+				a1[j] += w * x;
+			}
+		}
+		for (int j = 0; j < ATTN_KB; j++) {
+			s0[t0 + j] = a0[j];
+			s1[t0 + j] = a1[j];
+		}
+	}
+}
+
+// s (n rounded up to ATTN_KBF) = y (hs) . xT[:, t2], in float in d order
+static inline void attn_dots_f(float *restrict s, const float *restrict y,
+			       const float *restrict xT, int Tp, int hs, int n)
+{
+	for (int t0 = 0; t0 < n; t0 += ATTN_KBF) {
+		float acc[ATTN_KBF] = {0};
+		for (int d = 0; d < hs; d++) {
+			float yd = y[d];
+			const float *restrict xr = xT + (size_t)d * Tp + t0;
+			for (int j = 0; j < ATTN_KBF; j++)
+				acc[j] += yd * xr[j];
+		}
+		for (int j = 0; j < ATTN_KBF; j++)
+			s[t0 + j] = acc[j];
+	}
+}
+
+/* sum over t2 < n of a[t2] b[t2] in double: four partials over t2 mod 4,
+ * then the tail, in a fixed order */
+static inline double attn_dot_d(const float *restrict a,
+				const float *restrict b, int n)
+{
+	double p[4] = {0};
+	int i = 0;
+	for (; i + 4 <= n; i += 4)
+		for (int j = 0; j < 4; j++)
+			p[j] += (double)a[i + j] * b[i + j];
+	double s = (p[0] + p[1]) + (p[2] + p[3]);
+	for (; i < n; i++)
+		s += (double)a[i] * b[i];
+	return s;
+}
+
+/* y (hs) += w[j s] x[j] for rows j = 0..3 (stride lx) in order, in one
+ * pass: the same bits as four axpys. */
+static inline void attn_rank4(float *restrict y, const float *restrict w,
+			      size_t s, const float *restrict x, size_t lx,
+			      int hs)
+{
+	float w0 = w[0], w1 = w[s], w2 = w[2 * s], w3 = w[3 * s];
+	const float *restrict x1 = x + lx, *restrict x2 = x + 2 * lx;
+	const float *restrict x3 = x + 3 * lx;
+	for (int d = 0; d < hs; d++) {
+		float v = y[d];
+		v += w0 * x[d];
+		v += w1 * x1[d];
+		v += w2 * x2[d];
+		v += w3 * x3[d];
+		y[d] = v;
+	}
+}
+
 /* y (W) = sum over t2 < n of w[t2] x[t2] (rows of stride ld), in t2 order;
  * W a constant once inlined, so acc lives in registers. */
 static inline void attn_wsum_block(float *restrict y, const float *restrict w,
@@ -2056,6 +2163,45 @@ static inline void attn_wsum(float *restrict y, const float *restrict w,
 		attn_wsum_block(y + d, w, x + d, ld, n, 1);
 }
 
+/* e^x for the softmax, in plain float and integer arithmetic so that a
+ * loop of it vectorises (float compares would not, being able to trap) and
+ * every clone computes the same bits (libm's expf is one call per element):
+ * |x| is clamped to 87 on its bits (e^-87 ~ 1.6e-38, still normal; NaN
+ * stays NaN), x = n ln2 + r with |r| <= ln2/2, e^r by its Taylor series to
+ * r^7 (truncation below 1e-8 relative), times 2^n built in the exponent
+ * bits. */
+static inline float attn_exp(float x)
+{
+	const uint32_t lim = 0x42ae0000u; /* 87.0f */
+	uint32_t ux, ut, umagic;
+	memcpy(&ux, &x, sizeof ux);
+	uint32_t mag = ux & 0x7fffffffu;
+	mag = mag > lim && mag <= 0x7f800000u ? lim : mag;
+	ux = (ux & 0x80000000u) | mag;
+	memcpy(&x, &ux, sizeof x);
+	/* round x / ln2 to nearest by the 1.5 * 2^23 shift: n sits in the low
+	 * bits of t */
+	const float magic = 12582912.0f;
+	float t = x * 1.44269504f + magic;
+	float n = t - magic;
+	float r = x - n * 0.693359375f;  /* ln2's high bits: n * hi exact */
+	r = r - n * -2.12194440e-4f;     /* ln2 - hi */
+	float p = 1.0f / 5040.0f;
+	p = p * r + 1.0f / 720.0f;
+	p = p * r + 1.0f / 120.0f;
+	p = p * r + 1.0f / 24.0f;
+	p = p * r + 1.0f / 6.0f;
+	p = p * r + 0.5f;
+	p = p * r + 1.0f;
+	p = p * r + 1.0f;
+	memcpy(&ut, &t, sizeof ut);
+	memcpy(&umagic, &magic, sizeof umagic);
+	uint32_t bits = (ut - umagic + 127u) << 23;
+	float scale;
+	memcpy(&scale, &bits, sizeof scale);
+	return p * scale;
+}
+
 // y (n) += a x (n)
 static inline void attn_axpy(float *restrict y, float a,
 			     const float *restrict x, int n)
@@ -2083,32 +2229,41 @@ HOT static void attention_head_forward(float *out, float *att,
 {
 	size_t ld = (size_t)3 * C;
 	int Tp = attn_padded(T);
-	double *s = (double *)slab;
-	float *kT = (float *)(s + Tp);
+	double *s = (double *)slab; /* two rows of Tp scores */
+	float *kT = (float *)(s + 2 * (size_t)Tp);
 	float *orow = kT + (size_t)Tp * hs;
 	attn_transpose(kT, qkv + C, ld, T, Tp, hs);
-	for (int t = 0; t < T; t++) {
-		int n = t + 1;
-		float *a = att + (size_t)t * T;
-		attn_dots(s, qkv + t * ld, kT, Tp, hs, n);
-		double m = -INFINITY;
-		for (int t2 = 0; t2 < n; t2++) {
-			s[t2] *= scale;
-			m = s[t2] > m ? s[t2] : m;
+	/* query rows two at a time, sharing the loads of K */
+	for (int t0 = 0; t0 < T; t0 += 2) {
+		int rows = T - t0 < 2 ? 1 : 2;
+		const float *q = qkv + t0 * ld;
+		if (rows == 2)
+			attn_dots2(s, s + Tp, q, q + ld, kT, Tp, hs, t0 + 2);
+		else
+			attn_dots(s, q, kT, Tp, hs, t0 + 1);
+		for (int r = 0; r < rows; r++) {
+			int t = t0 + r, n = t + 1;
+			double *sr = s + (size_t)r * Tp;
+			float *a = att + (size_t)t * T;
+			double m = -INFINITY;
+			for (int t2 = 0; t2 < n; t2++) {
+				sr[t2] *= scale;
+				m = sr[t2] > m ? sr[t2] : m;
+			}
+			for (int t2 = 0; t2 < n; t2++)
+				a[t2] = attn_exp((float)(sr[t2] - m));
+			double sum = 0.0;
+			for (int t2 = 0; t2 < n; t2++)
+				sum += a[t2];
+			double inv = 1.0 / sum;
+			for (int t2 = 0; t2 < n; t2++)
+				a[t2] = (float)(a[t2] * inv);
+			for (int t2 = n; t2 < T; t2++)
+				a[t2] = 0.0f;
+			attn_wsum(orow, a, qkv + 2 * (size_t)C, ld, n, hs);
+			memcpy(out + (size_t)t * C, orow,
+			       (size_t)hs * sizeof *orow);
 		}
-		double sum = 0.0;
-		for (int t2 = 0; t2 < n; t2++) {
-			float e = expf((float)(s[t2] - m));
-			a[t2] = e;
-			sum += e;
-		}
-		double inv = 1.0 / sum;
-		for (int t2 = 0; t2 < n; t2++)
-			a[t2] = (float)(a[t2] * inv);
-		for (int t2 = n; t2 < T; t2++)
-			a[t2] = 0.0f;
-		attn_wsum(orow, a, qkv + 2 * (size_t)C, ld, n, hs);
-		memcpy(out + (size_t)t * C, orow, (size_t)hs * sizeof *orow);
 	}
 }
 
@@ -2120,31 +2275,51 @@ HOT static void attention_head_backward(float *dqkv, const float *dout,
 {
 	size_t ld = (size_t)3 * C;
 	int Tp = attn_padded(T);
-	double *datt = (double *)slab;
-	float *vT = (float *)(datt + Tp);
+	float *datt = (float *)slab;
+	float *vT = datt + Tp;
 	float *dk = vT + (size_t)Tp * hs, *dv = dk + (size_t)T * hs;
 	float *dq = dv + (size_t)T * hs, *dpre = dq + hs;
 	attn_transpose(vT, qkv + 2 * (size_t)C, ld, T, Tp, hs);
 	memset(dk, 0, (size_t)2 * T * hs * sizeof *dk);
-	for (int t = 0; t < T; t++) {
-		int n = t + 1;
-		const float *a = att + (size_t)t * T;
-		const float *dO = dout + (size_t)t * C;
-		const float *q = qkv + t * ld;
-		attn_dots(datt, dO, vT, Tp, hs, n);
-		double sd = 0.0;
-		for (int t2 = 0; t2 < n; t2++)
-			sd += a[t2] * datt[t2];
-		/* the softmax's backward, with the score scale folded in */
-		for (int t2 = 0; t2 < n; t2++)
-			dpre[t2] = (float)((double)scale * a[t2] *
-					   (datt[t2] - sd));
-		attn_wsum(dq, dpre, qkv + C, ld, n, hs);
-		attn_store(dqkv + t * ld, dq, hs, accum);
-		for (int t2 = 0; t2 < n; t2++) {
-			attn_axpy(dk + (size_t)t2 * hs, dpre[t2], q, hs);
-			attn_axpy(dv + (size_t)t2 * hs, a[t2], dO, hs);
+	/* Query rows in groups of ATTN_QG: each row's dq as it comes, then
+	 * the group's terms of dk, dv added row after row (t increasing) in
+	 * one pass over each key's row, the order the rows would give one at
+	 * a time. */
+	for (int t0 = 0; t0 < T; t0 += ATTN_QG) {
+		int G = T - t0 < ATTN_QG ? T - t0 : ATTN_QG;
+		for (int j = 0; j < G; j++) {
+			int t = t0 + j, n = t + 1;
+			const float *a = att + (size_t)t * T;
+			float *dp = dpre + (size_t)j * T;
+			attn_dots_f(datt, dout + (size_t)t * C, vT, Tp, hs, n);
+			double sd = attn_dot_d(a, datt, n);
+			/* the softmax's backward, the score scale folded in */
+			for (int t2 = 0; t2 < n; t2++)
+				dp[t2] = (float)((double)scale * a[t2] *
+						 (datt[t2] - sd));
+			attn_wsum(dq, dp, qkv + C, ld, n, hs);
+			attn_store(dqkv + t * ld, dq, hs, accum);
 		}
+		const float *a0 = att + (size_t)t0 * T;
+		const float *q0 = qkv + t0 * ld, *o0 = dout + (size_t)t0 * C;
+		int t2 = 0;
+		if (G == ATTN_QG)
+			/* keys every row of the group reads */
+			for (; t2 <= t0; t2++) {
+				attn_rank4(dk + (size_t)t2 * hs, dpre + t2,
+					   (size_t)T, q0, ld, hs);
+				attn_rank4(dv + (size_t)t2 * hs, a0 + t2,
+					   (size_t)T, o0, (size_t)C, hs);
+			}
+		for (; t2 < t0 + G; t2++)
+			for (int j = t2 > t0 ? t2 - t0 : 0; j < G; j++) {
+				attn_axpy(dk + (size_t)t2 * hs,
+					  dpre[(size_t)j * T + t2],
+					  q0 + j * ld, hs);
+				attn_axpy(dv + (size_t)t2 * hs,
+					  a0[(size_t)j * T + t2],
+					  o0 + (size_t)j * C, hs);
+			}
 	}
 	for (int t2 = 0; t2 < T; t2++) {
 		attn_store(dqkv + t2 * ld + C, dk + (size_t)t2 * hs, hs, accum);
@@ -2164,12 +2339,11 @@ static void attn_task(void *v, int t, int nt, int backward)
 		size_t b = bh / NH, h = bh % NH;
 		size_t row0 = b * T;  /* first (b,t) row */
 		const float *qkv = a->qkv + row0 * 3 * C + h * hs;
-		const float *att = a->att_in ? a->att_in : a->att;
-		att += bh * T * T;
 		if (backward)
 			attention_head_backward(a->dqkv + row0 * 3 * C + h * hs,
 						a->dout + row0 * C + h * hs,
-						qkv, att, T, C, hs, a->scale,
+						qkv, a->att_in + bh * T * T,
+						T, C, hs, a->scale,
 						a->accum, slab);
 		else
 			attention_head_forward(a->out + row0 * C + h * hs,
@@ -2231,13 +2405,6 @@ static void attention_backward(apf_backend *be, float *dqkv, const float *dout,
 	free(a.scratch);
 }
 
-/* tanh' from the input (a GLU keeps no activation output) */
-static inline float tanh_grad(float x)
-{
-	float t = tanhf(x);
-	return 1.0f - t * t;
-}
-
 /* Gated linear units: elementwise per row, so any split of the rows gives
  * the same bits. One loop per activation (no branch inside). */
 
@@ -2266,16 +2433,19 @@ HOT static void glu_row_forward(int act, float *restrict out,
 	}
 }
 
-/* dx = dout g act'(x), dg = dout act(x), written or added. */
-#define GLU_LOOP(dx_expr, dg_expr)                                            \
+/* dx = dout g act'(x), dg = dout act(x), written or added; `pre` computes
+ * the activation's transcendental once for both. */
+#define GLU_LOOP(pre, dx_expr, dg_expr)                                       \
 	do {                                                                  \
 		if (accum)                                                    \
 			for (int i = 0; i < H; i++) {                         \
+				pre;                                          \
 				dx[i] += (dx_expr);                           \
 				dg[i] += (dg_expr);                           \
 			}                                                     \
 		else                                                          \
 			for (int i = 0; i < H; i++) {                         \
+				pre;                                          \
 				dx[i] = (dx_expr);                            \
 				dg[i] = (dg_expr);                            \
 			}                                                     \
@@ -2289,20 +2459,23 @@ HOT static void glu_row_backward(int act, float *restrict dx,
 {
 	switch (act) {
 	case APF_ACT_RELU:
-		GLU_LOOP(x[i] > 0.0f ? dout[i] * g[i] : 0.0f,
+		GLU_LOOP((void)0, x[i] > 0.0f ? dout[i] * g[i] : 0.0f,
 			 dout[i] * relu_f(x[i]));
 		break;
 	case APF_ACT_GELU:
-		GLU_LOOP(dout[i] * g[i] * gelu_grad(x[i]),
-			 dout[i] * gelu_f(x[i]));
+		GLU_LOOP(float t = gelu_tanh(x[i]),
+			 dout[i] * g[i] * gelu_grad_of(x[i], t),
+			 dout[i] * gelu_of(x[i], t));
 		break;
 	case APF_ACT_SILU:
-		GLU_LOOP(dout[i] * g[i] * silu_grad(x[i]),
-			 dout[i] * silu_f(x[i]));
+		GLU_LOOP(float e = expf(-x[i]),
+			 dout[i] * g[i] * silu_grad_of(x[i], e),
+			 dout[i] * silu_of(x[i], e));
 		break;
 	case APF_ACT_TANH:
-		GLU_LOOP(dout[i] * g[i] * tanh_grad(x[i]),
-			 dout[i] * tanhf(x[i]));
+		GLU_LOOP(float t = tanhf(x[i]),
+			 dout[i] * g[i] * (1.0f - t * t),
+			 dout[i] * t);
 		break;
 	}
 }
