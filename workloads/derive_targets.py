@@ -125,6 +125,10 @@ def main():
     ap.add_argument("--dry-run", action="store_true")
     ap.add_argument("--keep", help="keep the runs in this directory")
     ap.add_argument("--workloads-dir", default=os.path.join(ROOT, "workloads"))
+    ap.add_argument("--tuning-runs", metavar="DIR",
+                    help="take step 1 from workloads/baselines.py's runs in DIR "
+                    "(DIR/<baseline>.run and .apf, which hold this workload's "
+                    "trials) instead of running it again")
     args = ap.parse_args()
 
     work = args.keep or tempfile.mkdtemp(prefix="apf-targets-")
@@ -147,17 +151,32 @@ def main():
     record = {"workload": args.workload, "metric": metric, "tuning": [], "reruns": []}
     best = None  # (value, baseline, hparams)
     for b in args.baselines.split(","):
-        src = copy_baseline(work, b, "sub_" + b, studies=1, trials=args.trials)
-        entry = os.path.join(work, b + ".apf")
-        apf("pack", src, "-w", args.workload, "-o", entry, env=env)
-        run = os.path.join(work, b + ".run")
-        shutil.rmtree(run, ignore_errors=True)
-        print(f"tuning {b}: {args.trials} trials", flush=True)
-        apf("run", entry, "-o", run, "-q", env=env)
-        plan = json.loads(apf("plan", entry, "--json", env=env))
-        for unit, evs in sorted(evals_of(run).items()):
+        if args.tuning_runs:
+            entry = os.path.join(args.tuning_runs, b + ".apf")
+            run = os.path.join(args.tuning_runs, b + ".run")
+            if not os.path.exists(entry) or not os.path.isdir(run):
+                sys.exit(f"apf: derive_targets: {run}: no tuning run of {b}")
+            print(f"tuning {b}: the trials of {run}", flush=True)
+            # its entry is signed by the key baselines.py made there
+            plan_env = dict(env, APF_HOME=os.path.join(args.tuning_runs, "home"))
+        else:
+            plan_env = env
+            src = copy_baseline(work, b, "sub_" + b, studies=1, trials=args.trials)
+            entry = os.path.join(work, b + ".apf")
+            apf("pack", src, "-w", args.workload, "-o", entry, env=env)
+            run = os.path.join(work, b + ".run")
+            shutil.rmtree(run, ignore_errors=True)
+            print(f"tuning {b}: {args.trials} trials", flush=True)
+            apf("run", entry, "-o", run, "-q", env=env)
+        plan = json.loads(apf("plan", entry, "--json", env=plan_env))
+        units = {u: e for u, e in evals_of(run).items()
+                 if u.split("/")[1] == args.workload}
+        if not units:
+            sys.exit(f"apf: derive_targets: {run}: no trial of {args.workload}")
+        for unit, evs in sorted(units.items()):
             trial = int(unit.rsplit("_", 1)[1])
-            hp = [u["hparams"] for u in plan["units"] if u["trial"] == trial][0]
+            hp = [u["hparams"] for u in plan["units"]
+                  if u["trial"] == trial and u["workload"] == args.workload][0]
             v = better(e["metrics"][vkey] for e in evs)
             record["tuning"].append({"baseline": b, "unit": unit, "hparams": hp,
                                      "best_validation": v, "evals": series(evs, vkey, tkey)})

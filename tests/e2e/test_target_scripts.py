@@ -151,6 +151,25 @@ class Scripts(unittest.TestCase):
         self.assertEqual(p2.returncode, 0, p2.stderr + p2.stdout)
         self.assertIn("nadamw: reusing", p2.stdout)
         self.assertIn("heavy_ball: reusing", p2.stdout)
+        # derive_targets takes its tuning from these runs (the base
+        # column's trials alone) and runs only the reruns
+        drec = os.path.join(self.tmp, "derive.json")
+        p3 = script("derive_targets", "blobs_steps", "--baselines", "nadamw,heavy_ball",
+                    "--tuning-runs", out, "--reruns", "2", "--dry-run", "--record", drec,
+                    "--workloads-dir", TEST_WORKLOADS)
+        self.assertEqual(p3.returncode, 0, p3.stderr + p3.stdout)
+        self.assertIn("tuning nadamw: the trials of", p3.stdout)
+        d = json.load(open(drec))
+        self.assertEqual([t["unit"] for t in d["tuning"]],
+                         ["study_0/blobs_steps/trial_1"] * 2)
+        for t in d["tuning"]:
+            self.assertEqual(t["best_validation"],
+                             r["columns"][0]["best_validation"][t["baseline"]])
+        self.assertEqual(len(d["reruns"]), 2)
+        p4 = script("derive_targets", "blobs_steps", "--tuning-runs", self.tmp,
+                    "--dry-run", "--workloads-dir", TEST_WORKLOADS)
+        self.assertNotEqual(p4.returncode, 0)
+        self.assertIn("no tuning run of nadamw", p4.stderr)
 
     def test_unknown_variant_is_one_line(self):
         p = script("baselines", "blobs_steps:nope", "--out", os.path.join(self.tmp, "x"),
