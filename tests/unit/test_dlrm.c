@@ -17,7 +17,7 @@
 
 #include <jansson.h>
 
-#include "torchcheck.h"
+#include "wlcheck.h"
 #include "workload/workload.h"
 
 /* 800 AdamW steps of 256 (one epoch is 781): the validation log loss is
@@ -59,33 +59,13 @@ static json_t *widths_json(const apf_workload_spec *w, const char *v,
 /* loss and gradients of one batch against PyTorch's, for a variant */
 static void check_variant(const apf_workload_spec *w, const char *variant)
 {
-	apf_backend *be;
-	assert_apf_ok(apf_backend_cpu_new(&be, 2));
-	apf_trial_key key = {11, 0, 3};
-	apf_workload *wl;
-	assert_apf_ok(apf_workload_open(&wl, w, variant, be, &key, 0));
-	apf_net *net = apf_workload_net(wl);
-	size_t np = apf_net_param_floats(net);
-	float *params = calloc(np, sizeof *params), *g = calloc(np, sizeof *g);
-	assert_apf_ok(apf_workload_bind(wl, params, NULL));
-	assert_apf_ok(apf_workload_init(wl));
-	/* move biases and norm parameters off 0 / 1 so theirs matter too */
-	apf_rng_key rk = {5, 0, 0, APF_RNG_TEST};
-	apf_rng r;
-	apf_rng_init(&r, &rk, 0);
-	for (size_t i = 0; i < np; i++)
-		params[i] += 0.02f * apf_rng_normal(&r);
 	enum { B = 64 };
-	apf_data_pos pos = {0, 0};
-	apf_batch b;
-	assert_apf_ok(apf_workload_next_batch(wl, &pos, B, &b));
-	double loss;
-	assert_apf_ok(apf_workload_loss_grad(wl, &b, 0, &loss, g));
-
+	struct wlcheck_batch c;
+	wlcheck_batch(&c, w, variant, B);
 	char *dir = testlib_tmpdir();
 	int rows[64], ncat;
 	assert_apf_ok(apf_workload_table_rows(w, rows, 64, &ncat));
-	json_t *jr = json_array(), *jp = torchcheck_params(net);
+	json_t *jr = json_array();
 	for (int f = 0; f < ncat; f++)
 		json_array_append_new(jr, json_integer(rows[f]));
 	long residual = 0;
@@ -97,25 +77,15 @@ static void check_variant(const apf_workload_spec *w, const char *variant)
 			      "batch", B, "n_dense", 13, "rows", jr, "bottom",
 			      widths_json(w, variant, "bottom"), "top",
 			      widths_json(w, variant, "top"), "norm", norm,
-			      "top_residual", (json_int_t)residual, "params", jp);
-	char *js = json_dumps(m, 0);
-	testlib_write_str(dir, "model.json", js);
-	free(js);
-	json_decref(m);
-	testlib_write(dir, "params.bin", params, np * sizeof(float), 0644);
-	testlib_write(dir, "x.bin", b.x, (size_t)B * 13 * sizeof(float), 0644);
-	testlib_write(dir, "xi.bin", b.host_xi,
+			      "top_residual", (json_int_t)residual, "params",
+			      wlcheck_params(c.net));
+	testlib_write(dir, "x.bin", c.b.x, (size_t)B * 13 * sizeof(float), 0644);
+	testlib_write(dir, "xi.bin", c.b.host_xi,
 		      (size_t)B * ncat * sizeof(int32_t), 0644);
-	testlib_write(dir, "y.bin", b.y, (size_t)B * sizeof(int32_t), 0644);
-	double *t = torchcheck_run("dlrm_torch.py", dir, np);
-	torchcheck_compare(variant, net, loss, g, t);
-	free(t);
+	testlib_write(dir, "y.bin", c.b.y, (size_t)B * sizeof(int32_t), 0644);
+	wlcheck_torch(&c, "dlrm_torch.py", dir, m, variant);
 	testlib_tmpdir_free(dir);
-	apf_workload_bind(wl, NULL, NULL);
-	apf_workload_close(wl);
-	free(params);
-	free(g);
-	apf_backend_free(be);
+	wlcheck_batch_free(&c);
 }
 
 static void loss_and_gradients_match_pytorch(void **state)
@@ -136,20 +106,7 @@ static void loss_and_gradients_match_pytorch(void **state)
 static struct apf_fit_result fit(const apf_workload_spec *w, long steps,
 				 long eval_every, const char *variant)
 {
-	apf_backend *be;
-	assert_apf_ok(apf_backend_cpu_new(&be, 2));
-	apf_trial_key key = {2024, 0, 1};
-	apf_workload *wl;
-	assert_apf_ok(apf_workload_open(&wl, w, variant, be, &key, 0));
-	struct apf_fit_opts o = {
-		.steps = steps, .batch = 256, .eval_every = eval_every,
-		.adamw = {.lr = 1e-3, .b1 = 0.9, .b2 = 0.999, .eps = 1e-8,
-			  .weight_decay = 1e-4, .warmup_frac = 0.05}};
-	struct apf_fit_result r;
-	assert_apf_ok(apf_workload_fit(wl, &o, &r));
-	apf_workload_close(wl);
-	apf_backend_free(be);
-	return r;
+	return wlcheck_fit(w, variant, steps, eval_every, 256, 1e-3, 0.999);
 }
 
 static void same_steps_twice_give_identical_parameters(void **state)

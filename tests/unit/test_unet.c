@@ -9,7 +9,7 @@
  * AdamW run lifting the validation SSIM above the zero-filled input's.
  */
 #include "testlib.h"
-#include "torchcheck.h"
+#include "wlcheck.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -97,25 +97,9 @@ static void the_input_is_the_image_corrupted_the_same_way_each_time(void **state
 
 static void check_variant(const apf_workload_spec *w, const char *variant)
 {
-	apf_backend *be;
-	apf_workload *wl = open_unet(w, variant, &be, 2);
-	apf_net *net = apf_workload_net(wl);
-	size_t np = apf_net_param_floats(net);
-	float *params = calloc(np, sizeof *params), *g = calloc(np, sizeof *g);
-	assert_apf_ok(apf_workload_bind(wl, params, NULL));
-	assert_apf_ok(apf_workload_init(wl));
-	apf_rng_key rk = {5, 0, 0, APF_RNG_TEST};
-	apf_rng r;
-	apf_rng_init(&r, &rk, 0);
-	for (size_t i = 0; i < np; i++)
-		params[i] += 0.02f * apf_rng_normal(&r);
 	enum { B = 4 };
-	apf_data_pos pos = {0, 0};
-	apf_batch b;
-	assert_apf_ok(apf_workload_next_batch(wl, &pos, B, &b));
-	double loss;
-	assert_apf_ok(apf_workload_loss_grad(wl, &b, 0, &loss, g));
-
+	struct wlcheck_batch c;
+	wlcheck_batch(&c, w, variant, B);
 	char *dir = testlib_tmpdir();
 	long depth;
 	const char *norm, *act;
@@ -125,24 +109,14 @@ static void check_variant(const apf_workload_spec *w, const char *variant)
 	json_t *m = json_pack("{s:i, s:i, s:i, s:I, s:s, s:s, s:o}", "batch", B,
 			      "H", 28, "W", 28, "depth", (json_int_t)depth,
 			      "norm", norm, "activation", act, "params",
-			      torchcheck_params(net));
-	char *js = json_dumps(m, 0);
-	testlib_write_str(dir, "model.json", js);
-	free(js);
-	json_decref(m);
-	testlib_write(dir, "params.bin", params, np * sizeof(float), 0644);
-	testlib_write(dir, "x.bin", b.x, (size_t)B * 784 * sizeof(float), 0644);
-	testlib_write(dir, "yf.bin", b.yf, (size_t)B * 784 * sizeof(float),
+			      wlcheck_params(c.net));
+	testlib_write(dir, "x.bin", c.b.x, (size_t)B * 784 * sizeof(float),
 		      0644);
-	double *t = torchcheck_run("unet_torch.py", dir, np);
-	torchcheck_compare(variant, net, loss, g, t);
-	free(t);
+	testlib_write(dir, "yf.bin", c.b.yf, (size_t)B * 784 * sizeof(float),
+		      0644);
+	wlcheck_torch(&c, "unet_torch.py", dir, m, variant);
 	testlib_tmpdir_free(dir);
-	apf_workload_bind(wl, NULL, NULL);
-	apf_workload_close(wl);
-	free(params);
-	free(g);
-	apf_backend_free(be);
+	wlcheck_batch_free(&c);
 }
 
 static void loss_and_gradients_match_pytorch(void **state)
@@ -163,20 +137,7 @@ static void loss_and_gradients_match_pytorch(void **state)
 static struct apf_fit_result fit(const apf_workload_spec *w, long steps,
 				 long eval_every, const char *variant)
 {
-	apf_backend *be;
-	assert_apf_ok(apf_backend_cpu_new(&be, 2));
-	apf_trial_key key = {2024, 0, 1};
-	apf_workload *wl;
-	assert_apf_ok(apf_workload_open(&wl, w, variant, be, &key, 0));
-	struct apf_fit_opts o = {
-		.steps = steps, .batch = 32, .eval_every = eval_every,
-		.adamw = {.lr = 2e-3, .b1 = 0.9, .b2 = 0.999, .eps = 1e-8,
-			  .weight_decay = 1e-4, .warmup_frac = 0.05}};
-	struct apf_fit_result r;
-	assert_apf_ok(apf_workload_fit(wl, &o, &r));
-	apf_workload_close(wl);
-	apf_backend_free(be);
-	return r;
+	return wlcheck_fit(w, variant, steps, eval_every, 32, 2e-3, 0.999);
 }
 
 static void same_steps_twice_give_identical_parameters(void **state)
