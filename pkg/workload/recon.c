@@ -1,9 +1,8 @@
 /*
  * recon.c: fastMRI's SSIM, the k-space row mask and the zero-filled
  * reconstruction (recon.h). Plain loops over small images: a 7x7 window sum
- * per SSIM position and naive O(N^2) DFTs with tabulated twiddles, which at
- * 28x28 cost less than reading the image and leave one obvious summation
- * order to reproduce elsewhere.
+ * per SSIM position, and the reconstruction as one circular convolution per
+ * column, with one obvious summation order to reproduce elsewhere.
  */
 #include "workload/recon.h"
 
@@ -73,46 +72,16 @@ void apf_kspace_mask(uint8_t *mask, int H, int center, double p_keep,
 	}
 }
 
-/* cos and sin of 2 pi k / n for k in [0, n). */
-static void twiddles(double *c, double *s, int n)
-{
-	for (int k = 0; k < n; k++) {
-		double t = 2.0 * M_PI * (double)k / (double)n;
-		c[k] = cos(t);
-		s[k] = sin(t);
-	}
-}
-
-/* One 1-D DFT of n complex values at stride `stride`, in place through the
- * scratch tr/ti: out[k] = sum_m in[m] e^(sign 2 pi i m k / n), m ascending.
- * Only the k with out_kept[k] != 0 (all when NULL) are computed; the
- * others are set to 0. Inputs m with in_kept[m] == 0 are known zeros and
- * left out of the sum (NULL: none are). */
-static void dft_1d(double *re, double *im, int n, int stride, int sign,
-		   const double *c, const double *s, const uint8_t *out_kept,
-		   const uint8_t *in_kept, double *tr, double *ti)
-{
-	for (int m = 0; m < n; m++) {
-		tr[m] = re[(size_t)m * stride];
-		ti[m] = im[(size_t)m * stride];
-	}
-	for (int k = 0; k < n; k++) {
-		double ar = 0, ai = 0;
-		if (!out_kept || out_kept[k]) {
-			for (int m = 0; m < n; m++) {
-				if (in_kept && !in_kept[m])
-					continue;
-				int t = (int)(((long)m * k) % n);
-				double wr = c[t], wi = sign * s[t];
-				ar += tr[m] * wr - ti[m] * wi;
-				ai += tr[m] * wi + ti[m] * wr;
-			}
-		}
-		re[(size_t)k * stride] = ar;
-		im[(size_t)k * stride] = ai;
-	}
-}
-
+/* Dropping rows of k-space acts along H alone: the W-axis transform and
+ * its inverse cancel, so each column c of the image is filtered by itself,
+ *
+ *     z[r, c] = sum_m p[(r - m) mod H] x[m, c],
+ *     p[d] = (1/H) sum_{k kept} e^(2 pi i k d / H),
+ *
+ * a circular convolution with the kernel p of the kept frequencies (the
+ * inverse DFT of the mask), and the output is |z|. That is the zero-filled
+ * reconstruction of the 2-D DFT with those rows zeroed, exactly, at H^2 W
+ * multiply-adds instead of the transforms' H W (H + W) complex ones. */
 void apf_kspace_corrupt(float *out, const float *x, int H, int W,
 			const uint8_t *mask)
 {
@@ -121,33 +90,35 @@ void apf_kspace_corrupt(float *out, const float *x, int H, int W,
 			out[i] = NAN;
 		return;
 	}
-	double re[APF_RECON_MAX * APF_RECON_MAX];
-	double im[APF_RECON_MAX * APF_RECON_MAX];
-	double ch[APF_RECON_MAX], sh[APF_RECON_MAX];
-	double cw[APF_RECON_MAX], sw[APF_RECON_MAX];
-	double tr[APF_RECON_MAX], ti[APF_RECON_MAX];
-	twiddles(ch, sh, H);
-	twiddles(cw, sw, W);
-	for (int i = 0; i < H * W; i++) {
-		re[i] = x[i];
-		im[i] = 0;
+	double pr[APF_RECON_MAX], pi[APF_RECON_MAX];
+	for (int d = 0; d < H; d++) {
+		double a = 0, b = 0;
+		for (int k = 0; k < H; k++) {
+			if (!mask[k])
+				continue;
+			int t = (int)(((long)k * d) % H);
+			double th = 2.0 * M_PI * (double)t / (double)H;
+			a += cos(th);
+			b += sin(th);
+		}
+		pr[d] = a / H;
+		pi[d] = b / H;
 	}
-	/* Forward: along W for every row, then along H for every column,
-	 * computing only the kept k-space rows. */
-	for (int r = 0; r < H; r++)
-		dft_1d(re + (size_t)r * W, im + (size_t)r * W, W, 1, -1, cw, sw,
-		       NULL, NULL, tr, ti);
-	for (int k = 0; k < W; k++)
-		dft_1d(re + k, im + k, H, W, -1, ch, sh, mask, NULL, tr, ti);
-	/* Inverse: along H (the dropped rows are zeros), then along W. */
-	for (int k = 0; k < W; k++)
-		dft_1d(re + k, im + k, H, W, 1, ch, sh, NULL, mask, tr, ti);
-	for (int r = 0; r < H; r++)
-		dft_1d(re + (size_t)r * W, im + (size_t)r * W, W, 1, 1, cw, sw,
-		       NULL, NULL, tr, ti);
-	const double scale = 1.0 / ((double)H * W);
-	for (int i = 0; i < H * W; i++) {
-		double a = re[i] * scale, b = im[i] * scale;
-		out[i] = (float)sqrt(a * a + b * b);
+	double zr[APF_RECON_MAX], zi[APF_RECON_MAX];
+	for (int r = 0; r < H; r++) {
+		for (int c = 0; c < W; c++)
+			zr[c] = zi[c] = 0;
+		/* m ascending, each column's sum in that order */
+		for (int m = 0; m < H; m++) {
+			int d = (r - m + H) % H;
+			const float *xm = x + (size_t)m * W;
+			for (int c = 0; c < W; c++) {
+				zr[c] += pr[d] * xm[c];
+				zi[c] += pi[d] * xm[c];
+			}
+		}
+		for (int c = 0; c < W; c++)
+			out[(size_t)r * W + c] =
+				(float)sqrt(zr[c] * zr[c] + zi[c] * zi[c]);
 	}
 }

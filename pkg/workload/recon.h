@@ -43,10 +43,10 @@ void apf_kspace_mask(uint8_t *mask, int H, int center, double p_keep,
 
 /* The corrupted image: 2-D DFT of x (H,W), rows of k-space not in mask set
  * to 0, inverse DFT, magnitude (the zero-filled reconstruction of
- * accelerated MRI). out (H,W). Computed with separable 1-D DFTs in double
- * with precomputed twiddles, in a fixed order: along W for every row, along
- * H for every column, the mask, inverse along H, inverse along W (scaled by
- * 1/(H W)). Needs 1 <= H, W <= APF_RECON_MAX; out is all NAN otherwise. */
+ * accelerated MRI). out (H,W). Computed in double as the same operator
+ * along H alone (recon.c: a circular convolution of each column with the
+ * inverse DFT of the mask; the W-axis transforms cancel), in a fixed
+ * order. Needs 1 <= H, W <= APF_RECON_MAX; out is all NAN otherwise. */
 void apf_kspace_corrupt(float *out, const float *x, int H, int W,
 			const uint8_t *mask);
 

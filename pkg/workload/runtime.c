@@ -696,6 +696,15 @@ static int open_workload(apf_workload **out, const apf_workload_spec *spec,
 	}
 	if (!rc && loss == LOSS_L1)
 		rc = recon_config(wl);
+	static const char *const recon_only[] = {"corruption", "center_rows",
+						 "keep_rows", "corruption_seed"};
+	for (size_t k = 0; !rc && loss != LOSS_L1 && k < 4; k++)
+		if (apf_config_get(spec->ini, "dataset", recon_only[k]))
+			rc = apf_config_error(spec->ini, "dataset", recon_only[k],
+					      "a corruption is what an l1 "
+					      "reconstruction undoes; loss %s "
+					      "takes none",
+					      spec->loss);
 	if (!rc && (flags & APF_WORKLOAD_NO_DATA))
 		rc = input_shape(wl);
 	if (!rc && !(flags & APF_WORKLOAD_NO_DATA)) {
