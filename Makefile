@@ -51,8 +51,9 @@ endif
 CUDA_PLUGIN := $(if $(CU_SRC),$(BUILD)/lib/apf-cuda.so)
 GPU_LAYERS := $(BUILD)/tests/gpu/layers
 CU_OBJ := $(CU_SRC:%.cu=$(BUILD)/obj/%.o) $(CU_C_SRC:%.c=$(BUILD)/obj/%.o)
-NVCC_FLAGS := -O3 -std=c++17 -Ipkg -Iinclude -D_GNU_SOURCE \
-              -Xcompiler -Wall,-Wextra,-Werror,-fPIC -Werror all-warnings \
+NVCC_FLAGS := -O3 -std=c++17 -Ipkg -Iinclude -D_GNU_SOURCE --fmad=false \
+              -Xcompiler -Wall,-Wextra,-Werror,-fPIC,-fvisibility=hidden \
+              -Werror all-warnings \
               -gencode arch=compute_80,code=sm_80 \
               -gencode arch=compute_90,code=sm_90
 CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Xlinker -rpath=$(CUDA_HOME)/lib64 \
