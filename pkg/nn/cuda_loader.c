@@ -2,8 +2,9 @@
  * cuda_loader.c: the CUDA backend, loaded at run time.
  *
  * The kernels live in a plugin (the .cu files of pkg/nn/cuda, built into
- * build/lib/apf-cuda.so only where nvcc is found) so that one apf binary, which links no CUDA,
- * runs on every machine and takes a GPU where there is one. The plugin is
+ * build/lib/apf-cuda.so only where nvcc is found) so that one apf binary,
+ * which links no CUDA, runs on every machine and takes a GPU where there
+ * is one. The plugin is
  * found at $APF_CUDA_PLUGIN, else next to the executable (<dir>/lib/, the
  * build tree) or in an installed tree (<dir>/../lib/apf/). It is never
  * unloaded: CUDA's runtime does not survive being unmapped under live
