@@ -114,9 +114,13 @@ static int load(apf_backend **out, char *why, size_t wn)
 		snprintf(why, wn, "%.256s", err[0] ? err : "the CUDA plugin failed");
 		return -1;
 	}
-	if (head(be)->abi != APF_CUDA_PLUGIN_ABI) {
-		snprintf(why, wn, "%.400s: plugin interface %d, apf expects %d",
-			 path, head(be)->abi, APF_CUDA_PLUGIN_ABI);
+	if (head(be)->abi != APF_CUDA_PLUGIN_ABI ||
+	    head(be)->table_bytes != sizeof(apf_backend)) {
+		snprintf(why, wn,
+			 "%.400s: plugin interface %d (a %zu-byte table), apf "
+			 "expects %d (%zu): rebuild the plugin",
+			 path, head(be)->abi, head(be)->table_bytes,
+			 APF_CUDA_PLUGIN_ABI, sizeof(apf_backend));
 		be->destroy(be);
 		return -1;
 	}

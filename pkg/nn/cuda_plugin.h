@@ -29,9 +29,10 @@ enum {
 };
 
 struct apf_cuda_head {
-	int abi;         /* APF_CUDA_PLUGIN_ABI */
-	char what[256];  /* "NVIDIA H200, compute 9.0, driver 13.0, ..." */
-	char err[256];   /* the message of the last nonzero alloc or sync */
+	int abi;            /* APF_CUDA_PLUGIN_ABI */
+	size_t table_bytes; /* sizeof(apf_backend) as the plugin was built */
+	char what[256];     /* "NVIDIA H200, compute 9.0, driver 13.0, ..." */
+	char err[256];      /* the message of the last nonzero alloc or sync */
 	/* The plugin's own alloc and sync: 0, or nonzero with err written
 	 * (alloc: out of device memory; sync: the first error since the last
 	 * sync, which the plugin then forgets). */

@@ -274,6 +274,7 @@ apf_cuda_plugin_new(apf_backend **out, char *err, size_t errlen)
 		return APF_CUDA_FAILED;
 	}
 	c->head.abi = APF_CUDA_PLUGIN_ABI;
+	c->head.table_bytes = sizeof(apf_backend);
 	if ((e = cudaSetDevice(0)) != cudaSuccess ||
 	    (e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking)) !=
 		    cudaSuccess ||
