@@ -15,10 +15,13 @@
 #include "nn/nn.h"
 
 #include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "nn/cuda_plugin.h"
@@ -141,7 +144,7 @@ int apf_backend_cuda_new(apf_backend **out, int threads)
 	return 0;
 }
 
-int apf_cuda_probe(char *what, size_t n)
+static int probe_here(char *what, size_t n)
 {
 	apf_backend *be;
 	char why[512];
@@ -152,4 +155,58 @@ int apf_cuda_probe(char *what, size_t n)
 	snprintf(what, n, "%s", head(be)->what);
 	be->destroy(be);
 	return 0;
+}
+
+/* The probe runs in a child process: CUDA's context (its device memory, its
+ * threads) then never exists in the caller, the supervisor of a run whose
+ * trial is to have the GPU to itself. */
+int apf_cuda_probe(char *what, size_t n)
+{
+	int fd[2];
+	if (pipe2(fd, O_CLOEXEC))
+		return probe_here(what, n);
+	pid_t pid = fork();
+	if (pid < 0) {
+		close(fd[0]);
+		close(fd[1]);
+		return probe_here(what, n);
+	}
+	if (pid == 0) {
+		close(fd[0]);
+		char msg[513];
+		msg[0] = probe_here(msg + 1, sizeof msg - 1) ? 'n' : 'y';
+		size_t len = 1 + strlen(msg + 1), off = 0;
+		while (off < len) {
+			ssize_t k = write(fd[1], msg + off, len - off);
+			if (k <= 0)
+				break;
+			off += (size_t)k;
+		}
+		_exit(0);
+	}
+	close(fd[1]);
+	char msg[513];
+	size_t got = 0;
+	for (;;) {
+		ssize_t k = read(fd[0], msg + got, sizeof msg - 1 - got);
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k <= 0)
+			break;
+		got += (size_t)k;
+		if (got == sizeof msg - 1)
+			break;
+	}
+	close(fd[0]);
+	msg[got] = 0;
+	int status;
+	while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+		;
+	if (got == 0) {
+		snprintf(what, n, "the CUDA probe process died (status %d)",
+			 status);
+		return -1;
+	}
+	snprintf(what, n, "%s", msg + 1);
+	return msg[0] == 'y' ? 0 : -1;
 }

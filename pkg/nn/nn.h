@@ -380,8 +380,10 @@ int apf_backend_cpu_plain_new(apf_backend **out, int threads);
  * no usable device. */
 int apf_backend_cuda_new(apf_backend **out, int threads);
 /* 0 and a description of device 0 in what ("NVIDIA H200, compute 9.0,
- * driver 13.0, runtime 13.0, cuBLAS 13.1") when apf_backend_cuda_new would
- * succeed; else nonzero and the reason in what. Records no error. */
+ * driver 13.0, runtime 13.0, cuBLAS 13.1.0") when apf_backend_cuda_new would
+ * succeed; else nonzero and the reason in what. Records no error, and
+ * leaves no CUDA state in the caller: it asks in a child process (fork, so
+ * call it before the caller starts threads). */
 int apf_cuda_probe(char *what, size_t n);
 /* Any backend, by its own destroy. */
 void apf_backend_free(apf_backend *be);

@@ -52,6 +52,40 @@ static const char *cuda_new_fails(void)
 	return m;
 }
 
+/* Whether this process has mapped a file whose name contains `name`. */
+static int mapped(const char *name)
+{
+	FILE *f = fopen("/proc/self/maps", "r");
+	assert_non_null(f);
+	char line[4096];
+	int found = 0;
+	while (!found && fgets(line, sizeof line, f))
+		found = strstr(line, name) != NULL;
+	fclose(f);
+	return found;
+}
+
+/* Runs first: the probe asks in a child, so neither the plugin nor CUDA's
+ * runtime is ever loaded into the caller (a run's supervisor). */
+static void the_probe_loads_nothing_into_the_caller(void **state)
+{
+	(void)state;
+	char plugin[PATH_MAX], what[512];
+	built_plugin(plugin, sizeof plugin);
+	if (!plugin[0])
+		SKIP_BECAUSE("this build has no CUDA plugin (no nvcc, or "
+			     "APF_NO_CUDA=1)");
+	assert_false(mapped("apf-cuda.so"));
+	setenv("APF_CUDA_PLUGIN", plugin, 1);
+	int rc = apf_cuda_probe(what, sizeof what);
+	unsetenv("APF_CUDA_PLUGIN");
+	/* either answer is a full sentence from the child */
+	assert_true(rc == 0 ? strstr(what, "compute ") != NULL
+			    : strstr(what, "no CUDA device (driver: ") != NULL);
+	assert_false(mapped("apf-cuda.so"));
+	assert_false(mapped("libcudart"));
+}
+
 static void without_the_plugin_it_says_apf_was_built_without_cuda(void **state)
 {
 	(void)state;
@@ -165,6 +199,7 @@ static void on_a_gpu_memory_round_trips_and_errors_are_sticky(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(the_probe_loads_nothing_into_the_caller),
 		cmocka_unit_test(without_the_plugin_it_says_apf_was_built_without_cuda),
 		cmocka_unit_test(a_plugin_that_does_not_load_gives_the_dlopen_reason),
 		cmocka_unit_test(a_library_without_the_entry_point_is_refused),
