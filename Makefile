@@ -14,7 +14,8 @@
 #   make manifests  signed example entries of the baselines
 #
 # Sources are found by wildcard, so a new file under pkg/<concept>/ or
-# cmd/apf/ needs no edit here. CUDA sources (*.cu) are built when nvcc is found.
+# cmd/apf/ needs no edit here. pkg/nn/cuda/ is the CUDA plugin (see below),
+# built when nvcc is found.
 
 BUILD   ?= build
 PREFIX  ?= /usr/local
@@ -35,14 +36,31 @@ CFLAGS_APF  += -fsanitize=address,undefined -fno-omit-frame-pointer \
 LDFLAGS_APF += -fsanitize=address,undefined
 endif
 
+# The CUDA backend is a plugin, $(BUILD)/lib/apf-cuda.so, that apf dlopens
+# at run time (pkg/nn/cuda_loader.c): libapf.a and apf never link CUDA, so one
+# binary runs on machines with and without it. Built from pkg/nn/cuda/*.cu
+# when nvcc is found and APF_NO_CUDA is not 1.
 NVCC := $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
+CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
 ifneq ($(NVCC),)
 ifneq ($(APF_NO_CUDA),1)
-CU_SRC := $(wildcard pkg/*/*/*.cu pkg/*/*.cu)
+CU_SRC := $(wildcard pkg/nn/cuda/*.cu)
+CU_C_SRC := $(wildcard pkg/nn/cuda/*.c)
 endif
 endif
+CUDA_PLUGIN := $(if $(CU_SRC),$(BUILD)/lib/apf-cuda.so)
+GPU_LAYERS := $(BUILD)/tests/gpu/layers
+CU_OBJ := $(CU_SRC:%.cu=$(BUILD)/obj/%.o) $(CU_C_SRC:%.c=$(BUILD)/obj/%.o)
+NVCC_FLAGS := -O3 -std=c++17 -Ipkg -Iinclude -D_GNU_SOURCE --fmad=false \
+              -Xcompiler -Wall,-Wextra,-Werror,-fPIC,-fvisibility=hidden \
+              -Werror all-warnings \
+              -gencode arch=compute_80,code=sm_80 \
+              -gencode arch=compute_90,code=sm_90
+CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Xlinker -rpath=$(CUDA_HOME)/lib64 \
+             -lcublas -lcudart
 
-LIB_SRC  := $(wildcard pkg/*/*.c pkg/*/*/*.c workloads/*/*.c verify/*.c)
+LIB_SRC  := $(filter-out pkg/nn/cuda/%,\
+            $(wildcard pkg/*/*.c pkg/*/*/*.c workloads/*/*.c verify/*.c))
 CMD_SRC  := $(wildcard cmd/apf/*.c)
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
 UNIT_LIB := $(wildcard tests/unit/lib/*.c)
@@ -50,8 +68,7 @@ BENCH_SRC:= $(wildcard bench/*/*.c)
 HELPER_SRC := $(wildcard tests/helpers/*.c)
 FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
 
-LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/version.o \
-            $(CU_SRC:%.cu=$(BUILD)/obj/%.o)
+LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/version.o
 CMD_OBJ  := $(CMD_SRC:%.c=$(BUILD)/obj/%.o)
 UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 UNIT_LIB_OBJ := $(UNIT_LIB:%.c=$(BUILD)/obj/%.o)
@@ -62,16 +79,12 @@ CLICKS_DATA := datasets/clicks/test.tab
 TEXTGEN     := $(BUILD)/datagen/text
 TEXT_DATA   := datasets/fortunes/test.tab
 
-ifneq ($(CU_SRC),)
-CPPFLAGS_APF += -DAPF_HAVE_CUDA -I/usr/local/cuda/include
-LIBS += -L/usr/local/cuda/lib64 -lcudart -lcublas -lcudnn -lstdc++
-endif
-
 .PHONY: all deps demo test check bench fuzz install manifests clean unit-tests \
         layout-tests layout-report
 .DEFAULT_GOAL := all
 
-all: $(BUILD)/apf $(BUILD)/libapf.a $(CLICKS_DATA) $(TEXT_DATA)
+all: $(BUILD)/apf $(BUILD)/libapf.a $(CLICKS_DATA) $(TEXT_DATA) $(CUDA_PLUGIN) \
+     $(if $(CUDA_PLUGIN),$(GPU_LAYERS))
 
 # V=1 shows the full commands.
 Q := $(if $(V),,@)
@@ -81,11 +94,31 @@ $(BUILD)/obj/%.o: %.c
 	@$(if $(Q),echo "  CC      $<")
 	$(Q)$(CC) $(CPPFLAGS_APF) $(CFLAGS_APF) $(CFLAGS) -c $< -o $@
 
-$(BUILD)/obj/%.o: %.cu
+# The plugin's objects: device code and its host side, both by nvcc.
+CU_HDR := $(wildcard pkg/nn/cuda/*.h) pkg/nn/nn.h pkg/nn/cuda_plugin.h \
+          pkg/base/base.h pkg/rng/rng.h
+$(BUILD)/obj/pkg/nn/cuda/%.o: pkg/nn/cuda/%.cu $(CU_HDR)
 	@mkdir -p $(dir $@)
-	$(NVCC) -O3 -std=c++17 -Ipkg -Iinclude -Xcompiler -fPIC,-Wall \
-	    -gencode arch=compute_90,code=sm_90 -gencode arch=compute_80,code=sm_80 \
-	    -c $< -o $@
+	@$(if $(Q),echo "  NVCC    $<")
+	$(Q)$(NVCC) $(NVCC_FLAGS) -c $< -o $@
+
+$(BUILD)/obj/pkg/nn/cuda/%.o: pkg/nn/cuda/%.c $(CU_HDR)
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  NVCC    $<")
+	$(Q)$(NVCC) $(NVCC_FLAGS) -x cu -c $< -o $@
+
+$(CUDA_PLUGIN): $(CU_OBJ)
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  LINK    $@")
+	$(Q)$(NVCC) -shared -o $@ $(CU_OBJ) $(CUDA_LIBS)
+
+# tests/gpu/layers: the CPU-against-CUDA comparison tests/gpu/run drives.
+# It loads the plugin like apf does, so it links libapf alone.
+$(GPU_LAYERS): tests/gpu/layers.c $(BUILD)/libapf.a
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  TEST    $@")
+	$(Q)$(CC) $(CPPFLAGS_APF) $(CFLAGS_APF) $(CFLAGS) $(LDFLAGS_APF) -o $@ $< \
+	    $(BUILD)/libapf.a $(LIBS)
 
 # The build id names the source revision. version.c is rewritten (at parse
 # time) only when the id changes, so an unchanged tree relinks nothing.
@@ -267,6 +300,8 @@ install: all
 	install -m 644 $(COMPLETION) $(DESTDIR)$(COMPLETIONSDIR)/apf
 	install -m 755 $(BUILD)/apf $(DESTDIR)$(PREFIX)/bin/apf
 	install -m 644 $(BUILD)/libapf.a $(DESTDIR)$(PREFIX)/lib/libapf.a
+	$(if $(CUDA_PLUGIN),install -d $(DESTDIR)$(PREFIX)/lib/apf)
+	$(if $(CUDA_PLUGIN),install -m 755 $(CUDA_PLUGIN) $(DESTDIR)$(PREFIX)/lib/apf/apf-cuda.so)
 	install -m 644 include/apf/*.h $(DESTDIR)$(PREFIX)/include/apf/
 	cp -R workloads $(DESTDIR)$(PREFIX)/share/apf/
 	install -m 644 containers/seccomp.json $(DESTDIR)$(PREFIX)/share/apf/seccomp.json

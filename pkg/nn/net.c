@@ -23,6 +23,7 @@
 #include "nn/nn.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -903,9 +904,91 @@ static int fuse_chains(apf_net *net)
 	return 0;
 }
 
+/* ---- what each layer needs of the backend ---------------------------------
+ *
+ * A backend may leave entries it has no kernel for NULL (the CUDA plugin
+ * does); a net is refused at apf_net_finish, naming the layer and the
+ * entry, rather than calling through NULL in its first forward. */
+
+#define BE_ENTRY(f) {offsetof(apf_backend, f), #f}
+#define OP_MAX_ENTRIES 4
+
+static const struct op_needs {
+	int type;
+	const char *layer;
+	struct {
+		size_t off;
+		const char *name;
+	} entry[OP_MAX_ENTRIES];
+} op_needs[] = {
+	{OP_LINEAR, "linear", {BE_ENTRY(linear_forward), BE_ENTRY(linear_backward)}},
+	{OP_CONV, "conv2d", {BE_ENTRY(conv2d_forward), BE_ENTRY(conv2d_backward),
+			     BE_ENTRY(conv2d_work)}},
+	{OP_BATCHNORM, "batchnorm", {BE_ENTRY(batchnorm_forward),
+				     BE_ENTRY(batchnorm_backward)}},
+	{OP_LAYERNORM, "layernorm", {BE_ENTRY(layernorm_forward),
+				     BE_ENTRY(layernorm_backward)}},
+	{OP_ACT, "activation", {BE_ENTRY(activation_forward),
+				BE_ENTRY(activation_backward)}},
+	{OP_MAXPOOL, "maxpool2d", {BE_ENTRY(maxpool2d_forward),
+				   BE_ENTRY(maxpool2d_backward)}},
+	{OP_AVGPOOL, "avgpool2d", {BE_ENTRY(avgpool2d_forward),
+				   BE_ENTRY(avgpool2d_backward)}},
+	{OP_GAP, "global_avgpool", {BE_ENTRY(global_avgpool_forward),
+				    BE_ENTRY(global_avgpool_backward)}},
+	{OP_DROPOUT, "dropout", {BE_ENTRY(dropout_forward),
+				 BE_ENTRY(dropout_backward), BE_ENTRY(copy),
+				 BE_ENTRY(accumulate)}},
+	{OP_ADD, "add", {BE_ENTRY(add_forward), BE_ENTRY(accumulate)}},
+	{OP_EMBEDDING, "embedding", {BE_ENTRY(embedding_forward),
+				     BE_ENTRY(embedding_backward)}},
+	{OP_INTERACTION, "interaction", {BE_ENTRY(interaction_forward),
+					 BE_ENTRY(interaction_backward)}},
+	{OP_POSITION, "position", {BE_ENTRY(add_forward), BE_ENTRY(copy),
+				   BE_ENTRY(axpy), BE_ENTRY(accumulate)}},
+	{OP_ATTENTION, "attention", {BE_ENTRY(attention_forward),
+				     BE_ENTRY(attention_backward)}},
+	{OP_GLU, "glu", {BE_ENTRY(glu_forward), BE_ENTRY(glu_backward)}},
+	{OP_UPCONV, "upconv2x2", {BE_ENTRY(upconv2x2_forward),
+				  BE_ENTRY(upconv2x2_backward)}},
+	{OP_CONCAT, "concat", {BE_ENTRY(concat_forward),
+			       BE_ENTRY(concat_backward)}},
+	{OP_INSTNORM, "instnorm", {BE_ENTRY(instnorm_forward),
+				   BE_ENTRY(instnorm_backward)}},
+};
+
+/* 0, or the error naming the first layer whose entry the backend lacks. */
+static int check_backend(const apf_net *net)
+{
+	const char *be = (const char *)net->be;
+	for (size_t i = 0; i < net->nops; i++) {
+		const struct op_needs *need = NULL;
+		for (size_t k = 0; k < sizeof op_needs / sizeof *op_needs; k++)
+			if (op_needs[k].type == net->ops[i].type)
+				need = &op_needs[k];
+		if (!need)
+			return apf_error(APF_EINTERNAL, "net",
+					 "layer type %d has no backend needs",
+					 net->ops[i].type);
+		for (int e = 0; e < OP_MAX_ENTRIES && need->entry[e].name; e++) {
+			void (*fn)(void);
+			memcpy(&fn, be + need->entry[e].off, sizeof fn);
+			if (!fn)
+				return apf_error(APF_EINPUT, "net",
+						 "%s: backend %s has no %s",
+						 need->layer, net->be->name,
+						 need->entry[e].name);
+		}
+	}
+	return 0;
+}
+
 int apf_net_finish(apf_net *net, int out)
 {
 	int rc = check_in(net, out);
+	if (rc)
+		return rc;
+	rc = check_backend(net);
 	if (rc)
 		return rc;
 	if (out == 0)

@@ -81,6 +81,8 @@ struct apf_backend {
 	void (*download)(apf_backend *be, void *dst, const void *src, size_t n);
 	/* First error since the last sync, after waiting for queued work. */
 	int (*sync)(apf_backend *be);
+	/* Frees the backend itself; apf_backend_free calls it. */
+	void (*destroy)(apf_backend *be);
 
 	/* ---- GEMM, row-major: C = alpha op(A) op(B) + beta C ---- */
 	void (*gemm)(apf_backend *be, int trans_a, int trans_b, int M, int N,
@@ -371,6 +373,19 @@ int apf_backend_cpu_new(apf_backend **out, int threads);
  * ones where the CPU has them; both are deterministic, but their bits
  * differ. */
 int apf_backend_cpu_plain_new(apf_backend **out, int threads);
+/* The CUDA backend, on device 0: loads the plugin (build/lib/apf-cuda.so,
+ * or $APF_CUDA_PLUGIN) with dlopen, so apf itself links no CUDA; `threads`
+ * is recorded as be->threads (the host side needs no pool). Fails with one
+ * line naming why: an apf built without CUDA, a plugin that does not load,
+ * no usable device. */
+int apf_backend_cuda_new(apf_backend **out, int threads);
+/* 0 and a description of device 0 in what ("NVIDIA H200, compute 9.0,
+ * driver 13.0, runtime 13.0, cuBLAS 13.1.0") when apf_backend_cuda_new would
+ * succeed; else nonzero and the reason in what. Records no error, and
+ * leaves no CUDA state in the caller: it asks in a child process (fork, so
+ * call it before the caller starts threads). */
+int apf_cuda_probe(char *what, size_t n);
+/* Any backend, by its own destroy. */
 void apf_backend_free(apf_backend *be);
 
 /* ---- networks ------------------------------------------------------------

@@ -30,6 +30,7 @@
 #include "hash/hash.h"
 #include "host/host.h"
 #include "nn/cpu/isa.h"
+#include "nn/nn.h"
 #include "rundir/events.h"
 #include "rundir/resume.h"
 #include "rundir/rundir.h"
@@ -713,10 +714,12 @@ static int prepare(struct run *r)
 		return apf_error(APF_EUSAGE, "run",
 				 "--device %s: unknown device (cpu or cuda)",
 				 r->device);
-	if (strcmp(r->device, "cpu"))
-		return apf_error(APF_EINPUT, "run",
-				 "--device %s: this apf is built for the cpu only",
-				 r->device);
+	if (!strcmp(r->device, "cuda")) {
+		char why[512];
+		if (apf_cuda_probe(why, sizeof why))
+			return apf_error(APF_EINPUT, "run", "--device cuda: %s",
+					 why);
+	}
 	r->sealed = !o->unsealed;
 	/* A forced instruction-set path this CPU lacks (or a misspelt one)
 	 * is refused before anything is made. */

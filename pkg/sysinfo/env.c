@@ -2,7 +2,8 @@
  * env.c: capturing, validating and comparing the environment record.
  *
  * Everything is read from the running system (uname, /proc, /etc/os-release,
- * OpenBLAS's own report, NVIDIA's management library when it is installed),
+ * OpenBLAS's own report, NVIDIA's management library, CUDA runtime and cuDNN
+ * when they are installed, opened with dlopen so that apf links no CUDA),
  * never from what a user claims, except the container image digest, which
  * only the container's launcher knows ($APF_IMAGE_DIGEST).
  */
@@ -17,11 +18,6 @@
 #include <sys/utsname.h>
 
 #include "nn/cpu/isa.h"
-
-#ifdef APF_HAVE_CUDA
-#include <cuda_runtime_api.h>
-#include <cudnn.h>
-#endif
 
 extern const char apf_build_id[];
 
@@ -151,6 +147,58 @@ typedef struct {
 	unsigned long long total, free, used;
 } nvml_memory;
 
+/* The first of these sonames that loads, or NULL. */
+static void *dlopen_any(const char *const *names)
+{
+	for (size_t i = 0; names[i]; i++) {
+		void *h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+		if (h)
+			return h;
+	}
+	return NULL;
+}
+
+/* cudaRuntimeGetVersion of the installed runtime, "13.0"; null without one. */
+static json_t *cuda_runtime_version(void)
+{
+	static const char *const names[] = {"libcudart.so", "libcudart.so.13",
+					    "libcudart.so.12", NULL};
+	void *h = dlopen_any(names);
+	if (!h)
+		return json_null();
+	int (*get)(int *) = (int (*)(int *))dlsym(h, "cudaRuntimeGetVersion");
+	int rv = 0;
+	json_t *j = json_null();
+	if (get && get(&rv) == 0 && rv > 0) {
+		char s[32];
+		snprintf(s, sizeof s, "%d.%d", rv / 1000, (rv % 1000) / 10);
+		j = json_string(s);
+	}
+	dlclose(h);
+	return j;
+}
+
+/* cudnnGetVersion, "9.1.0"; null without cuDNN. */
+static json_t *cudnn_version(void)
+{
+	static const char *const names[] = {"libcudnn.so", "libcudnn.so.9",
+					    "libcudnn.so.8", NULL};
+	void *h = dlopen_any(names);
+	if (!h)
+		return json_null();
+	size_t (*get)(void) = (size_t (*)(void))dlsym(h, "cudnnGetVersion");
+	size_t dv = get ? get() : 0;
+	json_t *j = json_null();
+	if (dv) {
+		char s[32];
+		snprintf(s, sizeof s, "%zu.%zu.%zu", dv / 10000,
+			 (dv % 10000) / 100, dv % 100);
+		j = json_string(s);
+	}
+	dlclose(h);
+	return j;
+}
+
 static void gpu_records(json_t **gpus, json_t **cuda)
 {
 	*gpus = json_array();
@@ -197,22 +245,7 @@ static void gpu_records(json_t **gpus, json_t **cuda)
 		}
 		dlclose(h);
 	}
-	json_t *runtime = json_null(), *cudnn = json_null();
-#ifdef APF_HAVE_CUDA
-	int rv = 0;
-	if (cudaRuntimeGetVersion(&rv) == cudaSuccess) {
-		char s[32];
-		snprintf(s, sizeof s, "%d.%d", rv / 1000, (rv % 1000) / 10);
-		runtime = json_string(s);
-	}
-	size_t dv = cudnnGetVersion();
-	if (dv) {
-		char s[32];
-		snprintf(s, sizeof s, "%zu.%zu.%zu", dv / 10000,
-			 (dv % 10000) / 100, dv % 100);
-		cudnn = json_string(s);
-	}
-#endif
+	json_t *runtime = cuda_runtime_version(), *cudnn = cudnn_version();
 	if (driver[0] || !json_is_null(runtime) || !json_is_null(cudnn)) {
 		json_decref(*cuda);
 		*cuda = json_pack("{s:o, s:o, s:o}", "driver",

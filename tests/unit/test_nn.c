@@ -1520,6 +1520,44 @@ static void net_layout_names_kinds_and_aligned_offsets(void **state)
 	apf_backend_free(be);
 }
 
+/* A backend may leave entries NULL (the CUDA plugin does): a net that
+ * needs one is refused when it is finished, naming layer and entry. */
+static void net_refuses_a_layer_its_backend_lacks(void **state)
+{
+	(void)state;
+	apf_backend *cpu;
+	assert_apf_ok(apf_backend_cpu_new(&cpu, 1));
+	apf_backend partial = *cpu;
+	partial.name = "cuda";
+	partial.attention_forward = NULL;
+	apf_net *net;
+	assert_apf_ok(apf_net_new(&net, &partial, 1, 4, 6));
+	int t = apf_net_attention(net, 0, 2, 0.5f);
+	assert_true(t > 0);
+	assert_int_equal(apf_net_finish(net, t), APF_EINPUT);
+	assert_string_equal(apf_error_message(),
+			    "net: attention: backend cuda has no "
+			    "attention_forward");
+	apf_net_free(net);
+	/* the whole table: the same net is accepted */
+	assert_apf_ok(apf_net_new(&net, cpu, 1, 4, 6));
+	t = apf_net_attention(net, 0, 2, 0.5f);
+	assert_apf_ok(apf_net_finish(net, t));
+	apf_net_free(net);
+	/* a backward entry counts too */
+	partial = *cpu;
+	partial.layernorm_backward = NULL;
+	assert_apf_ok(apf_net_new(&net, &partial, 1, 1, 8));
+	t = apf_net_linear(net, 0, 4, 1, "fc");
+	t = apf_net_layernorm(net, t, 1e-5f, "ln");
+	assert_int_equal(apf_net_finish(net, t), APF_EINPUT);
+	assert_string_equal(apf_error_message(),
+			    "net: layernorm: backend cpu has no "
+			    "layernorm_backward");
+	apf_net_free(net);
+	apf_backend_free(cpu);
+}
+
 static void net_gradient_matches_finite_differences(void **state)
 {
 	(void)state;
@@ -1702,6 +1740,7 @@ int main(void)
 		cmocka_unit_test(vector_ops_compute_what_they_say),
 		cmocka_unit_test(net_layout_names_kinds_and_aligned_offsets),
 		cmocka_unit_test(net_gradient_matches_finite_differences),
+		cmocka_unit_test(net_refuses_a_layer_its_backend_lacks),
 		cmocka_unit_test(net_runs_are_bit_identical_and_eval_is_read_only),
 		cmocka_unit_test(net_refuses_bad_graphs),
 		cmocka_unit_test(init_depends_on_key_only),

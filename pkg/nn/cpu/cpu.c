@@ -2909,6 +2909,8 @@ static void l1_backward(apf_backend *be, float *dpred, const float *pred,
 
 /* ---- the table ------------------------------------------------------------ */
 
+static void cpu_destroy(apf_backend *be);
+
 static const apf_backend cpu_template = {
 	.name = "cpu",
 	.alloc = cpu_alloc,
@@ -2916,6 +2918,7 @@ static const apf_backend cpu_template = {
 	.upload = cpu_memcpy,
 	.download = cpu_memcpy,
 	.sync = cpu_sync,
+	.destroy = cpu_destroy,
 	.gemm = cpu_gemm,
 	.linear_forward = linear_forward,
 	.linear_backward = linear_backward,
@@ -3051,8 +3054,12 @@ int apf_backend_cpu_plain_new(apf_backend **out, int threads)
 
 void apf_backend_free(apf_backend *be)
 {
-	if (!be)
-		return;
+	if (be)
+		be->destroy(be);
+}
+
+static void cpu_destroy(apf_backend *be)
+{
 	struct pool *p = be->impl;
 	pool_stop(p, p->n - 1);
 	for (int t = 0; t < MAX_THREADS; t++)

@@ -1,0 +1,725 @@
+/*
+ * kernels.cu: the CUDA backend's layers and vector operations, each the
+ * CPU reference's formula (cpu/cpu.c) computed on the device.
+ *
+ * Sums keep the reference's precision: statistics in double, parameter
+ * gradients of a row-wise layer (bias, layer-norm scale and bias) in float
+ * in row order, one thread per column, so those match the CPU bit for bit.
+ * Row statistics (softmax, layer norm) are a block's: each thread sums a
+ * strided share in order, then a fixed tree adds the shares. Reductions to
+ * the host (dot, sum, norm2, max_abs, count_correct) run RED_BLOCKS blocks
+ * of partials and one block that adds them in a fixed tree. Nothing uses
+ * atomics, so every result repeats bit for bit; those sums differ from the
+ * CPU's sequential ones only by rounding.
+ */
+#include "nn/cuda/cuda_impl.h"
+
+#include <math.h>
+
+/* ---- Philox 4x32-10, as rng/philox.c ---------------------------------------
+ * The same arithmetic, for the device: dropout's word for element i is word
+ * i % 4 of block i / 4 at counter (i / 4 as two words, step as two words),
+ * which is apf_rng_word(key, step, i). */
+#define PHILOX_M0 0xD2511F53u
+#define PHILOX_M1 0xCD9E8D57u
+#define PHILOX_W0 0x9E3779B9u
+#define PHILOX_W1 0xBB67AE85u
+
+__host__ __device__ static inline void philox4x32_10(const uint32_t ctr[4],
+						     uint32_t k0, uint32_t k1,
+						     uint32_t out[4])
+{
+	uint32_t c0 = ctr[0], c1 = ctr[1], c2 = ctr[2], c3 = ctr[3];
+	for (int round = 0; round < 10; round++) {
+		uint64_t p0 = (uint64_t)PHILOX_M0 * c0;
+		uint64_t p1 = (uint64_t)PHILOX_M1 * c2;
+		uint32_t n0 = (uint32_t)(p1 >> 32) ^ c1 ^ k0;
+		uint32_t n1 = (uint32_t)p1;
+		uint32_t n2 = (uint32_t)(p0 >> 32) ^ c3 ^ k1;
+		uint32_t n3 = (uint32_t)p0;
+		c0 = n0, c1 = n1, c2 = n2, c3 = n3;
+		k0 += PHILOX_W0;
+		k1 += PHILOX_W1;
+	}
+	out[0] = c0, out[1] = c1, out[2] = c2, out[3] = c3;
+}
+
+/* ---- helpers ---------------------------------------------------------------- */
+
+__device__ static inline size_t global_index(void)
+{
+	return (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+}
+
+/* Sums v over the block (blockDim.x a power of two, s of blockDim.x) in a
+ * fixed tree; every thread gets the total. */
+__device__ static double block_sum(double v, double *s)
+{
+	unsigned t = threadIdx.x;
+	s[t] = v;
+	__syncthreads();
+	for (unsigned h = blockDim.x / 2; h > 0; h /= 2) {
+		if (t < h)
+			s[t] += s[t + h];
+		__syncthreads();
+	}
+	double r = s[0];
+	__syncthreads();
+	return r;
+}
+
+__device__ static float block_max(float v, float *s)
+{
+	unsigned t = threadIdx.x;
+	s[t] = v;
+	__syncthreads();
+	for (unsigned h = blockDim.x / 2; h > 0; h /= 2) {
+		if (t < h)
+			s[t] = s[t + h] > s[t] ? s[t + h] : s[t];
+		__syncthreads();
+	}
+	float r = s[0];
+	__syncthreads();
+	return r;
+}
+
+static void launched(apf_backend *be, const char *what)
+{
+	cuda_check(be, what, cudaGetLastError());
+}
+
+/* ---- linear's helpers ---------------------------------------------------------- */
+
+__global__ static void k_column_sums(float *dbias, const float *dout, size_t R,
+				     int OC)
+{
+	size_t o = global_index();
+	if (o >= (size_t)OC)
+		return;
+	float s = 0.0f;
+	for (size_t r = 0; r < R; r++)
+		s += dout[r * OC + o];
+	dbias[o] = s;
+}
+
+// dbias (OC) = column sums of dout (R,OC), rows in order
+void cu_column_sums(apf_backend *be, float *dbias, const float *dout, size_t R,
+		    int OC)
+{
+	if (OC <= 0)
+		return;
+	k_column_sums<<<ew_blocks((size_t)OC), EW_THREADS, 0,
+			impl_of(be)->stream>>>(dbias, dout, R, OC);
+	launched(be, "linear_backward");
+}
+
+__global__ static void k_rows_copy(float *out, const float *row, size_t n,
+				   int OC)
+{
+	size_t i = global_index();
+	if (i < n)
+		out[i] = row[i % OC];
+}
+
+// out (B,OC) = row (OC) in every row
+void cu_rows_copy(apf_backend *be, float *out, const float *row, int B, int OC)
+{
+	size_t n = (size_t)B * OC;
+	if (!n)
+		return;
+	k_rows_copy<<<ew_blocks(n), EW_THREADS, 0, impl_of(be)->stream>>>(
+		out, row, n, OC);
+	launched(be, "linear_forward");
+}
+
+/* ---- layer norm --------------------------------------------------------------- */
+
+// out, inp (N,C); mean, rstd (N); scale, bias (C); one block per row
+__global__ static void k_layernorm_forward(float *out, float *mean,
+					   float *rstd, const float *inp,
+					   const float *scale,
+					   const float *bias, int C, float eps)
+{
+	__shared__ double s[ROW_THREADS];
+	size_t n = blockIdx.x;
+	const float *x = inp + n * C;
+	float *y = out + n * C;
+	double a = 0.0;
+	for (int c = threadIdx.x; c < C; c += blockDim.x)
+		a += x[c];
+	double m = block_sum(a, s) / C;
+	double q = 0.0;
+	for (int c = threadIdx.x; c < C; c += blockDim.x)
+		q += ((double)x[c] - m) * ((double)x[c] - m);
+	double v = block_sum(q, s);
+	float r = (float)(1.0 / sqrt(v / C + eps));
+	float mf = (float)m;
+	for (int c = threadIdx.x; c < C; c += blockDim.x)
+		y[c] = (x[c] - mf) * r * scale[c] + bias[c];
+	if (threadIdx.x == 0) {
+		mean[n] = mf;
+		rstd[n] = r;
+	}
+}
+
+void cu_layernorm_forward(apf_backend *be, float *out, float *mean, float *rstd,
+			  const float *inp, const float *scale,
+			  const float *bias, int N, int C, float eps)
+{
+	if (N <= 0 || C <= 0)
+		return;
+	k_layernorm_forward<<<N, ROW_THREADS, 0, impl_of(be)->stream>>>(
+		out, mean, rstd, inp, scale, bias, C, eps);
+	launched(be, "layernorm_forward");
+}
+
+// dscale, dbias (C): one thread per column, rows in order, as the CPU
+__global__ static void k_layernorm_param_grads(float *dscale, float *dbias,
+					       const float *dout,
+					       const float *inp,
+					       const float *mean,
+					       const float *rstd, int N, int C)
+{
+	size_t c = global_index();
+	if (c >= (size_t)C)
+		return;
+	float gs = 0.0f, gb = 0.0f;
+	for (int n = 0; n < N; n++) {
+		size_t i = (size_t)n * C + c;
+		float xhat = (inp[i] - mean[n]) * rstd[n];
+		gb += dout[i];
+		gs += dout[i] * xhat;
+	}
+	dscale[c] = gs;
+	dbias[c] = gb;
+}
+
+// dinp (N,C) written or added; one block per row
+__global__ static void k_layernorm_dinp(float *dinp, const float *dout,
+					const float *inp, const float *scale,
+					const float *mean, const float *rstd,
+					int C, int accum)
+{
+	__shared__ double s[ROW_THREADS];
+	size_t n = blockIdx.x;
+	const float *x = inp + n * C, *d = dout + n * C;
+	float m = mean[n], r = rstd[n];
+	double a = 0.0, b = 0.0;
+	for (int c = threadIdx.x; c < C; c += blockDim.x) {
+		float xhat = (x[c] - m) * r;
+		float dg = d[c] * scale[c];
+		a += dg;
+		b += (double)dg * xhat;
+	}
+	double sdg = block_sum(a, s), sdgx = block_sum(b, s);
+	float fa = (float)(sdg / C), fb = (float)(sdgx / C);
+	float *di = dinp + n * C;
+	for (int c = threadIdx.x; c < C; c += blockDim.x) {
+		float xhat = (x[c] - m) * r;
+		float g = r * (d[c] * scale[c] - fa - xhat * fb);
+		di[c] = accum ? di[c] + g : g;
+	}
+}
+
+void cu_layernorm_backward(apf_backend *be, float *dinp, float *dscale,
+			   float *dbias, const float *dout, const float *inp,
+			   const float *scale, const float *mean,
+			   const float *rstd, int N, int C, int accum)
+{
+	if (C <= 0)
+		return;
+	cudaStream_t st = impl_of(be)->stream;
+	k_layernorm_param_grads<<<ew_blocks((size_t)C), EW_THREADS, 0, st>>>(
+		dscale, dbias, dout, inp, mean, rstd, N, C);
+	if (dinp && N > 0)
+		k_layernorm_dinp<<<N, ROW_THREADS, 0, st>>>(
+			dinp, dout, inp, scale, mean, rstd, C, accum);
+	launched(be, "layernorm_backward");
+}
+
+/* ---- activations: the CPU's scalar formulas -------------------------------- */
+
+#define GELU_K 0.7978845608028654f /* sqrt(2/pi) */
+#define GELU_C 0.044715f
+
+__device__ static inline float gelu_tanh(float x)
+{
+	return tanhf(GELU_K * (x + GELU_C * x * x * x));
+}
+
+__device__ static inline float act_f(int act, float x)
+{
+	switch (act) {
+	case APF_ACT_RELU:
+		return x > 0.0f ? x : 0.0f;
+	case APF_ACT_GELU:
+		return 0.5f * x * (1.0f + gelu_tanh(x));
+	case APF_ACT_SILU:
+		return x / (1.0f + expf(-x));
+	case APF_ACT_TANH:
+		return tanhf(x);
+	}
+	return x;
+}
+
+/* d act / d x at x (tanh: from its output y) times dy */
+__device__ static inline float act_b(int act, float dy, float x, float y)
+{
+	switch (act) {
+	case APF_ACT_RELU:
+		return x > 0.0f ? dy : 0.0f;
+	case APF_ACT_GELU: {
+		float t = gelu_tanh(x);
+		float du = GELU_K * (1.0f + 3.0f * GELU_C * x * x);
+		return dy * (0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du);
+	}
+	case APF_ACT_SILU: {
+		float sg = 1.0f / (1.0f + expf(-x));
+		return dy * (sg * (1.0f + x * (1.0f - sg)));
+	}
+	case APF_ACT_TANH:
+		return dy * (1.0f - y * y);
+	}
+	return dy;
+}
+
+__global__ static void k_act_f(int act, float *out, const float *inp, size_t n)
+{
+	size_t i = global_index();
+	if (i < n)
+		out[i] = act_f(act, inp[i]);
+}
+
+__global__ static void k_act_b(int act, float *dinp, const float *dout,
+			       const float *inp, const float *out, size_t n,
+			       int accum)
+{
+	size_t i = global_index();
+	if (i >= n)
+		return;
+	float g = act_b(act, dout[i], inp[i], act == APF_ACT_TANH ? out[i] : 0.0f);
+	dinp[i] = accum ? dinp[i] + g : g;
+}
+
+void cu_activation_forward(apf_backend *be, int act, float *out,
+			   const float *inp, size_t n)
+{
+	if (!n)
+		return;
+	k_act_f<<<ew_blocks(n), EW_THREADS, 0, impl_of(be)->stream>>>(act, out,
+								       inp, n);
+	launched(be, "activation_forward");
+}
+
+void cu_activation_backward(apf_backend *be, int act, float *dinp,
+			    const float *dout, const float *inp,
+			    const float *out, size_t n, int accum)
+{
+	if (!n)
+		return;
+	k_act_b<<<ew_blocks(n), EW_THREADS, 0, impl_of(be)->stream>>>(
+		act, dinp, dout, inp, out, n, accum);
+	launched(be, "activation_backward");
+}
+
+/* ---- dropout, residual ----------------------------------------------------- */
+
+/* One thread per Philox block of four elements. */
+__global__ static void k_dropout(float *out, const float *in, size_t n, float p,
+				 float keep_scale, uint32_t k0, uint32_t k1,
+				 uint64_t step, int accum)
+{
+	size_t blk = global_index();
+	size_t i0 = blk * 4;
+	if (i0 >= n)
+		return;
+	uint32_t ctr[4] = {(uint32_t)blk, (uint32_t)((uint64_t)blk >> 32),
+			   (uint32_t)step, (uint32_t)(step >> 32)};
+	uint32_t w[4];
+	philox4x32_10(ctr, k0, k1, w);
+	for (size_t j = 0; j < 4 && i0 + j < n; j++) {
+		size_t i = i0 + j;
+		float u = (float)(w[j] >> 8) * (1.0f / 16777216.0f);
+		float v = u >= p ? in[i] * keep_scale : 0.0f;
+		out[i] = accum ? out[i] + v : v;
+	}
+}
+
+static void dropout_run(apf_backend *be, const char *what, float *out,
+			const float *in, size_t n, float p,
+			const uint32_t key[2], uint64_t step, int accum)
+{
+	if (!n)
+		return;
+	float keep_scale = 1.0f / (1.0f - p);
+	size_t blocks = (n + 3) / 4;
+	k_dropout<<<ew_blocks(blocks), EW_THREADS, 0, impl_of(be)->stream>>>(
+		out, in, n, p, keep_scale, key[0], key[1], step, accum);
+	launched(be, what);
+}
+
+void cu_dropout_forward(apf_backend *be, float *out, const float *inp,
+			size_t n, float p, const uint32_t key[2],
+			uint64_t step)
+{
+	dropout_run(be, "dropout_forward", out, inp, n, p, key, step, 0);
+}
+
+void cu_dropout_backward(apf_backend *be, float *dinp, const float *dout,
+			 size_t n, float p, const uint32_t key[2],
+			 uint64_t step, int accum)
+{
+	dropout_run(be, "dropout_backward", dinp, dout, n, p, key, step, accum);
+}
+
+/* ---- elementwise operations ---------------------------------------------------
+ * One kernel per operation, indexed by one thread per element. */
+
+#define EW_KERNEL(name, params, body)                                         \
+	__global__ static void name params                                     \
+	{                                                                      \
+		size_t i = global_index();                                     \
+		if (i < n) {                                                   \
+			body;                                                  \
+		}                                                              \
+	}
+
+#define EW_LAUNCH(be, what, kernel, n, ...)                                    \
+	do {                                                                   \
+		if (n) {                                                       \
+			kernel<<<ew_blocks(n), EW_THREADS, 0,                  \
+				 impl_of(be)->stream>>>(__VA_ARGS__);          \
+			launched(be, what);                                    \
+		}                                                              \
+	} while (0)
+
+EW_KERNEL(k_add, (float *out, const float *a, const float *b, size_t n),
+	  out[i] = a[i] + b[i])
+EW_KERNEL(k_acc, (float *dst, const float *src, size_t n), dst[i] += src[i])
+EW_KERNEL(k_fill, (float *x, float v, size_t n), x[i] = v)
+EW_KERNEL(k_scale, (float *x, float a, size_t n), x[i] *= a)
+EW_KERNEL(k_axpy, (float *y, float a, const float *x, size_t n),
+	  y[i] += a * x[i])
+EW_KERNEL(k_axpby, (float *y, float a, const float *x, float b, size_t n),
+	  y[i] = a * x[i] + b * y[i])
+EW_KERNEL(k_add_scalar, (float *x, float a, size_t n), x[i] += a)
+EW_KERNEL(k_mul, (float *z, const float *x, const float *y, size_t n),
+	  z[i] = x[i] * y[i])
+EW_KERNEL(k_div, (float *z, const float *x, const float *y, size_t n),
+	  z[i] = x[i] / y[i])
+EW_KERNEL(k_sqrt, (float *y, const float *x, size_t n), y[i] = sqrtf(x[i]))
+EW_KERNEL(k_max, (float *z, const float *x, const float *y, size_t n),
+	  z[i] = x[i] > y[i] ? x[i] : y[i])
+EW_KERNEL(k_clamp, (float *x, float lo, float hi, size_t n),
+	  x[i] = x[i] < lo ? lo : x[i] > hi ? hi : x[i])
+EW_KERNEL(k_moments,
+	  (float *m, float *v, const float *g, float b1, float b2, float a1,
+	   float a2, size_t n),
+	  m[i] = b1 * m[i] + a1 * g[i];
+	  v[i] = b2 * v[i] + a2 * g[i] * g[i])
+EW_KERNEL(k_adam_direction,
+	  (float *d, const float *m, const float *v, float c1, float c2,
+	   float eps, size_t n),
+	  d[i] = m[i] * c1 / (sqrtf(v[i] * c2) + eps))
+
+static void device_copy(apf_backend *be, const char *what, float *dst,
+			const float *src, size_t n)
+{
+	if (!n || dst == src)
+		return;
+	cuda_check(be, what,
+		   cudaMemcpyAsync(dst, src, n * sizeof *dst,
+				   cudaMemcpyDeviceToDevice,
+				   impl_of(be)->stream));
+}
+
+void cu_add_forward(apf_backend *be, float *out, const float *a,
+		    const float *b, size_t n)
+{
+	EW_LAUNCH(be, "add_forward", k_add, n, out, a, b, n);
+}
+
+void cu_accumulate(apf_backend *be, float *dst, const float *src, size_t n,
+		   int accum)
+{
+	if (!accum) {
+		device_copy(be, "accumulate", dst, src, n);
+		return;
+	}
+	EW_LAUNCH(be, "accumulate", k_acc, n, dst, src, n);
+}
+
+void cu_fill(apf_backend *be, float *x, float v, size_t n)
+{
+	EW_LAUNCH(be, "fill", k_fill, n, x, v, n);
+}
+
+void cu_copy(apf_backend *be, float *dst, const float *src, size_t n)
+{
+	device_copy(be, "copy", dst, src, n);
+}
+
+void cu_scale(apf_backend *be, float *x, float a, size_t n)
+{
+	EW_LAUNCH(be, "scale", k_scale, n, x, a, n);
+}
+
+void cu_axpy(apf_backend *be, float *y, float a, const float *x, size_t n)
+{
+	EW_LAUNCH(be, "axpy", k_axpy, n, y, a, x, n);
+}
+
+void cu_axpby(apf_backend *be, float *y, float a, const float *x, float b,
+	      size_t n)
+{
+	EW_LAUNCH(be, "axpby", k_axpby, n, y, a, x, b, n);
+}
+
+void cu_add_scalar(apf_backend *be, float *x, float a, size_t n)
+{
+	EW_LAUNCH(be, "add_scalar", k_add_scalar, n, x, a, n);
+}
+
+void cu_mul(apf_backend *be, float *z, const float *x, const float *y,
+	    size_t n)
+{
+	EW_LAUNCH(be, "mul", k_mul, n, z, x, y, n);
+}
+
+void cu_div(apf_backend *be, float *z, const float *x, const float *y,
+	    size_t n)
+{
+	EW_LAUNCH(be, "div", k_div, n, z, x, y, n);
+}
+
+void cu_sqrt(apf_backend *be, float *y, const float *x, size_t n)
+{
+	EW_LAUNCH(be, "sqrt", k_sqrt, n, y, x, n);
+}
+
+void cu_max(apf_backend *be, float *z, const float *x, const float *y,
+	    size_t n)
+{
+	EW_LAUNCH(be, "max", k_max, n, z, x, y, n);
+}
+
+void cu_clamp(apf_backend *be, float *x, float lo, float hi, size_t n)
+{
+	EW_LAUNCH(be, "clamp", k_clamp, n, x, lo, hi, n);
+}
+
+void cu_moments(apf_backend *be, float *m, float *v, const float *g, float b1,
+		float b2, size_t n)
+{
+	float a1 = 1.0f - b1, a2 = 1.0f - b2;
+	EW_LAUNCH(be, "moments", k_moments, n, m, v, g, b1, b2, a1, a2, n);
+}
+
+void cu_adam_direction(apf_backend *be, float *d, const float *m,
+		       const float *v, float c1, float c2, float eps, size_t n)
+{
+	EW_LAUNCH(be, "adam_direction", k_adam_direction, n, d, m, v, c1, c2,
+		  eps, n);
+}
+
+/* ---- softmax cross-entropy -------------------------------------------------- */
+
+// losses (B), probs (B,V) from logits (B,V), labels (B); one block per row
+__global__ static void k_softmax_xent_forward(float *losses, float *probs,
+					      const float *logits,
+					      const int32_t *labels, int V,
+					      float smoothing)
+{
+	__shared__ double s[ROW_THREADS];
+	__shared__ float f[ROW_THREADS];
+	size_t b = blockIdx.x;
+	const float *z = logits + b * V;
+	float *p = probs + b * V;
+	float mx = z[0];
+	for (int v = threadIdx.x; v < V; v += blockDim.x)
+		mx = z[v] > mx ? z[v] : mx;
+	mx = block_max(mx, f);
+	double se = 0.0, sz = 0.0;
+	for (int v = threadIdx.x; v < V; v += blockDim.x) {
+		p[v] = expf(z[v] - mx);
+		se += p[v];
+		sz += z[v];
+	}
+	double sum = block_sum(se, s), szs = block_sum(sz, s);
+	float inv = (float)(1.0 / sum);
+	for (int v = threadIdx.x; v < V; v += blockDim.x)
+		p[v] *= inv;
+	if (threadIdx.x == 0) {
+		double lse = mx + log(sum);
+		double nll = lse - z[labels[b]];
+		double smooth = lse - szs / V;
+		losses[b] = (float)((1.0 - smoothing) * nll + smoothing * smooth);
+	}
+}
+
+void cu_softmax_xent_forward(apf_backend *be, float *losses, float *probs,
+			     const float *logits, const int32_t *labels, int B,
+			     int V, float smoothing)
+{
+	if (B <= 0 || V <= 0)
+		return;
+	k_softmax_xent_forward<<<B, ROW_THREADS, 0, impl_of(be)->stream>>>(
+		losses, probs, logits, labels, V, smoothing);
+	launched(be, "softmax_xent_forward");
+}
+
+__global__ static void k_softmax_xent_backward(float *dlogits,
+					       const float *probs,
+					       const int32_t *labels, size_t n,
+					       int V, float off, float on,
+					       float dloss)
+{
+	size_t i = global_index();
+	if (i >= n)
+		return;
+	size_t b = i / V;
+	int v = (int)(i % V);
+	float d = dloss * (probs[i] - off);
+	if (v == labels[b])
+		d -= on;
+	dlogits[i] = d;
+}
+
+void cu_softmax_xent_backward(apf_backend *be, float *dlogits,
+			      const float *probs, const int32_t *labels, int B,
+			      int V, float smoothing, float dloss)
+{
+	size_t n = (size_t)B * (V > 0 ? V : 0);
+	float off = smoothing / (float)V, on = dloss * (1.0f - smoothing);
+	EW_LAUNCH(be, "softmax_xent_backward", k_softmax_xent_backward, n,
+		  dlogits, probs, labels, n, V, off, on, dloss);
+}
+
+/* ---- reductions to the host ------------------------------------------------- */
+
+/* Partials: block k sums items k*RED_THREADS + t + j*RED_BLOCKS*RED_THREADS
+ * per thread t, in j order, then its tree. */
+enum { R_SUM = 1, R_DOT, R_CORRECT };
+
+__global__ static void k_reduce_partials(int op, const float *x,
+					 const float *y, const int32_t *labels,
+					 size_t n, int V, double *part)
+{
+	__shared__ double s[RED_THREADS];
+	double a = 0.0;
+	size_t stride = (size_t)RED_BLOCKS * RED_THREADS;
+	for (size_t i = global_index(); i < n; i += stride) {
+		switch (op) {
+		case R_SUM:
+			a += x[i];
+			break;
+		case R_DOT:
+			a += (double)x[i] * y[i];
+			break;
+		case R_CORRECT: {
+			/* row i of logits x (n,V): its first maximum */
+			const float *z = x + i * V;
+			int best = 0;
+			for (int v = 1; v < V; v++)
+				if (z[v] > z[best])
+					best = v;
+			a += best == labels[i];
+			break;
+		}
+		}
+	}
+	double t = block_sum(a, s);
+	if (threadIdx.x == 0)
+		part[blockIdx.x] = t;
+}
+
+__global__ static void k_reduce_max_abs(const float *x, size_t n, double *part)
+{
+	__shared__ float f[RED_THREADS];
+	float m = 0.0f;
+	size_t stride = (size_t)RED_BLOCKS * RED_THREADS;
+	for (size_t i = global_index(); i < n; i += stride) {
+		float a = fabsf(x[i]);
+		m = a > m ? a : m;
+	}
+	float t = block_max(m, f);
+	if (threadIdx.x == 0)
+		part[blockIdx.x] = t;
+}
+
+/* part[RED_BLOCKS] = the partials' sum (max: their maximum), one block. */
+__global__ static void k_reduce_final(double *part, int max)
+{
+	__shared__ double s[RED_BLOCKS];
+	unsigned t = threadIdx.x;
+	s[t] = part[t];
+	__syncthreads();
+	for (unsigned h = RED_BLOCKS / 2; h > 0; h /= 2) {
+		if (t < h)
+			s[t] = max ? (s[t + h] > s[t] ? s[t + h] : s[t])
+				   : s[t] + s[t + h];
+		__syncthreads();
+	}
+	if (t == 0)
+		part[RED_BLOCKS] = s[0];
+}
+
+/* The final value to the host; 0 after a failure (sync reports it). */
+static double reduce_result(apf_backend *be, const char *what, int max)
+{
+	struct cuda_impl *c = impl_of(be);
+	k_reduce_final<<<1, RED_BLOCKS, 0, c->stream>>>(c->partials, max);
+	launched(be, what);
+	*c->result = 0.0;
+	cudaError_t e = cudaMemcpyAsync(c->result, c->partials + RED_BLOCKS,
+					sizeof(double), cudaMemcpyDeviceToHost,
+					c->stream);
+	if (e == cudaSuccess)
+		e = cudaStreamSynchronize(c->stream);
+	cuda_check(be, what, e);
+	return e == cudaSuccess ? *c->result : 0.0;
+}
+
+static double reduce(apf_backend *be, const char *what, int op,
+		     const float *x, const float *y, const int32_t *labels,
+		     size_t n, int V)
+{
+	struct cuda_impl *c = impl_of(be);
+	k_reduce_partials<<<RED_BLOCKS, RED_THREADS, 0, c->stream>>>(
+		op, x, y, labels, n, V, c->partials);
+	launched(be, what);
+	return reduce_result(be, what, 0);
+}
+
+double cu_dot(apf_backend *be, const float *x, const float *y, size_t n)
+{
+	return reduce(be, "dot", R_DOT, x, y, NULL, n, 0);
+}
+
+double cu_sum(apf_backend *be, const float *x, size_t n)
+{
+	return reduce(be, "sum", R_SUM, x, NULL, NULL, n, 0);
+}
+
+double cu_norm2(apf_backend *be, const float *x, size_t n)
+{
+	return sqrt(cu_dot(be, x, x, n));
+}
+
+double cu_max_abs(apf_backend *be, const float *x, size_t n)
+{
+	struct cuda_impl *c = impl_of(be);
+	k_reduce_max_abs<<<RED_BLOCKS, RED_THREADS, 0, c->stream>>>(
+		x, n, c->partials);
+	launched(be, "max_abs");
+	return reduce_result(be, "max_abs", 1);
+}
+
+long cu_count_correct(apf_backend *be, const float *logits,
+		      const int32_t *labels, int B, int V)
+{
+	if (B <= 0 || V <= 0)
+		return 0;
+	return (long)reduce(be, "count_correct", R_CORRECT, logits, NULL,
+			    labels, (size_t)B, V);
+}

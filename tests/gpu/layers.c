@@ -1,0 +1,399 @@
+/*
+ * layers.c: the CUDA backend against the CPU reference, on a GPU machine.
+ * tests/gpu/run builds and runs it; it loads the plugin as apf does
+ * (APF_CUDA_PLUGIN, else beside the executable: tests/gpu/run points it at
+ * build/lib/apf-cuda.so).
+ *
+ *     layers [FMNIST_STEPS]
+ *     layers --against-cpu [FMNIST_STEPS]
+ *
+ * (--against-cpu: the CPU's fast kernels in CUDA's place, to check this
+ * program itself on a machine without a GPU.)
+ *
+ * For every entry the plugin implements, the same random inputs go to the
+ * plain CPU backend and to CUDA, and the outputs are compared:
+ *
+ *     RESULT gpu <op>_max_rel_err <value> tolerance <tol> <ok|FAIL>
+ *
+ * the error being max |cuda - cpu| / max |cpu| over each output (for a
+ * reduction, its one value). Then FMNIST_STEPS (200) steps of fmnist_mlp
+ * twice on CUDA, whose parameters must agree bit for bit
+ * (RESULT gpu fmnist_mlp_repeat_bitwise 1), with its training rate
+ * (samples/s, and as a fraction of the SGEMM rate), and cuBLAS's SGEMM rate
+ * (RESULT gpu sgemm_gflops). Without a device: one line, SKIP: <reason>,
+ * exit 0. Exit 1 when any comparison fails.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "nn/nn.h"
+#include "workload/workload.h"
+
+#define MAXB 8
+
+/* Shapes: rows, features, outputs, classes. */
+enum { B = 96, C = 300, OC = 200, V = 1000, NV = 100003 };
+
+struct gcase {
+	const char *name;
+	int nb;              /* buffers */
+	size_t n[MAXB];      /* floats (or int32 labels) each */
+	unsigned out;        /* bit k: buffer k is an output */
+	int labels;          /* buffer holding labels in [0, V), or -1 */
+	float lo, hi;        /* inputs uniform in [lo, hi) */
+	double tol;
+	/* runs the entry; returns its scalar result, or NAN for none */
+	double (*run)(apf_backend *be, float **b);
+};
+
+static const uint32_t dkey[2] = {0x1234u, 0xabcdu};
+
+/* ---- the cases: b[] are backend buffers, in the order of .n ---- */
+
+#define RUN(name) static double name(apf_backend *be, float **b)
+
+RUN(r_gemm_nn) { be->gemm(be, 0, 0, B, OC, C, 1.5f, b[0], C, b[1], OC, 0.5f, b[2], OC); return NAN; }
+RUN(r_gemm_nt) { be->gemm(be, 0, 1, B, OC, C, 1.0f, b[0], C, b[1], C, 0.0f, b[2], OC); return NAN; }
+RUN(r_gemm_tn) { be->gemm(be, 1, 0, B, OC, C, 1.0f, b[0], B, b[1], OC, 1.0f, b[2], OC); return NAN; }
+RUN(r_gemm_tt) { be->gemm(be, 1, 1, B, OC, C, -1.0f, b[0], B, b[1], C, 0.0f, b[2], OC); return NAN; }
+RUN(r_linear_forward) { be->linear_forward(be, b[0], b[1], b[2], b[3], B, C, OC); return NAN; }
+RUN(r_linear_forward_nobias) { be->linear_forward(be, b[0], b[1], b[2], NULL, B, C, OC); return NAN; }
+RUN(r_linear_backward)
+{
+	be->linear_backward(be, b[0], b[1], b[2], b[3], b[4], b[5], B, C, OC, 1);
+	return NAN;
+}
+RUN(r_linear_backward_nodinp)
+{
+	be->linear_backward(be, NULL, b[1], NULL, b[3], b[4], b[5], B, C, OC, 0);
+	return NAN;
+}
+RUN(r_layernorm_forward)
+{
+	be->layernorm_forward(be, b[0], b[1], b[2], b[3], b[4], b[5], B, C, 1e-5f);
+	return NAN;
+}
+RUN(r_layernorm_backward)
+{
+	/* consistent statistics: the forward's, on this backend */
+	be->layernorm_forward(be, b[3], b[6], b[7], b[4], b[5], b[5], B, C, 1e-5f);
+	be->layernorm_backward(be, b[0], b[1], b[2], b[3], b[4], b[5], b[6],
+			       b[7], B, C, 1);
+	return NAN;
+}
+#define ACT_CASES(act, tag)                                                  \
+	RUN(r_act_f_##tag) { be->activation_forward(be, act, b[0], b[1], (size_t)B * C); return NAN; } \
+	RUN(r_act_b_##tag)                                                   \
+	{                                                                    \
+		be->activation_forward(be, act, b[3], b[2], (size_t)B * C);  \
+		be->activation_backward(be, act, b[0], b[1], b[2], b[3],     \
+					(size_t)B * C, 1);                   \
+		return NAN;                                                  \
+	}
+ACT_CASES(APF_ACT_RELU, relu)
+ACT_CASES(APF_ACT_GELU, gelu)
+ACT_CASES(APF_ACT_SILU, silu)
+ACT_CASES(APF_ACT_TANH, tanh)
+RUN(r_dropout_forward) { be->dropout_forward(be, b[0], b[1], NV, 0.3f, dkey, 77); return NAN; }
+RUN(r_dropout_backward) { be->dropout_backward(be, b[0], b[1], NV, 0.3f, dkey, 77, 1); return NAN; }
+RUN(r_add_forward) { be->add_forward(be, b[0], b[1], b[2], NV); return NAN; }
+RUN(r_accumulate_write) { be->accumulate(be, b[0], b[1], NV, 0); return NAN; }
+RUN(r_accumulate_add) { be->accumulate(be, b[0], b[1], NV, 1); return NAN; }
+RUN(r_softmax_xent_forward)
+{
+	be->softmax_xent_forward(be, b[0], b[1], b[2], (const int32_t *)b[3], B, V, 0.1f);
+	return NAN;
+}
+RUN(r_softmax_xent_backward)
+{
+	be->softmax_xent_backward(be, b[0], b[1], (const int32_t *)b[2], B, V, 0.1f, 1.0f / B);
+	return NAN;
+}
+RUN(r_count_correct)
+{
+	return (double)be->count_correct(be, b[0], (const int32_t *)b[1], B, 3);
+}
+RUN(r_fill) { be->fill(be, b[0], 0.625f, NV); return NAN; }
+RUN(r_copy) { be->copy(be, b[0], b[1], NV); return NAN; }
+RUN(r_scale) { be->scale(be, b[0], -0.37f, NV); return NAN; }
+RUN(r_axpy) { be->axpy(be, b[0], 0.3f, b[1], NV); return NAN; }
+RUN(r_axpby) { be->axpby(be, b[0], 0.3f, b[1], 0.9f, NV); return NAN; }
+RUN(r_add_scalar) { be->add_scalar(be, b[0], 1.25f, NV); return NAN; }
+RUN(r_mul) { be->mul(be, b[0], b[1], b[2], NV); return NAN; }
+RUN(r_div) { be->div(be, b[0], b[1], b[2], NV); return NAN; }
+RUN(r_sqrt) { be->sqrt(be, b[0], b[1], NV); return NAN; }
+RUN(r_max) { be->max(be, b[0], b[1], b[2], NV); return NAN; }
+RUN(r_clamp) { be->clamp(be, b[0], 0.2f, 0.7f, NV); return NAN; }
+RUN(r_moments) { be->moments(be, b[0], b[1], b[2], 0.9f, 0.999f, NV); return NAN; }
+RUN(r_adam_direction)
+{
+	be->adam_direction(be, b[0], b[1], b[2], 10.0f, 1000.0f, 1e-8f, NV);
+	return NAN;
+}
+RUN(r_dot) { return be->dot(be, b[0], b[1], NV); }
+RUN(r_sum) { return be->sum(be, b[0], NV); }
+RUN(r_norm2) { return be->norm2(be, b[0], NV); }
+RUN(r_max_abs) { return be->max_abs(be, b[0], NV); }
+
+#define BC ((size_t)B * C)
+#define BO ((size_t)B * OC)
+#define OCC ((size_t)OC * C)
+#define BV ((size_t)B * V)
+
+static const struct gcase cases[] = {
+	{"gemm_nn", 3, {BC, OCC, BO}, 4, -1, -1, 1, 1e-5, r_gemm_nn},
+	{"gemm_nt", 3, {BC, OCC, BO}, 4, -1, -1, 1, 1e-5, r_gemm_nt},
+	{"gemm_tn", 3, {BC, OCC, BO}, 4, -1, -1, 1, 1e-5, r_gemm_tn},
+	{"gemm_tt", 3, {BC, OCC, BO}, 4, -1, -1, 1, 1e-5, r_gemm_tt},
+	{"linear_forward", 4, {BO, BC, OCC, OC}, 1, -1, -1, 1, 1e-5, r_linear_forward},
+	{"linear_forward_nobias", 3, {BO, BC, OCC}, 1, -1, -1, 1, 1e-5,
+	 r_linear_forward_nobias},
+	{"linear_backward", 6, {BC, OCC, OC, BO, BC, OCC}, 7, -1, -1, 1, 1e-5,
+	 r_linear_backward},
+	{"linear_backward_nodinp", 6, {BC, OCC, OC, BO, BC, OCC}, 2, -1, -1, 1,
+	 1e-5, r_linear_backward_nodinp},
+	{"layernorm_forward", 6, {BC, B, B, BC, C, C}, 7, -1, -3, 5, 1e-5,
+	 r_layernorm_forward},
+	{"layernorm_backward", 8, {BC, C, C, BC, BC, C, B, B}, 7, -1, -1, 1,
+	 1e-5, r_layernorm_backward},
+	{"activation_forward_relu", 2, {BC, BC}, 1, -1, -4, 4, 1e-6, r_act_f_relu},
+	{"activation_forward_gelu", 2, {BC, BC}, 1, -1, -4, 4, 1e-5, r_act_f_gelu},
+	{"activation_forward_silu", 2, {BC, BC}, 1, -1, -4, 4, 1e-5, r_act_f_silu},
+	{"activation_forward_tanh", 2, {BC, BC}, 1, -1, -4, 4, 1e-5, r_act_f_tanh},
+	{"activation_backward_relu", 4, {BC, BC, BC, BC}, 1, -1, -4, 4, 1e-6, r_act_b_relu},
+	{"activation_backward_gelu", 4, {BC, BC, BC, BC}, 1, -1, -4, 4, 1e-5, r_act_b_gelu},
+	{"activation_backward_silu", 4, {BC, BC, BC, BC}, 1, -1, -4, 4, 1e-5, r_act_b_silu},
+	{"activation_backward_tanh", 4, {BC, BC, BC, BC}, 1, -1, -4, 4, 1e-5, r_act_b_tanh},
+	{"dropout_forward", 2, {NV, NV}, 1, -1, -1, 1, 1e-7, r_dropout_forward},
+	{"dropout_backward", 2, {NV, NV}, 1, -1, -1, 1, 1e-7, r_dropout_backward},
+	{"add_forward", 3, {NV, NV, NV}, 1, -1, -1, 1, 1e-7, r_add_forward},
+	{"accumulate_write", 2, {NV, NV}, 1, -1, -1, 1, 0, r_accumulate_write},
+	{"accumulate_add", 2, {NV, NV}, 1, -1, -1, 1, 1e-7, r_accumulate_add},
+	{"softmax_xent_forward", 4, {B, BV, BV, B}, 3, 3, -8, 8, 1e-5,
+	 r_softmax_xent_forward},
+	{"softmax_xent_backward", 3, {BV, BV, B}, 1, 2, 0, 1, 1e-6,
+	 r_softmax_xent_backward},
+	{"count_correct", 2, {(size_t)B * 3, B}, 0, 1, -1, 1, 0, r_count_correct},
+	{"fill", 1, {NV}, 1, -1, -1, 1, 0, r_fill},
+	{"copy", 2, {NV, NV}, 1, -1, -1, 1, 0, r_copy},
+	{"scale", 1, {NV}, 1, -1, -1, 1, 1e-7, r_scale},
+	{"axpy", 2, {NV, NV}, 1, -1, -1, 1, 1e-7, r_axpy},
+	{"axpby", 2, {NV, NV}, 1, -1, -1, 1, 1e-7, r_axpby},
+	{"add_scalar", 1, {NV}, 1, -1, -1, 1, 1e-7, r_add_scalar},
+	{"mul", 3, {NV, NV, NV}, 1, -1, -1, 1, 1e-7, r_mul},
+	{"div", 3, {NV, NV, NV}, 1, -1, 0.5f, 2, 1e-7, r_div},
+	{"sqrt", 2, {NV, NV}, 1, -1, 0, 4, 1e-7, r_sqrt},
+	{"max", 3, {NV, NV, NV}, 1, -1, -1, 1, 0, r_max},
+	{"clamp", 1, {NV}, 1, -1, -1, 1, 0, r_clamp},
+	{"moments", 3, {NV, NV, NV}, 3, -1, 0, 1, 1e-7, r_moments},
+	{"adam_direction", 3, {NV, NV, NV}, 1, -1, 0.01f, 1, 1e-6, r_adam_direction},
+	{"dot", 2, {NV, NV}, 0, -1, -1, 1, 1e-10, r_dot},
+	{"sum", 1, {NV}, 0, -1, -1, 1, 1e-10, r_sum},
+	{"norm2", 1, {NV}, 0, -1, -1, 1, 1e-10, r_norm2},
+	{"max_abs", 1, {NV}, 0, -1, -1, 1, 0, r_max_abs},
+};
+
+/* ---- the comparison ---- */
+
+struct outputs {
+	float *host[MAXB];
+	double value;
+};
+
+/* Fills the case's inputs from one seed, runs it on be, downloads outputs. */
+static int run_case(apf_backend *be, const struct gcase *c, struct outputs *o)
+{
+	apf_rng_key key = {42, 0, 0, APF_RNG_TEST};
+	apf_rng r;
+	apf_rng_init(&r, &key, 0);
+	float *dev[MAXB] = {0};
+	int rc = 0;
+	for (int k = 0; k < c->nb && !rc; k++) {
+		size_t n = c->n[k];
+		float *h = malloc(n * sizeof *h);
+		if (!h)
+			return fprintf(stderr, "layers: out of memory\n"), -1;
+		if (k == c->labels) {
+			int32_t *l = (int32_t *)h;
+			int classes = !strcmp(c->name, "count_correct") ? 3 : V;
+			for (size_t i = 0; i < n; i++)
+				l[i] = (int32_t)apf_rng_below(&r, (uint32_t)classes);
+		} else {
+			for (size_t i = 0; i < n; i++)
+				h[i] = c->lo + (c->hi - c->lo) * apf_rng_uniform(&r);
+		}
+		rc = be->alloc(be, n * sizeof *h, (void **)&dev[k]);
+		if (!rc)
+			be->upload(be, dev[k], h, n * sizeof *h);
+		o->host[k] = h;
+	}
+	if (!rc) {
+		o->value = c->run(be, dev);
+		for (int k = 0; k < c->nb; k++)
+			if (c->out >> k & 1)
+				be->download(be, o->host[k], dev[k],
+					     c->n[k] * sizeof(float));
+		rc = be->sync(be);
+	}
+	for (int k = 0; k < c->nb; k++)
+		if (dev[k])
+			be->free(be, dev[k]);
+	if (rc)
+		fprintf(stderr, "layers: %s on %s: %s\n", c->name, be->name,
+			apf_error_message());
+	return rc;
+}
+
+static double rel_err(const struct gcase *c, const struct outputs *a,
+		      const struct outputs *ref)
+{
+	double worst = 0.0;
+	if (!isnan(ref->value) || !isnan(a->value)) {
+		double d = fabs(a->value - ref->value);
+		worst = d / (fabs(ref->value) > 0 ? fabs(ref->value) : 1.0);
+		if (isnan(d))
+			worst = INFINITY;
+	}
+	for (int k = 0; k < c->nb; k++) {
+		if (!(c->out >> k & 1))
+			continue;
+		double dmax = 0.0, rmax = 0.0;
+		for (size_t i = 0; i < c->n[k]; i++) {
+			double d = fabs((double)a->host[k][i] - ref->host[k][i]);
+			if (isnan(d))
+				d = INFINITY;
+			dmax = d > dmax ? d : dmax;
+			double m = fabs((double)ref->host[k][i]);
+			rmax = m > rmax ? m : rmax;
+		}
+		double e = dmax / (rmax > 0 ? rmax : 1.0);
+		worst = e > worst ? e : worst;
+	}
+	return worst;
+}
+
+static void free_outputs(struct outputs *o, int nb)
+{
+	for (int k = 0; k < nb; k++)
+		free(o->host[k]);
+}
+
+/* ---- fmnist_mlp twice ---- */
+
+enum { FIT_BATCH = 128 };
+
+static int fit_digest(apf_backend *be, long steps, uint8_t digest[32],
+		      double *seconds, double *macs, char *why, size_t wn)
+{
+	apf_workload_spec *spec;
+	apf_workload *wl;
+	apf_trial_key key = {7, 0, 1};
+	if (apf_workload_spec_load(&spec, "fmnist_mlp")) {
+		snprintf(why, wn, "%s", apf_error_message());
+		return -1;
+	}
+	if (apf_workload_open(&wl, spec, "base", be, &key, 0)) {
+		snprintf(why, wn, "%s", apf_error_message());
+		apf_workload_spec_free(spec);
+		return -1;
+	}
+	struct apf_fit_opts o = {
+		.steps = steps, .batch = FIT_BATCH, .eval_every = -1,
+		.adamw = {.lr = 1e-3, .b1 = 0.9, .b2 = 0.999, .eps = 1e-8,
+			  .weight_decay = 1e-4, .warmup_frac = 0.05}};
+	struct apf_fit_result res;
+	int rc = apf_workload_fit(wl, &o, &res);
+	if (rc)
+		snprintf(why, wn, "%s", apf_error_message());
+	else {
+		memcpy(digest, res.digest, 32);
+		*seconds = res.train_seconds;
+		*macs = apf_net_forward_macs(apf_workload_net(wl));
+	}
+	apf_workload_close(wl);
+	apf_workload_spec_free(spec);
+	return rc;
+}
+
+/* ---- SGEMM rate ---- */
+
+static double sgemm_gflops(apf_backend *be)
+{
+	enum { S = 4096, REPS = 20 };
+	size_t n = (size_t)S * S;
+	float *a, *b, *c;
+	if (be->alloc(be, n * 4, (void **)&a) || be->alloc(be, n * 4, (void **)&b) ||
+	    be->alloc(be, n * 4, (void **)&c))
+		return NAN;
+	be->fill(be, a, 0.5f, n);
+	be->fill(be, b, 0.25f, n);
+	be->gemm(be, 0, 0, S, S, S, 1.0f, a, S, b, S, 0.0f, c, S);
+	be->sync(be);
+	uint64_t t0 = apf_now_ns();
+	for (int r = 0; r < REPS; r++)
+		be->gemm(be, 0, 0, S, S, S, 1.0f, a, S, b, S, 0.0f, c, S);
+	int rc = be->sync(be);
+	double s = (double)(apf_now_ns() - t0) / 1e9;
+	be->free(be, a);
+	be->free(be, b);
+	be->free(be, c);
+	return rc ? NAN : 2.0 * S * S * (double)S * REPS / s / 1e9;
+}
+
+int main(int argc, char **argv)
+{
+	int against_cpu = argc > 1 && !strcmp(argv[1], "--against-cpu");
+	long steps = argc > 1 + against_cpu ? atol(argv[1 + against_cpu]) : 200;
+	char what[512];
+	if (!against_cpu && apf_cuda_probe(what, sizeof what)) {
+		printf("SKIP: %s\n", what);
+		return 0;
+	}
+	printf("device: %s\n", against_cpu ? "the CPU's fast kernels" : what);
+	apf_backend *cpu, *cuda;
+	if (apf_backend_cpu_plain_new(&cpu, 1) ||
+	    (against_cpu ? apf_backend_cpu_new(&cuda, 1)
+			 : apf_backend_cuda_new(&cuda, 1))) {
+		fprintf(stderr, "layers: %s\n", apf_error_message());
+		return 1;
+	}
+	int failed = 0;
+	for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+		const struct gcase *c = &cases[i];
+		struct outputs ref = {0}, got = {0};
+		int rc = run_case(cpu, c, &ref);
+		if (!rc)
+			rc = run_case(cuda, c, &got);
+		double e = rc ? INFINITY : rel_err(c, &got, &ref);
+		int ok = e <= c->tol;
+		failed |= !ok;
+		printf("RESULT gpu %s_max_rel_err %.3g tolerance %.0e %s\n",
+		       c->name, e, c->tol, ok ? "ok" : "FAIL");
+		free_outputs(&ref, c->nb);
+		free_outputs(&got, c->nb);
+	}
+	fflush(stdout);
+	uint8_t d1[32], d2[32];
+	double s1 = 0, s2 = 0, macs = 0;
+	char why[512];
+	double peak = sgemm_gflops(cuda);
+	if (fit_digest(cuda, steps, d1, &s1, &macs, why, sizeof why) ||
+	    fit_digest(cuda, steps, d2, &s2, &macs, why, sizeof why)) {
+		printf("SKIP: fmnist_mlp_repeat_bitwise: %s\n", why);
+	} else {
+		int same = !memcmp(d1, d2, 32);
+		failed |= !same;
+		double rate = FIT_BATCH * (double)steps * 2.0 / (s1 + s2);
+		printf("RESULT gpu fmnist_mlp_repeat_bitwise %d\n", same);
+		printf("RESULT gpu fmnist_mlp_samples_per_s %.1f\n", rate);
+		/* a training step is about 3 forward passes of multiply-adds */
+		printf("RESULT gpu fmnist_mlp_sgemm_fraction %.4f\n",
+		       rate * 6.0 * macs / 1e9 / peak);
+	}
+	printf("RESULT gpu sgemm_gflops %.1f\n", peak);
+	apf_backend_free(cuda);
+	apf_backend_free(cpu);
+	return failed;
+}
