@@ -3,7 +3,7 @@
 thread count as apf's, timed the same way (warm-up, then the median of
 several repetitions of a fixed number of steps).
 
-    peer_torch.py {mlp|cnn|dlrm|lm} BATCH THREADS STEPS REPS
+    peer_torch.py {mlp|cnn|dlrm|lm|unet} BATCH THREADS STEPS REPS
 
 Prints `samples_per_s <median>` and `peak_rss_mib <this process's peak>`. The models mirror
 workloads/fmnist_mlp (784-1024-1024-10, ReLU) and workloads/fmnist_cnn (the
@@ -17,7 +17,11 @@ workloads/text_lm (a GPT-2-style decoder: byte embedding 256 x 128 and
 learned positions over 64 tokens, two pre-LN blocks of 4-head causal
 attention (masked softmax of q k^T, as nanoGPT computes it where PyTorch
 has no fused attention: Debian 12's PyTorch 1.13 has none) and a GELU
-MLP of 512, final norm, untied head, next-token cross-entropy).
+MLP of 512, final norm, untied head, next-token cross-entropy), and
+workloads/fmnist_unet (the U-Net: blocks of two 3x3 convolutions without
+bias, instance norm and ReLU at 16-32-64 channels over 28-14-7, average-pool
+down-sampling, 2x2 stride-2 transposed convolutions, skip concatenation,
+1x1 output, L1 loss), in NCHW, PyTorch's faster layout for it.
 """
 import math
 import resource
@@ -123,12 +127,47 @@ class LM(nn.Module):
         return self.head(self.ln_f(x))
 
 
+class UNet(nn.Module):
+    def __init__(self, C=16, depth=2):
+        super().__init__()
+
+        def block(cin, cout):
+            return nn.Sequential(
+                nn.Conv2d(cin, cout, 3, 1, 1, bias=False), nn.InstanceNorm2d(cout, affine=True),
+                nn.ReLU(), nn.Conv2d(cout, cout, 3, 1, 1, bias=False),
+                nn.InstanceNorm2d(cout, affine=True), nn.ReLU())
+        self.down = nn.ModuleList(block(1 if i == 0 else C << (i - 1), C << i)
+                                  for i in range(depth + 1))
+        self.up = nn.ModuleList(nn.Sequential(
+            nn.ConvTranspose2d(C << (i + 1), C << i, 2, 2, bias=False),
+            nn.InstanceNorm2d(C << i, affine=True), nn.ReLU()) for i in range(depth))
+        self.dec = nn.ModuleList(block(2 * (C << i), C << i) for i in range(depth))
+        self.out = nn.Conv2d(C, 1, 1)
+
+    def forward(self, x):
+        skips = []
+        for i, d in enumerate(self.down):
+            if i:
+                x = F.avg_pool2d(x, 2)
+            x = d(x)
+            skips.append(x)
+        for i in reversed(range(len(self.up))):
+            x = self.dec[i](torch.cat([skips[i], self.up[i](x)], dim=1))
+        return self.out(x)
+
+
 def main():
     kind, batch, threads, steps, reps = sys.argv[1], *map(int, sys.argv[2:6])
     torch.set_num_threads(threads)
     torch.manual_seed(0)
-    cat = tokens = None
-    if kind == "lm":
+    cat = tokens = target = None
+    if kind == "unet":
+        # NCHW: PyTorch's instance norm and transposed convolution are
+        # far slower channels-last on CPU (1.13), so it gets its own best
+        model = UNet()
+        x = torch.rand(batch, 1, 28, 28)
+        target = torch.rand(batch, 1, 28, 28)
+    elif kind == "lm":
         model = LM()
         tokens = torch.randint(0, 256, (batch, 65))
     elif kind == "dlrm":
@@ -148,7 +187,9 @@ def main():
 
     def step():
         opt.zero_grad(set_to_none=True)
-        if tokens is not None:
+        if target is not None:
+            loss = (model(x) - target).abs().mean()
+        elif tokens is not None:
             loss = F.cross_entropy(model(tokens[:, :64]).reshape(-1, 256),
                                    tokens[:, 1:].reshape(-1))
         elif cat is not None:
