@@ -41,6 +41,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/base.h"
 #include "rng/rng.h"
 
 #define DEFAULT_SEED 20261202u
@@ -221,21 +222,14 @@ static double auc(const float *s, const int32_t *y, long n)
 	       ((double)pos * (double)neg);
 }
 
+/* dir/name, atomically (a temporary file, fsync, rename). */
 static int write_file(const char *dir, const char *name, const void *buf,
 		      size_t len)
 {
-	char tmp[4096], dst[4096];
+	char dst[4096];
 	snprintf(dst, sizeof dst, "%s/%s", dir, name);
-	snprintf(tmp, sizeof tmp, "%s/.%s.%ld.tmp", dir, name, (long)getpid());
-	FILE *f = fopen(tmp, "wb");
-	if (!f || fwrite(buf, 1, len, f) != len || fflush(f) ||
-	    fsync(fileno(f)) || fclose(f)) {
-		fprintf(stderr, "apf: %s: %s\n", tmp, strerror(errno));
-		return -1;
-	}
-	if (rename(tmp, dst)) {
-		fprintf(stderr, "apf: %s: %s\n", dst, strerror(errno));
-		unlink(tmp);
+	if (apf_file_write(dst, buf, len, 0644, 0)) {
+		fprintf(stderr, "apf: %s\n", apf_error_message());
 		return -1;
 	}
 	return 0;
