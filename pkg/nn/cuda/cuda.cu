@@ -181,6 +181,16 @@ static apf_backend cuda_template(void)
 	t.softmax_xent_forward = cu_softmax_xent_forward;
 	t.softmax_xent_backward = cu_softmax_xent_backward;
 	t.count_correct = cu_count_correct;
+	t.sigmoid_xent_forward = cu_sigmoid_xent_forward;
+	t.sigmoid_xent_backward = cu_sigmoid_xent_backward;
+	t.embedding_forward = cu_embedding_forward;
+	t.embedding_backward = cu_embedding_backward;
+	t.interaction_forward = cu_interaction_forward;
+	t.interaction_backward = cu_interaction_backward;
+	t.l1_forward = cu_l1_forward;
+	t.l1_backward = cu_l1_backward;
+	t.concat_forward = cu_concat_forward;
+	t.concat_backward = cu_concat_backward;
 	t.fill = cu_fill;
 	t.copy = cu_copy;
 	t.scale = cu_scale;
@@ -240,17 +250,16 @@ static int setup_failed(struct cuda_impl *c, char *err, size_t errlen,
  * The CUDA backend on device 0 (cuda_plugin.h). It implements the memory
  * functions, sync, gemm, linear, layer norm, the activations (relu, gelu
  * tanh-approximated, silu, tanh), dropout, add, accumulate, softmax
- * cross-entropy, count_correct and every vector operation. These entries
+ * cross-entropy, count_correct, sigmoid cross-entropy, embedding, the dot
+ * interaction, L1 loss, concat and every vector operation. These entries
  * stay NULL, so apf_net_finish refuses a net with one of their layers:
  * conv2d_forward, conv2d_backward, conv2d_work, batchnorm_forward,
  * batchnorm_backward, batchnorm_relu_forward, batchnorm_relu_backward,
  * maxpool2d_forward, maxpool2d_backward, avgpool2d_forward,
  * avgpool2d_backward, global_avgpool_forward, global_avgpool_backward,
- * sigmoid_xent_forward, sigmoid_xent_backward, embedding_forward,
- * embedding_backward, interaction_forward, interaction_backward,
  * attention_forward, attention_backward, glu_forward, glu_backward,
- * upconv2x2_forward, upconv2x2_backward, concat_forward, concat_backward,
- * instnorm_forward, instnorm_backward, l1_forward, l1_backward.
+ * upconv2x2_forward, upconv2x2_backward, instnorm_forward,
+ * instnorm_backward.
  */
 extern "C" __attribute__((visibility("default"))) int
 apf_cuda_plugin_new(apf_backend **out, char *err, size_t errlen)

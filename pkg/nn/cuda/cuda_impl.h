@@ -90,6 +90,33 @@ void cu_softmax_xent_backward(apf_backend *be, float *dlogits,
 			      int V, float smoothing, float dloss);
 long cu_count_correct(apf_backend *be, const float *logits,
 		      const int32_t *labels, int B, int V);
+void cu_sigmoid_xent_forward(apf_backend *be, float *losses, float *probs,
+			     const float *logits, const int32_t *labels, int B,
+			     float smoothing);
+void cu_sigmoid_xent_backward(apf_backend *be, float *dlogits,
+			      const float *probs, const int32_t *labels, int B,
+			      float smoothing, float dloss);
+void cu_embedding_forward(apf_backend *be, float *out, const int32_t *idx,
+			  int ldi, const int32_t *offset, const float *table,
+			  int B, int F, int D);
+void cu_embedding_backward(apf_backend *be, float *dtable, const float *dout,
+			   const int32_t *idx, int ldi, const int32_t *offset,
+			   int B, int F, int V, int D);
+void cu_interaction_forward(apf_backend *be, float *out, const float *dense,
+			    const float *emb, int B, int E, int D);
+void cu_interaction_backward(apf_backend *be, float *ddense, float *demb,
+			     const float *dout, const float *dense,
+			     const float *emb, int B, int E, int D,
+			     int accum_dense, int accum_emb);
+void cu_l1_forward(apf_backend *be, float *losses, const float *pred,
+		   const float *target, int B, int n);
+void cu_l1_backward(apf_backend *be, float *dpred, const float *pred,
+		    const float *target, int B, int n, float dloss);
+void cu_concat_forward(apf_backend *be, float *out, const float *a,
+		       const float *b, int N, int Ca, int Cb);
+void cu_concat_backward(apf_backend *be, float *da, float *db,
+			const float *dout, int N, int Ca, int Cb, int accum_a,
+			int accum_b);
 void cu_fill(apf_backend *be, float *x, float v, size_t n);
 void cu_copy(apf_backend *be, float *dst, const float *src, size_t n);
 void cu_scale(apf_backend *be, float *x, float a, size_t n);

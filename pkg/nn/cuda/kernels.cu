@@ -723,3 +723,345 @@ long cu_count_correct(apf_backend *be, const float *logits,
 	return (long)reduce(be, "count_correct", R_CORRECT, logits, NULL,
 			    labels, (size_t)B, V);
 }
+
+/* ---- click-through layers: sigmoid loss, embeddings, dot interaction ------- */
+
+// losses, probs (B) from logits (B) and 0/1 labels (B), in double as the CPU
+__global__ static void k_sigmoid_xent_forward(float *losses, float *probs,
+					      const float *logits,
+					      const int32_t *labels, int B,
+					      float smoothing)
+{
+	size_t b = global_index();
+	if (b >= (size_t)B)
+		return;
+	double z = logits[b];
+	double t = (1.0 - smoothing) * (labels[b] ? 1.0 : 0.0) +
+		   0.5 * smoothing;
+	double l = (z > 0 ? z : 0.0) - z * t + log1p(exp(-fabs(z)));
+	losses[b] = (float)l;
+	probs[b] = (float)(z >= 0 ? 1.0 / (1.0 + exp(-z))
+				  : exp(z) / (1.0 + exp(z)));
+}
+
+void cu_sigmoid_xent_forward(apf_backend *be, float *losses, float *probs,
+			     const float *logits, const int32_t *labels, int B,
+			     float smoothing)
+{
+	if (B <= 0)
+		return;
+	k_sigmoid_xent_forward<<<ew_blocks((size_t)B), EW_THREADS, 0,
+				 impl_of(be)->stream>>>(losses, probs, logits,
+							labels, B, smoothing);
+	launched(be, "sigmoid_xent_forward");
+}
+
+// dlogits (B) = dloss (probs - t)
+__global__ static void k_sigmoid_xent_backward(float *dlogits,
+					       const float *probs,
+					       const int32_t *labels, int B,
+					       float smoothing, float dloss)
+{
+	size_t b = global_index();
+	if (b >= (size_t)B)
+		return;
+	float t = (1.0f - smoothing) * (labels[b] ? 1.0f : 0.0f) +
+		  0.5f * smoothing;
+	dlogits[b] = dloss * (probs[b] - t);
+}
+
+void cu_sigmoid_xent_backward(apf_backend *be, float *dlogits,
+			      const float *probs, const int32_t *labels, int B,
+			      float smoothing, float dloss)
+{
+	if (B <= 0)
+		return;
+	k_sigmoid_xent_backward<<<ew_blocks((size_t)B), EW_THREADS, 0,
+				  impl_of(be)->stream>>>(dlogits, probs, labels,
+							 B, smoothing, dloss);
+	launched(be, "sigmoid_xent_backward");
+}
+
+// out (B,F,D) from table (V,D) at rows offset[f] + idx (B,ldi)[b,f]
+__global__ static void k_embedding_forward(float *out, const int32_t *idx,
+					   int ldi, const int32_t *offset,
+					   const float *table, int F, int D,
+					   size_t n)
+{
+	size_t i = global_index();
+	if (i >= n)
+		return;
+	size_t bf = i / D, k = i % D;
+	size_t b = bf / F, f = bf % F;
+	size_t row = (size_t)idx[b * ldi + f] + (offset ? (size_t)offset[f] : 0);
+	out[i] = table[row * D + k];
+}
+
+void cu_embedding_forward(apf_backend *be, float *out, const int32_t *idx,
+			  int ldi, const int32_t *offset, const float *table,
+			  int B, int F, int D)
+{
+	size_t n = (size_t)B * F * D;
+	if (!n)
+		return;
+	k_embedding_forward<<<ew_blocks(n), EW_THREADS, 0,
+			      impl_of(be)->stream>>>(out, idx, ldi, offset,
+						     table, F, D, n);
+	launched(be, "embedding_forward");
+}
+
+/* Embedding backward without atomics: thread (slice s, column k) owns
+ * column k of the table rows r with r % EMB_SLICES == s and walks every
+ * (b, f) in order, adding the rows it owns; so each table entry sums its
+ * dout rows in (b, f) order, as the CPU. */
+#define EMB_SLICES 256
+
+// dtable (V,D) += dout (B,F,D) rows; dtable zeroed before
+__global__ static void k_embedding_scatter(float *dtable, const float *dout,
+					   const int32_t *idx, int ldi,
+					   const int32_t *offset, int B, int F,
+					   int D)
+{
+	size_t i = global_index();
+	if (i >= (size_t)EMB_SLICES * D)
+		return;
+	size_t s = i / D, k = i % D;
+	for (int b = 0; b < B; b++)
+		for (int f = 0; f < F; f++) {
+			size_t row = (size_t)idx[(size_t)b * ldi + f] +
+				     (offset ? (size_t)offset[f] : 0);
+			if (row % EMB_SLICES != s)
+				continue;
+			dtable[row * D + k] += dout[((size_t)b * F + f) * D + k];
+		}
+}
+
+void cu_embedding_backward(apf_backend *be, float *dtable, const float *dout,
+			   const int32_t *idx, int ldi, const int32_t *offset,
+			   int B, int F, int V, int D)
+{
+	struct cuda_impl *c = impl_of(be);
+	size_t nt = (size_t)V * D;
+	if (!nt)
+		return;
+	cuda_check(be, "embedding_backward",
+		   cudaMemsetAsync(dtable, 0, nt * sizeof *dtable, c->stream));
+	if (B <= 0 || F <= 0)
+		return;
+	size_t n = (size_t)EMB_SLICES * D;
+	k_embedding_scatter<<<ew_blocks(n), EW_THREADS, 0, c->stream>>>(
+		dtable, dout, idx, ldi, offset, B, F, D);
+	launched(be, "embedding_backward");
+}
+
+/* Vector k of example b: the dense vector, then the embeddings. */
+__device__ static inline const float *ivec(const float *dense,
+					   const float *emb, size_t b, int k,
+					   int E, int D)
+{
+	return k == 0 ? dense + b * D : emb + (b * E + (k - 1)) * D;
+}
+
+// out (B, D + F(F-1)/2) from dense (B,D) and emb (B,E,D); one thread per output
+__global__ static void k_interaction_forward(float *out, const float *dense,
+					     const float *emb, int E, int D,
+					     size_t OC, size_t n)
+{
+	size_t x = global_index();
+	if (x >= n)
+		return;
+	size_t b = x / OC, p = x % OC;
+	if (p < (size_t)D) {
+		out[x] = dense[b * D + p];
+		return;
+	}
+	/* pair (i, j) at position p - D of the lower triangle, row by row */
+	size_t q = p - D;
+	int i = 1;
+	while ((size_t)i * (i + 1) / 2 <= q)
+		i++;
+	int j = (int)(q - (size_t)i * (i - 1) / 2);
+	const float *vi = ivec(dense, emb, b, i, E, D);
+	const float *vj = ivec(dense, emb, b, j, E, D);
+	double s = 0.0;
+	for (int k = 0; k < D; k++)
+		s += (double)vi[k] * vj[k];
+	out[x] = (float)s;
+}
+
+void cu_interaction_forward(apf_backend *be, float *out, const float *dense,
+			    const float *emb, int B, int E, int D)
+{
+	int F = E + 1;
+	size_t OC = (size_t)D + (size_t)F * (F - 1) / 2;
+	size_t n = (size_t)B * OC;
+	if (!n)
+		return;
+	k_interaction_forward<<<ew_blocks(n), EW_THREADS, 0,
+				impl_of(be)->stream>>>(out, dense, emb, E, D,
+						       OC, n);
+	launched(be, "interaction_forward");
+}
+
+/* Thread (b, vector k, column x) sums its gradient in double in the CPU's
+ * order: the dense part of dout (k = 0), then the pairs (k, j), j < k, then
+ * the pairs (i, k), i > k, which is the pairs' output order. */
+__global__ static void k_interaction_backward(float *ddense, float *demb,
+					      const float *dout,
+					      const float *dense,
+					      const float *emb, int E, int D,
+					      size_t OC, int accum_dense,
+					      int accum_emb, size_t n)
+{
+	size_t t = global_index();
+	if (t >= n)
+		return;
+	int F = E + 1;
+	size_t b = t / ((size_t)F * D), r = t % ((size_t)F * D);
+	int k = (int)(r / D), x = (int)(r % D);
+	const float *d = dout + b * OC;
+	double g = k == 0 ? (double)d[x] : 0.0;
+	size_t row = (size_t)D + (size_t)k * (k - 1) / 2;
+	for (int j = 0; j < k; j++) {
+		double w = d[row + j];
+		g += w * ivec(dense, emb, b, j, E, D)[x];
+	}
+	for (int i = k + 1; i < F; i++) {
+		double w = d[(size_t)D + (size_t)i * (i - 1) / 2 + k];
+		g += w * ivec(dense, emb, b, i, E, D)[x];
+	}
+	if (k == 0) {
+		if (ddense) {
+			float *dst = ddense + b * D + x;
+			*dst = accum_dense ? *dst + (float)g : (float)g;
+		}
+	} else if (demb) {
+		float *dst = demb + (b * E + (k - 1)) * D + x;
+		*dst = accum_emb ? *dst + (float)g : (float)g;
+	}
+}
+
+void cu_interaction_backward(apf_backend *be, float *ddense, float *demb,
+			     const float *dout, const float *dense,
+			     const float *emb, int B, int E, int D,
+			     int accum_dense, int accum_emb)
+{
+	int F = E + 1;
+	size_t OC = (size_t)D + (size_t)F * (F - 1) / 2;
+	size_t n = (size_t)B * F * D;
+	if (!n || (!ddense && !demb))
+		return;
+	k_interaction_backward<<<ew_blocks(n), EW_THREADS, 0,
+				 impl_of(be)->stream>>>(ddense, demb, dout,
+							dense, emb, E, D, OC,
+							accum_dense, accum_emb,
+							n);
+	launched(be, "interaction_backward");
+}
+
+/* ---- L1 loss, channel concatenation ---------------------------------------- */
+
+// losses (B) = mean over n of |pred - target|; one block per example
+__global__ static void k_l1_forward(float *losses, const float *pred,
+				    const float *target, int n)
+{
+	__shared__ double s[ROW_THREADS];
+	size_t b = blockIdx.x;
+	const float *p = pred + b * n, *q = target + b * n;
+	double a = 0.0;
+	for (int i = threadIdx.x; i < n; i += blockDim.x)
+		a += fabs((double)p[i] - q[i]);
+	double t = block_sum(a, s);
+	if (threadIdx.x == 0)
+		losses[b] = (float)(t / n);
+}
+
+void cu_l1_forward(apf_backend *be, float *losses, const float *pred,
+		   const float *target, int B, int n)
+{
+	if (B <= 0)
+		return;
+	k_l1_forward<<<B, ROW_THREADS, 0, impl_of(be)->stream>>>(losses, pred,
+								 target, n);
+	launched(be, "l1_forward");
+}
+
+// dpred (B n) = dloss sign(pred - target) / n, written
+__global__ static void k_l1_backward(float *dpred, const float *pred,
+				     const float *target, float g, size_t n)
+{
+	size_t i = global_index();
+	if (i >= n)
+		return;
+	dpred[i] = pred[i] > target[i] ? g : pred[i] < target[i] ? -g : 0.0f;
+}
+
+void cu_l1_backward(apf_backend *be, float *dpred, const float *pred,
+		    const float *target, int B, int n, float dloss)
+{
+	size_t N = (size_t)B * n;
+	if (!N)
+		return;
+	k_l1_backward<<<ew_blocks(N), EW_THREADS, 0, impl_of(be)->stream>>>(
+		dpred, pred, target, dloss / (float)n, N);
+	launched(be, "l1_backward");
+}
+
+// out (N,Ca+Cb) = rows of a (N,Ca) followed by rows of b (N,Cb)
+__global__ static void k_concat_forward(float *out, const float *a,
+					const float *b, int Ca, int Cb,
+					size_t n)
+{
+	size_t i = global_index();
+	if (i >= n)
+		return;
+	size_t Co = (size_t)Ca + Cb, r = i / Co, c = i % Co;
+	out[i] = c < (size_t)Ca ? a[r * Ca + c] : b[r * Cb + (c - Ca)];
+}
+
+void cu_concat_forward(apf_backend *be, float *out, const float *a,
+		       const float *b, int N, int Ca, int Cb)
+{
+	size_t n = (size_t)N * ((size_t)Ca + Cb);
+	if (!n)
+		return;
+	k_concat_forward<<<ew_blocks(n), EW_THREADS, 0, impl_of(be)->stream>>>(
+		out, a, b, Ca, Cb, n);
+	launched(be, "concat_forward");
+}
+
+// dst (N,Cd) = or += columns [c0, c0+Cd) of dout (N,Co)
+__global__ static void k_concat_part_backward(float *dst, const float *dout,
+					      int Cd, size_t Co, int c0,
+					      int accum, size_t n)
+{
+	size_t i = global_index();
+	if (i >= n)
+		return;
+	float v = dout[(i / Cd) * Co + c0 + i % Cd];
+	dst[i] = accum ? dst[i] + v : v;
+}
+
+static void concat_part(apf_backend *be, float *dst, const float *dout, int N,
+			int Cd, size_t Co, int c0, int accum)
+{
+	size_t n = (size_t)N * Cd;
+	if (!n)
+		return;
+	k_concat_part_backward<<<ew_blocks(n), EW_THREADS, 0,
+				 impl_of(be)->stream>>>(dst, dout, Cd, Co, c0,
+							accum, n);
+	launched(be, "concat_backward");
+}
+
+// dout (N,Ca+Cb); da (N,Ca), db (N,Cb), either NULL
+void cu_concat_backward(apf_backend *be, float *da, float *db,
+			const float *dout, int N, int Ca, int Cb, int accum_a,
+			int accum_b)
+{
+	size_t Co = (size_t)Ca + Cb;
+	if (da)
+		concat_part(be, da, dout, N, Ca, Co, 0, accum_a);
+	if (db)
+		concat_part(be, db, dout, N, Cb, Co, Ca, accum_b);
+}
