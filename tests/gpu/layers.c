@@ -137,6 +137,68 @@ RUN(r_sum) { return be->sum(be, b[0], NV); }
 RUN(r_norm2) { return be->norm2(be, b[0], NV); }
 RUN(r_max_abs) { return be->max_abs(be, b[0], NV); }
 
+/* click-through shapes: F fields of EROWS rows each, vectors of ED */
+enum { EF = 4, ELDI = 5, EROWS = 40, EV = EF * EROWS, ED = 16, IE = 5 };
+static const int32_t eoffset[EF] = {0, EROWS, 2 * EROWS, 3 * EROWS};
+#define IOC ((size_t)ED + (size_t)(IE + 1) * IE / 2)
+
+RUN(r_sigmoid_xent_forward)
+{
+	be->sigmoid_xent_forward(be, b[0], b[1], b[2], (const int32_t *)b[3], B, 0.1f);
+	return NAN;
+}
+RUN(r_sigmoid_xent_backward)
+{
+	be->sigmoid_xent_backward(be, b[0], b[1], (const int32_t *)b[2], B, 0.1f, 1.0f / B);
+	return NAN;
+}
+RUN(r_embedding_forward)
+{
+	be->upload(be, b[3], eoffset, sizeof eoffset);
+	be->embedding_forward(be, b[0], (const int32_t *)b[1], ELDI,
+			      (const int32_t *)b[3], b[2], B, EF, ED);
+	return NAN;
+}
+RUN(r_embedding_forward_shared)
+{
+	be->embedding_forward(be, b[0], (const int32_t *)b[1], ELDI, NULL, b[2],
+			      B, EF, ED);
+	return NAN;
+}
+RUN(r_embedding_backward)
+{
+	be->upload(be, b[3], eoffset, sizeof eoffset);
+	be->embedding_backward(be, b[0], b[1], (const int32_t *)b[2], ELDI,
+			       (const int32_t *)b[3], B, EF, EV, ED);
+	return NAN;
+}
+RUN(r_embedding_backward_shared)
+{
+	be->embedding_backward(be, b[0], b[1], (const int32_t *)b[2], ELDI, NULL,
+			       B, EF, EV, ED);
+	return NAN;
+}
+RUN(r_interaction_forward) { be->interaction_forward(be, b[0], b[1], b[2], B, IE, ED); return NAN; }
+RUN(r_interaction_backward)
+{
+	be->interaction_backward(be, b[0], b[1], b[2], b[3], b[4], B, IE, ED, 1, 0);
+	return NAN;
+}
+RUN(r_interaction_backward_noddense)
+{
+	be->interaction_backward(be, NULL, b[1], b[2], b[3], b[4], B, IE, ED, 0, 1);
+	return NAN;
+}
+RUN(r_l1_forward) { be->l1_forward(be, b[0], b[1], b[2], B, C); return NAN; }
+RUN(r_l1_backward) { be->l1_backward(be, b[0], b[1], b[2], B, C, 1.0f / B); return NAN; }
+RUN(r_concat_forward) { be->concat_forward(be, b[0], b[1], b[2], B, C, OC); return NAN; }
+RUN(r_concat_backward) { be->concat_backward(be, b[0], b[1], b[2], B, C, OC, 1, 0); return NAN; }
+RUN(r_concat_backward_noda)
+{
+	be->concat_backward(be, NULL, b[1], b[2], B, C, OC, 0, 1);
+	return NAN;
+}
+
 #define BC ((size_t)B * C)
 #define BO ((size_t)B * OC)
 #define OCC ((size_t)OC * C)
@@ -176,6 +238,39 @@ static const struct gcase cases[] = {
 	{"softmax_xent_backward", 3, {BV, BV, B}, 1, 2, 0, 1, 1e-6,
 	 r_softmax_xent_backward},
 	{"count_correct", 2, {(size_t)B * 3, B}, 0, 1, -1, 1, 0, r_count_correct},
+	{"sigmoid_xent_forward", 4, {B, B, B, B}, 3, 3, -8, 8, 1e-6,
+	 r_sigmoid_xent_forward},
+	{"sigmoid_xent_backward", 3, {B, B, B}, 1, 2, 0, 1, 1e-6,
+	 r_sigmoid_xent_backward},
+	{"embedding_forward", 4, {(size_t)B * EF * ED, (size_t)B * ELDI,
+				   (size_t)EV * ED, EF}, 1, 1, -1, 1, 0,
+	 r_embedding_forward},
+	{"embedding_forward_shared", 3, {(size_t)B * EF * ED, (size_t)B * ELDI,
+					  (size_t)EV * ED}, 1, 1, -1, 1, 0,
+	 r_embedding_forward_shared},
+	{"embedding_backward", 4, {(size_t)EV * ED, (size_t)B * EF * ED,
+				    (size_t)B * ELDI, EF}, 1, 2, -1, 1, 1e-6,
+	 r_embedding_backward},
+	{"embedding_backward_shared", 3, {(size_t)EV * ED, (size_t)B * EF * ED,
+					   (size_t)B * ELDI}, 1, 2, -1, 1, 1e-6,
+	 r_embedding_backward_shared},
+	{"interaction_forward", 3, {B * IOC, (size_t)B * ED, (size_t)B * IE * ED},
+	 1, -1, -1, 1, 1e-6, r_interaction_forward},
+	{"interaction_backward", 5, {(size_t)B * ED, (size_t)B * IE * ED, B * IOC,
+				      (size_t)B * ED, (size_t)B * IE * ED}, 3, -1,
+	 -1, 1, 1e-6, r_interaction_backward},
+	{"interaction_backward_noddense", 5, {(size_t)B * ED, (size_t)B * IE * ED,
+					       B * IOC, (size_t)B * ED,
+					       (size_t)B * IE * ED}, 3, -1, -1, 1,
+	 1e-6, r_interaction_backward_noddense},
+	{"l1_forward", 3, {B, BC, BC}, 1, -1, -1, 1, 1e-6, r_l1_forward},
+	{"l1_backward", 3, {BC, BC, BC}, 1, -1, -1, 1, 1e-7, r_l1_backward},
+	{"concat_forward", 3, {B * ((size_t)C + OC), BC, BO}, 1, -1, -1, 1, 0,
+	 r_concat_forward},
+	{"concat_backward", 3, {BC, BO, B * ((size_t)C + OC)}, 3, -1, -1, 1, 1e-7,
+	 r_concat_backward},
+	{"concat_backward_noda", 3, {BC, BO, B * ((size_t)C + OC)}, 3, -1, -1, 1,
+	 1e-7, r_concat_backward_noda},
 	{"fill", 1, {NV}, 1, -1, -1, 1, 0, r_fill},
 	{"copy", 2, {NV, NV}, 1, -1, -1, 1, 0, r_copy},
 	{"scale", 1, {NV}, 1, -1, -1, 1, 1e-7, r_scale},
@@ -202,6 +297,19 @@ struct outputs {
 	double value;
 };
 
+/* Labels are classes in [0, V), except: count_correct's 3, the sigmoid's
+ * 0/1, embedding indices within one field's rows. */
+static int label_classes(const char *name)
+{
+	if (!strcmp(name, "count_correct"))
+		return 3;
+	if (!strncmp(name, "sigmoid_xent", 12))
+		return 2;
+	if (!strncmp(name, "embedding", 9))
+		return EROWS;
+	return V;
+}
+
 /* Fills the case's inputs from one seed, runs it on be, downloads outputs. */
 static int run_case(apf_backend *be, const struct gcase *c, struct outputs *o)
 {
@@ -217,7 +325,7 @@ static int run_case(apf_backend *be, const struct gcase *c, struct outputs *o)
 			return fprintf(stderr, "layers: out of memory\n"), -1;
 		if (k == c->labels) {
 			int32_t *l = (int32_t *)h;
-			int classes = !strcmp(c->name, "count_correct") ? 3 : V;
+			int classes = label_classes(c->name);
 			for (size_t i = 0; i < n; i++)
 				l[i] = (int32_t)apf_rng_below(&r, (uint32_t)classes);
 		} else {
