@@ -30,6 +30,27 @@ void cuda_check(apf_backend *be, const char *what, cudaError_t err)
 		cuda_fail(be, what, cudaGetErrorString(err));
 }
 
+void *cuda_scratch(apf_backend *be, size_t n)
+{
+	struct cuda_impl *c = impl_of(be);
+	if (n <= c->scratch_bytes)
+		return c->scratch;
+	/* the old one may still be in use by queued kernels */
+	cuda_check(be, "scratch", cudaStreamSynchronize(c->stream));
+	if (c->scratch)
+		cudaFree(c->scratch);
+	c->scratch = NULL;
+	c->scratch_bytes = 0;
+	cudaError_t e = cudaMalloc(&c->scratch, n);
+	if (e != cudaSuccess) {
+		c->scratch = NULL;
+		cuda_fail(be, "scratch", cudaGetErrorString(e));
+		return NULL;
+	}
+	c->scratch_bytes = n;
+	return c->scratch;
+}
+
 static void blas_check(apf_backend *be, const char *what, cublasStatus_t st)
 {
 	if (st != CUBLAS_STATUS_SUCCESS)
@@ -191,6 +212,10 @@ static apf_backend cuda_template(void)
 	t.l1_backward = cu_l1_backward;
 	t.concat_forward = cu_concat_forward;
 	t.concat_backward = cu_concat_backward;
+	t.attention_forward = cu_attention_forward;
+	t.attention_backward = cu_attention_backward;
+	t.glu_forward = cu_glu_forward;
+	t.glu_backward = cu_glu_backward;
 	t.fill = cu_fill;
 	t.copy = cu_copy;
 	t.scale = cu_scale;
@@ -215,6 +240,8 @@ static void release(struct cuda_impl *c)
 {
 	if (c->partials)
 		cudaFree(c->partials);
+	if (c->scratch)
+		cudaFree(c->scratch);
 	if (c->result)
 		cudaFreeHost(c->result);
 	if (c->blas)
@@ -251,13 +278,13 @@ static int setup_failed(struct cuda_impl *c, char *err, size_t errlen,
  * functions, sync, gemm, linear, layer norm, the activations (relu, gelu
  * tanh-approximated, silu, tanh), dropout, add, accumulate, softmax
  * cross-entropy, count_correct, sigmoid cross-entropy, embedding, the dot
- * interaction, L1 loss, concat and every vector operation. These entries
+ * interaction, L1 loss, concat, causal self-attention, the gated linear
+ * units and every vector operation. These entries
  * stay NULL, so apf_net_finish refuses a net with one of their layers:
  * conv2d_forward, conv2d_backward, conv2d_work, batchnorm_forward,
  * batchnorm_backward, batchnorm_relu_forward, batchnorm_relu_backward,
  * maxpool2d_forward, maxpool2d_backward, avgpool2d_forward,
  * avgpool2d_backward, global_avgpool_forward, global_avgpool_backward,
- * attention_forward, attention_backward, glu_forward, glu_backward,
  * upconv2x2_forward, upconv2x2_backward, instnorm_forward,
  * instnorm_backward.
  */

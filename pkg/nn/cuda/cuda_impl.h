@@ -37,6 +37,10 @@ struct cuda_impl {
 	char fail[200];
 	double *partials; /* device: RED_BLOCKS + 1 */
 	double *result;   /* pinned host: 1 */
+	/* device scratch for layers that need it (attention's backward),
+	 * grown on demand, freed with the backend */
+	void *scratch;
+	size_t scratch_bytes;
 };
 
 static inline struct cuda_impl *impl_of(apf_backend *be)
@@ -48,6 +52,10 @@ static inline struct cuda_impl *impl_of(apf_backend *be)
 void cuda_fail(apf_backend *be, const char *what, const char *why);
 /* After a launch or an asynchronous call: records err unless it is success. */
 void cuda_check(apf_backend *be, const char *what, cudaError_t err);
+
+/* Device scratch of at least n bytes, valid until the next call; NULL
+ * after recording the failure. Growing it waits for queued work. */
+void *cuda_scratch(apf_backend *be, size_t n);
 
 /* Elementwise grid for n items. */
 static inline unsigned ew_blocks(size_t n)
@@ -117,6 +125,16 @@ void cu_concat_forward(apf_backend *be, float *out, const float *a,
 void cu_concat_backward(apf_backend *be, float *da, float *db,
 			const float *dout, int N, int Ca, int Cb, int accum_a,
 			int accum_b);
+void cu_attention_forward(apf_backend *be, float *out, float *att,
+			  const float *qkv, int B, int T, int C, int NH,
+			  float scale);
+void cu_attention_backward(apf_backend *be, float *dqkv, const float *dout,
+			   const float *qkv, const float *att, int B, int T,
+			   int C, int NH, float scale, int accum);
+void cu_glu_forward(apf_backend *be, int act, float *out, const float *inp,
+		    int N, int H);
+void cu_glu_backward(apf_backend *be, int act, float *dinp, const float *dout,
+		     const float *inp, int N, int H, int accum);
 void cu_fill(apf_backend *be, float *x, float v, size_t n);
 void cu_copy(apf_backend *be, float *dst, const float *src, size_t n);
 void cu_scale(apf_backend *be, float *x, float a, size_t n);

@@ -1065,3 +1065,321 @@ void cu_concat_backward(apf_backend *be, float *da, float *db,
 	if (db)
 		concat_part(be, db, dout, N, Cb, Co, Ca, accum_b);
 }
+
+/* ---- sequence layers: causal self-attention, gated linear units ------------ */
+
+/* Attention runs one block per query row (b, h, t) in the forward and in
+ * the backward's dq, and one block per key row (b, h, t2) for dk and dv, so
+ * nothing is shared between blocks and no (T,T) scratch is needed beyond
+ * att. Every dot product sums in d order (the scores in double, dout.v in
+ * float) and every weighted sum of rows adds them in row order, as the
+ * CPU; the softmax's sum and the backward's sum of att * datt are block
+ * trees in double. The exponential is the CPU's attn_exp, float arithmetic
+ * only, so it gives the same bits. */
+
+__device__ static double block_max_d(double v, double *s)
+{
+	unsigned t = threadIdx.x;
+	s[t] = v;
+	__syncthreads();
+	for (unsigned h = blockDim.x / 2; h > 0; h /= 2) {
+		if (t < h)
+			s[t] = s[t + h] > s[t] ? s[t + h] : s[t];
+		__syncthreads();
+	}
+	double r = s[0];
+	__syncthreads();
+	return r;
+}
+
+/* e^x: |x| clamped to 87 on its bits, x = n ln2 + r, e^r by its Taylor
+ * series to r^7, times 2^n built in the exponent bits. */
+__device__ static inline float attn_exp(float x)
+{
+	const uint32_t lim = 0x42ae0000u; /* 87.0f */
+	uint32_t ux = __float_as_uint(x);
+	uint32_t mag = ux & 0x7fffffffu;
+	mag = mag > lim && mag <= 0x7f800000u ? lim : mag;
+	x = __uint_as_float((ux & 0x80000000u) | mag);
+	const float magic = 12582912.0f;
+	float t = x * 1.44269504f + magic;
+	float n = t - magic;
+	float r = x - n * 0.693359375f;
+	r = r - n * -2.12194440e-4f;
+	float p = 1.0f / 5040.0f;
+	p = p * r + 1.0f / 720.0f;
+	p = p * r + 1.0f / 120.0f;
+	p = p * r + 1.0f / 24.0f;
+	p = p * r + 1.0f / 6.0f;
+	p = p * r + 0.5f;
+	p = p * r + 1.0f;
+	p = p * r + 1.0f;
+	uint32_t bits = (__float_as_uint(t) - __float_as_uint(magic) + 127u)
+			<< 23;
+	return p * __uint_as_float(bits);
+}
+
+// q (hs) . k (hs) in double, d order, times scale
+__device__ static inline double attn_score(const float *q, const float *k,
+					   int hs, float scale)
+{
+	double s = 0.0;
+	for (int d = 0; d < hs; d++)
+		s += (double)q[d] * k[d];
+	return s * scale;
+}
+
+// out (B,T,C), att (B,NH,T,T) from qkv (B,T,3C); block (b,h,t)
+__global__ static void k_attention_forward(float *out, float *att,
+					   const float *qkv, int T, int C,
+					   int NH, float scale)
+{
+	__shared__ double s[ROW_THREADS];
+	size_t row = blockIdx.x; /* (b,h,t) */
+	int t = (int)(row % T);
+	size_t bh = row / T, b = bh / NH, h = bh % NH;
+	int hs = C / NH, n = t + 1;
+	size_t ld = (size_t)3 * C;
+	const float *base = qkv + b * T * ld + h * hs;
+	const float *q = base + (size_t)t * ld;
+	float *a = att + row * T;
+	double m = -INFINITY;
+	for (int t2 = threadIdx.x; t2 < n; t2 += blockDim.x) {
+		double v = attn_score(q, base + C + (size_t)t2 * ld, hs, scale);
+		m = v > m ? v : m;
+	}
+	m = block_max_d(m, s);
+	double sum = 0.0;
+	for (int t2 = threadIdx.x; t2 < n; t2 += blockDim.x) {
+		double v = attn_score(q, base + C + (size_t)t2 * ld, hs, scale);
+		a[t2] = attn_exp((float)(v - m));
+		sum += a[t2];
+	}
+	double inv = 1.0 / block_sum(sum, s);
+	for (int t2 = threadIdx.x; t2 < T; t2 += blockDim.x)
+		a[t2] = t2 < n ? (float)(a[t2] * inv) : 0.0f;
+	__syncthreads();
+	const float *v = base + 2 * (size_t)C;
+	float *o = out + (b * T + t) * C + h * hs;
+	for (int d = threadIdx.x; d < hs; d += blockDim.x) {
+		float acc = 0.0f;
+		for (int t2 = 0; t2 < n; t2++)
+			acc += a[t2] * v[(size_t)t2 * ld + d];
+		o[d] = acc;
+	}
+}
+
+void cu_attention_forward(apf_backend *be, float *out, float *att,
+			  const float *qkv, int B, int T, int C, int NH,
+			  float scale)
+{
+	size_t rows = (size_t)B * NH * T;
+	if (!rows)
+		return;
+	k_attention_forward<<<(unsigned)rows, ROW_THREADS, 0,
+			      impl_of(be)->stream>>>(out, att, qkv, T, C, NH,
+						     scale);
+	launched(be, "attention_forward");
+}
+
+// dout (hs) . v (hs) in float, d order
+__device__ static inline float attn_dot_f(const float *x, const float *y,
+					  int hs)
+{
+	float s = 0.0f;
+	for (int d = 0; d < hs; d++)
+		s += x[d] * y[d];
+	return s;
+}
+
+/* Block (b,h,t): sd[row] = sum over t2 <= t of att * (dout . v[t2]), then
+ * dq[t] = sum over t2 of dp[t2] k[t2] in t2 order, dp the softmax's
+ * backward (scale folded in), a chunk of ROW_THREADS keys at a time. */
+__global__ static void k_attention_dq(float *dqkv, double *sd_out,
+				      const float *dout, const float *qkv,
+				      const float *att, int T, int C, int NH,
+				      float scale, int accum)
+{
+	__shared__ double s[ROW_THREADS];
+	__shared__ float dp[ROW_THREADS];
+	size_t row = blockIdx.x;
+	int t = (int)(row % T);
+	size_t bh = row / T, b = bh / NH, h = bh % NH;
+	int hs = C / NH, n = t + 1;
+	size_t ld = (size_t)3 * C;
+	const float *base = qkv + b * T * ld + h * hs;
+	const float *o = dout + (b * T + t) * C + h * hs;
+	const float *a = att + row * T;
+	double acc = 0.0;
+	for (int t2 = threadIdx.x; t2 < n; t2 += blockDim.x)
+		acc += (double)a[t2] *
+		       attn_dot_f(o, base + 2 * (size_t)C + (size_t)t2 * ld, hs);
+	double sd = block_sum(acc, s);
+	if (threadIdx.x == 0)
+		sd_out[row] = sd;
+	/* hs may exceed the block: each thread owns columns d = tid + j bs */
+	float dq[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+	for (int c0 = 0; c0 < n; c0 += blockDim.x) {
+		int t2 = c0 + threadIdx.x;
+		if (t2 < n) {
+			float datt = attn_dot_f(o, base + 2 * (size_t)C +
+							   (size_t)t2 * ld,
+						hs);
+			dp[threadIdx.x] = (float)((double)scale * a[t2] *
+						  (datt - sd));
+		}
+		__syncthreads();
+		int m = n - c0 < (int)blockDim.x ? n - c0 : (int)blockDim.x;
+		for (int j = 0; j < 4; j++) {
+			int d = threadIdx.x + j * blockDim.x;
+			if (d >= hs)
+				break;
+			float v = dq[j];
+			for (int i = 0; i < m; i++)
+				v += dp[i] * base[C + (size_t)(c0 + i) * ld + d];
+			dq[j] = v;
+		}
+		__syncthreads();
+	}
+	float *dst = dqkv + (b * T + t) * ld + h * hs;
+	for (int j = 0; j < 4; j++) {
+		int d = threadIdx.x + j * blockDim.x;
+		if (d >= hs)
+			break;
+		dst[d] = accum ? dst[d] + dq[j] : dq[j];
+	}
+}
+
+/* Block (b,h,t2): dk[t2] = sum over t >= t2 of dp[t][t2] q[t], dv[t2] =
+ * sum of att[t][t2] dout[t], in t order, a chunk of ROW_THREADS query rows
+ * at a time (dp recomputed from the saved sd). */
+__global__ static void k_attention_dkv(float *dqkv, const double *sd_in,
+				       const float *dout, const float *qkv,
+				       const float *att, int T, int C, int NH,
+				       float scale, int accum)
+{
+	__shared__ float dp[ROW_THREADS];
+	__shared__ float aw[ROW_THREADS];
+	size_t row = blockIdx.x;
+	int t2 = (int)(row % T);
+	size_t bh = row / T, b = bh / NH, h = bh % NH;
+	int hs = C / NH;
+	size_t ld = (size_t)3 * C;
+	const float *base = qkv + b * T * ld + h * hs;
+	const float *ob = dout + b * T * C + h * hs;
+	const float *vr = base + 2 * (size_t)C + (size_t)t2 * ld;
+	const float *ab = att + bh * T * T;
+	float dk[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+	float dv[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+	for (int c0 = t2; c0 < T; c0 += blockDim.x) {
+		int t = c0 + threadIdx.x;
+		if (t < T) {
+			float a = ab[(size_t)t * T + t2];
+			float datt = attn_dot_f(ob + (size_t)t * C, vr, hs);
+			dp[threadIdx.x] = (float)((double)scale * a *
+						  (datt - sd_in[bh * T + t]));
+			aw[threadIdx.x] = a;
+		}
+		__syncthreads();
+		int m = T - c0 < (int)blockDim.x ? T - c0 : (int)blockDim.x;
+		for (int j = 0; j < 4; j++) {
+			int d = threadIdx.x + j * blockDim.x;
+			if (d >= hs)
+				break;
+			float k = dk[j], v = dv[j];
+			for (int i = 0; i < m; i++) {
+				k += dp[i] * base[(size_t)(c0 + i) * ld + d];
+				v += aw[i] * ob[(size_t)(c0 + i) * C + d];
+			}
+			dk[j] = k;
+			dv[j] = v;
+		}
+		__syncthreads();
+	}
+	float *dst = dqkv + (b * T + t2) * ld + h * hs;
+	for (int j = 0; j < 4; j++) {
+		int d = threadIdx.x + j * blockDim.x;
+		if (d >= hs)
+			break;
+		float *k = dst + C + d, *v = dst + 2 * (size_t)C + d;
+		*k = accum ? *k + dk[j] : dk[j];
+		*v = accum ? *v + dv[j] : dv[j];
+	}
+}
+
+// dqkv (B,T,3C) from dout (B,T,C), qkv (B,T,3C), att (B,NH,T,T)
+void cu_attention_backward(apf_backend *be, float *dqkv, const float *dout,
+			   const float *qkv, const float *att, int B, int T,
+			   int C, int NH, float scale, int accum)
+{
+	struct cuda_impl *c = impl_of(be);
+	size_t rows = (size_t)B * NH * T;
+	if (!rows)
+		return;
+	if (C / NH > 4 * ROW_THREADS) {
+		cuda_fail(be, "attention_backward", "head size over 1024");
+		return;
+	}
+	double *sd = (double *)cuda_scratch(be, rows * sizeof *sd);
+	if (!sd)
+		return;
+	k_attention_dq<<<(unsigned)rows, ROW_THREADS, 0, c->stream>>>(
+		dqkv, sd, dout, qkv, att, T, C, NH, scale, accum);
+	launched(be, "attention_backward");
+	k_attention_dkv<<<(unsigned)rows, ROW_THREADS, 0, c->stream>>>(
+		dqkv, sd, dout, qkv, att, T, C, NH, scale, accum);
+	launched(be, "attention_backward");
+}
+
+// out (N,H) = act(a) g from inp (N,2H) = [a | g]
+__global__ static void k_glu_forward(int act, float *out, const float *inp,
+				     int H, size_t n)
+{
+	size_t i = global_index();
+	if (i >= n)
+		return;
+	size_t r = i / H, k = i % H;
+	const float *x = inp + r * 2 * H;
+	out[i] = act_f(act, x[k]) * x[H + k];
+}
+
+void cu_glu_forward(apf_backend *be, int act, float *out, const float *inp,
+		    int N, int H)
+{
+	size_t n = (size_t)N * H;
+	if (!n)
+		return;
+	k_glu_forward<<<ew_blocks(n), EW_THREADS, 0, impl_of(be)->stream>>>(
+		act, out, inp, H, n);
+	launched(be, "glu_forward");
+}
+
+// dinp (N,2H): da = dout g act'(a), dg = dout act(a), written or added
+__global__ static void k_glu_backward(int act, float *dinp, const float *dout,
+				      const float *inp, int H, int accum,
+				      size_t n)
+{
+	size_t i = global_index();
+	if (i >= n)
+		return;
+	size_t r = i / H, k = i % H;
+	const float *x = inp + r * 2 * H;
+	float a = x[k], g = x[H + k], d = dout[i];
+	float y = act == APF_ACT_TANH ? tanhf(a) : 0.0f;
+	float da = act_b(act, d * g, a, y);
+	float dg = d * act_f(act, a);
+	float *dx = dinp + r * 2 * H;
+	dx[k] = accum ? dx[k] + da : da;
+	dx[H + k] = accum ? dx[H + k] + dg : dg;
+}
+
+void cu_glu_backward(apf_backend *be, int act, float *dinp, const float *dout,
+		     const float *inp, int N, int H, int accum)
+{
+	size_t n = (size_t)N * H;
+	if (!n)
+		return;
+	k_glu_backward<<<ew_blocks(n), EW_THREADS, 0, impl_of(be)->stream>>>(
+		act, dinp, dout, inp, H, accum, n);
+	launched(be, "glu_backward");
+}
