@@ -199,6 +199,38 @@ RUN(r_concat_backward_noda)
 	return NAN;
 }
 
+/* attention shapes: (AB, AT, AC, ANH) with T not a multiple of anything, and
+ * a long one past a block of keys */
+enum { AB = 4, AT = 37, AC = 64, ANH = 4, LT = 300, LC = 32, LNH = 2 };
+#define ATTN_CASES(tag, Bq, Tq, Cq, NHq)                                     \
+	RUN(r_attn_f_##tag)                                                  \
+	{                                                                    \
+		be->attention_forward(be, b[0], b[1], b[2], Bq, Tq, Cq, NHq, \
+				      1.0f / sqrtf((float)(Cq / NHq)));      \
+		return NAN;                                                  \
+	}                                                                    \
+	RUN(r_attn_b_##tag)                                                  \
+	{                                                                    \
+		float sc = 1.0f / sqrtf((float)(Cq / NHq));                  \
+		be->attention_forward(be, b[4], b[3], b[2], Bq, Tq, Cq, NHq, sc); \
+		be->attention_backward(be, b[0], b[1], b[2], b[3], Bq, Tq, Cq, \
+				       NHq, sc, 1);                          \
+		return NAN;                                                  \
+	}
+ATTN_CASES(short, AB, AT, AC, ANH)
+ATTN_CASES(long, 1, LT, LC, LNH)
+#define AFN(Bq, Tq, Cq, NHq) {(size_t)Bq * Tq * Cq, (size_t)Bq * NHq * Tq * Tq, (size_t)Bq * Tq * 3 * Cq}
+#define ABN(Bq, Tq, Cq, NHq) {(size_t)Bq * Tq * 3 * Cq, (size_t)Bq * Tq * Cq, \
+			      (size_t)Bq * Tq * 3 * Cq, (size_t)Bq * NHq * Tq * Tq, \
+			      (size_t)Bq * Tq * Cq}
+#define GLU_CASES(act, tag)                                                  \
+	RUN(r_glu_f_##tag) { be->glu_forward(be, act, b[0], b[1], B, C); return NAN; } \
+	RUN(r_glu_b_##tag) { be->glu_backward(be, act, b[0], b[1], b[2], B, C, 1); return NAN; }
+GLU_CASES(APF_ACT_RELU, relu)
+GLU_CASES(APF_ACT_GELU, gelu)
+GLU_CASES(APF_ACT_SILU, silu)
+GLU_CASES(APF_ACT_TANH, tanh)
+
 #define BC ((size_t)B * C)
 #define BO ((size_t)B * OC)
 #define OCC ((size_t)OC * C)
@@ -271,6 +303,22 @@ static const struct gcase cases[] = {
 	 r_concat_backward},
 	{"concat_backward_noda", 3, {BC, BO, B * ((size_t)C + OC)}, 3, -1, -1, 1,
 	 1e-7, r_concat_backward_noda},
+	{"attention_forward", 3, AFN(AB, AT, AC, ANH), 3, -1, -1, 1, 1e-5,
+	 r_attn_f_short},
+	{"attention_backward", 5, ABN(AB, AT, AC, ANH), 1, -1, -1, 1, 1e-5,
+	 r_attn_b_short},
+	{"attention_forward_long", 3, AFN(1, LT, LC, LNH), 3, -1, -1, 1, 1e-5,
+	 r_attn_f_long},
+	{"attention_backward_long", 5, ABN(1, LT, LC, LNH), 1, -1, -1, 1, 1e-5,
+	 r_attn_b_long},
+	{"glu_forward_relu", 2, {BC, 2 * BC}, 1, -1, -4, 4, 1e-6, r_glu_f_relu},
+	{"glu_forward_gelu", 2, {BC, 2 * BC}, 1, -1, -4, 4, 1e-5, r_glu_f_gelu},
+	{"glu_forward_silu", 2, {BC, 2 * BC}, 1, -1, -4, 4, 1e-5, r_glu_f_silu},
+	{"glu_forward_tanh", 2, {BC, 2 * BC}, 1, -1, -4, 4, 1e-5, r_glu_f_tanh},
+	{"glu_backward_relu", 3, {2 * BC, BC, 2 * BC}, 1, -1, -4, 4, 1e-6, r_glu_b_relu},
+	{"glu_backward_gelu", 3, {2 * BC, BC, 2 * BC}, 1, -1, -4, 4, 1e-5, r_glu_b_gelu},
+	{"glu_backward_silu", 3, {2 * BC, BC, 2 * BC}, 1, -1, -4, 4, 1e-5, r_glu_b_silu},
+	{"glu_backward_tanh", 3, {2 * BC, BC, 2 * BC}, 1, -1, -4, 4, 1e-5, r_glu_b_tanh},
 	{"fill", 1, {NV}, 1, -1, -1, 1, 0, r_fill},
 	{"copy", 2, {NV, NV}, 1, -1, -1, 1, 0, r_copy},
 	{"scale", 1, {NV}, 1, -1, -1, 1, 1e-7, r_scale},
