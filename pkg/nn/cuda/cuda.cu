@@ -216,6 +216,15 @@ static apf_backend cuda_template(void)
 	t.attention_backward = cu_attention_backward;
 	t.glu_forward = cu_glu_forward;
 	t.glu_backward = cu_glu_backward;
+	t.conv2d_forward = cu_conv2d_forward;
+	t.conv2d_backward = cu_conv2d_backward;
+	t.conv2d_work = cu_conv2d_work;
+	t.maxpool2d_forward = cu_maxpool2d_forward;
+	t.maxpool2d_backward = cu_maxpool2d_backward;
+	t.avgpool2d_forward = cu_avgpool2d_forward;
+	t.avgpool2d_backward = cu_avgpool2d_backward;
+	t.global_avgpool_forward = cu_global_avgpool_forward;
+	t.global_avgpool_backward = cu_global_avgpool_backward;
 	t.fill = cu_fill;
 	t.copy = cu_copy;
 	t.scale = cu_scale;
@@ -275,18 +284,16 @@ static int setup_failed(struct cuda_impl *c, char *err, size_t errlen,
 
 /*
  * The CUDA backend on device 0 (cuda_plugin.h). It implements the memory
- * functions, sync, gemm, linear, layer norm, the activations (relu, gelu
+ * functions, sync, gemm, linear, conv2d, the poolings (max, average,
+ * global average), layer norm, the activations (relu, gelu
  * tanh-approximated, silu, tanh), dropout, add, accumulate, softmax
  * cross-entropy, count_correct, sigmoid cross-entropy, embedding, the dot
- * interaction, L1 loss, concat, causal self-attention, the gated linear
- * units and every vector operation. These entries
- * stay NULL, so apf_net_finish refuses a net with one of their layers:
- * conv2d_forward, conv2d_backward, conv2d_work, batchnorm_forward,
- * batchnorm_backward, batchnorm_relu_forward, batchnorm_relu_backward,
- * maxpool2d_forward, maxpool2d_backward, avgpool2d_forward,
- * avgpool2d_backward, global_avgpool_forward, global_avgpool_backward,
- * upconv2x2_forward, upconv2x2_backward, instnorm_forward,
- * instnorm_backward.
+ * interaction, causal self-attention, the gated linear units, L1 loss,
+ * concat and every vector operation. These entries stay NULL, so
+ * apf_net_finish refuses a net with one of their layers:
+ * batchnorm_forward, batchnorm_backward, batchnorm_relu_forward,
+ * batchnorm_relu_backward, upconv2x2_forward, upconv2x2_backward,
+ * instnorm_forward, instnorm_backward.
  */
 extern "C" __attribute__((visibility("default"))) int
 apf_cuda_plugin_new(apf_backend **out, char *err, size_t errlen)

@@ -135,6 +135,30 @@ void cu_glu_forward(apf_backend *be, int act, float *out, const float *inp,
 		    int N, int H);
 void cu_glu_backward(apf_backend *be, int act, float *dinp, const float *dout,
 		     const float *inp, int N, int H, int accum);
+size_t cu_conv2d_work(apf_backend *be, int B, int H, int W, int C, int OC,
+		      int K, int S, int P);
+void cu_conv2d_forward(apf_backend *be, float *out, const float *inp,
+		       const float *weight, const float *bias, int B, int H,
+		       int W, int C, int OC, int K, int S, int P, float *work);
+void cu_conv2d_backward(apf_backend *be, float *dinp, float *dweight,
+			float *dbias, const float *dout, const float *inp,
+			const float *weight, int B, int H, int W, int C, int OC,
+			int K, int S, int P, float *work, int accum);
+void cu_maxpool2d_forward(apf_backend *be, float *out, int32_t *argmax,
+			  const float *inp, int B, int H, int W, int C, int K,
+			  int S, int P);
+void cu_maxpool2d_backward(apf_backend *be, float *dinp, const float *dout,
+			   const int32_t *argmax, int B, int H, int W, int C,
+			   int K, int S, int P, int accum);
+void cu_avgpool2d_forward(apf_backend *be, float *out, const float *inp, int B,
+			  int H, int W, int C, int K, int S, int P);
+void cu_avgpool2d_backward(apf_backend *be, float *dinp, const float *dout,
+			   int B, int H, int W, int C, int K, int S, int P,
+			   int accum);
+void cu_global_avgpool_forward(apf_backend *be, float *out, const float *inp,
+			       int B, int HW, int C);
+void cu_global_avgpool_backward(apf_backend *be, float *dinp, const float *dout,
+				int B, int HW, int C, int accum);
 void cu_fill(apf_backend *be, float *x, float v, size_t n);
 void cu_copy(apf_backend *be, float *dst, const float *src, size_t n);
 void cu_scale(apf_backend *be, float *x, float a, size_t n);

@@ -1383,3 +1383,371 @@ void cu_glu_backward(apf_backend *be, int act, float *dinp, const float *dout,
 		act, dinp, dout, inp, H, accum, n);
 	launched(be, "glu_backward");
 }
+
+/* ---- conv2d (NHWC, im2col + cuBLAS GEMM), pooling ---------------------------
+ *
+ * The convolution runs chunks of images as the CPU: im2col of the chunk into
+ * the caller's work buffer, one GEMM, the chunks in order (dweight sums the
+ * chunks' GEMMs in order). The input gradient is the GEMM dcol = dout weight
+ * into the same buffer, then a gather onto each input element of its dcol
+ * entries in the CPU's scatter order ((oh, ow) increasing), so no atomics.
+ * A 1x1 stride-1 unpadded convolution is linear on the pixels, as the CPU.
+ */
+#define CONV_CHUNK_FLOATS ((size_t)1 << 24) /* im2col floats per chunk */
+
+__host__ __device__ static inline int conv_out(int n, int K, int S, int P)
+{
+	return (n + 2 * P - K) / S + 1;
+}
+
+static int conv_is_pointwise(int K, int S, int P)
+{
+	return K == 1 && S == 1 && P == 0;
+}
+
+/* Images per chunk. */
+static int conv_chunk(int B, int OH, int OW, int C, int K)
+{
+	size_t per = (size_t)OH * OW * K * K * C;
+	size_t cb = CONV_CHUNK_FLOATS / (per ? per : 1);
+	if (cb < 1)
+		cb = 1;
+	return cb > (size_t)B ? B : (int)cb;
+}
+
+size_t cu_conv2d_work(apf_backend *be, int B, int H, int W, int C, int OC,
+		      int K, int S, int P)
+{
+	(void)be;
+	(void)OC;
+	if (conv_is_pointwise(K, S, P) || B <= 0)
+		return 0;
+	int OH = conv_out(H, K, S, P), OW = conv_out(W, K, S, P);
+	int cb = conv_chunk(B, OH, OW, C, K);
+	return (size_t)cb * OH * OW * K * K * C;
+}
+
+// col (nb*OH*OW, K*K*C) from inp (nb,H,W,C), one thread per entry
+__global__ static void k_im2col(float *col, const float *inp, int H, int W,
+				int C, int K, int S, int P, int OH, int OW,
+				size_t n)
+{
+	size_t i = global_index();
+	if (i >= n)
+		return;
+	size_t KKC = (size_t)K * K * C;
+	size_t r = i / KKC, e = i % KKC;
+	int c = (int)(e % C), kw = (int)(e / C % K), kh = (int)(e / C / K);
+	int ow = (int)(r % OW), oh = (int)(r / OW % OH);
+	size_t b = r / OW / OH;
+	int ih = oh * S - P + kh, iw = ow * S - P + kw;
+	col[i] = ih >= 0 && ih < H && iw >= 0 && iw < W
+			 ? inp[((b * H + ih) * W + iw) * C + c]
+			 : 0.0f;
+}
+
+/* dinp (nb,H,W,C) = or += the dcol (nb*OH*OW, K*K*C) entries of each input
+ * element, (oh, ow) increasing: the CPU's col2im order. */
+__global__ static void k_col2im(float *dinp, const float *dcol, int H, int W,
+				int C, int K, int S, int P, int OH, int OW,
+				int accum, size_t n)
+{
+	size_t i = global_index();
+	if (i >= n)
+		return;
+	int c = (int)(i % C), iw = (int)(i / C % W), ih = (int)(i / C / W % H);
+	size_t b = i / C / W / H;
+	size_t KKC = (size_t)K * K * C;
+	float acc = accum ? dinp[i] : 0.0f;
+	for (int kh = K - 1; kh >= 0; kh--) {
+		int t = ih + P - kh;
+		if (t < 0 || t % S)
+			continue;
+		int oh = t / S;
+		if (oh >= OH)
+			continue;
+		for (int kw = K - 1; kw >= 0; kw--) {
+			int u = iw + P - kw;
+			if (u < 0 || u % S)
+				continue;
+			int ow = u / S;
+			if (ow >= OW)
+				continue;
+			acc += dcol[((b * OH + oh) * OW + ow) * KKC +
+				    ((size_t)kh * K + kw) * C + c];
+		}
+	}
+	dinp[i] = acc;
+}
+
+static void conv_im2col(apf_backend *be, float *col, const float *inp, int nb,
+			int H, int W, int C, int K, int S, int P)
+{
+	int OH = conv_out(H, K, S, P), OW = conv_out(W, K, S, P);
+	size_t n = (size_t)nb * OH * OW * K * K * C;
+	if (!n)
+		return;
+	k_im2col<<<ew_blocks(n), EW_THREADS, 0, impl_of(be)->stream>>>(
+		col, inp, H, W, C, K, S, P, OH, OW, n);
+	launched(be, "conv2d");
+}
+
+// out (B,OH,OW,OC) = conv(inp (B,H,W,C), weight (OC,K,K,C)) + bias (OC)
+void cu_conv2d_forward(apf_backend *be, float *out, const float *inp,
+		       const float *weight, const float *bias, int B, int H,
+		       int W, int C, int OC, int K, int S, int P, float *work)
+{
+	if (conv_is_pointwise(K, S, P)) {
+		be->linear_forward(be, out, inp, weight, bias, B * H * W, C, OC);
+		return;
+	}
+	int OH = conv_out(H, K, S, P), OW = conv_out(W, K, S, P);
+	int cb = conv_chunk(B, OH, OW, C, K), KKC = K * K * C;
+	size_t in_img = (size_t)H * W * C, rows_img = (size_t)OH * OW;
+	for (int b0 = 0; b0 < B; b0 += cb) {
+		int nb = B - b0 < cb ? B - b0 : cb;
+		int rows = (int)(nb * rows_img);
+		conv_im2col(be, work, inp + b0 * in_img, nb, H, W, C, K, S, P);
+		float *o = out + b0 * rows_img * OC;
+		float beta = 0.0f;
+		if (bias) {
+			cu_rows_copy(be, o, bias, rows, OC);
+			beta = 1.0f;
+		}
+		be->gemm(be, 0, 1, rows, OC, KKC, 1.0f, work, KKC, weight, KKC,
+			 beta, o, OC);
+	}
+}
+
+void cu_conv2d_backward(apf_backend *be, float *dinp, float *dweight,
+			float *dbias, const float *dout, const float *inp,
+			const float *weight, int B, int H, int W, int C, int OC,
+			int K, int S, int P, float *work, int accum)
+{
+	if (conv_is_pointwise(K, S, P)) {
+		be->linear_backward(be, dinp, dweight, dbias, dout, inp, weight,
+				    B * H * W, C, OC, accum);
+		return;
+	}
+	int OH = conv_out(H, K, S, P), OW = conv_out(W, K, S, P);
+	int cb = conv_chunk(B, OH, OW, C, K), KKC = K * K * C;
+	size_t in_img = (size_t)H * W * C, rows_img = (size_t)OH * OW;
+	for (int b0 = 0; b0 < B; b0 += cb) {
+		int nb = B - b0 < cb ? B - b0 : cb;
+		int rows = (int)(nb * rows_img);
+		const float *d = dout + b0 * rows_img * OC;
+		conv_im2col(be, work, inp + b0 * in_img, nb, H, W, C, K, S, P);
+		/* dweight (OC,KKC) = or += d^T col, chunks in order */
+		be->gemm(be, 1, 0, OC, KKC, rows, 1.0f, d, OC, work, KKC,
+			 b0 ? 1.0f : 0.0f, dweight, KKC);
+		if (!dinp)
+			continue;
+		be->gemm(be, 0, 0, rows, KKC, OC, 1.0f, d, OC, weight, KKC,
+			 0.0f, work, KKC);
+		size_t n = nb * in_img;
+		k_col2im<<<ew_blocks(n), EW_THREADS, 0, impl_of(be)->stream>>>(
+			dinp + b0 * in_img, work, H, W, C, K, S, P, OH, OW,
+			accum, n);
+		launched(be, "conv2d_backward");
+	}
+	if (dbias)
+		cu_column_sums(be, dbias, dout, (size_t)B * OH * OW, OC);
+}
+
+// out, argmax (B,OH,OW,C) from inp (B,H,W,C); the first maximum wins
+__global__ static void k_maxpool_forward(float *out, int32_t *argmax,
+					 const float *inp, int H, int W, int C,
+					 int K, int S, int P, int OH, int OW,
+					 size_t n)
+{
+	size_t i = global_index();
+	if (i >= n)
+		return;
+	int c = (int)(i % C), ow = (int)(i / C % OW), oh = (int)(i / C / OW % OH);
+	size_t b = i / C / OW / OH;
+	float best = -INFINITY;
+	int32_t at = -1;
+	for (int kh = 0; kh < K; kh++) {
+		int ih = oh * S - P + kh;
+		if (ih < 0 || ih >= H)
+			continue;
+		for (int kw = 0; kw < K; kw++) {
+			int iw = ow * S - P + kw;
+			if (iw < 0 || iw >= W)
+				continue;
+			int32_t x = (int32_t)(((b * H + ih) * W + iw) * C + c);
+			if (at < 0 || inp[x] > best) {
+				best = inp[x];
+				at = x;
+			}
+		}
+	}
+	out[i] = best;
+	argmax[i] = at;
+}
+
+void cu_maxpool2d_forward(apf_backend *be, float *out, int32_t *argmax,
+			  const float *inp, int B, int H, int W, int C, int K,
+			  int S, int P)
+{
+	int OH = conv_out(H, K, S, P), OW = conv_out(W, K, S, P);
+	size_t n = (size_t)B * OH * OW * C;
+	if (!n)
+		return;
+	k_maxpool_forward<<<ew_blocks(n), EW_THREADS, 0, impl_of(be)->stream>>>(
+		out, argmax, inp, H, W, C, K, S, P, OH, OW, n);
+	launched(be, "maxpool2d_forward");
+}
+
+/* Pooling backward as a gather: input element i adds the outputs whose
+ * window holds it, (oh, ow) increasing, the order of the CPU's scatter;
+ * max pooling only those whose argmax is i, average pooling d / K^2. */
+__global__ static void k_pool_backward(float *dinp, const float *dout,
+				       const int32_t *argmax, int H, int W,
+				       int C, int K, int S, int P, int OH,
+				       int OW, float inv, int accum, size_t n)
+{
+	size_t i = global_index();
+	if (i >= n)
+		return;
+	int c = (int)(i % C), iw = (int)(i / C % W), ih = (int)(i / C / W % H);
+	size_t b = i / C / W / H;
+	float acc = accum ? dinp[i] : 0.0f;
+	for (int kh = K - 1; kh >= 0; kh--) {
+		int t = ih + P - kh;
+		if (t < 0 || t % S || t / S >= OH)
+			continue;
+		int oh = t / S;
+		for (int kw = K - 1; kw >= 0; kw--) {
+			int u = iw + P - kw;
+			if (u < 0 || u % S || u / S >= OW)
+				continue;
+			size_t o = ((b * OH + oh) * OW + u / S) * C + c;
+			if (!argmax)
+				acc += dout[o] * inv;
+			else if ((size_t)argmax[o] == i)
+				acc += dout[o];
+		}
+	}
+	dinp[i] = acc;
+}
+
+static void pool_backward(apf_backend *be, float *dinp, const float *dout,
+			  const int32_t *argmax, int B, int H, int W, int C,
+			  int K, int S, int P, int accum, const char *what)
+{
+	int OH = conv_out(H, K, S, P), OW = conv_out(W, K, S, P);
+	size_t n = (size_t)B * H * W * C;
+	if (!n)
+		return;
+	k_pool_backward<<<ew_blocks(n), EW_THREADS, 0, impl_of(be)->stream>>>(
+		dinp, dout, argmax, H, W, C, K, S, P, OH, OW,
+		1.0f / (float)(K * K), accum, n);
+	launched(be, what);
+}
+
+void cu_maxpool2d_backward(apf_backend *be, float *dinp, const float *dout,
+			   const int32_t *argmax, int B, int H, int W, int C,
+			   int K, int S, int P, int accum)
+{
+	pool_backward(be, dinp, dout, argmax, B, H, W, C, K, S, P, accum,
+		      "maxpool2d_backward");
+}
+
+// out (B,OH,OW,C): window sums in (kh, kw) order times 1/K^2 (padding zeros)
+__global__ static void k_avgpool_forward(float *out, const float *inp, int H,
+					 int W, int C, int K, int S, int P,
+					 int OH, int OW, float inv, size_t n)
+{
+	size_t i = global_index();
+	if (i >= n)
+		return;
+	int c = (int)(i % C), ow = (int)(i / C % OW), oh = (int)(i / C / OW % OH);
+	size_t b = i / C / OW / OH;
+	float s = 0.0f;
+	for (int kh = 0; kh < K; kh++) {
+		int ih = oh * S - P + kh;
+		if (ih < 0 || ih >= H)
+			continue;
+		for (int kw = 0; kw < K; kw++) {
+			int iw = ow * S - P + kw;
+			if (iw < 0 || iw >= W)
+				continue;
+			s += inp[((b * H + ih) * W + iw) * C + c];
+		}
+	}
+	out[i] = s * inv;
+}
+
+void cu_avgpool2d_forward(apf_backend *be, float *out, const float *inp, int B,
+			  int H, int W, int C, int K, int S, int P)
+{
+	int OH = conv_out(H, K, S, P), OW = conv_out(W, K, S, P);
+	size_t n = (size_t)B * OH * OW * C;
+	if (!n)
+		return;
+	k_avgpool_forward<<<ew_blocks(n), EW_THREADS, 0, impl_of(be)->stream>>>(
+		out, inp, H, W, C, K, S, P, OH, OW, 1.0f / (float)(K * K), n);
+	launched(be, "avgpool2d_forward");
+}
+
+void cu_avgpool2d_backward(apf_backend *be, float *dinp, const float *dout,
+			   int B, int H, int W, int C, int K, int S, int P,
+			   int accum)
+{
+	pool_backward(be, dinp, dout, NULL, B, H, W, C, K, S, P, accum,
+		      "avgpool2d_backward");
+}
+
+// out (B,C) = pixel sums in order times 1/HW; one thread per (b, c)
+__global__ static void k_global_avgpool_forward(float *out, const float *inp,
+						int HW, int C, float inv,
+						size_t n)
+{
+	size_t i = global_index();
+	if (i >= n)
+		return;
+	size_t b = i / C, c = i % C;
+	const float *x = inp + b * HW * C + c;
+	float s = 0.0f;
+	for (int p = 0; p < HW; p++)
+		s += x[(size_t)p * C];
+	out[i] = s * inv;
+}
+
+void cu_global_avgpool_forward(apf_backend *be, float *out, const float *inp,
+			       int B, int HW, int C)
+{
+	size_t n = (size_t)B * C;
+	if (!n)
+		return;
+	k_global_avgpool_forward<<<ew_blocks(n), EW_THREADS, 0,
+				   impl_of(be)->stream>>>(out, inp, HW, C,
+							  1.0f / (float)HW, n);
+	launched(be, "global_avgpool_forward");
+}
+
+// dinp (B,HW,C) = or += dout (B,C) / HW
+__global__ static void k_global_avgpool_backward(float *dinp,
+						 const float *dout, int HW,
+						 int C, float inv, int accum,
+						 size_t n)
+{
+	size_t i = global_index();
+	if (i >= n)
+		return;
+	size_t c = i % C, b = i / C / HW;
+	dinp[i] = (accum ? dinp[i] : 0.0f) + dout[b * C + c] * inv;
+}
+
+void cu_global_avgpool_backward(apf_backend *be, float *dinp, const float *dout,
+				int B, int HW, int C, int accum)
+{
+	size_t n = (size_t)B * HW * C;
+	if (!n)
+		return;
+	k_global_avgpool_backward<<<ew_blocks(n), EW_THREADS, 0,
+				    impl_of(be)->stream>>>(
+		dinp, dout, HW, C, 1.0f / (float)HW, accum, n);
+	launched(be, "global_avgpool_backward");
+}
