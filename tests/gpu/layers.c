@@ -231,6 +231,95 @@ GLU_CASES(APF_ACT_GELU, gelu)
 GLU_CASES(APF_ACT_SILU, silu)
 GLU_CASES(APF_ACT_TANH, tanh)
 
+/* image shapes: (IB, IH, IW, IC) -> OC2 channels, kernel 3; pooling 3/2/1 */
+enum { IB = 6, IH = 11, IW = 9, IC = 5, OC2 = 7 };
+#define IMG ((size_t)IB * IH * IW * IC)
+#define CONV_CASES(tag, Kq, Sq, Pq)                                          \
+	enum { OH_##tag = (IH + 2 * Pq - Kq) / Sq + 1,                        \
+	       OW_##tag = (IW + 2 * Pq - Kq) / Sq + 1 };                      \
+	RUN(r_conv_f_##tag)                                                  \
+	{                                                                    \
+		float *w = NULL;                                             \
+		size_t n = be->conv2d_work(be, IB, IH, IW, IC, OC2, Kq, Sq, Pq); \
+		if (be->alloc(be, n * sizeof *w, (void **)&w))               \
+			return INFINITY;                                     \
+		be->conv2d_forward(be, b[0], b[1], b[2], b[3], IB, IH, IW, IC, \
+				   OC2, Kq, Sq, Pq, w);                      \
+		be->sync(be);                                                \
+		be->free(be, w);                                             \
+		return NAN;                                                  \
+	}                                                                    \
+	RUN(r_conv_b_##tag)                                                  \
+	{                                                                    \
+		float *w = NULL;                                             \
+		size_t n = be->conv2d_work(be, IB, IH, IW, IC, OC2, Kq, Sq, Pq); \
+		if (be->alloc(be, n * sizeof *w, (void **)&w))               \
+			return INFINITY;                                     \
+		be->conv2d_backward(be, b[0], b[1], b[2], b[3], b[4], b[5],  \
+				    IB, IH, IW, IC, OC2, Kq, Sq, Pq, w, 1);  \
+		be->conv2d_backward(be, NULL, b[6], NULL, b[3], b[4], b[5],  \
+				    IB, IH, IW, IC, OC2, Kq, Sq, Pq, w, 0);  \
+		be->sync(be);                                                \
+		be->free(be, w);                                             \
+		return NAN;                                                  \
+	}
+CONV_CASES(k3s2, 3, 2, 1)
+CONV_CASES(k3s1, 3, 1, 1)
+CONV_CASES(k1, 1, 1, 0)
+#define CONVF(tag, Kq) {(size_t)IB * OH_##tag * OW_##tag * OC2, IMG, (size_t)OC2 * Kq * Kq * IC, OC2}
+#define CONVB(tag, Kq) {IMG, (size_t)OC2 * Kq * Kq * IC, OC2,                   \
+		       (size_t)IB * OH_##tag * OW_##tag * OC2, IMG,               \
+		       (size_t)OC2 * Kq * Kq * IC, (size_t)OC2 * Kq * Kq * IC}
+enum { PK = 3, PS = 2, PP = 1, POH = (IH + 2 * PP - PK) / PS + 1,
+       POW = (IW + 2 * PP - PK) / PS + 1 };
+#define POUT ((size_t)IB * POH * POW * IC)
+RUN(r_maxpool_forward)
+{
+	be->maxpool2d_forward(be, b[0], (int32_t *)b[1], b[2], IB, IH, IW, IC, PK, PS, PP);
+	return NAN;
+}
+RUN(r_maxpool_backward)
+{
+	be->maxpool2d_forward(be, b[3], (int32_t *)b[2], b[4], IB, IH, IW, IC, PK, PS, PP);
+	be->maxpool2d_backward(be, b[0], b[1], (const int32_t *)b[2], IB, IH, IW,
+			       IC, PK, PS, PP, 1);
+	return NAN;
+}
+RUN(r_maxpool_backward_write)
+{
+	/* 2/2/0: windows that do not overlap, every input written */
+	be->maxpool2d_forward(be, b[3], (int32_t *)b[2], b[4], IB, IH, IW, IC, 2, 2, 0);
+	be->maxpool2d_backward(be, b[0], b[1], (const int32_t *)b[2], IB, IH, IW,
+			       IC, 2, 2, 0, 0);
+	return NAN;
+}
+RUN(r_avgpool_forward)
+{
+	be->avgpool2d_forward(be, b[0], b[1], IB, IH, IW, IC, PK, PS, PP);
+	return NAN;
+}
+RUN(r_avgpool_backward)
+{
+	be->avgpool2d_backward(be, b[0], b[1], IB, IH, IW, IC, PK, PS, PP, 1);
+	return NAN;
+}
+RUN(r_avgpool_backward_write)
+{
+	be->avgpool2d_backward(be, b[0], b[1], IB, IH, IW, IC, PK, PS, PP, 0);
+	return NAN;
+}
+RUN(r_gap_forward) { be->global_avgpool_forward(be, b[0], b[1], IB, IH * IW, IC); return NAN; }
+RUN(r_gap_backward)
+{
+	be->global_avgpool_backward(be, b[0], b[1], IB, IH * IW, IC, 1);
+	return NAN;
+}
+RUN(r_gap_backward_write)
+{
+	be->global_avgpool_backward(be, b[0], b[1], IB, IH * IW, IC, 0);
+	return NAN;
+}
+
 #define BC ((size_t)B * C)
 #define BO ((size_t)B * OC)
 #define OCC ((size_t)OC * C)
@@ -319,6 +408,31 @@ static const struct gcase cases[] = {
 	{"glu_backward_gelu", 3, {2 * BC, BC, 2 * BC}, 1, -1, -4, 4, 1e-5, r_glu_b_gelu},
 	{"glu_backward_silu", 3, {2 * BC, BC, 2 * BC}, 1, -1, -4, 4, 1e-5, r_glu_b_silu},
 	{"glu_backward_tanh", 3, {2 * BC, BC, 2 * BC}, 1, -1, -4, 4, 1e-5, r_glu_b_tanh},
+	{"conv2d_forward_k3s2", 4, CONVF(k3s2, 3), 1, -1, -1, 1, 1e-5, r_conv_f_k3s2},
+	{"conv2d_forward_k3s1", 4, CONVF(k3s1, 3), 1, -1, -1, 1, 1e-5, r_conv_f_k3s1},
+	{"conv2d_forward_k1", 4, CONVF(k1, 1), 1, -1, -1, 1, 1e-5, r_conv_f_k1},
+	{"conv2d_backward_k3s2", 7, CONVB(k3s2, 3), 0x47, -1, -1, 1, 1e-5,
+	 r_conv_b_k3s2},
+	{"conv2d_backward_k3s1", 7, CONVB(k3s1, 3), 0x47, -1, -1, 1, 1e-5,
+	 r_conv_b_k3s1},
+	{"conv2d_backward_k1", 7, CONVB(k1, 1), 0x47, -1, -1, 1, 1e-5,
+	 r_conv_b_k1},
+	{"maxpool2d_forward", 3, {POUT, POUT, IMG}, 3, -1, -1, 1, 0,
+	 r_maxpool_forward},
+	{"maxpool2d_backward", 5, {IMG, POUT, POUT, POUT, IMG}, 1, -1, -1, 1, 1e-7,
+	 r_maxpool_backward},
+	{"maxpool2d_backward_write", 5, {IMG, POUT, POUT, POUT, IMG}, 1, -1, -1, 1,
+	 1e-7, r_maxpool_backward_write},
+	{"avgpool2d_forward", 2, {POUT, IMG}, 1, -1, -1, 1, 1e-7, r_avgpool_forward},
+	{"avgpool2d_backward", 2, {IMG, POUT}, 1, -1, -1, 1, 1e-7, r_avgpool_backward},
+	{"avgpool2d_backward_write", 2, {IMG, POUT}, 1, -1, -1, 1, 1e-7,
+	 r_avgpool_backward_write},
+	{"global_avgpool_forward", 2, {(size_t)IB * IC, IMG}, 1, -1, -1, 1, 1e-6,
+	 r_gap_forward},
+	{"global_avgpool_backward", 2, {IMG, (size_t)IB * IC}, 1, -1, -1, 1, 1e-7,
+	 r_gap_backward},
+	{"global_avgpool_backward_write", 2, {IMG, (size_t)IB * IC}, 1, -1, -1, 1,
+	 1e-7, r_gap_backward_write},
 	{"fill", 1, {NV}, 1, -1, -1, 1, 0, r_fill},
 	{"copy", 2, {NV, NV}, 1, -1, -1, 1, 0, r_copy},
 	{"scale", 1, {NV}, 1, -1, -1, 1, 1e-7, r_scale},
