@@ -225,6 +225,12 @@ static apf_backend cuda_template(void)
 	t.avgpool2d_backward = cu_avgpool2d_backward;
 	t.global_avgpool_forward = cu_global_avgpool_forward;
 	t.global_avgpool_backward = cu_global_avgpool_backward;
+	t.batchnorm_forward = cu_batchnorm_forward;
+	t.batchnorm_backward = cu_batchnorm_backward;
+	t.instnorm_forward = cu_instnorm_forward;
+	t.instnorm_backward = cu_instnorm_backward;
+	t.upconv2x2_forward = cu_upconv2x2_forward;
+	t.upconv2x2_backward = cu_upconv2x2_backward;
 	t.fill = cu_fill;
 	t.copy = cu_copy;
 	t.scale = cu_scale;
@@ -284,16 +290,15 @@ static int setup_failed(struct cuda_impl *c, char *err, size_t errlen,
 
 /*
  * The CUDA backend on device 0 (cuda_plugin.h). It implements the memory
- * functions, sync, gemm, linear, conv2d, the poolings (max, average,
- * global average), layer norm, the activations (relu, gelu
+ * functions, sync, gemm, linear, conv2d, batch norm, the poolings (max,
+ * average, global average), layer norm, the activations (relu, gelu
  * tanh-approximated, silu, tanh), dropout, add, accumulate, softmax
  * cross-entropy, count_correct, sigmoid cross-entropy, embedding, the dot
- * interaction, causal self-attention, the gated linear units, L1 loss,
- * concat and every vector operation. These entries stay NULL, so
- * apf_net_finish refuses a net with one of their layers:
- * batchnorm_forward, batchnorm_backward, batchnorm_relu_forward,
- * batchnorm_relu_backward, upconv2x2_forward, upconv2x2_backward,
- * instnorm_forward, instnorm_backward.
+ * interaction, causal self-attention, the gated linear units, the 2x2
+ * transposed convolution, concat, instance norm, L1 loss and every vector
+ * operation. These entries stay NULL: batchnorm_relu_forward and
+ * batchnorm_relu_backward (optional: nets then run batch norm, add and
+ * ReLU as three layers).
  */
 extern "C" __attribute__((visibility("default"))) int
 apf_cuda_plugin_new(apf_backend **out, char *err, size_t errlen)

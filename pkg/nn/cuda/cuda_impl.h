@@ -159,6 +159,29 @@ void cu_global_avgpool_forward(apf_backend *be, float *out, const float *inp,
 			       int B, int HW, int C);
 void cu_global_avgpool_backward(apf_backend *be, float *dinp, const float *dout,
 				int B, int HW, int C, int accum);
+void cu_batchnorm_forward(apf_backend *be, float *out, float *save_mean,
+			  float *save_rstd, const float *inp,
+			  const float *scale, const float *bias,
+			  float *run_mean, float *run_var, int N, int C,
+			  float momentum, float eps, int train);
+void cu_batchnorm_backward(apf_backend *be, float *dinp, float *dscale,
+			   float *dbias, const float *dout, const float *inp,
+			   const float *scale, const float *save_mean,
+			   const float *save_rstd, int N, int C, int accum);
+void cu_instnorm_forward(apf_backend *be, float *out, float *mean, float *rstd,
+			 const float *inp, const float *scale,
+			 const float *bias, int B, int HW, int C, float eps);
+void cu_instnorm_backward(apf_backend *be, float *dinp, float *dscale,
+			  float *dbias, const float *dout, const float *inp,
+			  const float *scale, const float *mean,
+			  const float *rstd, int B, int HW, int C, int accum);
+void cu_upconv2x2_forward(apf_backend *be, float *out, const float *inp,
+			  const float *weight, const float *bias, int B, int H,
+			  int W, int C, int OC);
+void cu_upconv2x2_backward(apf_backend *be, float *dinp, float *dweight,
+			   float *dbias, const float *dout, const float *inp,
+			   const float *weight, int B, int H, int W, int C,
+			   int OC, int accum);
 void cu_fill(apf_backend *be, float *x, float v, size_t n);
 void cu_copy(apf_backend *be, float *dst, const float *src, size_t n);
 void cu_scale(apf_backend *be, float *x, float a, size_t n);

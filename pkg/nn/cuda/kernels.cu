@@ -1751,3 +1751,423 @@ void cu_global_avgpool_backward(apf_backend *be, float *dinp, const float *dout,
 		dinp, dout, HW, C, 1.0f / (float)HW, accum, n);
 	launched(be, "global_avgpool_backward");
 }
+
+/* ---- batch norm, instance norm ---------------------------------------------
+ *
+ * Both sum per channel with blocks of NORM_CH channels by NORM_LANES lanes
+ * (NORM_CH consecutive channels read together): lane l sums the rows
+ * (pixels) l, l + NORM_LANES, ... of its share in double, then a fixed tree
+ * adds the lanes. Batch norm splits the rows into BN_CHUNKS fixed shares,
+ * one block each, and a second kernel adds the shares' partials in order;
+ * instance norm has one block per (image, channel group). The formulas are
+ * the CPU's, operation for operation. */
+#define NORM_CH 32
+#define NORM_LANES 8
+#define BN_CHUNKS 64
+
+// the sum of v over the block's lanes for its channel; every thread gets it
+__device__ static double lane_sum(double v, double (*s)[NORM_CH])
+{
+	unsigned ch = threadIdx.x % NORM_CH, lane = threadIdx.x / NORM_CH;
+	s[lane][ch] = v;
+	__syncthreads();
+	for (unsigned h = NORM_LANES / 2; h > 0; h /= 2) {
+		if (lane < h)
+			s[lane][ch] += s[lane + h][ch];
+		__syncthreads();
+	}
+	double r = s[0][ch];
+	__syncthreads();
+	return r;
+}
+
+enum { BN_PASS_SUM, BN_PASS_VAR, BN_PASS_DSUMS };
+
+/* part (BN_CHUNKS, 2, C): chunk blockIdx.y's sums for channel group
+ * blockIdx.x: of x (SUM), of (x - mean)^2 (VAR), of d and d xhat (DSUMS). */
+__global__ static void k_bn_partials(double *part, int pass, const float *inp,
+				     const float *dout, const float *mean,
+				     const float *rstd, int N, int C)
+{
+	__shared__ double s[NORM_LANES][NORM_CH];
+	int c = blockIdx.x * NORM_CH + threadIdx.x % NORM_CH;
+	unsigned lane = threadIdx.x / NORM_CH;
+	size_t lo = (size_t)N * blockIdx.y / BN_CHUNKS;
+	size_t hi = (size_t)N * (blockIdx.y + 1) / BN_CHUNKS;
+	double a0 = 0.0, a1 = 0.0;
+	if (c < C) {
+		float m = pass == BN_PASS_SUM ? 0.0f : mean[c];
+		float r = pass == BN_PASS_DSUMS ? rstd[c] : 0.0f;
+		for (size_t n = lo + lane; n < hi; n += NORM_LANES) {
+			float x = inp[n * C + c];
+			if (pass == BN_PASS_SUM) {
+				a0 += x;
+			} else if (pass == BN_PASS_VAR) {
+				double d = (double)x - m;
+				a0 += d * d;
+			} else {
+				float d = dout[n * C + c];
+				a0 += d;
+				a1 += (double)d * (x - m) * r;
+			}
+		}
+	}
+	a0 = lane_sum(a0, s);
+	a1 = lane_sum(a1, s);
+	if (c < C && lane == 0) {
+		part[((size_t)blockIdx.y * 2) * C + c] = a0;
+		part[((size_t)blockIdx.y * 2 + 1) * C + c] = a1;
+	}
+}
+
+// the chunks' partial k for channel c, in chunk order
+__device__ static double bn_total(const double *part, int k, int c, int C)
+{
+	double s = 0.0;
+	for (int j = 0; j < BN_CHUNKS; j++)
+		s += part[((size_t)j * 2 + k) * C + c];
+	return s;
+}
+
+__global__ static void k_bn_mean(float *mean, const double *part, int N, int C)
+{
+	size_t c = global_index();
+	if (c < (size_t)C)
+		mean[c] = (float)(bn_total(part, 0, (int)c, C) / N);
+}
+
+__global__ static void k_bn_var(float *rstd, float *run_mean, float *run_var,
+				const float *mean, const double *part, int N,
+				int C, float momentum, float eps)
+{
+	size_t c = global_index();
+	if (c >= (size_t)C)
+		return;
+	double sq = bn_total(part, 0, (int)c, C), var = sq / N;
+	rstd[c] = (float)(1.0 / sqrt(var + eps));
+	double unbiased = N > 1 ? sq / (N - 1) : var;
+	run_mean[c] = (1.0f - momentum) * run_mean[c] + momentum * mean[c];
+	run_var[c] = (1.0f - momentum) * run_var[c] + momentum * (float)unbiased;
+}
+
+// out (N,C) = (inp - mean) rstd scale + bias; eval: rstd from run_var
+__global__ static void k_bn_apply(float *out, const float *inp,
+				  const float *mean, const float *rstd,
+				  const float *run_var, const float *scale,
+				  const float *bias, int C, float eps, size_t n)
+{
+	size_t i = global_index();
+	if (i >= n)
+		return;
+	size_t c = i % C;
+	float r = rstd ? rstd[c] : 1.0f / sqrtf(run_var[c] + eps);
+	out[i] = (inp[i] - mean[c]) * r * scale[c] + bias[c];
+}
+
+static double *bn_part(apf_backend *be, int C)
+{
+	return (double *)cuda_scratch(be, (size_t)BN_CHUNKS * 2 * C *
+						  sizeof(double));
+}
+
+void cu_batchnorm_forward(apf_backend *be, float *out, float *save_mean,
+			  float *save_rstd, const float *inp,
+			  const float *scale, const float *bias,
+			  float *run_mean, float *run_var, int N, int C,
+			  float momentum, float eps, int train)
+{
+	cudaStream_t st = impl_of(be)->stream;
+	size_t n = (size_t)N * C;
+	if (C <= 0)
+		return;
+	if (!train) {
+		if (n)
+			k_bn_apply<<<ew_blocks(n), EW_THREADS, 0, st>>>(
+				out, inp, run_mean, NULL, run_var, scale, bias,
+				C, eps, n);
+		launched(be, "batchnorm_forward");
+		return;
+	}
+	double *part = bn_part(be, C);
+	if (!part)
+		return;
+	dim3 grid((C + NORM_CH - 1) / NORM_CH, BN_CHUNKS);
+	unsigned threads = NORM_CH * NORM_LANES;
+	k_bn_partials<<<grid, threads, 0, st>>>(part, BN_PASS_SUM, inp, NULL,
+						NULL, NULL, N, C);
+	k_bn_mean<<<ew_blocks((size_t)C), EW_THREADS, 0, st>>>(save_mean, part,
+								N, C);
+	k_bn_partials<<<grid, threads, 0, st>>>(part, BN_PASS_VAR, inp, NULL,
+						save_mean, NULL, N, C);
+	k_bn_var<<<ew_blocks((size_t)C), EW_THREADS, 0, st>>>(
+		save_rstd, run_mean, run_var, save_mean, part, N, C, momentum,
+		eps);
+	if (n)
+		k_bn_apply<<<ew_blocks(n), EW_THREADS, 0, st>>>(
+			out, inp, save_mean, save_rstd, NULL, scale, bias, C,
+			eps, n);
+	launched(be, "batchnorm_forward");
+}
+
+__global__ static void k_bn_dsums(float *dscale, float *dbias,
+				  const double *part, int C)
+{
+	size_t c = global_index();
+	if (c >= (size_t)C)
+		return;
+	dbias[c] = (float)bn_total(part, 0, (int)c, C);
+	dscale[c] = (float)bn_total(part, 1, (int)c, C);
+}
+
+// dinp (N,C) = or += scale rstd (d - dbias/N - xhat dscale/N)
+__global__ static void k_bn_dinp(float *dinp, const float *dout,
+				 const float *inp, const float *scale,
+				 const float *mean, const float *rstd,
+				 const float *dscale, const float *dbias, int N,
+				 int C, int accum, size_t n)
+{
+	size_t i = global_index();
+	if (i >= n)
+		return;
+	size_t c = i % C;
+	float xhat = (inp[i] - mean[c]) * rstd[c];
+	float g = scale[c] * rstd[c] *
+		  (dout[i] - dbias[c] / N - xhat * dscale[c] / N);
+	dinp[i] = accum ? dinp[i] + g : g;
+}
+
+void cu_batchnorm_backward(apf_backend *be, float *dinp, float *dscale,
+			   float *dbias, const float *dout, const float *inp,
+			   const float *scale, const float *save_mean,
+			   const float *save_rstd, int N, int C, int accum)
+{
+	cudaStream_t st = impl_of(be)->stream;
+	if (C <= 0)
+		return;
+	double *part = bn_part(be, C);
+	if (!part)
+		return;
+	dim3 grid((C + NORM_CH - 1) / NORM_CH, BN_CHUNKS);
+	k_bn_partials<<<grid, NORM_CH * NORM_LANES, 0, st>>>(
+		part, BN_PASS_DSUMS, inp, dout, save_mean, save_rstd, N, C);
+	k_bn_dsums<<<ew_blocks((size_t)C), EW_THREADS, 0, st>>>(dscale, dbias,
+								 part, C);
+	size_t n = (size_t)N * C;
+	if (dinp && n)
+		k_bn_dinp<<<ew_blocks(n), EW_THREADS, 0, st>>>(
+			dinp, dout, inp, scale, save_mean, save_rstd, dscale,
+			dbias, N, C, accum, n);
+	launched(be, "batchnorm_backward");
+}
+
+// block (image b, channel group): statistics over HW pixels, then out
+__global__ static void k_instnorm_forward(float *out, float *mean, float *rstd,
+					  const float *inp, const float *scale,
+					  const float *bias, int HW, int C,
+					  float eps, int ngroups)
+{
+	__shared__ double s[NORM_LANES][NORM_CH];
+	size_t b = blockIdx.x / ngroups;
+	int c = (int)(blockIdx.x % ngroups) * NORM_CH + threadIdx.x % NORM_CH;
+	unsigned lane = threadIdx.x / NORM_CH;
+	const float *x = inp + b * HW * C + c;
+	double a = 0.0;
+	if (c < C)
+		for (int p = lane; p < HW; p += NORM_LANES)
+			a += x[(size_t)p * C];
+	double m = lane_sum(a, s) / HW;
+	double q = 0.0;
+	if (c < C)
+		for (int p = lane; p < HW; p += NORM_LANES) {
+			double d = (double)x[(size_t)p * C] - m;
+			q += d * d;
+		}
+	q = lane_sum(q, s);
+	if (c >= C)
+		return;
+	float mf = (float)m, r = (float)(1.0 / sqrt(q / HW + eps));
+	float sc = scale[c], bi = bias[c];
+	if (lane == 0) {
+		mean[b * C + c] = mf;
+		rstd[b * C + c] = r;
+	}
+	float *y = out + b * HW * C + c;
+	for (int p = lane; p < HW; p += NORM_LANES)
+		y[(size_t)p * C] = (x[(size_t)p * C] - mf) * r * sc + bi;
+}
+
+void cu_instnorm_forward(apf_backend *be, float *out, float *mean, float *rstd,
+			 const float *inp, const float *scale,
+			 const float *bias, int B, int HW, int C, float eps)
+{
+	if (B <= 0 || C <= 0)
+		return;
+	int ng = (C + NORM_CH - 1) / NORM_CH;
+	k_instnorm_forward<<<(unsigned)((size_t)B * ng), NORM_CH * NORM_LANES,
+			     0, impl_of(be)->stream>>>(out, mean, rstd, inp,
+						       scale, bias, HW, C, eps,
+						       ng);
+	launched(be, "instnorm_forward");
+}
+
+/* block (image b, channel group): sums of d and d xhat (kept per (b, c) in
+ * sums (2,B,C)), then dinp = rstd (d scale - mean(d scale) - xhat
+ * mean(d scale xhat)) */
+__global__ static void k_instnorm_backward(float *dinp, double *sums,
+					   const float *dout, const float *inp,
+					   const float *scale,
+					   const float *mean,
+					   const float *rstd, int B, int HW,
+					   int C, int accum, int ngroups)
+{
+	__shared__ double s[NORM_LANES][NORM_CH];
+	size_t b = blockIdx.x / ngroups;
+	int c = (int)(blockIdx.x % ngroups) * NORM_CH + threadIdx.x % NORM_CH;
+	unsigned lane = threadIdx.x / NORM_CH;
+	size_t off = b * HW * C + c;
+	const float *x = inp + off, *d = dout + off;
+	float m = c < C ? mean[b * C + c] : 0.0f;
+	float r = c < C ? rstd[b * C + c] : 0.0f;
+	double sd = 0.0, sdx = 0.0;
+	if (c < C)
+		for (int p = lane; p < HW; p += NORM_LANES) {
+			size_t k = (size_t)p * C;
+			float xhat = (x[k] - m) * r;
+			sd += d[k];
+			sdx += (double)d[k] * xhat;
+		}
+	sd = lane_sum(sd, s);
+	sdx = lane_sum(sdx, s);
+	if (c >= C)
+		return;
+	if (lane == 0) {
+		sums[b * C + c] = sd;
+		sums[(size_t)B * C + b * C + c] = sdx;
+	}
+	if (!dinp)
+		return;
+	float sc = scale[c];
+	float mdy = (float)(sc * sd / HW), mdyx = (float)(sc * sdx / HW);
+	float *di = dinp + off;
+	for (int p = lane; p < HW; p += NORM_LANES) {
+		size_t k = (size_t)p * C;
+		float xhat = (x[k] - m) * r;
+		float g = r * (d[k] * sc - mdy - xhat * mdyx);
+		di[k] = accum ? di[k] + g : g;
+	}
+}
+
+// dscale, dbias (C): the (b, c) sums over the images in order
+__global__ static void k_instnorm_params(float *dscale, float *dbias,
+					 const double *sums, int B, int C)
+{
+	size_t c = global_index();
+	if (c >= (size_t)C)
+		return;
+	double s = 0.0, sx = 0.0;
+	for (int b = 0; b < B; b++) {
+		s += sums[(size_t)b * C + c];
+		sx += sums[(size_t)B * C + (size_t)b * C + c];
+	}
+	dbias[c] = (float)s;
+	dscale[c] = (float)sx;
+}
+
+void cu_instnorm_backward(apf_backend *be, float *dinp, float *dscale,
+			  float *dbias, const float *dout, const float *inp,
+			  const float *scale, const float *mean,
+			  const float *rstd, int B, int HW, int C, int accum)
+{
+	cudaStream_t st = impl_of(be)->stream;
+	if (C <= 0)
+		return;
+	size_t BC = (size_t)B * C;
+	double *sums = (double *)cuda_scratch(be, (BC ? 2 * BC : 1) *
+							  sizeof(double));
+	if (!sums)
+		return;
+	int ng = (C + NORM_CH - 1) / NORM_CH;
+	if (B > 0)
+		k_instnorm_backward<<<(unsigned)((size_t)B * ng),
+				      NORM_CH * NORM_LANES, 0, st>>>(
+			dinp, sums, dout, inp, scale, mean, rstd, B, HW, C,
+			accum, ng);
+	k_instnorm_params<<<ew_blocks((size_t)C), EW_THREADS, 0, st>>>(
+		dscale, dbias, sums, B, C);
+	launched(be, "instnorm_backward");
+}
+
+/* ---- transposed convolution 2x2 stride 2 -------------------------------------
+ * As the CPU: one GEMM Y (BHW, 4OC) = inp weight^T, Y scattered onto the
+ * 2x2 blocks (plus bias); backward gathers dout into the same (BHW, 4OC)
+ * layout G, then dinp = G weight and dweight = G^T inp. */
+
+// out (B,2H,2W,OC) = scatter of y (B*H*W, OC,2,2) + bias (OC); one per output
+__global__ static void k_upconv_scatter(float *out, const float *y,
+					const float *bias, int H, int W,
+					int OC, size_t n)
+{
+	size_t i = global_index();
+	if (i >= n)
+		return;
+	int o = (int)(i % OC);
+	size_t ox = i / OC % (2 * (size_t)W), oy = i / OC / (2 * (size_t)W) % (2 * (size_t)H);
+	size_t b = i / OC / (2 * (size_t)W) / (2 * (size_t)H);
+	size_t p = (b * H + oy / 2) * W + ox / 2;
+	float v = y[p * 4 * OC + 4 * (size_t)o + (oy % 2) * 2 + ox % 2];
+	out[i] = bias ? v + bias[o] : v;
+}
+
+// g (B*H*W, OC,2,2) = gather of dout (B,2H,2W,OC); one per entry of g
+__global__ static void k_upconv_gather(float *g, const float *dout, int H,
+				       int W, int OC, size_t n)
+{
+	size_t k = global_index();
+	if (k >= n)
+		return;
+	size_t p = k / (4 * (size_t)OC), e = k % (4 * (size_t)OC);
+	int o = (int)(e / 4), i = (int)(e % 4 / 2), j = (int)(e % 2);
+	size_t b = p / ((size_t)H * W), h = p / W % H, w = p % W;
+	g[k] = dout[((b * 2 * H + 2 * h + i) * 2 * W + 2 * w + j) * OC + o];
+}
+
+void cu_upconv2x2_forward(apf_backend *be, float *out, const float *inp,
+			  const float *weight, const float *bias, int B, int H,
+			  int W, int C, int OC)
+{
+	size_t P = (size_t)B * H * W;
+	if (P == 0 || OC == 0)
+		return;
+	float *y = (float *)cuda_scratch(be, P * 4 * OC * sizeof *y);
+	if (!y)
+		return;
+	be->gemm(be, 0, 1, (int)P, 4 * OC, C, 1.0f, inp, C, weight, C, 0.0f,
+		 y, 4 * OC);
+	size_t n = P * 4 * OC;
+	k_upconv_scatter<<<ew_blocks(n), EW_THREADS, 0, impl_of(be)->stream>>>(
+		out, y, bias, H, W, OC, n);
+	launched(be, "upconv2x2_forward");
+}
+
+void cu_upconv2x2_backward(apf_backend *be, float *dinp, float *dweight,
+			   float *dbias, const float *dout, const float *inp,
+			   const float *weight, int B, int H, int W, int C,
+			   int OC, int accum)
+{
+	size_t P = (size_t)B * H * W, n = P * 4 * OC;
+	float *g = (float *)cuda_scratch(be, (n ? n : 1) * sizeof *g);
+	if (!g)
+		return;
+	if (n) {
+		k_upconv_gather<<<ew_blocks(n), EW_THREADS, 0,
+				  impl_of(be)->stream>>>(g, dout, H, W, OC, n);
+		launched(be, "upconv2x2_backward");
+	}
+	if (dinp)
+		be->gemm(be, 0, 0, (int)P, C, 4 * OC, 1.0f, g, 4 * OC, weight,
+			 C, accum ? 1.0f : 0.0f, dinp, C);
+	be->gemm(be, 1, 0, 4 * OC, C, (int)P, 1.0f, g, 4 * OC, inp, C, 0.0f,
+		 dweight, C);
+	if (dbias)
+		cu_column_sums(be, dbias, dout, 4 * P, OC);
+}
