@@ -31,7 +31,7 @@
 #include "nn/nn.h"
 #include "workload/workload.h"
 
-#define MAXB 8
+#define MAXB 12
 
 /* Shapes: rows, features, outputs, classes. */
 enum { B = 96, C = 300, OC = 200, V = 1000, NV = 100003 };
@@ -320,6 +320,83 @@ RUN(r_gap_backward_write)
 	return NAN;
 }
 
+/* batch norm over NN rows (past BN's row shares) of NC channels (past one
+ * channel group, not a multiple of it) */
+enum { NN = 1000, NC = 45 };
+#define NNC ((size_t)NN * NC)
+RUN(r_bn_forward_train)
+{
+	be->batchnorm_forward(be, b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7],
+			      NN, NC, 0.1f, 1e-5f, 1);
+	return NAN;
+}
+RUN(r_bn_forward_eval)
+{
+	be->batchnorm_forward(be, b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7],
+			      NN, NC, 0.1f, 1e-5f, 0);
+	return NAN;
+}
+RUN(r_bn_backward)
+{
+	/* consistent statistics: the forward's, on this backend */
+	be->batchnorm_forward(be, b[8], b[6], b[7], b[4], b[5], b[5], b[9], b[10],
+			      NN, NC, 0.1f, 1e-5f, 1);
+	be->batchnorm_backward(be, b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7],
+			       NN, NC, 1);
+	return NAN;
+}
+RUN(r_bn_backward_nodinp)
+{
+	be->batchnorm_forward(be, b[8], b[6], b[7], b[4], b[5], b[5], b[9], b[10],
+			      NN, NC, 0.1f, 1e-5f, 1);
+	be->batchnorm_backward(be, NULL, b[1], b[2], b[3], b[4], b[5], b[6], b[7],
+			       NN, NC, 0);
+	return NAN;
+}
+/* instance norm: IB images of IH*IW pixels, NC channels */
+#define INB ((size_t)IB * NC)
+#define INX ((size_t)IB * IH * IW * NC)
+RUN(r_in_forward)
+{
+	be->instnorm_forward(be, b[0], b[1], b[2], b[3], b[4], b[5], IB, IH * IW,
+			     NC, 1e-5f);
+	return NAN;
+}
+RUN(r_in_backward)
+{
+	be->instnorm_forward(be, b[8], b[6], b[7], b[4], b[5], b[5], IB, IH * IW,
+			     NC, 1e-5f);
+	be->instnorm_backward(be, b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7],
+			      IB, IH * IW, NC, 1);
+	return NAN;
+}
+RUN(r_in_backward_nodinp)
+{
+	be->instnorm_forward(be, b[8], b[6], b[7], b[4], b[5], b[5], IB, IH * IW,
+			     NC, 1e-5f);
+	be->instnorm_backward(be, NULL, b[1], b[2], b[3], b[4], b[5], b[6], b[7],
+			      IB, IH * IW, NC, 0);
+	return NAN;
+}
+/* 2x2 transposed convolution of (IB, IH, IW, IC) images to OC2 channels */
+#define UIN ((size_t)IB * IH * IW * IC)
+#define UOUT ((size_t)IB * 4 * IH * IW * OC2)
+#define UW ((size_t)OC2 * 4 * IC)
+RUN(r_up_forward) { be->upconv2x2_forward(be, b[0], b[1], b[2], b[3], IB, IH, IW, IC, OC2); return NAN; }
+RUN(r_up_forward_nobias) { be->upconv2x2_forward(be, b[0], b[1], b[2], NULL, IB, IH, IW, IC, OC2); return NAN; }
+RUN(r_up_backward)
+{
+	be->upconv2x2_backward(be, b[0], b[1], b[2], b[3], b[4], b[5], IB, IH, IW,
+			       IC, OC2, 1);
+	return NAN;
+}
+RUN(r_up_backward_nodinp)
+{
+	be->upconv2x2_backward(be, NULL, b[1], NULL, b[3], b[4], b[5], IB, IH, IW,
+			       IC, OC2, 0);
+	return NAN;
+}
+
 #define BC ((size_t)B * C)
 #define BO ((size_t)B * OC)
 #define OCC ((size_t)OC * C)
@@ -433,6 +510,29 @@ static const struct gcase cases[] = {
 	 r_gap_backward},
 	{"global_avgpool_backward_write", 2, {IMG, (size_t)IB * IC}, 1, -1, -1, 1,
 	 1e-7, r_gap_backward_write},
+	{"batchnorm_forward_train", 8, {NNC, NC, NC, NNC, NC, NC, NC, NC}, 0xc7, -1,
+	 0.5f, 2, 1e-5, r_bn_forward_train},
+	{"batchnorm_forward_eval", 8, {NNC, NC, NC, NNC, NC, NC, NC, NC}, 1, -1,
+	 0.5f, 2, 1e-5, r_bn_forward_eval},
+	{"batchnorm_backward", 11, {NNC, NC, NC, NNC, NNC, NC, NC, NC, NNC, NC, NC},
+	 7, -1, -1, 1, 1e-5, r_bn_backward},
+	{"batchnorm_backward_nodinp", 11, {NNC, NC, NC, NNC, NNC, NC, NC, NC, NNC,
+					   NC, NC}, 6, -1, -1, 1, 1e-5,
+	 r_bn_backward_nodinp},
+	{"instnorm_forward", 6, {INX, INB, INB, INX, NC, NC}, 7, -1, -1, 3, 1e-5,
+	 r_in_forward},
+	{"instnorm_backward", 9, {INX, NC, NC, INX, INX, NC, INB, INB, INX}, 7, -1,
+	 -1, 1, 1e-5, r_in_backward},
+	{"instnorm_backward_nodinp", 9, {INX, NC, NC, INX, INX, NC, INB, INB, INX},
+	 6, -1, -1, 1, 1e-5, r_in_backward_nodinp},
+	{"upconv2x2_forward", 4, {UOUT, UIN, UW, OC2}, 1, -1, -1, 1, 1e-5,
+	 r_up_forward},
+	{"upconv2x2_forward_nobias", 3, {UOUT, UIN, UW}, 1, -1, -1, 1, 1e-5,
+	 r_up_forward_nobias},
+	{"upconv2x2_backward", 6, {UIN, UW, OC2, UOUT, UIN, UW}, 7, -1, -1, 1, 1e-5,
+	 r_up_backward},
+	{"upconv2x2_backward_nodinp", 6, {UIN, UW, OC2, UOUT, UIN, UW}, 2, -1, -1,
+	 1, 1e-5, r_up_backward_nodinp},
 	{"fill", 1, {NV}, 1, -1, -1, 1, 0, r_fill},
 	{"copy", 2, {NV, NV}, 1, -1, -1, 1, 0, r_copy},
 	{"scale", 1, {NV}, 1, -1, -1, 1, 1e-7, r_scale},
