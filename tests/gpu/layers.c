@@ -4,8 +4,8 @@
  * (APF_CUDA_PLUGIN, else beside the executable: tests/gpu/run points it at
  * build/lib/apf-cuda.so).
  *
- *     layers [FMNIST_STEPS]
- *     layers --against-cpu [FMNIST_STEPS]
+ *     layers [STEPS]
+ *     layers --against-cpu [STEPS]
  *
  * (--against-cpu: the CPU's fast kernels in CUDA's place, to check this
  * program itself on a machine without a GPU.)
@@ -16,12 +16,14 @@
  *     RESULT gpu <op>_max_rel_err <value> tolerance <tol> <ok|FAIL>
  *
  * the error being max |cuda - cpu| / max |cpu| over each output (for a
- * reduction, its one value). Then FMNIST_STEPS (200) steps of fmnist_mlp
- * twice on CUDA, whose parameters must agree bit for bit
- * (RESULT gpu fmnist_mlp_repeat_bitwise 1), with its training rate
- * (samples/s, and as a fraction of the SGEMM rate), and cuBLAS's SGEMM rate
- * (RESULT gpu sgemm_gflops). Without a device: one line, SKIP: <reason>,
- * exit 0. Exit 1 when any comparison fails.
+ * reduction, its one value). Then STEPS (200) steps of each workload
+ * (fmnist_mlp, fmnist_cnn, clicks_dlrm, text_lm, fmnist_unet) twice on
+ * CUDA, whose parameters must agree bit for bit
+ * (RESULT gpu <workload>_repeat_bitwise 1; SKIP: with the reason when a
+ * workload cannot open, e.g. its dataset is absent), with its training
+ * rate (samples/s; fmnist_mlp's also as a fraction of the SGEMM rate), and
+ * cuBLAS's SGEMM rate (RESULT gpu sgemm_gflops). Without a device: one
+ * line, SKIP: <reason>, exit 0. Exit 1 when any comparison fails.
  */
 #include <math.h>
 #include <stdio.h>
@@ -650,17 +652,18 @@ static void free_outputs(struct outputs *o, int nb)
 		free(o->host[k]);
 }
 
-/* ---- fmnist_mlp twice ---- */
+/* ---- a workload twice ---- */
 
 enum { FIT_BATCH = 128 };
 
-static int fit_digest(apf_backend *be, long steps, uint8_t digest[32],
-		      double *seconds, double *macs, char *why, size_t wn)
+static int fit_digest(apf_backend *be, const char *name, long steps,
+		      uint8_t digest[32], double *seconds, double *macs,
+		      char *why, size_t wn)
 {
 	apf_workload_spec *spec;
 	apf_workload *wl;
 	apf_trial_key key = {7, 0, 1};
-	if (apf_workload_spec_load(&spec, "fmnist_mlp")) {
+	if (apf_workload_spec_load(&spec, name)) {
 		snprintf(why, wn, "%s", apf_error_message());
 		return -1;
 	}
@@ -745,22 +748,33 @@ int main(int argc, char **argv)
 		free_outputs(&got, c->nb);
 	}
 	fflush(stdout);
-	uint8_t d1[32], d2[32];
-	double s1 = 0, s2 = 0, macs = 0;
-	char why[512];
 	double peak = sgemm_gflops(cuda);
-	if (fit_digest(cuda, steps, d1, &s1, &macs, why, sizeof why) ||
-	    fit_digest(cuda, steps, d2, &s2, &macs, why, sizeof why)) {
-		printf("SKIP: fmnist_mlp_repeat_bitwise: %s\n", why);
-	} else {
+	/* every workload twice: the same parameters bit for bit */
+	static const char *const workloads[] = {"fmnist_mlp", "fmnist_cnn",
+						"clicks_dlrm", "text_lm",
+						"fmnist_unet"};
+	for (size_t w = 0; w < sizeof workloads / sizeof *workloads; w++) {
+		const char *name = workloads[w];
+		uint8_t d1[32], d2[32];
+		double s1 = 0, s2 = 0, macs = 0;
+		char why[512];
+		if (fit_digest(cuda, name, steps, d1, &s1, &macs, why, sizeof why) ||
+		    fit_digest(cuda, name, steps, d2, &s2, &macs, why, sizeof why)) {
+			printf("SKIP: %s_repeat_bitwise: %s\n", name, why);
+			fflush(stdout);
+			continue;
+		}
 		int same = !memcmp(d1, d2, 32);
 		failed |= !same;
 		double rate = FIT_BATCH * (double)steps * 2.0 / (s1 + s2);
-		printf("RESULT gpu fmnist_mlp_repeat_bitwise %d\n", same);
-		printf("RESULT gpu fmnist_mlp_samples_per_s %.1f\n", rate);
-		/* a training step is about 3 forward passes of multiply-adds */
-		printf("RESULT gpu fmnist_mlp_sgemm_fraction %.4f\n",
-		       rate * 6.0 * macs / 1e9 / peak);
+		printf("RESULT gpu %s_repeat_bitwise %d\n", name, same);
+		printf("RESULT gpu %s_samples_per_s %.1f\n", name, rate);
+		if (w == 0)
+			/* a training step is about 3 forward passes of
+			 * multiply-adds */
+			printf("RESULT gpu fmnist_mlp_sgemm_fraction %.4f\n",
+			       rate * 6.0 * macs / 1e9 / peak);
+		fflush(stdout);
 	}
 	printf("RESULT gpu sgemm_gflops %.1f\n", peak);
 	apf_backend_free(cuda);
