@@ -243,6 +243,12 @@ def main():
                   flush=True)
 
     data = {b: run_series(runs[b]) for b in baselines}
+    ends = {}
+    for b in baselines:
+        ends[b] = {}
+        for unit, evs in evals_of(runs[b]).items():
+            _, workload, trial = unit.split("/")
+            ends[b].setdefault(workload, {})[trial] = max(e["global_step"] for e in evs)
     record = {"baselines": baselines, "trials": args.trials, "columns": []}
     lines = []
     rank0 = {}
@@ -279,6 +285,14 @@ def main():
                          " | " + fmt_order(order, hits) + " |")
         lines.append("| best validation | " +
                      " | ".join(f"{bests[b]:.4f}" for b in baselines) + " | |")
+        # A budget in seconds gives a loaded machine fewer steps: each
+        # trial's steps say whether the baselines ran alike.
+        steps = {b: [ends[b].get(name, {}).get(t) for t in sorted(data[b].get(name, {}))]
+                 for b in baselines}
+        col["steps"] = steps
+        lines.append("| steps at the last eval (per trial) | " +
+                     " | ".join("/".join("?" if n is None else str(n) for n in steps[b])
+                                for b in baselines) + " | |")
         record["columns"].append(col)
 
     lines.append("\nRanking stability (Kendall's tau-b at levels 0 / 1 / 2; 1: the same "
