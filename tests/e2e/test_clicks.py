@@ -18,7 +18,7 @@ import subprocess
 
 import apftest
 from test_run import RunCase
-from test_seal import HEAD, NO_INIT, scan_code, scan_found
+from test_seal import NO_INIT, HostileWorkload, scan_code, scan_found
 
 GEN = os.path.join(os.path.dirname(apftest.APF), "datagen", "clicks")
 
@@ -77,8 +77,9 @@ def table_rows(path, first, count):
     return d[head + first * nd * 4:head + (first + count) * nd * 4], n
 
 
-class Clicks(RunCase):
+class Clicks(HostileWorkload, RunCase):
     metric = "log_loss"
+    workload = "clicks_tiny"
 
     def setUp(self):
         super().setUp()
@@ -187,33 +188,6 @@ class Clicks(RunCase):
         end = [x for x in recs if x["event"] == "trial_end"][0]
         self.assertFalse(end["failed"], end)
         self.assertEqual(scan_found(self, run, end), ("1", "0", "0"))
-
-    def pack_hostile(self, name, code):
-        sub = self.path(name)
-        self.write(f"{name}/submission.ini",
-                   f"[submission]\nname = {name}\nauthors = tests\nruleset = self\n"
-                   "[tuning]\nstudies = 1\n")
-        self.write(f"{name}/submission.c", HEAD + code)
-        entry = self.path(f"{name}.apf")
-        self.ok("pack", sub, "-w", "clicks_tiny", "-o", entry)
-        return entry
-
-    def hostile_open(self, name, path):
-        self.ok("keygen")
-        entry = self.pack_hostile(name, NO_INIT + r"""
-static void step_hook(apf_ctx *c, int64_t s) { (void)c;
-	if (s != 3) return;
-	int fd = open("@PATH@", O_RDONLY);
-	char buf[64]; if (fd >= 0 && read(fd, buf, sizeof buf) > 0) puts("read it"); }
-""".replace("@PATH@", path))
-        run = self.path("run")
-        r = self.apf("run", entry, "-o", run, "--study", "0", "--trial", "1", timeout=300)
-        self.assertEqual(r.rc, 3, r)
-        recs = self.check_run(run)
-        faults = [x for x in recs if x["event"] == "sandbox_fault"]
-        self.assertEqual([f["kind"] for f in faults], ["path"], recs)
-        self.assertIn(os.path.basename(path), faults[0]["detail"])
-        self.ok("verify", run)
 
     def test_reading_the_validation_table_is_a_fault(self):
         self.hostile_open("read_validation", os.path.join(self.data, "validation.tab"))

@@ -133,6 +133,39 @@ def scan_found(case, run, end):
     return m.group(2, 3, 4)
 
 
+class HostileWorkload:
+    """A RunCase's hostile submissions on its own test workload
+    (self.workload): packed, and run to show that opening a file the trial
+    must not read is a sandbox fault."""
+
+    def pack_hostile(self, name, code):
+        sub = self.path(name)
+        self.write(f"{name}/submission.ini",
+                   f"[submission]\nname = {name}\nauthors = tests\nruleset = self\n"
+                   "[tuning]\nstudies = 1\n")
+        self.write(f"{name}/submission.c", HEAD + code)
+        entry = self.path(f"{name}.apf")
+        self.ok("pack", sub, "-w", self.workload, "-o", entry)
+        return entry
+
+    def hostile_open(self, name, path):
+        self.ok("keygen")
+        entry = self.pack_hostile(name, NO_INIT + r"""
+static void step_hook(apf_ctx *c, int64_t s) { (void)c;
+	if (s != 3) return;
+	int fd = open("@PATH@", O_RDONLY);
+	char buf[64]; if (fd >= 0 && read(fd, buf, sizeof buf) > 0) puts("read it"); }
+""".replace("@PATH@", path))
+        run = self.path("run")
+        r = self.apf("run", entry, "-o", run, "--study", "0", "--trial", "1", timeout=300)
+        self.assertEqual(r.rc, 3, r)
+        recs = self.check_run(run)
+        faults = [x for x in recs if x["event"] == "sandbox_fault"]
+        self.assertEqual([f["kind"] for f in faults], ["path"], recs)
+        self.assertIn(os.path.basename(path), faults[0]["detail"])
+        self.ok("verify", run)
+
+
 class Seal(RunCase):
     def run_hostile(self, name, code, *extra):
         self.ok("keygen")

@@ -18,7 +18,7 @@ import subprocess
 
 import apftest
 from test_run import RunCase
-from test_seal import HEAD, NO_INIT, scan_code, scan_found
+from test_seal import NO_INIT, HostileWorkload, scan_code, scan_found
 
 GEN = os.path.join(os.path.dirname(apftest.APF), "datagen", "text")
 
@@ -93,8 +93,9 @@ def windows(path):
     return nc, [tuple(cat[i * nc:(i + 1) * nc]) for i in range(n)]
 
 
-class Text(RunCase):
+class Text(HostileWorkload, RunCase):
     metric = "cross_entropy"
+    workload = "text_tiny"
 
     def setUp(self):
         super().setUp()
@@ -205,16 +206,6 @@ class Text(RunCase):
         self.assertAlmostEqual(times["text_tiny"],
                                first["accumulated_submission_ns"] / 1e9, places=6)
 
-    def pack_hostile(self, name, code):
-        sub = self.path(name)
-        self.write(f"{name}/submission.ini",
-                   f"[submission]\nname = {name}\nauthors = tests\nruleset = self\n"
-                   "[tuning]\nstudies = 1\n")
-        self.write(f"{name}/submission.c", HEAD + code)
-        entry = self.path(f"{name}.apf")
-        self.ok("pack", sub, "-w", "text_tiny", "-o", entry)
-        return entry
-
     def test_trial_holds_the_training_windows_alone(self):
         if os.environ.get("APF_SANITIZED"):
             self.skipTest("under AddressSanitizer the trial's address space holds "
@@ -237,19 +228,4 @@ class Text(RunCase):
         self.assertEqual(scan_found(self, run, end), ("1", "0", "0"))
 
     def test_reading_the_validation_windows_is_a_fault(self):
-        self.ok("keygen")
-        path = os.path.join(self.data, "validation.tab")
-        entry = self.pack_hostile("read_validation", NO_INIT + r"""
-static void step_hook(apf_ctx *c, int64_t s) { (void)c;
-	if (s != 3) return;
-	int fd = open("@PATH@", O_RDONLY);
-	char buf[64]; if (fd >= 0 && read(fd, buf, sizeof buf) > 0) puts("read it"); }
-""".replace("@PATH@", path))
-        run = self.path("run")
-        r = self.apf("run", entry, "-o", run, "--study", "0", "--trial", "1", timeout=300)
-        self.assertEqual(r.rc, 3, r)
-        recs = self.check_run(run)
-        faults = [x for x in recs if x["event"] == "sandbox_fault"]
-        self.assertEqual([f["kind"] for f in faults], ["path"], recs)
-        self.assertIn("validation.tab", faults[0]["detail"])
-        self.ok("verify", run)
+        self.hostile_open("read_validation", os.path.join(self.data, "validation.tab"))
