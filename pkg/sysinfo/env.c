@@ -178,6 +178,29 @@ static json_t *cuda_runtime_version(void)
 	return j;
 }
 
+/* cublasGetProperty's major.minor.patch, "13.1.0"; null without cuBLAS
+ * (no handle needed, so no device either). */
+static json_t *cublas_version(void)
+{
+	static const char *const names[] = {"libcublas.so", "libcublas.so.13",
+					    "libcublas.so.12", NULL};
+	void *h = dlopen_any(names);
+	if (!h)
+		return json_null();
+	/* cublasGetProperty(libraryPropertyType, int *): MAJOR_VERSION 0,
+	 * MINOR_VERSION 1, PATCH_LEVEL 2. */
+	int (*get)(int, int *) = (int (*)(int, int *))dlsym(h, "cublasGetProperty");
+	int v[3];
+	json_t *j = json_null();
+	if (get && !get(0, &v[0]) && !get(1, &v[1]) && !get(2, &v[2])) {
+		char s[48];
+		snprintf(s, sizeof s, "%d.%d.%d", v[0], v[1], v[2]);
+		j = json_string(s);
+	}
+	dlclose(h);
+	return j;
+}
+
 /* cudnnGetVersion, "9.1.0"; null without cuDNN. */
 static json_t *cudnn_version(void)
 {
@@ -221,6 +244,9 @@ static void gpu_records(json_t **gpus, json_t **cuda)
 		int (*mem)(void *, nvml_memory *) =
 			(int (*)(void *, nvml_memory *))dlsym(
 				h, "nvmlDeviceGetMemoryInfo");
+		int (*cc)(void *, int *, int *) =
+			(int (*)(void *, int *, int *))dlsym(
+				h, "nvmlDeviceGetCudaComputeCapability");
 		if (init && shutdown && drv && count && handle && name && mem &&
 		    init() == 0) {
 			unsigned n = 0;
@@ -236,24 +262,36 @@ static void gpu_records(json_t **gpus, json_t **cuda)
 					continue;
 				name(dev, nm, sizeof nm);
 				mem(dev, &m);
+				int major = 0, minor = 0;
+				char cap[32] = "";
+				if (cc && cc(dev, &major, &minor) == 0)
+					snprintf(cap, sizeof cap, "%d.%d", major,
+						 minor);
 				json_array_append_new(
-					*gpus, json_pack("{s:s, s:I}", "name", nm,
-							 "memory_bytes",
-							 (json_int_t)m.total));
+					*gpus,
+					json_pack("{s:s, s:I, s:o}", "name", nm,
+						  "memory_bytes", (json_int_t)m.total,
+						  "compute_capability",
+						  cap[0] ? json_string(cap)
+							 : json_null()));
 			}
 			shutdown();
 		}
 		dlclose(h);
 	}
-	json_t *runtime = cuda_runtime_version(), *cudnn = cudnn_version();
-	if (driver[0] || !json_is_null(runtime) || !json_is_null(cudnn)) {
+	json_t *runtime = cuda_runtime_version(), *cudnn = cudnn_version(),
+	       *cublas = cublas_version();
+	if (driver[0] || !json_is_null(runtime) || !json_is_null(cudnn) ||
+	    !json_is_null(cublas)) {
 		json_decref(*cuda);
-		*cuda = json_pack("{s:o, s:o, s:o}", "driver",
+		*cuda = json_pack("{s:o, s:o, s:o, s:o}", "driver",
 				  driver[0] ? json_string(driver) : json_null(),
-				  "runtime", runtime, "cudnn", cudnn);
+				  "runtime", runtime, "cublas", cublas, "cudnn",
+				  cudnn);
 	} else {
 		json_decref(runtime);
 		json_decref(cudnn);
+		json_decref(cublas);
 	}
 }
 
@@ -333,7 +371,9 @@ int apf_env_capture(json_t **out)
 
 /* ---- validation ------------------------------------------------------------ */
 
-enum kind { K_STR, K_INT, K_OBJ, K_ARR, K_STR_OR_NULL, K_OBJ_OR_NULL, K_ISA };
+/* K_OPT_STR_OR_NULL: absent in records made before the field was. */
+enum kind { K_STR, K_INT, K_OBJ, K_ARR, K_STR_OR_NULL, K_OBJ_OR_NULL, K_ISA,
+	    K_OPT_STR_OR_NULL };
 
 struct field {
 	const char *name;
@@ -376,6 +416,9 @@ static int check_fields(const json_t *o, const char *where,
 		case K_STR_OR_NULL:
 			ok = json_is_string(x) || json_is_null(x);
 			break;
+		case K_OPT_STR_OR_NULL:
+			ok = !x || json_is_string(x) || json_is_null(x);
+			break;
 		case K_ISA:
 			ok = !x || (json_is_string(x) &&
 				    apf_cpu_isa_choose(&isa, json_string_value(x),
@@ -414,9 +457,11 @@ int apf_env_validate(const json_t *env)
 		{"name", K_STR},   {"version", K_STR}, {"config", K_STR},
 		{"core", K_STR},   {"threads", K_INT}, {NULL, 0}};
 	static const struct field gpu[] = {
-		{"name", K_STR}, {"memory_bytes", K_INT}, {NULL, 0}};
+		{"name", K_STR}, {"memory_bytes", K_INT},
+		{"compute_capability", K_OPT_STR_OR_NULL}, {NULL, 0}};
 	static const struct field cuda[] = {{"driver", K_STR_OR_NULL},
 					    {"runtime", K_STR_OR_NULL},
+					    {"cublas", K_OPT_STR_OR_NULL},
 					    {"cudnn", K_STR_OR_NULL},
 					    {NULL, 0}};
 	int rc = check_fields(env, "environment", top);
