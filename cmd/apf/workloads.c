@@ -91,8 +91,9 @@ static void print_text(const struct info *in)
 	printf("  budget cpu: %g s, eval every %g s", w->cpu.max_runtime_s,
 	       w->cpu.eval_period_s);
 	if (w->gpu.max_runtime_s > 0)
-		printf("; gpu: %g s, eval every %g s", w->gpu.max_runtime_s,
-		       w->gpu.eval_period_s);
+		printf("; gpu: %g s, eval every %g s%s", w->gpu.max_runtime_s,
+		       w->gpu.eval_period_s,
+		       w->gpu.provisional ? " (provisional)" : "");
 	/* The path as the kernel resolves it where it exists (an ini's
 	 * "../../datasets/x" reads badly), else as the ini gives it. */
 	char *real = realpath(w->dataset_path, NULL);
@@ -119,8 +120,9 @@ static json_t *budget_json(const struct apf_budget *b)
 {
 	if (b->max_runtime_s <= 0)
 		return json_null();
-	return json_pack("{s:f, s:f}", "max_runtime_s", b->max_runtime_s,
-			 "eval_period_s", b->eval_period_s);
+	return json_pack("{s:f, s:f, s:b}", "max_runtime_s", b->max_runtime_s,
+			 "eval_period_s", b->eval_period_s, "provisional",
+			 b->provisional);
 }
 
 /* The count of model v (0 base, then the variants), null when not known

@@ -163,7 +163,8 @@ static int dup_req(const apf_config *c, const char *s, const char *k,
 static int load_budget(const apf_config *c, const char *section,
 		       struct apf_budget *b, int required)
 {
-	static const char *const keys[] = {"max_runtime_s", "eval_period_s", NULL};
+	static const char *const keys[] = {"max_runtime_s", "eval_period_s",
+					   "provisional", NULL};
 	if (!apf_config_has_section(c, section)) {
 		if (required)
 			return apf_error(APF_EINPUT, apf_config_name(c),
@@ -177,6 +178,9 @@ static int load_budget(const apf_config *c, const char *section,
 	if (!rc)
 		rc = apf_config_double(c, section, "eval_period_s",
 				       &b->eval_period_s);
+	if (!rc)
+		rc = apf_config_opt_bool(c, section, "provisional",
+					 &b->provisional);
 	if (!rc && b->max_runtime_s <= 0)
 		rc = apf_config_error(c, section, "max_runtime_s",
 				      "must be positive");

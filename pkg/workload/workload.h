@@ -52,6 +52,9 @@
 struct apf_budget {
 	double max_runtime_s;
 	double eval_period_s;
+	/* provisional = true: set by hand, not yet derived by timing the
+	 * baselines on the device (apf workloads says so) */
+	int provisional;
 };
 
 struct apf_workload_variant {

@@ -70,6 +70,10 @@ class Workloads(unittest.TestCase):
                             w["budget"]["cpu"]["max_runtime_s"])
             self.assertEqual(w["dataset"]["digest"],
                              "6eeb8e27457c005dce8106105de6cb2b03d7eb4fccbf90435c38f283cc7c0442")
+        for w in doc["workloads"]:
+            # No GPU budget is derived yet: each says so, the CPU's never.
+            self.assertIs(w["budget"]["gpu"]["provisional"], True, w["name"])
+            self.assertIs(w["budget"]["cpu"]["provisional"], False, w["name"])
         # 784-1024-1024-10 with biases
         self.assertEqual(by["fmnist_mlp"]["parameters"],
                          784 * 1024 + 1024 + 1024 * 1024 + 1024 + 1024 * 10 + 10)
@@ -87,9 +91,28 @@ class Workloads(unittest.TestCase):
         self.assertIn(f"targets: validation {val}, test {test}\n", p.stdout)
         self.assertIn(f"silu         activation = silu; 77754 parameters; targets {val} / {test}",
                       p.stdout)
-        self.assertIn("budget cpu: 600 s, eval every 30 s", p.stdout)
+        self.assertIn("budget cpu: 600 s, eval every 30 s; gpu: 120 s, eval every 10 s "
+                      "(provisional)", p.stdout)
         self.assertIn("silu", p.stdout)
         self.assertNotIn("fmnist_mlp", p.stdout)
+
+    def test_a_budget_marked_other_than_true_or_false_is_a_one_line_error(self):
+        d = tempfile.mkdtemp()
+        try:
+            shutil.copytree(os.path.join(ROOT, "workloads", "fmnist_mlp"),
+                            os.path.join(d, "fmnist_mlp"))
+            ini = os.path.join(d, "fmnist_mlp", "workload.ini")
+            with open(ini) as f:
+                text = f.read()
+            with open(ini, "w") as f:
+                f.write(text.replace("provisional = true", "provisional = maybe"))
+            p = apf("workloads", "fmnist_mlp", env={"APF_WORKLOADS_DIR": d})
+            self.assertNotEqual(p.returncode, 0)
+            self.assertEqual(len(p.stderr.splitlines()), 1, p.stderr)
+            self.assertIn("provisional", p.stderr)
+            self.assertIn("expected true or false, got 'maybe'", p.stderr)
+        finally:
+            shutil.rmtree(d)
 
     def test_unknown_workload_is_a_one_line_error(self):
         p = apf("workloads", "nope")
