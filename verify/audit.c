@@ -405,7 +405,9 @@ static int replay(struct audit *a, const struct apf_verify_kept *k, size_t c,
 	if (!rc && ready && w == APF_HOST_TIMEOUT)
 		rc = apf_error(APF_EVERIFY, "replay", "no report within 30 minutes");
 	if (!rc && ready && w == APF_HOST_REPORT) {
-		*replayed_ns = apf_now_ns() - t_go;
+		uint64_t report_ns, copy_ns;
+		apf_host_report_times(h, &report_ns, &copy_ns);
+		*replayed_ns = report_ns - t_go;
 		if (!apf_host_freeze(h))
 			ready = 0;
 		else if (step != (int64_t)to->global_step)

@@ -20,7 +20,9 @@
  *     the blocks; an eval is due when eval_period_ns has passed since the
  *     last eval ended (or the resume) - only the final eval of a trial that
  *     ended (budget, targets, complete, max_steps) may come earlier.
- *   eval k: starts at step_block k's end; accumulated eval time is the sum
+ *   eval k: starts at step_block k's end; its copy window (copy_ns, 0 when
+ *     absent) lies inside it, and what exceeds APF_COPY_ALLOWANCE_NS is
+ *     added to the submission time; accumulated eval time is the sum
  *     of the evals, logging time the sum of the gaps from each eval's end
  *     to the next block's start; total = the three sums; global_step is
  *     the block's last step, never past max_steps; the target flags are
@@ -43,6 +45,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "wire/wire.h"
 
 /* ---- the form of each record (worker threads) ----------------------------- */
 
@@ -896,7 +900,8 @@ static int eval(struct vx *v, struct vx_unit *u,
 		return fail_here(v, u, r, s, "an eval %s", state_name(u->state));
 	uint64_t index = s->u[0], step = s->u[1], start = s->u[2],
 		 end = s->u[3], acc_sub = s->u[4], acc_ev = s->u[5],
-		 acc_log = s->u[6], total = s->u[7], pre = s->u[8];
+		 acc_log = s->u[6], total = s->u[7], pre = s->u[8],
+		 copy = s->u[10];
 	int vmet = !!(s->flags & 1), tmet = !!(s->flags & 2);
 	if (index != u->k)
 		return fail_here(v, u, r, s,
@@ -922,6 +927,14 @@ static int eval(struct vx *v, struct vx_unit *u,
 				 "written at t_ns %" PRIu64 ", before the eval "
 				 "ended (%" PRIu64 ")",
 				 r->t_ns, end);
+	if (copy > end - start)
+		return fail_here(v, u, r, s,
+				 "copy_ns %" PRIu64 " is longer than the eval "
+				 "(%" PRIu64 " ns)",
+				 copy, end - start);
+	/* The copy window beyond the allowance is the submission's. */
+	if (__builtin_add_overflow(u->sub, apf_copy_charge_ns(copy), &u->sub))
+		return fail_here(v, u, r, s, "submission time overflows");
 	uint64_t ev, sum;
 	if (__builtin_add_overflow(u->ev, end - start, &ev) || acc_ev != ev)
 		return fail_here(v, u, r, s,
@@ -931,7 +944,8 @@ static int eval(struct vx *v, struct vx_unit *u,
 	if (acc_sub != u->sub)
 		return fail_here(v, u, r, s,
 				 "accumulated_submission_ns %" PRIu64 " differs "
-				 "from the sum of its step blocks %" PRIu64,
+				 "from the sum of its step blocks and copy "
+				 "charges %" PRIu64,
 				 acc_sub, u->sub);
 	if (acc_log != u->log)
 		return fail_here(v, u, r, s,

@@ -45,7 +45,7 @@ struct vx_slot {
 	int32_t unit;      /* index into vx.units; -1 none or null, -2 unknown */
 	uint32_t unit_tok; /* the unit field's token */
 	uint32_t vm_tok, tm_tok;
-	uint64_t u[10];    /* integer fields, by the field table's slot */
+	uint64_t u[11];    /* integer fields, by the field table's slot */
 	double d[2];       /* trial_start: the targets */
 	uint32_t tok[4];   /* tokens of fields read in order (strings,
 			    * hparams, metrics) */

@@ -6,6 +6,14 @@
  * the train subset, the validation and the test split, and answers one JSON
  * line of metrics. The same code re-evaluates checkpoints for the verifier
  * (apf_eval_arena).
+ *
+ * It computes on the CPU whatever device the trial trains on: a CUDA
+ * trial's parameters reach the shared arena in its copy window
+ * (apf_trial_snapshot), and from there on everything a result rests on -
+ * the metrics, the checkpoint, the target decision - is the CPU reference
+ * path, which the verifier's --reeval repeats bit for bit on any machine.
+ * A GPU evaluator would be faster, and an auditor without that GPU could
+ * only compare its metrics within a tolerance.
  */
 #include "eval/eval.h"
 

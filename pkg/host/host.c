@@ -68,6 +68,7 @@ struct apf_host {
 	apf_sandbox *sb;
 	uint64_t next_due;
 	int eval_now_asked;   /* o.eval_now said yes (once per host) */
+	uint64_t report_ns, copy_ns; /* the last report's (apf_host_report_times) */
 	uint64_t init_ns, submission_init_ns;
 	int64_t batch;
 	const char *end_kind;
@@ -643,6 +644,58 @@ static void trial_gone(apf_host *h, const char *error_line)
 #define TRIAL_WORKLOADS "/apf/workloads"
 #define TRIAL_UNIT "/apf/unit"
 #define TRIAL_SCRATCH "/apf/scratch"
+#define TRIAL_CUDA_PLUGIN "/apf/bin/lib/apf-cuda.so" /* beside TRIAL_EXE */
+#define CUDA_MAX_NODES 20
+
+/* What a CUDA trial needs beyond a CPU one, and nothing more: the NVIDIA
+ * device nodes (the control node, the unified-memory node and one per
+ * GPU, bound read-write: the driver's interface is ioctl and mmap on
+ * them, which the filter leaves to the kernel's own permission checks),
+ * the plugin (copied, where the loader looks beside the sealed binary),
+ * and read access to what the driver library reads at cuInit: its
+ * parameters and capabilities under /proc/driver/nvidia, /proc/devices
+ * (the major numbers) and the PCI tree of sysfs, which is not mounted and
+ * so reads as absent. The CUDA runtime and the driver library come from
+ * /usr, which every trial has. Their threads and device memory are made in
+ * the set-up phase (apf __trial creates the context before it asks for
+ * the lock); the locked phase forbids new threads for CUDA as for BLAS.
+ * No RLIMIT_AS: the driver reserves address space far beyond what it
+ * maps (unified memory), so only a cgroup can hold a CUDA trial's host
+ * memory (apf_sandbox_memory_mechanism says which one did). cuda_mounts
+ * adds the mounts to m (names and plugin hold their paths) or returns an
+ * error. */
+static const struct apf_sandbox_path cuda_paths[] = {
+	{"/proc/driver/nvidia", APF_SANDBOX_READ},
+	{"/proc/devices", APF_SANDBOX_READ},
+	{"/sys/bus/pci", APF_SANDBOX_READ},
+	{"/sys/devices", APF_SANDBOX_READ},
+	{"/sys/module/nvidia", APF_SANDBOX_READ},
+};
+
+static int cuda_mounts(int sealed, struct apf_sandbox_mount *m, size_t *nm,
+		       char names[][40], char *plugin, size_t plen)
+{
+	char why[512];
+	if (apf_cuda_plugin_path(plugin, plen, why, sizeof why))
+		return apf_error(APF_EINPUT, "trial", "--device cuda: %s", why);
+	m[(*nm)++] = (struct apf_sandbox_mount){
+		plugin, sealed ? TRIAL_CUDA_PLUGIN : NULL, APF_SANDBOX_READ, 0,
+		sealed};
+	int k = 0;
+	snprintf(names[k++], 40, "/dev/nvidiactl");
+	snprintf(names[k++], 40, "/dev/nvidia-uvm");
+	for (int g = 0; k < CUDA_MAX_NODES; g++) {
+		char p[40];
+		snprintf(p, sizeof p, "/dev/nvidia%d", g);
+		if (access(p, F_OK))
+			break;
+		snprintf(names[k++], 40, "%s", p);
+	}
+	for (int i = 0; i < k; i++)
+		m[(*nm)++] = (struct apf_sandbox_mount){
+			names[i], NULL, APF_SANDBOX_WRITE, i == 1, 0};
+	return 0;
+}
 
 static int spawn_trial(apf_host *h)
 {
@@ -699,9 +752,10 @@ static int spawn_trial(apf_host *h)
 	const char *envp[] = {threads.data, home.data, "PATH=/usr/bin:/bin",
 			      "LC_ALL=C", isa_env, blas_env, ASAN_ENV, NULL};
 	struct apf_sandbox_config c;
-	struct apf_sandbox_mount m[NSYS + 8];
+	struct apf_sandbox_mount m[NSYS + 8 + CUDA_MAX_NODES];
 	size_t nm;
 	base_config(h, &c, m, &nm, envp);
+	int cuda = !strcmp(o->device, "cuda");
 	/* No dataset is mounted: the training split comes as APF_FD_TRAIN.
 	 * The binary, the trial's own workload spec and the unit's files are
 	 * copies, so that not even the mount table's root column names their
@@ -720,6 +774,13 @@ static int spawn_trial(apf_host *h)
 	m[nm++] = (struct apf_sandbox_mount){o->work,
 					     o->sealed ? TRIAL_UNIT : NULL,
 					     APF_SANDBOX_READ, 0, o->sealed};
+	char cuda_nodes[CUDA_MAX_NODES][40], plugin[PATH_MAX];
+	if (!rc && cuda) {
+		rc = cuda_mounts(o->sealed, m, &nm, cuda_nodes, plugin,
+				 sizeof plugin);
+		c.paths = cuda_paths;
+		c.npaths = sizeof cuda_paths / sizeof cuda_paths[0];
+	}
 	c.nmounts = nm;
 	c.argv = argv;
 	c.cwd = scratch;
@@ -734,7 +795,7 @@ static int spawn_trial(apf_host *h)
 	c.nfds = logfd >= 0 ? 6 : 4;
 	uint64_t limit = apf_host_memory_limit(h);
 	c.limits = (struct apf_sandbox_limits){
-		.address_space = UNDER_ASAN ? 0 : limit,
+		.address_space = UNDER_ASAN || cuda ? 0 : limit,
 		/* One limit that counts everything the trial can hold (its
 		 * memfds, scratch and page cache too) where a cgroup can be
 		 * had; apf_sandbox_memory_mechanism says which, logged. */
@@ -945,10 +1006,18 @@ int apf_host_next(apf_host *h, uint64_t deadline_ns, int64_t *step,
 {
 	char line[APF_LINE_MAX];
 	struct apf_proto_msg m;
+	int copying = 0;
 	do {
-		int w = await_line(h, line, sizeof line, deadline_ns, 1);
+		int w = await_line(h, line, sizeof line, deadline_ns, !copying);
+		uint64_t now = apf_now_ns();
 		if (w < 0)
 			return w;
+		if (w == 0 && copying && !interrupted(h)) {
+			apf_host_end(h, "timeout", "the trial reported an eval "
+						   "but did not copy its arena "
+						   "within the budget");
+			return APF_HOST_ENDED;
+		}
 		if (w == 0)
 			return APF_HOST_TIMEOUT;
 		if (w == 2)
@@ -964,10 +1033,24 @@ int apf_host_next(apf_host *h, uint64_t deadline_ns, int64_t *step,
 		}
 		if (m.kind == APF_PROTO_WARN && h->o.warn)
 			h->o.warn(h->o.user, m.text);
-	} while (m.kind == APF_PROTO_WARN);
-	*step = m.step;
-	*why = m.why;
+		if (m.kind == APF_PROTO_EVAL) {
+			*step = m.step;
+			*why = m.why;
+			h->report_ns = now;
+			copying = 1;
+		} else if (m.kind == APF_PROTO_COPIED) {
+			h->copy_ns = now - h->report_ns;
+			copying = 0;
+		}
+	} while (m.kind != APF_PROTO_COPIED);
 	return APF_HOST_REPORT;
+}
+
+void apf_host_report_times(const apf_host *h, uint64_t *report_ns,
+			   uint64_t *copy_ns)
+{
+	*report_ns = h->report_ns;
+	*copy_ns = h->copy_ns;
 }
 
 int apf_host_freeze(apf_host *h)

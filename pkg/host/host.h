@@ -153,9 +153,16 @@ enum {
 	APF_HOST_ENDED = 2,   /* the trial ended (apf_host_ending) */
 };
 /* Waits for the trial's next report until deadline_ns (0: none): *step
- * and *why are the report's. Or an error of the host. */
+ * and *why are the report's. A report is the eval line and the "copied"
+ * that follows it (the trial bringing the shared arena up to date); the
+ * deadline holds for both. Or an error of the host. */
 int apf_host_next(apf_host *h, uint64_t deadline_ns, int64_t *step,
 		  enum apf_proto_why *why);
+/* When the last report's eval line arrived (the end of the submission's
+ * interval) and how long its copy took after that, on apf_now_ns's
+ * clock. */
+void apf_host_report_times(const apf_host *h, uint64_t *report_ns,
+			   uint64_t *copy_ns);
 
 /* Freezes the trial (every thread) and checks the shared memory's size
  * and seals, so that reading the arena is safe. 1: frozen; 0: it ended. */

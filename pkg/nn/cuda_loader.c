@@ -40,8 +40,7 @@ static void exe_dir(char *dir, size_t n)
 		*slash = 0;
 }
 
-/* The plugin's path in path, 0; or nonzero, the reason in why. */
-static int plugin_path(char *path, size_t n, char *why, size_t wn)
+int apf_cuda_plugin_path(char *path, size_t n, char *why, size_t wn)
 {
 	const char *env = getenv("APF_CUDA_PLUGIN");
 	if (env && env[0]) {
@@ -89,7 +88,7 @@ static int load(apf_backend **out, char *why, size_t wn)
 {
 	*out = NULL;
 	char path[PATH_MAX + 32];
-	if (plugin_path(path, sizeof path, why, wn))
+	if (apf_cuda_plugin_path(path, sizeof path, why, wn))
 		return -1;
 	void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
 	if (!h) {

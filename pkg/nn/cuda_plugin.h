@@ -20,7 +20,7 @@
 #include "nn/nn.h"
 
 #define APF_CUDA_PLUGIN_SYMBOL "apf_cuda_plugin_new"
-#define APF_CUDA_PLUGIN_ABI 1
+#define APF_CUDA_PLUGIN_ABI 2
 
 /* apf_cuda_plugin_new's results besides 0. */
 enum {

@@ -73,6 +73,9 @@ typedef struct apf_backend apf_backend;
 struct apf_backend {
 	const char *name; /* "cpu", "cuda" */
 	int threads;      /* compute threads, pinned at creation */
+	/* 1: what alloc returns is the device's memory, which the host reaches
+	 * through upload and download only (cuda); 0: host memory (cpu). */
+	int device_memory;
 
 	/* ---- memory ---- */
 	int (*alloc)(apf_backend *be, size_t nbytes, void **out); /* zeroed */
@@ -385,6 +388,10 @@ int apf_backend_cuda_new(apf_backend **out, int threads);
  * leaves no CUDA state in the caller: it asks in a child process (fork, so
  * call it before the caller starts threads). */
 int apf_cuda_probe(char *what, size_t n);
+/* The CUDA plugin's path as apf_backend_cuda_new looks for it ($APF_CUDA_PLUGIN,
+ * beside the executable, the installed tree) in path, 0; or nonzero with
+ * the reason in why. For the runner, which hands it into the sandbox. */
+int apf_cuda_plugin_path(char *path, size_t n, char *why, size_t wn);
 /* Any backend, by its own destroy. */
 void apf_backend_free(apf_backend *be);
 

@@ -91,6 +91,9 @@ static const struct apf_event_field f_eval[] = {
 	FLD("validation_target_met", APF_F_BOOL, REQ, 0, NULL),
 	FLD("test_target_met", APF_F_BOOL, REQ, 1, NULL),
 	FLD("checkpoint", APF_F_CKPT, REQ, 1, NULL),
+	/* The copy window after the eval report (runner.h); absent in logs
+	 * from before it, read as 0. */
+	FLD("copy_ns", APF_F_U64, OPT, 10, NULL),
 	END};
 static const struct apf_event_field f_sandbox_fault[] = {
 	UNIT_FIELD,

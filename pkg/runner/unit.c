@@ -5,8 +5,13 @@
  * evaluated through pkg/eval, which the verifier's audits use too.
  *
  * Timing is the supervisor's: a running interval starts when the trial is
- * resumed after "go" and ends when its "eval" report arrives; evaluation
- * and logging happen while the trial is frozen and are accounted apart.
+ * resumed after "go" and ends when its "eval" report arrives (the trial
+ * waits for its device before reporting); evaluation and logging happen
+ * while the trial is frozen and are accounted apart. Between the report and
+ * "copied" the trial brings the shared arena up to date (a download from
+ * the device; nothing on the CPU): that window is the eval's, up to
+ * APF_COPY_ALLOWANCE_NS, and what it lasts beyond is charged to the
+ * submission, since the trial runs unfrozen there.
  */
 #include "runner/runner.h"
 
@@ -45,6 +50,7 @@ struct unit {
 	uint64_t sub_ns, eval_ns, log_ns;
 	int64_t evals, global_step, preemptions;
 	uint64_t interval_start, last_eval_end;
+	uint64_t copy_ns; /* the last eval's copy window */
 	int64_t time_to_target_ns;
 	int ended;
 	int preempted; /* checkpointed at a preemption's eval and stopped */
@@ -242,7 +248,7 @@ static json_t *eval_record(const struct unit *u, int64_t step, uint64_t t_end,
 	snprintf(ck, sizeof ck, "ckpt/%lld.bin", (long long)u->evals);
 	return json_pack(
 		"{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:O, s:b, s:b, "
-		"s:{s:s, s:s, s:I}}",
+		"s:{s:s, s:s, s:I}, s:I}",
 		"index", (json_int_t)u->evals, "global_step", (json_int_t)step,
 		"start_ns", (json_int_t)t_end, "end_ns", (json_int_t)eval_end,
 		"accumulated_submission_ns", (json_int_t)u->sub_ns,
@@ -252,7 +258,7 @@ static json_t *eval_record(const struct unit *u, int64_t step, uint64_t t_end,
 		"preemption_count", (json_int_t)u->preemptions, "metrics", m,
 		"validation_target_met", val_met, "test_target_met", test_met,
 		"checkpoint", "file", ck, "sha256", hex, "bytes",
-		(json_int_t)bytes);
+		(json_int_t)bytes, "copy_ns", (json_int_t)u->copy_ns);
 }
 
 /* Eval k's record (its metrics' target flags, time to target), the
@@ -292,11 +298,11 @@ static int record_eval(struct unit *u, int64_t step, uint64_t t_end,
 }
 
 /* One eval point: the trial has reported `step` (accepted by the protocol)
- * for reason `why`. Returns 1 when the trial goes on, 0 when the unit
- * ended (u->ended, or the host's ending for record_ending), or an error of
- * the run itself. */
+ * for reason `why` at t_end and copied its arena in copy_ns. Returns 1 when
+ * the trial goes on, 0 when the unit ended (u->ended, or the host's ending
+ * for record_ending), or an error of the run itself. */
 static int eval_point(struct unit *u, int64_t step, enum apf_proto_why why,
-		      uint64_t t_end)
+		      uint64_t t_end, uint64_t copy_ns)
 {
 	if (!apf_host_freeze(u->host))
 		return 0;
@@ -311,6 +317,9 @@ static int eval_point(struct unit *u, int64_t step, enum apf_proto_why why,
 	if (rc)
 		return rc;
 	u->global_step = step;
+	/* The block record holds the blocks' sum; the eval's, the charge too. */
+	u->copy_ns = copy_ns;
+	u->sub_ns += apf_copy_charge_ns(copy_ns);
 	/* Evaluate the frozen arena. */
 	json_t *m;
 	char err[600] = "";
@@ -666,7 +675,9 @@ static int train(struct unit *u)
 		int64_t step = 0;
 		enum apf_proto_why why = APF_WHY_DUE;
 		int w = apf_host_next(u->host, deadline, &step, &why);
-		uint64_t t_end = apf_now_ns();
+		uint64_t t_end = apf_now_ns(), copy_ns = 0;
+		if (w == APF_HOST_REPORT)
+			apf_host_report_times(u->host, &t_end, &copy_ns);
 		if (w < 0)
 			return w;
 		if (u->warn_rc)
@@ -678,7 +689,7 @@ static int train(struct unit *u)
 				     "no eval report within the budget (a step "
 				     "ran past it)");
 		else if (w == APF_HOST_REPORT &&
-			 (rc = eval_point(u, step, why, t_end)) > 0)
+			 (rc = eval_point(u, step, why, t_end, copy_ns)) > 0)
 			rc = 0;
 		if (!rc && !u->ended && apf_host_ending(u->host, NULL))
 			rc = record_ending(u);

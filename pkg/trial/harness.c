@@ -15,6 +15,15 @@
  * call into a failed trial with that message; later operations do nothing.
  * A misbehaving submission therefore fails cleanly instead of corrupting
  * the harness's memory through it.
+ *
+ * On a backend with device memory (cuda) the arena has a working copy on
+ * the device, laid out as the shared one: parameters, model state and
+ * vector slots live there and every vector the submission holds points
+ * into it; the header and the scalar slots (which the submission reads and
+ * writes as host memory) stay in the shared arena. apf_trial_snapshot
+ * copies the device's parts into the shared arena, where the supervisor
+ * checkpoints and the evaluator reads; a trial resumed from a checkpoint
+ * uploads them first. On the CPU the shared arena is the working copy.
  */
 #include "trial/internal.h"
 
@@ -40,6 +49,7 @@ struct apf_trial {
 	const apf_hparams *hp;
 	struct apf_trial_info info;
 	char *arena;
+	char *work; /* where the vectors live: the arena, or its device copy */
 	size_t capacity;
 	struct apf_arena_header *h;
 	float *params, *state, *grads;
@@ -91,7 +101,7 @@ static int vec_ok(apf_trial *t, apf_vec v, const char *op)
 {
 	if (t->err)
 		return 0;
-	uintptr_t p = (uintptr_t)v.p, a = (uintptr_t)t->arena,
+	uintptr_t p = (uintptr_t)v.p, a = (uintptr_t)t->work,
 		  g = (uintptr_t)t->grads;
 	size_t bytes = v.n * sizeof(float);
 	int in_arena = p >= a + APF_ARENA_HEADER && p <= a + t->h->used &&
@@ -279,6 +289,8 @@ static struct apf_arena_slot *alloc_slot(apf_trial *t, const char *op,
 	s->offset = off;
 	s->n = n;
 	s->kind = kind;
+	/* A device copy is allocated zeroed and nothing writes past `used`
+	 * there (vectors end at it), so only the shared arena needs zeroing. */
 	memset(t->arena + off, 0, n * item);
 	t->h->used = off + n * item;
 	return s;
@@ -301,7 +313,7 @@ static int op_slot(apf_ctx *c, const char *name, size_t n, apf_vec *out)
 	}
 	if (t->err || !s)
 		return -1;
-	*out = (apf_vec){(float *)(t->arena + s->offset), s->n};
+	*out = (apf_vec){(float *)(t->work + s->offset), s->n};
 	return 0;
 }
 
@@ -657,6 +669,42 @@ void apf_objective_of_workload(struct apf_objective *o, apf_workload *wl)
 
 /* ---- the trial --------------------------------------------------------------- */
 
+/* Copies the device's parts of the arena (parameters and model state, then
+ * each vector slot) up to it (up) or down into the shared arena, and waits
+ * for the copy. The header says where they are: apf_arena_check has
+ * vouched for it, and only the harness wrote it since. */
+static int copy_arena(apf_trial *t, int up)
+{
+	if (t->work == t->arena)
+		return 0;
+	const struct apf_arena_header *h = t->h;
+	for (uint32_t i = 0; i < h->nslots + 2; i++) {
+		uint64_t off, bytes;
+		if (i < 2) {
+			off = i ? h->state_offset : h->params_offset;
+			bytes = (i ? h->state_floats : h->params_floats) *
+				sizeof(float);
+		} else if (h->slots[i - 2].kind == APF_SLOT_VECTOR) {
+			off = h->slots[i - 2].offset;
+			bytes = h->slots[i - 2].n * sizeof(float);
+		} else {
+			continue; /* a scalar: the shared arena's */
+		}
+		if (!bytes)
+			continue;
+		if (up)
+			t->be->upload(t->be, t->work + off, t->arena + off, bytes);
+		else
+			t->be->download(t->be, t->arena + off, t->work + off, bytes);
+	}
+	return t->be->sync(t->be);
+}
+
+int apf_trial_snapshot(apf_trial *t)
+{
+	return copy_arena(t, 0);
+}
+
 static int fail_from_ctx(apf_trial *t, const char *call)
 {
 	return apf_error(APF_EINPUT, "submission", "%s: %s", call, t->msg);
@@ -693,9 +741,17 @@ int apf_trial_new(apf_trial **out, const struct apf_objective *obj,
 		rc = apf_arena_format(arena, capacity, obj->param_floats,
 				      obj->state_floats);
 	}
+	t->work = t->arena;
+	if (!rc && be->device_memory) {
+		rc = be->alloc(be, capacity, (void **)&t->work);
+		if (rc)
+			t->work = NULL;
+		else if (t->h->initialized)
+			rc = copy_arena(t, 1); /* resumed: the checkpoint's state */
+	}
 	if (!rc) {
-		t->params = apf_arena_params(arena);
-		t->state = apf_arena_state(arena);
+		t->params = (float *)(t->work + t->h->params_offset);
+		t->state = (float *)(t->work + t->h->state_offset);
 		rc = be->alloc(be, (obj->param_floats ? obj->param_floats : 1) *
 					   sizeof(float),
 			       (void **)&t->grads);
@@ -743,6 +799,8 @@ void apf_trial_free(apf_trial *t)
 		hp_trial = NULL;
 	if (t->grads)
 		t->be->free(t->be, t->grads);
+	if (t->work && t->work != t->arena)
+		t->be->free(t->be, t->work);
 	free(t->hp_read);
 	free(t->pinfo);
 	free(t);
@@ -771,6 +829,8 @@ int apf_trial_init(apf_trial *t)
 		return apf_error(APF_EINPUT, "submission",
 				 "init_optimizer_state returned %d", r);
 	rc = t->be->sync(t->be);
+	if (!rc)
+		rc = copy_arena(t, 0); /* the initial state is checkpointed */
 	if (!rc)
 		t->h->initialized = 1;
 	return rc;

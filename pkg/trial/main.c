@@ -161,13 +161,18 @@ static int setup(struct tp *t)
 	if (t->arena == MAP_FAILED || t->ctl == MAP_FAILED)
 		return apf_error_errno(APF_EABORT, errno, "trial",
 				       "map the arena");
-	if (strcmp(t->a.device, "cpu"))
+	int rc;
+	if (!strcmp(t->a.device, "cpu"))
+		rc = apf_backend_cpu_new(&t->be, t->a.threads);
+	else if (!strcmp(t->a.device, "cuda"))
+		rc = apf_backend_cuda_new(&t->be, t->a.threads);
+	else
 		return apf_error(APF_EINPUT, "trial", "device '%s' is not built in",
 				 t->a.device);
-	int rc = apf_backend_cpu_new(&t->be, t->a.threads);
 	if (!rc) {
-		/* Start the BLAS thread pool now: no thread may be created once
-		 * the sandbox is locked. */
+		/* Start the BLAS thread pool (cpu), or create the context and
+		 * the cuBLAS handle and load the kernels (cuda), now: no thread
+		 * may be created once the sandbox is locked. */
 		float *m = NULL;
 		rc = t->be->alloc(t->be, 3 * 64 * 64 * sizeof(float), (void **)&m);
 		if (!rc)
@@ -175,6 +180,8 @@ static int setup(struct tp *t)
 				    m + 4096, 64, 0.0f, m + 8192, 64);
 		if (m)
 			t->be->free(t->be, m);
+		if (!rc)
+			rc = t->be->sync(t->be);
 	}
 	if (!rc) {
 		char *dir = apf_path_join(t->a.workloads_dir, t->a.workload);
@@ -256,6 +263,11 @@ static int train(struct tp *t)
 		if (!rc)
 			rc = apf_chan_send(APF_FD_CHANNEL, "eval %lld %s", (long long)step,
 				       why);
+		/* The clock stopped at the report: the copy is the eval's. */
+		if (!rc)
+			rc = apf_trial_snapshot(t->trial);
+		if (!rc)
+			rc = apf_chan_send(APF_FD_CHANNEL, "copied");
 		if (!rc) {
 			int r = apf_chan_recv(&t->ch, line, sizeof line, -1);
 			if (r != 1)

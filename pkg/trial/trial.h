@@ -105,6 +105,11 @@ int apf_trial_init(apf_trial *t);
 int apf_trial_step(apf_trial *t, int *complete);
 /* prepare_for_eval, when the submission has it. */
 int apf_trial_prepare_eval(apf_trial *t);
+/* Brings the shared arena up to date with the working copy on the device
+ * (parameters, model state, vector slots) and waits for it; nothing to do
+ * on the CPU, whose working copy the shared arena is. The trial calls it
+ * after its eval report, in the supervisor's copy window. */
+int apf_trial_snapshot(apf_trial *t);
 /* What the submission sees of the last evaluation and the clock. */
 void apf_trial_set_eval(apf_trial *t, const apf_eval_results *ev);
 void apf_trial_set_submission_time(apf_trial *t, double seconds);

@@ -172,6 +172,7 @@ static const char *phase_wants(enum apf_proto_phase ph)
 	return ph == APF_PROTO_SETUP    ? "expected lock"
 	       : ph == APF_PROTO_LOCKED ? "expected ready"
 	       : ph == APF_PROTO_RUNNING ? "expected an eval report"
+	       : ph == APF_PROTO_COPYING ? "expected copied"
 				     : "the supervisor has not answered yet";
 }
 
@@ -247,6 +248,14 @@ int apf_proto_accept(struct apf_proto *p, const char *line, struct apf_proto_msg
 		m->kind = APF_PROTO_EVAL;
 		p->step = m->step;
 		p->eval_at = 0;
+		p->phase = APF_PROTO_COPYING;
+		return 0;
+	}
+	if (!strcmp(line, "copied")) {
+		if (p->phase != APF_PROTO_COPYING)
+			return refuse(line, phase_wants(p->phase));
+		m->kind = APF_PROTO_COPIED;
+		m->step = p->step;
 		p->phase = APF_PROTO_WAIT;
 		return 0;
 	}

@@ -140,9 +140,27 @@ enum apf_proto_phase {
 	APF_PROTO_WAIT,    /* the supervisor's turn: only error is accepted */
 	APF_PROTO_LOCKED,  /* expects ready */
 	APF_PROTO_RUNNING, /* expects eval */
+	APF_PROTO_COPYING, /* after eval: expects copied */
 };
+/* "copied" follows every eval report once the trial has brought the shared
+ * arena up to date (apf_trial_snapshot: the device's copy downloaded, or
+ * nothing to do on the CPU); the supervisor's clock stopped at the report,
+ * and it freezes the trial after "copied". */
+/* The copy window is evaluation time up to this allowance; the part of a
+ * copy beyond it is charged to the submission. Within the window the trial
+ * runs unfrozen, so a submission could compute there untimed: the
+ * allowance bounds that to 100 ms an eval, room for an honest download of
+ * a 1 GB arena over PCIe from pageable memory (an honest CPU trial, with
+ * nothing to copy, uses microseconds). Runner and verifier both apply it
+ * to the supervisor's measurement, the eval record's copy_ns. */
+#define APF_COPY_ALLOWANCE_NS 100000000ull
+static inline uint64_t apf_copy_charge_ns(uint64_t copy_ns)
+{
+	return copy_ns > APF_COPY_ALLOWANCE_NS ? copy_ns - APF_COPY_ALLOWANCE_NS
+					       : 0;
+}
 enum apf_proto_kind { APF_PROTO_LOCK, APF_PROTO_READY, APF_PROTO_EVAL, APF_PROTO_ERROR,
-		     APF_PROTO_WARN };
+		     APF_PROTO_WARN, APF_PROTO_COPIED };
 /* "warn <text>" is advice for the submitter (e.g. a hyperparameter read
  * under a name the search space lacks), accepted in any phase, printable
  * ASCII only, at most this many per trial process: the harness sends one

@@ -10,6 +10,7 @@ attack had no effect, the run directory verifies, and the next unit runs.
 """
 import gzip
 import hashlib
+import json
 import os
 import re
 import struct
@@ -298,6 +299,42 @@ static void step_hook(apf_ctx *c, int64_t s) { (void)c;
 static void step_hook(apf_ctx *c, int64_t s) { (void)c;
 	if (s == 3 && write(5, "eval 4 due\n", 11) != 11) abort(); }
 """, "protocol", "'eval 4 due' from the trial: an eval the supervisor did not ask for")
+
+    def test_stalling_in_the_copy_window_is_charged_to_the_submission(self):
+        # Between its eval report (where the clock stops) and "copied" the
+        # trial runs unfrozen: a submission that reports for the harness
+        # when an eval is due and then keeps the window open 1.5 s would
+        # train untimed there. Past APF_COPY_ALLOWANCE_NS (0.1 s) the window
+        # is the submission's: the eval's accumulated time carries the
+        # excess, and the verifier's timing check recomputes it.
+        entry, run, recs, end, r = self.run_hostile("copy_stall", NO_INIT + r"""
+static void step_hook(apf_ctx *c, int64_t s) { (void)c;
+	static volatile int64_t *page; static int done;
+	if (!page) page = mmap(NULL, 4096, PROT_READ, MAP_SHARED, 4, 0);
+	if (done || page == MAP_FAILED || page[0] <= 0 || s + 1 < page[0]) return;
+	char line[64]; int n = snprintf(line, sizeof line, "eval %lld due\n", (long long)s + 1);
+	if (write(5, line, (size_t)n) != n) abort();
+	spin(1.5);
+	if (write(5, "copied\n", 7) != 7) abort();
+	done = 1; }
+""")
+        seq = [x for x in recs if x.get("unit") and x["event"] in ("step_block", "eval")]
+        stalled = [i for i, x in enumerate(seq)
+                   if x["event"] == "eval" and x["copy_ns"] >= 1_000_000_000]
+        self.assertEqual(len(stalled), 1, seq)
+        ev, block = seq[stalled[0]], seq[stalled[0] - 1]
+        self.assertEqual(block["event"], "step_block")
+        self.assertEqual(ev["accumulated_submission_ns"],
+                         block["accumulated_submission_ns"] + ev["copy_ns"] - 100_000_000)
+        self.assertLessEqual(ev["copy_ns"], ev["end_ns"] - ev["start_ns"])
+        # Every honest copy (nothing to copy on the CPU) is free.
+        for x in seq:
+            if x["event"] == "eval" and x is not ev:
+                self.assertLess(x["copy_ns"], 100_000_000, x)
+        # The log's timing is consistent with the charge: checks 1 to 3 pass.
+        rep = json.loads(self.ok("verify", run, "--json").out)
+        checks = {c["check"]: c["outcome"] for c in rep["checks"]}
+        self.assertEqual([checks[1], checks[2], checks[3]], ["passed"] * 3, rep)
 
     def test_eval_request_written_into_the_control_page_is_a_protocol_fault(self):
         self.contained("forge_page", NO_INIT + r"""

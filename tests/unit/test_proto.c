@@ -44,15 +44,23 @@ static void honest_sequence_is_accepted(void **state)
 	accepted(&p, "eval 1 due", &m);
 	assert_int_equal(m.kind, APF_PROTO_EVAL);
 	assert_int_equal(m.step, 1);
+	assert_int_equal(p.phase, APF_PROTO_COPYING);
+	accepted(&p, "copied", &m);
+	assert_int_equal(m.kind, APF_PROTO_COPIED);
+	assert_int_equal(m.step, 1);
+	assert_int_equal(p.phase, APF_PROTO_WAIT);
 	apf_proto_go(&p, 0);
 	apf_proto_request(&p, 2);
 	accepted(&p, "eval 57 due", &m);
+	accepted(&p, "copied", &m);
 	apf_proto_go(&p, 0);
 	accepted(&p, "eval 60 complete", &m);
 	assert_int_equal(m.why, APF_WHY_COMPLETE);
+	accepted(&p, "copied", &m);
 	apf_proto_go(&p, 0);
 	accepted(&p, "eval 100 max_steps", &m);
 	assert_int_equal(m.why, APF_WHY_MAX_STEPS);
+	accepted(&p, "copied", &m);
 	accepted(&p, "error update_params returned -7 at step 100", &m);
 	assert_int_equal(m.kind, APF_PROTO_ERROR);
 	assert_string_equal(m.text, "update_params returned -7 at step 100");
@@ -68,8 +76,46 @@ static void unrequested_eval_is_refused_naming_the_line(void **state)
 	refused(&p, "eval 14 due", "did not ask for");
 	struct apf_proto_msg m;
 	accepted(&p, "eval 15 due", &m);
-	/* Answered once: a second report before the next go is refused. */
+	/* Answered once: a second report before the copy, or after it
+	 * before the next go, is refused. */
+	refused(&p, "eval 16 due", "expected copied");
+	accepted(&p, "copied", &m);
 	refused(&p, "eval 16 due", "the supervisor has not answered yet");
+}
+
+/* "copied" only right after an eval report, once, and only the bare word;
+ * a warning or an error may come between. */
+static void copied_follows_each_eval_report_only(void **state)
+{
+	(void)state;
+	struct apf_proto run = {APF_PROTO_RUNNING, 5, 50, 6, 0};
+	refused(&run, "copied", "expected an eval");
+	struct apf_proto setup = {APF_PROTO_SETUP, 0, 50, 0, 0};
+	refused(&setup, "copied", "expected lock");
+	struct apf_proto locked = {APF_PROTO_LOCKED, 0, 50, 0, 0};
+	refused(&locked, "copied", "expected ready");
+	struct apf_proto_msg m;
+	accepted(&run, "eval 6 due", &m);
+	refused(&run, "copied 6", "not a message");
+	refused(&run, "copied ", "not a message");
+	refused(&run, "lock", "expected copied");
+	refused(&run, "ready 6 64", "expected copied");
+	accepted(&run, "warn the submission reads hyperparameter 'x'", &m);
+	assert_int_equal(run.phase, APF_PROTO_COPYING);
+	accepted(&run, "copied", &m);
+	refused(&run, "copied", "the supervisor has not answered yet");
+}
+
+/* The copy window's charge: nothing up to the allowance, the excess past
+ * it. */
+static void copy_beyond_the_allowance_is_charged(void **state)
+{
+	(void)state;
+	assert_int_equal(apf_copy_charge_ns(0), 0);
+	assert_int_equal(apf_copy_charge_ns(APF_COPY_ALLOWANCE_NS), 0);
+	assert_int_equal(apf_copy_charge_ns(APF_COPY_ALLOWANCE_NS + 1), 1);
+	assert_int_equal(apf_copy_charge_ns(3000000000ull),
+			 3000000000ull - APF_COPY_ALLOWANCE_NS);
 }
 
 static void malformed_and_out_of_turn_lines_are_refused(void **state)
@@ -111,8 +157,9 @@ static void warnings_are_accepted_in_any_phase_and_bounded(void **state)
 	(void)state;
 	const enum apf_proto_phase phases[] = {APF_PROTO_SETUP, APF_PROTO_WAIT,
 					       APF_PROTO_LOCKED,
-					       APF_PROTO_RUNNING};
-	for (size_t i = 0; i < 4; i++) {
+					       APF_PROTO_RUNNING,
+					       APF_PROTO_COPYING};
+	for (size_t i = 0; i < 5; i++) {
 		struct apf_proto p = {phases[i], 5, 50, 7, 0};
 		struct apf_proto_msg m;
 		accepted(&p, "warn the submission reads hyperparameter 'lr'", &m);
@@ -136,17 +183,18 @@ static void warnings_are_accepted_in_any_phase_and_bounded(void **state)
 	/* The stream goes on after the bound is met (the fault ends it in
 	 * the host, not here). */
 	accepted(&p, "eval 6 complete", &m);
+	accepted(&p, "copied", &m);
 }
 
 /* Random lines near the grammar: right words, wrong numbers and turns. */
 static void random_line(struct proto_model *m, char *out, size_t size)
 {
 	static const char *const words[] = {"lock", "ready", "eval", "error",
-					    "go", "", "locked", "warn"};
+					    "go", "", "locked", "warn", "copied"};
 	static const char *const whys[] = {"due", "complete", "max_steps",
 					   "dUe", ""};
 	uint64_t r = proto_model_next(m);
-	const char *w = words[r % 8];
+	const char *w = words[r % 9];
 	long long a = (long long)(proto_model_next(m) % 40) - 2;
 	long long b = (long long)(proto_model_next(m) % 70) - 2;
 	switch (r % 5) {
@@ -198,6 +246,8 @@ int main(void)
 		cmocka_unit_test(honest_sequence_is_accepted),
 		cmocka_unit_test(unrequested_eval_is_refused_naming_the_line),
 		cmocka_unit_test(malformed_and_out_of_turn_lines_are_refused),
+		cmocka_unit_test(copied_follows_each_eval_report_only),
+		cmocka_unit_test(copy_beyond_the_allowance_is_charged),
 		cmocka_unit_test(random_hostile_streams_keep_the_invariants),
 		cmocka_unit_test(warnings_are_accepted_in_any_phase_and_bounded),
 	};

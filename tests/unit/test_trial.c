@@ -135,6 +135,60 @@ static void resume_from_arena_copy_is_bit_identical(void **state)
 	apf_hparams_free(&hp);
 }
 
+/* With device memory, the vectors live in a working copy: the shared arena
+ * (what the supervisor checkpoints and the evaluator reads) holds the
+ * initial state after init, goes stale while training (its header and
+ * scalars excepted), and equals the host-memory trial's bit for bit after
+ * apf_trial_snapshot; a trial resumed from it uploads it and goes on as
+ * the host-memory one does. */
+static void device_arena_is_copied_at_snapshots_only(void **state)
+{
+	(void)state;
+	const char *names[] = {"learning_rate", "weight_decay"};
+	const double vals[] = {0.03, 0.01};
+	apf_hparams hp = quad_hparams(names, vals, 2);
+	struct quad_run a, b, c;
+	assert_apf_ok(quad_build(&a, "submissions/baselines/nadamw"));
+	assert_apf_ok(quad_start(&a, &hp, NULL));
+	assert_apf_ok(quad_build(&b, "submissions/baselines/nadamw"));
+	assert_apf_ok(quad_start_on(&b, &hp, NULL, 1));
+	struct apf_arena_header *ha = a.arena, *hb = b.arena;
+	assert_true(hb->nslots > 0);
+	assert_int_equal(hb->used, ha->used);
+	assert_memory_equal(b.arena, a.arena, ha->used);
+	/* The steps train the working copy: b's arena keeps the initial
+	 * parameters until the snapshot. */
+	const float *p0 = apf_arena_params(b.arena);
+	int complete;
+	for (int i = 0; i < 15; i++) {
+		assert_apf_ok(apf_trial_step(a.trial, &complete));
+		assert_apf_ok(apf_trial_step(b.trial, &complete));
+	}
+	assert_int_equal(hb->global_step, 15);
+	assert_memory_not_equal(p0, apf_arena_params(a.arena),
+				QUAD_N * sizeof(float));
+	assert_apf_ok(apf_trial_snapshot(b.trial));
+	assert_memory_equal(b.arena, a.arena, ha->used);
+	assert_apf_ok(apf_trial_snapshot(a.trial)); /* nothing to do */
+	/* Resumed on "the device" from the shared arena. */
+	void *copy = malloc(hb->used);
+	memcpy(copy, b.arena, hb->used);
+	assert_apf_ok(quad_build(&c, "submissions/baselines/nadamw"));
+	assert_apf_ok(quad_start_on(&c, &hp, copy, 1));
+	assert_int_equal(apf_trial_global_step(c.trial), 15);
+	for (int i = 0; i < 15; i++) {
+		assert_apf_ok(apf_trial_step(a.trial, &complete));
+		assert_apf_ok(apf_trial_step(c.trial, &complete));
+	}
+	assert_apf_ok(apf_trial_snapshot(c.trial));
+	assert_memory_equal(c.arena, a.arena, ha->used);
+	free(copy);
+	quad_finish(&a);
+	quad_finish(&b);
+	quad_finish(&c);
+	apf_hparams_free(&hp);
+}
+
 static void damaged_arena_headers_are_refused(void **state)
 {
 	(void)state;
@@ -170,6 +224,7 @@ int main(void)
 		cmocka_unit_test(slots_after_init_are_refused),
 		cmocka_unit_test(vectors_outside_the_arena_are_refused),
 		cmocka_unit_test(resume_from_arena_copy_is_bit_identical),
+		cmocka_unit_test(device_arena_is_copied_at_snapshots_only),
 		cmocka_unit_test(damaged_arena_headers_are_refused),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

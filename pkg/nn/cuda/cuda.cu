@@ -182,6 +182,7 @@ static apf_backend cuda_template(void)
 	memset(&t, 0, sizeof t);
 	t.name = "cuda";
 	t.threads = 1;
+	t.device_memory = 1;
 	t.alloc = cu_alloc;
 	t.free = cu_free;
 	t.upload = cu_upload;

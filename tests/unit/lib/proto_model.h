@@ -8,6 +8,8 @@
  *     never past max_steps;
  *   - "due" is accepted only when the supervisor asked, at or after the
  *     step it asked for; "max_steps" only at max_steps;
+ *   - every accepted eval report is followed by "copied" before anything
+ *     but an error or a warning, and "copied" comes only then;
  *   - nothing but an error line is accepted while it is the supervisor's
  *     turn, and a refused line always leaves a message naming it.
  *
@@ -93,7 +95,14 @@ static int proto_model_feed(struct proto_model *m, const char *line)
 		     (!before.eval_at || msg.step < before.eval_at)) ||
 		    (msg.why == APF_WHY_MAX_STEPS && msg.step != before.max_steps))
 			abort();
+		if (m->p.phase != APF_PROTO_COPYING || m->p.step != msg.step)
+			abort();
 		m->evals++;
+		break;
+	case APF_PROTO_COPIED:
+		if (before.phase != APF_PROTO_COPYING || msg.step != before.step ||
+		    m->p.phase != APF_PROTO_WAIT)
+			abort();
 		/* The supervisor evaluates and lets it go on, asking for the
 		 * next eval now or later. */
 		apf_proto_go(&m->p, 0);

@@ -56,6 +56,12 @@ int quad_build(struct quad_run *r, const char *src)
 
 int quad_start(struct quad_run *r, const apf_hparams *hp, const void *arena)
 {
+	return quad_start_on(r, hp, arena, 0);
+}
+
+int quad_start_on(struct quad_run *r, const apf_hparams *hp, const void *arena,
+		  int device_memory)
+{
 	char *so = apf_path_join(r->dir, "sub.so");
 	int rc = apf_submission_load(&r->sub, so);
 	free(so);
@@ -64,6 +70,7 @@ int quad_start(struct quad_run *r, const apf_hparams *hp, const void *arena)
 	rc = apf_backend_cpu_new(&r->be, 1);
 	if (rc)
 		return rc;
+	r->be->device_memory = device_memory;
 	memset(table, 0, sizeof table);
 	strcpy(table[0].name, "layer.weight");
 	table[0].kind = APF_PARAM_WEIGHT;

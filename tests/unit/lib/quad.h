@@ -30,6 +30,11 @@ int quad_build(struct quad_run *r, const char *src);
 /* Loads the built submission and starts a trial over a fresh arena, or
  * over `arena` (a copy of another trial's, for resume tests). */
 int quad_start(struct quad_run *r, const apf_hparams *hp, const void *arena);
+/* The same on a CPU backend that says its memory is a device's: the
+ * harness then keeps a working copy apart from the shared arena and moves
+ * it with upload and download (memcpy here), as it does for cuda. */
+int quad_start_on(struct quad_run *r, const apf_hparams *hp, const void *arena,
+		  int device_memory);
 void quad_finish(struct quad_run *r);
 /* hparams by hand */
 apf_hparams quad_hparams(const char **names, const double *values, size_t n);
