@@ -164,7 +164,7 @@ static const struct apf_plan_unit *plan_unit(const struct audit *a,
 
 /* A host for one kept unit, its work and log directories under tmp. */
 static int host_open(struct audit *a, const struct apf_verify_kept *k,
-		     apf_host **out, char **dir)
+		     const char *device, apf_host **out, char **dir)
 {
 	*out = NULL;
 	const struct apf_plan_unit *u = plan_unit(a, k);
@@ -186,7 +186,7 @@ static int host_open(struct audit *a, const struct apf_verify_kept *k,
 				   .sealed = a->sealed,
 				   .workload = k->workload,
 				   .variant = k->variant,
-				   .device = "cpu",
+				   .device = device,
 				   .seed = m->tuning.seed,
 				   .study = (uint32_t)k->study,
 				   .trial = (uint32_t)k->trial,
@@ -265,7 +265,9 @@ static int reeval_unit(struct audit *a, const struct apf_verify_kept *k,
 	apf_host *h = NULL;
 	apf_evaluator *ev = NULL;
 	char *dir = NULL;
-	int rc = host_open(a, k, &h, &dir);
+	/* The evaluator computes on the CPU for every device (pkg/eval), so
+	 * a re-evaluation is bit for bit on any machine. */
+	int rc = host_open(a, k, "cpu", &h, &dir);
 	const struct apf_host_unit *hu = rc ? NULL : apf_host_unit(h);
 	if (!rc)
 		rc = apf_host_arena(h, NULL, 0);
@@ -363,7 +365,105 @@ static int param_change(const struct audit *a, const struct apf_verify_kept *k,
  * run handed them) up to checkpoint c+1's step, its arena then compared
  * with checkpoint c+1 byte for byte. Timed as the runner times a trial:
  * from its go to its eval report. why names the first difference. */
+/* How far a tolerant replay landed from its checkpoint. */
+struct landing {
+	double off_step;   /* |replayed - checkpoint| / |checkpoint - start| */
+	double off_norm;   /* |replayed - checkpoint| / |checkpoint| */
+	double metric;     /* largest relative metric difference */
+};
+
+/* L2 distances between the parameters of arenas x and y (and |y|). */
+static void param_distance(const struct apf_arena_header *x,
+			   const struct apf_arena_header *y, double *dist,
+			   double *ynorm)
+{
+	const float *px = (const float *)((const char *)x + x->params_offset);
+	const float *py = (const float *)((const char *)y + y->params_offset);
+	double d = 0, n = 0;
+	for (uint64_t i = 0; i < x->params_floats; i++) {
+		double e = (double)px[i] - (double)py[i];
+		d += e * e;
+		n += (double)py[i] * (double)py[i];
+	}
+	*dist = sqrt(d);
+	*ynorm = sqrt(n);
+}
+
+/* Tolerant comparison of a replay's end (live, the frozen trial's arena)
+ * with checkpoint `to`, the interval having started at `from`: the
+ * parameters within rtol of the interval's own change, the replayed
+ * state's metrics (evaluated here, on the CPU) within rtol relative
+ * of the logged ones. why names the first miss. */
+static int land(apf_host *h, const struct apf_arena_header *live,
+		const char *f, size_t flen, const char *t, size_t tlen,
+		const json_t *logged, double rtol, struct landing *out,
+		char *why, size_t size)
+{
+	const struct apf_arena_header *hf = (const void *)f, *ht = (const void *)t;
+	int rc = apf_arena_check(f, flen);
+	if (!rc)
+		rc = apf_arena_check(t, tlen);
+	if (rc)
+		return rc;
+	if (hf->params_floats != ht->params_floats ||
+	    live->params_floats != ht->params_floats) {
+		snprintf(why, size, "the replay holds %llu parameters, the "
+				    "checkpoint %llu",
+			 (unsigned long long)live->params_floats,
+			 (unsigned long long)ht->params_floats);
+		return 0;
+	}
+	double off, norm, step, unused;
+	param_distance(live, ht, &off, &norm);
+	param_distance(hf, ht, &step, &unused);
+	out->off_step = step > 0 ? off / step : off > 0 ? INFINITY : 0;
+	out->off_norm = norm > 0 ? off / norm : off;
+	if (!(out->off_step <= rtol)) {
+		snprintf(why, size,
+			 "the replayed parameters lie %.3g of the interval's "
+			 "change from the checkpoint's (L2), over the tolerance "
+			 "%g",
+			 out->off_step, rtol);
+		return 0;
+	}
+	apf_evaluator *ev = NULL;
+	json_t *m = NULL;
+	char err[600];
+	rc = apf_host_evaluator(h, &ev);
+	if (!rc)
+		rc = apf_evaluator_eval(ev, &m, err, sizeof err);
+	if (!rc && !m)
+		rc = apf_error(APF_EVERIFY, "replay", "evaluating the replayed "
+						      "state: %s", err);
+	const char *key;
+	json_t *v;
+	out->metric = 0;
+	json_object_foreach((json_t *)logged, key, v)
+	{
+		if (rc || why[0])
+			break;
+		json_t *w = json_object_get(m, key);
+		double l = json_number_value(v);
+		double d = w && json_is_number(w)
+				   ? fabs(json_number_value(w) - l) /
+					     fmax(fabs(l), 1e-3)
+				   : INFINITY;
+		if (d > out->metric || isnan(d))
+			out->metric = d;
+		if (!(d <= rtol))
+			snprintf(why, size,
+				 "%s of the replayed state %.6g, logged %.6g "
+				 "(over %g relative)",
+				 key, w ? json_number_value(w) : NAN, l,
+				 rtol);
+	}
+	json_decref(m);
+	apf_evaluator_stop(ev);
+	return rc;
+}
+
 static int replay(struct audit *a, const struct apf_verify_kept *k, size_t c,
+		  const char *device, int exact, struct landing *landed,
 		  char *why, size_t size, uint64_t *replayed_ns)
 {
 	*replayed_ns = 0;
@@ -372,7 +472,7 @@ static int replay(struct audit *a, const struct apf_verify_kept *k, size_t c,
 	apf_host *h = NULL;
 	char *dir = NULL, *f = NULL, *t = NULL;
 	size_t flen = 0, tlen = 0;
-	int rc = host_open(a, k, &h, &dir);
+	int rc = host_open(a, k, device, &h, &dir);
 	const struct apf_host_unit *hu = rc ? NULL : apf_host_unit(h);
 	if (!rc)
 		rc = read_ckpt(a, k, c, hu->capacity, &f, &flen);
@@ -422,8 +522,13 @@ static int replay(struct audit *a, const struct apf_verify_kept *k, size_t c,
 					 "the arena holds %llu bytes, the "
 					 "checkpoint %zu",
 					 (unsigned long long)ah->used, tlen);
-			else
+			else if (exact)
 				apf_arena_diff(ah, t, tlen, why, size);
+			else
+				rc = land(h, ah, f, flen, t, tlen, to->metrics,
+					  a->o->rtol > 0 ? a->o->rtol
+							 : APF_REPLAY_RTOL,
+					  landed, why, size);
 		}
 	}
 	const char *detail2 = NULL;
@@ -574,21 +679,66 @@ static int choose(struct audit *a, struct interval **out, size_t *niv,
 /* Whether replayed times can be held against the claimed ones here: when
  * this machine's CPU model is the one run.json records (the thread count
  * is the run's by construction). */
-static int timing_comparable(const struct audit *a, char *why, size_t size)
+/* Where check 5 replays and how it compares. A cpu run replays on the
+ * CPU, bit for bit: the CPU backend's steps do not depend on the
+ * instruction set (nn/cpu/isa.h). A cuda run replays on CUDA, bit for bit,
+ * where this machine's first GPU is the run's model (cuDNN and cuBLAS run
+ * deterministic algorithms, whose bits are the model's); elsewhere, or
+ * when a tolerant comparison is asked for, on the CPU within the tolerance. --replay-compare forces the comparison (a
+ * cuda run replayed exactly off its GPU model is refused: it cannot
+ * match). Also whether replayed times can be held against the claimed
+ * ones: on the run's CPU model, and for CUDA its GPU model. */
+static int replay_plan(const struct audit *a, const char **device, int *exact,
+		       int *comparable, char *how, size_t hn, char *why,
+		       size_t size)
 {
 	json_t *env = NULL;
 	int rc = apf_env_capture(&env);
 	const char *here = rc ? NULL
 			      : json_string_value(json_object_get(
 					json_object_get(env, "cpu"), "model"));
-	const char *ran = a->r->cpu_model;
-	int same = ran && here && !strcmp(ran, here);
-	if (!same)
+	const char *gpu = rc ? NULL
+			     : json_string_value(json_object_get(
+				       json_array_get(json_object_get(env, "gpus"), 0),
+				       "name"));
+	apf_error_clear();
+	const apf_verify_report *r = a->r;
+	const char *ran = r->cpu_model;
+	int cuda = !strcmp(r->device, "cuda");
+	int same_gpu = cuda && gpu && r->gpu_model && !strcmp(gpu, r->gpu_model);
+	*exact = a->o->compare == APF_REPLAY_EXACT ||
+		 (a->o->compare == APF_REPLAY_AUTO && (!cuda || same_gpu));
+	/* A tolerant replay runs on the CPU, the reference every device is
+	 * checked against (on the run's GPU too, when asked for). */
+	*device = same_gpu && *exact ? "cuda" : "cpu";
+	rc = 0;
+	if (cuda && !same_gpu && *exact)
+		rc = apf_error(APF_EINPUT, "--replay-compare exact",
+			       "the run is a cuda run on %s, this machine has %s: "
+			       "its steps can be matched bit for bit on that GPU "
+			       "model only",
+			       r->gpu_model ? r->gpu_model : "an unrecorded GPU",
+			       gpu ? gpu : "no GPU");
+	double rtol = a->o->rtol > 0 ? a->o->rtol : APF_REPLAY_RTOL;
+	if (*exact)
+		snprintf(how, hn, "on the %s, each ending in its checkpoint bit "
+				  "for bit",
+			 same_gpu ? gpu : "CPU");
+	else
+		snprintf(how, hn,
+			 "on the CPU for a %s run, each ending within %g of its "
+			 "interval's parameter change of its checkpoint (L2) and "
+			 "with metrics within %g relative",
+			 cuda ? "cuda" : "cpu", rtol, rtol);
+	*comparable = ran && here && !strcmp(ran, here) && (!cuda || same_gpu);
+	if (!(ran && here && !strcmp(ran, here)))
 		snprintf(why, size, "this CPU (%s) is not the run's (%s)",
 			 here ? here : "unknown", ran ? ran : "unrecorded");
+	else if (cuda && !same_gpu)
+		snprintf(why, size, "replayed on the CPU, the run on %s",
+			 r->gpu_model ? r->gpu_model : "a GPU");
 	json_decref(env);
-	apf_error_clear();
-	return same;
+	return rc;
 }
 
 static int check5(struct audit *a)
@@ -615,8 +765,12 @@ static int check5(struct audit *a)
 		free(iv);
 		return apf_error(APF_ENOMEM, "verify", "out of memory");
 	}
-	char incomparable[300] = "", why[700], line[2400];
-	int comparable = timing_comparable(a, incomparable, sizeof incomparable);
+	char incomparable[300] = "", why[700], line[2400], compared[400];
+	const char *device = "cpu";
+	int exact = 1, comparable = 0;
+	rc = replay_plan(a, &device, &exact, &comparable, compared,
+			 sizeof compared, incomparable, sizeof incomparable);
+	struct landing worst = {0};
 	size_t replayed = 0;
 	for (size_t i = 0; !rc && i < ntop + nseeded; i++) {
 		const struct apf_verify_kept *k = &r->kept[iv[i].unit];
@@ -625,7 +779,12 @@ static int check5(struct audit *a)
 		unsigned long long s0 = from->global_step, s1 = to->global_step;
 		say(a, "replaying %s steps %llu to %llu", k->unit, s0 + 1, s1);
 		uint64_t replayed_ns = 0;
-		rc = replay(a, k, iv[i].k, why, sizeof why, &replayed_ns);
+		struct landing landed = {0};
+		rc = replay(a, k, iv[i].k, device, exact, &landed, why, sizeof why,
+			    &replayed_ns);
+		worst.off_step = fmax(worst.off_step, landed.off_step);
+		worst.off_norm = fmax(worst.off_norm, landed.off_norm);
+		worst.metric = fmax(worst.metric, landed.metric);
 		double claimed = (double)(to->submission_ns - from->submission_ns) / 1e9;
 		double again = (double)replayed_ns / 1e9;
 		ratios[replayed] = again > 0 ? claimed / again : 0;
@@ -658,7 +817,12 @@ static int check5(struct audit *a)
 		replayed++;
 	}
 	if (!rc) {
-		char how[200], timing[500];
+		char how[200], timing[500], off[300] = "";
+		if (!exact)
+			snprintf(off, sizeof off,
+				 " (largest: %.3g of the change, %.3g of the "
+				 "parameters' norm; metrics %.3g)",
+				 worst.off_step, worst.off_norm, worst.metric);
 		if (ntop && nseeded)
 			snprintf(how, sizeof how,
 				 "%zu with the largest parameter change, %zu "
@@ -685,9 +849,8 @@ static int check5(struct audit *a)
 			snprintf(timing, sizeof timing,
 				 "; timing not compared: %s", incomparable);
 		snprintf(line, sizeof line,
-			 "%zu of %zu eval intervals replayed (%s), each ending in "
-			 "its checkpoint bit for bit%s",
-			 replayed, niv, how, timing);
+			 "%zu of %zu eval intervals replayed (%s) %s%s%s",
+			 replayed, niv, how, compared, off, timing);
 		set_check(r, APF_VERIFY_REPLAY, APF_VERIFY_PASSED, line);
 	}
 	free(ratios);

@@ -1129,6 +1129,15 @@ static int keep_checkpoints(struct vx *v)
 		"model"));
 	if (model && !(rep->cpu_model = apf_strdup(model)))
 		return -1;
+	snprintf(rep->device, sizeof rep->device, "%s", v->device);
+	const char *gpu = json_string_value(json_object_get(
+		json_array_get(json_object_get(json_object_get(v->run_json,
+							       "environment"),
+					       "gpus"),
+			       0),
+		"name"));
+	if (gpu && !(rep->gpu_model = apf_strdup(gpu)))
+		return -1;
 	return 0;
 }
 
@@ -1237,6 +1246,7 @@ void apf_verify_report_free(apf_verify_report *r)
 		free(r->kept[i].ckpt);
 	}
 	free(r->cpu_model);
+	free(r->gpu_model);
 	free(r->kept);
 	free(r->submission);
 	free(r->run_dir);

@@ -162,6 +162,8 @@ typedef struct apf_verify_report {
 	size_t nkept;
 	uint64_t threads;      /* run.json's */
 	char *cpu_model;       /* run.json's environment.cpu.model, or NULL */
+	char device[8];        /* run.json's: "cpu" or "cuda" */
+	char *gpu_model;       /* run.json's environment.gpus[0].name, or NULL */
 } apf_verify_report;
 
 /* Verifies dir; *out receives the report whatever the outcome (NULL only
@@ -180,6 +182,11 @@ void apf_verify_report_free(apf_verify_report *r);
  * 0, APF_EVERIFY with the message naming the check, file and interval, or
  * an error. */
 #define APF_AUDIT_ALL LONG_MAX
+enum { APF_REPLAY_AUTO, APF_REPLAY_EXACT, APF_REPLAY_TOLERANT };
+/* 1%: a replay on other hardware drifts by rounding, each step's
+ * differences carried into the next; a forged interval that lands 1% of
+ * its own step from where the run says gains at most that. */
+#define APF_REPLAY_RTOL 0.01
 struct apf_audit_opts {
 	const apf_keyring *entry_keys; /* entry.apf's signer */
 	int reeval;       /* check 4: every kept checkpoint */
@@ -189,6 +196,18 @@ struct apf_audit_opts {
 	double tolerance; /* R: fail a replay whose claimed time is under 1/R
 			     of its replayed time (same CPU model); 0: none */
 	uint32_t seed;    /* picks the seeded intervals */
+	/* How a replay's end is held against its checkpoint:
+	 * APF_REPLAY_AUTO, bit for bit where the replay runs on the run's
+	 * hardware (any CPU for a cpu run, whose steps are ISA-independent;
+	 * the run's GPU model for a cuda run), else within rtol;
+	 * APF_REPLAY_EXACT and APF_REPLAY_TOLERANT force one. */
+	int compare;
+	/* Tolerant: fail when the replayed parameters are further than rtol
+	 * times the interval's own parameter change from the checkpoint's
+	 * (L2), or a re-evaluated metric of the replayed state differs from
+	 * the logged one by more than rtol relative (APF_REPLAY_RTOL when
+	 * 0). */
+	double rtol;
 	/* Says what is being audited; may be NULL. */
 	void (*progress)(void *user, const char *what);
 	void *user;

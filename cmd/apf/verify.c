@@ -168,7 +168,8 @@ static int check_run_dir(const char *dir)
 
 static int verify_run(const char *dir, const char *key_path,
 		      const char *entry_key, int as_json, int reeval,
-		      long replay, long top, double tolerance, long seed)
+		      long replay, long top, double tolerance, long seed,
+		      int compare, double rtol)
 {
 	apf_keyring *runner = NULL, *entry = NULL;
 	apf_verify_report *r = NULL;
@@ -199,6 +200,8 @@ static int verify_run(const char *dir, const char *key_path,
 					    .top = top,
 					    .tolerance = tolerance,
 					    .seed = s,
+					    .compare = compare,
+					    .rtol = rtol,
 					    .progress = audit_progress};
 		int arc = apf_verify_audit(r, &ao);
 		progress_done();
@@ -223,7 +226,9 @@ int cmd_verify(int argc, char **argv)
 	int as_json = 0, reeval = 0;
 	long replay = 0, seed = -1, top = 0;
 	const char *replay_text = NULL, *tolerance_text = NULL;
-	double tolerance = 0;
+	const char *compare_text = NULL, *rtol_text = NULL;
+	double tolerance = 0, rtol = 0;
+	int compare = APF_REPLAY_AUTO;
 	const struct apf_opt opts[] = {
 		{"key", 0, OPT_STRING, &key_path, "PUB.pem",
 		 "trust only this public key: the entry's signer, or a run's "
@@ -244,6 +249,14 @@ int cmd_verify(int argc, char **argv)
 		{"timing-tolerance", 0, OPT_STRING, &tolerance_text, "R",
 		 "fail a replayed interval whose claimed submission time is "
 		 "under 1/R of its replayed time (same CPU model only)"},
+		{"replay-compare", 0, OPT_STRING, &compare_text,
+		 "auto|exact|tolerant",
+		 "how a replay's end meets its checkpoint (default auto: bit "
+		 "for bit, but within --replay-rtol for a cuda run replayed "
+		 "off its GPU model)"},
+		{"replay-rtol", 0, OPT_STRING, &rtol_text, "X",
+		 "tolerant replays: parameters within X of the interval's "
+		 "change, metrics within X relative (default 0.01)"},
 		{"seed", 0, OPT_INT, &seed, "S",
 		 "the seed that picks the replayed intervals (default: random, "
 		 "printed)"},
@@ -252,7 +265,8 @@ int cmd_verify(int argc, char **argv)
 	const struct apf_usage usage = {
 		"verify ENTRY.apf|RUN_DIR [--key PUB.pem] [--entry-key PUB.pem] "
 		"[--json] [--reeval] [--replay N|all [--seed S]] "
-		"[--replay-top Q] [--timing-tolerance R]",
+		"[--replay-top Q] [--timing-tolerance R] "
+		"[--replay-compare auto|exact|tolerant] [--replay-rtol X]",
 		"Verify an entry: the archive's integrity, the manifest's "
 		"signature by a trusted\nkey, the manifest's schema, and every "
 		"file against the manifest (type, mode,\nsize, SHA-256; nothing "
@@ -286,7 +300,14 @@ int cmd_verify(int argc, char **argv)
 		"--timing-tolerance R an interval whose claimed\nsubmission "
 		"time is under 1/R of its replayed time fails (an operator who\n"
 		"under-reported), compared only where this CPU model is the "
-		"run's.",
+		"run's.\n\n"
+		"A cpu run replays bit for bit on any x86-64 CPU (the CPU "
+		"backend's steps do\nnot depend on the instruction set); a cuda "
+		"run bit for bit on its GPU model,\nelse on the CPU within a "
+		"tolerance: the replayed parameters no further from\nthe "
+		"checkpoint's than --replay-rtol X times the interval's own "
+		"change (L2),\nand the replayed state's metrics within X "
+		"relative. The check's line\nsays which comparison was made.",
 		"Exit 0: verified. 1: a check failed; the message names the "
 		"check, file and\nrecord. 2: not an entry or run directory, "
 		"truncated, or unreadable. 3: a run\nthat verifies but stopped "
@@ -322,6 +343,27 @@ int cmd_verify(int argc, char **argv)
 			return cmd_fail(APF_EUSAGE);
 		}
 	}
+	if (compare_text && !strcmp(compare_text, "exact"))
+		compare = APF_REPLAY_EXACT;
+	else if (compare_text && !strcmp(compare_text, "tolerant"))
+		compare = APF_REPLAY_TOLERANT;
+	else if (compare_text && strcmp(compare_text, "auto")) {
+		apf_error(APF_EUSAGE, "verify",
+			  "--replay-compare takes auto, exact or tolerant, not "
+			  "'%s'",
+			  compare_text);
+		return cmd_fail(APF_EUSAGE);
+	}
+	if (rtol_text) {
+		char *end = NULL;
+		rtol = strtod(rtol_text, &end);
+		if (!isdigit((unsigned char)rtol_text[0]) || *end ||
+		    !(rtol > 0) || rtol > 1) {
+			apf_error(APF_EUSAGE, "verify",
+				  "--replay-rtol takes a number X, 0 < X <= 1");
+			return cmd_fail(APF_EUSAGE);
+		}
+	}
 	if (replay < 0 || top < 0 || seed < -1 || seed > 0xffffffffL) {
 		apf_error(APF_EUSAGE, "verify",
 			  "--replay takes N >= 1 or all, --replay-top Q >= 0, "
@@ -332,7 +374,7 @@ int cmd_verify(int argc, char **argv)
 		if ((rc = check_run_dir(path)))
 			return cmd_fail(rc);
 		return verify_run(path, key_path, entry_key, as_json, reeval,
-				  replay, top, tolerance, seed);
+				  replay, top, tolerance, seed, compare, rtol);
 	}
 	if (entry_key) {
 		apf_error(APF_EUSAGE, "verify",

@@ -10,6 +10,7 @@ import csv
 import hashlib
 import json
 import os
+import re
 import shutil
 
 import apftest
@@ -74,6 +75,53 @@ class Audit(RunCase):
                        match="check 5 (replay)")
         self.assertIn("differ", r.err)
         self.assertIn("(seed 3)", r.err)
+
+    def test_tolerant_replay_says_so_and_holds_the_landing_against_the_interval(self):
+        # A cpu run replays bit for bit by default; --replay-compare
+        # tolerant is the comparison a cuda run gets off its GPU model, and
+        # the line says which was made.
+        run = self.run_source("nadamw", os.path.join(apftest.ROOT, "submissions",
+                                                     "baselines", "nadamw"),
+                              ruleset="external")
+        r = self.ok("verify", run, "--replay", "1", "--seed", "4", timeout=600)
+        self.assertIn("on the CPU, each ending in its checkpoint bit for bit", r.out)
+        r = self.ok("verify", run, "--replay", "1", "--seed", "4",
+                    "--replay-compare", "tolerant", timeout=600)
+        self.assertIn("each ending within 0.01 of its interval's parameter change", r.out)
+        # An honest CPU replay lands exactly: nothing off, no metric moved.
+        self.assertIn("(largest: 0 of the change, 0 of the parameters' norm; metrics 0)",
+                      r.out)
+        self.fails(2, "verify", run, "--replay", "1", "--replay-compare", "close")
+        self.fails(2, "verify", run, "--replay", "1", "--replay-rtol", "0")
+        self.fails(2, "verify", run, "--replay", "1", "--replay-rtol", "2")
+        # The cpu run cannot claim a GPU: exact is what auto means for it.
+        self.ok("verify", run, "--replay", "1", "--replay-compare", "exact", timeout=600)
+
+    def test_a_wobbling_submission_fails_exact_replay_and_meets_a_tolerant_one(self):
+        run = self.run_source("drifts", os.path.join(apftest.ROOT, "tests", "data",
+                                                     "submissions", "drifts"))
+        self.fails(1, "verify", run, "--replay", "1", "--seed", "2", timeout=600,
+                   match="check 5 (replay)")
+        r = self.ok("verify", run, "--replay", "1", "--seed", "2",
+                    "--replay-compare", "tolerant", timeout=600)
+        m = re.search(r"largest: ([0-9.e+-]+) of the change", r.out)
+        self.assertTrue(m, r.out)
+        off = float(m.group(1))
+        # A few parts in a million of each step: off, but far within 1%.
+        self.assertGreater(off, 0)
+        self.assertLess(off, 1e-3)
+        # A tolerance tighter than the wobble catches it.
+        r = self.fails(1, "verify", run, "--replay", "1", "--seed", "2",
+                       "--replay-compare", "tolerant", "--replay-rtol", "1e-9",
+                       timeout=600, match="check 5 (replay)")
+        self.assertIn("of the interval's change from the checkpoint's", r.err)
+
+    def test_state_outside_slots_fails_a_tolerant_replay_too(self):
+        run = self.run_source("leaky", os.path.join(apftest.ROOT, "tests", "data",
+                                                    "submissions", "state_outside_slots"))
+        r = self.fails(1, "verify", run, "--replay", "all", "--replay-compare", "tolerant",
+                       timeout=600, match="check 5 (replay)")
+        self.assertIn("over the tolerance 0.01", r.err)
 
     def rechain_and_sign(self, run, recs):
         """Writes the records as a runner holding the key would: chained,
