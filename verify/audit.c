@@ -325,6 +325,23 @@ static int reeval_unit(struct audit *a, const struct apf_verify_kept *k,
 
 /* The L2 norm of the parameter change between two kept checkpoints of a
  * unit (what --replay-top ranks intervals by). */
+/* L2 distances between the parameters of arenas x and y (and |y|). */
+static void param_distance(const struct apf_arena_header *x,
+			   const struct apf_arena_header *y, double *dist,
+			   double *ynorm)
+{
+	const float *px = (const float *)((const char *)x + x->params_offset);
+	const float *py = (const float *)((const char *)y + y->params_offset);
+	double d = 0, n = 0;
+	for (uint64_t i = 0; i < x->params_floats; i++) {
+		double e = (double)px[i] - (double)py[i];
+		d += e * e;
+		n += (double)py[i] * (double)py[i];
+	}
+	*dist = sqrt(d);
+	*ynorm = sqrt(n);
+}
+
 static int param_change(const struct audit *a, const struct apf_verify_kept *k,
 			size_t c, double *out)
 {
@@ -344,16 +361,9 @@ static int param_change(const struct audit *a, const struct apf_verify_kept *k,
 		rc = apf_error(APF_EVERIFY, k->unit,
 			       "two checkpoints of one unit with different "
 			       "layouts");
-	if (!rc) {
-		const float *pf = (const float *)(f + hf->params_offset);
-		const float *pt = (const float *)(t + ht->params_offset);
-		double sum = 0;
-		for (uint64_t i = 0; i < hf->params_floats; i++) {
-			double d = (double)pt[i] - (double)pf[i];
-			sum += d * d;
-		}
-		*out = sqrt(sum);
-	}
+	double unused;
+	if (!rc)
+		param_distance(ht, hf, out, &unused);
 	free(f);
 	free(t);
 	return rc;
@@ -371,23 +381,6 @@ struct landing {
 	double off_norm;   /* |replayed - checkpoint| / |checkpoint| */
 	double metric;     /* largest relative metric difference */
 };
-
-/* L2 distances between the parameters of arenas x and y (and |y|). */
-static void param_distance(const struct apf_arena_header *x,
-			   const struct apf_arena_header *y, double *dist,
-			   double *ynorm)
-{
-	const float *px = (const float *)((const char *)x + x->params_offset);
-	const float *py = (const float *)((const char *)y + y->params_offset);
-	double d = 0, n = 0;
-	for (uint64_t i = 0; i < x->params_floats; i++) {
-		double e = (double)px[i] - (double)py[i];
-		d += e * e;
-		n += (double)py[i] * (double)py[i];
-	}
-	*dist = sqrt(d);
-	*ynorm = sqrt(n);
-}
 
 /* Tolerant comparison of a replay's end (live, the frozen trial's arena)
  * with checkpoint `to`, the interval having started at `from`: the
