@@ -4,6 +4,7 @@
  */
 #include "cmd.h"
 
+#include <errno.h>
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
@@ -16,6 +17,7 @@
 #include "eval/eval.h"
 #include "runner/runner.h"
 #include "trial/trial.h"
+#include "wire/wire.h"
 
 struct say {
 	int progress; /* a progress line may be on the terminal */
@@ -280,7 +282,28 @@ int cmd_run(int argc, char **argv)
 	return rc ? cmd_fail(rc) : 0;
 }
 
-/* apf __build SRC_DIR INCLUDE_DIR OUT.so: runs inside the build sandbox. */
+/* apf __build SRC_DIR INCLUDE_DIR OUT.so: runs inside the build sandbox;
+ * the shared object, built in the sandbox's scratch, is copied into
+ * APF_FD_BUILD_OUT, the memfd the host passed. */
+static int copy_to_build_out(const char *so)
+{
+	char *data = NULL;
+	size_t len = 0;
+	int rc = apf_file_read(&data, &len, so, 256ull << 20);
+	for (size_t off = 0; !rc && off < len;) {
+		ssize_t w = write(APF_FD_BUILD_OUT, data + off, len - off);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			rc = apf_error_errno(APF_EIO, w < 0 ? errno : EIO,
+					     "__build", "writing the shared object");
+		else
+			off += (size_t)w;
+	}
+	free(data);
+	return rc;
+}
+
 int cmd_build_internal(int argc, char **argv)
 {
 	if (argc != 4) {
@@ -291,6 +314,8 @@ int cmd_build_internal(int argc, char **argv)
 	int rc = apf_submission_build(argv[1], argv[2], argv[3], &log);
 	if (!rc)
 		rc = apf_submission_check_exports(argv[3]);
+	if (!rc)
+		rc = copy_to_build_out(argv[3]);
 	if (log.len)
 		fwrite(log.data, 1, log.len, stderr);
 	apf_buf_free(&log);

@@ -152,6 +152,13 @@ int apf_utf8_path_ok(const char *s);
  * \xNN. A backslash is kept, so escaping twice changes nothing. Always
  * NUL-terminated when size > 0; cut only between characters or escapes. */
 void apf_text_escape(char *out, size_t size, const char *in);
+/* The same for a stream of untrusted output kept as a log (a trial's or a
+ * compiler's): lines stay lines (newline and tab kept), every other control,
+ * NUL and invalid byte becomes \xNN, appended to out. Returns the bytes of
+ * in it took: all of them, except at most 3 that begin a UTF-8 character
+ * the next block may complete (none when final). */
+size_t apf_text_escape_lines(apf_buf *out, const char *in, size_t len,
+			     int final);
 
 /* $APF_HOME, else ~/.config/apf. Caller frees. */
 char *apf_home(void);

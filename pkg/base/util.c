@@ -171,6 +171,40 @@ static int terminal_control(unsigned c)
 	       (c >= 0x2066 && c <= 0x2069);
 }
 
+size_t apf_text_escape_lines(apf_buf *out, const char *in, size_t len,
+			     int final)
+{
+	static const char digits[] = "0123456789abcdef";
+	const unsigned char *p = (const unsigned char *)in, *end = p + len;
+	while (p < end) {
+		/* A sequence the next block may complete: left for it. */
+		int want = *p >= 0xf0 ? 4 : *p >= 0xe0 ? 3 : *p >= 0xc0 ? 2 : 1;
+		if (!final && end - p < want) {
+			int prefix = 1;
+			for (const unsigned char *q = p + 1; q < end; q++)
+				prefix &= (*q & 0xc0) == 0x80;
+			if (prefix && *p >= 0xc0 && *p < 0xf8)
+				break;
+		}
+		unsigned char seq[5] = {0};
+		size_t have = (size_t)(end - p) < 4 ? (size_t)(end - p) : 4;
+		memcpy(seq, p, have);
+		unsigned c;
+		int n = utf8_char(seq, &c);
+		if (n && (!terminal_control(c) || c == '\n' || c == '\t')) {
+			if (apf_buf_append(out, p, (size_t)n))
+				return (size_t)((const char *)p - in);
+			p += n;
+			continue;
+		}
+		char e[4] = {'\\', 'x', digits[*p >> 4], digits[*p & 15]};
+		if (apf_buf_append(out, e, 4))
+			return (size_t)((const char *)p - in);
+		p++;
+	}
+	return (size_t)((const char *)p - in);
+}
+
 void apf_text_escape(char *out, size_t size, const char *in)
 {
 	static const char digits[] = "0123456789abcdef";

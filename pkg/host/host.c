@@ -61,6 +61,7 @@ struct apf_host {
 	float *init_state;
 	char *work, *log_dir, *scratch, *so, *hparams;
 	int arena_fd, control_fd, chan_fd, train_fd;
+	int train_sent; /* the trial process got the training split (at go) */
 	struct apf_control *ctl;
 	const void *arena_view;
 	struct apf_chan ch;
@@ -322,10 +323,13 @@ static void tidy_detail(char *detail, size_t size, const char *src)
 	snprintf(detail, size, "%s", out);
 }
 
-/* One build: `apf __build src include_dir so` in a sandbox that sees the
- * sources and the headers read-only and can write only work/ (the shared
- * object) and scratch/ (the compiler's temporary files); its output goes
- * to log_dir/build.log. */
+/* One build: `apf __build src include_dir scratch/submission.so` in a
+ * sandbox that sees copies of the sources and the headers and can write
+ * only its scratch (the compiler's temporary files and the shared object);
+ * the shared object comes back through a memfd (APF_FD_BUILD_OUT), which
+ * the host writes to work/, and the compiler's output through the
+ * sandbox's output pipe into log_dir/build.log. Nothing of the host's is
+ * writable in there, and no host file's descriptor crosses. */
 struct build {
 	const char *exe, *src, *include_dir, *work, *scratch, *so, *log_dir;
 	int sealed;
@@ -339,11 +343,40 @@ static int open_log_file(const char *dir, const char *name)
 	return fd;
 }
 
+/* The shared object the build wrote into out (a memfd), as work/'s file. */
+static int keep_build_output(int out, const char *so)
+{
+	struct stat st;
+	if (fstat(out, &st) != 0)
+		return apf_error_errno(APF_EIO, errno, "build", "fstat");
+	if (st.st_size <= 0)
+		return 0; /* nothing: "the build left no shared object" */
+	char *data = NULL;
+	size_t len = 0;
+	int rc = lseek(out, 0, SEEK_SET) == 0
+			 ? apf_file_read_fd(&data, &len, out, "the build's output",
+					    256ull << 20)
+			 : apf_error_errno(APF_EIO, errno, "build", "lseek");
+	if (!rc)
+		rc = apf_file_write(so, data, len, 0644, 0);
+	free(data);
+	return rc;
+}
+
 static int build_in_sandbox(const struct build *b, char *detail, size_t size,
 			    char so_sha256[65])
 {
 	detail[0] = so_sha256[0] = 0;
-	const char *argv[] = {b->exe, "__build", b->src, b->include_dir, b->so,
+	char *inner = apf_path_join(b->scratch, "submission.so");
+	int out = memfd_create("apf-build-out", MFD_CLOEXEC);
+	if (!inner || out < 0) {
+		free(inner);
+		if (out >= 0)
+			close(out);
+		return apf_error_errno(APF_EIO, inner ? errno : ENOMEM, "build",
+				       "the output memfd");
+	}
+	const char *argv[] = {b->exe, "__build", b->src, b->include_dir, inner,
 			      NULL};
 	const char *envp[] = {"PATH=/usr/bin:/bin", "TMPDIR=", "LC_ALL=C",
 			      ASAN_ENV, NULL};
@@ -356,34 +389,40 @@ static int build_in_sandbox(const struct build *b, char *detail, size_t size,
 	struct apf_sandbox_mount m[NSYS + 8];
 	size_t nm;
 	sandbox_base(&c, m, &nm, envp, b->exe, b->sealed, b->scratch);
+	/* Copies (sealed): the sandbox's user need not be able to read the
+	 * operator's directories, only the files. */
 	m[nm++] = (struct apf_sandbox_mount){b->src, NULL, APF_SANDBOX_READ, 0,
-					     0};
+					     b->sealed};
 	m[nm++] = (struct apf_sandbox_mount){b->include_dir, NULL,
-					     APF_SANDBOX_READ, 0, 0};
-	m[nm++] = (struct apf_sandbox_mount){b->work, NULL, APF_SANDBOX_WRITE,
-					     0, 0};
+					     APF_SANDBOX_READ, 0, b->sealed};
 	c.nmounts = nm;
 	c.argv = argv;
 	c.cwd = b->src;
-	int logfd = open_log_file(b->log_dir, "build.log");
-	struct apf_sandbox_fd fds[] = {{logfd, 1}, {logfd, 2}};
+	char *log_path = apf_path_join(b->log_dir, "build.log");
+	c.output = log_path;
+	struct apf_sandbox_fd fds[] = {{out, APF_FD_BUILD_OUT}};
 	c.fds = fds;
-	c.nfds = logfd >= 0 ? 2 : 0;
+	c.nfds = 1;
 	c.limits = (struct apf_sandbox_limits){.address_space =
 						       UNDER_ASAN ? 0 : 8ull << 30,
 					       .file_size = 256ull << 20,
 					       .spawns = 256};
 	apf_sandbox *sb = NULL;
-	int rc = apf_sandbox_spawn(&sb, &c);
+	int rc = log_path ? apf_sandbox_spawn(&sb, &c)
+			  : apf_error(APF_ENOMEM, "build", "out of memory");
 	apf_sandbox_end end;
 	int done = 0;
 	if (!rc)
 		done = apf_sandbox_wait(sb, BUILD_TIMEOUT_MS, &end);
 	if (!rc && done < 0)
 		rc = done;
-	if (logfd >= 0)
-		close(logfd);
+	free(log_path);
+	free(inner);
 	apf_buf_free(&tmpdir);
+	if (!rc && done == 1 && end.outcome == APF_SANDBOX_EXITED &&
+	    end.exit_code == 0)
+		rc = keep_build_output(out, b->so);
+	close(out);
 	if (rc) {
 		apf_sandbox_free(sb);
 		return rc;
@@ -560,7 +599,15 @@ static int memfd_intact(int fd, uint64_t bytes)
 struct apf_unit_args apf_host_args(const apf_host *h)
 {
 	const struct apf_host_opts *o = &h->o;
+	struct apf_train_layout l;
+	if (apf_workload_train_layout(h->u.wl, &l))
+		apf_error_clear(); /* zeros: the trial refuses them */
 	return (struct apf_unit_args){
+		.train_h = l.H,
+		.train_w = l.W,
+		.train_c = l.C,
+		.train_classes = l.classes,
+		.train_n = l.n,
 		.workloads_dir = o->workloads_dir,
 		.workload = o->workload,
 		.variant = o->variant,
@@ -709,8 +756,10 @@ static int spawn_trial(apf_host *h)
 		a.so = TRIAL_UNIT "/submission.so";
 		a.hparams = TRIAL_UNIT "/hparams.json";
 	}
-	int rc = apf_dataset_export_train(&h->train_fd,
-					  apf_workload_dataset(h->u.wl));
+	int rc = h->train_fd >= 0
+			 ? 0
+			 : apf_dataset_export_train(&h->train_fd,
+						    apf_workload_dataset(h->u.wl));
 	if (rc)
 		return rc;
 	int sv[2];
@@ -756,7 +805,7 @@ static int spawn_trial(apf_host *h)
 	size_t nm;
 	base_config(h, &c, m, &nm, envp);
 	int cuda = !strcmp(o->device, "cuda");
-	/* No dataset is mounted: the training split comes as APF_FD_TRAIN.
+	/* No dataset is mounted: the training split comes with the first go.
 	 * The binary, the trial's own workload spec and the unit's files are
 	 * copies, so that not even the mount table's root column names their
 	 * host paths. */
@@ -784,15 +833,17 @@ static int spawn_trial(apf_host *h)
 	c.nmounts = nm;
 	c.argv = argv;
 	c.cwd = scratch;
-	int logfd = open_log_file(h->log_dir, "trial.log");
+	char *log_path = apf_path_join(h->log_dir, "trial.log");
+	c.output = log_path;
+	/* Not the training split: that comes with the first go. */
 	struct apf_sandbox_fd fds[] = {{h->arena_fd, APF_FD_ARENA},
 				       {h->control_fd, APF_FD_CONTROL},
-				       {sv[1], APF_FD_CHANNEL},
-				       {h->train_fd, APF_FD_TRAIN},
-				       {logfd, 1},
-				       {logfd, 2}};
+				       {sv[1], APF_FD_CHANNEL}};
 	c.fds = fds;
-	c.nfds = logfd >= 0 ? 6 : 4;
+	c.nfds = 3;
+	h->train_sent = 0;
+	if (!rc && !log_path)
+		rc = apf_error(APF_ENOMEM, "trial", "out of memory");
 	uint64_t limit = apf_host_memory_limit(h);
 	c.limits = (struct apf_sandbox_limits){
 		.address_space = UNDER_ASAN || cuda ? 0 : limit,
@@ -806,9 +857,8 @@ static int spawn_trial(apf_host *h)
 	if (!rc)
 		rc = apf_sandbox_spawn(&h->sb, &c);
 	free(wdir);
+	free(log_path);
 	close(sv[1]);
-	if (logfd >= 0)
-		close(logfd);
 	apf_buf_free(&storage);
 	apf_buf_free(&threads);
 	apf_buf_free(&home);
@@ -882,12 +932,15 @@ static int await_line(apf_host *h, char *line, size_t size,
 		if (h->next_due && h->next_due > now &&
 		    (h->next_due - now) / 1000000 < (uint64_t)wait)
 			wait = (int)((h->next_due - now) / 1000000) + 1;
-		struct pollfd p[3] = {{h->chan_fd, POLLIN, 0},
+		struct pollfd p[4] = {{h->chan_fd, POLLIN, 0},
 				      {apf_sandbox_notify_fd(h->sb), POLLIN, 0},
-				      {apf_sandbox_exit_fd(h->sb), POLLIN, 0}};
-		int pr = poll(p, 3, wait);
+				      {apf_sandbox_exit_fd(h->sb), POLLIN, 0},
+				      {apf_sandbox_output_fd(h->sb), POLLIN, 0}};
+		int pr = poll(p, 4, wait);
 		if (pr < 0 && errno != EINTR)
 			return apf_error_errno(APF_EIO, errno, "trial", "poll");
+		if (pr > 0 && p[3].revents)
+			apf_sandbox_output_drain(h->sb);
 		if (pr > 0 && (p[1].revents & POLLIN)) {
 			apf_sandbox_event ev;
 			int rc = apf_sandbox_notify_handle(h->sb, &ev);
@@ -988,8 +1041,13 @@ int apf_host_go(apf_host *h, uint64_t sub_ns, int64_t evals,
 	const char *mn = h->spec->metric;
 	apf_proto_go(&h->pr, eval_at);
 	__atomic_store_n(&h->ctl->eval_at, eval_at, __ATOMIC_RELEASE);
-	return apf_chan_send(
-		h->chan_fd, "go %llu %lld %.17g %.17g %.17g %.17g %.17g %.17g",
+	/* The first go of a trial process carries the training split: until
+	 * the clock runs there is nothing in the trial to train on. */
+	int fd = h->train_sent ? -1 : h->train_fd;
+	h->train_sent = 1;
+	return apf_chan_send_fd(
+		h->chan_fd, fd,
+		"go %llu %lld %.17g %.17g %.17g %.17g %.17g %.17g",
 		(unsigned long long)sub_ns, (long long)evals,
 		apf_eval_metric(m, "train", "loss"), apf_eval_metric(m, "train", mn),
 		apf_eval_metric(m, "validation", "loss"), apf_eval_metric(m, "validation", mn),

@@ -4,7 +4,8 @@
  *
  * The filter allows by default and returns SECCOMP_RET_USER_NOTIF for every
  * syscall in the table below, some only for certain arguments (a socket
- * family other than AF_UNIX, the TIOCSTI ioctl, a pid other than 0). The
+ * family other than AF_UNIX, the TIOCSTI or FS_IOC_SETFLAGS ioctls, a pid
+ * other than 0). The
  * supervisor then decides (notify.c). libseccomp builds the program and its
  * architecture check (a foreign ABI, such as int 0x80 on x86_64, kills the
  * process); in front of it sits one hand-written test that notifies every
@@ -30,6 +31,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 #include <linux/audit.h>
+#include <linux/fs.h>
 #include <linux/seccomp.h>
 
 #define E(n, c, d, p, d2, p2, f, k, a, u) \
@@ -41,6 +43,8 @@
 #define PATHU(n, d, p, f, k, u) E(n, SC_PATH, d, p, -1, -1, f, k, NULL, u)
 #define PATH2(n, d, p, d2, p2, f, k) E(n, SC_PATH, d, p, d2, p2, f, k, NULL, 0)
 #define PID(n, a) E(n, SC_PID, -1, -1, -1, -1, -1, 0, a, 0)
+#define META(n, d, p) E(n, SC_META, d, p, -1, -1, -1, 0, NULL, 0)
+#define METAU(n, d, p, u) E(n, SC_META, d, p, -1, -1, -1, 0, NULL, u)
 #define PLAIN(n, c) E(n, c, -1, -1, -1, -1, -1, 0, NULL, 0)
 
 static struct sc_info table[] = {
@@ -147,25 +151,36 @@ static struct sc_info table[] = {
 	PATH2("linkat", 0, 1, 2, 3, 4, P_LINK),
 	PATH("symlink", -1, 1, -1, P_WRITE_NOFOLLOW),
 	PATH("symlinkat", 1, 2, -1, P_WRITE_NOFOLLOW),
-	PATH("chmod", -1, 0, -1, P_WRITE),
-	PATH("fchmodat", 0, 1, -1, P_WRITE),
-	PATHU("fchmodat2", 0, 1, 3, P_WRITE_AT, 452),
-	PATH("chown", -1, 0, -1, P_WRITE),
-	PATH("lchown", -1, 0, -1, P_WRITE_NOFOLLOW),
-	PATH("fchownat", 0, 1, 4, P_WRITE_AT),
-	PATH("mknod", -1, 0, -1, P_WRITE_NOFOLLOW),
-	PATH("mknodat", 0, 1, -1, P_WRITE_NOFOLLOW),
-	PATH("utime", -1, 0, -1, P_WRITE),
-	PATH("utimes", -1, 0, -1, P_WRITE),
-	PATH("futimesat", 0, 1, -1, P_WRITE),
-	PATH("utimensat", 0, 1, 3, P_WRITE_AT),
-	PATH("setxattr", -1, 0, -1, P_WRITE),
-	PATH("lsetxattr", -1, 0, -1, P_WRITE_NOFOLLOW),
-	PATH("removexattr", -1, 0, -1, P_WRITE),
-	PATH("lremovexattr", -1, 0, -1, P_WRITE_NOFOLLOW),
-	PATHU("setxattrat", 0, 1, 2, P_WRITE_AT, 463),
-	PATHU("removexattrat", 0, 1, 2, P_WRITE_AT, 466),
-	PATHU("file_setattr", 0, 1, 4, P_WRITE_AT, 469),
+
+	/* Changing a file's metadata - mode, owner, times, extended
+	 * attributes, inode flags, a device node - in any form, by path or
+	 * by descriptor: neither a compiler nor a training loop needs it, and
+	 * a descriptor can name a host file the path check never sees. Never
+	 * run: refused (EPERM) in the set-up phase, where the linker tries to
+	 * set its output's mode and copes, and a fault once locked. */
+	META("chmod", -1, 0),
+	META("fchmod", 0, -1),
+	META("fchmodat", 0, 1),
+	METAU("fchmodat2", 0, 1, 452),
+	META("chown", -1, 0),
+	META("fchown", 0, -1),
+	META("lchown", -1, 0),
+	META("fchownat", 0, 1),
+	META("mknod", -1, 0),
+	META("mknodat", 0, 1),
+	META("utime", -1, 0),
+	META("utimes", -1, 0),
+	META("futimesat", 0, 1),
+	META("utimensat", 0, 1),
+	META("setxattr", -1, 0),
+	META("lsetxattr", -1, 0),
+	META("fsetxattr", 0, -1),
+	META("removexattr", -1, 0),
+	META("lremovexattr", -1, 0),
+	META("fremovexattr", 0, -1),
+	METAU("setxattrat", 0, 1, 463),
+	METAU("removexattrat", 0, 1, 466),
+	METAU("file_setattr", 0, 1, 469),
 
 	/* Acting on another process: the pid namespace confines these when
 	 * sealed; unsealed, the target must be in the sandbox. The signals are
@@ -255,13 +270,17 @@ static int add_rules(scmp_filter_ctx ctx, const struct sc_info *s)
 		return seccomp_rule_add(ctx, notify, nr, 1,
 					SCMP_A0(SCMP_CMP_NE, AF_UNIX));
 	case SC_IOCTL: {
-		int rc = seccomp_rule_add(ctx, notify, nr, 1,
-					  SCMP_A1(SCMP_CMP_MASKED_EQ,
-						  0xffffffffu, TIOCSTI));
-		if (rc == 0)
+		/* Terminal input, and an inode's flags or extended attributes
+		 * (chattr), the descriptor form of a metadata change. */
+		static const unsigned long cmds[] = {
+			TIOCSTI, TIOCLINUX, FS_IOC_SETFLAGS, FS_IOC32_SETFLAGS,
+			FS_IOC_FSSETXATTR};
+		int rc = 0;
+		for (size_t i = 0; rc == 0 && i < sizeof cmds / sizeof cmds[0]; i++)
 			rc = seccomp_rule_add(ctx, notify, nr, 1,
 					      SCMP_A1(SCMP_CMP_MASKED_EQ,
-						      0xffffffffu, TIOCLINUX));
+						      0xffffffffu,
+						      (uint32_t)cmds[i]));
 		return rc;
 	}
 	case SC_PID:

@@ -19,7 +19,7 @@ enum sc_class {
 	SC_ALLOW,     /* newer than libseccomp, known to be harmless */
 	SC_FORBIDDEN, /* always a fault */
 	SC_SOCKET,    /* socket, socketpair: a fault unless AF_UNIX */
-	SC_IOCTL,     /* TIOCSTI, TIOCLINUX */
+	SC_IOCTL,     /* TIOCSTI, TIOCLINUX; FS_IOC_SETFLAGS, _FSSETXATTR */
 	SC_CLONE,     /* clone: flags say thread or process */
 	SC_CLONE3,    /* flags in memory: ENOSYS in setup, a fault when locked */
 	SC_FORK,      /* fork, vfork */
@@ -30,6 +30,7 @@ enum sc_class {
 	SC_EXIT,      /* exit_group: the memory snapshot */
 	SC_MEMFD,     /* memfd_create: a fault when locked */
 	SC_SHM,       /* shmget: a fault unless sealed and counted */
+	SC_META,      /* changes metadata: EPERM in setup, a fault when locked */
 };
 
 /* How a path argument is used (SC_PATH, SC_EXEC). */
@@ -47,7 +48,8 @@ enum sc_path_kind {
 struct sc_info {
 	const char *name;
 	enum sc_class cls;
-	/* Argument indexes, -1 when absent. */
+	/* Argument indexes, -1 when absent (SC_META: dirfd is the
+	 * descriptor it acts on when path is -1). */
 	signed char dirfd, path, dirfd2, path2, flags;
 	unsigned char kind;   /* enum sc_path_kind */
 	/* SC_FORBIDDEN: how to print the arguments, one letter each: d int,
@@ -121,6 +123,12 @@ struct apf_sandbox {
 	apf_sandbox_end end;
 	void *req, *resp;  /* seccomp_notif buffers of the kernel's sizes */
 	size_t req_size, resp_size;
+	/* The program's output (output.c): the pipe's read end, the log. */
+	int out_rfd, out_log;
+	uint64_t out_max, out_written, out_dropped;
+	int out_cut;
+	unsigned char out_carry[4]; /* a UTF-8 character split by a read */
+	size_t out_ncarry;
 };
 
 /* Policy: adds a prefix (normalised); the defaults every sandbox has. */
@@ -139,6 +147,11 @@ int apf_sandbox_memory_setup(apf_sandbox *sb, uint64_t bytes);
 int apf_sandbox_memory_enter(apf_sandbox *sb, pid_t pid);
 void apf_sandbox_memory_read(apf_sandbox *sb);
 void apf_sandbox_memory_remove(apf_sandbox *sb);
+/* The output pipe: opens the log and makes the pipe (*write_end is the
+ * program's end, for fds 1 and 2); closing drains what is left. */
+int apf_sandbox_output_open(apf_sandbox *sb, const char *path, uint64_t max,
+			    int *write_end);
+void apf_sandbox_output_close(apf_sandbox *sb);
 /* Lexical normalisation of an absolute path: "//", ".", ".." folded;
  * returns 0 or -ENAMETOOLONG / -EINVAL (not absolute). */
 int apf_sandbox_normalize(char *out, size_t size, const char *path);

@@ -20,6 +20,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <linux/fs.h>
 #include <linux/openat2.h>
 #include <linux/sched.h>
 #include <linux/seccomp.h>
@@ -1065,6 +1066,50 @@ static struct decision handle_shm(struct who *w, const uint64_t *a,
 	return fault();
 }
 
+/* A metadata change (SC_META, and chattr's ioctls) is never made: its
+ * descriptor forms reach files no path check sees (a passed descriptor of
+ * the host's), and nothing a sandbox runs needs one. Refused in the set-up
+ * phase, where a linker setting its output's mode copes with EPERM; a
+ * fault once locked, where only the submission's code runs. */
+static struct decision handle_meta(int locked, const char *call,
+				   struct text *t)
+{
+	tput(t, "%s changes a file's metadata%s", call,
+	     locked ? " in the locked phase" : "");
+	return locked ? fault() : refuse(EPERM);
+}
+
+/* name(fd, "path", ...) of a metadata call, as much as names it. */
+static void tmeta_call(struct text *t, pid_t tid, const struct sc_info *s,
+		       const uint64_t *a)
+{
+	tput(t, "%s(", s->name);
+	if (s->dirfd >= 0) {
+		int fd = (int)a[(int)s->dirfd];
+		if (fd == AT_FDCWD)
+			tput(t, "AT_FDCWD");
+		else
+			tput(t, "%d", fd);
+	}
+	if (s->path >= 0) {
+		char path[PATH_MAX];
+		if (s->dirfd >= 0)
+			tput(t, ", ");
+		if (a[(int)s->path] == 0)
+			tput(t, "NULL");
+		else if (read_str(tid, a[(int)s->path], path, sizeof path) >= 0)
+			tquote(t, path);
+		else
+			tput(t, "0x%llx", (unsigned long long)a[(int)s->path]);
+	}
+	/* chmod's mode, the one argument worth showing */
+	if (!strcmp(s->name, "chmod") || !strcmp(s->name, "fchmod"))
+		tput(t, ", 0%llo", (unsigned long long)a[1]);
+	else if (!strcmp(s->name, "fchmodat") || !strcmp(s->name, "fchmodat2"))
+		tput(t, ", 0%llo", (unsigned long long)a[2]);
+	tput(t, ")");
+}
+
 static struct decision decide(apf_sandbox *sb, const struct seccomp_notif *req,
 			      apf_sandbox_event *ev, struct text *t)
 {
@@ -1099,9 +1144,19 @@ static struct decision decide(apf_sandbox *sb, const struct seccomp_notif *req,
 		tput(t, ", %d) opens a socket other than AF_UNIX", (int)a[2]);
 		return fault();
 	case SC_IOCTL:
-		tput(t, "ioctl(%d, %s) injects terminal input", (int)a[0],
-		     (unsigned)a[1] == TIOCSTI ? "TIOCSTI" : "TIOCLINUX");
-		return fault();
+		if ((unsigned)a[1] == TIOCSTI || (unsigned)a[1] == TIOCLINUX) {
+			tput(t, "ioctl(%d, %s) injects terminal input", (int)a[0],
+			     (unsigned)a[1] == TIOCSTI ? "TIOCSTI" : "TIOCLINUX");
+			return fault();
+		}
+		tput(&ct, "ioctl(%d, %s)", (int)a[0],
+		     (unsigned)a[1] == (unsigned)FS_IOC_FSSETXATTR
+			     ? "FS_IOC_FSSETXATTR"
+			     : "FS_IOC_SETFLAGS");
+		return handle_meta(locked, call, t);
+	case SC_META:
+		tmeta_call(&ct, w.tid, s, a);
+		return handle_meta(locked, call, t);
 	case SC_CLONE: {
 		uint64_t f = a[0];
 		tput(&ct, "clone(");

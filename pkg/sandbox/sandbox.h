@@ -5,16 +5,26 @@
  * the calling process, the supervisor, until apf_sandbox_reap says how it
  * ended. Two layers keep it in:
  *
- * Namespaces (sealed mode). The process runs in new user, mount, pid, ipc,
- * uts and network namespaces: root inside, the invoking user outside; a root
- * made of the caller's bind mounts (read-only or writable), a size-limited
- * tmpfs scratch, a fresh /proc (its machine-wide parts - sys, sysrq-trigger,
- * irq, bus, fs - read-only) and a /dev with only null, zero, full, random and
- * urandom; the host's root is detached, so the keys, the run directory and
- * $HOME are simply not there. The root itself is read-only. The network
- * namespace has only a loopback, left down. Nested user namespaces are
- * disabled (max_user_namespaces = 0). There is no /dev/shm: share memory
- * with the program by passing a memfd.
+ * Namespaces (sealed mode). The process runs in new mount, pid, ipc, uts,
+ * network and cgroup namespaces, and, when the supervisor is not root, a new
+ * user namespace; a root made of the caller's bind mounts (read-only or
+ * writable) and copies, a size-limited tmpfs scratch, a fresh /proc (its
+ * machine-wide parts - sys, sysrq-trigger, irq, bus, fs - read-only; other
+ * users' processes hidden) and a /dev with only null, zero, full, random and
+ * urandom, bound read-only (writing to them works, changing them does not);
+ * the host's root is detached, so the keys, the run directory and $HOME are
+ * simply not there. The root itself is read-only. The network namespace has
+ * only a loopback, left down. There is no /dev/shm: share memory with the
+ * program by passing a memfd.
+ * The program never runs as root: it is APF_SANDBOX_UID/GID with no
+ * capability, on the host when the supervisor is root (whose mounts it then
+ * cannot change at all), or inside the user namespace, mapped to the
+ * invoking user, when it is not (nested user namespaces are disabled there:
+ * max_user_namespaces = 0). So a call the filter misses meets the kernel's
+ * own checks as a user that owns nothing but the scratch. (An unprivileged
+ * supervisor's supplementary groups stay with the program: a user namespace
+ * cannot drop them.) A writable bind mount must be writable by that user;
+ * prefer passing a descriptor.
  * The first process in the pid namespace is a small init of ours (pid 1): it
  * forks the program (pid 2), reaps orphans, and reports the program's wait
  * status and resource usage to the supervisor before it exits, which takes
@@ -58,10 +68,11 @@
  * namespace behind the check, so that race is real: unsealed runs are
  * marked so in the log for that reason.
  *
- * Passed descriptors. A descriptor of a host file can be reopened through
- * /proc/self/fd with another access mode, past the mount namespace; the path
- * check names that (the host path is outside the policy), but only the check
- * stands in the way. Pass pipes, sockets and memfds.
+ * Passed descriptors are pipes, sockets and memfds only (apf_sandbox_spawn
+ * refuses a file or device of the host's): a host file's descriptor could be
+ * reopened through /proc/self/fd past the mount namespace, changed through
+ * its descriptor forms, and its link names the host path. The program's
+ * output reaches a host file through a pipe the supervisor drains.
  *
  * Unsealed mode (--unsealed): no namespaces and no mounts - the program sees
  * the host - but rlimits, no_new_privs, the dropped capabilities and the
@@ -142,6 +153,11 @@
 
 typedef struct apf_sandbox apf_sandbox;
 
+/* The sandboxed program's user and group (sealed): "nobody", a user that
+ * owns nothing the sandbox shows. */
+#define APF_SANDBOX_UID 65534u
+#define APF_SANDBOX_GID 65534u
+
 enum apf_sandbox_mode { APF_SANDBOX_SEALED = 0, APF_SANDBOX_UNSEALED = 1 };
 enum apf_sandbox_phase { APF_SANDBOX_SETUP = 0, APF_SANDBOX_LOCKED = 1 };
 
@@ -169,7 +185,11 @@ struct apf_sandbox_path {
 	int access;
 };
 
-/* A descriptor of the caller's that the program gets as number target. */
+/* A descriptor of the caller's that the program gets as number target:
+ * a pipe, a socket or a memfd, never a file or device of the host's (a
+ * descriptor of a host file could be reopened through /proc/self/fd past
+ * the mount namespace, have its mode changed, and names its host path);
+ * the program's output goes through apf_sandbox_config.output. */
 struct apf_sandbox_fd {
 	int fd;
 	int target;
@@ -211,6 +231,12 @@ struct apf_sandbox_config {
 	size_t nfds;
 	struct apf_sandbox_limits limits;
 	const char *hostname;     /* NULL: "apf-sandbox" */
+	/* The program's stdout and stderr: a pipe that the supervisor drains
+	 * into this file (created 0644, appended to), escaped for a terminal
+	 * (apf_text_escape_lines) and cut after output_max bytes (0: 4 MiB)
+	 * with a line saying so. NULL: /dev/null, unless fds gives 1 and 2. */
+	const char *output;
+	uint64_t output_max;
 };
 
 #define APF_SANDBOX_TEXT_MAX 512
@@ -285,6 +311,13 @@ int apf_sandbox_pidfd(const apf_sandbox *sb);
  * more); readable when the sandbox has ended. */
 int apf_sandbox_notify_fd(const apf_sandbox *sb);
 int apf_sandbox_exit_fd(const apf_sandbox *sb);
+
+/* The output pipe's read end while it is open (-1 without one, or once
+ * drained to its end): a caller with its own poll loop polls it and calls
+ * apf_sandbox_output_drain when it is readable (apf_sandbox_wait does
+ * both). Draining never blocks; it reads a bounded amount a call. */
+int apf_sandbox_output_fd(const apf_sandbox *sb);
+int apf_sandbox_output_drain(apf_sandbox *sb);
 
 /* Answers one pending notification, if any (it never blocks). Returns 0 with
  * *ev filled (verdict NONE when nothing was pending), or an APF_E* status when

@@ -1,13 +1,26 @@
 /*
  * spawn.c: starting a sandbox, watching it, and saying how it ended.
  *
- * Sealed: the supervisor clone3()s a child into new user, mount, pid, ipc,
- * uts and network namespaces. That child is pid 1 of the new pid namespace,
- * our init: it maps uid and gid 0 to the invoking user, builds the new root
- * (see build_root), makes itself non-dumpable so the program cannot reach
- * into it, forks the program (pid 2), and then only reaps: when the program
- * ends it sends the program's wait status and rusage to the supervisor and
- * exits, which kills whatever is left in the namespace.
+ * Sealed: the supervisor clone3()s a child into new mount, pid, ipc, uts
+ * and network namespaces, and a new user namespace unless the supervisor
+ * is root. That child is pid 1 of the new pid namespace, our init: in its
+ * own user namespace it maps APF_SANDBOX_UID to the invoking user; it
+ * builds the new root (see build_root), hides its command line (the
+ * supervisor's, which names the run's host paths) and makes itself
+ * non-dumpable so the program cannot reach into it, forks the program
+ * (pid 2), and then only reaps: when the program ends it sends the
+ * program's wait status and rusage to the supervisor and exits, which
+ * kills whatever is left in the namespace.
+ * The program never runs as root, inside or out: a root supervisor's
+ * program switches to APF_SANDBOX_UID on the host (no user namespace: the
+ * mount namespace stays the host root's, which the program cannot touch),
+ * an unprivileged supervisor's is APF_SANDBOX_UID inside its namespace,
+ * mapped to the supervisor's user. Either way a call the filter misses
+ * meets the kernel's permission checks as a user that owns nothing the
+ * sandbox shows: the root and every bind mount are read-only, the /dev
+ * nodes too (their writes still work; a mode or owner change does not),
+ * and only the scratch is its own. It also enters a cgroup namespace of
+ * its own once it is in its cgroup, so /proc/self/cgroup reads "/".
  * Unsealed: the supervisor clone3()s the program directly, in a process
  * group of its own.
  * Either way the program, before execve: resets signal dispositions, keeps
@@ -46,6 +59,7 @@
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
+#include <grp.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -99,6 +113,9 @@ struct plan {
 	struct sock_fprog prog;
 	int chan;           /* the children's end of the socketpair */
 	pid_t supervisor;
+	int userns;         /* sealed in a user namespace of its own */
+	int out_wfd;        /* the output pipe's write end (fds 1, 2), or -1 */
+	int cg_fd;          /* the sandbox cgroup's cgroup.procs, or -1 */
 };
 
 /* ---- the children: system calls only ------------------------------------ */
@@ -278,7 +295,9 @@ static void build_dev(int chan)
 		    dev_nodes[i]);
 		put(dst, sizeof dst, put(dst, sizeof dst, 0, "/newroot/dev/"),
 		    dev_nodes[i]);
-		struct plan_mount m = {src, dst, 1, 0, 1, 0};
+		/* Read-only: writing to a device node does not need a writable
+		 * mount, changing its mode, owner or times does. */
+		struct plan_mount m = {src, dst, 0, 0, 1, 0};
 		bind_one(chan, &m);
 		if ((err = set_attr(dst, MOUNT_ATTR_NOEXEC, 0)))
 			child_fail(chan, "mount_setattr", dst + 8, err);
@@ -322,7 +341,9 @@ static void protect_proc(int chan)
 	}
 }
 
-/* Copies a regular file's bytes and permission bits (no set-id). */
+/* Copies a regular file's bytes, readable by all (0644, or 0755 when any
+ * execute bit is set: no set-id), so that the program, which owns nothing
+ * in the root, can read the copy whoever owns the original. */
 static int copy_file(const char *src, const char *dst)
 {
 	int in = open(src, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
@@ -334,7 +355,7 @@ static int copy_file(const char *src, const char *dst)
 		return EINVAL;
 	}
 	int out = open(dst, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC,
-		       st.st_mode & 0755);
+		       st.st_mode & 0111 ? 0755 : 0644);
 	if (out < 0) {
 		int e = errno;
 		close(in);
@@ -498,13 +519,18 @@ static void build_root(const struct plan *p)
 	}
 	if ((err = mkdir_p("/newroot/proc")))
 		child_fail(chan, "mkdir", "/proc", err);
+	/* hidepid=2: a process sees only its own user's processes under
+	 * /proc, so a program whose init is root does not see init at all. */
 	if (mount("proc", "/newroot/proc", "proc",
-		  MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0)
+		  MS_NOSUID | MS_NODEV | MS_NOEXEC, "hidepid=2") < 0)
 		child_fail_step(chan, STEP_MOUNT_PROC, "mount", "/proc", errno);
 	/* No nested user namespaces: the limit is per namespace, ours is the
 	 * only one that can set it, and the program has no capability left
-	 * to change it back. */
-	if ((err = write_file("/newroot/proc/sys/user/max_user_namespaces",
+	 * to change it back. Without a user namespace of ours (a root
+	 * supervisor) the file is the host's: the filter refuses new user
+	 * namespaces then, and the program is an unprivileged user. */
+	if (p->userns &&
+	    (err = write_file("/newroot/proc/sys/user/max_user_namespaces",
 			      "0")))
 		child_fail(chan, "disable nested user namespaces", NULL, err);
 	protect_proc(chan);
@@ -595,9 +621,54 @@ static void set_limit(int chan, int res, const struct rlimit *rl,
 		child_fail(chan, "setrlimit", name, errno);
 }
 
+/* Sealed: into the sandbox's cgroup first (through the descriptor the
+ * supervisor opened: "0" is the writer itself), then a cgroup namespace
+ * rooted there, so that /proc/self/cgroup reads "/" and names neither the
+ * host's cgroup tree nor the supervisor (the cgroup's name holds its pid).
+ * Where there is no cgroup the namespace is rooted where the supervisor
+ * is, and shows that as "/" too. */
+static void enter_cgroup_ns(const struct plan *p)
+{
+	if (p->cg_fd >= 0) {
+		ssize_t n = write(p->cg_fd, "0", 1);
+		if (n != 1)
+			child_fail(p->chan, "enter the memory cgroup", NULL,
+				   n < 0 ? errno : EIO);
+		close(p->cg_fd);
+	}
+	if (unshare(CLONE_NEWCGROUP) < 0)
+		child_fail(p->chan, "unshare", "the cgroup namespace", errno);
+}
+
+/* The program's user: APF_SANDBOX_UID/GID, on the host (a root supervisor,
+ * no user namespace: the supplementary groups go too) or inside the user
+ * namespace (an unprivileged one, where the map has no other user and
+ * setgroups is denied). No capability survives, in any set. */
+static void become_unprivileged(const struct plan *p, int chan)
+{
+	if (!p->userns && setgroups(0, NULL) < 0)
+		child_fail(chan, "setgroups", NULL, errno);
+	if (setresgid(APF_SANDBOX_GID, APF_SANDBOX_GID, APF_SANDBOX_GID) < 0)
+		child_fail(chan, "setresgid", NULL, errno);
+	if (setresuid(APF_SANDBOX_UID, APF_SANDBOX_UID, APF_SANDBOX_UID) < 0)
+		child_fail(chan, "setresuid", NULL, errno);
+	struct __user_cap_header_struct h = {_LINUX_CAPABILITY_VERSION_3, 0};
+	struct __user_cap_data_struct d[2];
+	memset(d, 0, sizeof d);
+	if (syscall(SYS_capset, &h, d) < 0)
+		child_fail(chan, "capset", "drop every capability", errno);
+	if (syscall(SYS_capget, &h, d) < 0 || d[0].effective || d[0].permitted ||
+	    d[0].inheritable || d[1].effective || d[1].permitted ||
+	    d[1].inheritable || getuid() != APF_SANDBOX_UID ||
+	    geteuid() != APF_SANDBOX_UID)
+		child_fail(chan, "become the sandbox's user", NULL, EPERM);
+}
+
 static _Noreturn void program_main(struct plan *p)
 {
 	reset_signals();
+	if (p->mode == APF_SANDBOX_SEALED)
+		enter_cgroup_ns(p);
 	if (p->mode == APF_SANDBOX_UNSEALED) {
 		setpgid(0, 0);
 		if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 ||
@@ -613,6 +684,8 @@ static _Noreturn void program_main(struct plan *p)
 		child_fail(chan, "chdir", p->cwd, errno);
 	umask(022);
 	drop_capabilities(chan, p->mode == APF_SANDBOX_SEALED);
+	if (p->mode == APF_SANDBOX_SEALED)
+		become_unprivileged(p, chan);
 	set_limit(chan, RLIMIT_CORE, &(struct rlimit){0, 0}, "RLIMIT_CORE");
 	set_limit(chan, RLIMIT_NOFILE, &p->rl_nofile, "RLIMIT_NOFILE");
 	set_limit(chan, RLIMIT_FSIZE, &p->rl_fsize, "RLIMIT_FSIZE");
@@ -663,22 +736,67 @@ static _Noreturn void program_main(struct plan *p)
 	child_fail(chan, "execve", p->argv[0], errno);
 }
 
+/* init is a fork of the supervisor, so /proc/1/cmdline, which anyone may
+ * read, would show the supervisor's command line (the entry, the run
+ * directory). The argument area of /proc/self/stat (fields 48 and 49) is
+ * overwritten in init's own copy of the memory. */
+static void hide_command_line(int chan)
+{
+	char buf[1024];
+	int fd = open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
+	ssize_t n = fd >= 0 ? read(fd, buf, sizeof buf - 1) : -1;
+	if (fd >= 0)
+		close(fd);
+	if (n <= 0)
+		child_fail(chan, "read", "/proc/self/stat", n < 0 ? errno : EIO);
+	buf[n] = 0;
+	/* After the command name, whose ")" is the last one: field 3 on. */
+	char *q = NULL;
+	for (char *c = buf; *c; c++)
+		if (*c == ')')
+			q = c;
+	unsigned long v[2] = {0, 0};
+	int field = 2;
+	for (char *c = q ? q + 1 : buf + n; *c && field < 49;) {
+		while (*c == ' ')
+			c++;
+		field++;
+		unsigned long x = 0;
+		while (*c >= '0' && *c <= '9')
+			x = x * 10 + (unsigned long)(*c++ - '0');
+		while (*c && *c != ' ')
+			c++;
+		if (field >= 48)
+			v[field - 48] = x;
+	}
+	if (field != 49 || !v[0] || v[1] <= v[0] || v[1] - v[0] > (1ul << 24))
+		child_fail(chan, "hide init's command line", NULL, EINVAL);
+	volatile char *a = (volatile char *)v[0];
+	static const char name[] = "apf-sandbox-init";
+	for (unsigned long i = 0; i < v[1] - v[0]; i++)
+		a[i] = i < sizeof name ? name[i] : 0;
+}
+
 static _Noreturn void init_main(struct plan *p)
 {
 	int chan = p->chan, err;
 	reset_signals();
 	prctl(PR_SET_PDEATHSIG, SIGKILL);
-	if ((err = write_file("/proc/self/setgroups", "deny")) ||
-	    (err = write_file("/proc/self/uid_map", p->uid_map)))
-		child_fail(chan, "write", "uid_map", err);
-	if ((err = write_file("/proc/self/gid_map", p->gid_map)))
-		child_fail(chan, "write", "gid_map", err);
+	hide_command_line(chan);
+	if (p->userns) {
+		if ((err = write_file("/proc/self/setgroups", "deny")) ||
+		    (err = write_file("/proc/self/uid_map", p->uid_map)))
+			child_fail(chan, "write", "uid_map", err);
+		if ((err = write_file("/proc/self/gid_map", p->gid_map)))
+			child_fail(chan, "write", "gid_map", err);
+	}
 	if (sethostname(p->hostname, strlen(p->hostname)) < 0)
 		child_fail_step(chan, STEP_SETHOSTNAME, "sethostname", NULL,
 				errno);
 	build_root(p);
-	/* The program runs as the same user; non-dumpable keeps it out of
-	 * our memory and descriptors (/proc/1/mem, /proc/1/fd). */
+	/* Non-dumpable keeps the program out of our memory and descriptors
+	 * (/proc/1/mem, /proc/1/fd) where it runs as our user (an
+	 * unprivileged supervisor's namespace). */
 	prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
 	pid_t prog = clone_child(0, NULL);
 	if (prog < 0)
@@ -713,6 +831,9 @@ static _Noreturn void init_main(struct plan *p)
 
 static void plan_free(struct plan *p)
 {
+	if (p->out_wfd > 0)
+		close(p->out_wfd);
+	p->out_wfd = -1;
 	for (char **a = p->argv; a && *a; a++)
 		free(*a);
 	free(p->argv);
@@ -815,11 +936,30 @@ static int plan_build(struct plan *p, const struct apf_sandbox_config *cfg,
 		return apf_error(APF_EINPUT, "sandbox", "more than %d descriptors",
 				 MAX_FDS);
 	uint64_t nofile = cfg->limits.open_files ? cfg->limits.open_files : 256;
+	if (cfg->nfds + (cfg->output ? 2 : 0) > MAX_FDS)
+		return apf_error(APF_EINPUT, "sandbox", "more than %d descriptors",
+				 MAX_FDS);
 	for (size_t i = 0; i < cfg->nfds; i++) {
 		const struct apf_sandbox_fd *f = &cfg->fds[i];
-		if (fcntl(f->fd, F_GETFD) < 0)
+		struct stat st;
+		if (fcntl(f->fd, F_GETFD) < 0 || fstat(f->fd, &st) < 0)
 			return apf_error(APF_EINPUT, "sandbox",
 					 "descriptor %d is not open", f->fd);
+		/* A memfd answers F_GET_SEALS; a file on a disk or a tmpfs,
+		 * or a device, does not. */
+		if (!S_ISFIFO(st.st_mode) && !S_ISSOCK(st.st_mode) &&
+		    fcntl(f->fd, F_GET_SEALS) < 0)
+			return apf_error(APF_EINPUT, "sandbox",
+					 "descriptor %d is a file or device of "
+					 "the host's: pass a pipe, a socket or a "
+					 "memfd (the program's output: "
+					 "config.output)",
+					 f->fd);
+		if (cfg->output && f->target <= 2 && f->target >= 1)
+			return apf_error(APF_EINPUT, "sandbox",
+					 "descriptor number %d given twice (the "
+					 "output is 1 and 2)",
+					 f->target);
 		if (f->target < 0 || (uint64_t)f->target >= nofile)
 			return apf_error(APF_EINPUT, "sandbox",
 					 "descriptor number %d is outside 0..%llu",
@@ -832,6 +972,15 @@ static int plan_build(struct plan *p, const struct apf_sandbox_config *cfg,
 		p->fds[i] = *f;
 	}
 	p->nfds = cfg->nfds;
+	p->out_wfd = -1;
+	if (cfg->output) {
+		int rc2 = apf_sandbox_output_open(sb, cfg->output,
+						  cfg->output_max, &p->out_wfd);
+		if (rc2)
+			return rc2;
+		p->fds[p->nfds++] = (struct apf_sandbox_fd){p->out_wfd, 1};
+		p->fds[p->nfds++] = (struct apf_sandbox_fd){p->out_wfd, 2};
+	}
 
 	int sealed = cfg->mode == APF_SANDBOX_SEALED;
 	uint64_t scratch_bytes = cfg->scratch_bytes ? cfg->scratch_bytes
@@ -861,8 +1010,16 @@ static int plan_build(struct plan *p, const struct apf_sandbox_config *cfg,
 	if (strlen(host) >= sizeof p->hostname || !host[0])
 		return apf_error(APF_EINPUT, "sandbox", "bad hostname");
 	strcpy(p->hostname, host);
-	snprintf(p->uid_map, sizeof p->uid_map, "0 %u 1\n", (unsigned)geteuid());
-	snprintf(p->gid_map, sizeof p->gid_map, "0 %u 1\n", (unsigned)getegid());
+	/* A root supervisor needs no user namespace for the mounts, and its
+	 * program is not root inside one either: it becomes APF_SANDBOX_UID
+	 * on the host. An unprivileged one maps APF_SANDBOX_UID (its only
+	 * mappable user) to itself. */
+	p->userns = sealed && geteuid() != 0;
+	p->cg_fd = -1;
+	snprintf(p->uid_map, sizeof p->uid_map, "%u %u 1\n", APF_SANDBOX_UID,
+		 (unsigned)geteuid());
+	snprintf(p->gid_map, sizeof p->gid_map, "%u %u 1\n", APF_SANDBOX_GID,
+		 (unsigned)getegid());
 
 	if (cfg->nmounts && !(p->mnts = calloc(cfg->nmounts, sizeof *p->mnts)))
 		return apf_error(APF_ENOMEM, "sandbox", "out of memory");
@@ -944,9 +1101,11 @@ static int plan_build(struct plan *p, const struct apf_sandbox_config *cfg,
 			if (!(p->scratch = join2("/newroot", cfg->scratch)))
 				return apf_error(APF_ENOMEM, "sandbox",
 						 "out of memory");
+			/* The program's own, the one place it may write. */
 			snprintf(p->scratch_opts, sizeof p->scratch_opts,
-				 "size=%llu,mode=0755",
-				 (unsigned long long)scratch_bytes);
+				 "size=%llu,mode=0755,uid=%u,gid=%u",
+				 (unsigned long long)scratch_bytes,
+				 APF_SANDBOX_UID, APF_SANDBOX_GID);
 		} else {
 			struct stat st;
 			if (stat(cfg->scratch, &st) < 0 || !S_ISDIR(st.st_mode))
@@ -1152,6 +1311,7 @@ static apf_sandbox *sandbox_alloc(void)
 		return NULL;
 	sb->child = sb->pid = -1;
 	sb->child_pidfd = sb->pidfd = sb->notify_fd = sb->chan = -1;
+	sb->out_rfd = sb->out_log = -1;
 	return sb;
 }
 
@@ -1192,8 +1352,25 @@ static int spawn(apf_sandbox **out, const struct apf_sandbox_config *cfg,
 	p.chan = sv[1];
 	uint64_t flags = 0;
 	if (cfg->mode == APF_SANDBOX_SEALED)
-		flags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID |
-			CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWNET;
+		flags = (p.userns ? CLONE_NEWUSER : 0) | CLONE_NEWNS |
+			CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWNET;
+	if (cfg->mode == APF_SANDBOX_SEALED && sb->cgroup) {
+		char *procs = join2(sb->cgroup, "/cgroup.procs");
+		p.cg_fd = procs ? open(procs, O_WRONLY | O_CLOEXEC) : -1;
+		if (p.cg_fd < 0) {
+			int e = procs ? errno : ENOMEM;
+			rc = apf_error_errno(APF_EABORT, e, "sandbox",
+					     "memory cgroup: %s",
+					     procs ? procs : "out of memory");
+			free(procs);
+			close(sv[0]);
+			close(sv[1]);
+			plan_free(&p);
+			apf_sandbox_free(sb);
+			return rc;
+		}
+		free(procs);
+	}
 	sb->t_start = apf_now_ns();
 	int pidfd = -1;
 	pid_t pid = clone_child(flags, &pidfd);
@@ -1205,6 +1382,8 @@ static int spawn(apf_sandbox **out, const struct apf_sandbox_config *cfg,
 	}
 	int clone_errno = errno;
 	close(sv[1]);
+	if (p.cg_fd >= 0)
+		close(p.cg_fd);
 	sb->chan = sv[0];
 	plan_free(&p);
 	if (pid < 0) {
@@ -1723,6 +1902,7 @@ int apf_sandbox_reap(apf_sandbox *sb, apf_sandbox_end *end)
 			return apf_error_errno(APF_EINTERNAL, errno, "sandbox",
 					       "waitid");
 	drain_messages(sb);
+	apf_sandbox_output_close(sb);
 	if (sb->mode == APF_SANDBOX_UNSEALED) {
 		sb->have_status = 1;
 		sb->status = si.si_code == CLD_EXITED
@@ -1746,18 +1926,21 @@ int apf_sandbox_wait(apf_sandbox *sb, int timeout_ms, apf_sandbox_end *end)
 		int r = apf_sandbox_reap(sb, end);
 		if (r != 0)
 			return r;
-		struct pollfd pf[2] = {
+		struct pollfd pf[3] = {
 			{sb->notify_hup ? -1 : sb->notify_fd, POLLIN, 0},
 			{sb->child_pidfd, POLLIN, 0},
+			{sb->out_rfd, POLLIN, 0},
 		};
 		uint64_t now = apf_now_ns();
 		if (now >= deadline)
 			return 0;
 		int wait = deadline == UINT64_MAX
 			? -1 : (int)((deadline - now + 999999) / 1000000);
-		if (poll(pf, 2, wait) < 0 && errno != EINTR)
+		if (poll(pf, 3, wait) < 0 && errno != EINTR)
 			return apf_error_errno(APF_EINTERNAL, errno, "sandbox",
 					       "poll");
+		if (pf[2].revents)
+			apf_sandbox_output_drain(sb);
 		if (pf[0].revents & POLLIN) {
 			apf_sandbox_event ev;
 			int rc = apf_sandbox_notify_handle(sb, &ev);
@@ -1780,6 +1963,7 @@ void apf_sandbox_free(apf_sandbox *sb)
 		       errno == EINTR)
 			;
 	}
+	apf_sandbox_output_close(sb);
 	apf_sandbox_memory_remove(sb);
 	free(sb->cgroup);
 	int fds[] = {sb->child_pidfd, sb->pidfd, sb->notify_fd, sb->chan};

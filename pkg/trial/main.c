@@ -194,10 +194,15 @@ static int setup(struct tp *t)
 	if (!rc)
 		rc = apply_regularisation(t->spec, t->a.variant, &t->hp,
 					  t->applied);
+	/* The model, built for the training split the first go brings. */
 	if (!rc) {
 		apf_trial_key key = {t->a.seed, t->a.study, t->a.trial};
-		rc = apf_workload_open_train(&t->wl, t->spec, t->a.variant, t->be,
-					     &key, APF_FD_TRAIN);
+		struct apf_train_layout layout = {t->a.train_h, t->a.train_w,
+						  t->a.train_c,
+						  t->a.train_classes,
+						  t->a.train_n};
+		rc = apf_workload_open_deferred(&t->wl, t->spec, t->a.variant,
+						t->be, &key, &layout);
 	}
 	return rc;
 }
@@ -213,14 +218,12 @@ static int train(struct tp *t)
 	struct apf_objective obj;
 	if (!rc) {
 		apf_objective_of_workload(&obj, t->wl);
-		const apf_dataset *ds = apf_workload_dataset(t->wl);
 		struct apf_trial_info info = {
 			.workload = t->a.workload,
 			.variant = t->a.variant,
 			.metric = t->spec->metric,
 			.device = t->a.device,
-			.train_examples =
-				(int64_t)apf_dataset_size(ds, APF_SPLIT_TRAIN),
+			.train_examples = (int64_t)t->a.train_n,
 			.max_runtime_s = t->a.budget_s,
 			.max_steps = t->a.max_steps,
 			.step_hint = t->a.step_hint,
@@ -240,8 +243,19 @@ static int train(struct tp *t)
 		rc = apf_chan_send(APF_FD_CHANNEL, "ready %lld %d",
 			       (long long)apf_trial_global_step(t->trial),
 			       apf_trial_batch_size(t->trial));
+	/* The first go brings the training split: attached now, on the
+	 * clock. */
+	int train = -1;
+	if (!rc && apf_chan_recv_fd(&t->ch, line, sizeof line, &train) != 1)
+		rc = apf_error(APF_EABORT, "trial", "the supervisor went away");
+	if (!rc && strncmp(line, "go ", 3))
+		rc = apf_error(APF_EABORT, "trial",
+			       "expected 'go' from the supervisor, got '%.40s'",
+			       line);
 	if (!rc)
-		rc = expect(t, "go", line, sizeof line);
+		rc = apf_workload_attach_train(t->wl, train);
+	if (train >= 0)
+		close(train); /* the split stays mapped */
 	if (!rc)
 		rc = parse_go(t, line);
 	while (!rc) {

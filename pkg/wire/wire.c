@@ -15,17 +15,39 @@
 #include <unistd.h>
 
 
-int apf_chan_send(int fd, const char *fmt, ...)
+static int send_line(int fd, int pass, const char *fmt, va_list ap)
 {
 	char line[APF_LINE_MAX];
-	va_list ap;
-	va_start(ap, fmt);
 	int n = vsnprintf(line, sizeof line - 1, fmt, ap);
-	va_end(ap);
 	if (n < 0 || (size_t)n >= sizeof line - 1)
 		return apf_error(APF_EINTERNAL, "channel", "line too long");
 	line[n++] = '\n';
 	const char *p = line;
+	if (pass >= 0) {
+		/* The descriptor rides on the line's first bytes. */
+		struct iovec iov = {(void *)p, (size_t)n};
+		union {
+			char buf[CMSG_SPACE(sizeof(int))];
+			struct cmsghdr align;
+		} u;
+		memset(&u, 0, sizeof u);
+		struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1,
+				    .msg_control = u.buf,
+				    .msg_controllen = sizeof u.buf};
+		struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+		c->cmsg_level = SOL_SOCKET;
+		c->cmsg_type = SCM_RIGHTS;
+		c->cmsg_len = CMSG_LEN(sizeof(int));
+		memcpy(CMSG_DATA(c), &pass, sizeof pass);
+		ssize_t w;
+		do
+			w = sendmsg(fd, &mh, MSG_NOSIGNAL);
+		while (w < 0 && errno == EINTR);
+		if (w < 0)
+			return apf_error_errno(APF_EIO, errno, "channel", "sendmsg");
+		p += w;
+		n -= (int)w;
+	}
 	while (n > 0) {
 		/* A peer that died must be an error here, not a SIGPIPE. */
 		ssize_t w = send(fd, p, (size_t)n, MSG_NOSIGNAL);
@@ -39,6 +61,24 @@ int apf_chan_send(int fd, const char *fmt, ...)
 		n -= (int)w;
 	}
 	return 0;
+}
+
+int apf_chan_send(int fd, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	int rc = send_line(fd, -1, fmt, ap);
+	va_end(ap);
+	return rc;
+}
+
+int apf_chan_send_fd(int fd, int pass, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	int rc = send_line(fd, pass, fmt, ap);
+	va_end(ap);
+	return rc;
 }
 
 /* Moves the first complete line of the buffer to out. */
@@ -99,6 +139,47 @@ int apf_chan_try(struct apf_chan *c, char *out, size_t size)
 	if (f == 0)
 		return 2;
 	return take_line(c, out, size);
+}
+
+int apf_chan_recv_fd(struct apf_chan *c, char *out, size_t size, int *fd)
+{
+	*fd = -1;
+	for (;;) {
+		int t = take_line(c, out, size);
+		if (t)
+			return t;
+		if (c->len == sizeof c->buf)
+			return apf_error(APF_EINPUT, "channel",
+					 "a line longer than %d bytes", APF_LINE_MAX);
+		struct iovec iov = {c->buf + c->len, sizeof c->buf - c->len};
+		union {
+			char buf[CMSG_SPACE(sizeof(int))];
+			struct cmsghdr align;
+		} u;
+		struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1,
+				    .msg_control = u.buf,
+				    .msg_controllen = sizeof u.buf};
+		ssize_t r = recvmsg(c->fd, &mh, MSG_CMSG_CLOEXEC);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0)
+			return apf_error_errno(APF_EIO, errno, "channel", "recvmsg");
+		for (struct cmsghdr *m = CMSG_FIRSTHDR(&mh); m;
+		     m = CMSG_NXTHDR(&mh, m))
+			if (m->cmsg_level == SOL_SOCKET &&
+			    m->cmsg_type == SCM_RIGHTS &&
+			    m->cmsg_len == CMSG_LEN(sizeof(int))) {
+				int got;
+				memcpy(&got, CMSG_DATA(m), sizeof got);
+				if (*fd >= 0)
+					close(got);
+				else
+					*fd = got;
+			}
+		if (r == 0)
+			return 0;
+		c->len += (size_t)r;
+	}
 }
 
 int apf_chan_recv(struct apf_chan *c, char *out, size_t size, int timeout_ms)
@@ -332,6 +413,18 @@ int apf_unit_args_parse(struct apf_unit_args *a, int argc, char **argv)
 			a->budget_s = strtod(v, NULL);
 		else if (!strcmp(k, "arena-bytes"))
 			a->arena_bytes = strtoull(v, NULL, 10);
+		else if (!strcmp(k, "train-layout")) {
+			unsigned long long n = 0;
+			char end = 0;
+			if (sscanf(v, "%d,%d,%d,%d,%llu%c", &a->train_h,
+				   &a->train_w, &a->train_c, &a->train_classes,
+				   &n, &end) != 5)
+				return apf_error(APF_EUSAGE, "runner",
+						 "--train-layout H,W,C,K,N, not "
+						 "'%s'",
+						 v);
+			a->train_n = n;
+		}
 		else
 			return apf_error(APF_EUSAGE, "runner",
 					 "unknown option --%s", k);
@@ -371,6 +464,9 @@ int apf_unit_args_to_argv(const struct apf_unit_args *a, int trial, char **argv,
 		ADD("max-steps", "%lld", (long long)a->max_steps);
 		ADD("step-hint", "%lld", (long long)a->step_hint);
 		ADD("budget-s", "%.17g", a->budget_s);
+		ADD("train-layout", "%d,%d,%d,%d,%llu", a->train_h, a->train_w,
+		    a->train_c, a->train_classes,
+		    (unsigned long long)a->train_n);
 	}
 #undef ADD
 	if (!storage->data)

@@ -34,6 +34,10 @@
  *                                stop
  *   (why: due | complete | max_steps)
  *
+ * The first go a trial process gets carries the training split's memfd
+ * (SCM_RIGHTS): whatever the submission does before the clock starts, its
+ * process holds no training example.
+ *
  * An eval is asked for through the control page: the trial reports "due"
  * at the end of the first step >= eval_at. A run and a replay use the same
  * field and the same arguments, so the trial cannot tell them apart by
@@ -118,9 +122,13 @@ void apf_arena_initial_differs(const void *arena, size_t bytes,
 
 #define APF_LINE_MAX 4096
 
-/* Descriptor numbers in the trial and evaluator processes; APF_FD_TRAIN, the
- * sealed training split, is the trial's only data. */
-enum { APF_FD_ARENA = 3, APF_FD_CONTROL = 4, APF_FD_CHANNEL = 5, APF_FD_TRAIN = 6 };
+/* Descriptor numbers in the trial and evaluator processes. The trial's
+ * only data, the sealed training split, is not among them: it comes with
+ * the first "go", when the clock starts. */
+enum { APF_FD_ARENA = 3, APF_FD_CONTROL = 4, APF_FD_CHANNEL = 5 };
+/* In `apf __build`: the memfd the built shared object is copied into (the
+ * build writes nothing of the host's). */
+enum { APF_FD_BUILD_OUT = 3 };
 
 /* One shared page; neither side trusts what the other writes in it. */
 struct apf_control {
@@ -200,6 +208,14 @@ struct apf_chan {
 
 /* Sends one line (fmt without the newline). */
 int apf_chan_send(int fd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The same, with descriptor `pass` attached (SCM_RIGHTS; -1: none). */
+int apf_chan_send_fd(int fd, int pass, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+/* Blocks for one line, taking a descriptor that came with it (*fd, -1 if
+ * none; the caller closes it): 1 with a line, 0 at end of file, or an
+ * error. Only the trial receives descriptors; the supervisor's reads
+ * discard any a trial sends. */
+int apf_chan_recv_fd(struct apf_chan *c, char *out, size_t size, int *fd);
 /* Reads one line into out (NUL-terminated, newline removed): 1 with a line,
  * 0 at end of file, -1 after timeout_ms (-1: wait for ever), or an error
  * (a line longer than APF_LINE_MAX is one). */
@@ -225,6 +241,11 @@ struct apf_unit_args {
 	int64_t step_hint;
 	double budget_s;
 	uint64_t arena_bytes;
+	/* trial only: the layout of the training split it gets at its first
+	 * go, which its model is built for before (--train-layout H,W,C,K,N:
+	 * input height, width and channels, classes, examples) */
+	int train_h, train_w, train_c, train_classes;
+	uint64_t train_n;
 };
 int apf_unit_args_parse(struct apf_unit_args *a, int argc, char **argv);
 /* Appends the arguments to an argv under construction. */

@@ -146,6 +146,10 @@ struct apf_workload {
 	float *host_yf, *dev_yf; /* (cap, ny) target images */
 	float *host_pred;        /* (EVAL_BATCH, ny) an eval batch's output */
 	int shape_known; /* H, W, C are the dataset's, not the stand-in */
+	/* Opened deferred: the training split's layout, until it is attached
+	 * (apf_workload_attach_train) */
+	int deferred;
+	struct apf_train_layout layout;
 	float smoothing;
 	float *params, *state;
 	/* private buffers, sized for `cap` examples */
@@ -605,7 +609,8 @@ static int reserve(apf_workload *wl, int B)
 
 static int open_workload(apf_workload **out, const apf_workload_spec *spec,
 			 const char *variant, apf_backend *be,
-			 const apf_trial_key *key, int flags, int train_fd)
+			 const apf_trial_key *key, int flags, int train_fd,
+			 const struct apf_train_layout *layout)
 {
 	*out = NULL;
 	if (variant && strcmp(variant, "base") &&
@@ -707,7 +712,25 @@ static int open_workload(apf_workload **out, const apf_workload_spec *spec,
 					      spec->loss);
 	if (!rc && (flags & APF_WORKLOAD_NO_DATA))
 		rc = input_shape(wl);
-	if (!rc && !(flags & APF_WORKLOAD_NO_DATA)) {
+	if (!rc && layout) {
+		/* The split comes later; the model is built for its layout now,
+		 * and attaching it checks the two agree. */
+		if (layout->H < 1 || layout->W < 1 || layout->C < 0 ||
+		    layout->classes < 1 || layout->n < 1)
+			rc = apf_error(APF_EINPUT, spec->name,
+				       "a training split layout of %dx%dx%d, %d "
+				       "classes, %llu examples",
+				       layout->H, layout->W, layout->C,
+				       layout->classes,
+				       (unsigned long long)layout->n);
+		else if (kind == APF_DATA_IMAGES) {
+			wl->H = layout->H, wl->W = layout->W, wl->C = layout->C;
+			wl->classes = layout->classes;
+		}
+		wl->deferred = 1;
+		wl->layout = *layout;
+		wl->shape_known = 1;
+	} else if (!rc && !(flags & APF_WORKLOAD_NO_DATA)) {
 		rc = load_dataset(wl, train_fd);
 		if (!rc) {
 			wl->shape_known = 1;
@@ -765,16 +788,60 @@ int apf_workload_open(apf_workload **out, const apf_workload_spec *spec,
 		      const char *variant, apf_backend *be,
 		      const apf_trial_key *key, int flags)
 {
-	return open_workload(out, spec, variant, be, key, flags, -1);
+	return open_workload(out, spec, variant, be, key, flags, -1, NULL);
 }
 
-int apf_workload_open_train(apf_workload **out, const apf_workload_spec *spec,
-			    const char *variant, apf_backend *be,
-			    const apf_trial_key *key, int train_fd)
+int apf_workload_open_deferred(apf_workload **out,
+			       const apf_workload_spec *spec,
+			       const char *variant, apf_backend *be,
+			       const apf_trial_key *key,
+			       const struct apf_train_layout *layout)
 {
+	return open_workload(out, spec, variant, be, key, 0, -1, layout);
+}
+
+int apf_workload_train_layout(const apf_workload *wl,
+			      struct apf_train_layout *out)
+{
+	memset(out, 0, sizeof *out);
+	if (!wl->ds)
+		return apf_error(APF_EINTERNAL, wl->spec->name,
+				 "opened without data");
+	*out = (struct apf_train_layout){
+		wl->H, wl->W, wl->C, wl->classes,
+		(uint64_t)apf_dataset_size(wl->ds, APF_SPLIT_TRAIN)};
+	return 0;
+}
+
+int apf_workload_attach_train(apf_workload *wl, int train_fd)
+{
+	if (!wl->deferred || wl->ds)
+		return apf_error(APF_EINTERNAL, wl->spec->name,
+				 "the training split is attached once, to a "
+				 "workload opened deferred");
 	if (train_fd < 0)
-		return apf_error(APF_EINTERNAL, spec->name, "no train split");
-	return open_workload(out, spec, variant, be, key, 0, train_fd);
+		return apf_error(APF_EINPUT, wl->spec->name, "no training split");
+	const struct apf_train_layout want = {wl->H, wl->W, wl->C, wl->classes,
+					      wl->layout.n};
+	int rc = load_dataset(wl, train_fd);
+	struct apf_train_layout got = {0};
+	if (!rc)
+		rc = apf_workload_train_layout(wl, &got);
+	if (!rc && memcmp(&got, &want, sizeof got))
+		rc = apf_error(APF_EINPUT, wl->spec->name,
+			       "the training split is %dx%dx%d, %d classes, %llu "
+			       "examples; the model was built for %dx%dx%d, %d, "
+			       "%llu",
+			       got.H, got.W, got.C, got.classes,
+			       (unsigned long long)got.n, want.H, want.W, want.C,
+			       want.classes, (unsigned long long)want.n);
+	if (!rc) {
+		apf_rng_key k = {wl->key.seed, wl->key.study, wl->key.trial,
+				 APF_RNG_SHUFFLE};
+		rc = apf_dataset_batcher_new(&wl->batcher, wl->ds,
+					     APF_SPLIT_TRAIN, &k);
+	}
+	return rc ? apf_error_prefix(rc, wl->spec->name) : 0;
 }
 
 void apf_workload_close(apf_workload *wl)

@@ -187,12 +187,28 @@ enum { APF_WORKLOAD_NO_DATA = 1 };
 int apf_workload_open(apf_workload **out, const apf_workload_spec *spec,
 		      const char *variant, apf_backend *be,
 		      const apf_trial_key *key, int flags);
-/* A trial's workload: the training split comes from train_fd, a sealed
- * memfd the supervisor made with apf_dataset_export_train; the dataset's
- * files are never opened and evaluation is refused. */
-int apf_workload_open_train(apf_workload **out, const apf_workload_spec *spec,
-			    const char *variant, apf_backend *be,
-			    const apf_trial_key *key, int train_fd);
+/* The training split's shape, what a model is built for: the input's
+ * H x W x C (1 x 1 x dense features for a table, 1 x 1 x 0 for tokens),
+ * the classes, and the examples in the split. */
+struct apf_train_layout {
+	int H, W, C, classes;
+	uint64_t n;
+};
+/* A workload opened with its data: the layout of its training split. */
+int apf_workload_train_layout(const apf_workload *wl,
+			      struct apf_train_layout *out);
+/* A trial's workload, opened before its data exists in the process: the
+ * model is built for `layout`, the dataset's files are never opened, and
+ * batches are refused until apf_workload_attach_train hands it the
+ * training split (train_fd, a sealed memfd the supervisor made with
+ * apf_dataset_export_train and passes when the clock starts), which must
+ * have that layout. Evaluation is always refused. */
+int apf_workload_open_deferred(apf_workload **out,
+			       const apf_workload_spec *spec,
+			       const char *variant, apf_backend *be,
+			       const apf_trial_key *key,
+			       const struct apf_train_layout *layout);
+int apf_workload_attach_train(apf_workload *wl, int train_fd);
 void apf_workload_close(apf_workload *wl);
 
 apf_net *apf_workload_net(apf_workload *wl);

@@ -27,6 +27,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -146,6 +147,95 @@ static void view(int argc, char **argv)
 	close(s);
 }
 
+/* The whole of a small file, NULs as spaces, on one line. */
+static void show_file(const char *key, const char *path)
+{
+	char buf[2048];
+	int fd = open(path, O_RDONLY);
+	if (fd < 0) {
+		out(key, "(%s)", strerror(errno));
+		return;
+	}
+	ssize_t n = read(fd, buf, sizeof buf - 1);
+	close(fd);
+	buf[n > 0 ? n : 0] = 0;
+	for (ssize_t i = 0; i < n; i++)
+		if (buf[i] == 0 || buf[i] == '\n')
+			buf[i] = buf[i] ? '|' : ' ';
+	out(key, "%s", buf);
+}
+
+/* Who the program is: its ids, capabilities and cgroup. */
+static void ids(void)
+{
+	out("uid", "%d", (int)getuid());
+	out("euid", "%d", (int)geteuid());
+	out("gid", "%d", (int)getgid());
+	gid_t groups[64];
+	int n = getgroups(64, groups);
+	out("groups", "%d", n);
+	status_field("CapEff");
+	status_field("CapPrm");
+	status_field("CapAmb");
+	show_file("cgroup", "/proc/self/cgroup");
+}
+
+/* One metadata change, "op:target": fchmod, fchown, fsetxattr and
+ * utimensat on a descriptor number, chmod, chown, setxattr, mknod and
+ * utimes on a path; chattr is FS_IOC_SETFLAGS on a descriptor. */
+static void meta(const char *spec)
+{
+	char op[32];
+	const char *colon = strchr(spec, ':');
+	size_t n = colon ? (size_t)(colon - spec) : strlen(spec);
+	snprintf(op, sizeof op, "%.*s", (int)(n < 31 ? n : 31), spec);
+	const char *t = colon ? colon + 1 : "";
+	int fd = atoi(t);
+	long r = -1;
+	if (!strcmp(op, "fchmod"))
+		r = fchmod(fd, 04755);
+	else if (!strcmp(op, "fchown"))
+		r = fchown(fd, 0, 0);
+	else if (!strcmp(op, "fsetxattr"))
+		r = syscall(SYS_fsetxattr, fd, "user.apf", "x", 1, 0);
+	else if (!strcmp(op, "utimensat"))
+		r = syscall(SYS_utimensat, fd, NULL, NULL, 0);
+	else if (!strcmp(op, "chmod"))
+		r = chmod(t, 0600);
+	else if (!strcmp(op, "chown"))
+		r = chown(t, 65534, 65534);
+	else if (!strcmp(op, "setxattr"))
+		r = syscall(SYS_setxattr, t, "user.apf", "x", 1, 0);
+	else if (!strcmp(op, "mknod"))
+		r = mknod(t, S_IFCHR | 0666, makedev(1, 3));
+	else if (!strcmp(op, "utimes"))
+		r = syscall(SYS_utimes, t, NULL);
+	else if (!strcmp(op, "chattr")) {
+		int flags = 0x10; /* FS_IMMUTABLE_FL */
+		r = ioctl(fd, 0x40086602, &flags); /* FS_IOC_SETFLAGS */
+	}
+	out("meta", "%s %ld %s", op, r, r < 0 ? strerror(errno) : "");
+}
+
+/* Control sequences, then n more bytes of plain text. */
+static void emit(long n)
+{
+	static const char ctl[] = "\x1b]0;owned\x07\x1b[2J\r\xc2\x9b\xe2\x80\xae"
+				  "tab\there\nline two\n";
+	if (write(1, ctl, sizeof ctl - 1) < 0)
+		return;
+	char block[4096];
+	memset(block, 'a', sizeof block);
+	for (long left = n; left > 0;) {
+		size_t k = left < (long)sizeof block ? (size_t)left : sizeof block;
+		ssize_t w = write(1, block, k);
+		if (w <= 0)
+			break;
+		left -= w;
+	}
+	out("emitted", "%ld", n);
+}
+
 static void *spin(void *arg)
 {
 	volatile unsigned long *n = arg;
@@ -254,6 +344,12 @@ int main(int argc, char **argv)
 		oom(1);
 	} else if (!strcmp(a, "oom-exit")) {
 		oom(0);
+	} else if (!strcmp(a, "ids")) {
+		ids();
+	} else if (!strcmp(a, "meta")) {
+		meta(arg);
+	} else if (!strcmp(a, "emit")) {
+		emit(atol(arg));
 	} else if (!strcmp(a, "segv")) {
 		*(volatile int *)(uintptr_t)8 = 1;
 	} else {
