@@ -20,9 +20,10 @@
  *     the blocks; an eval is due when eval_period_ns has passed since the
  *     last eval ended (or the resume) - only the final eval of a trial that
  *     ended (budget, targets, complete, max_steps) may come earlier.
- *   eval k: starts at step_block k's end; its copy window (copy_ns, 0 when
- *     absent) lies inside it, and what exceeds APF_COPY_ALLOWANCE_NS is
- *     added to the submission time; accumulated eval time is the sum
+ *   eval k: starts at step_block k's end (the trial frozen); its copy
+ *     (copy_ns, 0 when absent: the trial's report to its "copied") lies
+ *     inside that block, so it is submission time; accumulated eval time
+ *     is the sum
  *     of the evals, logging time the sum of the gaps from each eval's end
  *     to the next block's start; total = the three sums; global_step is
  *     the block's last step, never past max_steps; the target flags are
@@ -596,6 +597,8 @@ static const char *stop_words(int stop)
 		return "both targets";
 	if (stop & STOP_BUDGET)
 		return "the budget";
+	if (stop & STOP_COMPLETE)
+		return "the submission's word that it is complete";
 	return "max_steps";
 }
 
@@ -844,6 +847,7 @@ static int step_block(struct vx *v, struct vx_unit *u,
 	u->steps = last;
 	u->k = k;
 	u->block_start = start;
+	u->block_first = first;
 	u->block_end = end;
 	u->block_last = last;
 	u->block_line = r->line_no;
@@ -927,14 +931,14 @@ static int eval(struct vx *v, struct vx_unit *u,
 				 "written at t_ns %" PRIu64 ", before the eval "
 				 "ended (%" PRIu64 ")",
 				 r->t_ns, end);
-	if (copy > end - start)
+	/* The copy is the submission's: it happened inside the step block,
+	 * which ends when the trial is frozen. */
+	if (copy > u->block_end - u->block_start)
 		return fail_here(v, u, r, s,
-				 "copy_ns %" PRIu64 " is longer than the eval "
-				 "(%" PRIu64 " ns)",
-				 copy, end - start);
-	/* The copy window beyond the allowance is the submission's. */
-	if (__builtin_add_overflow(u->sub, apf_copy_charge_ns(copy), &u->sub))
-		return fail_here(v, u, r, s, "submission time overflows");
+				 "copy_ns %" PRIu64 " is longer than its step "
+				 "block (%" PRIu64 " ns): the copy is submission "
+				 "time, inside the block",
+				 copy, u->block_end - u->block_start);
 	uint64_t ev, sum;
 	if (__builtin_add_overflow(u->ev, end - start, &ev) || acc_ev != ev)
 		return fail_here(v, u, r, s,
@@ -944,8 +948,7 @@ static int eval(struct vx *v, struct vx_unit *u,
 	if (acc_sub != u->sub)
 		return fail_here(v, u, r, s,
 				 "accumulated_submission_ns %" PRIu64 " differs "
-				 "from the sum of its step blocks and copy "
-				 "charges %" PRIu64,
+				 "from the sum of its step blocks %" PRIu64,
 				 acc_sub, u->sub);
 	if (acc_log != u->log)
 		return fail_here(v, u, r, s,
@@ -964,6 +967,26 @@ static int eval(struct vx *v, struct vx_unit *u,
 				 "preemption_count %" PRIu64 ", but the unit "
 				 "was resumed %" PRIu64 " times",
 				 pre, u->pre);
+	/* Where evals fall is the cadence's: only the submission's own word
+	 * (complete) or max_steps makes one before its period, and either
+	 * ends the trial there. A preemption never does. */
+	if (u->block_early && s->sval == WHY_DUE)
+		return fail_here(v, u, r, s,
+				 "came before the eval period had passed since "
+				 "the last eval, yet was asked for as due (only "
+				 "the submission's complete and max_steps come "
+				 "early)");
+	/* Asked for after a step of its own block, before the one reported. */
+	if (s->u[11] && (s->u[11] + 1 < u->block_first || s->u[11] >= step))
+		return fail_here(v, u, r, s,
+				 "asked_after_step %" PRIu64 " is not a step of "
+				 "its block before the reported step %" PRIu64,
+				 s->u[11], step);
+	if (s->sval == WHY_MAX_STEPS && (!u->max_steps || step != u->max_steps))
+		return fail_here(v, u, r, s,
+				 "why max_steps at step %" PRIu64 " of max_steps "
+				 "%" PRIu64,
+				 step, u->max_steps);
 	if (!s->has_vm || !s->has_tm)
 		return fail_here(v, u, r, s, "metrics lack %s",
 				 s->has_vm ? u->tkey : u->vkey);
@@ -1003,10 +1026,13 @@ static int eval(struct vx *v, struct vx_unit *u,
 	e->ttt = u->ttt;
 	memcpy(e->sha, s->sha, 32);
 	e->bytes = s->u[9];
+	e->why = s->sval;
+	e->asked_after = s->u[11];
 	e->stop = (uint8_t)((u->sub >= u->budget_ns ? STOP_BUDGET : 0) |
 			    (vm && tm ? STOP_TARGETS : 0) |
 			    (u->max_steps && step == u->max_steps ? STOP_MAX_STEPS
-								 : 0));
+								 : 0) |
+			    (e->why == WHY_COMPLETE ? STOP_COMPLETE : 0));
 	e->file_ok = !!(s->flags & FLAG_CKPT_NAMED);
 	if (!v->o->log_only) {
 		int rc = keep_metrics(u, e, r, s);
@@ -1077,8 +1103,8 @@ static int trial_end(struct vx *v, struct vx_unit *u,
 					 "reason %s must follow the trial's "
 					 "final eval, not come %s",
 					 apf_rundir_reasons[reason], state_name(u->state));
-		static const int need[] = {STOP_BUDGET, STOP_TARGETS, 0,
-					   STOP_MAX_STEPS};
+		static const int need[] = {STOP_BUDGET, STOP_TARGETS,
+					   STOP_COMPLETE, STOP_MAX_STEPS};
 		if (last->stop && !(last->stop & need[reason]))
 			return fail_here(v, u, r, s,
 					 "reason %s, but eval %" PRIu64
@@ -1138,29 +1164,27 @@ static int trial_end(struct vx *v, struct vx_unit *u,
 }
 
 /* preempt: a SIGTERM or SIGUSR1 (a scheduler's warning) asked the unit to
- * stop; the supervisor asked for an eval at the end of the step under way,
- * which may come before its period, logged it with its checkpoint, and
- * stopped the trial. The unit goes on only after a resume from that eval,
- * in a later session. */
+ * stop; the supervisor stopped the trial where it was, making no eval, and
+ * logged which eval the unit goes on from (its last one; 0 before the
+ * first), in a resume of a later session. What the trial did since that
+ * eval was never logged and counts for nothing. */
 static int preempt(struct vx *v, struct vx_unit *u,
 		   const struct apf_runlog_record *r, const struct vx_slot *s)
 {
 	const struct vx_eval *last = u->nevals ? &u->evals[u->nevals - 1] : NULL;
-	if (u->state != U_EVAL || !last || last->index != u->k)
+	if (u->state != U_EVAL && u->state != U_READY)
 		return fail_here(v, u, r, s, "a preempt %s",
 				 state_name(u->state));
-	if (s->u[0] != last->index)
+	if (s->u[0] != u->k)
 		return fail_here(v, u, r, s,
 				 "after_eval %" PRIu64 ", but the unit's last "
 				 "eval is %" PRIu64,
-				 s->u[0], last->index);
-	if (last->stop)
+				 s->u[0], u->k);
+	if (u->state == U_EVAL && last && last->stop)
 		return fail_here(v, u, r, s,
 				 "eval %" PRIu64 " met %s, so the trial had "
 				 "to end there, not be preempted",
 				 last->index, stop_words(last->stop));
-	/* The eval it asked for may come early. */
-	u->early_eval = 0;
 	u->state = U_PREEMPTED;
 	return 0;
 }
@@ -1203,6 +1227,13 @@ static int resume(struct vx *v, const struct apf_runlog_record *r,
 		return fail_here(v, u, r, s,
 				 "a resume in the session the unit ran in "
 				 "(a resume follows a new run_start)");
+	/* A preempted unit goes on from the eval its preemption named: a
+	 * resume from an earlier one would unlog evals the unit made. */
+	if (u->state == U_PREEMPTED && j != u->k && !u->fail)
+		return fail_here(v, u, r, s,
+				 "from_eval %" PRIu64 ", but the unit was "
+				 "preempted after eval %" PRIu64,
+				 j, u->k);
 	u->session = v->session;
 	if (j > u->nevals) {
 		if (u->fail)

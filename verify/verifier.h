@@ -45,7 +45,7 @@ struct vx_slot {
 	int32_t unit;      /* index into vx.units; -1 none or null, -2 unknown */
 	uint32_t unit_tok; /* the unit field's token */
 	uint32_t vm_tok, tm_tok;
-	uint64_t u[11];    /* integer fields, by the field table's slot */
+	uint64_t u[12];    /* integer fields, by the field table's slot */
 	double d[2];       /* trial_start: the targets */
 	uint32_t tok[4];   /* tokens of fields read in order (strings,
 			    * hparams, metrics) */
@@ -57,7 +57,10 @@ struct vx_slot {
 enum vx_reason { R_BUDGET, R_TARGETS, R_COMPLETE, R_MAX_STEPS, R_FAULT,
 		 R_ERROR };
 /* Conditions that end a trial at an eval. */
-enum { STOP_BUDGET = 1, STOP_TARGETS = 2, STOP_MAX_STEPS = 4 };
+enum { STOP_BUDGET = 1, STOP_TARGETS = 2, STOP_MAX_STEPS = 4,
+       STOP_COMPLETE = 8 };
+/* Why an eval was reported (eval.why, apf_rundir_eval_whys' order). */
+enum vx_why { WHY_DUE, WHY_COMPLETE, WHY_MAX_STEPS };
 
 /* One kept eval (a later resume may still discard it). */
 struct vx_eval {
@@ -69,6 +72,8 @@ struct vx_eval {
 	uint64_t index, preempt;
 	uint8_t sha[32];
 	uint8_t stop;      /* STOP_* that hold here */
+	uint8_t why;       /* enum vx_why */
+	uint64_t asked_after; /* asked_after_step, 0: absent */
 	uint8_t file_ok;   /* checkpoint.file names RUN/<unit>/ckpt/<i>.bin */
 	uint32_t nm;       /* metrics, kept only when outputs are checked */
 	uint32_t *mname;   /* indexes into the unit's metric names */
@@ -118,7 +123,7 @@ struct vx_unit {
 	int ever_started;
 	uint64_t session;   /* the session of the unit's last record */
 	uint64_t seg_t;     /* the last t_ns on this supervisor's clock */
-	uint64_t block_start, block_end, block_last, block_line;
+	uint64_t block_start, block_end, block_last, block_line, block_first;
 	int block_early;    /* step_block k ended before the eval period */
 	uint64_t ttt;
 	uint64_t early_eval, early_line; /* a kept eval that came early and

@@ -1109,7 +1109,8 @@ static int keep_checkpoints(struct vx *v)
 		if (!k->unit || !k->workload || !k->variant || !k->ckpt)
 			return -1;
 		if (u->has_init) {
-			k->ckpt[k->n] = (struct apf_verify_ckpt){0, 0, 0, {0}, NULL};
+			k->ckpt[k->n] = (struct apf_verify_ckpt){0, 0, 0, {0}, NULL,
+								 0, 0};
 			memcpy(k->ckpt[k->n++].sha256, u->init.sha, 32);
 		}
 		for (size_t e = 0; e < u->nevals; e++) {
@@ -1119,7 +1120,8 @@ static int keep_checkpoints(struct vx *v)
 				json_object_set_new(m, u->mnames[x->mname[j]],
 						    json_real(x->mval[j]));
 			k->ckpt[k->n] = (struct apf_verify_ckpt){
-				x->index, x->global_step, x->sub, {0}, m};
+				x->index, x->global_step, x->sub, {0}, m, x->why,
+				x->asked_after};
 			memcpy(k->ckpt[k->n++].sha256, x->sha, 32);
 		}
 	}

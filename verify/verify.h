@@ -157,6 +157,10 @@ typedef struct apf_verify_report {
 			/* the eval's metrics as logged (NULL: the initial
 			 * state, or a log-only verification) */
 			json_t *metrics;
+			/* why it was reported (apf_rundir_eval_whys) */
+			int why;
+			/* the step after which it was asked for, 0: unknown */
+			uint64_t asked_after;
 		} *ckpt;
 	} *kept;
 	size_t nkept;

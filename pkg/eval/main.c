@@ -8,8 +8,8 @@
  * (apf_eval_arena).
  *
  * It computes on the CPU whatever device the trial trains on: a CUDA
- * trial's parameters reach the shared arena in its copy window
- * (apf_trial_snapshot), and from there on everything a result rests on -
+ * trial's parameters reach the shared arena in its copy, on the
+ * submission's clock (apf_trial_snapshot), and from there on everything a result rests on -
  * the metrics, the checkpoint, the target decision - is the CPU reference
  * path, which the verifier's --reeval repeats bit for bit on any machine.
  * A GPU evaluator would be faster, and an auditor without that GPU could

@@ -15,6 +15,7 @@
 #include <limits.h>
 #include <math.h>
 #include <poll.h>
+#include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,6 +48,14 @@
 #define BUILD_TIMEOUT_MS (5 * 60 * 1000)
 #define SETUP_TIMEOUT_NS (10ull * 60 * 1000000000)
 #define FAULT_MAX (APF_SANDBOX_TEXT_MAX + 64)
+/* How often the wait looks at the trial's step count when an eval is near,
+ * and how often the progress callback runs. */
+#define WATCH_NS 1000000ull
+#define TICK_NS 500000000ull
+/* How far ahead of the step it names an eval is asked for (due_watch). */
+#define LEAD_NS 50000000ull
+#define LEAD_MAX_STEPS 100000ull
+#define PACE_NS 5000000ull
 
 /* The arena and control memfds are sealed against shrinking and growing
  * when made; they are re-checked before the supervisor reads through its
@@ -67,8 +76,19 @@ struct apf_host {
 	struct apf_chan ch;
 	struct apf_proto pr;
 	apf_sandbox *sb;
-	uint64_t next_due;
-	int eval_now_asked;   /* o.eval_now said yes (once per host) */
+	/* When the next eval is asked for (due_watch: one rule for a run and
+	 * a replay, so that the trial sees the same thing): a run's is due at
+	 * due_ns, a replay's at step due_step. */
+	uint64_t due_ns;
+	int64_t due_step;
+	int64_t due_after;    /* a replay's: the run's asked_after, 0: unknown */
+	int64_t asked_after;  /* the step count the eval was asked after, 0:
+				 not asked since the last go */
+	int due_missed;       /* a replay's step went by before it was asked */
+	int64_t pace_step;    /* the trial's pace (lead_steps): a step count, */
+	uint64_t pace_ns;     /* when it was seen, */
+	uint64_t per;         /* and the ns a step since the one before */
+	uint64_t last_tick;
 	uint64_t report_ns, copy_ns; /* the last report's (apf_host_report_times) */
 	uint64_t init_ns, submission_init_ns;
 	int64_t batch;
@@ -886,6 +906,86 @@ static int interrupted(const apf_host *h)
 	return h->o.interrupted && h->o.interrupted();
 }
 
+/* Asks for the eval at the end of step `at`, the trial having been seen
+ * after step `seen`. */
+static void ask_eval(apf_host *h, int64_t seen, int64_t at)
+{
+	h->asked_after = seen;
+	apf_proto_request(&h->pr, at);
+	__atomic_store_n(&h->ctl->eval_at, at, __ATOMIC_RELEASE);
+	h->due_ns = 0;
+	h->due_step = 0;
+}
+
+/* The trial's recent pace, in ns a step (0: no step seen yet), over the
+ * last stretch of at least PACE_NS (a trial's first steps are slow: its
+ * data being attached, its caches cold), and the lead: how many steps the
+ * trial takes in LEAD_NS at that pace. */
+static uint64_t lead_steps(apf_host *h, int64_t seen, uint64_t now,
+			   uint64_t *per)
+{
+	if (seen > h->pace_step && now - h->pace_ns >= PACE_NS) {
+		h->per = (now - h->pace_ns) / (uint64_t)(seen - h->pace_step);
+		h->pace_step = seen;
+		h->pace_ns = now;
+	}
+	*per = h->per;
+	if (!*per)
+		return 0;
+	uint64_t lead = LEAD_NS / *per;
+	return lead > LEAD_MAX_STEPS ? LEAD_MAX_STEPS : lead;
+}
+
+/* The eval due (see struct apf_host), looked at on every turn of the wait:
+ * asks for it when its moment has come, and returns how long the wait may
+ * sleep before looking again (ns).
+ * A run asks, once due_ns has passed, for the step that ends about LEAD_NS
+ * later at the trial's pace: seen + 1 + lead. A replay asks for its step S
+ * at the moment the same rule would name S (seen + 1 + lead >= S). So in
+ * both the trial sees eval_at written about LEAD_NS before the step it
+ * names ends, to a value one step plus a lead ahead of its count; and the
+ * replay has LEAD_NS of slack for its own scheduling before S would go by
+ * unasked (due_missed). */
+static uint64_t due_watch(apf_host *h, uint64_t now)
+{
+	uint64_t wait = 500000000ull, per;
+	int64_t seen = __atomic_load_n(&h->ctl->step, __ATOMIC_ACQUIRE);
+	uint64_t lead = lead_steps(h, seen, now, &per);
+	if (h->due_ns) {
+		if (now < h->due_ns)
+			return h->due_ns - now < wait ? h->due_ns - now : wait;
+		ask_eval(h, seen, seen + 1 + (int64_t)lead);
+		return wait;
+	}
+	if (!h->due_step)
+		return wait;
+	if (seen >= h->due_step) {
+		/* Its step ended before it could be asked for: the replay
+		 * ends elsewhere and fails, and says why. */
+		h->due_missed = 1;
+		ask_eval(h, seen, seen + 1);
+		return wait;
+	}
+	/* Where the run asked (its log's asked_after_step), else where the
+	 * rule would. */
+	if (h->due_after > 0 ? seen >= h->due_after
+			     : seen + 1 + (int64_t)lead >= h->due_step) {
+		ask_eval(h, seen, h->due_step);
+		return wait;
+	}
+	if (h->due_after > 0) {
+		/* The lead the run had, at this trial's pace. */
+		lead = (uint64_t)(h->due_step - 1 - h->due_after);
+	}
+	if (!per)
+		return WATCH_NS; /* no step yet to know the pace by */
+	/* Sleep half the time until the moment comes, and never more than a
+	 * quarter of the lead (the pace may pick up), then look again. */
+	uint64_t until = per * (uint64_t)(h->due_step - 1 - seen - (int64_t)lead);
+	wait = until / 2 < LEAD_NS / 4 ? until / 2 : LEAD_NS / 4;
+	return wait > WATCH_NS ? wait : WATCH_NS;
+}
+
 /* Serves the sandbox and waits for a line from the trial, up to
  * deadline_ns (0: none). Returns 1 with a line, 0 on timeout or
  * interruption, 2 when the trial ended (h->end_kind says how), or an
@@ -913,30 +1013,16 @@ static int await_line(apf_host *h, char *line, size_t size,
 		uint64_t now = apf_now_ns();
 		if (deadline_ns && now >= deadline_ns)
 			return 0;
-		if (progress && h->o.eval_now && !h->eval_now_asked &&
-		    h->o.eval_now()) {
-			h->eval_now_asked = 1;
-			h->next_due = now ? now : 1;
-		}
-		if (h->next_due && now >= h->next_due) {
-			/* At the end of the step under way: any step after the
-			 * last eval's is at or past this one. */
-			int64_t at = h->pr.step + 1;
-			apf_proto_request(&h->pr, at);
-			__atomic_store_n(&h->ctl->eval_at, at, __ATOMIC_RELEASE);
-			h->next_due = 0;
-		}
-		int wait = 500;
-		if (deadline_ns && (deadline_ns - now) / 1000000 < (uint64_t)wait)
-			wait = (int)((deadline_ns - now) / 1000000) + 1;
-		if (h->next_due && h->next_due > now &&
-		    (h->next_due - now) / 1000000 < (uint64_t)wait)
-			wait = (int)((h->next_due - now) / 1000000) + 1;
+		uint64_t wait = progress ? due_watch(h, now) : 500000000ull;
+		if (deadline_ns && deadline_ns - now < wait)
+			wait = deadline_ns - now;
 		struct pollfd p[4] = {{h->chan_fd, POLLIN, 0},
 				      {apf_sandbox_notify_fd(h->sb), POLLIN, 0},
 				      {apf_sandbox_exit_fd(h->sb), POLLIN, 0},
 				      {apf_sandbox_output_fd(h->sb), POLLIN, 0}};
-		int pr = poll(p, 4, wait);
+		struct timespec ts = {(time_t)(wait / 1000000000ull),
+				      (long)(wait % 1000000000ull)};
+		int pr = ppoll(p, 4, &ts, NULL);
 		if (pr < 0 && errno != EINTR)
 			return apf_error_errno(APF_EIO, errno, "trial", "poll");
 		if (pr > 0 && p[3].revents)
@@ -947,16 +1033,24 @@ static int await_line(apf_host *h, char *line, size_t size,
 			if (rc)
 				return rc;
 		}
-		if (progress && h->o.tick)
+		if (progress && h->o.tick && now - h->last_tick >= TICK_NS) {
+			h->last_tick = now;
 			h->o.tick(h->o.user,
 				  __atomic_load_n(&h->ctl->step, __ATOMIC_RELAXED),
 				  now);
+		}
 	}
 }
 
 int apf_host_start(apf_host *h, int64_t step)
 {
 	uint64_t spawn_t = apf_now_ns();
+	/* The control page starts where the arena does: the step count a
+	 * replay's watch compares with is right before the first step. */
+	__atomic_store_n(&h->ctl->step, step, __ATOMIC_RELEASE);
+	__atomic_store_n(&h->ctl->eval_at, 0, __ATOMIC_RELEASE);
+	h->due_ns = 0;
+	h->due_step = 0;
 	int rc = spawn_trial(h);
 	if (rc)
 		return rc;
@@ -1041,6 +1135,10 @@ int apf_host_go(apf_host *h, uint64_t sub_ns, int64_t evals,
 	const char *mn = h->spec->metric;
 	apf_proto_go(&h->pr, eval_at);
 	__atomic_store_n(&h->ctl->eval_at, eval_at, __ATOMIC_RELEASE);
+	h->pace_step = h->pr.step;
+	h->pace_ns = apf_now_ns();
+	h->per = 0;
+	h->asked_after = 0;
 	/* The first go of a trial process carries the training split: until
 	 * the clock runs there is nothing in the trial to train on. */
 	int fd = h->train_sent ? -1 : h->train_fd;
@@ -1056,7 +1154,26 @@ int apf_host_go(apf_host *h, uint64_t sub_ns, int64_t evals,
 
 void apf_host_due(apf_host *h, uint64_t at_ns)
 {
-	h->next_due = at_ns;
+	h->due_ns = at_ns;
+	h->due_step = 0;
+}
+
+void apf_host_due_step(apf_host *h, int64_t step, int64_t after)
+{
+	h->due_ns = 0;
+	h->due_step = step;
+	h->due_after = after > 0 && after < step ? after : 0;
+	h->due_missed = 0;
+}
+
+int64_t apf_host_asked_after(const apf_host *h)
+{
+	return h->asked_after;
+}
+
+int apf_host_due_missed(const apf_host *h)
+{
+	return h->due_missed;
 }
 
 int apf_host_next(apf_host *h, uint64_t deadline_ns, int64_t *step,
@@ -1135,6 +1252,12 @@ int apf_host_resume(apf_host *h)
 		return 0;
 	}
 	return 1;
+}
+
+void apf_host_kill(apf_host *h)
+{
+	if (h->sb)
+		apf_sandbox_kill(h->sb);
 }
 
 void apf_host_stop(apf_host *h)

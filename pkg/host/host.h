@@ -49,10 +49,6 @@ struct apf_host_opts {
 	/* Polled while waiting: nonzero stops the wait (a SIGINT). May be
 	 * NULL. */
 	int (*interrupted)(void);
-	/* Asked now and then while the trial trains (may be NULL): when it
-	 * says yes, an eval is asked for at the end of the step under way,
-	 * once (a preemption's checkpoint). */
-	int (*eval_now)(void);
 	/* Called about twice a second while the trial trains (progress). May
 	 * be NULL. */
 	void (*tick)(void *user, int64_t step, uint64_t now_ns);
@@ -140,12 +136,25 @@ uint64_t apf_host_memory_limit(const apf_host *h);
 
 /* Lets the trial go on, told what it may see: its submission time so far,
  * the eval count and the last eval's metrics (NULL: none); an eval is due
- * at the end of step eval_at (0: when asked for, see apf_host_due). */
+ * at the end of step eval_at (0: when asked for, see apf_host_due). The
+ * first go of a trial process brings its training split. */
 int apf_host_go(apf_host *h, uint64_t sub_ns, int64_t evals,
 		const json_t *metrics, int64_t eval_at);
-/* From now_ns on (0: never), an eval is asked for at the end of the step
- * under way. */
+/* When the next eval is asked for, a run's way and a replay's: once at_ns
+ * has passed (0: never), for the step that ends about 50 ms later at the
+ * trial's pace; or for step `step`, asked once the trial has finished step
+ * `after` (where the run asked: its eval record's asked_after_step; 0 for
+ * a log without it: where the run's rule would). So the trial sees the
+ * same thing in a run and a replay: eval_at written, some 50 ms of its
+ * own steps ahead, after the same step, to the same step.
+ * apf_host_asked_after: after which step the last interval's eval was
+ * asked for (0: it was not, since the go). apf_host_due_missed: the
+ * replay's step ended before it could be asked for (the supervisor held
+ * up past the lead; the replay then ends elsewhere). */
 void apf_host_due(apf_host *h, uint64_t at_ns);
+void apf_host_due_step(apf_host *h, int64_t step, int64_t after);
+int64_t apf_host_asked_after(const apf_host *h);
+int apf_host_due_missed(const apf_host *h);
 
 enum {
 	APF_HOST_TIMEOUT = 0, /* the deadline passed, or interrupted */
@@ -171,6 +180,8 @@ int apf_host_freeze(apf_host *h);
 int apf_host_resume(apf_host *h);
 /* Tells the trial to stop and lets it exit (killed after 3 s). */
 void apf_host_stop(apf_host *h);
+/* Kills the trial now, recording no ending (a preemption). */
+void apf_host_kill(apf_host *h);
 /* Ends the trial for a reason the caller found; the first reason stays. */
 void apf_host_end(apf_host *h, const char *kind, const char *detail);
 /* How the trial ended (NULL kind: it has not). */

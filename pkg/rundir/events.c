@@ -16,6 +16,8 @@ const char *const apf_rundir_fault_kinds[] = {"syscall", "path",	 "crash",
 const char *const apf_rundir_reasons[] = {"budget", "targets", "complete",
 				      "max_steps", "fault", "error", NULL};
 const char *const apf_rundir_preempt_signals[] = {"SIGTERM", "SIGUSR1", NULL};
+const char *const apf_rundir_eval_whys[] = {"due", "complete", "max_steps",
+					    NULL};
 
 #define REQ 1
 #define OPT 0
@@ -91,9 +93,19 @@ static const struct apf_event_field f_eval[] = {
 	FLD("validation_target_met", APF_F_BOOL, REQ, 0, NULL),
 	FLD("test_target_met", APF_F_BOOL, REQ, 1, NULL),
 	FLD("checkpoint", APF_F_CKPT, REQ, 1, NULL),
-	/* The copy window after the eval report (runner.h); absent in logs
-	 * from before it, read as 0. */
+	/* The trial's copy, from its eval report to "copied" (runner.h):
+	 * inside the step block, so submission time; absent in logs from
+	 * before it, read as 0. */
 	FLD("copy_ns", APF_F_U64, OPT, 10, NULL),
+	/* Why the trial reported: the cadence asked ("due"), the submission
+	 * said it is done, or max_steps. Only the last two may come before
+	 * the eval period; absent in logs from before it, read as "due". */
+	FLD("why", APF_F_ENUM, OPT, 0, apf_rundir_eval_whys),
+	/* The step count after which the supervisor asked for the eval (the
+	 * control page's eval_at), so that a replay asks after the same step;
+	 * absent when it was not asked (the first eval, given with the go; a
+	 * complete or max_steps before it was due; logs from before it). */
+	FLD("asked_after_step", APF_F_U64_1, OPT, 11, NULL),
 	END};
 static const struct apf_event_field f_sandbox_fault[] = {
 	UNIT_FIELD,

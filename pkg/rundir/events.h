@@ -78,6 +78,7 @@ extern const char *const apf_rundir_directions[];  /* trial_start.direction */
 extern const char *const apf_rundir_fault_kinds[]; /* sandbox_fault.kind */
 extern const char *const apf_rundir_reasons[];     /* trial_end.reason */
 extern const char *const apf_rundir_preempt_signals[]; /* preempt.signal */
+extern const char *const apf_rundir_eval_whys[];       /* eval.why */
 
 /* The event of a record's name; APF_EV_UNKNOWN when none. */
 int apf_rundir_event(const char *name);

@@ -52,6 +52,8 @@ struct run {
 
 /* A SIGINT asked the run to stop (the log stays resumable). */
 int apf_run_interrupted(void);
+/* Either: the units under way stop. */
+int apf_run_stopping(void);
 /* A SIGTERM or SIGUSR1 asked it to checkpoint and stop; which one. */
 int apf_run_preempted(void);
 const char *apf_run_preempt_signal(void);

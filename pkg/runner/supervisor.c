@@ -50,7 +50,9 @@ static volatile sig_atomic_t stop_signal, preempt_signal;
 
 /* SIGINT stops at once (the work since the last eval is lost); SIGTERM and
  * SIGUSR1 (Slurm's warning before it preempts or ends a job) preempt: the
- * unit under way checkpoints at the end of its current step and stops. */
+ * unit under way stops at once too, logs the preemption and signs its
+ * head, so that a resume goes on from its last eval. Neither makes an
+ * eval (unit.c, preempt). */
 static void on_signal(int sig)
 {
 	if (sig == SIGINT)
@@ -67,6 +69,11 @@ int apf_run_interrupted(void)
 int apf_run_preempted(void)
 {
 	return preempt_signal != 0;
+}
+
+int apf_run_stopping(void)
+{
+	return stop_signal != 0 || preempt_signal != 0;
 }
 
 const char *apf_run_preempt_signal(void)

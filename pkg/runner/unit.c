@@ -4,14 +4,14 @@
  * sequence). The trial process itself is hosted through pkg/host and
  * evaluated through pkg/eval, which the verifier's audits use too.
  *
- * Timing is the supervisor's: a running interval starts when the trial is
- * resumed after "go" and ends when its "eval" report arrives (the trial
- * waits for its device before reporting); evaluation and logging happen
- * while the trial is frozen and are accounted apart. Between the report and
- * "copied" the trial brings the shared arena up to date (a download from
- * the device; nothing on the CPU): that window is the eval's, up to
- * APF_COPY_ALLOWANCE_NS, and what it lasts beyond is charged to the
- * submission, since the trial runs unfrozen there.
+ * Timing is the supervisor's: a running interval starts just before the
+ * trial is resumed after "go" and ends when the trial is frozen again,
+ * which the supervisor does once the trial has reported its eval and
+ * brought the shared arena up to date ("copied": a download from the
+ * device, nothing on the CPU). Everything the trial does while it runs is
+ * submission time, the copy included; no word of the trial's stops its
+ * clock. Evaluation and logging happen while the trial is frozen and are
+ * accounted apart.
  */
 #include "runner/runner.h"
 
@@ -50,7 +50,7 @@ struct unit {
 	uint64_t sub_ns, eval_ns, log_ns;
 	int64_t evals, global_step, preemptions;
 	uint64_t interval_start, last_eval_end;
-	uint64_t copy_ns; /* the last eval's copy window */
+	uint64_t copy_ns; /* the last eval's copy: its report to "copied" */
 	int64_t time_to_target_ns;
 	int ended;
 	int preempted; /* checkpointed at a preemption's eval and stopped */
@@ -242,13 +242,14 @@ static const char *stop_reason(const struct unit *u, int val_met, int test_met,
 /* The eval record of an eval that ended at eval_end with metrics m. */
 static json_t *eval_record(const struct unit *u, int64_t step, uint64_t t_end,
 			   uint64_t eval_end, json_t *m, int val_met,
-			   int test_met, const char *hex, uint64_t bytes)
+			   int test_met, const char *hex, uint64_t bytes,
+			   enum apf_proto_why why)
 {
 	char ck[64];
 	snprintf(ck, sizeof ck, "ckpt/%lld.bin", (long long)u->evals);
 	return json_pack(
 		"{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:O, s:b, s:b, "
-		"s:{s:s, s:s, s:I}, s:I}",
+		"s:{s:s, s:s, s:I}, s:I, s:s}",
 		"index", (json_int_t)u->evals, "global_step", (json_int_t)step,
 		"start_ns", (json_int_t)t_end, "end_ns", (json_int_t)eval_end,
 		"accumulated_submission_ns", (json_int_t)u->sub_ns,
@@ -258,14 +259,18 @@ static json_t *eval_record(const struct unit *u, int64_t step, uint64_t t_end,
 		"preemption_count", (json_int_t)u->preemptions, "metrics", m,
 		"validation_target_met", val_met, "test_target_met", test_met,
 		"checkpoint", "file", ck, "sha256", hex, "bytes",
-		(json_int_t)bytes, "copy_ns", (json_int_t)u->copy_ns);
+		(json_int_t)bytes, "copy_ns", (json_int_t)u->copy_ns, "why",
+		why == APF_WHY_COMPLETE	   ? "complete"
+		: why == APF_WHY_MAX_STEPS ? "max_steps"
+					   : "due");
 }
 
 /* Eval k's record (its metrics' target flags, time to target), the
  * unit's CSV and the signed head. */
 static int record_eval(struct unit *u, int64_t step, uint64_t t_end,
 		       uint64_t eval_end, json_t *m, const char *hex,
-		       uint64_t bytes, int *val_met, int *test_met)
+		       uint64_t bytes, enum apf_proto_why why, int *val_met,
+		       int *test_met)
 {
 	const char *mn = u->hu->spec->metric;
 	int dir = u->hu->spec->direction;
@@ -281,7 +286,11 @@ static int record_eval(struct unit *u, int64_t step, uint64_t t_end,
 	if (*val_met && u->time_to_target_ns < 0)
 		u->time_to_target_ns = (int64_t)u->sub_ns;
 	json_t *ev = eval_record(u, step, t_end, eval_end, m, *val_met, *test_met,
-				 hex, bytes);
+				 hex, bytes, why);
+	/* Where the cadence asked for it, for a replay to ask there too. */
+	int64_t asked = apf_host_asked_after(u->host);
+	if (asked > 0)
+		json_object_set_new(ev, "asked_after_step", json_integer(asked));
 	json_t *row = json_deep_copy(ev);
 	int rc = record(u, "eval", ev, 1);
 	if (!u->st->rows)
@@ -297,15 +306,42 @@ static int record_eval(struct unit *u, int64_t step, uint64_t t_end,
 	return rc;
 }
 
+/* A preemption (SIGTERM, or Slurm's SIGUSR1 warning): the trial is stopped
+ * where it is, and a resume goes on from the last eval's checkpoint; what
+ * it trained since is lost, as in a crash. It never makes an eval: where
+ * evals fall is the cadence's alone, so a signal sent at a chosen moment
+ * cannot buy a measurement there (an operator's preemptions only cost the
+ * unit the work since its last eval, and count in preemption_count). */
+static int preempt(struct unit *u)
+{
+	int rc = record(u, "preempt",
+			json_pack("{s:s, s:I}", "signal", apf_run_preempt_signal(),
+				  "after_eval", (json_int_t)u->evals),
+			1);
+	if (!rc)
+		rc = sign_head(u->r);
+	u->preempted = 1;
+	apf_host_kill(u->host);
+	if (!rc)
+		apf_runner_notice(u->r,
+				  "%s: preempted by %s: stopped; a resume goes on "
+				  "from eval %lld (step %lld)",
+				  u->name, apf_run_preempt_signal(),
+				  (long long)u->evals, (long long)u->global_step);
+	return rc;
+}
+
 /* One eval point: the trial has reported `step` (accepted by the protocol)
- * for reason `why` at t_end and copied its arena in copy_ns. Returns 1 when
- * the trial goes on, 0 when the unit ended (u->ended, or the host's ending
- * for record_ending), or an error of the run itself. */
+ * for reason `why` and copied its arena in copy_ns. Its interval ends once
+ * it is frozen. Returns 1 when the trial goes on, 0 when the unit ended
+ * (u->ended, or the host's ending for record_ending), or an error of the
+ * run itself. */
 static int eval_point(struct unit *u, int64_t step, enum apf_proto_why why,
-		      uint64_t t_end, uint64_t copy_ns)
+		      uint64_t copy_ns)
 {
 	if (!apf_host_freeze(u->host))
 		return 0;
+	uint64_t t_end = apf_now_ns();
 	u->sub_ns += t_end - u->interval_start;
 	json_t *f = json_pack("{s:I, s:I, s:I, s:I, s:I}", "first_step",
 			      (json_int_t)u->global_step + 1, "last_step",
@@ -317,9 +353,7 @@ static int eval_point(struct unit *u, int64_t step, enum apf_proto_why why,
 	if (rc)
 		return rc;
 	u->global_step = step;
-	/* The block record holds the blocks' sum; the eval's, the charge too. */
 	u->copy_ns = copy_ns;
-	u->sub_ns += apf_copy_charge_ns(copy_ns);
 	/* Evaluate the frozen arena. */
 	json_t *m;
 	char err[600] = "";
@@ -350,7 +384,7 @@ static int eval_point(struct unit *u, int64_t step, enum apf_proto_why why,
 		return rc;
 	}
 	int val_met = 0, test_met = 0;
-	rc = record_eval(u, step, t_end, eval_end, m, hex, bytes, &val_met,
+	rc = record_eval(u, step, t_end, eval_end, m, hex, bytes, why, &val_met,
 			 &test_met);
 	u->last_eval_end = eval_end;
 	const char *stop = stop_reason(u, val_met, test_met, why);
@@ -361,25 +395,10 @@ static int eval_point(struct unit *u, int64_t step, enum apf_proto_why why,
 		return rc;
 	}
 	if (!rc && apf_run_preempted()) {
-		/* This eval's checkpoint is where a resume goes on from. */
+		/* A preemption that came while this eval was made: the
+		 * unit stops here, at a checkpoint of its own cadence. */
 		json_decref(m);
-		rc = record(u, "preempt",
-			    json_pack("{s:s, s:I}", "signal",
-				      apf_run_preempt_signal(), "after_eval",
-				      (json_int_t)u->evals),
-			    1);
-		if (!rc)
-			rc = sign_head(u->r);
-		u->preempted = 1;
-		apf_host_stop(u->host);
-		if (!rc)
-			apf_runner_notice(u->r,
-					  "%s: preempted by %s: checkpointed at "
-					  "eval %lld (step %lld) and stopped",
-					  u->name, apf_run_preempt_signal(),
-					  (long long)u->evals,
-					  (long long)u->global_step);
-		return rc;
+		return preempt(u);
 	}
 	if (!rc) {
 		apf_host_due(u->host, eval_end + u->hu->eval_period_ns);
@@ -467,8 +486,7 @@ static int prepare(struct unit *u)
 		.threads = r->threads,
 		.budget_multiplier = man->tuning.budget_multiplier,
 		.hp = &pu->hp,
-		.interrupted = apf_run_interrupted,
-		.eval_now = apf_run_preempted,
+		.interrupted = apf_run_stopping,
 		.tick = tick,
 		.warn = warn,
 		.user = u};
@@ -675,21 +693,25 @@ static int train(struct unit *u)
 		int64_t step = 0;
 		enum apf_proto_why why = APF_WHY_DUE;
 		int w = apf_host_next(u->host, deadline, &step, &why);
-		uint64_t t_end = apf_now_ns(), copy_ns = 0;
+		uint64_t report_ns = 0, copy_ns = 0;
 		if (w == APF_HOST_REPORT)
-			apf_host_report_times(u->host, &t_end, &copy_ns);
+			apf_host_report_times(u->host, &report_ns, &copy_ns);
 		if (w < 0)
 			return w;
 		if (u->warn_rc)
 			return u->warn_rc;
 		if (w == APF_HOST_TIMEOUT && apf_run_interrupted())
 			break;
+		if (w == APF_HOST_TIMEOUT && apf_run_preempted()) {
+			rc = preempt(u);
+			break;
+		}
 		if (w == APF_HOST_TIMEOUT)
 			apf_host_end(u->host, "timeout",
 				     "no eval report within the budget (a step "
 				     "ran past it)");
 		else if (w == APF_HOST_REPORT &&
-			 (rc = eval_point(u, step, why, t_end, copy_ns)) > 0)
+			 (rc = eval_point(u, step, why, copy_ns)) > 0)
 			rc = 0;
 		if (!rc && !u->ended && apf_host_ending(u->host, NULL))
 			rc = record_ending(u);

@@ -783,6 +783,12 @@ static _Noreturn void init_main(struct plan *p)
 	reset_signals();
 	prctl(PR_SET_PDEATHSIG, SIGKILL);
 	hide_command_line(chan);
+	/* A session of its own: a terminal's ^C (or `timeout -s INT`, which
+	 * signals its whole process group) reaches the supervisor, which
+	 * stops the trial itself, and never the trial directly (a trial
+	 * killed by SIGINT would be a crash of the submission's). */
+	if (setsid() < 0)
+		child_fail(chan, "setsid", NULL, errno);
 	if (p->userns) {
 		if ((err = write_file("/proc/self/setgroups", "deny")) ||
 		    (err = write_file("/proc/self/uid_map", p->uid_map)))

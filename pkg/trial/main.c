@@ -277,7 +277,8 @@ static int train(struct tp *t)
 		if (!rc)
 			rc = apf_chan_send(APF_FD_CHANNEL, "eval %lld %s", (long long)step,
 				       why);
-		/* The clock stopped at the report: the copy is the eval's. */
+		/* On the clock: the interval ends when the supervisor has
+		 * frozen the trial, after "copied". */
 		if (!rc)
 			rc = apf_trial_snapshot(t->trial);
 		if (!rc)

@@ -108,7 +108,7 @@ int apf_trial_prepare_eval(apf_trial *t);
 /* Brings the shared arena up to date with the working copy on the device
  * (parameters, model state, vector slots) and waits for it; nothing to do
  * on the CPU, whose working copy the shared arena is. The trial calls it
- * after its eval report, in the supervisor's copy window. */
+ * after its eval report, on the submission's clock. */
 int apf_trial_snapshot(apf_trial *t);
 /* What the submission sees of the last evaluation and the clock. */
 void apf_trial_set_eval(apf_trial *t, const apf_eval_results *ev);

@@ -152,21 +152,11 @@ enum apf_proto_phase {
 };
 /* "copied" follows every eval report once the trial has brought the shared
  * arena up to date (apf_trial_snapshot: the device's copy downloaded, or
- * nothing to do on the CPU); the supervisor's clock stopped at the report,
- * and it freezes the trial after "copied". */
-/* The copy window is evaluation time up to this allowance; the part of a
- * copy beyond it is charged to the submission. Within the window the trial
- * runs unfrozen, so a submission could compute there untimed: the
- * allowance bounds that to 100 ms an eval, room for an honest download of
- * a 1 GB arena over PCIe from pageable memory (an honest CPU trial, with
- * nothing to copy, uses microseconds). Runner and verifier both apply it
- * to the supervisor's measurement, the eval record's copy_ns. */
-#define APF_COPY_ALLOWANCE_NS 100000000ull
-static inline uint64_t apf_copy_charge_ns(uint64_t copy_ns)
-{
-	return copy_ns > APF_COPY_ALLOWANCE_NS ? copy_ns - APF_COPY_ALLOWANCE_NS
-					       : 0;
-}
+ * nothing to do on the CPU). The supervisor then freezes the trial, and
+ * the submission's interval ends when it is frozen: the copy, and whatever
+ * the trial does until it stops, is submission time. No word of the
+ * trial's stops its clock; copy_ns (report to "copied") is recorded only
+ * to show what the copy cost. */
 enum apf_proto_kind { APF_PROTO_LOCK, APF_PROTO_READY, APF_PROTO_EVAL, APF_PROTO_ERROR,
 		     APF_PROTO_WARN, APF_PROTO_COPIED };
 /* "warn <text>" is advice for the submitter (e.g. a hyperparameter read

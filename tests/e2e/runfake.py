@@ -495,6 +495,9 @@ class FakeRun:
                                         if e["validation_target_met"]), None))
                 clock_start(build(t))
                 continue
+            # Why the trial reported: the submission's word or max_steps
+            # may come before the period; every other eval is due.
+            why = final_reason if final_reason in ("complete", "max_steps") else "due"
             eval_end = end + 40_000_000 + rng.randrange(1_000_000)
             st["ev"] += eval_end - end
             m = metrics(k)
@@ -518,7 +521,8 @@ class FakeRun:
                     preemption_count=st["pre"], metrics=m,
                     validation_target_met=vm, test_target_met=tm,
                     checkpoint={"file": f"{name}/ckpt/{k}.bin",
-                                "sha256": sha256_hex(ck), "bytes": ck_bytes})
+                                "sha256": sha256_hex(ck), "bytes": ck_bytes},
+                    why=why)
             e["_ckpt"] = ck
             st["kept"].append(e)
             st["k"] = k

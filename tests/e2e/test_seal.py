@@ -16,6 +16,7 @@ import re
 import struct
 
 import apftest
+import runfake
 from apftest import BLOBS
 from test_run import RunCase
 
@@ -31,6 +32,7 @@ HEAD = r"""
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 const int apf_abi_version = APF_ABI_VERSION;
@@ -265,6 +267,86 @@ __attribute__((constructor)) static void early(void) { spin(120); }
         r = self.apf("verify", run)
         self.assertIn("the initial state of", r.err)
 
+    def test_no_training_example_is_in_the_trial_before_the_clock(self):
+        # The red team trained a copy of the model in init_optimizer_state
+        # by calling the objective directly, past the harness's phase
+        # check. Whatever init calls, it has nothing to learn from: it
+        # scans every readable mapping of its process for a training
+        # image (the same scan finds one once the clock runs) and records
+        # what it found in a slot.
+        if os.environ.get("APF_SANITIZED"):
+            self.skipTest("under AddressSanitizer the trial's address space holds "
+                          "terabytes of shadow memory, which no scan can cover")
+        train, n = split_bytes("train-images-idx3-ubyte.gz", 0)
+        val, _ = split_bytes("train-images-idx3-ubyte.gz", n - 500)
+        test, _ = split_bytes("t10k-images-idx3-ubyte.gz", 0)
+        code = scan_code(train, val, test).replace(
+            "static void step_hook(apf_ctx *c, int64_t s) { (void)c;\n\tif (s != 3) return;",
+            "static void scan_all(const char *when) {")
+        code = code.replace('fprintf(stderr, "scan: %zu bytes',
+                            'fprintf(stderr, "%s scan: %zu bytes').replace(
+                            '\t\tsearched, found[0]', '\t\twhen, searched, found[0]')
+        code = code.replace("static volatile int found[3];", "volatile int found[3] = {0, 0, 0};")
+        code += r"""
+static int init_hook(apf_ctx *c) { (void)c; scan_all("init"); return 0; }
+static void step_hook(apf_ctx *c, int64_t s) { (void)c; if (s == 3) scan_all("step"); }
+"""
+        entry, run, recs, end, r = self.run_hostile("scan_init", code)
+        self.assertFalse(end["failed"], end)
+        with open(os.path.join(run, end["unit"], "trial.log")) as f:
+            log = f.read()
+        got = dict(re.findall(r"(init|step) scan: \d+ bytes, train (\d)", log))
+        self.assertEqual(got, {"init": "0", "step": "1"}, log)
+
+    def test_state_slots_a_run_began_with_are_recomputed_by_replay(self):
+        # The initial-state check once compared parameters, model state,
+        # step and data position, not the optimizer's slots: a run could
+        # begin with state init_optimizer_state never computed (a head
+        # start learned elsewhere) and verify. Here the operator, runner
+        # key in hand, forges a slot the submission never reads after init
+        # into every checkpoint - so that each interval still replays bit
+        # for bit from its own - fixes the digests and re-signs. The
+        # replay from the initial state runs init_optimizer_state again
+        # and compares the whole arena, slots included, with checkpoint 0.
+        entry, run, recs, end, r = self.run_hostile("slot_init", r"""
+static int init_hook(apf_ctx *c) {
+	apf_vec head;
+	if (apf_slot(c, "head_start", apf_all_params(c).n, &head)) return -1;
+	apf_fill(c, head, 0.0f);
+	return 0; }
+""" + NO_STEP)
+        self.assertFalse(end["failed"], end)
+        self.assertGreaterEqual(end["evals"], 2, end)
+        self.ok("verify", run, "--reeval", "--replay", "all", timeout=600)
+        rd = runfake.RunDir(run, os.path.join(self.home, "keys", "default.key.pem"))
+        unit_dir = os.path.join(run, end["unit"])
+        new_sha = {}
+        for name in sorted(os.listdir(os.path.join(unit_dir, "ckpt"))):
+            path = os.path.join(unit_dir, "ckpt", name)
+            data = bytearray(open(path, "rb").read())
+            nslots = struct.unpack_from("<I", data, 104)[0]
+            for i in range(nslots):
+                at = 112 + 72 * i
+                slot = data[at:at + 48].split(b"\0")[0]
+                off, n = struct.unpack_from("<QQ", data, at + 48)
+                if slot == b"head_start":
+                    struct.pack_into(f"<{n}f", data, off, *([0.25] * n))
+            open(path, "wb").write(bytes(data))
+            new_sha["ckpt/" + name] = hashlib.sha256(bytes(data)).hexdigest()
+        for x in rd.records:
+            ck = x.get("checkpoint")
+            if isinstance(ck, dict):
+                ck["sha256"] = new_sha[ck["file"]]
+        rd.save()
+        # Checks 1 to 4 pass: the chain, the timing, the digests and every
+        # re-evaluation are consistent (the slot changes no metric) ...
+        r = self.fails(1, "verify", run, "--reeval", "--replay", "all", timeout=600,
+                       match="check 5 (replay)")
+        # ... and the replay from the initial state says what is wrong.
+        self.assertIn("replayed from the initial state", r.err)
+        self.assertIn("init_optimizer_state run again does not leave checkpoint 0", r.err)
+        self.assertIn("head_start", r.err)
+
     # -- 2. the trial holds only the training examples ----------------------------
 
     def test_validation_and_test_examples_are_not_in_the_trial(self):
@@ -301,12 +383,13 @@ static void step_hook(apf_ctx *c, int64_t s) { (void)c;
 """, "protocol", "'eval 4 due' from the trial: an eval the supervisor did not ask for")
 
     def test_stalling_in_the_copy_window_is_charged_to_the_submission(self):
-        # Between its eval report (where the clock stops) and "copied" the
-        # trial runs unfrozen: a submission that reports for the harness
-        # when an eval is due and then keeps the window open 1.5 s would
-        # train untimed there. Past APF_COPY_ALLOWANCE_NS (0.1 s) the window
-        # is the submission's: the eval's accumulated time carries the
-        # excess, and the verifier's timing check recomputes it.
+        # Between its eval report and "copied" the trial runs unfrozen: a
+        # submission that reports for the harness when an eval is due and
+        # then keeps training 1.5 s before "copied" once had 100 ms of
+        # that free on every eval (issue 29). The interval now ends when
+        # the supervisor has frozen the trial after "copied": all of it is
+        # the submission's, on every device, and the verifier holds the
+        # copy inside its step block.
         entry, run, recs, end, r = self.run_hostile("copy_stall", NO_INIT + r"""
 static void step_hook(apf_ctx *c, int64_t s) { (void)c;
 	static volatile int64_t *page; static int done;
@@ -324,17 +407,39 @@ static void step_hook(apf_ctx *c, int64_t s) { (void)c;
         self.assertEqual(len(stalled), 1, seq)
         ev, block = seq[stalled[0]], seq[stalled[0] - 1]
         self.assertEqual(block["event"], "step_block")
-        self.assertEqual(ev["accumulated_submission_ns"],
-                         block["accumulated_submission_ns"] + ev["copy_ns"] - 100_000_000)
-        self.assertLessEqual(ev["copy_ns"], ev["end_ns"] - ev["start_ns"])
-        # Every honest copy (nothing to copy on the CPU) is free.
-        for x in seq:
-            if x["event"] == "eval" and x is not ev:
-                self.assertLess(x["copy_ns"], 100_000_000, x)
+        # The block, which ends at the freeze, holds the whole stall, and
+        # the eval adds nothing to it.
+        self.assertGreaterEqual(block["end_ns"] - block["start_ns"], ev["copy_ns"])
+        self.assertEqual(ev["accumulated_submission_ns"], block["accumulated_submission_ns"])
+        self.assertEqual(ev["start_ns"], block["end_ns"])
         # The log's timing is consistent with the charge: checks 1 to 3 pass.
         rep = json.loads(self.ok("verify", run, "--json").out)
         checks = {c["check"]: c["outcome"] for c in rep["checks"]}
         self.assertEqual([checks[1], checks[2], checks[3]], ["passed"] * 3, rep)
+        # An operator's runner that leaves the copy out of the block
+        # (ending it at the report, as the old one did): the verifier
+        # finds the copy longer than its block's remainder.
+        rd = runfake.RunDir(run, os.path.join(self.home, "keys", "default.key.pem"))
+        b = [x for x in rd.records if x["event"] == "step_block"
+             and x["last_step"] == block["last_step"]][0]
+        cut = b["end_ns"] - b["start_ns"] - 1000
+        for x in rd.records:
+            if x.get("unit") != ev["unit"] or x["seq"] < b["seq"]:
+                continue
+            if x is b:
+                x["end_ns"] -= cut
+            if x["event"] == "eval" and x["index"] == ev["index"]:
+                x["start_ns"] -= cut  # the copy moved into the eval
+            if "accumulated_submission_ns" in x:
+                x["accumulated_submission_ns"] -= cut
+            if "accumulated_eval_ns" in x:
+                x["accumulated_eval_ns"] += cut
+            if x["event"] == "trial_end" and x["time_to_target_ns"] is not None and \
+                    x["time_to_target_ns"] >= ev["accumulated_submission_ns"]:
+                x["time_to_target_ns"] -= cut
+        rd.save()
+        r = self.fails(1, "verify", run)
+        self.assertIn("is longer than its step block", r.err)
 
     def test_eval_request_written_into_the_control_page_is_a_protocol_fault(self):
         self.contained("forge_page", NO_INIT + r"""
@@ -393,6 +498,113 @@ static void step_hook(apf_ctx *c, int64_t s) { (void)c;
         self.ok("verify", run)
         self.assertEqual(self.run_unit(entry, run, study="1").rc, 3 if end["failed"] else 0)
 
+    # -- 4. the trial touches nothing of the host's ----------------------------------
+
+    def host_files(self, *trees):
+        """Mode, owner and ctime of the host files a trial could reach if
+        it got out: the /dev nodes it is given, and every file under the
+        given trees (the run directory, the workloads, the entry)."""
+        seen = {}
+        for p in ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom"):
+            st = os.stat(p)
+            seen[p] = (st.st_mode, st.st_uid, st.st_gid, st.st_ctime_ns)
+        for top in trees:
+            for d, dirs, files in os.walk(top):
+                for name in dirs + files:
+                    p = os.path.join(d, name)
+                    st = os.lstat(p)
+                    seen[p] = (st.st_mode, st.st_uid, st.st_gid, st.st_ctime_ns)
+        return seen
+
+    def assert_no_set_id(self, tree):
+        for d, dirs, files in os.walk(tree):
+            for name in dirs + files:
+                p = os.path.join(d, name)
+                mode = os.lstat(p).st_mode
+                self.assertFalse(mode & 0o6000, f"{p} has mode {mode:o}")
+                if os.path.isfile(p):
+                    self.assertFalse(mode & 0o111, f"{p} is executable ({mode:o})")
+
+    def test_trial_output_is_a_pipe_and_changing_it_is_a_fault(self):
+        # The red team's host escape: the trial's stdout was trial.log
+        # itself; it rewrote the file through the descriptor and made it a
+        # setuid-root executable (fchmod is not a path the filter saw).
+        # Now fd 1 is a pipe the supervisor drains, and a metadata change
+        # in any form is a fault.
+        entry, run, recs, end, r = self.run_hostile("setuid_log", NO_INIT + r"""
+static void step_hook(apf_ctx *c, int64_t s) { (void)c;
+	if (s != 3) return;
+	char link[256] = ""; ssize_t n = readlink("/proc/self/fd/1", link, sizeof link - 1);
+	if (n > 0) link[n] = 0;
+	fprintf(stderr, "fd1 -> %s\n", link); fflush(stderr);
+	static const char elf[] = "\x7f" "ELF\x02\x01\x01";
+	if (write(1, elf, sizeof elf - 1) < 0) {}
+	fprintf(stderr, "seek %lld\n", (long long)lseek(1, 0, SEEK_SET)); fflush(stderr);
+	fchmod(1, 04755); }
+""")
+        faults = [x for x in recs if x["event"] == "sandbox_fault"]
+        self.assertEqual([f["kind"] for f in faults], ["syscall"], recs)
+        self.assertIn("fchmod(1, 04755) changes a file's metadata", faults[0]["detail"])
+        log_path = os.path.join(run, end["unit"], "trial.log")
+        with open(log_path, "rb") as f:
+            log = f.read()
+        self.assertIn(b"fd1 -> pipe:[", log)
+        self.assertIn(b"seek -1", log)  # a pipe has no offset to rewrite from
+        self.assertIn(b"\\x7fELF", log)  # kept as text, escaped
+        self.assertNotIn(b"\x7fELF", log)
+        self.assertEqual(os.stat(log_path).st_mode & 0o7777, 0o644)
+        self.assert_no_set_id(run)
+        self.ok("verify", run)
+
+    def test_changing_a_host_device_is_a_fault_and_changes_nothing(self):
+        # The sandbox's /dev nodes are the host's inodes: the red team
+        # changed the mode of the host's /dev/full, in the run and again
+        # in the auditor's replay.
+        before = self.host_files()
+        entry, run, recs, end, r = self.run_hostile("chmod_dev", NO_INIT + r"""
+static void step_hook(apf_ctx *c, int64_t s) { (void)c;
+	if (s != 3) return;
+	chmod("/dev/full", 0666); }
+""")
+        faults = [x for x in recs if x["event"] == "sandbox_fault"]
+        self.assertEqual([f["kind"] for f in faults], ["syscall"], recs)
+        self.assertIn('chmod("/dev/full", 0666) changes a file\'s metadata',
+                      faults[0]["detail"])
+        self.assertEqual(self.host_files(), before)
+
+    def test_a_run_and_its_replay_leave_no_set_id_file_and_no_changed_host_file(self):
+        # Every step, what a trial can do with what it holds without a
+        # fault: write an executable's bytes to its output, try to seek
+        # and rewrite it, write to the /dev nodes, reopen its output.
+        # Nothing of the host's changes - not in the run, not in the
+        # auditor's replay of every interval (as root here in CI).
+        entry = self.pack_source("quiet", HEAD + NO_INIT + r"""
+static void step_hook(apf_ctx *c, int64_t s) { (void)c; (void)s;
+	static const char elf[] = "\x7f" "ELF\x02\x01\x01\x00\n";
+	if (write(1, elf, sizeof elf - 1) < 0) {}
+	if (pwrite(1, "x", 1, 0) < 0) {}
+	if (lseek(2, 0, SEEK_SET) < 0) {}
+	int fd = open("/dev/full", O_WRONLY); if (fd >= 0) { if (write(fd, "x", 1) < 0) {} close(fd); }
+	fd = open("/dev/null", O_WRONLY); if (fd >= 0) { if (write(fd, "x", 1) < 0) {} close(fd); }
+	fd = open("/proc/self/fd/1", O_WRONLY); if (fd >= 0) { if (write(fd, "y\n", 2) < 0) {} close(fd); } }
+""")
+        workloads = os.environ.get("APF_WORKLOADS_DIR") or os.path.join(apftest.ROOT, "tests", "data", "workloads")
+        before = self.host_files(workloads)
+        entry_st = os.stat(entry)
+        run = self.path("run")
+        self.assertEqual(self.run_unit(entry, run).rc, 0)
+        self.assertEqual(self.host_files(workloads), before)
+        self.assert_no_set_id(run)
+        snap = self.host_files(run)
+        self.ok("verify", run, "--replay", "all", timeout=600)
+        after = self.host_files(run, workloads)
+        for p, v in snap.items():
+            self.assertEqual(after.get(p), v, p)
+        for p, v in before.items():
+            self.assertEqual(after.get(p), v, p)
+        self.assertEqual(os.stat(entry).st_mtime_ns, entry_st.st_mtime_ns)
+        self.assert_no_set_id(run)
+
     # -- 5. memory the limit would not see --------------------------------------------
 
     def test_memfd_memory_past_the_limit_is_a_fault(self):
@@ -430,6 +642,55 @@ static void step_hook(apf_ctx *c, int64_t s) { (void)s;
         self.assertGreaterEqual(end["evals"], 2, end)
         r = self.ok("verify", run, "--replay", str(end["evals"]), timeout=600)
         self.assertIn(f"{end['evals']} of {end['evals']} eval intervals replayed", r.out)
+
+    def test_replay_asks_for_its_evals_as_the_run_did(self):
+        # A replay once wrote the eval's step into the control page at its
+        # go, where a run writes it only when the eval falls due: a trial
+        # could tell them apart, and be honest only when replayed. This
+        # one folds what it sees of the control page at the first step of
+        # every interval into its parameters: a replay that showed it
+        # anything else than the run did would end elsewhere.
+        self.ok("keygen")
+        entry = self.pack_source("peek", r"""
+#include <apf/submission.h>
+#include <stdint.h>
+#include <sys/mman.h>
+const int apf_abi_version = APF_ABI_VERSION;
+int get_batch_size(const char *w) { (void)w; return 64; }
+int init_optimizer_state(apf_ctx *c, const apf_hparams *h, apf_prng r)
+{ (void)c; (void)h; (void)r; return 0; }
+int update_params(apf_ctx *c, const apf_hparams *h, const apf_batch *b,
+		  const apf_eval_results *e, int64_t s, apf_prng r,
+		  const apf_train_state *t)
+{
+	(void)h; (void)r; (void)t;
+	static volatile int64_t *page; static int last = -1;
+	if (!page) page = mmap(NULL, 4096, PROT_READ, MAP_SHARED, 4, 0);
+	double loss;
+	if (apf_loss_grad(c, b, &loss))
+		return -1;
+	apf_axpy(c, apf_all_params(c), -0.05f, apf_all_grads(c));
+	if (e->index != last && page != MAP_FAILED) {
+		/* The first step of an interval: is an eval asked for yet,
+		 * and how far ahead? */
+		int64_t at = page[0];
+		float seen = at ? 1e-3f + 1e-6f * (float)(at - s) : 0.0f;
+		apf_add_scalar(c, apf_all_params(c), seen);
+		last = e->index;
+	}
+	return 0;
+}
+""")
+        run = self.path("run")
+        self.assertEqual(self.run_unit(entry, run).rc, 0)
+        recs = self.check_run(run)
+        evals = [x for x in recs if x["event"] == "eval"]
+        self.assertGreaterEqual(len(evals), 2, evals)
+        # The run asked for every eval but the first after a step of its
+        # interval, which the replay asks after too.
+        self.assertTrue(all(x["asked_after_step"] > 1 for x in evals[1:]), evals)
+        r = self.ok("verify", run, "--replay", "all", timeout=600)
+        self.assertIn(f"{len(evals)} of {len(evals)} eval intervals replayed", r.out)
 
     def test_the_trial_sees_no_host_paths(self):
         entry, run, recs, end, r = self.run_hostile("paths", NO_INIT + r"""

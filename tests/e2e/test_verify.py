@@ -490,8 +490,11 @@ class VerifyScenarios(RunCase):
         rep = json.loads(self.ok("verify", run.path, "--json").out)
         self.assertEqual(rep["units_failed"], 1)
         # The final eval of a completed trial came before its period; that
-        # is allowed only because the trial ended there.
+        # is allowed only because the submission said it was complete
+        # (why), which ends the trial there.
         u = "study_0/tiny/trial_2"
+        ev = run.find("eval", u)[-1]
+        self.assertEqual(run.records[ev]["why"], "complete")
         end = run.trial_end(u)
         run.records[end]["reason"] = "error"
         run.records[end]["failed"] = True
@@ -499,7 +502,24 @@ class VerifyScenarios(RunCase):
         rj["completed"] -= 1
         rj["failed"] += 1
         run.save()
-        self.rejected(run, CHECK_TIMING, f"(eval 4 of {u})", "came before the eval period")
+        self.rejected(run, CHECK_TIMING, f"(eval 4 of {u})",
+                      "met the submission's word that it is complete, so the "
+                      "trial had to end there")
+
+    def test_early_eval_claimed_as_due_fails(self):
+        # An operator's runner evaluating where it likes (a preemption at a
+        # chosen moment once made one): the completed trial's early final
+        # eval relabelled as due, its trial_end left as complete.
+        run = self.make_run(scripts={"study_0/tiny/trial_2": UnitScript(end="complete",
+                                                                        evals=4)})
+        u = "study_0/tiny/trial_2"
+        ev = run.find("eval", u)[-1]
+        self.assertEqual(run.records[ev]["why"], "complete")
+        run.records[ev]["why"] = "due"
+        run.save()
+        self.rejected(run, CHECK_TIMING, f"(eval 4 of {u})",
+                      "came before the eval period had passed since the last "
+                      "eval, yet was asked for as due")
 
     def test_run_that_stopped_without_run_end(self):
         run = self.make_run(complete=False, scripts={

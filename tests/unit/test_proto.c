@@ -106,18 +106,6 @@ static void copied_follows_each_eval_report_only(void **state)
 	refused(&run, "copied", "the supervisor has not answered yet");
 }
 
-/* The copy window's charge: nothing up to the allowance, the excess past
- * it. */
-static void copy_beyond_the_allowance_is_charged(void **state)
-{
-	(void)state;
-	assert_int_equal(apf_copy_charge_ns(0), 0);
-	assert_int_equal(apf_copy_charge_ns(APF_COPY_ALLOWANCE_NS), 0);
-	assert_int_equal(apf_copy_charge_ns(APF_COPY_ALLOWANCE_NS + 1), 1);
-	assert_int_equal(apf_copy_charge_ns(3000000000ull),
-			 3000000000ull - APF_COPY_ALLOWANCE_NS);
-}
-
 static void malformed_and_out_of_turn_lines_are_refused(void **state)
 {
 	(void)state;
@@ -247,7 +235,6 @@ int main(void)
 		cmocka_unit_test(unrequested_eval_is_refused_naming_the_line),
 		cmocka_unit_test(malformed_and_out_of_turn_lines_are_refused),
 		cmocka_unit_test(copied_follows_each_eval_report_only),
-		cmocka_unit_test(copy_beyond_the_allowance_is_charged),
 		cmocka_unit_test(random_hostile_streams_keep_the_invariants),
 		cmocka_unit_test(warnings_are_accepted_in_any_phase_and_bounded),
 	};
