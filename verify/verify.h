@@ -160,6 +160,15 @@ typedef struct apf_verify_report {
 		} *ckpt;
 	} *kept;
 	size_t nkept;
+	/* The hardware the run says it ran on: run.json's, whose digest the
+	 * log's run_start and every signed head carry, so the runner's key
+	 * vouches for it - but nothing proves it (the runner writes it, and
+	 * the runner is what is being audited). Checks 4 and 5 must never let
+	 * these choose a weaker comparison. Filled once check 2 has passed
+	 * (claims_known). */
+	int claims_known;
+	int claims_signed;     /* a verified signed head covers run.json (a
+				* run stopped before its first eval has none) */
 	uint64_t threads;      /* run.json's */
 	char *cpu_model;       /* run.json's environment.cpu.model, or NULL */
 	char device[8];        /* run.json's: "cpu" or "cuda" */

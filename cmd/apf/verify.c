@@ -99,6 +99,19 @@ static void print_run(const apf_verify_report *r)
 	       r->resumes == 1 ? "" : "s", r->sealed ? "" : ", UNSEALED");
 	printf("  training    %.3f s claimed (the units' total durations)\n",
 	       (double)r->claimed_ns / 1e9);
+	if (r->claims_known) {
+		char gpu[300] = "";
+		if (!strcmp(r->device, "cuda"))
+			snprintf(gpu, sizeof gpu, " (%s)",
+				 r->gpu_model ? r->gpu_model
+					      : "GPU model not recorded");
+		printf("  hardware    claimed by the runner, %s, not proven: "
+		       "device %s%s, CPU %s, threads %" PRIu64 "\n",
+		       r->claims_signed ? "signed" : "not signed yet",
+		       r->device, gpu,
+		       r->cpu_model ? r->cpu_model : "not recorded",
+		       r->threads);
+	}
 	for (int c = 1; c <= APF_VERIFY_NCHECKS; c++)
 		printf("  %d %-11s  %-7s  %s\n", c, apf_verify_check_name(c),
 		       apf_verify_outcome_name(r->check[c].outcome),
@@ -117,9 +130,19 @@ static void print_run_json(const apf_verify_report *r, int rc)
 				  "detail",
 				  r->check[c].detail ? r->check[c].detail : "",
 				  "seconds", r->check[c].seconds));
+	/* What run.json claims of the hardware: the runner's word, signed
+	 * where a head is, never proven. */
+	json_t *claims = !r->claims_known
+		? json_null()
+		: json_pack("{s:s, s:s?, s:s?, s:I, s:s, s:b, s:b}", "device",
+			    r->device, "gpu_model", r->gpu_model, "cpu_model",
+			    r->cpu_model, "threads", (json_int_t)r->threads,
+			    "source", "run.json", "signed", r->claims_signed,
+			    "proven", 0);
 	json_t *o = json_pack(
 		"{s:s, s:b, s:b, s:i, s:s?, s:s?, s:s, s:s, s:s, s:s, s:s, s:I, "
-		"s:I, s:b, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:f, s:o}",
+		"s:I, s:b, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:f, s:o, "
+		"s:o}",
 		"run", r->run_dir, "verified", rc == 0 || rc == APF_EABORT,
 		"complete", r->complete, "exit_code", apf_exit_code(rc), "error",
 		rc ? apf_error_message() : NULL, "submission", r->submission,
@@ -134,7 +157,7 @@ static void print_run_json(const apf_verify_report *r, int rc)
 		(json_int_t)r->env_drifts, "checkpoints",
 		(json_int_t)r->checkpoints, "checkpoint_bytes",
 		(json_int_t)r->checkpoint_bytes, "claimed_training_s",
-		(double)r->claimed_ns / 1e9, "checks", checks);
+		(double)r->claimed_ns / 1e9, "claims", claims, "checks", checks);
 	char *s = o ? json_dumps(o, JSON_INDENT(2)) : NULL;
 	if (s)
 		printf("%s\n", s);
