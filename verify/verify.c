@@ -1258,6 +1258,8 @@ void apf_verify_report_free(apf_verify_report *r)
 	}
 	free(r->cpu_model);
 	free(r->gpu_model);
+	free(r->replay_how.compare_why);
+	free(r->replay_how.timing_why);
 	free(r->kept);
 	free(r->submission);
 	free(r->run_dir);
