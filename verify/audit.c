@@ -725,21 +725,33 @@ static int choose(struct audit *a, struct interval **out, size_t *niv,
 	return 0;
 }
 
-/* Whether replayed times can be held against the claimed ones here: when
- * this machine's CPU model is the one run.json records (the thread count
- * is the run's by construction). */
-/* Where check 5 replays and how it compares. A cpu run replays on the
- * CPU, bit for bit: the CPU backend's steps do not depend on the
- * instruction set (nn/cpu/isa.h). A cuda run replays on CUDA, bit for bit,
- * where this machine's first GPU is the run's model (cuDNN and cuBLAS run
- * deterministic algorithms, whose bits are the model's); elsewhere, or
- * when a tolerant comparison is asked for, on the CPU within the tolerance. --replay-compare forces the comparison (a
- * cuda run replayed exactly off its GPU model is refused: it cannot
- * match). Also whether replayed times can be held against the claimed
- * ones: on the run's CPU model, and for CUDA its GPU model. */
-static int replay_plan(const struct audit *a, const char **device, int *exact,
-		       int *comparable, char *how, size_t hn, char *why,
-		       size_t size)
+/* What check 5 does here, settled before anything is replayed, from the
+ * auditor's options and this machine alone: the run's device and models
+ * are claims (verify.h), so they may narrow what can be compared but never
+ * widen a tolerance or excuse a comparison the auditor asked for. */
+struct how {
+	const char *device; /* where the replays run: "cpu" or "cuda" */
+	int exact;          /* bit for bit, else within rtol on the CPU */
+	int timed;          /* replayed times comparable with the claimed */
+	char compare[300];  /* where and how, for the check's line */
+	char compare_why[900];
+	char timing_why[400];
+	char refused[900];  /* why check 5 fails unreplayed, or "" */
+};
+
+/* A cpu run replays on the CPU, bit for bit: the CPU backend's steps do
+ * not depend on the instruction set (nn/cpu/isa.h). A cuda run replays on
+ * CUDA, bit for bit, where this machine's first GPU is the model the run
+ * claims (cuDNN and cuBLAS run deterministic algorithms, whose bits are
+ * the model's); anywhere else an exact replay cannot match, and check 5
+ * fails rather than fall back: a cpu run relabelled cuda would otherwise
+ * buy a forged checkpoint the tolerance. Tolerant, only when the auditor
+ * asks, replays on the CPU, the reference every device is checked against
+ * (on the run's GPU too). Times compare only where the replay runs on the
+ * hardware the run claims: its CPU model, and for a cuda run its GPU
+ * model with the replay on it; a run that claims another, or none, fails
+ * --timing-tolerance unless the auditor accepts that. */
+static void replay_plan(const struct audit *a, struct how *p)
 {
 	json_t *env = NULL;
 	int rc = apf_env_capture(&env);
@@ -752,42 +764,110 @@ static int replay_plan(const struct audit *a, const char **device, int *exact,
 				       "name"));
 	apf_error_clear();
 	const apf_verify_report *r = a->r;
-	const char *ran = r->cpu_model;
+	const struct apf_audit_opts *o = a->o;
+	const char *ran = r->cpu_model, *ran_gpu = r->gpu_model;
 	int cuda = !strcmp(r->device, "cuda");
-	int same_gpu = cuda && gpu && r->gpu_model && !strcmp(gpu, r->gpu_model);
-	*exact = a->o->compare == APF_REPLAY_EXACT ||
-		 (a->o->compare == APF_REPLAY_AUTO && (!cuda || same_gpu));
-	/* A tolerant replay runs on the CPU, the reference every device is
-	 * checked against (on the run's GPU too, when asked for). */
-	*device = same_gpu && *exact ? "cuda" : "cpu";
-	rc = 0;
-	if (cuda && !same_gpu && *exact)
-		rc = apf_error(APF_EINPUT, "--replay-compare exact",
-			       "the run is a cuda run on %s, this machine has %s: "
-			       "its steps can be matched bit for bit on that GPU "
-			       "model only",
-			       r->gpu_model ? r->gpu_model : "an unrecorded GPU",
-			       gpu ? gpu : "no GPU");
-	double rtol = a->o->rtol > 0 ? a->o->rtol : APF_REPLAY_RTOL;
-	if (*exact)
-		snprintf(how, hn, "on the %s, each ending in its checkpoint bit "
-				  "for bit",
-			 same_gpu ? gpu : "CPU");
-	else
-		snprintf(how, hn,
+	int same_gpu = cuda && gpu && *gpu && ran_gpu && !strcmp(gpu, ran_gpu);
+	int same_cpu = here && *here && ran && *ran && !strcmp(here, ran);
+	memset(p, 0, sizeof *p);
+	p->exact = o->compare != APF_REPLAY_TOLERANT;
+	p->device = same_gpu && p->exact ? "cuda" : "cpu";
+	double rtol = o->rtol > 0 ? o->rtol : APF_REPLAY_RTOL;
+	if (p->exact && cuda && !same_gpu) {
+		snprintf(p->refused, sizeof p->refused,
+			 "replay: the run claims device cuda on %s, this "
+			 "machine has %s: a cuda run's steps match bit for bit "
+			 "on its GPU model only (give --replay-compare tolerant "
+			 "to replay on the CPU within --replay-rtol, default "
+			 "%g)",
+			 ran_gpu && *ran_gpu ? ran_gpu : "an unrecorded GPU",
+			 gpu && *gpu ? gpu : "no GPU", APF_REPLAY_RTOL);
+		snprintf(p->compare_why, sizeof p->compare_why, "%s",
+			 p->refused);
+	} else if (p->exact) {
+		snprintf(p->compare, sizeof p->compare,
+			 "on the %s, each ending in its checkpoint bit for bit",
+			 cuda ? gpu : "CPU");
+		if (cuda)
+			snprintf(p->compare_why, sizeof p->compare_why,
+				 "the run claims cuda on %s, this machine's "
+				 "GPU model",
+				 gpu);
+		else
+			snprintf(p->compare_why, sizeof p->compare_why,
+				 "the run claims cpu, whose steps are the same "
+				 "on any x86-64 CPU");
+	} else {
+		snprintf(p->compare, sizeof p->compare,
 			 "on the CPU for a %s run, each ending within %g of its "
-			 "interval's parameter change of its checkpoint (L2) and "
-			 "with metrics within %g relative",
+			 "interval's parameter change of its checkpoint (L2) "
+			 "and with metrics within %g relative",
 			 cuda ? "cuda" : "cpu", rtol, rtol);
-	*comparable = ran && here && !strcmp(ran, here) && (!cuda || same_gpu);
-	if (!(ran && here && !strcmp(ran, here)))
-		snprintf(why, size, "this CPU (%s) is not the run's (%s)",
-			 here ? here : "unknown", ran ? ran : "unrecorded");
+		snprintf(p->compare_why, sizeof p->compare_why,
+			 "tolerant: the auditor's --replay-compare tolerant");
+	}
+	p->timed = same_cpu && (!cuda || (same_gpu && p->exact));
+	if (!same_cpu && ran && *ran)
+		snprintf(p->timing_why, sizeof p->timing_why,
+			 "this CPU (%s) is not the run's (%s)",
+			 here && *here ? here : "unknown", ran);
+	else if (!same_cpu)
+		snprintf(p->timing_why, sizeof p->timing_why,
+			 "the run records no CPU model (run.json "
+			 "environment.cpu.model), this CPU is %s",
+			 here && *here ? here : "unknown");
 	else if (cuda && !same_gpu)
-		snprintf(why, size, "replayed on the CPU, the run on %s",
-			 r->gpu_model ? r->gpu_model : "a GPU");
+		snprintf(p->timing_why, sizeof p->timing_why,
+			 "this machine's GPU (%s) is not the run's (%s)",
+			 gpu && *gpu ? gpu : "none",
+			 ran_gpu && *ran_gpu ? ran_gpu : "unrecorded");
+	else if (cuda && !p->exact)
+		snprintf(p->timing_why, sizeof p->timing_why,
+			 "the replays ran on the CPU (--replay-compare "
+			 "tolerant), the run on %s",
+			 ran_gpu);
+	else if (cuda)
+		snprintf(p->timing_why, sizeof p->timing_why,
+			 "replayed on the CPU model (%s) and GPU model (%s) "
+			 "the run claims",
+			 ran, ran_gpu);
+	else
+		snprintf(p->timing_why, sizeof p->timing_why,
+			 "replayed on the CPU model the run claims (%s)", ran);
+	/* Checked after the comparison: a cuda run the auditor cannot
+	 * replay exactly is refused for that first. */
+	if (!p->refused[0] && !p->timed && o->tolerance > 0 &&
+	    !o->accept_other_hardware)
+		snprintf(p->refused, sizeof p->refused,
+			 "timing: %s: --timing-tolerance compares %s only (give "
+			 "--accept-other-hardware to replay without comparing "
+			 "times)",
+			 p->timing_why,
+			 cuda ? "a cuda run's times replayed on its GPU model, "
+				"with its CPU model,"
+			      : "on the run's CPU model");
 	json_decref(env);
-	return rc;
+}
+
+/* The report's record of how check 5 compared (verify.h). */
+static int keep_how(apf_verify_report *r, const struct how *p,
+		    const struct apf_audit_opts *o)
+{
+	struct apf_verify_replay_how *h = &r->replay_how;
+	snprintf(h->compare, sizeof h->compare, "%s",
+		 p->exact ? "exact" : "tolerant");
+	snprintf(h->on, sizeof h->on, "%s", p->compare[0] ? p->device : "");
+	snprintf(h->timing, sizeof h->timing, "%s",
+		 !p->timed	    ? "not compared"
+		 : o->tolerance > 0 ? "compared"
+				    : "reported");
+	free(h->compare_why);
+	free(h->timing_why);
+	h->compare_why = apf_strdup(p->compare_why);
+	h->timing_why = apf_strdup(p->timing_why);
+	if (!h->compare_why || !h->timing_why)
+		return apf_error(APF_ENOMEM, "verify", "out of memory");
+	return 0;
 }
 
 static int check5(struct audit *a)
@@ -806,19 +886,26 @@ static int check5(struct audit *a)
 			  "interval can be replayed");
 		return 0;
 	}
+	struct how p;
+	replay_plan(a, &p);
+	rc = keep_how(r, &p, o);
+	char why[700], line[2400];
+	if (!rc && p.refused[0]) {
+		snprintf(line, sizeof line, "%s: %s", r->run_dir, p.refused);
+		set_check(r, APF_VERIFY_REPLAY, APF_VERIFY_FAILED, line);
+		rc = apf_error(APF_EVERIFY, "check 5 (replay)", "%s", line);
+	}
+	if (rc) {
+		free(iv);
+		return rc;
+	}
 	/* Each replay is timed like a trial: claimed / replayed submission
-	 * time per interval, held against the tolerance where this CPU is the
-	 * run's. */
+	 * time per interval, held against the tolerance where timed. */
 	double *ratios = apf_calloc(ntop + nseeded + 1, sizeof *ratios);
 	if (!ratios) {
 		free(iv);
 		return apf_error(APF_ENOMEM, "verify", "out of memory");
 	}
-	char incomparable[300] = "", why[700], line[2400], compared[400];
-	const char *device = "cpu";
-	int exact = 1, comparable = 0;
-	rc = replay_plan(a, &device, &exact, &comparable, compared,
-			 sizeof compared, incomparable, sizeof incomparable);
 	struct landing worst = {0};
 	size_t replayed = 0;
 	for (size_t i = 0; !rc && i < ntop + nseeded; i++) {
@@ -835,7 +922,7 @@ static int check5(struct audit *a)
 		 * twice at most. */
 		int missed = 0;
 		for (int tries = 0; tries < 3; tries++) {
-			rc = replay(a, k, iv[i].k, device, exact, &landed, why,
+			rc = replay(a, k, iv[i].k, p.device, p.exact, &landed, why,
 				    sizeof why, &replayed_ns, &missed);
 			if (rc || !missed)
 				break;
@@ -849,7 +936,7 @@ static int check5(struct audit *a)
 		double claimed = (double)(to->submission_ns - from->submission_ns) / 1e9;
 		double again = (double)replayed_ns / 1e9;
 		ratios[replayed] = again > 0 ? claimed / again : 0;
-		if (!rc && !why[0] && comparable && o->tolerance > 0 &&
+		if (!rc && !why[0] && p.timed && o->tolerance > 0 &&
 		    again >= MIN_TIMED_S && claimed * o->tolerance < again)
 			snprintf(why, sizeof why,
 				 "claimed %.3f s of submission time, replayed "
@@ -878,8 +965,8 @@ static int check5(struct audit *a)
 		replayed++;
 	}
 	if (!rc) {
-		char how[200], timing[500], off[300] = "";
-		if (!exact)
+		char how[200], timing[700], off[300] = "";
+		if (!p.exact)
 			snprintf(off, sizeof off,
 				 " (largest: %.3g of the change, %.3g of the "
 				 "parameters' norm; metrics %.3g)",
@@ -897,21 +984,28 @@ static int check5(struct audit *a)
 		else
 			snprintf(how, sizeof how, "seed %u", o->seed);
 		qsort(ratios, replayed, sizeof *ratios, cmp_double);
-		if (comparable)
+		if (p.timed)
 			snprintf(timing, sizeof timing,
 				 "; claimed/replayed submission time %.2f to "
-				 "%.2f (median %.2f)%s",
+				 "%.2f (median %.2f)%s, %s",
 				 ratios[0], ratios[replayed - 1],
 				 ratios[replayed / 2],
 				 o->tolerance > 0 ? ", within the tolerance where "
 						    "replayed for 0.1 s or more"
-						  : "");
+						  : "",
+				 p.timing_why);
+		else if (o->tolerance > 0)
+			snprintf(timing, sizeof timing,
+				 "; timing not compared (accepted by "
+				 "--accept-other-hardware): %s",
+				 p.timing_why);
 		else
 			snprintf(timing, sizeof timing,
-				 "; timing not compared: %s", incomparable);
+				 "; timing not compared: %s", p.timing_why);
 		snprintf(line, sizeof line,
-			 "%zu of %zu eval intervals replayed (%s) %s%s%s",
-			 replayed, niv, how, compared, off, timing);
+			 "%zu of %zu eval intervals replayed (%s) %s (%s)%s%s",
+			 replayed, niv, how, p.compare, p.compare_why, off,
+			 timing);
 		set_check(r, APF_VERIFY_REPLAY, APF_VERIFY_PASSED, line);
 	}
 	free(ratios);

@@ -1125,21 +1125,30 @@ static int keep_checkpoints(struct vx *v)
 			memcpy(k->ckpt[k->n++].sha256, x->sha, 32);
 		}
 	}
+	return 0;
+}
+
+/* The report's statement of the hardware run.json claims, once check 2
+ * has bound run.json to the log and the signed heads: what the audits
+ * read of it (and print as claims: the runner's word, not a fact). */
+static int keep_claims(struct vx *v)
+{
+	apf_verify_report *rep = v->rep;
+	json_t *env = json_object_get(v->run_json, "environment");
 	rep->threads = v->threads;
-	const char *model = json_string_value(json_object_get(
-		json_object_get(json_object_get(v->run_json, "environment"), "cpu"),
-		"model"));
+	const char *model = json_string_value(
+		json_object_get(json_object_get(env, "cpu"), "model"));
 	if (model && !(rep->cpu_model = apf_strdup(model)))
 		return -1;
 	snprintf(rep->device, sizeof rep->device, "%s", v->device);
 	const char *gpu = json_string_value(json_object_get(
-		json_array_get(json_object_get(json_object_get(v->run_json,
-							       "environment"),
-					       "gpus"),
-			       0),
-		"name"));
+		json_array_get(json_object_get(env, "gpus"), 0), "name"));
 	if (gpu && !(rep->gpu_model = apf_strdup(gpu)))
 		return -1;
+	/* load_head sets the signer only after the head's run_json_sha256
+	 * matched run.json's digest. */
+	rep->claims_signed = rep->runner_signer[0] != 0;
+	rep->claims_known = 1;
 	return 0;
 }
 
@@ -1192,6 +1201,8 @@ int apf_verify_run(apf_verify_report **out, const char *dir,
 		rc = run_check(&v, APF_VERIFY_ENTRY, check_entry);
 	if (!rc)
 		rc = run_check(&v, APF_VERIFY_LOG, check_log);
+	if (!rc && keep_claims(&v))
+		rc = apf_error(APF_ENOMEM, dir, "out of memory");
 	if (!rc)
 		rc = run_check(&v, APF_VERIFY_TIMING, check_timing);
 	if (!rc && o->log_only) {
@@ -1249,6 +1260,8 @@ void apf_verify_report_free(apf_verify_report *r)
 	}
 	free(r->cpu_model);
 	free(r->gpu_model);
+	free(r->replay_how.compare_why);
+	free(r->replay_how.timing_why);
 	free(r->kept);
 	free(r->submission);
 	free(r->run_dir);

@@ -42,8 +42,10 @@
  *                  chosen by a printed seed (or by parameter change),
  *                  re-executed from their checkpoint in the sandbox
  *                  (apf_verify_audit, through pkg/host) and compared with
- *                  the next checkpoint byte for byte; reported as skipped
- *                  when not asked for.
+ *                  the next checkpoint byte for byte (within a tolerance
+ *                  only when the auditor asks: never because of what
+ *                  run.json claims); reported as skipped when not asked
+ *                  for.
  *   6 held-out     held-out variant units are the ones RUN/heldout.json
  *                  draws, each draw recomputed from its seed.
  *
@@ -164,10 +166,28 @@ typedef struct apf_verify_report {
 		} *ckpt;
 	} *kept;
 	size_t nkept;
+	/* The hardware the run says it ran on: run.json's, whose digest the
+	 * log's run_start and every signed head carry, so the runner's key
+	 * vouches for it - but nothing proves it (the runner writes it, and
+	 * the runner is what is being audited). Checks 4 and 5 must never let
+	 * these choose a weaker comparison. Filled once check 2 has passed
+	 * (claims_known). */
+	int claims_known;
+	int claims_signed;     /* a verified signed head covers run.json (a
+				* run stopped before its first eval has none) */
 	uint64_t threads;      /* run.json's */
 	char *cpu_model;       /* run.json's environment.cpu.model, or NULL */
 	char device[8];        /* run.json's: "cpu" or "cuda" */
 	char *gpu_model;       /* run.json's environment.gpus[0].name, or NULL */
+	/* How check 5 compares, once it has chosen (apf_verify_audit; all
+	 * empty before): compare "exact" or "tolerant", on "cpu" or "cuda"
+	 * ("" when it cannot replay here), timing "compared" (held against
+	 * --timing-tolerance), "reported" (none given) or "not compared",
+	 * each with why. */
+	struct apf_verify_replay_how {
+		char compare[12], on[8], timing[16];
+		char *compare_why, *timing_why;
+	} replay_how;
 } apf_verify_report;
 
 /* Verifies dir; *out receives the report whatever the outcome (NULL only
@@ -182,11 +202,16 @@ void apf_verify_report_free(apf_verify_report *r);
  * evaluator (pkg/eval), replay hosts the submission in the sandbox
  * (pkg/host), both as the runner started them, from the run's own
  * entry.apf, with everything written under one private temporary
- * directory that is removed at the end. Sets r->check[4] and [5]; returns
- * 0, APF_EVERIFY with the message naming the check, file and interval, or
- * an error. */
+ * directory that is removed at the end. Sets r->check[4] and [5] (and
+ * r->replay_how); returns 0, APF_EVERIFY with the message naming the
+ * check, file and interval (or the comparison that cannot be made here,
+ * and the option that would accept another), or an error. */
 #define APF_AUDIT_ALL LONG_MAX
-enum { APF_REPLAY_AUTO, APF_REPLAY_EXACT, APF_REPLAY_TOLERANT };
+/* How a replay's end is held against its checkpoint. Exact is 0, so that
+ * options left zero ask for the strict comparison. There is no "whatever
+ * the run allows": the run's device is its own claim, and a comparison
+ * chosen by a claim is one a forger chooses (issue 29). */
+enum { APF_REPLAY_EXACT = 0, APF_REPLAY_TOLERANT };
 /* 1%: a replay on other hardware drifts by rounding, each step's
  * differences carried into the next; a forged interval that lands 1% of
  * its own step from where the run says gains at most that. */
@@ -198,13 +223,20 @@ struct apf_audit_opts {
 			     APF_AUDIT_ALL; 0: none */
 	long top;         /* and the Q with the largest parameter change */
 	double tolerance; /* R: fail a replay whose claimed time is under 1/R
-			     of its replayed time (same CPU model); 0: none */
+			     of its replayed time; 0: none. Times compare only
+			     on the hardware the run claims (its CPU model,
+			     and for a cuda run its GPU model, the replay on
+			     it): elsewhere, or where the run claims none,
+			     check 5 fails unless accept_other_hardware. */
+	/* The auditor accepts replays whose times cannot be compared (the
+	 * line says so and why) instead of a failed check 5. */
+	int accept_other_hardware;
 	uint32_t seed;    /* picks the seeded intervals */
-	/* How a replay's end is held against its checkpoint:
-	 * APF_REPLAY_AUTO, bit for bit where the replay runs on the run's
-	 * hardware (any CPU for a cpu run, whose steps are ISA-independent;
-	 * the run's GPU model for a cuda run), else within rtol;
-	 * APF_REPLAY_EXACT and APF_REPLAY_TOLERANT force one. */
+	/* APF_REPLAY_EXACT: bit for bit - a cpu run on the CPU (its steps
+	 * are ISA-independent), a cuda run on CUDA where this machine's
+	 * first GPU is the model the run claims, and check 5 fails for a
+	 * cuda run anywhere else. APF_REPLAY_TOLERANT (the auditor's
+	 * choice only): on the CPU, within rtol. */
 	int compare;
 	/* Tolerant: fail when the replayed parameters are further than rtol
 	 * times the interval's own parameter change from the checkpoint's

@@ -10,6 +10,12 @@
  * everything verifies but the log has no run_end (the run stopped
  * abnormally). A directory without run.json is refused before any check,
  * so its message is not check 1's about a missing entry.apf.
+ *
+ * The audits' options are the auditor's alone: nothing read from the run
+ * directory widens a comparison. --replay-compare tolerant and
+ * --accept-other-hardware are how an auditor accepts a weaker one, and
+ * the report says which was made and why, beside the hardware the run
+ * claims (run.json's, signed by the runner, proven by nothing).
  */
 #include "cmd.h"
 
@@ -99,6 +105,19 @@ static void print_run(const apf_verify_report *r)
 	       r->resumes == 1 ? "" : "s", r->sealed ? "" : ", UNSEALED");
 	printf("  training    %.3f s claimed (the units' total durations)\n",
 	       (double)r->claimed_ns / 1e9);
+	if (r->claims_known) {
+		char gpu[300] = "";
+		if (!strcmp(r->device, "cuda"))
+			snprintf(gpu, sizeof gpu, " (%s)",
+				 r->gpu_model ? r->gpu_model
+					      : "GPU model not recorded");
+		printf("  hardware    claimed by the runner, %s, not proven: "
+		       "device %s%s, CPU %s, threads %" PRIu64 "\n",
+		       r->claims_signed ? "signed" : "not signed yet",
+		       r->device, gpu,
+		       r->cpu_model ? r->cpu_model : "not recorded",
+		       r->threads);
+	}
 	for (int c = 1; c <= APF_VERIFY_NCHECKS; c++)
 		printf("  %d %-11s  %-7s  %s\n", c, apf_verify_check_name(c),
 		       apf_verify_outcome_name(r->check[c].outcome),
@@ -117,9 +136,26 @@ static void print_run_json(const apf_verify_report *r, int rc)
 				  "detail",
 				  r->check[c].detail ? r->check[c].detail : "",
 				  "seconds", r->check[c].seconds));
+	/* What run.json claims of the hardware: the runner's word, signed
+	 * where a head is, never proven. */
+	json_t *claims = !r->claims_known
+		? json_null()
+		: json_pack("{s:s, s:s?, s:s?, s:I, s:s, s:b, s:b}", "device",
+			    r->device, "gpu_model", r->gpu_model, "cpu_model",
+			    r->cpu_model, "threads", (json_int_t)r->threads,
+			    "source", "run.json", "signed", r->claims_signed,
+			    "proven", 0);
+	const struct apf_verify_replay_how *h = &r->replay_how;
+	json_t *how = !h->compare[0]
+		? json_null()
+		: json_pack("{s:s, s:s?, s:s?, s:s, s:s?}", "compare",
+			    h->compare, "on", h->on[0] ? h->on : NULL,
+			    "compare_why", h->compare_why, "timing", h->timing,
+			    "timing_why", h->timing_why);
 	json_t *o = json_pack(
 		"{s:s, s:b, s:b, s:i, s:s?, s:s?, s:s, s:s, s:s, s:s, s:s, s:I, "
-		"s:I, s:b, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:f, s:o}",
+		"s:I, s:b, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:f, s:o, "
+		"s:o, s:o}",
 		"run", r->run_dir, "verified", rc == 0 || rc == APF_EABORT,
 		"complete", r->complete, "exit_code", apf_exit_code(rc), "error",
 		rc ? apf_error_message() : NULL, "submission", r->submission,
@@ -134,7 +170,8 @@ static void print_run_json(const apf_verify_report *r, int rc)
 		(json_int_t)r->env_drifts, "checkpoints",
 		(json_int_t)r->checkpoints, "checkpoint_bytes",
 		(json_int_t)r->checkpoint_bytes, "claimed_training_s",
-		(double)r->claimed_ns / 1e9, "checks", checks);
+		(double)r->claimed_ns / 1e9, "claims", claims, "replay", how,
+		"checks", checks);
 	char *s = o ? json_dumps(o, JSON_INDENT(2)) : NULL;
 	if (s)
 		printf("%s\n", s);
@@ -168,8 +205,8 @@ static int check_run_dir(const char *dir)
 
 static int verify_run(const char *dir, const char *key_path,
 		      const char *entry_key, int as_json, int reeval,
-		      long replay, long top, double tolerance, long seed,
-		      int compare, double rtol)
+		      long replay, long top, double tolerance, int accept,
+		      long seed, int compare, double rtol)
 {
 	apf_keyring *runner = NULL, *entry = NULL;
 	apf_verify_report *r = NULL;
@@ -199,6 +236,7 @@ static int verify_run(const char *dir, const char *key_path,
 					    .replay = replay,
 					    .top = top,
 					    .tolerance = tolerance,
+					    .accept_other_hardware = accept,
 					    .seed = s,
 					    .compare = compare,
 					    .rtol = rtol,
@@ -223,12 +261,12 @@ static int verify_run(const char *dir, const char *key_path,
 int cmd_verify(int argc, char **argv)
 {
 	const char *key_path = NULL, *entry_key = NULL;
-	int as_json = 0, reeval = 0;
+	int as_json = 0, reeval = 0, accept = 0;
 	long replay = 0, seed = -1, top = 0;
 	const char *replay_text = NULL, *tolerance_text = NULL;
 	const char *compare_text = NULL, *rtol_text = NULL;
 	double tolerance = 0, rtol = 0;
-	int compare = APF_REPLAY_AUTO;
+	int compare = APF_REPLAY_EXACT;
 	const struct apf_opt opts[] = {
 		{"key", 0, OPT_STRING, &key_path, "PUB.pem",
 		 "trust only this public key: the entry's signer, or a run's "
@@ -248,15 +286,20 @@ int cmd_verify(int argc, char **argv)
 		 "changed most"},
 		{"timing-tolerance", 0, OPT_STRING, &tolerance_text, "R",
 		 "fail a replayed interval whose claimed submission time is "
-		 "under 1/R of its replayed time (same CPU model only)"},
+		 "under 1/R of its replayed time; fails check 5 off the "
+		 "run's CPU (and GPU) model"},
+		{"accept-other-hardware", 0, OPT_FLAG, &accept, NULL,
+		 "with --timing-tolerance: where the times cannot be compared "
+		 "(another CPU or GPU model, or none recorded), replay without "
+		 "comparing them instead of failing"},
 		{"replay-compare", 0, OPT_STRING, &compare_text,
-		 "auto|exact|tolerant",
-		 "how a replay's end meets its checkpoint (default auto: bit "
-		 "for bit, but within --replay-rtol for a cuda run replayed "
-		 "off its GPU model)"},
+		 "exact|tolerant",
+		 "how a replay's end meets its checkpoint (default exact: bit "
+		 "for bit; tolerant: on the CPU, within --replay-rtol)"},
 		{"replay-rtol", 0, OPT_STRING, &rtol_text, "X",
-		 "tolerant replays: parameters within X of the interval's "
-		 "change, metrics within X relative (default 0.01)"},
+		 "with --replay-compare tolerant: parameters within X of the "
+		 "interval's change, metrics within X relative (default "
+		 "0.01)"},
 		{"seed", 0, OPT_INT, &seed, "S",
 		 "the seed that picks the replayed intervals (default: random, "
 		 "printed)"},
@@ -265,8 +308,9 @@ int cmd_verify(int argc, char **argv)
 	const struct apf_usage usage = {
 		"verify ENTRY.apf|RUN_DIR [--key PUB.pem] [--entry-key PUB.pem] "
 		"[--json] [--reeval] [--replay N|all [--seed S]] "
-		"[--replay-top Q] [--timing-tolerance R] "
-		"[--replay-compare auto|exact|tolerant] [--replay-rtol X]",
+		"[--replay-top Q] [--timing-tolerance R "
+		"[--accept-other-hardware]] "
+		"[--replay-compare exact|tolerant [--replay-rtol X]]",
 		"Verify an entry: the archive's integrity, the manifest's "
 		"signature by a trusted\nkey, the manifest's schema, and every "
 		"file against the manifest (type, mode,\nsize, SHA-256; nothing "
@@ -299,15 +343,25 @@ int cmd_verify(int argc, char **argv)
 		"Each replay is timed as the\nrunner times a trial; with "
 		"--timing-tolerance R an interval whose claimed\nsubmission "
 		"time is under 1/R of its replayed time fails (an operator who\n"
-		"under-reported), compared only where this CPU model is the "
-		"run's.\n\n"
+		"under-reported). Times compare only on the hardware the run "
+		"claims: its CPU\nmodel, and for a cuda run its GPU model, "
+		"replayed on it; anywhere else, or\nwhere the run records "
+		"none, check 5 fails unless --accept-other-hardware\naccepts "
+		"replays whose times are not compared.\n\n"
 		"A cpu run replays bit for bit on any x86-64 CPU (the CPU "
 		"backend's steps do\nnot depend on the instruction set); a cuda "
-		"run bit for bit on its GPU model,\nelse on the CPU within a "
-		"tolerance: the replayed parameters no further from\nthe "
-		"checkpoint's than --replay-rtol X times the interval's own "
-		"change (L2),\nand the replayed state's metrics within X "
-		"relative. The check's line\nsays which comparison was made.",
+		"run bit for bit on its GPU model,\nand anywhere else check 5 "
+		"fails unless --replay-compare tolerant asks for a\nreplay on "
+		"the CPU within a tolerance: the replayed parameters no further "
+		"from\nthe checkpoint's than --replay-rtol X times the "
+		"interval's own change (L2),\nand the replayed state's metrics "
+		"within X relative.\n\n"
+		"The run's device, CPU and GPU models and thread count are "
+		"run.json's: signed\nby the runner's key, proven by nothing. "
+		"So they never choose a weaker check:\na comparison other than "
+		"the exact one, or a timing check not made, is the\nauditor's "
+		"option, never the run's. The report states the claims and "
+		"says\nwhich comparison was made and why.",
 		"Exit 0: verified. 1: a check failed; the message names the "
 		"check, file and\nrecord. 2: not an entry or run directory, "
 		"truncated, or unreadable. 3: a run\nthat verifies but stopped "
@@ -343,14 +397,21 @@ int cmd_verify(int argc, char **argv)
 			return cmd_fail(APF_EUSAGE);
 		}
 	}
-	if (compare_text && !strcmp(compare_text, "exact"))
+	if (compare_text && !strcmp(compare_text, "exact")) {
 		compare = APF_REPLAY_EXACT;
-	else if (compare_text && !strcmp(compare_text, "tolerant"))
+	} else if (compare_text && !strcmp(compare_text, "tolerant")) {
 		compare = APF_REPLAY_TOLERANT;
-	else if (compare_text && strcmp(compare_text, "auto")) {
+	} else if (compare_text && !strcmp(compare_text, "auto")) {
+		/* auto let the run's device claim pick the tolerance: a cpu
+		 * run relabelled cuda bought a forged checkpoint 1%. */
 		apf_error(APF_EUSAGE, "verify",
-			  "--replay-compare takes auto, exact or tolerant, not "
-			  "'%s'",
+			  "--replay-compare auto is gone: it let the run's "
+			  "claimed device choose a tolerant comparison; give "
+			  "exact (the default) or tolerant");
+		return cmd_fail(APF_EUSAGE);
+	} else if (compare_text) {
+		apf_error(APF_EUSAGE, "verify",
+			  "--replay-compare takes exact or tolerant, not '%s'",
 			  compare_text);
 		return cmd_fail(APF_EUSAGE);
 	}
@@ -370,11 +431,27 @@ int cmd_verify(int argc, char **argv)
 			  "--seed 0 to 2^32-1");
 		return cmd_fail(APF_EUSAGE);
 	}
+	/* A qualifier that would do nothing is refused, not ignored: an
+	 * auditor who gave it believes a check was made. */
+	const char *idle = NULL;
+	if (tolerance_text && !replay && !top)
+		idle = "--timing-tolerance compares replayed times: give "
+		       "--replay N|all or --replay-top Q";
+	else if (accept && !tolerance_text)
+		idle = "--accept-other-hardware qualifies --timing-tolerance";
+	else if (rtol_text && compare != APF_REPLAY_TOLERANT)
+		idle = "--replay-rtol is the tolerance of --replay-compare "
+		       "tolerant";
+	if (idle) {
+		apf_error(APF_EUSAGE, "verify", "%s", idle);
+		return cmd_fail(APF_EUSAGE);
+	}
 	if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
 		if ((rc = check_run_dir(path)))
 			return cmd_fail(rc);
 		return verify_run(path, key_path, entry_key, as_json, reeval,
-				  replay, top, tolerance, seed, compare, rtol);
+				  replay, top, tolerance, accept, seed, compare,
+				  rtol);
 	}
 	if (entry_key) {
 		apf_error(APF_EUSAGE, "verify",

@@ -78,8 +78,8 @@ class Audit(RunCase):
 
     def test_tolerant_replay_says_so_and_holds_the_landing_against_the_interval(self):
         # A cpu run replays bit for bit by default; --replay-compare
-        # tolerant is the comparison a cuda run gets off its GPU model, and
-        # the line says which was made.
+        # tolerant is the auditor's choice (what a cuda run off its GPU
+        # model can meet), and the line says which was made and why.
         run = self.run_source("nadamw", os.path.join(apftest.ROOT, "submissions",
                                                      "baselines", "nadamw"),
                               ruleset="external")
@@ -88,13 +88,14 @@ class Audit(RunCase):
         r = self.ok("verify", run, "--replay", "1", "--seed", "4",
                     "--replay-compare", "tolerant", timeout=600)
         self.assertIn("each ending within 0.01 of its interval's parameter change", r.out)
+        self.assertIn("(tolerant: the auditor's --replay-compare tolerant)", r.out)
         # An honest CPU replay lands exactly: nothing off, no metric moved.
         self.assertIn("(largest: 0 of the change, 0 of the parameters' norm; metrics 0)",
                       r.out)
         self.fails(2, "verify", run, "--replay", "1", "--replay-compare", "close")
         self.fails(2, "verify", run, "--replay", "1", "--replay-rtol", "0")
         self.fails(2, "verify", run, "--replay", "1", "--replay-rtol", "2")
-        # The cpu run cannot claim a GPU: exact is what auto means for it.
+        # exact is the default, by name too.
         self.ok("verify", run, "--replay", "1", "--replay-compare", "exact", timeout=600)
 
     def test_a_wobbling_submission_fails_exact_replay_and_meets_a_tolerant_one(self):
@@ -194,10 +195,13 @@ class Audit(RunCase):
                        timeout=600, match="check 5 (replay)")
         self.assertIn("under 1/20", r.err)
 
-    def test_timing_is_not_compared_on_another_cpu(self):
+    def test_timing_on_another_cpu_fails_unless_the_auditor_accepts_it(self):
         # run.json says the run had another CPU (re-bound, re-chained and
-        # re-signed): replays still check the bits, and the report says the
-        # times were not held against the tolerance, and why.
+        # re-signed). That claim must not turn the auditor's timing check
+        # off: check 5 fails, naming the CPUs and the option that accepts
+        # replays whose times are not compared; with it, replays still
+        # check the bits, and the report says the times were not held
+        # against the tolerance, and why (test_claims has the attacks).
         run = self.run_source("nadamw", os.path.join(apftest.ROOT, "submissions",
                                                      "baselines", "nadamw"))
         path = os.path.join(run, "run.json")
@@ -213,10 +217,17 @@ class Audit(RunCase):
             if r["event"] == "run_start":
                 r["run_json_sha256"] = sha
         self.rechain_and_sign(run, recs)
+        r = self.fails(1, "verify", run, "--replay", "all", "--timing-tolerance", "1.5",
+                       timeout=600, match="check 5 (replay)")
+        self.assertIn("timing: this CPU", r.err)
+        self.assertIn("is not the run's (Imaginary CPU 9000)", r.err)
+        self.assertIn("give --accept-other-hardware", r.err)
         r = self.ok("verify", run, "--replay", "all", "--timing-tolerance", "1.5",
-                    timeout=600)
-        self.assertIn("timing not compared: this CPU", r.out)
+                    "--accept-other-hardware", timeout=600)
+        self.assertIn("timing not compared (accepted by --accept-other-hardware): "
+                      "this CPU", r.out)
         self.assertIn("is not the run's (Imaginary CPU 9000)", r.out)
+        self.assertIn("each ending in its checkpoint bit for bit", r.out)
 
     def test_metric_the_checkpoint_does_not_give_fails_reeval(self):
         run = self.run_source("nadamw", os.path.join(apftest.ROOT, "submissions",

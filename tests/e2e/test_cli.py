@@ -135,8 +135,8 @@ class Help(unittest.TestCase):
                          "apf: verify: unexpected argument 'b' (usage: apf verify "
                          "ENTRY.apf|RUN_DIR [--key PUB.pem] [--entry-key PUB.pem] "
                          "[--json] [--reeval] [--replay N|all [--seed S]] "
-                         "[--replay-top Q] [--timing-tolerance R] "
-                         "[--replay-compare auto|exact|tolerant] [--replay-rtol X])")
+                         "[--replay-top Q] [--timing-tolerance R [--accept-other-hardware]] "
+                         "[--replay-compare exact|tolerant [--replay-rtol X]])")
 
     def test_help_heldout_draw_is_heldout_draws_help(self):
         p = run("help", "heldout", "draw")
