@@ -1286,8 +1286,8 @@ static int run_units(struct run *r, size_t nsel)
 			       r->o->entry, r->run_dir);
 	else if (!rc && preempt_signal)
 		rc = apf_error(APF_EABORT, "run",
-			       "preempted by %s: the units under way "
-			       "checkpointed and stopped; continue with apf run "
+			       "preempted by %s: the units under way stopped "
+			       "at their last eval; continue with apf run "
 			       "%s -o %s --resume",
 			       apf_run_preempt_signal(), r->o->entry, r->run_dir);
 	sigaction(SIGINT, &old_int, NULL);
