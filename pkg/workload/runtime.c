@@ -824,6 +824,10 @@ int apf_workload_attach_train(apf_workload *wl, int train_fd)
 	const struct apf_train_layout want = {wl->H, wl->W, wl->C, wl->classes,
 					      wl->layout.n};
 	int rc = load_dataset(wl, train_fd);
+	/* What the model is built for, as at open (an l1 reconstruction's
+	 * outputs are images, its classes 1). */
+	if (!rc)
+		rc = recon_shape(wl);
 	struct apf_train_layout got = {0};
 	if (!rc)
 		rc = apf_workload_train_layout(wl, &got);

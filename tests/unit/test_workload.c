@@ -166,6 +166,59 @@ static void listing_counts_blobs_mlp_on_its_8x8_inputs(void **state)
 	free(dir);
 }
 
+/* A trial's workload before the clock: built for the training split's
+ * layout, holding no example, refusing batches; the split attached at go
+ * must have that layout. */
+static void deferred_split_comes_at_go_with_its_layout(void **state)
+{
+	(void)state;
+	char *dir = apf_path_join(testlib_root(),
+				  "tests/data/workloads/blobs_mlp");
+	apf_workload_spec *w;
+	apf_backend *be;
+	assert_int_equal(apf_workload_spec_load_dir(&w, dir), 0);
+	assert_int_equal(apf_backend_cpu_new(&be, 1), 0);
+	apf_trial_key key = {1, 0, 1};
+	apf_workload *host, *trial;
+	assert_int_equal(apf_workload_open(&host, w, "base", be, &key, 0), 0);
+	struct apf_train_layout l;
+	assert_int_equal(apf_workload_train_layout(host, &l), 0);
+	assert_true(l.H == 8 && l.W == 8 && l.C == 1 && l.classes == 10 && l.n > 0);
+	int fd = -1;
+	assert_int_equal(apf_dataset_export_train(&fd, apf_workload_dataset(host)),
+			 0);
+
+	assert_int_equal(apf_workload_open_deferred(&trial, w, "base", be, &key, &l),
+			 0);
+	assert_null(apf_workload_dataset(trial));
+	apf_data_pos pos = {0, 0};
+	apf_batch b;
+	assert_int_not_equal(apf_workload_next_batch(trial, &pos, 8, &b), 0);
+	apf_error_clear();
+	assert_int_equal(apf_workload_attach_train(trial, fd), 0);
+	assert_int_equal(apf_workload_next_batch(trial, &pos, 8, &b), 0);
+	/* Once only. */
+	assert_int_not_equal(apf_workload_attach_train(trial, fd), 0);
+	apf_error_clear();
+	apf_workload_close(trial);
+
+	/* A model built for another layout refuses the split. */
+	struct apf_train_layout other = l;
+	other.n += 1;
+	assert_int_equal(apf_workload_open_deferred(&trial, w, "base", be, &key,
+						    &other),
+			 0);
+	assert_int_equal(apf_workload_attach_train(trial, fd), APF_EINPUT);
+	assert_non_null(strstr(apf_error_message(), "the model was built for"));
+	apf_error_clear();
+	apf_workload_close(trial);
+	close(fd);
+	apf_workload_close(host);
+	apf_backend_free(be);
+	apf_workload_spec_free(w);
+	free(dir);
+}
+
 static void listing_counts_fashion_mnist_models_as_trained(void **state)
 {
 	(void)state;
@@ -253,6 +306,7 @@ int main(void)
 		cmocka_unit_test(name_must_match_directory),
 		cmocka_unit_test(finds_workloads_through_environment),
 		cmocka_unit_test(listing_counts_blobs_mlp_on_its_8x8_inputs),
+		cmocka_unit_test(deferred_split_comes_at_go_with_its_layout),
 		cmocka_unit_test(listing_counts_fashion_mnist_models_as_trained),
 		cmocka_unit_test(listing_without_images_says_the_shape_is_unknown),
 	};
