@@ -47,6 +47,11 @@ int apf_evaluator_start(apf_evaluator **out, const char *exe,
 		 * go up out of the way first, so none lands on another's
 		 * target, and dup2 clears close-on-exec on the copies. */
 		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		/* A session of its own: a signal to the supervisor's process
+		 * group (a terminal's ^C, `timeout`, a scheduler's SIGTERM)
+		 * is the supervisor's to handle, and must not end the
+		 * evaluator under it, which would fail the unit. */
+		setsid();
 		int arena = fcntl(arena_fd, F_DUPFD_CLOEXEC, 100);
 		int chan = fcntl(sv[1], F_DUPFD_CLOEXEC, 100);
 		int log = logfd >= 0 ? fcntl(logfd, F_DUPFD_CLOEXEC, 100) : -1;
