@@ -1,0 +1,161 @@
+"""End-to-end: the plausibility backstop (pkg/refcurve) in `apf verify`.
+
+A cheat that no check knows the mechanism of still has to show progress:
+here a lying runner's forged log (runfake, signed with its key) claims the
+blobs_mlp target at the first eval, after one step of 32 examples, where the
+reference curve recorded from the NAdamW baseline
+(tests/data/workloads/references/blobs_mlp.json) had not reached it after
+about 35,000. verify warns and names the unit, the examples, the reference
+and the ratio, and still verifies (a flag, not a failure). An honest run of
+the same baseline is not flagged, and a workload without a curve is said,
+never passed in silence. The curve is the auditor's: one planted in the run
+directory is never read.
+"""
+import json
+import os
+import shutil
+import unittest
+
+import apftest
+from apftest import BLOBS, ApfCase
+from runfake import FakeRun, UnitScript
+from test_cli import sandbox_available
+
+CHEAT = f"study_0/{BLOBS}/trial_1"
+REFERENCE = os.path.join(apftest.TEST_WORKLOADS, "references", f"{BLOBS}.json")
+
+
+class ForgedLog(ApfCase):
+    def setUp(self):
+        super().setUp()
+        with open(REFERENCE) as f:
+            ref = json.load(f)
+        # The reference's bound at the target: its last eval below it.
+        pts = ref["runs"][0]["points"]
+        first = next(i for i, (_, v) in enumerate(pts) if v >= 0.9)
+        self.bound = pts[first - 1][0]
+        self.assertGreater(self.bound, 4 * 32)
+        # study_0 trial_1: the forged target at eval 1 (step 1, batch 32);
+        # study_1 trial_1: meets it at eval 3 after 5,000 steps an eval;
+        # the others never meet it.
+        scripts = {CHEAT: UnitScript(val_at=1, test_at=1),
+                   f"study_1/{BLOBS}/trial_1": UnitScript(
+                       val_at=3, test_at=3, step_ns=200_000)}
+        self.run = FakeRun(self, workload=BLOBS, scripts=scripts).write(
+            self.path("run"))
+
+    def auditor_workloads(self, reference=None):
+        """A copy of the test workloads (the datasets beside them, as the
+        specs' relative paths want) with this reference file, or none."""
+        root = self.path("auditor")
+        wl = os.path.join(root, "workloads")
+        shutil.copytree(apftest.TEST_WORKLOADS, wl, symlinks=True)
+        os.symlink(os.path.join(apftest.ROOT, "tests", "data", "datasets"),
+                   os.path.join(root, "datasets"))
+        refs = os.path.join(wl, "references")
+        shutil.rmtree(refs)
+        if reference is not None:
+            os.makedirs(refs)
+            with open(os.path.join(refs, f"{BLOBS}.json"), "w") as f:
+                f.write(reference)
+        return wl
+
+    def test_verify_warns_about_the_forged_target_and_still_verifies(self):
+        r = self.ok("verify", self.run.path)
+        self.assertIn("verified", r.out)
+        self.assertIn("plausibility  2 of 2 units that met their validation "
+                      "target held against reference curves (flagged under "
+                      "1/4 of the fastest reference run's examples): 1 "
+                      "flagged\n", r.out)
+        warn = [l for l in r.out.splitlines() if "WARNING" in l]
+        self.assertEqual(len(warn), 1, r.out)
+        self.assertIn(f"WARNING: implausible progress: {CHEAT} reached "
+                      f"validation/accuracy 0.9 (its target) after 32 examples "
+                      f"(step 1 x batch 32): ", warn[0])
+        self.assertIn(f" of the {self.bound} examples by which no reference "
+                      f"run had reached it (the last eval below it: nadamw "
+                      f"study_0/{BLOBS}/trial_1", warn[0])
+        self.assertIn(REFERENCE, warn[0])
+        self.assertTrue(warn[0].endswith("under 1/4"), warn[0])
+
+        j = json.loads(self.ok("verify", self.run.path, "--json").out)
+        self.assertTrue(j["verified"])
+        self.assertEqual(j["exit_code"], 0)
+        p = j["plausibility"]
+        self.assertEqual(p["factor"], 0.25)
+        self.assertEqual(p["checked"], 2)
+        self.assertEqual(p["references"], [REFERENCE])
+        self.assertEqual(len(p["flagged"]), 1)
+        f = p["flagged"][0]
+        self.assertEqual(f["unit"], CHEAT)
+        self.assertEqual(f["workload"], BLOBS)
+        self.assertEqual((f["global_step"], f["batch_size"], f["examples"]),
+                         (1, 32, 32))
+        self.assertEqual(f["reference_examples"], self.bound)
+        self.assertAlmostEqual(f["ratio"], 32 / self.bound)
+        self.assertEqual(f["reference"], REFERENCE)
+        self.assertEqual(f["level"], 0.9)
+
+    def test_a_curve_in_the_run_directory_is_never_read(self):
+        # The operator ships a reference that the forged unit would pass.
+        planted = json.dumps({
+            "format": "apf-reference-curve-v1", "workload": BLOBS,
+            "metric": "accuracy", "direction": "max",
+            "runs": [{"label": "operator", "points": [[0, 1.0]]}]})
+        for rel in ("references", "workloads/references"):
+            os.makedirs(os.path.join(self.run.path, rel))
+            with open(os.path.join(self.run.path, rel, f"{BLOBS}.json"), "w") as f:
+                f.write(planted)
+        j = json.loads(self.ok("verify", self.run.path, "--json").out)
+        self.assertEqual([f["unit"] for f in j["plausibility"]["flagged"]], [CHEAT])
+        # Without a curve of the auditor's, it is said, not passed.
+        bare = self.auditor_workloads()
+        r = self.ok("verify", self.run.path, env={"APF_WORKLOADS_DIR": bare})
+        self.assertEqual(r.out.count(f"no reference curve for {BLOBS} "), 1, r.out)
+        self.assertIn("0 of 2 units that met their validation target held "
+                      "against reference curves", r.out)
+        self.assertNotIn("WARNING", r.out)
+
+    def test_an_unreadable_curve_of_the_auditor_is_an_error(self):
+        wl = self.auditor_workloads('{"format": "apf-reference-curve-v1"')
+        r = self.fails(2, "verify", self.run.path, env={"APF_WORKLOADS_DIR": wl})
+        self.assertIn(f"{wl}/references/{BLOBS}.json: line 1", r.err)
+
+
+class NoCurve(ApfCase):
+    def test_a_workload_without_a_curve_is_said_once(self):
+        run = FakeRun(self, workload="tiny", scripts={
+            f"study_0/tiny/trial_{t}": UnitScript(val_at=1, test_at=1)
+            for t in (1, 2)}).write(self.path("run"))
+        r = self.ok("verify", run.path)
+        want = (f"no reference curve for tiny ({apftest.TEST_WORKLOADS}/"
+                f"references/tiny.json)")
+        self.assertEqual(r.out.count(want), 1, r.out)
+        self.assertIn("0 of 2 units that met their validation target held "
+                      "against reference curves", r.out)
+        j = json.loads(self.ok("verify", run.path, "--json").out)
+        self.assertEqual(j["plausibility"]["notes"], [want])
+        self.assertEqual(j["plausibility"]["met_without_curve"], 2)
+
+
+class HonestRun(ApfCase):
+    """The NAdamW baseline on blobs_mlp, the baseline the curve was
+    recorded from, run for real: not flagged."""
+
+    def test_the_baseline_against_its_own_curve_is_not_flagged(self):
+        if not sandbox_available():
+            self.skipTest("the kernel refuses user namespaces here")
+        entry = self.path("e.apf")
+        self.ok("pack", os.path.join(apftest.ROOT, "submissions", "baselines",
+                                     "nadamw"), "-w", BLOBS, "-o", entry)
+        run = self.path("run")
+        self.ok("run", entry, "-o", run, "--study", "0", "--trial", "1", "-q",
+                "--allow-env-drift", timeout=300)
+        j = json.loads(self.ok("verify", run, "--json").out)
+        p = j["plausibility"]
+        self.assertEqual((p["checked"], p["flagged"]), (1, []), p)
+        self.assertEqual(p["references"], [REFERENCE])
+
+
+if __name__ == "__main__":
+    unittest.main()
