@@ -1,4 +1,5 @@
-"""End-to-end: the plausibility backstop (pkg/refcurve) in `apf verify`.
+"""End-to-end: the plausibility backstop (pkg/refcurve) in `apf verify` and
+`apf score`.
 
 A cheat that no check knows the mechanism of still has to show progress:
 here a lying runner's forged log (runfake, signed with its key) claims the
@@ -6,11 +7,12 @@ blobs_mlp target at the first eval, after one step of 32 examples, where the
 reference curve recorded from the NAdamW baseline
 (tests/data/workloads/references/blobs_mlp.json) had not reached it after
 about 35,000. verify warns and names the unit, the examples, the reference
-and the ratio, and still verifies (a flag, not a failure). An honest run of
-the same baseline is not flagged, and a workload without a curve is said,
-never passed in silence. The curve is the auditor's: one planted in the run
-directory is never read.
+and the ratio, and still verifies (a flag, not a failure); score marks the
+cell and keeps the time. An honest run of the same baseline is not flagged,
+and a workload without a curve is said, never passed in silence. The curve
+is the auditor's: one planted in the run directory is never read.
 """
+import csv
 import json
 import os
 import shutil
@@ -96,6 +98,37 @@ class ForgedLog(ApfCase):
         self.assertEqual(f["reference"], REFERENCE)
         self.assertEqual(f["level"], 0.9)
 
+    def test_score_marks_the_cell_and_keeps_the_time(self):
+        r = self.ok("score", self.run.path)
+        line = next(l for l in r.out.splitlines() if " fakesub " in l)
+        self.assertTrue(line.endswith("?"), line)
+        self.assertIn("\n?: a unit behind it reached its target in implausibly "
+                      "few training examples against the\n", r.out)
+        self.assertIn(f"  WARNING: implausible progress: fakesub: {CHEAT} "
+                      f"reached validation/accuracy 0.9 (its target) after 32 "
+                      f"examples", r.out)
+        j = json.loads(self.ok("score", self.run.path, "--json").out)
+        sub = j["submissions"][0]
+        self.assertEqual([(x["unit"], x["column"], x["examples"],
+                           x["reference_examples"]) for x in sub["implausible"]],
+                         [(CHEAT, BLOBS, 32, self.bound)])
+        self.assertEqual(j["plausibility"]["flagged"], 1)
+        out = self.path("s.csv")
+        self.ok("score", self.run.path, "--csv", out)
+        with open(out, newline="") as f:
+            rows = list(csv.reader(f))
+        self.assertEqual(rows[0], ["submission", "score", BLOBS, "implausible"])
+        self.assertEqual(rows[1][-1], BLOBS)
+        # The score and times are the ones without any curve.
+        bare = self.auditor_workloads()
+        k = json.loads(self.ok("score", self.run.path, "--json",
+                               env={"APF_WORKLOADS_DIR": bare}).out)
+        self.assertEqual(k["submissions"][0]["times"], sub["times"])
+        self.assertEqual(k["submissions"][0]["score"], sub["score"])
+        self.assertEqual(k["submissions"][0]["implausible"], [])
+        self.assertIn(f"no reference curve for {BLOBS} ({bare}/references/"
+                      f"{BLOBS}.json)", k["plausibility"]["notes"])
+
     def test_a_curve_in_the_run_directory_is_never_read(self):
         # The operator ships a reference that the forged unit would pass.
         planted = json.dumps({
@@ -120,6 +153,8 @@ class ForgedLog(ApfCase):
         wl = self.auditor_workloads('{"format": "apf-reference-curve-v1"')
         r = self.fails(2, "verify", self.run.path, env={"APF_WORKLOADS_DIR": wl})
         self.assertIn(f"{wl}/references/{BLOBS}.json: line 1", r.err)
+        r = self.fails(2, "score", self.run.path, env={"APF_WORKLOADS_DIR": wl})
+        self.assertIn(f"{wl}/references/{BLOBS}.json", r.err)
 
 
 class NoCurve(ApfCase):
@@ -136,6 +171,9 @@ class NoCurve(ApfCase):
         j = json.loads(self.ok("verify", run.path, "--json").out)
         self.assertEqual(j["plausibility"]["notes"], [want])
         self.assertEqual(j["plausibility"]["met_without_curve"], 2)
+        s = self.ok("score", run.path)
+        self.assertIn(f"  {want}\n", s.out)
+        self.assertNotIn("?", s.out.split("base workloads")[1].split("score:")[0])
 
 
 class HonestRun(ApfCase):
@@ -155,6 +193,9 @@ class HonestRun(ApfCase):
         p = j["plausibility"]
         self.assertEqual((p["checked"], p["flagged"]), (1, []), p)
         self.assertEqual(p["references"], [REFERENCE])
+        s = json.loads(self.ok("score", run, "--json").out)
+        self.assertEqual(s["submissions"][0]["implausible"], [])
+        self.assertEqual(s["plausibility"]["checked"], 1)
 
 
 if __name__ == "__main__":
