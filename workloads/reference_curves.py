@@ -23,7 +23,8 @@ Where the curves come from:
                    period (a denser curve: the check's bound is the
                    reference's last eval below a level). --baseline B without
                    a targets record packs baseline B with its own search space
-                   (the tests' blobs_mlp) and runs --study/--trial of it.
+                   (the tests' blobs_mlp) and runs --study/--trial of it, or
+                   with --all-units every unit of its plan.
                    --stop-at-target keeps the workload's targets instead, so
                    the trial stops at the first eval meeting both (the curve
                    then ends there: enough for the check, which is made at
@@ -185,17 +186,22 @@ def make_run(args, record, env):
         b = args.baseline
         src = os.path.join(ROOT, "submissions", "baselines", b)
         study, trial = args.study or 0, args.trial
-        done.update({"baseline": b, "study": study, "trial": trial,
+        done.update({"baseline": b, "study": "all" if args.all_units else study,
+                     "trial": "all" if args.all_units else trial,
                      "as": "the baseline packed as it is (its own search space)"})
     entry = os.path.join(work, b + ".apf")
     env["APF_WORKLOADS_DIR"] = wl_dir
     apf("pack", src, "-w", args.workload, "-o", entry, env=env)
     run = os.path.join(work, "run")
     shutil.rmtree(run, ignore_errors=True)
-    cmd = [APF_BIN, "run", entry, "-o", run, "--study", str(study), "--trial", str(trial), "-q"]
+    cmd = [APF_BIN, "run", entry, "-o", run, "-q"]
+    if not args.all_units:
+        cmd += ["--study", str(study), "--trial", str(trial)]
     if args.threads:
         cmd += ["--threads", str(args.threads)]
-    print(f"{args.workload}: running {b} study {study} trial {trial}", flush=True)
+    print(f"{args.workload}: running {b} "
+          f"{'every unit of its plan' if args.all_units else f'study {study} trial {trial}'}",
+          flush=True)
     started = datetime.datetime.now(datetime.timezone.utc)
     p = subprocess.run(cmd, env=env, capture_output=True, text=True)
     ended = datetime.datetime.now(datetime.timezone.utc)
@@ -217,6 +223,8 @@ def main():
     ap.add_argument("--baseline", help="with --make-run and no targets record: this baseline")
     ap.add_argument("--study", type=int)
     ap.add_argument("--trial", type=int, default=1)
+    ap.add_argument("--all-units", action="store_true",
+                    help="--make-run --baseline: every unit of the baseline's own plan")
     ap.add_argument("--budget-scale", type=float, default=1.0)
     ap.add_argument("--eval-period", type=float)
     ap.add_argument("--threads", type=int)
@@ -253,7 +261,7 @@ def main():
             pts = thin([[s * batch, v] for s, v in evs], higher)
             label = f"{os.path.basename(os.path.normpath(d))} {unit}"
             if made and d == run_dirs[-1]:
-                label = f"{made['baseline']} {unit} (run for this curve)"
+                label = f"{made['baseline']} {unit}"
             runs.append({"label": label, "source": os.path.abspath(d), "unit": unit,
                          "batch_size": batch, "evals": len(evs), "points": pts,
                          "target_met_examples": first_met(pts, target, higher)})
