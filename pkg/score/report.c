@@ -163,9 +163,9 @@ static int plausibility_section(const apf_score_result *r, apf_buf *out)
 			r->plausibility_checked, met, met == 1 ? "" : "s",
 			met == 1 ? "its" : "their", r->nflags);
 	else
-		rc = apf_buf_puts(out, "\nplausibility: no unit met its target "
-				       "with a reference curve to hold it "
-				       "against\n");
+		rc = apf_buf_puts(out, "\nplausibility: no unit that met its "
+				       "target was held against a reference "
+				       "curve\n");
 	for (size_t i = 0; !rc && i < r->nflags; i++)
 		rc = apf_buf_printf(out, "  WARNING: implausible progress: %s\n",
 				    r->flags[i].text);
