@@ -8,7 +8,8 @@
  * from and checked against the manifest), never from the run directory, so
  * an operator cannot supply a slower reference. A flagged unit is a
  * warning in the report, not a failed check; a workload without a curve is
- * said once.
+ * said once, and so is one that cannot be read (the auditor's file: the
+ * run's verdict stays the run's).
  */
 #include "verify/verifier.h"
 
@@ -64,10 +65,21 @@ static int load_curve(struct curve_of *k, const struct vx_unit *u,
 {
 	k->dir_name = u->dir_name;
 	int rc = apf_refcurve_load(&k->c, root, u->dir_name);
-	if (rc)
-		return apf_error_prefix(rc, "reference curve");
+	if (rc == APF_ENOMEM)
+		return rc;
 	apf_buf note = {0};
-	if (!k->c) {
+	if (rc) {
+		/* The auditor's file, not the run's fault: said, and the
+		 * run's verdict stays the run's. */
+		char why[1024];
+		apf_error_take(why, sizeof why);
+		rc = apf_buf_printf(&note,
+				    "the reference curve for %s cannot be read "
+				    "(%s): not checked",
+				    u->dir_name, why)
+			     ? NOMEM()
+			     : 0;
+	} else if (!k->c) {
 		rc = apf_buf_printf(&note,
 				    "no reference curve for %s (%s/%s/%s.json)",
 				    u->dir_name, root, APF_REFCURVE_DIR,

@@ -211,8 +211,8 @@ int apf_vx_csvs(struct vx *v);
 int apf_vx_checkpoints(struct vx *v);
 
 /* plausible.c: the plausibility backstop over the walk's kept evals, into
- * rep->plausibility; an error only for a reference file that cannot be
- * read (the auditor's own, like a workload spec). */
+ * rep->plausibility; an error only when out of memory (a reference file
+ * that cannot be read is a note). */
 int apf_vx_plausibility(struct vx *v);
 void apf_vx_plausibility_free(struct apf_verify_plausibility *p);
 

@@ -1228,8 +1228,8 @@ int apf_verify_run(apf_verify_report **out, const char *dir,
 		rc = apf_error(APF_ENOMEM, dir, "out of memory");
 	if (rep->check[APF_VERIFY_TIMING].outcome == APF_VERIFY_PASSED &&
 	    !o->log_only) {
-		/* A flag is no failure; only an unreadable reference file of
-		 * the auditor's is an error. The verdict so far outlives it. */
+		/* A flag is no failure, and the verdict so far outlives the
+		 * backstop (which fails only when out of memory). */
 		char verdict[1024];
 		apf_error_take(verdict, sizeof verdict);
 		int prc = apf_vx_plausibility(&v);

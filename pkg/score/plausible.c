@@ -60,10 +60,18 @@ static int curve_for(apf_score_result *r, struct curve_of **cache,
 		return NOMEM();
 	(*n)++;
 	int rc = apf_refcurve_load(&k->c, r->references_dir, dir_name);
-	if (rc)
-		return apf_error_prefix(rc, "score: reference curve");
+	if (rc == APF_ENOMEM)
+		return rc;
 	apf_buf b = {0};
-	if (!k->c) {
+	if (rc) {
+		/* The auditor's file: said, not the scoring's failure. */
+		char why[1024];
+		apf_error_take(why, sizeof why);
+		rc = apf_buf_printf(&b,
+				    "the reference curve for %s cannot be read "
+				    "(%s): not checked",
+				    dir_name, why);
+	} else if (!k->c) {
 		rc = apf_buf_printf(&b, "no reference curve for %s (%s/%s/%s.json)",
 				    dir_name, r->references_dir,
 				    APF_REFCURVE_DIR, dir_name);

@@ -459,8 +459,8 @@ void apf_score_result_free(apf_score_result *r);
  * it, examples = global_step x the batch size its log records, against
  * <workloads dir>/references/<workload>.json (the targets' workloads
  * directory, else apf_workloads_dir()), never a file of the run. Fills
- * implausible, flags and the notes; an error only for a reference file
- * that cannot be read. */
+ * implausible, flags and the notes (a reference file that cannot be read
+ * is one); an error only when out of memory. */
 int apf_score_plausibility(apf_score_result *r, apf_score_targets *targets,
 			   const apf_score_rules *rules);
 

@@ -153,12 +153,30 @@ class ForgedLog(ApfCase):
                       "against reference curves", r.out)
         self.assertNotIn("WARNING", r.out)
 
-    def test_an_unreadable_curve_of_the_auditor_is_an_error(self):
+    def test_an_unreadable_curve_of_the_auditor_is_said_and_fails_no_run(self):
+        # The auditor's file is broken, not the run: the verdict stays the
+        # run's, and the line says which file and why.
         wl = self.auditor_workloads('{"format": "apf-reference-curve-v1"')
-        r = self.fails(2, "verify", self.run.path, env={"APF_WORKLOADS_DIR": wl})
-        self.assertIn(f"{wl}/references/{BLOBS}.json: line 1", r.err)
-        r = self.fails(2, "score", self.run.path, env={"APF_WORKLOADS_DIR": wl})
-        self.assertIn(f"{wl}/references/{BLOBS}.json", r.err)
+        env = {"APF_WORKLOADS_DIR": wl}
+        want = (f"the reference curve for {BLOBS} cannot be read "
+                f"({wl}/references/{BLOBS}.json: line 1")
+        r = self.ok("verify", self.run.path, env=env)
+        self.assertIn(want, r.out)
+        self.assertNotIn("WARNING", r.out)
+        j = json.loads(self.ok("score", self.run.path, "--verify", "--json",
+                               env=env).out)
+        self.assertEqual(j["submissions"][0]["verified"], "yes")
+        self.assertTrue(j["plausibility"]["notes"][0].startswith(want))
+        # A curve of another metric is not held against the target.
+        shutil.rmtree(os.path.dirname(wl))
+        wl = self.auditor_workloads(json.dumps({
+            "format": "apf-reference-curve-v1", "workload": BLOBS,
+            "metric": "loss", "direction": "min",
+            "runs": [{"label": "x", "points": [[100000, 0.1]]}]}))
+        r = self.ok("verify", self.run.path, env={"APF_WORKLOADS_DIR": wl})
+        self.assertIn(f"is of validation/loss (min), the workload's metric is "
+                      f"validation/accuracy (max): not applied", r.out)
+        self.assertNotIn("WARNING", r.out)
 
 
 class NoCurve(ApfCase):
