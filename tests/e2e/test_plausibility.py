@@ -198,6 +198,37 @@ class NoCurve(ApfCase):
         self.assertNotIn("?", s.out.split("base workloads")[1].split("score:")[0])
 
 
+class RecordedCurves(ApfCase):
+    """The five workloads' recorded curves (workloads/references/) load, are
+    of their workload's metric, and hold a forged log that claims the
+    target at the first eval."""
+
+    def test_each_recorded_curve_flags_a_target_at_the_first_eval(self):
+        wl = os.path.join(apftest.ROOT, "workloads")
+        self.env["APF_WORKLOADS_DIR"] = wl
+        for w in ("fmnist_mlp", "fmnist_cnn", "clicks_dlrm", "text_lm",
+                  "fmnist_unet"):
+            with self.subTest(workload=w):
+                ref = os.path.join(wl, "references", f"{w}.json")
+                self.assertTrue(os.path.exists(ref), ref)
+                try:
+                    run = FakeRun(self, workload=w, scripts={
+                        f"study_0/{w}/trial_1": UnitScript(val_at=1, test_at=1)}
+                    ).write(self.path(f"run_{w}"))
+                except AssertionError as e:
+                    if "dataset" in str(e) or "no such" in str(e).lower():
+                        self.skipTest(f"{w}: its dataset is not here ({e})")
+                    raise
+                j = json.loads(self.ok("verify", run.path, "--json").out)
+                p = j["plausibility"]
+                self.assertEqual(p["references"], [ref])
+                self.assertEqual(p["notes"], [])
+                self.assertEqual([(f["unit"], f["examples"], f["reference"])
+                                  for f in p["flagged"]],
+                                 [(f"study_0/{w}/trial_1", 32, ref)])
+                self.assertGreater(p["flagged"][0]["reference_examples"], 4 * 32)
+
+
 class HonestRun(ApfCase):
     """The NAdamW baseline on blobs_mlp, the baseline the curve was
     recorded from, run for real: not flagged."""
