@@ -246,11 +246,11 @@ struct apf_audit_opts {
 int apf_verify_audit(apf_verify_report *r, const struct apf_audit_opts *o);
 
 /* The report's plausibility section as text (indented lines, each ending
- * in a newline) and as JSON ({"factor", "checked", "flagged": [{"unit",
- * "workload", "metric", "level", "global_step", "batch_size", "examples",
- * "reference_examples", "reference_first", "ratio", "reference",
- * "reference_run"}], "notes", "references"}); nothing / null before check 3
- * has passed. */
+ * in a newline) and as JSON ({"factor", "checked", "met_without_curve",
+ * "flagged": [{"unit", "workload", "metric", "level", "value",
+ * "global_step", "batch_size", "examples", "reference_examples",
+ * "reference_first", "ratio", "reference", "reference_run", "text"}],
+ * "notes", "references"}); nothing / null before check 3 has passed. */
 int apf_verify_plausibility_text(const apf_verify_report *r, apf_buf *out);
 json_t *apf_verify_plausibility_json(const apf_verify_report *r);
 

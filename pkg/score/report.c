@@ -481,7 +481,7 @@ static json_t *plausibility_object(const apf_score_result *r)
 			 APF_REFCURVE_FACTOR, "references_dir", r->references_dir,
 			 "checked", (json_int_t)r->plausibility_checked,
 			 "met_without_curve",
-			 (json_int_t)r->plausibility_uncurved, "flagged",
+			 (json_int_t)r->plausibility_uncurved, "units_flagged",
 			 (json_int_t)r->nflags, "notes", notes);
 }
 

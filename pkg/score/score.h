@@ -471,13 +471,20 @@ int apf_score_plausibility(apf_score_result *r, apf_score_targets *targets,
 void apf_score_format_seconds(char *out, size_t size, double t, int sig,
 			      int min_decimals);
 /* A text table: rank, submission, score, per-workload times (4 significant
- * digits), what was verified, the machine, and the warnings. */
+ * digits; "?" on a cell the plausibility backstop flagged), what was
+ * verified, the machine, the plausibility section and the warnings. */
 int apf_score_format_table(const apf_score_result *r, apf_buf *out);
 /* submission,score,<base workloads...>,<variants...>; inf where missed,
  * empty where there are no logs; times with at least 6 decimals and 6
- * significant digits. */
+ * significant digits. Where the plausibility backstop flagged a cell, a
+ * last column "implausible" lists each row's flagged workloads (space
+ * separated). */
 int apf_score_format_csv(const apf_score_result *r, apf_buf *out);
-/* Times as numbers, "inf" when missed, null when there are no logs. */
+/* Times as numbers, "inf" when missed, null when there are no logs; per
+ * submission its "implausible" units (apf verify --json's flagged form,
+ * with the column), and a top-level "plausibility" object ({"factor",
+ * "references_dir", "checked", "met_without_curve", "units_flagged",
+ * "notes"}). */
 int apf_score_format_json(const apf_score_result *r, apf_buf *out);
 /* The performance-profile plot: rho over [0, 1] with headroom on both
  * sides (a profile at 1 or 0 never lies on the frame), each submission with

@@ -116,7 +116,7 @@ class ForgedLog(ApfCase):
         self.assertEqual([(x["unit"], x["column"], x["examples"],
                            x["reference_examples"]) for x in sub["implausible"]],
                          [(CHEAT, BLOBS, 32, self.bound)])
-        self.assertEqual(j["plausibility"]["flagged"], 1)
+        self.assertEqual(j["plausibility"]["units_flagged"], 1)
         out = self.path("s.csv")
         self.ok("score", self.run.path, "--csv", out)
         with open(out, newline="") as f:
