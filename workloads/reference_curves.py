@@ -2,11 +2,10 @@
 """Records a workload's reference curve: its validation metric against the
 training examples seen (global_step x batch size) in the target-setting and
 baseline runs, for the plausibility backstop of `apf verify` and `apf score`
-(pkg/plausible; workloads/README.md, "Reference curves").
+(pkg/refcurve; workloads/README.md, "Reference curves").
 
     workloads/reference_curves.py fmnist_mlp --make-run /tmp/ref/fmnist_mlp \\
-        --budget-scale 2 --eval-period 4 --from-record \\
-        --out workloads/references/fmnist_mlp.json
+        --stop-at-target --from-record --out workloads/references/fmnist_mlp.json
 
 Where the curves come from:
   --make-run DIR   runs the workload's target-setting configuration (the
@@ -36,8 +35,9 @@ Where the curves come from:
                    baseline's get_batch_size is the same function).
 
 The file: {"format": "apf-reference-curve-v1", "workload", "metric",
-"direction", "runs": [{"label", "points": [[examples, value], ...] (every
-eval, in order), "batch_size", ...}], "provenance": {...}}. It lives in
+"direction", "runs": [{"label", "points": [[examples, value], ...] (in
+order, the evals the rule can use: each improvement, the one before it,
+the last), "batch_size", ...}], "provenance": {...}}. It lives in
 <workloads dir>/references/<w>.json, outside the workload's own folder, so
 the workload's tree digest (in every entry's manifest) does not change.
 Timing is not used: only global_step, the logged batch size and the

@@ -24,7 +24,8 @@
  *              "points": [[examples, validation value], ...], ...}, ...],
  *    "provenance": {...}}
  *
- * One run's points are its evals in order (examples never decreasing);
+ * One run's points are its evals in order (examples never decreasing; the
+ * script keeps those the rule can use);
  * other keys of a run (batch_size, source, ...) and the provenance are for
  * people and are not read. Anything else at the top level, a duplicate key,
  * a value of the wrong kind or a workload other than the one asked for is
