@@ -1500,6 +1500,9 @@ int apf_vx_record(void *user, const struct apf_runlog_record *r)
 			u->has_init = 1;
 		}
 		u->from_scratch = 0;
+		/* The most examples a step can claim (pkg/refcurve). */
+		if (s->u[1] > u->batch_size)
+			u->batch_size = s->u[1];
 		u->state = U_READY;
 		u->ref_ns = r->t_ns;
 		u->ref_kind = REF_CLOCK;

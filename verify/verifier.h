@@ -106,6 +106,7 @@ struct vx_unit {
 	uint64_t budget_ns, period_ns, max_steps;
 	uint64_t init_allowance; /* trial_start's init_allowance_ns */
 	int from_scratch;   /* trial_start seen, its clock_start not yet */
+	uint64_t batch_size; /* the largest clock_start's (0: none yet) */
 	struct vx_eval init; /* clock_start's checkpoint 0 (index 0) ... */
 	int has_init;        /* ... when the trial's clock_start named one */
 	double vtarget, ttarget;
@@ -213,6 +214,12 @@ const char *apf_vx_event_name(int ev);
 int apf_vx_hparams_files(struct vx *v);
 int apf_vx_csvs(struct vx *v);
 int apf_vx_checkpoints(struct vx *v);
+
+/* plausible.c: the plausibility backstop over the walk's kept evals, into
+ * rep->plausibility; an error only when out of memory (a reference file
+ * that cannot be read is a note). */
+int apf_vx_plausibility(struct vx *v);
+void apf_vx_plausibility_free(struct apf_verify_plausibility *p);
 
 /* The log a unit's records are in. */
 static inline const char *apf_vx_log_of(const struct vx *v,

@@ -1239,6 +1239,18 @@ int apf_verify_run(apf_verify_report **out, const char *dir,
 	if (rep->check[APF_VERIFY_TIMING].outcome == APF_VERIFY_PASSED &&
 	    keep_checkpoints(&v))
 		rc = apf_error(APF_ENOMEM, dir, "out of memory");
+	if (rep->check[APF_VERIFY_TIMING].outcome == APF_VERIFY_PASSED &&
+	    !o->log_only) {
+		/* A flag is no failure, and the verdict so far outlives the
+		 * backstop (which fails only when out of memory). */
+		char verdict[1024];
+		apf_error_take(verdict, sizeof verdict);
+		int prc = apf_vx_plausibility(&v);
+		if (prc && (rc == 0 || rc == APF_EABORT))
+			rc = prc;
+		else
+			apf_error_restore(rc, verdict);
+	}
 	rep->status = rc;
 	vx_free(&v);
 	return rc;
@@ -1258,6 +1270,7 @@ void apf_verify_report_free(apf_verify_report *r)
 		free(r->kept[i].variant);
 		free(r->kept[i].ckpt);
 	}
+	apf_vx_plausibility_free(r->plausibility);
 	free(r->cpu_model);
 	free(r->gpu_model);
 	free(r->replay_how.compare_why);

@@ -85,6 +85,7 @@
 
 #include <jansson.h>
 
+#include "refcurve/refcurve.h"
 #include "sign/sign.h"
 
 enum apf_verify_check {
@@ -120,6 +121,33 @@ struct apf_verify_result {
 	int outcome;          /* enum apf_verify_outcome */
 	char *detail;         /* one line: what passed, or why it failed */
 	double seconds;
+};
+
+/* The plausibility backstop (pkg/refcurve/refcurve.h): each unit that met
+ * its validation target, held against its workload's reference curve from
+ * the auditor's workloads directory (never the run's). A flag, not a
+ * failed check: an honest run may be the first to beat the references by
+ * that much, and a person decides. */
+struct apf_verify_plausibility {
+	size_t checked;       /* units that met the target, with a curve */
+	size_t met_uncurved;  /* units that met it with no curve to hold
+			       * them against */
+	struct apf_verify_flag {
+		char *unit;
+		char *workload;       /* its workload directory */
+		char *reference;      /* the reference file */
+		char *reference_run;  /* the run that sets the bound */
+		char *metric;
+		char *text;           /* apf_refcurve_describe's line */
+		struct apf_refcurve_verdict v; /* v.ref.run is NULL here */
+	} *flagged;
+	size_t nflagged;
+	/* One line each, once per workload directory: "no reference curve for
+	 * X (<file>)", or why its curve does not apply; and the files used. */
+	char **notes;
+	size_t nnotes;
+	char **references;
+	size_t nreferences;
 };
 
 typedef struct apf_verify_report {
@@ -188,6 +216,9 @@ typedef struct apf_verify_report {
 		char compare[12], on[8], timing[16];
 		char *compare_why, *timing_why;
 	} replay_how;
+	/* Filled once check 3 has passed (not for a log-only verification);
+	 * NULL before. */
+	struct apf_verify_plausibility *plausibility;
 } apf_verify_report;
 
 /* Verifies dir; *out receives the report whatever the outcome (NULL only
@@ -249,6 +280,15 @@ struct apf_audit_opts {
 	void *user;
 };
 int apf_verify_audit(apf_verify_report *r, const struct apf_audit_opts *o);
+
+/* The report's plausibility section as text (indented lines, each ending
+ * in a newline) and as JSON ({"factor", "checked", "met_without_curve",
+ * "flagged": [{"unit", "workload", "metric", "level", "value",
+ * "global_step", "batch_size", "examples", "reference_examples",
+ * "reference_first", "ratio", "reference", "reference_run", "text"}],
+ * "notes", "references"}); nothing / null before check 3 has passed. */
+int apf_verify_plausibility_text(const apf_verify_report *r, apf_buf *out);
+json_t *apf_verify_plausibility_json(const apf_verify_report *r);
 
 /* "entry", "log", "timing", "checkpoints", "replay", "held-out". */
 const char *apf_verify_check_name(int check);

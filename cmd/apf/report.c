@@ -65,6 +65,10 @@ static int keep_verdict(void *user, const char *name,
 			const apf_verify_report *r, int rc, const char *why)
 {
 	json_t *v = verdict_json(r, rc, why);
+	/* The plausibility backstop's object, as apf verify --json has it. */
+	if (v)
+		json_object_set_new(v, "plausibility",
+				    apf_verify_plausibility_json(r));
 	if (!v || json_object_set_new(user, name, v))
 		return apf_error(APF_ENOMEM, "report", "out of memory");
 	return 0;

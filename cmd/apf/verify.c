@@ -92,6 +92,15 @@ static void run_progress(void *user, uint64_t records, uint64_t bytes,
 		      records, human_bytes(bytes, a), human_bytes(total, b));
 }
 
+/* The plausibility backstop's lines (verify.h): a flag, not a check. */
+static void print_plausibility(const apf_verify_report *r)
+{
+	apf_buf b = {0};
+	if (!apf_verify_plausibility_text(r, &b) && b.data)
+		fputs(b.data, stdout);
+	apf_buf_free(&b);
+}
+
 static void print_run(const apf_verify_report *r)
 {
 	printf("%s %s\n",
@@ -122,6 +131,7 @@ static void print_run(const apf_verify_report *r)
 		printf("  %d %-11s  %-7s  %s\n", c, apf_verify_check_name(c),
 		       apf_verify_outcome_name(r->check[c].outcome),
 		       r->check[c].detail ? r->check[c].detail : "");
+	print_plausibility(r);
 }
 
 static void print_run_json(const apf_verify_report *r, int rc)
@@ -172,6 +182,9 @@ static void print_run_json(const apf_verify_report *r, int rc)
 		(json_int_t)r->checkpoint_bytes, "claimed_training_s",
 		(double)r->claimed_ns / 1e9, "claims", claims, "replay", how,
 		"checks", checks);
+	if (o)
+		json_object_set_new(o, "plausibility",
+				    apf_verify_plausibility_json(r));
 	char *s = o ? json_dumps(o, JSON_INDENT(2)) : NULL;
 	if (s)
 		printf("%s\n", s);

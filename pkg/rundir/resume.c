@@ -25,6 +25,9 @@ void apf_rundir_unit_apply(struct apf_rundir_unit *s, const char *ev,
 {
 	if (!strcmp(ev, "trial_start")) {
 		s->started = 1;
+	} else if (!strcmp(ev, "clock_start")) {
+		if (I("batch_size") > s->batch_size)
+			s->batch_size = I("batch_size");
 	} else if (!strcmp(ev, "eval")) {
 		s->last_eval = I("index");
 		s->global_step = I("global_step");

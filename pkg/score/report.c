@@ -49,8 +49,10 @@ void apf_score_format_seconds(char *out, size_t size, double t, int sig,
 
 /* A table cell: the time (4 significant digits), inf, or - without logs;
  * "*" where the held-out rules took the credit, "!" where a unit stopped
- * early. */
-static void fmt_time(char *out, size_t size, double t, double raw, int early)
+ * early, "?" where a unit's progress was implausible (the plausibility
+ * backstop). */
+static void fmt_time(char *out, size_t size, double t, double raw, int early,
+		     int implausible)
 {
 	char num[48];
 	if (isnan(t))
@@ -59,7 +61,13 @@ static void fmt_time(char *out, size_t size, double t, double raw, int early)
 		snprintf(num, sizeof num, isfinite(raw) ? "inf*" : "inf");
 	else
 		apf_score_format_seconds(num, sizeof num, t, 4, 0);
-	snprintf(out, size, "%s%s", num, early ? "!" : "");
+	snprintf(out, size, "%s%s%s", num, early ? "!" : "",
+		 implausible ? "?" : "");
+}
+
+static int implausible_at(const apf_score_result *r, size_t i)
+{
+	return r->implausible && r->implausible[i];
 }
 
 /* Equal scores share a rank. */
@@ -88,7 +96,8 @@ static int table(const apf_score_result *r, apf_buf *out, size_t from,
 		w[c] = strlen(r->workloads[c]);
 		for (size_t s = 0; s < r->nsub; s++) {
 			fmt_time(cell, sizeof cell, r->final[s * nc + c],
-				 r->raw[s * nc + c], r->early[s * nc + c]);
+				 r->raw[s * nc + c], r->early[s * nc + c],
+				 implausible_at(r, s * nc + c));
 			if (strlen(cell) > w[c])
 				w[c] = strlen(cell);
 		}
@@ -109,7 +118,8 @@ static int table(const apf_score_result *r, apf_buf *out, size_t from,
 						 r->sub[s]->name);
 		for (size_t c = from; !rc && c < to; c++) {
 			fmt_time(cell, sizeof cell, r->final[s * nc + c],
-				 r->raw[s * nc + c], r->early[s * nc + c]);
+				 r->raw[s * nc + c], r->early[s * nc + c],
+				 implausible_at(r, s * nc + c));
 			rc = apf_buf_printf(out, "  %*s", (int)w[c], cell);
 		}
 		if (!rc)
@@ -125,6 +135,43 @@ static int any_early(const apf_score_result *r)
 		if (r->early[i])
 			return 1;
 	return 0;
+}
+
+static int any_implausible(const apf_score_result *r)
+{
+	for (size_t i = 0; i < r->nsub * ncols(r); i++)
+		if (implausible_at(r, i))
+			return 1;
+	return 0;
+}
+
+/* The plausibility backstop: what was held against reference curves, each
+ * flagged unit and each workload without a curve. */
+static int plausibility_section(const apf_score_result *r, apf_buf *out)
+{
+	size_t met = r->plausibility_checked + r->plausibility_uncurved;
+	int rc = 0;
+	if (!r->nflags && !r->nplausibility_notes && !met)
+		return 0;
+	if (met)
+		rc = apf_buf_printf(
+			out,
+			"\nplausibility: %zu of %zu unit%s that met %s target "
+			"held against reference curves (flagged under "
+			APF_REFCURVE_FACTOR_TEXT " of the fastest reference "
+			"run's examples): %zu flagged\n",
+			r->plausibility_checked, met, met == 1 ? "" : "s",
+			met == 1 ? "its" : "their", r->nflags);
+	else
+		rc = apf_buf_puts(out, "\nplausibility: no unit that met its "
+				       "target was held against a reference "
+				       "curve\n");
+	for (size_t i = 0; !rc && i < r->nflags; i++)
+		rc = apf_buf_printf(out, "  WARNING: implausible progress: %s\n",
+				    r->flags[i].text);
+	for (size_t i = 0; !rc && i < r->nplausibility_notes; i++)
+		rc = apf_buf_printf(out, "  %s\n", r->plausibility_notes[i]);
+	return rc;
 }
 
 /* One line: what was verified. */
@@ -224,6 +271,14 @@ int apf_score_format_table(const apf_score_result *r, apf_buf *out)
 				       "before meeting its\n   target: the time "
 				       "or miss is not one over the whole "
 				       "budget; see the warnings.\n");
+	if (!rc && any_implausible(r))
+		rc = apf_buf_puts(out, "?: a unit behind it reached its target "
+				       "in implausibly few training examples "
+				       "against the\n   workload's reference "
+				       "curve; the time is scored as logged "
+				       "(see plausibility).\n");
+	if (!rc)
+		rc = plausibility_section(r, out);
 	size_t nx = r->logs ? r->logs->nexcluded : 0;
 	if (!rc && nx)
 		rc = apf_buf_printf(out, "\nnot ranked (%zu):\n", nx);
@@ -259,6 +314,11 @@ int apf_score_format_csv(const apf_score_result *r, apf_buf *out)
 		if (!rc)
 			rc = csv_field(out, r->workloads[c]);
 	}
+	/* The plausibility backstop's column, only where it flagged a cell:
+	 * the flagged workloads, space-separated. */
+	int flags = any_implausible(r);
+	if (!rc && flags)
+		rc = apf_buf_puts(out, ",implausible");
 	for (size_t s = 0; !rc && s < r->nsub; s++) {
 		rc = apf_buf_puts(out, "\n");
 		if (!rc)
@@ -272,6 +332,19 @@ int apf_score_format_csv(const apf_score_result *r, apf_buf *out)
 			rc = isnan(t)   ? apf_buf_puts(out, ",")
 			     : isinf(t) ? apf_buf_puts(out, ",inf")
 					: apf_buf_printf(out, ",%s", num);
+		}
+		if (!rc && flags) {
+			apf_buf cell = {0};
+			for (size_t c = 0; !rc && c < nc; c++)
+				if (implausible_at(r, s * nc + c))
+					rc = apf_buf_printf(&cell, "%s%s",
+							    cell.len ? " " : "",
+							    r->workloads[c]);
+			if (!rc)
+				rc = apf_buf_puts(out, ",");
+			if (!rc && cell.data)
+				rc = csv_field(out, cell.data);
+			apf_buf_free(&cell);
 		}
 	}
 	if (!rc)
@@ -376,6 +449,42 @@ static json_t *run_object(const apf_score_run *run)
 	return o;
 }
 
+/* A flagged unit, as apf verify --json writes one. */
+static json_t *flag_object(const apf_score_result *r,
+			   const struct apf_score_flag *f)
+{
+	const struct apf_refcurve_verdict *v = &f->v;
+	return json_pack("{s:s, s:s, s:s?, s:s, s:f, s:f, s:I, s:I, s:I, s:I, "
+			 "s:o, s:f, s:s, s:s, s:s}",
+			 "unit", f->unit, "workload", f->workload, "column",
+			 f->col >= 0 ? r->workloads[f->col] : NULL, "metric",
+			 f->metric, "level", v->level, "value", v->value,
+			 "global_step", (json_int_t)v->global_step,
+			 "batch_size", (json_int_t)v->batch_size, "examples",
+			 (json_int_t)v->examples, "reference_examples",
+			 (json_int_t)v->ref.below, "reference_first",
+			 v->ref.reached ? json_integer((json_int_t)v->ref.first)
+					: json_null(),
+			 "ratio", v->ratio, "reference", f->reference,
+			 "reference_run", f->reference_run, "text", f->text);
+}
+
+static json_t *plausibility_object(const apf_score_result *r)
+{
+	json_t *notes = json_array();
+	for (size_t i = 0; notes && i < r->nplausibility_notes; i++)
+		if (jpush(notes, json_string(r->plausibility_notes[i]))) {
+			json_decref(notes);
+			notes = NULL;
+		}
+	return json_pack("{s:f, s:s?, s:I, s:I, s:I, s:o*}", "factor",
+			 APF_REFCURVE_FACTOR, "references_dir", r->references_dir,
+			 "checked", (json_int_t)r->plausibility_checked,
+			 "met_without_curve",
+			 (json_int_t)r->plausibility_uncurved, "units_flagged",
+			 (json_int_t)r->nflags, "notes", notes);
+}
+
 static const char *verified_name(const struct apf_score_submission *s)
 {
 	return !s->apf_run			   ? "not verifiable"
@@ -441,7 +550,12 @@ int apf_score_format_json(const apf_score_result *r, apf_buf *out)
 		for (size_t c = 0; !bad && c < nc; c++)
 			if (r->early[s * nc + c])
 				bad = jpush(p, json_string(r->workloads[c]));
+		bad = bad || jset(o, "implausible", p = json_array());
+		for (size_t i = 0; !bad && i < r->nflags; i++)
+			if (r->flags[i].sub == s)
+				bad = jpush(p, flag_object(r, &r->flags[i]));
 	}
+	bad = bad || jset(root, "plausibility", plausibility_object(r));
 	bad = bad || jset(root, "verification",
 			  json_string(r->verify ? "apf verify" : "none"));
 	bad = bad || jset(root, "excluded", a = json_array());

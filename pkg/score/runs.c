@@ -41,6 +41,7 @@ void apf_score_run_free(apf_score_run *r)
 	for (size_t i = 0; i < r->nunits; i++) {
 		free(r->units[i].name);
 		free(r->units[i].dir_name);
+		json_decref(r->units[i].evals);
 	}
 	free(r->units);
 	free(r->log_error);
@@ -322,6 +323,8 @@ static int read_log(apf_score_run *r, const char *dir)
 				: !s->ended ? APF_SCORE_UNIT_INTERRUPTED
 				: s->failed ? APF_SCORE_UNIT_FAILED
 					    : APF_SCORE_UNIT_ENDED;
+			r->units[i].evals = json_incref(s->rows);
+			r->units[i].batch_size = s->batch_size;
 		}
 	}
 	for (size_t i = 0; i < w.nstory; i++)

@@ -185,6 +185,20 @@ void apf_score_result_free(apf_score_result *r)
 	free(r->rho);
 	free(r->score);
 	free(r->early);
+	free(r->implausible);
+	for (size_t i = 0; i < r->nflags; i++) {
+		free(r->flags[i].unit);
+		free(r->flags[i].workload);
+		free(r->flags[i].reference);
+		free(r->flags[i].reference_run);
+		free(r->flags[i].metric);
+		free(r->flags[i].text);
+	}
+	free(r->flags);
+	for (size_t i = 0; i < r->nplausibility_notes; i++)
+		free(r->plausibility_notes[i]);
+	free(r->plausibility_notes);
+	free(r->references_dir);
 	free(r->targets_source);
 	free(r->heldout_source);
 	free(r);
@@ -918,6 +932,8 @@ int apf_score_compute(apf_score_result **out, apf_score_logs *logs,
 			r->early[i * ncols + c] = (unsigned char)stopped_early(
 				r->sub[i], sub_workload(r->sub[i],
 							r->workloads[c]));
+	if ((rc = apf_score_plausibility(r, targets, rules)))
+		goto fail;
 	*out = r;
 	return 0;
 nomem:

@@ -46,9 +46,11 @@
 #ifndef APF_SCORE_H
 #define APF_SCORE_H
 
+#include <jansson.h>
 #include <stddef.h>
 
 #include "base/base.h"
+#include "refcurve/refcurve.h"
 
 #define APF_SCORE_TAU_MIN 1.0
 #define APF_SCORE_TAU_MAX 4.0
@@ -143,6 +145,9 @@ const char *apf_score_targets_version(const apf_score_targets *t);
  * any other version is an error naming it. */
 int apf_score_targets_rules(const apf_score_rules **out,
 			    const apf_score_targets *t);
+/* The workloads directory workload.ini targets are read from (once one
+ * was); NULL for a JSON file. */
+const char *apf_score_targets_dir(const apf_score_targets *t);
 /* The base and held-out workloads a JSON file names (n = 0 when it names
  * none, and always for workload.ini targets). */
 const char *const *apf_score_targets_base(const apf_score_targets *t,
@@ -237,6 +242,11 @@ struct apf_score_unit {
 	int has_csv;      /* its eval_measurements.csv is there */
 	char reason[16];  /* trial_end's reason, "" before one */
 	char fault[16];   /* the kind of its last sandbox_fault, "" if none */
+	/* For the plausibility backstop: the kept eval records (as a resume
+	 * keeps them; NULL: none) and the largest batch size its clock_start
+	 * records (0: none). */
+	json_t *evals;
+	int64_t batch_size;
 };
 
 /* The machine of a run, from run.json: device, threads, environment's
@@ -398,6 +408,27 @@ typedef struct apf_score_result {
 	 * so a miss there is not a miss over the whole budget. */
 	unsigned char *early;
 	int verify;             /* APF_SCORE_VERIFY was given */
+	/* The plausibility backstop (pkg/refcurve, apf_score_plausibility):
+	 * nsub x (nbase + nvar), some unit of the cell reached its target in
+	 * implausibly few training examples against the workload's reference
+	 * curve. The time is scored as logged: a flag, for a person to look
+	 * at. */
+	unsigned char *implausible;
+	struct apf_score_flag {
+		size_t sub;            /* index into sub (ranked) */
+		long col;              /* its column, -1 if none */
+		char *unit, *workload; /* workload: the unit's directory */
+		char *reference, *reference_run, *metric;
+		char *text;            /* apf_refcurve_describe's line */
+		struct apf_refcurve_verdict v; /* v.ref.run is NULL here */
+	} *flags;
+	size_t nflags;
+	size_t plausibility_checked;   /* units that met a target, curve
+					* there */
+	size_t plausibility_uncurved;  /* ... with no curve */
+	char **plausibility_notes;     /* "no reference curve for X", once */
+	size_t nplausibility_notes;
+	char *references_dir;          /* where curves were looked for */
 	const apf_score_logs *logs; /* for the excluded submissions */
 	char **warnings;
 	size_t nwarnings;
@@ -422,6 +453,16 @@ int apf_score_compute(apf_score_result **out, apf_score_logs *logs,
 		      const apf_score_heldout *heldout,
 		      const apf_score_rules *rules, unsigned flags);
 void apf_score_result_free(apf_score_result *r);
+/* The plausibility backstop over the apf runs of a computed result (called
+ * by apf_score_compute; pkg/refcurve has the rule): every unit that met
+ * the target the scorer holds it to is judged at its first eval meeting
+ * it, examples = global_step x the batch size its log records, against
+ * <workloads dir>/references/<workload>.json (the targets' workloads
+ * directory, else apf_workloads_dir()), never a file of the run. Fills
+ * implausible, flags and the notes (a reference file that cannot be read
+ * is one); an error only when out of memory. */
+int apf_score_plausibility(apf_score_result *r, apf_score_targets *targets,
+			   const apf_score_rules *rules);
 
 /* ---- reports -------------------------------------------------------------- */
 
@@ -430,13 +471,20 @@ void apf_score_result_free(apf_score_result *r);
 void apf_score_format_seconds(char *out, size_t size, double t, int sig,
 			      int min_decimals);
 /* A text table: rank, submission, score, per-workload times (4 significant
- * digits), what was verified, the machine, and the warnings. */
+ * digits; "?" on a cell the plausibility backstop flagged), what was
+ * verified, the machine, the plausibility section and the warnings. */
 int apf_score_format_table(const apf_score_result *r, apf_buf *out);
 /* submission,score,<base workloads...>,<variants...>; inf where missed,
  * empty where there are no logs; times with at least 6 decimals and 6
- * significant digits. */
+ * significant digits. Where the plausibility backstop flagged a cell, a
+ * last column "implausible" lists each row's flagged workloads (space
+ * separated). */
 int apf_score_format_csv(const apf_score_result *r, apf_buf *out);
-/* Times as numbers, "inf" when missed, null when there are no logs. */
+/* Times as numbers, "inf" when missed, null when there are no logs; per
+ * submission its "implausible" units (apf verify --json's flagged form,
+ * with the column), and a top-level "plausibility" object ({"factor",
+ * "references_dir", "checked", "met_without_curve", "units_flagged",
+ * "notes"}). */
 int apf_score_format_json(const apf_score_result *r, apf_buf *out);
 /* The performance-profile plot: rho over [0, 1] with headroom on both
  * sides (a profile at 1 or 0 never lies on the frame), each submission with

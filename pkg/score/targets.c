@@ -181,6 +181,11 @@ const char *apf_score_targets_source(const apf_score_targets *t)
 	return t->source;
 }
 
+const char *apf_score_targets_dir(const apf_score_targets *t)
+{
+	return t->from_workloads ? t->dir : NULL;
+}
+
 const char *apf_score_targets_version(const apf_score_targets *t)
 {
 	return t->version;
