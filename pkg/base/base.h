@@ -152,6 +152,15 @@ int apf_utf8_path_ok(const char *s);
  * \xNN. A backslash is kept, so escaping twice changes nothing. Always
  * NUL-terminated when size > 0; cut only between characters or escapes. */
 void apf_text_escape(char *out, size_t size, const char *in);
+/* Appends in to b escaped as apf_text_escape escapes it, whole however
+ * long: for text printed where a cut would hide something (a name in a
+ * table, a check's detail). NULL appends nothing. */
+int apf_buf_escape(apf_buf *b, const char *in);
+/* Appends in to b as valid UTF-8, for writers that escape controls
+ * themselves but refuse invalid UTF-8 (jansson, the HTML and XML
+ * writers): each byte of an invalid sequence becomes \xNN, as above;
+ * everything else, controls included, is kept. */
+int apf_buf_utf8(apf_buf *b, const char *in);
 
 /* $APF_HOME, else ~/.config/apf. Caller frees. */
 char *apf_home(void);
