@@ -152,6 +152,9 @@ int apf_utf8_path_ok(const char *s);
  * \xNN. A backslash is kept, so escaping twice changes nothing. Always
  * NUL-terminated when size > 0; cut only between characters or escapes. */
 void apf_text_escape(char *out, size_t size, const char *in);
+/* Whether apf_text_escape would leave s as it is: valid UTF-8 with no
+ * control, separator or bidirectional override (NULL: yes). */
+int apf_text_printable(const char *s);
 /* Appends in to b escaped as apf_text_escape escapes it, whole however
  * long: for text printed where a cut would hide something (a name in a
  * table, a check's detail). NULL appends nothing. */

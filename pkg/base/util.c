@@ -224,6 +224,15 @@ void apf_text_escape(char *out, size_t size, const char *in)
 	out[len] = 0;
 }
 
+int apf_text_printable(const char *s)
+{
+	const unsigned char *p = (const unsigned char *)(s ? s : "");
+	int n;
+	while (*p && text_unit(p, 1, &n))
+		p += n;
+	return !*p;
+}
+
 /* apf_buf_escape and apf_buf_utf8: the whole text, appended. */
 static int buf_escape(apf_buf *b, const char *in, int controls)
 {

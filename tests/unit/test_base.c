@@ -404,6 +404,28 @@ static void buf_utf8_escapes_only_invalid_utf8(void **state)
 	apf_buf_free(&b);
 }
 
+static void text_printable_is_what_escaping_leaves_alone(void **state)
+{
+	(void)state;
+	static const char *const kept[] = {"", "plain", "caf\xc3\xa9 \xe2\x82\xac",
+					   "a\\x1b", NULL};
+	static const char *const changed[] = {"\x1b[2J", "a\rb", "tab\there",
+					      "\xc2\x9b", "\xe2\x80\xae", "\xff",
+					      "\x7f", "\xe2\x80\xa8"};
+	char out[64];
+	assert_true(apf_text_printable(NULL));
+	for (size_t i = 0; kept[i]; i++) {
+		assert_true(apf_text_printable(kept[i]));
+		apf_text_escape(out, sizeof out, kept[i]);
+		assert_string_equal(out, kept[i]);
+	}
+	for (size_t i = 0; i < sizeof changed / sizeof *changed; i++) {
+		assert_false(apf_text_printable(changed[i]));
+		apf_text_escape(out, sizeof out, changed[i]);
+		assert_string_not_equal(out, changed[i]);
+	}
+}
+
 static void error_messages_reach_the_terminal_escaped(void **state)
 {
 	(void)state;
@@ -439,6 +461,7 @@ int main(void)
 		cmocka_unit_test(text_escape_cuts_between_characters_and_escapes),
 		cmocka_unit_test(buf_escape_appends_the_whole_text_escaped),
 		cmocka_unit_test(buf_utf8_escapes_only_invalid_utf8),
+		cmocka_unit_test(text_printable_is_what_escaping_leaves_alone),
 		cmocka_unit_test(error_messages_reach_the_terminal_escaped),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
