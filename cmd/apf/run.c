@@ -291,8 +291,8 @@ int cmd_run(int argc, char **argv)
 		printf("%s\n", term_text(so.job_id));
 	if (json) {
 		char *dir = o.run_dir ? NULL : apf_run_default_dir(o.entry);
-		int jrc = print_json(&say, o.run_dir ? o.run_dir : dir ? dir : "",
-				     rc);
+		int jrc = print_json(&say,
+				     o.run_dir ? o.run_dir : dir ? dir : "", rc);
 		rc = rc ? rc : jrc;
 		free(dir);
 		json_decref(say.units);

@@ -113,7 +113,8 @@ static void print_text(const struct info *in)
 		const struct apf_workload_variant *var = &w->variants[v];
 		apf_buf b = {0};
 		overrides(w, var->name, &b);
-		printf("    %-12s %s; ", term_text(var->name), b.data ? b.data : "");
+		printf("    %-12s %s; ", term_text(var->name),
+		       b.data ? b.data : "");
 		if (in->counted)
 			printf("%zu parameters; ", v < 63 ? in->params[v + 1] : 0);
 		printf("targets %g / %g\n", var->validation_target,
