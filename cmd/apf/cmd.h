@@ -8,6 +8,7 @@
 #ifndef APF_CMD_H
 #define APF_CMD_H
 
+#include <jansson.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -68,6 +69,19 @@ int cmd_start(const char *cmd, const struct apf_usage *usage,
 void progress_show(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void progress_done(void);
 int progress_enabled(void);
+
+/* Text the command did not write (an entry's, a run's, a log
+ * directory's), as show.c says: term_text for a terminal (apf_buf_escape),
+ * utf8_text for JSON (apf_buf_utf8; NULL stays NULL). The copies live
+ * until cmd_text_free, which main calls after the command; term_text
+ * never returns NULL ("?" for NULL or out of memory). */
+const char *term_text(const char *text);
+const char *utf8_text(const char *text);
+void cmd_text_free(void);
+/* Prints o (its reference is taken) on stdout as indented JSON in ASCII
+ * alone, flags added (JSON_REAL_PRECISION); a NULL o, or one that cannot
+ * be written, is an error, never an empty output. */
+int cmd_print_json(json_t *o, size_t flags);
 
 /* "12.3 MiB" */
 const char *human_bytes(uint64_t n, char buf[32]);

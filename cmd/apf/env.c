@@ -1,7 +1,8 @@
 /*
  * env.c: `apf env [--json]`: the environment record of this machine
  * (README.md, Packing), the one `apf pack` signs into a manifest and
- * `apf run` compares against it.
+ * `apf run` compares against it. Its strings are read from the machine
+ * (a CPU's or GPU's model, a container's labels) and printed escaped.
  */
 #include "cmd.h"
 
@@ -25,7 +26,7 @@ static void print_value(const char *path, json_t *v)
 		return;
 	}
 	if (json_is_string(v)) {
-		printf("%-18s %s\n", path, json_string_value(v));
+		printf("%-18s %s\n", path, term_text(json_string_value(v)));
 		return;
 	}
 	if (json_is_array(v) && json_array_size(v) > 0 &&
@@ -33,11 +34,13 @@ static void print_value(const char *path, json_t *v)
 		printf("%-18s", path);
 		size_t i;
 		json_t *x;
-		json_array_foreach(v, i, x) printf(" %s", json_string_value(x));
+		json_array_foreach(v, i, x)
+			printf(" %s", term_text(json_string_value(x)));
 		printf("\n");
 		return;
 	}
-	char *s = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+	char *s = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY |
+				JSON_ENSURE_ASCII);
 	printf("%-18s %s\n", path,
 	       json_is_null(v) ? "none" : json_is_array(v) && !json_array_size(v)
 						    ? "none"
@@ -71,14 +74,9 @@ int cmd_env(int argc, char **argv)
 	rc = apf_env_capture(&env);
 	if (rc)
 		return cmd_fail(rc);
-	if (as_json) {
-		char *s = json_dumps(env, JSON_INDENT(2));
-		if (s)
-			printf("%s\n", s);
-		free(s);
-	} else {
-		print_value("", env);
-	}
+	if (as_json)
+		return (rc = cmd_print_json(env, 0)) ? cmd_fail(rc) : 0;
+	print_value("", env);
 	json_decref(env);
 	return 0;
 }

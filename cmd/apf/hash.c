@@ -57,7 +57,7 @@ int cmd_hash(int argc, char **argv)
 			       (unsigned long long)size, hex,
 			       base ? base + 1 : path);
 		} else {
-			printf("%s  %s\n", hex, path);
+			printf("%s  %s\n", hex, term_text(path));
 		}
 		return 0;
 	}
@@ -70,12 +70,17 @@ int cmd_hash(int argc, char **argv)
 	if (list) {
 		apf_buf b = {0};
 		rc = apf_tree_listing(t, &b);
+		/* The listing is the digest's input and must stay byte for
+		 * byte what sha256sum is given, so it is not escaped: the
+		 * walk refuses paths with C0 controls or bytes that are not
+		 * UTF-8, but C1 controls and bidi overrides, valid UTF-8,
+		 * pass and print as they are. */
 		if (!rc && b.len)
 			fwrite(b.data, 1, b.len, stdout);
 		apf_buf_free(&b);
 	} else {
 		apf_hex(hex, t->digest, sizeof t->digest);
-		printf("%s  %s\n", hex, path);
+		printf("%s  %s\n", hex, term_text(path));
 	}
 	apf_tree_free(t);
 	if (rc)

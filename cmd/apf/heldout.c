@@ -75,8 +75,9 @@ static void warn_coverage(const struct entries *s, const apf_heldout *h)
 					"apf: heldout: warning: %s (%s) does "
 					"not cover %s; drawn for the union of "
 					"the entries' workloads\n",
-					s->e[i]->path, m->submission.name,
-					h->picks[p].base);
+					term_text(s->e[i]->path),
+					term_text(m->submission.name),
+					term_text(h->picks[p].base));
 		}
 	}
 }
@@ -86,27 +87,30 @@ static void print_table(const apf_heldout *h)
 	if (h->method == APF_HELDOUT_FROM_SEED)
 		printf("held-out draw for %zu entr%s, seed %s (given with "
 		       "--seed)\n",
-		       h->nentries, h->nentries == 1 ? "y" : "ies", h->seed);
+		       h->nentries, h->nentries == 1 ? "y" : "ies",
+		       term_text(h->seed));
 	else
 		printf("held-out draw for %zu entr%s, seed %s (from their "
 		       "manifest digests)\n",
-		       h->nentries, h->nentries == 1 ? "y" : "ies", h->seed);
+		       h->nentries, h->nentries == 1 ? "y" : "ies",
+		       term_text(h->seed));
 	for (size_t i = 0; i < h->nentries; i++) {
 		const struct apf_heldout_entry *e = &h->entries[i];
-		printf("  entry  sha256:%s  %s:", e->manifest_sha256,
-		       e->submission);
+		printf("  entry  sha256:%s  %s:", term_text(e->manifest_sha256),
+		       term_text(e->submission));
 		for (size_t k = 0; k < e->nworkloads; k++)
-			printf(" %s", e->workloads[k]);
+			printf(" %s", term_text(e->workloads[k]));
 		printf("\n");
 	}
 	printf("%-20s %-20s %s\n", "workload", "variant", "drawn from");
 	for (size_t i = 0; i < h->npicks; i++) {
 		const struct apf_heldout_pick *p = &h->picks[i];
-		printf("%-20s %-20s ", p->base, p->variant ? p->variant : "-");
+		printf("%-20s %-20s ", term_text(p->base),
+		       p->variant ? term_text(p->variant) : "-");
 		if (!p->nvariants)
 			printf("(declares no variants)");
 		for (size_t k = 0; k < p->nvariants; k++)
-			printf("%s%s", k ? ", " : "", p->variants[k]);
+			printf("%s%s", k ? ", " : "", term_text(p->variants[k]));
 		printf("\n");
 	}
 }
@@ -165,26 +169,22 @@ static int heldout_draw(int argc, char **argv)
 	return rc ? cmd_fail(rc) : 0;
 }
 
-static void print_verdict_json(const char *path, const apf_heldout *h, int rc)
+static int print_verdict_json(const char *path, const apf_heldout *h, int rc)
 {
 	json_t *o;
 	if (!rc)
 		o = json_pack("{s:b, s:s, s:s, s:s, s:I, s:I}", "verified", 1,
-			      "draw", path, "method",
+			      "draw", utf8_text(path), "method",
 			      h->method == APF_HELDOUT_FROM_SEED ? "seed"
 								  : "entries",
-			      "seed", h->seed, "entries",
+			      "seed", utf8_text(h->seed), "entries",
 			      (json_int_t)h->nentries, "workloads",
 			      (json_int_t)h->npicks);
 	else
 		o = json_pack("{s:b, s:s, s:s, s:i}", "verified", 0, "draw",
-			      path, "error", apf_error_message(), "exit_code",
-			      apf_exit_code(rc));
-	char *s = o ? json_dumps(o, JSON_INDENT(2)) : NULL;
-	if (s)
-		printf("%s\n", s);
-	free(s);
-	json_decref(o);
+			      utf8_text(path), "error", apf_error_message(),
+			      "exit_code", apf_exit_code(rc));
+	return cmd_print_json(o, 0);
 }
 
 static int heldout_verify(int argc, char **argv)
@@ -227,19 +227,21 @@ static int heldout_verify(int argc, char **argv)
 	if (!rc)
 		rc = apf_heldout_compare(claimed, expected, path);
 	if (as_json) {
-		print_verdict_json(path, claimed, rc);
+		int jrc = print_verdict_json(path, claimed, rc);
+		rc = rc ? rc : jrc;
 	} else if (!rc) {
 		printf("verified %s: the draw of %zu entr%s, seed %s (%s)\n",
-		       path, claimed->nentries,
-		       claimed->nentries == 1 ? "y" : "ies", claimed->seed,
+		       term_text(path), claimed->nentries,
+		       claimed->nentries == 1 ? "y" : "ies",
+		       term_text(claimed->seed),
 		       claimed->method == APF_HELDOUT_FROM_SEED
 			       ? "given with --seed, not derived from the "
 				 "entries"
 			       : "from their manifest digests");
 		for (size_t i = 0; i < claimed->npicks; i++)
-			printf("  %-20s %s\n", claimed->picks[i].base,
+			printf("  %-20s %s\n", term_text(claimed->picks[i].base),
 			       claimed->picks[i].variant
-				       ? claimed->picks[i].variant
+				       ? term_text(claimed->picks[i].variant)
 				       : "- (declares no variants)");
 	}
 	apf_heldout_free(claimed);

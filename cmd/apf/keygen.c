@@ -70,8 +70,9 @@ int cmd_keygen(int argc, char **argv)
 		apf_key_id(k, id);
 		printf("%s\n", id);
 		fprintf(stderr, "apf: keygen: private key %s, public key %s%s%s\n",
-			priv, pub, trusted ? ", trusted as " : "",
-			trusted ? trusted : "");
+			term_text(priv), term_text(pub),
+			trusted ? ", trusted as " : "",
+			trusted ? term_text(trusted) : "");
 	}
 	apf_key_free(k);
 	free(priv);

@@ -78,8 +78,11 @@ int main(int argc, char **argv)
 		return cmd_fail(APF_EUSAGE);
 	}
 	for (size_t i = 0; i < NCOMMANDS; i++)
-		if (!strcmp(commands[i].name, name))
-			return commands[i].run(argc - 1, argv + 1);
+		if (!strcmp(commands[i].name, name)) {
+			int rc = commands[i].run(argc - 1, argv + 1);
+			cmd_text_free();
+			return rc;
+		}
 	apf_error(APF_EUSAGE, name, "unknown command (see 'apf --help')");
 	return cmd_fail(APF_EUSAGE);
 }

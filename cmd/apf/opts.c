@@ -286,12 +286,15 @@ void progress_show(const char *fmt, ...)
 {
 	if (!progress_enabled())
 		return;
-	char line[256];
+	char line[256], safe[1024];
 	va_list ap;
 	va_start(ap, fmt);
 	vsnprintf(line, sizeof line, fmt, ap);
 	va_end(ap);
-	fprintf(stderr, "\r%s\033[K", line);
+	/* The line may name a workload or a unit from a run's log; it is
+	 * one line, escaped whole. */
+	apf_text_escape(safe, sizeof safe, line);
+	fprintf(stderr, "\r%s\033[K", safe);
 	fflush(stderr);
 	progress_shown = 1;
 }

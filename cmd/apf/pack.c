@@ -147,11 +147,12 @@ int cmd_pack(int argc, char **argv)
 	if (!rc) {
 		const apf_manifest *m = e->manifest;
 		char sz[32];
-		printf("%s\n", e->path);
+		/* The default path is <submission name>.apf. */
+		printf("%s\n", term_text(e->path));
 		fprintf(stderr,
 			"apf: pack: %s: %s, %zu files, %s tuning (%ld x %ld), "
 			"seed %u, signed by %.16s...\n",
-			e->path, human_bytes(e->file_bytes, sz),
+			term_text(e->path), human_bytes(e->file_bytes, sz),
 			m->submission.nfiles, m->tuning.ruleset,
 			m->tuning.studies, m->tuning.trials, m->tuning.seed,
 			e->signer);

@@ -13,26 +13,32 @@
 #include "entry/entry.h"
 #include "tuning/tuning.h"
 
+/* The workload names are the manifest's, the hyperparameters' names and
+ * words the search space's: the submitter's text, term_text at each print
+ * (the search space's parser allows only letters, digits, _ - and . in
+ * them today; the printing does not rely on it). */
 static void print_text(const apf_entry *e, const apf_plan *p)
 {
 	const apf_manifest *m = e->manifest;
 	printf("plan for %s: %s tuning (%s), %ld studies x %ld trials, seed %u, "
 	       "budget x%g\n",
-	       e->path, m->tuning.ruleset, m->tuning.rules, m->tuning.studies,
-	       m->tuning.trials, m->tuning.seed, m->tuning.budget_multiplier);
+	       term_text(e->path), term_text(m->tuning.ruleset),
+	       term_text(m->tuning.rules), m->tuning.studies, m->tuning.trials,
+	       m->tuning.seed, m->tuning.budget_multiplier);
 	printf("%-16s %5s %5s", "workload", "study", "trial");
 	size_t ndims = p->n ? p->units[0].hp.n : 0;
 	for (size_t d = 0; d < ndims; d++)
-		printf("  %-14s", p->units[0].hp.names[d]);
+		printf("  %-14s", term_text(p->units[0].hp.names[d]));
 	if (!ndims)
 		printf("  (self-tuning: the submission's own defaults)");
 	printf("\n");
 	for (size_t i = 0; i < p->n; i++) {
 		const struct apf_plan_unit *u = &p->units[i];
-		printf("%-16s %5ld %5ld", u->workload, u->study, u->trial + 1);
+		printf("%-16s %5ld %5ld", term_text(u->workload), u->study,
+		       u->trial + 1);
 		for (size_t d = 0; d < u->hp.n; d++) {
 			if (u->hp.words[d])
-				printf("  %-14s", u->hp.words[d]);
+				printf("  %-14s", term_text(u->hp.words[d]));
 			else
 				printf("  %-14.6g", u->hp.values[d]);
 		}
@@ -40,7 +46,7 @@ static void print_text(const apf_entry *e, const apf_plan *p)
 	}
 }
 
-static void print_json(const apf_entry *e, const apf_plan *p)
+static int print_json(const apf_entry *e, const apf_plan *p)
 {
 	const apf_manifest *m = e->manifest;
 	json_t *units = json_array();
@@ -48,23 +54,21 @@ static void print_json(const apf_entry *e, const apf_plan *p)
 		const struct apf_plan_unit *u = &p->units[i];
 		json_array_append_new(
 			units, json_pack("{s:s, s:I, s:I, s:o}", "workload",
-					 u->workload, "study", (json_int_t)u->study,
-					 "trial", (json_int_t)u->trial + 1, "hparams",
+					 utf8_text(u->workload), "study",
+					 (json_int_t)u->study, "trial",
+					 (json_int_t)u->trial + 1, "hparams",
 					 apf_hparams_to_json(&u->hp)));
 	}
 	json_t *o = json_pack("{s:s, s:s, s:s, s:s, s:I, s:I, s:I, s:f, s:o}",
-			      "entry", e->path, "manifest_sha256",
-			      e->manifest_digest, "ruleset", m->tuning.ruleset,
-			      "rules", m->tuning.rules, "studies",
+			      "entry", utf8_text(e->path), "manifest_sha256",
+			      e->manifest_digest, "ruleset",
+			      utf8_text(m->tuning.ruleset), "rules",
+			      utf8_text(m->tuning.rules), "studies",
 			      (json_int_t)m->tuning.studies, "trials",
 			      (json_int_t)m->tuning.trials, "seed",
 			      (json_int_t)m->tuning.seed, "budget_multiplier",
 			      m->tuning.budget_multiplier, "units", units);
-	char *s = o ? json_dumps(o, JSON_INDENT(2)) : NULL;
-	if (s)
-		printf("%s\n", s);
-	free(s);
-	json_decref(o);
+	return cmd_print_json(o, 0);
 }
 
 int cmd_plan(int argc, char **argv)
@@ -100,7 +104,7 @@ int cmd_plan(int argc, char **argv)
 	if (!rc)
 		rc = apf_entry_plan(e, &p);
 	if (!rc && as_json)
-		print_json(e, p);
+		rc = print_json(e, p);
 	else if (!rc)
 		print_text(e, p);
 	apf_plan_free(p);

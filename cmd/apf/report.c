@@ -37,17 +37,23 @@ static json_t *verdict_json(const apf_verify_report *r, int rc,
 				  apf_verify_check_name(c), "outcome",
 				  apf_verify_outcome_name(r->check[c].outcome),
 				  "detail",
-				  r->check[c].detail ? r->check[c].detail : ""));
+				  r->check[c].detail
+					  ? utf8_text(r->check[c].detail)
+					  : ""));
+	/* The run's path and its details may hold bytes that are not
+	 * UTF-8, which jansson refuses: utf8_text, as apf verify --json. */
 	return json_pack(
 		"{s:s, s:b, s:b, s:i, s:s?, s:s?, s:s, s:s, s:s, s:s, s:s, s:I, "
 		"s:I, s:b, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:f, s:o}",
-		"run", r->run_dir ? r->run_dir : "", "verified",
+		"run", r->run_dir ? utf8_text(r->run_dir) : "", "verified",
 		rc == 0 || rc == APF_EABORT, "complete", r->complete,
-		"exit_code", apf_exit_code(rc), "error", error, "submission",
-		r->submission, "entry_sha256", r->entry_sha256,
-		"manifest_sha256", r->manifest_sha256, "entry_signer",
-		r->entry_signer, "runner_signer", r->runner_signer, "head",
-		r->head, "records", (json_int_t)r->records, "log_bytes",
+		"exit_code", apf_exit_code(rc), "error", utf8_text(error),
+		"submission", utf8_text(r->submission), "entry_sha256",
+		utf8_text(r->entry_sha256), "manifest_sha256",
+		utf8_text(r->manifest_sha256), "entry_signer",
+		utf8_text(r->entry_signer), "runner_signer",
+		utf8_text(r->runner_signer), "head", utf8_text(r->head),
+		"records", (json_int_t)r->records, "log_bytes",
 		(json_int_t)r->log_bytes, "sealed", r->sealed, "units",
 		(json_int_t)r->units_started, "units_ended",
 		(json_int_t)r->units_ended, "units_failed",
@@ -69,7 +75,7 @@ static int keep_verdict(void *user, const char *name,
 	if (v)
 		json_object_set_new(v, "plausibility",
 				    apf_verify_plausibility_json(r));
-	if (!v || json_object_set_new(user, name, v))
+	if (!v || json_object_set_new(user, utf8_text(name), v))
 		return apf_error(APF_ENOMEM, "report", "out of memory");
 	return 0;
 }
@@ -141,7 +147,7 @@ int cmd_report(int argc, char **argv)
 	apf_buf_free(&page);
 	if (!rc) {
 		cmd_scoring_warnings(&sc, "report");
-		printf("%s\n", output);
+		printf("%s\n", term_text(output));
 	}
 	cmd_scoring_free(&sc);
 	json_decref(verdicts);

@@ -23,7 +23,7 @@ struct say {
 	int progress; /* a progress line may be on the terminal */
 	json_t *units; /* --json: one object per unit, as each ends */
 	/* -j: one line per slot, redrawn together; lines drawn now. */
-	char lines[64][200];
+	char lines[64][400];
 	int nlines, drawn;
 };
 
@@ -43,22 +43,35 @@ static json_t *number_or_null(double v)
 	return isnan(v) || v < 0 ? json_null() : json_real(v);
 }
 
+/* A string of a unit's end as JSON: the unit's and the metric's names
+ * are the entry's and the workload's, a detail the trial's or the
+ * compiler's text, none of them sure to be UTF-8. */
+static json_t *text_or_null(const char *text)
+{
+	if (!text)
+		return json_null();
+	apf_buf b = {0};
+	json_t *j = apf_buf_utf8(&b, text) ? NULL : json_string(b.data);
+	apf_buf_free(&b);
+	return j;
+}
+
 static void on_unit_end(void *user, const struct apf_run_unit_end *e)
 {
 	struct say *s = user;
 	json_t *u = json_pack(
-		"{s:s, s:s, s:o, s:o, s:o, s:I, s:I, s:o, s:o, s:o}", "unit",
-		e->unit, "state",
+		"{s:o, s:s, s:o, s:o, s:o, s:I, s:I, s:o, s:o, s:o}", "unit",
+		text_or_null(e->unit ? e->unit : ""), "state",
 		e->already ? "already_ended" : e->failed ? "failed" : "completed",
-		"reason", e->reason ? json_string(e->reason) : json_null(),
+		"reason", text_or_null(e->reason),
 		"time_to_target_s", number_or_null(e->time_to_target_s),
 		"submission_s", json_real(e->submission_s), "evals",
 		(json_int_t)e->evals, "global_step", (json_int_t)e->global_step,
-		"metric", e->metric ? json_string(e->metric) : json_null(),
+		"metric", text_or_null(e->metric),
 		"best_validation", number_or_null(e->best_validation),
 		"validation_target", number_or_null(e->target));
 	if (u && e->detail)
-		json_object_set_new(u, "detail", json_string(e->detail));
+		json_object_set_new(u, "detail", text_or_null(e->detail));
 	if (u && e->already)
 		json_object_set_new(u, "failed", json_boolean(e->failed));
 	json_array_append_new(s->units, u);
@@ -66,7 +79,7 @@ static void on_unit_end(void *user, const struct apf_run_unit_end *e)
 
 /* --json: what ran and how it ended, on stdout, whatever the outcome, so a
  * script reads one object instead of the terminal's lines. */
-static void print_json(const struct say *s, const char *run_dir, int rc)
+static int print_json(const struct say *s, const char *run_dir, int rc)
 {
 	size_t completed = 0, failed = 0, already = 0, i;
 	json_t *u;
@@ -77,39 +90,44 @@ static void print_json(const struct say *s, const char *run_dir, int rc)
 		failed += !strcmp(st, "failed");
 		already += !strcmp(st, "already_ended");
 	}
-	json_t *j = json_pack("{s:s, s:i, s:o, s:I, s:I, s:I, s:O}", "run_dir",
-			      run_dir, "exit", apf_exit_code(rc), "error",
+	json_t *j = json_pack("{s:o, s:i, s:o, s:I, s:I, s:I, s:O}", "run_dir",
+			      text_or_null(run_dir), "exit", apf_exit_code(rc),
+			      "error",
 			      rc ? json_string(apf_error_message()) : json_null(),
 			      "completed", (json_int_t)completed, "failed", (json_int_t)failed,
 			      "already_ended", (json_int_t)already, "units",
 			      s->units);
-	char *text = j ? json_dumps(j, JSON_INDENT(2) | JSON_REAL_PRECISION(10))
-		       : NULL;
-	if (text)
-		printf("%s\n", text);
-	free(text);
-	json_decref(j);
+	return cmd_print_json(j, JSON_REAL_PRECISION(10));
 }
 
+/* A notice is one line that names units, workloads and metrics of the
+ * entry and may quote a trial's warning: escaped here, where it is
+ * printed, into a buffer of its own (a run prints notices for as long as
+ * it lasts). */
 static void on_notice(void *user, const char *line)
 {
 	struct say *s = user;
 	if (s->progress)
 		progress_clear(s);
-	fprintf(stderr, "apf: run: %s\n", line);
+	char safe[16 * 1024];
+	apf_text_escape(safe, sizeof safe, line);
+	fprintf(stderr, "apf: run: %s\n", safe);
 }
 
 static void on_progress(void *user, const struct apf_run_progress *p)
 {
 	struct say *s = user;
-	char val[96] = "";
+	/* The unit's name holds the entry's workload names. */
+	char unit[160], metric[64], val[128] = "";
+	apf_text_escape(unit, sizeof unit, p->unit);
+	apf_text_escape(metric, sizeof metric, p->metric);
 	if (!isnan(p->validation))
-		snprintf(val, sizeof val, "  %s %.4f (target %.4f)", p->metric,
+		snprintf(val, sizeof val, "  %s %.4f (target %.4f)", metric,
 			 p->validation, p->target);
 	if (p->slots <= 1) {
 		fprintf(stderr,
 			"\r[%zu/%zu] %s  step %lld  %.1f/%.0f s  evals %lld%s\033[K",
-			p->ordinal, p->count, p->unit, (long long)p->step,
+			p->ordinal, p->count, unit, (long long)p->step,
 			p->submission_s, p->budget_s, (long long)p->evals, val);
 		s->drawn = 1;
 		return;
@@ -121,7 +139,7 @@ static void on_progress(void *user, const struct apf_run_progress *p)
 	s->nlines = slots;
 	snprintf(s->lines[p->slot], sizeof s->lines[p->slot],
 		 "[%zu/%zu] %s  step %lld  %.1f/%.0f s  evals %lld%s",
-		 p->ordinal, p->count, p->unit, (long long)p->step,
+		 p->ordinal, p->count, unit, (long long)p->step,
 		 p->submission_s, p->budget_s, (long long)p->evals, val);
 	progress_clear(s);
 	for (int i = 0; i < slots; i++)
@@ -272,10 +290,12 @@ int cmd_run(int argc, char **argv)
 	o.user = &say;
 	rc = apf_run(&o);
 	if (!rc && slurm && so.job_id[0] && !json)
-		printf("%s\n", so.job_id);
+		printf("%s\n", term_text(so.job_id));
 	if (json) {
 		char *dir = o.run_dir ? NULL : apf_run_default_dir(o.entry);
-		print_json(&say, o.run_dir ? o.run_dir : dir ? dir : "", rc);
+		int jrc = print_json(&say,
+				     o.run_dir ? o.run_dir : dir ? dir : "", rc);
+		rc = rc ? rc : jrc;
 		free(dir);
 		json_decref(say.units);
 	}

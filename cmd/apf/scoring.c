@@ -4,6 +4,8 @@
  */
 #include "scoring.h"
 
+#include "cmd.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -167,10 +169,13 @@ void cmd_scoring_warnings(const struct cmd_scoring *s, const char *cmd)
 		fprintf(stderr,
 			"apf: %s: warning: scoring with %s but the targets "
 			"are AlgoPerf %s's\n",
-			cmd, s->rules->name, s->version);
+			cmd, s->rules->name, term_text(s->version));
+	/* A warning is one line that names submissions, workloads, units
+	 * and files from the logs (a failed unit's reason, a directory's
+	 * name): escaped whole. */
 	for (size_t i = 0; i < s->res->nwarnings; i++)
 		fprintf(stderr, "apf: %s: warning: %s\n", cmd,
-			s->res->warnings[i]);
+			term_text(s->res->warnings[i]));
 }
 
 void cmd_scoring_free(struct cmd_scoring *s)

@@ -46,17 +46,13 @@ int cmd_status(int argc, char **argv)
 	if (rc)
 		return cmd_fail(rc);
 	if (json) {
-		char *text = json_dumps(st, JSON_INDENT(2) | JSON_REAL_PRECISION(10));
-		if (text)
-			printf("%s\n", text);
-		free(text);
-		json_decref(st);
-		return 0;
+		rc = cmd_print_json(st, JSON_REAL_PRECISION(10));
+		return rc ? cmd_fail(rc) : 0;
 	}
 	json_t *c = json_object_get(st, "counts");
 	printf("%s: %lld units planned: %lld done, %lld running, %lld "
 	       "failed, %lld preempted, %lld pending\n",
-	       argv[1],
+	       term_text(argv[1]),
 	       (long long)json_integer_value(json_object_get(st, "units_planned")),
 	       (long long)json_integer_value(json_object_get(c, "done")),
 	       (long long)json_integer_value(json_object_get(c, "running")),
@@ -72,6 +68,8 @@ int cmd_status(int argc, char **argv)
 		seconds(bud, sizeof bud, json_object_get(u, "budget_s"));
 		const char *problem =
 			json_string_value(json_object_get(u, "problem"));
+		/* The unit's name is run.json's workload and variant: the
+		 * operator's text. */
 		char safe[600];
 		apf_text_escape(safe, sizeof safe,
 				json_string_value(json_object_get(u, "unit")));
@@ -90,9 +88,10 @@ int cmd_status(int argc, char **argv)
 			snprintf(task, sizeof task, "  slurm %s_%s", job, id);
 		}
 		printf("  %-40s %-9s %4lld evals%s%s%s%s\n", safe,
-		       json_string_value(json_object_get(u, "state")),
+		       term_text(json_string_value(json_object_get(u, "state"))),
 		       (long long)json_integer_value(json_object_get(u, "evals")),
-		       times, task, problem ? "  " : "", problem ? problem : "");
+		       times, task, problem ? "  " : "",
+		       problem ? term_text(problem) : "");
 	}
 	json_decref(st);
 	return 0;

@@ -160,7 +160,8 @@ int cmd_train(int argc, char **argv)
 		json_t *doc = json_pack(
 			"{s:s, s:s, s:I, s:I, s:f, s:f, s:f, s:I, s:I, s:f,"
 			" s:f, s:f, s:s, s:o}",
-			"workload", spec->name, "variant", variant, "steps",
+			"workload", utf8_text(spec->name), "variant",
+			utf8_text(variant), "steps",
 			(json_int_t)steps, "batch", (json_int_t)batch, "lr", lr,
 			"weight_decay", wd, "warmup", warm, "seed",
 			(json_int_t)seed, "threads", (json_int_t)threads,
@@ -168,11 +169,7 @@ int cmd_train(int argc, char **argv)
 			v->validation_target, "test_target", v->test_target,
 			"digest", hex, "evals", c.evals);
 		c.evals = NULL;
-		char *s = json_dumps(doc, JSON_INDENT(2) | JSON_REAL_PRECISION(10));
-		if (s)
-			printf("%s\n", s);
-		free(s);
-		json_decref(doc);
+		rc = cmd_print_json(doc, JSON_REAL_PRECISION(10));
 	} else if (!rc) {
 		char hex[65];
 		apf_hex(hex, r.digest, sizeof r.digest);

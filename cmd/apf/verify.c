@@ -33,54 +33,56 @@
 #include "hash/hash.h"
 #include "verify/verify.h"
 
+/* The manifest's strings, the paths and the checks' details carry text
+ * from the entry, the run and its log: term_text at each print. */
 static void print_entry(const apf_entry *e)
 {
 	const apf_manifest *m = e->manifest;
 	char sz[32];
-	printf("verified %s\n", e->path);
+	printf("verified %s\n", term_text(e->path));
 	printf("  entry       sha256:%s (%s)\n", e->file_digest,
 	       human_bytes(e->file_bytes, sz));
 	printf("  manifest    sha256:%s\n", e->manifest_digest);
-	printf("  signed by   %s\n              (trusted key %s)\n", e->signer,
-	       e->signer_source ? e->signer_source : "?");
+	printf("  signed by   %s\n              (trusted key %s)\n",
+	       term_text(e->signer),
+	       e->signer_source ? term_text(e->signer_source) : "?");
 	printf("  submission  %s, %s tuning, %zu files, tree sha256:%s\n",
-	       m->submission.name, m->submission.ruleset, m->submission.nfiles,
-	       m->submission.tree_digest);
+	       term_text(m->submission.name), term_text(m->submission.ruleset),
+	       m->submission.nfiles, m->submission.tree_digest);
 	for (size_t i = 0; i < m->nworkloads; i++)
 		printf("  workload    %s (%s), spec sha256:%s\n",
-		       m->workloads[i].name, m->workloads[i].variant,
+		       term_text(m->workloads[i].name),
+		       term_text(m->workloads[i].variant),
 		       m->workloads[i].spec_digest);
 	for (size_t i = 0; i < m->ndatasets; i++)
 		printf("  dataset     %s, %llu files, tree sha256:%s\n",
-		       m->datasets[i].name,
+		       term_text(m->datasets[i].name),
 		       (unsigned long long)m->datasets[i].files,
 		       m->datasets[i].tree_digest);
 }
 
-static void print_json(const char *path, const apf_entry *e, int rc)
+static int print_json(const char *path, const apf_entry *e, int rc)
 {
 	json_t *o;
 	if (e) {
 		o = json_pack("{s:b, s:s, s:s, s:s, s:s, s:s, s:s, s:s, s:I}",
-			      "verified", 1, "entry", path, "entry_sha256",
-			      e->file_digest, "manifest_sha256",
-			      e->manifest_digest, "signer", e->signer,
-			      "trusted_key",
-			      e->signer_source ? e->signer_source : "",
-			      "submission", e->manifest->submission.name,
+			      "verified", 1, "entry", utf8_text(path),
+			      "entry_sha256", e->file_digest, "manifest_sha256",
+			      e->manifest_digest, "signer",
+			      utf8_text(e->signer), "trusted_key",
+			      e->signer_source ? utf8_text(e->signer_source)
+					       : "",
+			      "submission",
+			      utf8_text(e->manifest->submission.name),
 			      "submission_tree_sha256",
 			      e->manifest->submission.tree_digest, "files",
 			      (json_int_t)e->manifest->submission.nfiles);
 	} else {
-		o = json_pack("{s:b, s:s, s:s, s:i}", "verified", 0, "entry", path,
-			      "error", apf_error_message(), "exit_code",
-			      apf_exit_code(rc));
+		o = json_pack("{s:b, s:s, s:s, s:i}", "verified", 0, "entry",
+			      utf8_text(path), "error", apf_error_message(),
+			      "exit_code", apf_exit_code(rc));
 	}
-	char *s = o ? json_dumps(o, JSON_INDENT(2)) : NULL;
-	if (s)
-		printf("%s\n", s);
-	free(s);
-	json_decref(o);
+	return cmd_print_json(o, 0);
 }
 
 static void run_progress(void *user, uint64_t records, uint64_t bytes,
@@ -95,22 +97,26 @@ static void run_progress(void *user, uint64_t records, uint64_t bytes,
 /* The plausibility backstop's lines (verify.h): a flag, not a check. */
 static void print_plausibility(const apf_verify_report *r)
 {
-	apf_buf b = {0};
+	apf_buf b = {0}, e = {0};
+	/* Lines that name units and workloads from the log: escaped. */
 	if (!apf_verify_plausibility_text(r, &b) && b.data)
-		fputs(b.data, stdout);
+		apf_text_escape_lines(&e, b.data, b.len, 1);
+	if (e.data)
+		fputs(e.data, stdout);
 	apf_buf_free(&b);
+	apf_buf_free(&e);
 }
 
 static void print_run(const apf_verify_report *r)
 {
 	printf("%s %s\n",
 	       r->status == APF_EABORT ? "verified (incomplete)" : "verified",
-	       r->run_dir);
+	       term_text(r->run_dir));
 	printf("  submission  %s: %zu unit%s run (%zu ended, %zu failed), "
 	       "%zu evals, %zu resume%s%s\n",
-	       r->submission ? r->submission : "?", r->units_started,
-	       r->units_started == 1 ? "" : "s", r->units_ended,
-	       r->units_failed, r->evals, r->resumes,
+	       r->submission ? term_text(r->submission) : "?",
+	       r->units_started, r->units_started == 1 ? "" : "s",
+	       r->units_ended, r->units_failed, r->evals, r->resumes,
 	       r->resumes == 1 ? "" : "s", r->sealed ? "" : ", UNSEALED");
 	printf("  training    %.3f s claimed (the units' total durations)\n",
 	       (double)r->claimed_ns / 1e9);
@@ -123,18 +129,20 @@ static void print_run(const apf_verify_report *r)
 		printf("  hardware    claimed by the runner, %s, not proven: "
 		       "device %s%s, CPU %s, threads %" PRIu64 "\n",
 		       r->claims_signed ? "signed" : "not signed yet",
-		       r->device, gpu,
-		       r->cpu_model ? r->cpu_model : "not recorded",
+		       r->device, term_text(gpu),
+		       r->cpu_model ? term_text(r->cpu_model) : "not recorded",
 		       r->threads);
 	}
+	/* A detail is one line that may quote the log (a unit, a metric, a
+	 * warning): escaped whole. */
 	for (int c = 1; c <= APF_VERIFY_NCHECKS; c++)
 		printf("  %d %-11s  %-7s  %s\n", c, apf_verify_check_name(c),
 		       apf_verify_outcome_name(r->check[c].outcome),
-		       r->check[c].detail ? r->check[c].detail : "");
+		       r->check[c].detail ? term_text(r->check[c].detail) : "");
 	print_plausibility(r);
 }
 
-static void print_run_json(const apf_verify_report *r, int rc)
+static int print_run_json(const apf_verify_report *r, int rc)
 {
 	json_t *checks = json_array();
 	for (int c = 1; c <= APF_VERIFY_NCHECKS; c++)
@@ -144,15 +152,20 @@ static void print_run_json(const apf_verify_report *r, int rc)
 				  apf_verify_check_name(c), "outcome",
 				  apf_verify_outcome_name(r->check[c].outcome),
 				  "detail",
-				  r->check[c].detail ? r->check[c].detail : "",
+				  r->check[c].detail
+					  ? utf8_text(r->check[c].detail)
+					  : "",
 				  "seconds", r->check[c].seconds));
 	/* What run.json claims of the hardware: the runner's word, signed
 	 * where a head is, never proven. */
 	json_t *claims = !r->claims_known
 		? json_null()
 		: json_pack("{s:s, s:s?, s:s?, s:I, s:s, s:b, s:b}", "device",
-			    r->device, "gpu_model", r->gpu_model, "cpu_model",
-			    r->cpu_model, "threads", (json_int_t)r->threads,
+			    r->device, "gpu_model",
+			    r->gpu_model ? utf8_text(r->gpu_model) : NULL,
+			    "cpu_model",
+			    r->cpu_model ? utf8_text(r->cpu_model) : NULL,
+			    "threads", (json_int_t)r->threads,
 			    "source", "run.json", "signed", r->claims_signed,
 			    "proven", 0);
 	const struct apf_verify_replay_how *h = &r->replay_how;
@@ -160,21 +173,27 @@ static void print_run_json(const apf_verify_report *r, int rc)
 		? json_null()
 		: json_pack("{s:s, s:s?, s:s?, s:s, s:s?}", "compare",
 			    h->compare, "on", h->on[0] ? h->on : NULL,
-			    "compare_why", h->compare_why, "timing", h->timing,
-			    "timing_why", h->timing_why);
+			    "compare_why",
+			    h->compare_why ? utf8_text(h->compare_why) : NULL,
+			    "timing", h->timing, "timing_why",
+			    h->timing_why ? utf8_text(h->timing_why) : NULL);
 	json_t *o = json_pack(
 		"{s:s, s:b, s:b, s:i, s:s?, s:s?, s:s, s:s, s:s, s:s, s:s, s:I, "
 		"s:I, s:b, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:f, s:o, "
 		"s:o, s:o}",
-		"run", r->run_dir, "verified", rc == 0 || rc == APF_EABORT,
-		"complete", r->complete, "exit_code", apf_exit_code(rc), "error",
-		rc ? apf_error_message() : NULL, "submission", r->submission,
-		"entry_sha256", r->entry_sha256, "manifest_sha256",
-		r->manifest_sha256, "entry_signer", r->entry_signer,
-		"runner_signer", r->runner_signer, "head", r->head, "records",
-		(json_int_t)r->records, "log_bytes", (json_int_t)r->log_bytes,
-		"sealed", r->sealed, "units", (json_int_t)r->units_started,
-		"units_ended", (json_int_t)r->units_ended, "units_failed",
+		"run", utf8_text(r->run_dir), "verified",
+		rc == 0 || rc == APF_EABORT, "complete", r->complete,
+		"exit_code", apf_exit_code(rc), "error",
+		rc ? apf_error_message() : NULL, "submission",
+		utf8_text(r->submission), "entry_sha256",
+		utf8_text(r->entry_sha256), "manifest_sha256",
+		utf8_text(r->manifest_sha256), "entry_signer",
+		utf8_text(r->entry_signer), "runner_signer",
+		utf8_text(r->runner_signer), "head", utf8_text(r->head),
+		"records", (json_int_t)r->records, "log_bytes",
+		(json_int_t)r->log_bytes, "sealed", r->sealed, "units",
+		(json_int_t)r->units_started, "units_ended",
+		(json_int_t)r->units_ended, "units_failed",
 		(json_int_t)r->units_failed, "evals", (json_int_t)r->evals,
 		"resumes", (json_int_t)r->resumes, "env_drifts",
 		(json_int_t)r->env_drifts, "checkpoints",
@@ -185,11 +204,7 @@ static void print_run_json(const apf_verify_report *r, int rc)
 	if (o)
 		json_object_set_new(o, "plausibility",
 				    apf_verify_plausibility_json(r));
-	char *s = o ? json_dumps(o, JSON_INDENT(2)) : NULL;
-	if (s)
-		printf("%s\n", s);
-	free(s);
-	json_decref(o);
+	return cmd_print_json(o, 0);
 }
 
 static void audit_progress(void *user, const char *what)
@@ -261,9 +276,12 @@ static int verify_run(const char *dir, const char *key_path,
 		else
 			apf_error_restore(rc, verdict);
 	}
-	if (as_json && r)
-		print_run_json(r, rc);
-	else if (r && (rc == 0 || rc == APF_EABORT))
+	/* A JSON verdict that cannot be written is the error, never an
+	 * empty output that reads as nothing to say. */
+	if (as_json && r) {
+		int jrc = print_run_json(r, rc);
+		rc = jrc ? jrc : rc;
+	} else if (r && (rc == 0 || rc == APF_EABORT))
 		print_run(r);
 	apf_verify_report_free(r);
 	apf_keyring_free(runner);
@@ -477,9 +495,10 @@ int cmd_verify(int argc, char **argv)
 	rc = apf_keyring_default(&kr, key_path);
 	if (!rc)
 		rc = apf_entry_verify(&e, path, kr);
-	if (as_json)
-		print_json(path, rc ? NULL : e, rc);
-	else if (!rc)
+	if (as_json) {
+		int jrc = print_json(path, rc ? NULL : e, rc);
+		rc = jrc ? jrc : rc;
+	} else if (!rc)
 		print_entry(e);
 	apf_entry_free(e);
 	apf_keyring_free(kr);

@@ -64,26 +64,32 @@ static void overrides(const apf_workload_spec *w, const char *variant,
 		if (!strcmp(key, "validation_target") ||
 		    !strcmp(key, "test_target"))
 			continue;
-		apf_buf_printf(b, "%s%s = %s", b->len ? ", " : "", key,
-			       apf_config_get(w->ini, section, key));
+		apf_buf_printf(b, "%s%s = %s", b->len ? ", " : "",
+			       term_text(key),
+			       term_text(apf_config_get(w->ini, section, key)));
 	}
 }
 
+/* A workload.ini is whoever wrote the workloads directory's text (and an
+ * entry's workloads are read by name from it): term_text at each print. */
 static void print_text(const struct info *in)
 {
 	const apf_workload_spec *w = in->spec;
-	printf("%s\n", w->name);
+	printf("%s\n", term_text(w->name));
 	if (w->description)
-		printf("  %s\n", w->description);
+		printf("  %s\n", term_text(w->description));
 	if (in->counted)
-		printf("  model %s, %zu parameters", w->model, in->params[0]);
+		printf("  model %s, %zu parameters", term_text(w->model),
+		       in->params[0]);
 	else
 		printf("  model %s, parameters not counted (no training "
-		       "images here to take the input shape from)", w->model);
-	printf("; metric %s (%s is better)", w->metric,
+		       "images here to take the input shape from)",
+		       term_text(w->model));
+	printf("; metric %s (%s is better)", term_text(w->metric),
 	       w->direction > 0 ? "higher" : "lower");
 	for (size_t i = 0; w->nmetrics > 1 && i < w->nmetrics; i++)
-		printf("%s%s", i ? ", " : ", reports ", w->metrics[i]);
+		printf("%s%s", i ? ", " : ", reports ",
+		       term_text(w->metrics[i]));
 	printf("\n");
 	printf("  targets%s: validation %g, test %g\n",
 	       w->targets_provisional ? " (provisional)" : "",
@@ -97,17 +103,18 @@ static void print_text(const struct info *in)
 	/* The path as the kernel resolves it where it exists (an ini's
 	 * "../../datasets/x" reads badly), else as the ini gives it. */
 	char *real = realpath(w->dataset_path, NULL);
-	printf("\n  dataset %s at %s%s%s\n", w->dataset_name,
-	       real ? real : w->dataset_path,
+	printf("\n  dataset %s at %s%s%s\n", term_text(w->dataset_name),
+	       term_text(real ? real : w->dataset_path),
 	       w->dataset_digest ? ", digest " : "",
-	       w->dataset_digest ? w->dataset_digest : "");
+	       w->dataset_digest ? term_text(w->dataset_digest) : "");
 	free(real);
 	printf("  variants:\n");
 	for (size_t v = 0; v < w->nvariants; v++) {
 		const struct apf_workload_variant *var = &w->variants[v];
 		apf_buf b = {0};
 		overrides(w, var->name, &b);
-		printf("    %-12s %s; ", var->name, b.data ? b.data : "");
+		printf("    %-12s %s; ", term_text(var->name),
+		       b.data ? b.data : "");
 		if (in->counted)
 			printf("%zu parameters; ", v < 63 ? in->params[v + 1] : 0);
 		printf("targets %g / %g\n", var->validation_target,
@@ -139,7 +146,7 @@ static json_t *metrics_json(const apf_workload_spec *w)
 {
 	json_t *a = json_array();
 	for (size_t i = 0; a && i < w->nmetrics; i++)
-		json_array_append_new(a, json_string(w->metrics[i]));
+		json_array_append_new(a, json_string(utf8_text(w->metrics[i])));
 	return a;
 }
 
@@ -159,14 +166,14 @@ static json_t *to_json(const struct info *in)
 			if (strcmp(key, "validation_target") &&
 			    strcmp(key, "test_target"))
 				json_object_set_new(
-					ov, key,
-					json_string(apf_config_get(w->ini,
-								   section,
-								   key)));
+					ov, utf8_text(key),
+					json_string(utf8_text(apf_config_get(
+						w->ini, section, key))));
 		}
 		json_array_append_new(
 			vars, json_pack("{s:s, s:o, s:o, s:f, s:f}", "name",
-					var->name, "overrides", ov, "parameters",
+					utf8_text(var->name), "overrides", ov,
+					"parameters",
 					params_json(in, v < 63 ? v + 1 : 64),
 					"validation_target",
 					var->validation_target, "test_target",
@@ -175,14 +182,17 @@ static json_t *to_json(const struct info *in)
 	return json_pack(
 		"{s:s, s:s?, s:s, s:s, s:s, s:s, s:f, s:f, s:s, s:I, s:o,"
 		" s:{s:s, s:s, s:s?}, s:{s:o, s:o}, s:o, s:o}",
-		"name", w->name, "description", w->description, "model",
-		w->model, "loss", w->loss, "metric", w->metric, "direction",
+		"name", utf8_text(w->name), "description",
+		utf8_text(w->description), "model", utf8_text(w->model),
+		"loss", utf8_text(w->loss), "metric", utf8_text(w->metric),
+		"direction",
 		w->direction > 0 ? "max" : "min", "validation_target",
 		w->validation_target, "test_target", w->test_target, "targets",
 		w->targets_provisional ? "provisional" : "derived", "max_steps",
 		(json_int_t)w->max_steps, "parameters", params_json(in, 0),
-		"dataset", "name", w->dataset_name,
-		"path", w->dataset_path, "digest", w->dataset_digest, "budget",
+		"dataset", "name", utf8_text(w->dataset_name), "path",
+		utf8_text(w->dataset_path), "digest",
+		utf8_text(w->dataset_digest), "budget",
 		"cpu", budget_json(&w->cpu), "gpu", budget_json(&w->gpu),
 		"variants", vars, "metrics", metrics_json(w));
 }
@@ -195,14 +205,8 @@ static int print_all(const struct info *infos, size_t n, int as_json)
 		for (size_t i = 0; i < n; i++)
 			if (!infos[i].error)
 				json_array_append_new(arr, to_json(&infos[i]));
-		json_t *doc = json_pack("{s:o}", "workloads", arr);
-		char *s = json_dumps(doc, JSON_INDENT(2) | JSON_REAL_PRECISION(12));
-		json_decref(doc);
-		if (!s)
-			return apf_error(APF_ENOMEM, "workloads", "out of memory");
-		printf("%s\n", s);
-		free(s);
-		return 0;
+		return cmd_print_json(json_pack("{s:o}", "workloads", arr),
+				      JSON_REAL_PRECISION(12));
 	}
 	int shown = 0;
 	for (size_t i = 0; i < n; i++) {

@@ -159,6 +159,18 @@ void apf_text_escape(char *out, size_t size, const char *in);
  * the next block may complete (none when final). */
 size_t apf_text_escape_lines(apf_buf *out, const char *in, size_t len,
 			     int final);
+/* Whether apf_text_escape would leave s as it is: valid UTF-8 with no
+ * control, separator or bidirectional override (NULL: yes). */
+int apf_text_printable(const char *s);
+/* Appends in to b escaped as apf_text_escape escapes it, whole however
+ * long: for text printed where a cut would hide something (a name in a
+ * table, a check's detail). NULL appends nothing. */
+int apf_buf_escape(apf_buf *b, const char *in);
+/* Appends in to b as valid UTF-8, for writers that escape controls
+ * themselves but refuse invalid UTF-8 (jansson, the HTML and XML
+ * writers): each byte of an invalid sequence becomes \xNN, as above;
+ * everything else, controls included, is kept. */
+int apf_buf_utf8(apf_buf *b, const char *in);
 
 /* $APF_HOME, else ~/.config/apf. Caller frees. */
 char *apf_home(void);

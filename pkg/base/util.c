@@ -1,6 +1,8 @@
 /*
  * util.c: small helpers every package uses: a growable buffer, hex, UTF-8
- * path checks, $APF_HOME, the monotonic clock and the usable CPU count.
+ * path checks, the escaping of untrusted text for terminals and for
+ * writers that need valid UTF-8, $APF_HOME, the monotonic clock and the
+ * usable CPU count.
  */
 #include "base/base.h"
 
@@ -171,10 +173,33 @@ static int terminal_control(unsigned c)
 	       (c >= 0x2066 && c <= 0x2069);
 }
 
+/* How the escapers treat the text at p: *n bytes, to keep as they are
+ * (returns 1) or to write as \xNN each (returns 0). Invalid UTF-8 is
+ * escaped a byte at a time; with controls, so is every byte of a
+ * terminal_control character. */
+static int text_unit(const unsigned char *p, int controls, int *n)
+{
+	unsigned c;
+	*n = utf8_char(p, &c);
+	if (*n && !(controls && terminal_control(c)))
+		return 1;
+	if (!*n)
+		*n = 1;
+	return 0;
+}
+
+static void hex_escape(char *out, unsigned char byte)
+{
+	static const char digits[] = "0123456789abcdef";
+	out[0] = '\\';
+	out[1] = 'x';
+	out[2] = digits[byte >> 4];
+	out[3] = digits[byte & 15];
+}
+
 size_t apf_text_escape_lines(apf_buf *out, const char *in, size_t len,
 			     int final)
 {
-	static const char digits[] = "0123456789abcdef";
 	const unsigned char *p = (const unsigned char *)in, *end = p + len;
 	while (p < end) {
 		/* A sequence the next block may complete: left for it. */
@@ -197,7 +222,8 @@ size_t apf_text_escape_lines(apf_buf *out, const char *in, size_t len,
 			p += n;
 			continue;
 		}
-		char e[4] = {'\\', 'x', digits[*p >> 4], digits[*p & 15]};
+		char e[4];
+		hex_escape(e, *p);
 		if (apf_buf_append(out, e, 4))
 			return (size_t)((const char *)p - in);
 		p++;
@@ -207,15 +233,13 @@ size_t apf_text_escape_lines(apf_buf *out, const char *in, size_t len,
 
 void apf_text_escape(char *out, size_t size, const char *in)
 {
-	static const char digits[] = "0123456789abcdef";
 	if (!size)
 		return;
 	const unsigned char *p = (const unsigned char *)(in ? in : "");
 	size_t len = 0;
 	while (*p) {
-		unsigned c;
-		int n = utf8_char(p, &c);
-		if (n && !terminal_control(c)) {
+		int n;
+		if (text_unit(p, 1, &n)) {
 			/* Whole characters only: a cut never leaves half of
 			 * one. */
 			if (len + (size_t)n >= size)
@@ -226,17 +250,55 @@ void apf_text_escape(char *out, size_t size, const char *in)
 			continue;
 		}
 		/* Each byte of an invalid sequence or a control, as \xNN. */
-		int bytes = n ? n : 1;
-		if (len + 4 * (size_t)bytes >= size)
+		if (len + 4 * (size_t)n >= size)
 			break;
-		for (int i = 0; i < bytes; i++, p++) {
-			out[len++] = '\\';
-			out[len++] = 'x';
-			out[len++] = digits[*p >> 4];
-			out[len++] = digits[*p & 15];
-		}
+		for (int i = 0; i < n; i++, p++, len += 4)
+			hex_escape(out + len, *p);
 	}
 	out[len] = 0;
+}
+
+int apf_text_printable(const char *s)
+{
+	const unsigned char *p = (const unsigned char *)(s ? s : "");
+	int n;
+	while (*p && text_unit(p, 1, &n))
+		p += n;
+	return !*p;
+}
+
+/* apf_buf_escape and apf_buf_utf8: the whole text, appended. */
+static int buf_escape(apf_buf *b, const char *in, int controls)
+{
+	const unsigned char *p = (const unsigned char *)(in ? in : "");
+	int rc = apf_buf_append(b, NULL, 0);
+	while (!rc && *p) {
+		/* The longest run kept as it is, in one append. */
+		const unsigned char *run = p;
+		int n;
+		while (*p && text_unit(p, controls, &n))
+			p += n;
+		if (p > run)
+			rc = apf_buf_append(b, run, (size_t)(p - run));
+		if (rc || !*p)
+			break;
+		text_unit(p, controls, &n);
+		char esc[16];
+		for (int i = 0; i < n; i++, p++)
+			hex_escape(esc + 4 * i, *p);
+		rc = apf_buf_append(b, esc, 4 * (size_t)n);
+	}
+	return rc;
+}
+
+int apf_buf_escape(apf_buf *b, const char *in)
+{
+	return buf_escape(b, in, 1);
+}
+
+int apf_buf_utf8(apf_buf *b, const char *in)
+{
+	return buf_escape(b, in, 0);
 }
 
 char *apf_strdup(const char *s)

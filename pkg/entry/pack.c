@@ -75,6 +75,21 @@ static int read_submission_ini(const char *dir, apf_manifest *m,
 	if (!rc && strcmp(rules, "algoperf-0.6") && strcmp(rules, "algoperf-0.5"))
 		rc = apf_config_error(c, "tuning", "rules",
 				      "expected algoperf-0.6 or algoperf-0.5");
+	/* Shown on every terminal that inspects, verifies or scores the
+	 * entry: apf escapes them wherever it prints them, but an honest
+	 * submitter learns here that a stray control character (a pasted
+	 * escape sequence, a bidi override) would show as \xNN. */
+	static const char *const shown[] = {"name", "authors", "description"};
+	for (size_t i = 0; !rc && i < sizeof shown / sizeof *shown; i++) {
+		const char *v = apf_config_get(c, "submission", shown[i]);
+		/* The message quotes it: apf_error escapes what it stores. */
+		if (!apf_text_printable(v))
+			rc = apf_config_error(c, "submission", shown[i],
+					      "holds a control character, a "
+					      "bidirectional override or bytes "
+					      "that are not UTF-8: '%.200s'",
+					      v);
+	}
 	if (!rc && apf_config_get(c, "submission", "authors"))
 		rc = apf_config_list(c, "submission", "authors",
 				     &m->submission.authors,

@@ -492,7 +492,10 @@ int apf_heldout_to_json(const apf_heldout *h, char **out)
 				  string_array(p->variants, p->nvariants));
 		bad = bad || put(o, "spec_sha256", json_string(p->spec_sha256));
 	}
-	char *s = bad ? NULL : json_dumps(root, JSON_INDENT(2));
+	/* ASCII alone (non-ASCII as \uXXXX): the file is printed by apf
+	 * heldout draw --json too, and the names in it are the entries'. */
+	char *s = bad ? NULL
+		      : json_dumps(root, JSON_INDENT(2) | JSON_ENSURE_ASCII);
 	json_decref(entries);
 	json_decref(draws);
 	json_decref(undrawn);

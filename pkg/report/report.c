@@ -1730,17 +1730,26 @@ static void data_block(struct w *w, const char *id, const char *json)
 static char *trials_json(const struct col *cols, size_t nc,
 			 const apf_score_result *r)
 {
-	json_t *rows = json_array();
+	/* The names are directory names or run.json's: made valid UTF-8
+	 * (apf_buf_utf8), which jansson requires, once each. */
+	apf_buf *sub = apf_calloc(r->nsub, sizeof *sub);
+	apf_buf *wl = apf_calloc(nc, sizeof *wl);
+	int bad = !sub || !wl;
+	for (size_t s = 0; !bad && s < r->nsub; s++)
+		bad = apf_buf_utf8(&sub[s], r->sub[s]->name);
+	for (size_t c = 0; !bad && c < nc; c++)
+		bad = apf_buf_utf8(&wl[c], cols[c].name);
+	json_t *rows = bad ? NULL : json_array();
 	json_t *o = json_pack("{s:[s,s,s,s,s,s,s,s], s:o}", "columns",
 			      "submission", "workload", "study", "trial",
 			      "best", "evals", "hit", "time", "rows", rows);
 	for (size_t c = 0; o && c < nc; c++)
-		for (size_t i = 0; i < cols[c].nt; i++) {
+		for (size_t i = 0; o && i < cols[c].nt; i++) {
 			const struct tv *v = &cols[c].t[i];
 			double t = v->trial->time;
 			json_t *row = json_pack(
-				"[s, s, i, i, b, I, I, o]", r->sub[v->sub]->name,
-				cols[c].name, v->study->number, v->trial->number,
+				"[s, s, i, i, b, I, I, o]", sub[v->sub].data,
+				wl[c].data, v->study->number, v->trial->number,
 				v->best, (json_int_t)v->trial->evals,
 				(json_int_t)v->trial->hit,
 				isfinite(t) ? json_real(t)
@@ -1748,11 +1757,17 @@ static char *trials_json(const struct col *cols, size_t nc,
 								   : "inf"));
 			if (!row || json_array_append_new(rows, row)) {
 				json_decref(o);
-				return NULL;
+				o = NULL;
 			}
 		}
 	char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
 	json_decref(o);
+	for (size_t s = 0; sub && s < r->nsub; s++)
+		apf_buf_free(&sub[s]);
+	for (size_t c = 0; wl && c < nc; c++)
+		apf_buf_free(&wl[c]);
+	free(sub);
+	free(wl);
 	return text;
 }
 

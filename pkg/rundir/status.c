@@ -182,9 +182,15 @@ int apf_rundir_status(json_t **out, const char *run_dir)
 		free(dir);
 		free(log);
 	}
+	/* The directory as the user named it, made valid UTF-8 (jansson
+	 * refuses anything else): a name that is not must not turn the
+	 * status into an error. */
+	apf_buf shown = {0};
+	if (!rc)
+		rc = apf_buf_utf8(&shown, run_dir);
 	if (!rc) {
 		*out = json_pack("{s:s, s:s, s:I, s:{s:I, s:I, s:I, s:I, s:I}, s:O}",
-				 "run_dir", run_dir, "layout",
+				 "run_dir", shown.data, "layout",
 				 is_single ? "single-log" : "per-unit", "units_planned",
 				 (json_int_t)json_array_size(plan), "counts",
 				 "pending", (json_int_t)counts[0], "running",
@@ -194,6 +200,7 @@ int apf_rundir_status(json_t **out, const char *run_dir)
 		if (!*out)
 			rc = apf_error(APF_ENOMEM, run_dir, "out of memory");
 	}
+	apf_buf_free(&shown);
 	json_decref(units);
 	json_decref(index);
 	json_decref(rj);

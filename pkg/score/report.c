@@ -79,21 +79,49 @@ static size_t rank_of(const apf_score_result *r, size_t i)
 	return k + 1;
 }
 
+/* Text from the logs as a terminal shows it: the copy apf_buf_escape
+ * makes (NULL when out of memory). Submission and workload names are
+ * directory names or run.json's, chosen by whoever made the logs. */
+static char *shown(const char *s)
+{
+	apf_buf b = {0};
+	if (apf_buf_escape(&b, s)) {
+		apf_buf_free(&b);
+		return NULL;
+	}
+	return b.data;
+}
+
+static void free_shown(char **v, size_t n)
+{
+	for (size_t i = 0; v && i < n; i++)
+		free(v[i]);
+	free(v);
+}
+
 /* One table: rank, submission, score, then the times of columns
- * [from, to); variants go in a second table of their own. */
+ * [from, to); variants go in a second table of their own. Names are
+ * escaped before the columns are measured, so they line up as printed. */
 static int table(const apf_score_result *r, apf_buf *out, size_t from,
 		 size_t to, int with_score)
 {
 	size_t nc = ncols(r), namew = strlen("submission");
-	for (size_t s = 0; s < r->nsub; s++)
-		if (strlen(r->sub[s]->name) > namew)
-			namew = strlen(r->sub[s]->name);
 	size_t *w = apf_calloc(nc, sizeof *w);
-	if (!w)
-		return APF_ENOMEM;
+	char **name = apf_calloc(r->nsub, sizeof *name);
+	char **wl = apf_calloc(nc, sizeof *wl);
+	int rc = !w || !name || !wl ? APF_ENOMEM : 0;
+	for (size_t s = 0; !rc && s < r->nsub; s++)
+		if (!(name[s] = shown(r->sub[s]->name)))
+			rc = APF_ENOMEM;
+	for (size_t c = from; !rc && c < to; c++)
+		if (!(wl[c] = shown(r->workloads[c])))
+			rc = APF_ENOMEM;
+	for (size_t s = 0; !rc && s < r->nsub; s++)
+		if (strlen(name[s]) > namew)
+			namew = strlen(name[s]);
 	char cell[64];
-	for (size_t c = from; c < to; c++) {
-		w[c] = strlen(r->workloads[c]);
+	for (size_t c = from; !rc && c < to; c++) {
+		w[c] = strlen(wl[c]);
 		for (size_t s = 0; s < r->nsub; s++) {
 			fmt_time(cell, sizeof cell, r->final[s * nc + c],
 				 r->raw[s * nc + c], r->early[s * nc + c],
@@ -102,20 +130,21 @@ static int table(const apf_score_result *r, apf_buf *out, size_t from,
 				w[c] = strlen(cell);
 		}
 	}
-	int rc = with_score ? apf_buf_printf(out, "rank  %-*s   score",
-					     (int)namew, "submission")
-			    : apf_buf_printf(out, "%-*s", (int)namew,
-					     "submission");
+	if (!rc)
+		rc = with_score ? apf_buf_printf(out, "rank  %-*s   score",
+						 (int)namew, "submission")
+				: apf_buf_printf(out, "%-*s", (int)namew,
+						 "submission");
 	for (size_t c = from; !rc && c < to; c++)
-		rc = apf_buf_printf(out, "  %*s", (int)w[c], r->workloads[c]);
+		rc = apf_buf_printf(out, "  %*s", (int)w[c], wl[c]);
 	if (!rc)
 		rc = apf_buf_puts(out, "\n");
 	for (size_t s = 0; !rc && s < r->nsub; s++) {
 		rc = with_score ? apf_buf_printf(out, "%4zu  %-*s  %.4f",
 						 rank_of(r, s), (int)namew,
-						 r->sub[s]->name, r->score[s])
+						 name[s], r->score[s])
 				: apf_buf_printf(out, "%-*s", (int)namew,
-						 r->sub[s]->name);
+						 name[s]);
 		for (size_t c = from; !rc && c < to; c++) {
 			fmt_time(cell, sizeof cell, r->final[s * nc + c],
 				 r->raw[s * nc + c], r->early[s * nc + c],
@@ -126,6 +155,8 @@ static int table(const apf_score_result *r, apf_buf *out, size_t from,
 			rc = apf_buf_puts(out, "\n");
 	}
 	free(w);
+	free_shown(name, r->nsub);
+	free_shown(wl, nc);
 	return rc;
 }
 
@@ -166,11 +197,21 @@ static int plausibility_section(const apf_score_result *r, apf_buf *out)
 		rc = apf_buf_puts(out, "\nplausibility: no unit that met its "
 				       "target was held against a reference "
 				       "curve\n");
-	for (size_t i = 0; !rc && i < r->nflags; i++)
-		rc = apf_buf_printf(out, "  WARNING: implausible progress: %s\n",
-				    r->flags[i].text);
-	for (size_t i = 0; !rc && i < r->nplausibility_notes; i++)
-		rc = apf_buf_printf(out, "  %s\n", r->plausibility_notes[i]);
+	/* The lines name units and workloads from the logs: escaped. */
+	for (size_t i = 0; !rc && i < r->nflags; i++) {
+		rc = apf_buf_puts(out, "  WARNING: implausible progress: ");
+		if (!rc)
+			rc = apf_buf_escape(out, r->flags[i].text);
+		if (!rc)
+			rc = apf_buf_puts(out, "\n");
+	}
+	for (size_t i = 0; !rc && i < r->nplausibility_notes; i++) {
+		rc = apf_buf_puts(out, "  ");
+		if (!rc)
+			rc = apf_buf_escape(out, r->plausibility_notes[i]);
+		if (!rc)
+			rc = apf_buf_puts(out, "\n");
+	}
 	return rc;
 }
 
@@ -221,14 +262,26 @@ static int hardware_line(const apf_score_result *r, apf_buf *out)
 		if (!rc && b == &other && strcmp(first.data, other.data))
 			same = 0;
 	}
+	/* CPU and GPU models are run.json's claims. */
 	if (!rc && runs && same)
-		rc = apf_buf_printf(out, "hardware: %s%s\n", first.data,
-				    runs > 1 ? " (every apf run)" : "");
+		rc = apf_buf_puts(out, "hardware: ") ||
+		     apf_buf_escape(out, first.data) ||
+		     apf_buf_puts(out, runs > 1 ? " (every apf run)\n" : "\n");
 	apf_buf_free(&first);
 	apf_buf_free(&other);
 	return rc;
 }
 
+/* "<label><text, escaped>\n" */
+static int escaped_line(apf_buf *out, const char *label, const char *text)
+{
+	return apf_buf_puts(out, label) || apf_buf_escape(out, text) ||
+	       apf_buf_puts(out, "\n");
+}
+
+/* The table goes to a terminal: every name, path, reason and warning in
+ * it came from the logs or the command line and is escaped as it is put
+ * in (apf_buf_escape), each on its line. */
 int apf_score_format_table(const apf_score_result *r, apf_buf *out)
 {
 	int rc = apf_buf_printf(out, "rules: %s\n  %s\n", r->rules->name,
@@ -239,10 +292,9 @@ int apf_score_format_table(const apf_score_result *r, apf_buf *out)
 					 "tuning's\n",
 				    r->rules->self_tuning_budget);
 	if (!rc)
-		rc = apf_buf_printf(out, "targets: %s\n", r->targets_source);
+		rc = escaped_line(out, "targets: ", r->targets_source);
 	if (!rc && r->nvar)
-		rc = apf_buf_printf(out, "held-out variants: %s\n",
-				    r->heldout_source);
+		rc = escaped_line(out, "held-out variants: ", r->heldout_source);
 	if (!rc)
 		rc = verification_line(r, out);
 	if (!rc)
@@ -283,13 +335,14 @@ int apf_score_format_table(const apf_score_result *r, apf_buf *out)
 	if (!rc && nx)
 		rc = apf_buf_printf(out, "\nnot ranked (%zu):\n", nx);
 	for (size_t i = 0; !rc && i < nx; i++)
-		rc = apf_buf_printf(out, "  %s: not verified: %s\n",
-				    r->logs->excluded[i].name,
-				    r->logs->excluded[i].reason);
+		rc = apf_buf_puts(out, "  ") ||
+		     apf_buf_escape(out, r->logs->excluded[i].name) ||
+		     escaped_line(out, ": not verified: ",
+				  r->logs->excluded[i].reason);
 	if (!rc && r->nwarnings)
 		rc = apf_buf_printf(out, "\nwarnings (%zu):\n", r->nwarnings);
 	for (size_t i = 0; !rc && i < r->nwarnings; i++)
-		rc = apf_buf_printf(out, "  %s\n", r->warnings[i]);
+		rc = escaped_line(out, "  ", r->warnings[i]);
 	return rc ? NOMEM : 0;
 }
 
@@ -372,12 +425,39 @@ static int jpush(json_t *a, json_t *v)
 	return !v || json_array_append_new(a, v) ? -1 : 0;
 }
 
+/* Text from the logs or the command line (names, paths, reasons,
+ * warnings) as a JSON string: made valid UTF-8 first (apf_buf_utf8), as
+ * jansson refuses anything else and one directory's name must not fail
+ * the whole output. NULL when out of memory. */
+static json_t *jtext(const char *s)
+{
+	apf_buf b = {0};
+	json_t *j = apf_buf_utf8(&b, s) ? NULL : json_string(b.data);
+	apf_buf_free(&b);
+	return j;
+}
+
+/* jset with such a text as the key (a workload's name). */
+static int jset_text(json_t *o, const char *k, json_t *v)
+{
+	apf_buf b = {0};
+	int rc;
+	if (apf_buf_utf8(&b, k)) {
+		json_decref(v);
+		rc = -1;
+	} else {
+		rc = jset(o, b.data, v);
+	}
+	apf_buf_free(&b);
+	return rc;
+}
+
 static json_t *times_object(const apf_score_result *r, const double *row,
 			    size_t n)
 {
 	json_t *o = json_object();
 	for (size_t c = 0; o && c < n; c++)
-		if (jset(o, r->workloads[c], jtime(row[c]))) {
+		if (jset_text(o, r->workloads[c], jtime(row[c]))) {
 			json_decref(o);
 			return NULL;
 		}
@@ -386,7 +466,7 @@ static json_t *times_object(const apf_score_result *r, const double *row,
 
 static json_t *jstr_or_null(const char *s)
 {
-	return s ? json_string(s) : json_null();
+	return s ? jtext(s) : json_null();
 }
 
 static json_t *jint_or_null(long v)
@@ -409,13 +489,13 @@ static json_t *run_object(const apf_score_run *run)
 		if (u->state == APF_SCORE_UNIT_FAILED) {
 			json_t *f = json_object();
 			bad = jpush(failed, f) ||
-			      jset(f, "unit", json_string(u->name)) ||
-			      jset(f, "reason", json_string(u->reason)) ||
+			      jset(f, "unit", jtext(u->name)) ||
+			      jset(f, "reason", jtext(u->reason)) ||
 			      jset(f, "fault", u->fault[0]
-						       ? json_string(u->fault)
+						       ? jtext(u->fault)
 						       : json_null());
 		} else if (u->state == APF_SCORE_UNIT_INTERRUPTED) {
-			bad = jpush(interrupted, json_string(u->name));
+			bad = jpush(interrupted, jtext(u->name));
 		}
 	}
 	const struct apf_score_hardware *h = &run->hw;
@@ -454,26 +534,28 @@ static json_t *flag_object(const apf_score_result *r,
 			   const struct apf_score_flag *f)
 {
 	const struct apf_refcurve_verdict *v = &f->v;
-	return json_pack("{s:s, s:s, s:s?, s:s, s:f, s:f, s:I, s:I, s:I, s:I, "
-			 "s:o, s:f, s:s, s:s, s:s}",
-			 "unit", f->unit, "workload", f->workload, "column",
-			 f->col >= 0 ? r->workloads[f->col] : NULL, "metric",
-			 f->metric, "level", v->level, "value", v->value,
+	return json_pack("{s:o*, s:o*, s:o*, s:o*, s:f, s:f, s:I, s:I, s:I, "
+			 "s:I, s:o, s:f, s:o*, s:o*, s:o*}",
+			 "unit", jtext(f->unit), "workload", jtext(f->workload),
+			 "column",
+			 f->col >= 0 ? jtext(r->workloads[f->col]) : json_null(),
+			 "metric", jtext(f->metric), "level", v->level, "value", v->value,
 			 "global_step", (json_int_t)v->global_step,
 			 "batch_size", (json_int_t)v->batch_size, "examples",
 			 (json_int_t)v->examples, "reference_examples",
 			 (json_int_t)v->ref.below, "reference_first",
 			 v->ref.reached ? json_integer((json_int_t)v->ref.first)
 					: json_null(),
-			 "ratio", v->ratio, "reference", f->reference,
-			 "reference_run", f->reference_run, "text", f->text);
+			 "ratio", v->ratio, "reference", jtext(f->reference),
+			 "reference_run", jtext(f->reference_run), "text",
+			 jtext(f->text));
 }
 
 static json_t *plausibility_object(const apf_score_result *r)
 {
 	json_t *notes = json_array();
 	for (size_t i = 0; notes && i < r->nplausibility_notes; i++)
-		if (jpush(notes, json_string(r->plausibility_notes[i]))) {
+		if (jpush(notes, jtext(r->plausibility_notes[i]))) {
 			json_decref(notes);
 			notes = NULL;
 		}
@@ -508,19 +590,19 @@ int apf_score_format_json(const apf_score_result *r, apf_buf *out)
 							    : "external"));
 	bad = bad || jset(root, "self_tuning_budget",
 			  json_real(r->rules->self_tuning_budget));
-	bad = bad || jset(root, "targets", json_string(r->targets_source));
+	bad = bad || jset(root, "targets", jtext(r->targets_source));
 	bad = bad || jset(root, "heldout",
-			  r->heldout_source ? json_string(r->heldout_source)
+			  r->heldout_source ? jtext(r->heldout_source)
 					    : json_null());
 	bad = bad || jset(root, "base_workloads", a = json_array());
 	for (size_t c = 0; !bad && c < r->nbase; c++)
-		bad = jpush(a, json_string(r->workloads[c]));
+		bad = jpush(a, jtext(r->workloads[c]));
 	bad = bad || jset(root, "heldout_variants", a = json_array());
 	for (size_t v = 0; !bad && v < r->nvar; v++) {
 		json_t *o = json_object();
 		bad = jpush(a, o) ||
-		      jset(o, "base", json_string(r->variant_base[v])) ||
-		      jset(o, "variant", json_string(r->workloads[r->nbase + v]));
+		      jset(o, "base", jtext(r->variant_base[v])) ||
+		      jset(o, "variant", jtext(r->workloads[r->nbase + v]));
 	}
 	bad = bad || jset(root, "tau", a = json_array());
 	for (int i = 0; !bad && i < APF_SCORE_POINTS; i++)
@@ -530,8 +612,8 @@ int apf_score_format_json(const apf_score_result *r, apf_buf *out)
 		json_t *o = json_object(), *p;
 		bad = jpush(a, o) ||
 		      jset(o, "rank", json_integer((json_int_t)rank_of(r, s))) ||
-		      jset(o, "name", json_string(r->sub[s]->name)) ||
-		      jset(o, "path", json_string(r->sub[s]->path)) ||
+		      jset(o, "name", jtext(r->sub[s]->name)) ||
+		      jset(o, "path", jtext(r->sub[s]->path)) ||
 		      jset(o, "kind", json_string(r->sub[s]->apf_run
 							  ? "apf-run"
 							  : "algoperf-logs")) ||
@@ -549,7 +631,7 @@ int apf_score_format_json(const apf_score_result *r, apf_buf *out)
 		bad = bad || jset(o, "stopped_early", p = json_array());
 		for (size_t c = 0; !bad && c < nc; c++)
 			if (r->early[s * nc + c])
-				bad = jpush(p, json_string(r->workloads[c]));
+				bad = jpush(p, jtext(r->workloads[c]));
 		bad = bad || jset(o, "implausible", p = json_array());
 		for (size_t i = 0; !bad && i < r->nflags; i++)
 			if (r->flags[i].sub == s)
@@ -562,14 +644,18 @@ int apf_score_format_json(const apf_score_result *r, apf_buf *out)
 	for (size_t i = 0; !bad && r->logs && i < r->logs->nexcluded; i++) {
 		const struct apf_score_excluded *x = &r->logs->excluded[i];
 		json_t *o = json_object();
-		bad = jpush(a, o) || jset(o, "name", json_string(x->name)) ||
-		      jset(o, "path", json_string(x->path)) ||
-		      jset(o, "reason", json_string(x->reason));
+		bad = jpush(a, o) || jset(o, "name", jtext(x->name)) ||
+		      jset(o, "path", jtext(x->path)) ||
+		      jset(o, "reason", jtext(x->reason));
 	}
 	bad = bad || jset(root, "warnings", a = json_array());
 	for (size_t i = 0; !bad && i < r->nwarnings; i++)
-		bad = jpush(a, json_string(r->warnings[i]));
-	char *text = bad ? NULL : json_dumps(root, JSON_INDENT(2));
+		bad = jpush(a, jtext(r->warnings[i]));
+	/* ASCII alone (every other character as \uXXXX): the JSON goes to
+	 * terminals too, and no C1 control or bidi override in a name may
+	 * reach one raw. */
+	char *text = bad ? NULL
+			 : json_dumps(root, JSON_INDENT(2) | JSON_ENSURE_ASCII);
 	json_decref(root);
 	if (!text)
 		return NOMEM;
@@ -580,10 +666,14 @@ int apf_score_format_json(const apf_score_result *r, apf_buf *out)
 
 /* ---- SVG ------------------------------------------------------------------ */
 
-static int xml_text(apf_buf *out, const char *s)
+/* Text from the logs (a submission's name) as XML text or attribute
+ * value: valid UTF-8 first (apf_buf_utf8; an XML reader refuses anything
+ * else), then the five markup characters as entities. */
+static int xml_text(apf_buf *out, const char *text)
 {
-	int rc = 0;
-	for (; !rc && *s; s++) {
+	apf_buf u = {0};
+	int rc = apf_buf_utf8(&u, text);
+	for (const char *s = u.data; !rc && *s; s++) {
 		switch (*s) {
 		case '&':
 			rc = apf_buf_puts(out, "&amp;");
@@ -606,6 +696,7 @@ static int xml_text(apf_buf *out, const char *s)
 						      : apf_buf_append(out, s, 1);
 		}
 	}
+	apf_buf_free(&u);
 	return rc;
 }
 

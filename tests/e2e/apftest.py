@@ -129,6 +129,55 @@ def reseal(tar_bytes):
     return frame + trailer_for(frame)
 
 
+def members(entry_path):
+    """An entry's tar members, in order, as (TarInfo, data or None)."""
+    import io
+    import tarfile
+    with open(entry_path, "rb") as f:
+        frame, _ = split_entry(f.read())
+    tar = decompress(frame)
+    with tarfile.open(fileobj=io.BytesIO(tar)) as t:
+        return [(m, t.extractfile(m).read() if m.isfile() else None) for m in t.getmembers()]
+
+
+def rebuild(mems):
+    """A tar (pax) of (TarInfo, data) pairs in the given order."""
+    import io
+    import tarfile
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as t:
+        for info, data in mems:
+            if data is not None:
+                info.size = len(data)
+                t.addfile(info, io.BytesIO(data))
+            else:
+                t.addfile(info)
+    return buf.getvalue()
+
+
+def resign_manifest(entry_path, out_path, edit, key_pem, pub_pem):
+    """The entry with its signed statement rewritten and signed again with
+    key_pem, as a submitter who signs archives without `apf pack` would
+    make it: edit(statement) returns the new statement (a dict), or the
+    payload's bytes themselves (to write what json.dumps would not)."""
+    import base64
+    import json
+    from runfake import pem_keyid, sign_dsse
+    mems = []
+    for info, data in members(entry_path):
+        if info.name == "manifest.dsse.json":
+            env = json.loads(data)
+            payload = edit(json.loads(base64.b64decode(env["payload"])))
+            if not isinstance(payload, bytes):
+                payload = json.dumps(payload, ensure_ascii=False).encode()
+            data = sign_dsse(key_pem, env["payloadType"], payload,
+                             pem_keyid(pub_pem)).encode()
+        mems.append((info, data))
+    with open(out_path, "wb") as f:
+        f.write(reseal(rebuild(mems)))
+    return out_path
+
+
 # ---- run directories -----------------------------------------------------
 
 BLOBS = "blobs_mlp"

@@ -12,28 +12,7 @@ import subprocess
 import tarfile
 
 import apftest
-from apftest import ApfCase
-
-
-def members(entry_path):
-    with open(entry_path, "rb") as f:
-        frame, _ = apftest.split_entry(f.read())
-    tar = apftest.decompress(frame)
-    with tarfile.open(fileobj=io.BytesIO(tar)) as t:
-        return [(m, t.extractfile(m).read() if m.isfile() else None) for m in t.getmembers()]
-
-
-def rebuild(mems):
-    """A tar (pax) of (TarInfo, data) pairs in the given order."""
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as t:
-        for info, data in mems:
-            if data is not None:
-                info.size = len(data)
-                t.addfile(info, io.BytesIO(data))
-            else:
-                t.addfile(info)
-    return buf.getvalue()
+from apftest import ApfCase, members, rebuild
 
 
 class PackAndVerify(ApfCase):

@@ -360,6 +360,72 @@ static void text_escape_cuts_between_characters_and_escapes(void **state)
 	assert_string_equal(out, "abcdefg");
 }
 
+static void buf_escape_appends_the_whole_text_escaped(void **state)
+{
+	(void)state;
+	apf_buf b = {0};
+	assert_int_equal(apf_buf_puts(&b, "name: "), 0);
+	assert_int_equal(apf_buf_escape(&b, "\x1b]0;owned\x07 \xc2\x9b" "2J "
+					    "\xe2\x80\xae" "cba \xff caf\xc3\xa9\r"),
+			 0);
+	assert_string_equal(b.data, "name: \\x1b]0;owned\\x07 \\xc2\\x9b2J "
+				    "\\xe2\\x80\\xaecba \\xff caf\xc3\xa9\\x0d");
+	/* The same as apf_text_escape's, however long: nothing is cut. */
+	char in[3000], one[16000];
+	for (size_t i = 0; i < sizeof in - 1; i++)
+		in[i] = i % 7 ? 'a' : '\x1b';
+	in[sizeof in - 1] = 0;
+	b.len = 0;
+	assert_int_equal(apf_buf_escape(&b, in), 0);
+	apf_text_escape(one, sizeof one, in);
+	assert_string_equal(b.data, one);
+	assert_int_equal(b.len, strlen(one));
+	assert_true(b.len > sizeof in);
+	/* NULL and "" append nothing, but leave a string. */
+	apf_buf e = {0};
+	assert_int_equal(apf_buf_escape(&e, NULL), 0);
+	assert_non_null(e.data);
+	assert_string_equal(e.data, "");
+	apf_buf_free(&e);
+	apf_buf_free(&b);
+}
+
+static void buf_utf8_escapes_only_invalid_utf8(void **state)
+{
+	(void)state;
+	apf_buf b = {0};
+	/* Controls, C1 and bidi are valid UTF-8: a JSON or HTML writer
+	 * escapes them its own way. Invalid and overlong bytes are not. */
+	assert_int_equal(apf_buf_utf8(&b, "a\x1b[2J\xc2\x9b\xe2\x80\xae|\xff|"
+					  "\xc0\xaf|\xc3"),
+			 0);
+	assert_string_equal(b.data, "a\x1b[2J\xc2\x9b\xe2\x80\xae|\\xff|"
+				    "\\xc0\\xaf|\\xc3");
+	apf_buf_free(&b);
+}
+
+static void text_printable_is_what_escaping_leaves_alone(void **state)
+{
+	(void)state;
+	static const char *const kept[] = {"", "plain", "caf\xc3\xa9 \xe2\x82\xac",
+					   "a\\x1b", NULL};
+	static const char *const changed[] = {"\x1b[2J", "a\rb", "tab\there",
+					      "\xc2\x9b", "\xe2\x80\xae", "\xff",
+					      "\x7f", "\xe2\x80\xa8"};
+	char out[64];
+	assert_true(apf_text_printable(NULL));
+	for (size_t i = 0; kept[i]; i++) {
+		assert_true(apf_text_printable(kept[i]));
+		apf_text_escape(out, sizeof out, kept[i]);
+		assert_string_equal(out, kept[i]);
+	}
+	for (size_t i = 0; i < sizeof changed / sizeof *changed; i++) {
+		assert_false(apf_text_printable(changed[i]));
+		apf_text_escape(out, sizeof out, changed[i]);
+		assert_string_not_equal(out, changed[i]);
+	}
+}
+
 static void error_messages_reach_the_terminal_escaped(void **state)
 {
 	(void)state;
@@ -393,6 +459,9 @@ int main(void)
 		cmocka_unit_test(sparse_file_over_the_cap_is_refused_before_reading),
 		cmocka_unit_test(text_escape_keeps_printable_utf8_and_escapes_controls),
 		cmocka_unit_test(text_escape_cuts_between_characters_and_escapes),
+		cmocka_unit_test(buf_escape_appends_the_whole_text_escaped),
+		cmocka_unit_test(buf_utf8_escapes_only_invalid_utf8),
+		cmocka_unit_test(text_printable_is_what_escaping_leaves_alone),
 		cmocka_unit_test(error_messages_reach_the_terminal_escaped),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
