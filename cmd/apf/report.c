@@ -25,56 +25,12 @@
 #include "report/report.h"
 #include "scoring.h"
 
-/* `apf verify RUN --json`'s object for one verification. */
-static json_t *verdict_json(const apf_verify_report *r, int rc,
-			    const char *error)
-{
-	json_t *checks = json_array();
-	for (int c = 1; checks && c <= APF_VERIFY_NCHECKS; c++)
-		json_array_append_new(
-			checks,
-			json_pack("{s:i, s:s, s:s, s:s}", "check", c, "name",
-				  apf_verify_check_name(c), "outcome",
-				  apf_verify_outcome_name(r->check[c].outcome),
-				  "detail",
-				  r->check[c].detail
-					  ? utf8_text(r->check[c].detail)
-					  : ""));
-	/* The run's path and its details may hold bytes that are not
-	 * UTF-8, which jansson refuses: utf8_text, as apf verify --json. */
-	return json_pack(
-		"{s:s, s:b, s:b, s:i, s:s?, s:s?, s:s, s:s, s:s, s:s, s:s, s:I, "
-		"s:I, s:b, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:f, s:o}",
-		"run", r->run_dir ? utf8_text(r->run_dir) : "", "verified",
-		rc == 0 || rc == APF_EABORT, "complete", r->complete,
-		"exit_code", apf_exit_code(rc), "error", utf8_text(error),
-		"submission", utf8_text(r->submission), "entry_sha256",
-		utf8_text(r->entry_sha256), "manifest_sha256",
-		utf8_text(r->manifest_sha256), "entry_signer",
-		utf8_text(r->entry_signer), "runner_signer",
-		utf8_text(r->runner_signer), "head", utf8_text(r->head),
-		"records", (json_int_t)r->records, "log_bytes",
-		(json_int_t)r->log_bytes, "sealed", r->sealed, "units",
-		(json_int_t)r->units_started, "units_ended",
-		(json_int_t)r->units_ended, "units_failed",
-		(json_int_t)r->units_failed, "evals", (json_int_t)r->evals,
-		"resumes", (json_int_t)r->resumes, "env_drifts",
-		(json_int_t)r->env_drifts, "checkpoints",
-		(json_int_t)r->checkpoints, "checkpoint_bytes",
-		(json_int_t)r->checkpoint_bytes, "claimed_training_s",
-		(double)r->claimed_ns / 1e9, "checks", checks);
-}
-
 /* Each run's verification, in `apf verify --json`'s form, under its
  * submission's name. */
 static int keep_verdict(void *user, const char *name,
 			const apf_verify_report *r, int rc, const char *why)
 {
-	json_t *v = verdict_json(r, rc, why);
-	/* The plausibility backstop's object, as apf verify --json has it. */
-	if (v)
-		json_object_set_new(v, "plausibility",
-				    apf_verify_plausibility_json(r));
+	json_t *v = cmd_verify_run_json(r, rc, why, 0);
 	if (!v || json_object_set_new(user, utf8_text(name), v))
 		return apf_error(APF_ENOMEM, "report", "out of memory");
 	return 0;

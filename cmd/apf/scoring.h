@@ -80,4 +80,10 @@ int cmd_scoring_compute(struct cmd_scoring *s, const struct cmd_scoring_in *in);
 void cmd_scoring_warnings(const struct cmd_scoring *s, const char *cmd);
 void cmd_scoring_free(struct cmd_scoring *s);
 
+/* `apf verify RUN --json`'s object for a verification (verify.c), the
+ * checks' seconds with it or not: apf verify prints it, apf report embeds
+ * it. error: the failure's message when rc is not 0. */
+json_t *cmd_verify_run_json(const apf_verify_report *r, int rc,
+			    const char *error, int seconds);
+
 #endif

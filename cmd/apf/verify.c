@@ -18,6 +18,7 @@
  * claims (run.json's, signed by the runner, proven by nothing).
  */
 #include "cmd.h"
+#include "scoring.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -142,20 +143,24 @@ static void print_run(const apf_verify_report *r)
 	print_plausibility(r);
 }
 
-static int print_run_json(const apf_verify_report *r, int rc)
+/* `apf verify RUN --json`'s object (and `apf report`'s copy of it, which
+ * leaves out the checks' seconds): one builder, so the two cannot drift.
+ * error: the failure's message when rc is not 0. */
+json_t *cmd_verify_run_json(const apf_verify_report *r, int rc,
+			    const char *error, int seconds)
 {
 	json_t *checks = json_array();
-	for (int c = 1; c <= APF_VERIFY_NCHECKS; c++)
-		json_array_append_new(
-			checks,
-			json_pack("{s:i, s:s, s:s, s:s, s:f}", "check", c, "name",
-				  apf_verify_check_name(c), "outcome",
-				  apf_verify_outcome_name(r->check[c].outcome),
-				  "detail",
-				  r->check[c].detail
-					  ? utf8_text(r->check[c].detail)
-					  : "",
-				  "seconds", r->check[c].seconds));
+	for (int c = 1; checks && c <= APF_VERIFY_NCHECKS; c++) {
+		json_t *x = json_pack(
+			"{s:i, s:s, s:s, s:s}", "check", c, "name",
+			apf_verify_check_name(c), "outcome",
+			apf_verify_outcome_name(r->check[c].outcome), "detail",
+			r->check[c].detail ? utf8_text(r->check[c].detail) : "");
+		if (x && seconds)
+			json_object_set_new(x, "seconds",
+					    json_real(r->check[c].seconds));
+		json_array_append_new(checks, x);
+	}
 	/* What run.json claims of the hardware: the runner's word, signed
 	 * where a head is, never proven. */
 	json_t *claims = !r->claims_known
@@ -181,10 +186,10 @@ static int print_run_json(const apf_verify_report *r, int rc)
 		"{s:s, s:b, s:b, s:i, s:s?, s:s?, s:s, s:s, s:s, s:s, s:s, s:I, "
 		"s:I, s:b, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:f, s:o, "
 		"s:o, s:o}",
-		"run", utf8_text(r->run_dir), "verified",
+		"run", r->run_dir ? utf8_text(r->run_dir) : "", "verified",
 		rc == 0 || rc == APF_EABORT, "complete", r->complete,
 		"exit_code", apf_exit_code(rc), "error",
-		rc ? apf_error_message() : NULL, "submission",
+		rc && error ? utf8_text(error) : NULL, "submission",
 		utf8_text(r->submission), "entry_sha256",
 		utf8_text(r->entry_sha256), "manifest_sha256",
 		utf8_text(r->manifest_sha256), "entry_signer",
@@ -204,7 +209,14 @@ static int print_run_json(const apf_verify_report *r, int rc)
 	if (o)
 		json_object_set_new(o, "plausibility",
 				    apf_verify_plausibility_json(r));
-	return cmd_print_json(o, 0);
+	return o;
+}
+
+static int print_run_json(const apf_verify_report *r, int rc)
+{
+	return cmd_print_json(
+		cmd_verify_run_json(r, rc, rc ? apf_error_message() : NULL, 1),
+		0);
 }
 
 static void audit_progress(void *user, const char *what)

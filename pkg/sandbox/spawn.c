@@ -919,6 +919,25 @@ static rlim_t lim(uint64_t v, uint64_t dflt)
 	return v ? (rlim_t)v : RLIM_INFINITY;
 }
 
+/* Root with what building the sandbox without a user namespace takes:
+ * mounts, and switching the program's user. */
+static int host_privileged(void)
+{
+	if (geteuid() != 0)
+		return 0;
+	struct __user_cap_header_struct h = {_LINUX_CAPABILITY_VERSION_3, 0};
+	struct __user_cap_data_struct d[2];
+	memset(d, 0, sizeof d);
+	if (syscall(SYS_capget, &h, d) < 0)
+		return 0;
+	static const int need[] = {CAP_SYS_ADMIN, CAP_SETUID, CAP_SETGID,
+				   CAP_SETPCAP};
+	for (size_t i = 0; i < sizeof need / sizeof need[0]; i++)
+		if (!(d[need[i] / 32].effective & (1u << (need[i] % 32))))
+			return 0;
+	return 1;
+}
+
 static int plan_build(struct plan *p, const struct apf_sandbox_config *cfg,
 		      apf_sandbox *sb)
 {
@@ -1016,11 +1035,13 @@ static int plan_build(struct plan *p, const struct apf_sandbox_config *cfg,
 	if (strlen(host) >= sizeof p->hostname || !host[0])
 		return apf_error(APF_EINPUT, "sandbox", "bad hostname");
 	strcpy(p->hostname, host);
-	/* A root supervisor needs no user namespace for the mounts, and its
-	 * program is not root inside one either: it becomes APF_SANDBOX_UID
-	 * on the host. An unprivileged one maps APF_SANDBOX_UID (its only
-	 * mappable user) to itself. */
-	p->userns = sealed && geteuid() != 0;
+	/* A root supervisor with the capabilities to build the sandbox
+	 * needs no user namespace for the mounts, and its program is not
+	 * root inside one either: it becomes APF_SANDBOX_UID on the host.
+	 * Any other (an unprivileged user; root in a container, which lacks
+	 * CAP_SYS_ADMIN) maps APF_SANDBOX_UID, its only mappable user, to
+	 * itself. */
+	p->userns = sealed && !host_privileged();
 	p->cg_fd = -1;
 	snprintf(p->uid_map, sizeof p->uid_map, "%u %u 1\n", APF_SANDBOX_UID,
 		 (unsigned)geteuid());
@@ -1083,6 +1104,17 @@ static int plan_build(struct plan *p, const struct apf_sandbox_config *cfg,
 		pm->is_dir = S_ISDIR(st.st_mode);
 		pm->is_dev = S_ISCHR(st.st_mode);
 		pm->copy = sealed && m->copy;
+		/* A copy cannot go inside a read-only bind made before it
+		 * (the headers of an apf installed under the bound /usr):
+		 * there it is bound too, which shows its source as a bind
+		 * does. */
+		for (size_t j = 0; pm->copy && j + 1 < p->nmnts; j++) {
+			const struct plan_mount *o = &p->mnts[j];
+			size_t l = strlen(o->dst);
+			if (!o->copy && o->is_dir && !strncmp(pm->dst, o->dst, l) &&
+			    pm->dst[l] == '/')
+				pm->copy = 0;
+		}
 		if (pm->copy) {
 			long long b = m->access == APF_SANDBOX_READ
 					      ? tree_bytes(pm->src + 8, 0)
