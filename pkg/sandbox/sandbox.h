@@ -17,10 +17,13 @@
  * only a loopback, left down. There is no /dev/shm: share memory with the
  * program by passing a memfd.
  * The program never runs as root: it is APF_SANDBOX_UID/GID with no
- * capability, on the host when the supervisor is root (whose mounts it then
- * cannot change at all), or inside the user namespace, mapped to the
- * invoking user, when it is not (nested user namespaces are disabled there:
- * max_user_namespaces = 0). So a call the filter misses meets the kernel's
+ * capability, on the host when the supervisor is root with CAP_SYS_ADMIN
+ * (whose mounts it then cannot change at all), or inside the user
+ * namespace, mapped to the invoking user, when it is not (nested user
+ * namespaces are disabled there: max_user_namespaces = 0). Root in a
+ * container has no CAP_SYS_ADMIN: its program is 65534 inside and the
+ * container's root outside, which owns the container's files; there the
+ * read-only binds and the filter are what stand. So a call the filter misses meets the kernel's
  * own checks as a user that owns nothing but the scratch. (An unprivileged
  * supervisor's supplementary groups stay with the program: a user namespace
  * cannot drop them.) A writable bind mount must be writable by that user;
