@@ -1,5 +1,6 @@
 /*
- * apf/ops.h: what a submission can do, through its context (ABI version 1).
+ * apf/ops.h: what a submission can do, through its context (ABI version 2;
+ * an ABI 1 entry, built against the table up to `uniform`, runs unchanged).
  *
  * A submission sees the model's parameters as a list of tensors with a kind
  * (weight, bias, ...), asks the workload for the loss and the gradient of a
@@ -40,6 +41,17 @@ typedef struct apf_vec {
 	float *p;
 	size_t n;
 } apf_vec;
+
+/* A row-major matrix view: element (r, c) is v.p[r ld + c], rows x cols
+ * with ld >= cols; v is the storage the view spans ((rows - 1) ld + cols
+ * floats from the first element). apf_param_mat gives every parameter's
+ * view, apf_mat_of views a slot, a gradient or scratch, apf_block a
+ * rectangle of a view. Only the matrix operations below take views; a view
+ * with ld == cols is contiguous, and its v is a vector like any other. */
+typedef struct apf_mat {
+	apf_vec v;
+	int rows, cols, ld;
+} apf_mat;
 
 /* Randomness handed to the submission: a Philox stream, distinct per
  * trial and step; draw from it with apf_uniform. */
@@ -165,6 +177,81 @@ struct apf_ops {
 	void (*log)(apf_ctx *ctx, const char *message);
 	/* Uniform in [0, 1): word `index` of the stream. */
 	double (*uniform)(apf_prng rng, uint64_t index);
+
+	/* ==== ABI 2 (size > offsetof(struct apf_ops, sub)) ====
+	 *
+	 * Elementwise, outputs may alias inputs, the same bits on every CPU
+	 * instruction-set path and thread count (and the CUDA plugin's):
+	 * each is one IEEE operation rounded once, or (exp, ln, pow) computed
+	 * in double by apf's own fixed sequence of operations and rounded
+	 * once to float, within one float ulp of the true value. IEEE
+	 * special values propagate as stated; nothing is refused. */
+	void (*sub)(apf_ctx *ctx, apf_vec z, apf_vec x, apf_vec y);  /* z = x - y */
+	void (*min)(apf_ctx *ctx, apf_vec z, apf_vec x, apf_vec y);  /* z = min(x, y) */
+	/* y = -1, +1 by the sign of x; a zero stays the same zero; NaN stays */
+	void (*sign)(apf_ctx *ctx, apf_vec y, apf_vec x);
+	void (*abs)(apf_ctx *ctx, apf_vec y, apf_vec x);             /* y = |x| */
+	/* y = e^x: inf past 88.72, 0 below -103.97, NaN stays */
+	void (*exp)(apf_ctx *ctx, apf_vec y, apf_vec x);
+	/* y = ln x: -inf at +-0, NaN below 0, inf at inf */
+	void (*ln)(apf_ctx *ctx, apf_vec y, apf_vec x);
+	void (*reciprocal)(apf_ctx *ctx, apf_vec y, apf_vec x);      /* y = 1 / x */
+	/* y = 1 / sqrt(x + eps) (NaN where x + eps < 0) */
+	void (*rsqrt)(apf_ctx *ctx, apf_vec y, apf_vec x, float eps);
+	/* y = x^p as C's pow: x < 0 gives NaN unless p is an integer, 0^p
+	 * is 0 (p > 0), 1 (p == 0) or inf (p < 0) */
+	void (*pow)(apf_ctx *ctx, apf_vec y, apf_vec x, float p);
+	/* z = 1 where x and y have the same strict sign (x y > 0), else 0:
+	 * the mask of Cautious optimizers */
+	void (*agree)(apf_ctx *ctx, apf_vec z, apf_vec x, apf_vec y);
+	/* z = c > 0 ? x : y */
+	void (*select)(apf_ctx *ctx, apf_vec z, apf_vec c, apf_vec x, apf_vec y);
+
+	/* Matrices. A parameter's view (and its gradient's) is rows =
+	 * shape[0], cols = the product of the other dimensions: a linear or
+	 * attention weight (out, in) is out x in, a convolution weight
+	 * (out, kh, kw, in) out x kh*kw*in, an embedding (rows, dim) rows x
+	 * dim; a one-dimensional parameter (bias, norm scale) is 1 x n. */
+	apf_mat (*param_mat)(apf_ctx *ctx, int i);
+	apf_mat (*grad_mat)(apf_ctx *ctx, int i);
+	/* A contiguous vector as rows x cols (rows cols == x.n). */
+	apf_mat (*mat_of)(apf_ctx *ctx, apf_vec x, int rows, int cols);
+	/* rows x cols of m from (r0, c0), m's ld. */
+	apf_mat (*block)(apf_ctx *ctx, apf_mat m, int r0, int c0, int rows,
+			 int cols);
+	/* C = alpha op(A) op(B) + beta C, op transposing when trans_* is 1;
+	 * shapes checked; C may not overlap A or B. Each output is summed in
+	 * k order (CPU: fma, the same bits on every path and thread count;
+	 * CUDA: the plugin's fixed-order kernel). beta == 0 ignores C's old
+	 * values (NaN included). */
+	void (*matmul)(apf_ctx *ctx, apf_mat c, float alpha, apf_mat a,
+		       int trans_a, apf_mat b, int trans_b, float beta);
+	/* dst = src, view to view of the same shape (no overlap). */
+	void (*copy_mat)(apf_ctx *ctx, apf_mat dst, apf_mat src);
+	/* out[r] = sum over c of a(r, c)^2 (out: rows floats), and out[c] =
+	 * sum over r (cols floats): factored second moments. Accumulated in
+	 * double in index order, rounded once. */
+	void (*row_sumsq)(apf_ctx *ctx, apf_vec out, apf_mat a);
+	void (*col_sumsq)(apf_ctx *ctx, apf_vec out, apf_mat a);
+	/* out = (S + ridge I)^(-1/p) for S the symmetric part (A + A^T)/2 of
+	 * the n x n matrix A, p > 0, ridge >= 0: S's eigendecomposition in
+	 * double (Householder tridiagonalisation, then implicit QL), its
+	 * eigenvalues below 0 (rounding in a positive semi-definite matrix)
+	 * taken as 0, each lambda mapped to (lambda + ridge)^(-1/p); an
+	 * eigenvalue that maps to inf or NaN (ridge 0 and a null space)
+	 * fails the call. out may be A. O(n^3) on the host (device matrices
+	 * are copied); n at most 4096. */
+	void (*inv_root)(apf_ctx *ctx, apf_mat out, apf_mat a, double p,
+			 double ridge);
+	/* Scratch: n floats of backend memory for work within this call of
+	 * the submission, neither state nor checkpointed. Every call of
+	 * init_optimizer_state, update_params, prepare_for_eval and
+	 * data_selection starts with all scratch released; its contents at
+	 * the first use are unspecified (not zeroed), so what a submission
+	 * carries in it from call to call is lost in a resumed or replayed
+	 * interval, which `apf verify --replay` reports as a divergence. At
+	 * most 2^28 floats (1 GiB) at once. */
+	int (*scratch)(apf_ctx *ctx, size_t n, apf_vec *out);
 };
 
 /* The context begins with the table; the rest is the harness's. */
@@ -208,6 +295,29 @@ static inline apf_vec apf_slice(apf_ctx *c, apf_vec x, size_t off, size_t n) { r
 static inline int apf_get_workload(apf_ctx *c, apf_workload_info *o) { return c->ops->workload(c, o); }
 static inline void apf_log(apf_ctx *c, const char *m) { c->ops->log(c, m); }
 static inline double apf_uniform(apf_ctx *c, apf_prng r, uint64_t i) { return c->ops->uniform(r, i); }
+
+/* ABI 2 */
+static inline void apf_sub(apf_ctx *c, apf_vec z, apf_vec x, apf_vec y) { c->ops->sub(c, z, x, y); }
+static inline void apf_min(apf_ctx *c, apf_vec z, apf_vec x, apf_vec y) { c->ops->min(c, z, x, y); }
+static inline void apf_sign(apf_ctx *c, apf_vec y, apf_vec x) { c->ops->sign(c, y, x); }
+static inline void apf_abs(apf_ctx *c, apf_vec y, apf_vec x) { c->ops->abs(c, y, x); }
+static inline void apf_exp(apf_ctx *c, apf_vec y, apf_vec x) { c->ops->exp(c, y, x); }
+static inline void apf_ln(apf_ctx *c, apf_vec y, apf_vec x) { c->ops->ln(c, y, x); }
+static inline void apf_reciprocal(apf_ctx *c, apf_vec y, apf_vec x) { c->ops->reciprocal(c, y, x); }
+static inline void apf_rsqrt(apf_ctx *c, apf_vec y, apf_vec x, float eps) { c->ops->rsqrt(c, y, x, eps); }
+static inline void apf_pow(apf_ctx *c, apf_vec y, apf_vec x, float p) { c->ops->pow(c, y, x, p); }
+static inline void apf_agree(apf_ctx *c, apf_vec z, apf_vec x, apf_vec y) { c->ops->agree(c, z, x, y); }
+static inline void apf_select(apf_ctx *c, apf_vec z, apf_vec m, apf_vec x, apf_vec y) { c->ops->select(c, z, m, x, y); }
+static inline apf_mat apf_param_mat(apf_ctx *c, int i) { return c->ops->param_mat(c, i); }
+static inline apf_mat apf_grad_mat(apf_ctx *c, int i) { return c->ops->grad_mat(c, i); }
+static inline apf_mat apf_mat_of(apf_ctx *c, apf_vec x, int rows, int cols) { return c->ops->mat_of(c, x, rows, cols); }
+static inline apf_mat apf_block(apf_ctx *c, apf_mat m, int r0, int c0, int rows, int cols) { return c->ops->block(c, m, r0, c0, rows, cols); }
+static inline void apf_matmul(apf_ctx *c, apf_mat C, float alpha, apf_mat A, int ta, apf_mat B, int tb, float beta) { c->ops->matmul(c, C, alpha, A, ta, B, tb, beta); }
+static inline void apf_copy_mat(apf_ctx *c, apf_mat d, apf_mat s) { c->ops->copy_mat(c, d, s); }
+static inline void apf_row_sumsq(apf_ctx *c, apf_vec o, apf_mat a) { c->ops->row_sumsq(c, o, a); }
+static inline void apf_col_sumsq(apf_ctx *c, apf_vec o, apf_mat a) { c->ops->col_sumsq(c, o, a); }
+static inline void apf_inv_root(apf_ctx *c, apf_mat o, apf_mat a, double p, double ridge) { c->ops->inv_root(c, o, a, p, ridge); }
+static inline int apf_scratch(apf_ctx *c, size_t n, apf_vec *o) { return c->ops->scratch(c, n, o); }
 
 #ifdef __cplusplus
 }

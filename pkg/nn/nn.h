@@ -364,6 +364,40 @@ struct apf_backend {
 	double (*norm2)(apf_backend *be, const float *x, size_t n);
 	double (*max_abs)(apf_backend *be, const float *x, size_t n);
 
+	/* ---- more vector operations (ABI 2 of apf/ops.h, which documents
+	 * their special values); each element computed alone, exp, log and
+	 * pow by apf_mathf.h's double sequences, so every backend and path
+	 * gives the same bits. ---- */
+	void (*sub)(apf_backend *be, float *z, const float *x, const float *y,
+		    size_t n);                                 /* z = x - y */
+	void (*min)(apf_backend *be, float *z, const float *x, const float *y,
+		    size_t n);                                 /* z = min(x, y) */
+	void (*sign)(apf_backend *be, float *y, const float *x, size_t n);
+	void (*abs)(apf_backend *be, float *y, const float *x, size_t n);
+	void (*exp)(apf_backend *be, float *y, const float *x, size_t n);
+	void (*log)(apf_backend *be, float *y, const float *x, size_t n);
+	void (*reciprocal)(apf_backend *be, float *y, const float *x, size_t n);
+	/* y = 1 / sqrt(x + eps) */
+	void (*rsqrt)(apf_backend *be, float *y, const float *x, float eps,
+		      size_t n);
+	void (*pow)(apf_backend *be, float *y, const float *x, float p,
+		    size_t n);
+	/* z = (x y > 0) ? 1 : 0 */
+	void (*agree)(apf_backend *be, float *z, const float *x, const float *y,
+		      size_t n);
+	/* z = c > 0 ? x : y */
+	void (*select)(apf_backend *be, float *z, const float *c,
+		       const float *x, const float *y, size_t n);
+	/* Row-major views (element (r, c) at a[r lda + c]): out (rows) the
+	 * sums of squares of each row, out (cols) of each column, in double
+	 * in index order, rounded once; dst = src. */
+	void (*row_sumsq)(apf_backend *be, float *out, const float *a, int rows,
+			  int cols, int lda);
+	void (*col_sumsq)(apf_backend *be, float *out, const float *a, int rows,
+			  int cols, int lda);
+	void (*copy_mat)(apf_backend *be, float *dst, int ldd, const float *src,
+			 int lds, int rows, int cols);
+
 	void *impl;
 };
 

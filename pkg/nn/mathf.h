@@ -1,0 +1,158 @@
+/*
+ * mathf.h: the elementwise functions of apf/ops.h ABI 2 whose result is not
+ * one IEEE operation (exp, ln, pow), as fixed sequences of double
+ * operations rounded once to float, so that every backend and every
+ * instruction-set path computes the same bits (issue 17's contract): libm's
+ * expf and logf are chosen per CPU at load time (glibc picks an FMA variant
+ * where the CPU has one), and CUDA's differ again.
+ *
+ * Each function uses +, -, *, / in double (in this order, never contracted
+ * into a fused multiply-add: C17 mode has contraction off, and device code
+ * goes through __dadd_rn / __dmul_rn), comparisons, and frexp / ldexp /
+ * floor, which are exact. The double result is within a few double ulps
+ * of the true value, so the float is the correctly rounded one except when
+ * the true value lies within about 1e-16 of a float rounding boundary; in
+ * any case it is within one float ulp and the same everywhere.
+ *
+ * exp: x = k ln2 + r, |r| <= ln2/2, k = floor(x log2(e) + 1/2), ln2 split
+ * in two so that k ln2_hi is exact; e^r by its Taylor series to degree 13
+ * (remainder below 4e-18), scaled by 2^k.
+ * log: x = m 2^e, m in [sqrt(1/2), sqrt(2)); ln m = 2 atanh(s), s =
+ * (m - 1)/(m + 1), |s| <= 0.1716, by the odd series to s^21 (remainder
+ * below 1e-18).
+ * pow: e^(p ln|x|) in double, with C's rules for the special cases.
+ */
+#ifndef APF_MATHF_H
+#define APF_MATHF_H
+
+#include <math.h>
+
+#ifdef __CUDACC__
+#define APF_MF __host__ __device__ static inline
+#else
+#define APF_MF static inline
+#endif
+
+#if defined(__CUDA_ARCH__)
+#define APF_MF_ADD(a, b) __dadd_rn((a), (b))
+#define APF_MF_SUB(a, b) __dsub_rn((a), (b))
+#define APF_MF_MUL(a, b) __dmul_rn((a), (b))
+#define APF_MF_DIV(a, b) __ddiv_rn((a), (b))
+#else
+#define APF_MF_ADD(a, b) ((a) + (b))
+#define APF_MF_SUB(a, b) ((a) - (b))
+#define APF_MF_MUL(a, b) ((a) * (b))
+#define APF_MF_DIV(a, b) ((a) / (b))
+#endif
+
+#define APF_MF_LN2_HI 6.93147180369123816490e-01 /* 32 significant bits */
+#define APF_MF_LN2_LO 1.90821492927058770002e-10
+#define APF_MF_LOG2E 1.44269504088896338700e+00
+
+/* e^x for x in [-105, 90], in double. */
+APF_MF double apf_mf_exp_d(double x)
+{
+	double k = floor(APF_MF_ADD(APF_MF_MUL(x, APF_MF_LOG2E), 0.5));
+	double r = APF_MF_SUB(APF_MF_SUB(x, APF_MF_MUL(k, APF_MF_LN2_HI)),
+			      APF_MF_MUL(k, APF_MF_LN2_LO));
+	const double inv_fact[14] = {
+		1.0,
+		1.0,
+		1.0 / 2,
+		1.0 / 6,
+		1.0 / 24,
+		1.0 / 120,
+		1.0 / 720,
+		1.0 / 5040,
+		1.0 / 40320,
+		1.0 / 362880,
+		1.0 / 3628800,
+		1.0 / 39916800,
+		1.0 / 479001600,
+		1.0 / 6227020800.0,
+	};
+	double p = inv_fact[13];
+	for (int i = 12; i >= 0; i--)
+		p = APF_MF_ADD(APF_MF_MUL(p, r), inv_fact[i]);
+	return ldexp(p, (int)k);
+}
+
+/* ln x for finite x > 0, in double. */
+APF_MF double apf_mf_log_d(double x)
+{
+	int e;
+	double m = frexp(x, &e); /* [0.5, 1) */
+	if (m < 0.70710678118654752440) {
+		m = APF_MF_MUL(m, 2.0);
+		e -= 1;
+	}
+	double s = APF_MF_DIV(APF_MF_SUB(m, 1.0), APF_MF_ADD(m, 1.0));
+	double s2 = APF_MF_MUL(s, s);
+	/* 1 + s2/3 + s2^2/5 + ... + s2^10/21 */
+	double q = 1.0 / 21;
+	for (int j = 19; j >= 1; j -= 2)
+		q = APF_MF_ADD(APF_MF_MUL(q, s2), 1.0 / j);
+	double ls = APF_MF_MUL(APF_MF_MUL(2.0, s), q);
+	double de = (double)e;
+	return APF_MF_ADD(APF_MF_MUL(de, APF_MF_LN2_HI),
+			  APF_MF_ADD(APF_MF_MUL(de, APF_MF_LN2_LO), ls));
+}
+
+APF_MF float apf_mf_exp(float x)
+{
+	if (x != x)
+		return x;
+	if (x > 90.0f)
+		return INFINITY;
+	if (x < -105.0f)
+		return 0.0f;
+	return (float)apf_mf_exp_d((double)x);
+}
+
+APF_MF float apf_mf_log(float x)
+{
+	if (x != x)
+		return x;
+	if (x < 0.0f)
+		return NAN;
+	if (x == 0.0f)
+		return -INFINITY;
+	if (x == INFINITY)
+		return INFINITY;
+	return (float)apf_mf_log_d((double)x);
+}
+
+/* C's pow(x, p) for floats. */
+APF_MF float apf_mf_pow(float x, float p)
+{
+	if (x == 1.0f || p == 0.0f)
+		return 1.0f;
+	if (x != x || p != p)
+		return NAN;
+	double dp = (double)p;
+	int integer = floor(dp) == dp;
+	int odd = integer && floor(APF_MF_MUL(dp, 0.5)) != APF_MF_MUL(dp, 0.5);
+	int neg = signbit(x) != 0;
+	if (neg && !integer && x != 0.0f && x != -INFINITY)
+		return NAN;
+	float ax = fabsf(x), mag;
+	if (ax == 0.0f)
+		mag = p > 0 ? 0.0f : INFINITY;
+	else if (ax == INFINITY)
+		mag = p > 0 ? INFINITY : 0.0f;
+	else if (ax == 1.0f)
+		mag = 1.0f; /* (-1)^(+-inf) */
+	else if (p == INFINITY)
+		mag = ax > 1.0f ? INFINITY : 0.0f;
+	else if (p == -INFINITY)
+		mag = ax > 1.0f ? 0.0f : INFINITY;
+	else {
+		double y = APF_MF_MUL(dp, apf_mf_log_d((double)ax));
+		mag = y > 90.0 ? INFINITY
+		      : y < -105.0 ? 0.0f
+				   : (float)apf_mf_exp_d(y);
+	}
+	return neg && odd ? -mag : mag;
+}
+
+#endif
