@@ -148,7 +148,8 @@ RUN(r_norm2) { return be->norm2(be, b[0], NV); }
 RUN(r_max_abs) { return be->max_abs(be, b[0], NV); }
 
 /* ABI 2's operations. Each case's special values (case_specials): the
- * edges of its domain. */
+ * edges of its domain; in sp_all, +-1e-30 and the subnormals make products
+ * that underflow to 0 (agree compares signs, not the product). */
 static const float sp_all[] = {0.0f,     -0.0f,    INFINITY, -INFINITY,
 			       NAN,      1e-40f,   -1e-40f,  1e-30f,
 			       -1e-30f,  FLT_MIN,  FLT_MAX,  -FLT_MAX,

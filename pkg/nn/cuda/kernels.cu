@@ -557,10 +557,13 @@ EW_KERNEL(k_rsqrt, (float *y, const float *x, float eps, size_t n),
 	  y[i] = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(x[i], eps))))
 EW_KERNEL(k_pow, (float *y, const float *x, float p, size_t n),
 	  y[i] = apf_mf_pow(x[i], p))
-/* the product in float, as the CPU's: one that underflows to 0 is not a
- * strict sign */
+/* the signs compared, as the CPU's, not the product: two tiny values of
+ * one sign agree though their product underflows to 0 */
 EW_KERNEL(k_agree, (float *z, const float *x, const float *y, size_t n),
-	  z[i] = __fmul_rn(x[i], y[i]) > 0.0f ? 1.0f : 0.0f)
+	  float a = x[i];
+	  float b = y[i];
+	  z[i] = (a > 0.0f && b > 0.0f) || (a < 0.0f && b < 0.0f) ? 1.0f
+								 : 0.0f)
 EW_KERNEL(k_select,
 	  (float *z, const float *c, const float *x, const float *y, size_t n),
 	  float v = c[i] > 0.0f ? x[i] : y[i];
