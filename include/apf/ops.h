@@ -202,7 +202,8 @@ struct apf_ops {
 	/* y = x^p as C's pow: x < 0 gives NaN unless p is an integer, 0^p
 	 * is 0 (p > 0), 1 (p == 0) or inf (p < 0) */
 	void (*pow)(apf_ctx *ctx, apf_vec y, apf_vec x, float p);
-	/* z = 1 where x and y have the same strict sign (x y > 0), else 0:
+	/* z = 1 where x and y are both > 0 or both < 0 (compared, not
+	 * multiplied, so a product that underflows still counts), else 0:
 	 * the mask of Cautious optimizers */
 	void (*agree)(apf_ctx *ctx, apf_vec z, apf_vec x, apf_vec y);
 	/* z = c > 0 ? x : y */
