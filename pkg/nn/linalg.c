@@ -481,8 +481,16 @@ int apf_sym_inv_root(double *out, const char **why, int n, const double *a,
 		free(z);
 		return rc;
 	}
+	/* An eigenvalue within the decomposition's rounding of 0 (n ulps of
+	 * the largest) is 0: a singular S (two equal rows of statistics)
+	 * leaves one of about 1e-16 of the largest, whose root would
+	 * amplify noise by 1e4 (p = 4) instead of being refused or met by
+	 * the ridge. */
+	double top = fabs(lambda[0]) > fabs(lambda[n - 1]) ? fabs(lambda[0])
+							   : fabs(lambda[n - 1]);
+	double tol = (double)n * DBL_EPSILON * top;
 	for (int k = 0; k < n; k++) {
-		double x = (lambda[k] > 0 ? lambda[k] : 0) + ridge;
+		double x = (lambda[k] > tol ? lambda[k] : 0) + ridge;
 		if (x == 0) {
 			free(z);
 			return refuse(why, APF_EINPUT,

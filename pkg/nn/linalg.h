@@ -46,9 +46,11 @@ int apf_sym_eig(double *w, double *v, const char **why, int n,
 
 /* out (n x n, row-major) = (S + ridge I)^(-1/p), S = (a + a^T)/2 the
  * symmetric part of the n x n row-major matrix a, p > 0, ridge >= 0 (both
- * finite). With S = V diag(lambda) V^T, each eigenvalue lambda below 0 is
- * taken as 0 and mapped to f = (lambda + ridge)^(-1/p) (1/x, 1/sqrt(x) and
- * 1/sqrt(sqrt(x)) for p = 1, 2, 4; else mathf.h's exp and ln in double);
+ * finite). With S = V diag(lambda) V^T, each eigenvalue lambda at most
+ * n DBL_EPSILON max|lambda| (below 0, or within the decomposition's rounding
+ * of it) is taken as 0, and each is mapped to f = (lambda + ridge)^(-1/p)
+ * (1/x, 1/sqrt(x) and 1/sqrt(sqrt(x)) for p = 1, 2, 4; else mathf.h's exp
+ * and ln in double);
  * an f that is inf or NaN (an eigenvalue 0 with ridge 0) refuses the call.
  * out[i n + j] = sum over k of (f_k v_ik) v_jk, k in ascending eigenvalue
  * order, for j <= i, mirrored above the diagonal, so out is exactly
