@@ -27,6 +27,12 @@
  *     published submission gives such embedding tables to a second
  *     optimizer that never preconditions.
  *
+ * apf's arena holds slots of at most 16 times the parameters; where the
+ * factors, roots and moments would need more (a vector or a small matrix
+ * of up to B values has a B^2 factor: fmnist_cnn needs 35 times with the
+ * published B of 1024, clicks_dlrm 85), B is halved until they fit, and
+ * the trial's log says so (fmnist_mlp and text_lm keep 1024).
+ *
  * The roots are (L / (1 - b2^t) + epsilon I)^(-exponent_multiplier/root),
  * root = 2 x order or inv_root_override, by apf_inv_root (eigenvalues
  * below 0 taken as 0; the published code shifts all of them up by the
@@ -74,6 +80,7 @@
 #include <apf/schedule.h>
 #include <apf/submission.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -81,6 +88,9 @@ const int apf_abi_version = APF_ABI_VERSION;
 
 #define GRAFT_NORM_EPS 1e-16
 #define ADAM_ONLY_DIM 1000000
+/* The slot space of a trial's arena in parameter-sized vectors
+ * (pkg/host/host.c). */
+#define ARENA_SLOT_FACTOR 16
 
 int get_batch_size(const char *workload)
 {
@@ -174,7 +184,7 @@ struct block {
 
 struct plan {
 	struct block *b;
-	int nblocks;
+	int nblocks, B;       /* B: the block size the state fits with */
 	size_t factor_floats; /* all factors; their roots take as many */
 	size_t max_block;     /* the largest block's floats */
 };
@@ -186,9 +196,10 @@ static int min_int(int a, int b)
 
 /* The blocks of every parameter, in parameter order, each block's rows
  * before its columns; the same parameters and B give the same plan. */
-static int plan_make(apf_ctx *ctx, int B, struct plan *pl)
+static int plan_blocks(apf_ctx *ctx, int B, struct plan *pl)
 {
 	memset(pl, 0, sizeof *pl);
+	pl->B = B;
 	int np = apf_nparams(ctx), cap = 0;
 	size_t fac = 0;
 	for (int i = 0; i < np; i++) {
@@ -248,6 +259,26 @@ static int plan_make(apf_ctx *ctx, int B, struct plan *pl)
 	return 0;
 }
 
+/* The plan for B = max_preconditioner_dim, halved until the factors, the
+ * roots and the parameter-sized slots fit the slot space apf's arena has:
+ * ARENA_SLOT_FACTOR times the parameters. Small models with the
+ * published B need more (fmnist_cnn 35 times, clicks_dlrm 85: a vector or
+ * a small matrix of up to B values has a B^2 factor), so they run with
+ * smaller blocks; what B a trial used is in its log. */
+static int plan_make(apf_ctx *ctx, const struct hps *h, struct plan *pl)
+{
+	size_t n = apf_all_params(ctx).n;
+	size_t vectors = h->mu != 0 ? 3 : 2; /* m, v and the momentum */
+	for (int B = h->block;; B /= 2) {
+		if (plan_blocks(ctx, B, pl))
+			return -1;
+		if (B == 1 || 2 * pl->factor_floats + vectors * n <=
+				      (size_t)ARENA_SLOT_FACTOR * n)
+			return 0;
+		free(pl->b);
+	}
+}
+
 /* n x n at offset off of a slot. */
 static apf_mat square(apf_ctx *ctx, apf_vec slot, size_t off, int n)
 {
@@ -273,8 +304,16 @@ int init_optimizer_state(apf_ctx *ctx, const apf_hparams *hp, apf_prng rng)
 	(void)rng;
 	struct hps h;
 	struct plan pl;
-	if (read_hps(ctx, hp, &h) || plan_make(ctx, h.block, &pl))
+	if (read_hps(ctx, hp, &h) || plan_make(ctx, &h, &pl))
 		return -1;
+	if (pl.B != h.block) {
+		char msg[160];
+		snprintf(msg, sizeof msg,
+			 "shampoo: blocks of at most %d, not %d, for the "
+			 "factors to fit the arena",
+			 pl.B, h.block);
+		apf_log(ctx, msg);
+	}
 	size_t n = apf_all_params(ctx).n;
 	apf_vec s;
 	double *t;
@@ -330,7 +369,7 @@ int update_params(apf_ctx *ctx, const apf_hparams *hp, const apf_batch *batch,
 	double *t, loss;
 	if (apf_slot(ctx, "m", 0, &m) || apf_slot(ctx, "v", 0, &v) ||
 	    (h.mu != 0 && apf_slot(ctx, "momentum", 0, &mom)) ||
-	    apf_scalar(ctx, "t", &t) || plan_make(ctx, h.block, &pl))
+	    apf_scalar(ctx, "t", &t) || plan_make(ctx, &h, &pl))
 		return -1;
 	int rc = pl.factor_floats && (apf_slot(ctx, "factors", 0, &fac) ||
 				      apf_slot(ctx, "roots", 0, &root));
