@@ -40,7 +40,8 @@ struct gemm_case {
  * input gradient (N,N) and weight gradient (T,N); fmnist_cnn (batch 128 on
  * two threads, so 64 images per chunk): the stem's weight gradient, the
  * im2col GEMM its fast kernels leave (C = 1), and a 3x3 16->16 forward as
- * im2col would run it; and the square peak shape. */
+ * im2col would run it; the square peak shape; and the submission ABI's
+ * matrix product at 512. */
 static const struct gemm_case cases[] = {
 	{"mlp_fc1_fwd", 0, 1, 256, 1024, 784, 0},
 	{"mlp_fc1_dw", 1, 0, 1024, 784, 256, 0},
@@ -51,6 +52,10 @@ static const struct gemm_case cases[] = {
 	{"cnn_stem_dw", 1, 0, 16, 9, 50176, 1},
 	{"cnn_conv16_fwd", 0, 1, 12544, 16, 144, 1},
 	{"square_1024", 0, 0, 1024, 1024, 1024, 0},
+	/* apf_matmul (ops.h ABI 2) is this GEMM on the trial's backend: a
+	 * 512 cube as issue 30 sizes it, and a Shampoo factor's G G^T */
+	{"matmul_512", 0, 0, 512, 512, 512, 0},
+	{"matmul_512_ggt", 0, 1, 512, 512, 512, 0},
 };
 
 static uint64_t rng = 0x853c49e6748fea9bull;

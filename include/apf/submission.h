@@ -1,5 +1,7 @@
 /*
- * apf/submission.h: the C ABI a submission implements (version 1).
+ * apf/submission.h: the C ABI a submission implements (version 2; an entry
+ * built for version 1 still loads: version 2 only appended operations to
+ * apf/ops.h's table, and a version 1 entry never reaches past them).
  *
  * A submission is C source compiled by the runner into a shared object with
  * fixed, recorded flags, and loaded into the trial process. It mirrors the
@@ -54,7 +56,11 @@
 
 #include "ops.h"
 
-#define APF_ABI_VERSION 1
+/* What a submission built now declares, and the oldest this apf loads. An
+ * apf older than a submission's version refuses it at pack and run, rather
+ * than calling operations its table lacks. */
+#define APF_ABI_VERSION 2
+#define APF_ABI_MIN_VERSION 1
 
 /* update_params' return value to end training early (0 means go on). */
 #define APF_TRAINING_COMPLETE 1

@@ -104,11 +104,11 @@ static int check_symbols(Elf *elf, const char *so_path)
 				 "apf_abi_version is not an int (declare it "
 				 "`const int apf_abi_version = "
 				 "APF_ABI_VERSION;`)");
-	if (abi != APF_ABI_VERSION)
+	if (abi < APF_ABI_MIN_VERSION || abi > APF_ABI_VERSION)
 		return apf_error(APF_EINPUT, "submission",
 				 "apf_abi_version is %d; this apf implements "
-				 "ABI %d",
-				 abi, APF_ABI_VERSION);
+				 "ABI %d to %d",
+				 abi, APF_ABI_MIN_VERSION, APF_ABI_VERSION);
 	return 0;
 }
 

@@ -41,6 +41,10 @@ _Static_assert((int)APF_KIND_WEIGHT == (int)APF_PARAM_WEIGHT &&
 
 #define HP_UNKNOWN_MAX 8
 
+#define SCRATCH_CHUNKS 24
+#define SCRATCH_MAX ((size_t)1 << 28)    /* floats, all chunks together */
+#define SCRATCH_MIN ((size_t)1 << 18)    /* the smallest chunk allocated */
+
 struct apf_trial {
 	struct apf_ctx ctx; /* first: what the submission holds */
 	struct apf_objective obj;
@@ -70,6 +74,14 @@ struct apf_trial {
 	int nunknown, unknown_sent, unread_sent, ran_init;
 	void (*warn)(void *user, const char *msg);
 	void *warn_user;
+	/* Scratch (apf_scratch): backend chunks, kept for the trial's life,
+	 * handed out from the start at every submission call. */
+	struct scratch_chunk {
+		float *p;
+		size_t n;
+	} scratch[SCRATCH_CHUNKS];
+	int nscratch, scratch_cur;
+	size_t scratch_off, scratch_total;
 };
 
 /* The trial whose hyperparameters the ops see: apf_hp() hands the harness
@@ -108,9 +120,16 @@ static int vec_ok(apf_trial *t, apf_vec v, const char *op)
 		       bytes <= a + t->h->used - p;
 	int in_grads = p >= g && p <= g + t->obj.param_floats * sizeof(float) &&
 		       bytes <= g + t->obj.param_floats * sizeof(float) - p;
-	if (!v.p || (p % sizeof(float)) || !(in_arena || in_grads)) {
-		misuse(t, "%s: a vector outside the parameters, gradients and "
-			  "slots",
+	int in_scratch = 0;
+	for (int i = 0; i < t->nscratch && !in_arena && !in_grads; i++) {
+		uintptr_t s = (uintptr_t)t->scratch[i].p;
+		size_t sb = t->scratch[i].n * sizeof(float);
+		in_scratch |= p >= s && p <= s + sb && bytes <= s + sb - p;
+	}
+	if (!v.p || (p % sizeof(float)) ||
+	    !(in_arena || in_grads || in_scratch)) {
+		misuse(t, "%s: a vector outside the parameters, gradients, "
+			  "slots and scratch",
 		       op);
 		return 0;
 	}
@@ -589,6 +608,294 @@ static double op_uniform(apf_prng r, uint64_t index)
 	return (double)((hi << 21) ^ (lo >> 11)) * 0x1.0p-53;
 }
 
+/* ---- ABI 2: elementwise ---------------------------------------------------- */
+
+static void op_sub(apf_ctx *c, apf_vec z, apf_vec x, apf_vec y)
+{
+	if (same(T(c), z, x, "sub") && same(T(c), z, y, "sub"))
+		BE(T(c))->sub(BE(T(c)), z.p, x.p, y.p, z.n);
+}
+
+static void op_min(apf_ctx *c, apf_vec z, apf_vec x, apf_vec y)
+{
+	if (same(T(c), z, x, "min") && same(T(c), z, y, "min"))
+		BE(T(c))->min(BE(T(c)), z.p, x.p, y.p, z.n);
+}
+
+static void op_sign(apf_ctx *c, apf_vec y, apf_vec x)
+{
+	if (same(T(c), y, x, "sign"))
+		BE(T(c))->sign(BE(T(c)), y.p, x.p, y.n);
+}
+
+static void op_abs(apf_ctx *c, apf_vec y, apf_vec x)
+{
+	if (same(T(c), y, x, "abs"))
+		BE(T(c))->abs(BE(T(c)), y.p, x.p, y.n);
+}
+
+static void op_exp(apf_ctx *c, apf_vec y, apf_vec x)
+{
+	if (same(T(c), y, x, "exp"))
+		BE(T(c))->exp(BE(T(c)), y.p, x.p, y.n);
+}
+
+static void op_ln(apf_ctx *c, apf_vec y, apf_vec x)
+{
+	if (same(T(c), y, x, "ln"))
+		BE(T(c))->log(BE(T(c)), y.p, x.p, y.n);
+}
+
+static void op_reciprocal(apf_ctx *c, apf_vec y, apf_vec x)
+{
+	if (same(T(c), y, x, "reciprocal"))
+		BE(T(c))->reciprocal(BE(T(c)), y.p, x.p, y.n);
+}
+
+static void op_rsqrt(apf_ctx *c, apf_vec y, apf_vec x, float eps)
+{
+	if (same(T(c), y, x, "rsqrt"))
+		BE(T(c))->rsqrt(BE(T(c)), y.p, x.p, eps, y.n);
+}
+
+static void op_pow(apf_ctx *c, apf_vec y, apf_vec x, float p)
+{
+	if (same(T(c), y, x, "pow"))
+		BE(T(c))->pow(BE(T(c)), y.p, x.p, p, y.n);
+}
+
+static void op_agree(apf_ctx *c, apf_vec z, apf_vec x, apf_vec y)
+{
+	if (same(T(c), z, x, "agree") && same(T(c), z, y, "agree"))
+		BE(T(c))->agree(BE(T(c)), z.p, x.p, y.p, z.n);
+}
+
+static void op_select(apf_ctx *c, apf_vec z, apf_vec m, apf_vec x, apf_vec y)
+{
+	if (same(T(c), z, m, "select") && same(T(c), z, x, "select") &&
+	    same(T(c), z, y, "select"))
+		BE(T(c))->select(BE(T(c)), z.p, m.p, x.p, y.p, z.n);
+}
+
+/* ---- ABI 2: matrices --------------------------------------------------------- */
+
+/* A view is usable when its storage is a usable vector that holds all its
+ * rows: rows, cols >= 1, ld >= cols, (rows - 1) ld + cols <= v.n. */
+static int mat_ok(apf_trial *t, apf_mat m, const char *op)
+{
+	if (!vec_ok(t, m.v, op))
+		return 0;
+	if (m.rows < 1 || m.cols < 1 || m.ld < m.cols ||
+	    (size_t)(m.rows - 1) * (size_t)m.ld + (size_t)m.cols > m.v.n) {
+		misuse(t, "%s: not a matrix view (%d x %d, ld %d, over %zu "
+			  "floats)",
+		       op, m.rows, m.cols, m.ld, m.v.n);
+		return 0;
+	}
+	return 1;
+}
+
+/* Whether the storage of a and b share a float. */
+static int overlap(apf_vec a, apf_vec b)
+{
+	uintptr_t a0 = (uintptr_t)a.p, a1 = a0 + a.n * sizeof(float),
+		  b0 = (uintptr_t)b.p, b1 = b0 + b.n * sizeof(float);
+	return a0 < b1 && b0 < a1;
+}
+
+static apf_mat view_of(const apf_param_info *pi, float *base)
+{
+	int rows = pi->ndim >= 2 ? pi->shape[0] : 1;
+	int cols = (int)(pi->numel / (size_t)(rows > 0 ? rows : 1));
+	return (apf_mat){{base + pi->offset, pi->numel}, rows, cols, cols};
+}
+
+static apf_mat op_param_mat(apf_ctx *c, int i)
+{
+	apf_trial *t = T(c);
+	if (i < 0 || (size_t)i >= t->obj.nparams) {
+		misuse(t, "param_mat: no parameter %d", i);
+		return (apf_mat){0};
+	}
+	return view_of(&t->pinfo[i], t->params);
+}
+
+static apf_mat op_grad_mat(apf_ctx *c, int i)
+{
+	apf_trial *t = T(c);
+	if (i < 0 || (size_t)i >= t->obj.nparams) {
+		misuse(t, "grad_mat: no parameter %d", i);
+		return (apf_mat){0};
+	}
+	return view_of(&t->pinfo[i], t->grads);
+}
+
+static apf_mat op_mat_of(apf_ctx *c, apf_vec x, int rows, int cols)
+{
+	apf_trial *t = T(c);
+	if (!vec_ok(t, x, "mat_of"))
+		return (apf_mat){0};
+	if (rows < 1 || cols < 1 || (size_t)rows * (size_t)cols != x.n) {
+		misuse(t, "mat_of: %d x %d is not a vector of %zu", rows, cols,
+		       x.n);
+		return (apf_mat){0};
+	}
+	return (apf_mat){x, rows, cols, cols};
+}
+
+static apf_mat op_block(apf_ctx *c, apf_mat m, int r0, int c0, int rows,
+			int cols)
+{
+	apf_trial *t = T(c);
+	if (!mat_ok(t, m, "block"))
+		return (apf_mat){0};
+	if (r0 < 0 || c0 < 0 || rows < 1 || cols < 1 || r0 > m.rows - rows ||
+	    c0 > m.cols - cols) {
+		misuse(t, "block: %d x %d at (%d, %d) outside a %d x %d view",
+		       rows, cols, r0, c0, m.rows, m.cols);
+		return (apf_mat){0};
+	}
+	size_t off = (size_t)r0 * m.ld + c0;
+	size_t n = (size_t)(rows - 1) * m.ld + cols;
+	return (apf_mat){{m.v.p + off, n}, rows, cols, m.ld};
+}
+
+static void op_matmul(apf_ctx *c, apf_mat C, float alpha, apf_mat A, int ta,
+		      apf_mat B, int tb, float beta)
+{
+	apf_trial *t = T(c);
+	if (!mat_ok(t, C, "matmul") || !mat_ok(t, A, "matmul") ||
+	    !mat_ok(t, B, "matmul"))
+		return;
+	if ((ta != 0 && ta != 1) || (tb != 0 && tb != 1)) {
+		misuse(t, "matmul: transpose flags %d, %d (0 or 1)", ta, tb);
+		return;
+	}
+	int M = ta ? A.cols : A.rows, K = ta ? A.rows : A.cols;
+	int KB = tb ? B.cols : B.rows, N = tb ? B.rows : B.cols;
+	if (K != KB || C.rows != M || C.cols != N) {
+		misuse(t, "matmul: %d x %d times %d x %d into %d x %d", M, K,
+		       KB, N, C.rows, C.cols);
+		return;
+	}
+	if (overlap(C.v, A.v) || overlap(C.v, B.v)) {
+		misuse(t, "matmul: the output overlaps an input");
+		return;
+	}
+	BE(t)->gemm(BE(t), ta, tb, M, N, K, alpha, A.v.p, A.ld, B.v.p, B.ld,
+		    beta, C.v.p, C.ld);
+}
+
+static void op_copy_mat(apf_ctx *c, apf_mat d, apf_mat s)
+{
+	apf_trial *t = T(c);
+	if (!mat_ok(t, d, "copy_mat") || !mat_ok(t, s, "copy_mat"))
+		return;
+	if (d.rows != s.rows || d.cols != s.cols) {
+		misuse(t, "copy_mat: %d x %d into %d x %d", s.rows, s.cols,
+		       d.rows, d.cols);
+		return;
+	}
+	if (overlap(d.v, s.v)) {
+		misuse(t, "copy_mat: the views overlap");
+		return;
+	}
+	BE(t)->copy_mat(BE(t), d.v.p, d.ld, s.v.p, s.ld, d.rows, d.cols);
+}
+
+static void sumsq_op(apf_ctx *c, apf_vec out, apf_mat a, int by_col,
+		     const char *op)
+{
+	apf_trial *t = T(c);
+	if (!vec_ok(t, out, op) || !mat_ok(t, a, op))
+		return;
+	size_t want = (size_t)(by_col ? a.cols : a.rows);
+	if (out.n != want) {
+		misuse(t, "%s: %zu floats for a %d x %d matrix's %zu %s", op,
+		       out.n, a.rows, a.cols, want, by_col ? "columns" : "rows");
+		return;
+	}
+	if (overlap(out, a.v)) {
+		misuse(t, "%s: the output overlaps the matrix", op);
+		return;
+	}
+	(by_col ? BE(t)->col_sumsq : BE(t)->row_sumsq)(BE(t), out.p, a.v.p,
+						       a.rows, a.cols, a.ld);
+}
+
+static void op_row_sumsq(apf_ctx *c, apf_vec out, apf_mat a)
+{
+	sumsq_op(c, out, a, 0, "row_sumsq");
+}
+
+static void op_col_sumsq(apf_ctx *c, apf_vec out, apf_mat a)
+{
+	sumsq_op(c, out, a, 1, "col_sumsq");
+}
+
+/* ---- ABI 2: scratch ---------------------------------------------------------- */
+
+/* Every submission call starts with all scratch released. */
+static void enter(apf_trial *t, enum phase ph)
+{
+	t->phase = ph;
+	t->scratch_cur = 0;
+	t->scratch_off = 0;
+}
+
+static int op_scratch(apf_ctx *c, size_t n, apf_vec *out)
+{
+	apf_trial *t = T(c);
+	*out = (apf_vec){0};
+	if (t->err)
+		return -1;
+	if (t->phase == PH_NONE) {
+		misuse(t, "scratch: outside a call of the submission");
+		return -1;
+	}
+	if (n == 0 || n > SCRATCH_MAX) {
+		misuse(t, "scratch: %zu floats (1 to %zu)", n, SCRATCH_MAX);
+		return -1;
+	}
+	while (t->scratch_cur < t->nscratch) {
+		struct scratch_chunk *k = &t->scratch[t->scratch_cur];
+		if (k->n - t->scratch_off >= n) {
+			*out = (apf_vec){k->p + t->scratch_off, n};
+			/* keep every hand-out 64-byte aligned */
+			t->scratch_off += (n + 15) & ~(size_t)15;
+			if (t->scratch_off > k->n)
+				t->scratch_off = k->n;
+			return 0;
+		}
+		t->scratch_cur++;
+		t->scratch_off = 0;
+	}
+	size_t want = t->scratch_total > n ? t->scratch_total : n;
+	if (want < SCRATCH_MIN)
+		want = SCRATCH_MIN;
+	if (want > SCRATCH_MAX - t->scratch_total)
+		want = SCRATCH_MAX - t->scratch_total;
+	if (t->nscratch == SCRATCH_CHUNKS || want < n) {
+		misuse(t, "scratch: %zu floats more than the %zu held (at most "
+			  "%zu at once)",
+		       n, t->scratch_total, SCRATCH_MAX);
+		return -1;
+	}
+	float *p;
+	if (BE(t)->alloc(BE(t), want * sizeof(float), (void **)&p)) {
+		misuse(t, "scratch: %zu floats: %s", want, apf_error_message());
+		return -1;
+	}
+	t->scratch[t->nscratch++] = (struct scratch_chunk){p, want};
+	t->scratch_total += want;
+	t->scratch_cur = t->nscratch - 1;
+	t->scratch_off = (n + 15) & ~(size_t)15;
+	if (t->scratch_off > want)
+		t->scratch_off = want;
+	*out = (apf_vec){p, n};
+	return 0;
+}
+
 static const struct apf_ops ops = {
 	.size = sizeof(struct apf_ops),
 	.nparams = op_nparams,
@@ -625,6 +932,26 @@ static const struct apf_ops ops = {
 	.slice = op_slice,
 	.log = op_log,
 	.uniform = op_uniform,
+	.sub = op_sub,
+	.min = op_min,
+	.sign = op_sign,
+	.abs = op_abs,
+	.exp = op_exp,
+	.ln = op_ln,
+	.reciprocal = op_reciprocal,
+	.rsqrt = op_rsqrt,
+	.pow = op_pow,
+	.agree = op_agree,
+	.select = op_select,
+	.param_mat = op_param_mat,
+	.grad_mat = op_grad_mat,
+	.mat_of = op_mat_of,
+	.block = op_block,
+	.matmul = op_matmul,
+	.copy_mat = op_copy_mat,
+	.row_sumsq = op_row_sumsq,
+	.col_sumsq = op_col_sumsq,
+	.scratch = op_scratch,
 };
 
 /* ---- the workload as an objective ---------------------------------------------- */
@@ -802,6 +1129,8 @@ void apf_trial_free(apf_trial *t)
 	if (t->work && t->work != t->arena)
 		t->be->free(t->be, t->work);
 	free(t->hp_read);
+	for (int i = 0; i < t->nscratch; i++)
+		t->be->free(t->be, t->scratch[i].p);
 	free(t->pinfo);
 	free(t);
 }
@@ -818,7 +1147,7 @@ int apf_trial_init(apf_trial *t)
 	int rc = t->obj.init ? t->obj.init(t->obj.user, t->params, t->state) : 0;
 	if (rc)
 		return rc;
-	t->phase = PH_INIT;
+	enter(t, PH_INIT);
 	int r = t->sub->init(&t->ctx, t->hp, prng_at(t));
 	t->phase = PH_NONE;
 	t->ran_init = 1;
@@ -845,7 +1174,7 @@ int apf_trial_step(apf_trial *t, int *complete)
 	const apf_batch *b = NULL;
 	t->have_batch = 0;
 	if (t->sub->select) {
-		t->phase = PH_SELECT;
+		enter(t, PH_SELECT);
 		int r = t->sub->select(&t->ctx, t->hp, step, prng_at(t), &b);
 		t->phase = PH_NONE;
 		if (t->err)
@@ -858,7 +1187,7 @@ int apf_trial_step(apf_trial *t, int *complete)
 					 "data_selection: not a batch from "
 					 "apf_next_batch");
 	} else if (t->obj.next_batch) {
-		t->phase = PH_SELECT; /* the harness's default selection */
+		enter(t, PH_SELECT); /* the harness's default selection */
 		op_next_batch(&t->ctx, &b);
 		t->phase = PH_NONE;
 		if (t->err)
@@ -870,7 +1199,7 @@ int apf_trial_step(apf_trial *t, int *complete)
 			      t->info.max_steps,
 			      t->info.step_hint,
 			      (int)t->h->evals};
-	t->phase = PH_UPDATE;
+	enter(t, PH_UPDATE);
 	int r = t->sub->update(&t->ctx, t->hp, b, &t->last_eval, step,
 			       prng_at(t), &ts);
 	t->phase = PH_NONE;
@@ -893,7 +1222,7 @@ int apf_trial_prepare_eval(apf_trial *t)
 {
 	if (!t->sub->prepare)
 		return 0;
-	t->phase = PH_PREPARE;
+	enter(t, PH_PREPARE);
 	int r = t->sub->prepare(&t->ctx, t->hp, t->h->global_step, prng_at(t));
 	t->phase = PH_NONE;
 	if (t->err)

@@ -224,10 +224,10 @@ int apf_submission_load(apf_submission **out, const char *so_path)
 		rc = apf_error(APF_EINPUT, so_path,
 			       "no apf_abi_version symbol (is it built against "
 			       "apf/submission.h?)");
-	else if (*abi != APF_ABI_VERSION)
+	else if (*abi < APF_ABI_MIN_VERSION || *abi > APF_ABI_VERSION)
 		rc = apf_error(APF_EINPUT, so_path,
-			       "ABI version %d, this apf implements %d", *abi,
-			       APF_ABI_VERSION);
+			       "ABI version %d, this apf implements %d to %d",
+			       *abi, APF_ABI_MIN_VERSION, APF_ABI_VERSION);
 	/* POSIX guarantees function pointers survive the void * of dlsym. */
 	*(void **)&s->batch_size = dlsym(h, "get_batch_size");
 	*(void **)&s->init = dlsym(h, "init_optimizer_state");

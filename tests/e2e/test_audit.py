@@ -76,6 +76,18 @@ class Audit(RunCase):
         self.assertIn("differ", r.err)
         self.assertIn("(seed 3)", r.err)
 
+    def test_state_carried_in_scratch_fails_replay(self):
+        # Scratch (apf_scratch, ABI 2) is released at every call and not
+        # checkpointed: a submission that reads last step's scratch trains
+        # in its own process, and the replay of an interval that does not
+        # start at the unit's beginning exposes it.
+        run = self.run_source("carry", os.path.join(apftest.ROOT, "tests", "data",
+                                                    "submissions", "scratch_carry"))
+        self.ok("verify", run, "--reeval", timeout=600)
+        r = self.fails(1, "verify", run, "--replay", "all", timeout=600,
+                       match="check 5 (replay)")
+        self.assertIn("differ", r.err)
+
     def test_tolerant_replay_says_so_and_holds_the_landing_against_the_interval(self):
         # A cpu run replays bit for bit by default; --replay-compare
         # tolerant is the auditor's choice (what a cuda run off its GPU

@@ -84,10 +84,16 @@ class PackBuild(ApfCase):
                      "does not define apf_abi_version (apf/submission.h lists what a "
                      "submission exports)")
         self.refused("abi7", GOOD.replace("= APF_ABI_VERSION", "= 7"),
-                     "apf_abi_version is 7; this apf implements ABI 1")
+                     "apf_abi_version is 7; this apf implements ABI 1 to 2")
         self.refused("abifn", GOOD.replace("const int apf_abi_version = APF_ABI_VERSION;",
                                            "int apf_abi_version(void) { return 1; }"),
                      "apf_abi_version is a function, not a variable")
+
+    def test_an_abi_1_entry_still_packs(self):
+        # ABI 2 only appended operations: an entry built for 1 never reaches
+        # past them, so it must keep packing (and running) unchanged.
+        sub = self.submission("abi1", GOOD.replace("= APF_ABI_VERSION", "= 1"))
+        self.ok("pack", sub, "-w", BLOBS, "-o", self.path("abi1.apf"))
 
     def test_an_entry_point_that_is_not_a_function(self):
         # Without apf/submission.h nothing stops the compiler.

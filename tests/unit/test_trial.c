@@ -38,7 +38,7 @@ static void wrong_abi_is_refused_at_load(void **state)
 	struct quad_run r;
 	assert_apf_ok(quad_build(&r, "tests/data/submissions/bad_abi"));
 	expect_error(quad_start(&r, NULL, NULL), APF_EINPUT,
-		     "ABI version 42, this apf implements 1");
+		     "ABI version 42, this apf implements 1 to 2");
 	quad_finish(&r);
 }
 

@@ -25,6 +25,7 @@
 #include "nn/cpu/fast.h"
 #include "nn/cpu/gemm.h"
 #include "nn/cpu/isa.h"
+#include "nn/mathf.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -1838,7 +1839,7 @@ static double v_max_abs(apf_backend *be, const float *x, size_t n)
 
 enum {
 	EW_ACT_F = 1, EW_ACT_B, EW_ADD, EW_ACC, EW_SCALE, EW_AXPY, EW_MOMENTS,
-	EW_ADAM_DIR, EW_DROPOUT,
+	EW_ADAM_DIR, EW_DROPOUT, EW_FN,
 };
 
 struct ew_arg {
@@ -1849,6 +1850,8 @@ struct ew_arg {
 	size_t n;
 	const uint32_t *key;
 	uint64_t step;
+	/* EW_FN: elements [b, e) of the operation */
+	void (*fn)(const struct ew_arg *a, size_t b, size_t e);
 };
 
 static void ew_task(void *v, int t, int nt)
@@ -1890,6 +1893,9 @@ static void ew_task(void *v, int t, int nt)
 	case EW_DROPOUT:
 		dropout_apply(a->out + b, a->a + b, k, a->s1, a->key, a->step,
 			      a->accum, b);
+		break;
+	case EW_FN:
+		a->fn(a, b, e);
 		break;
 	}
 }
@@ -1979,6 +1985,179 @@ static void v_adam_direction(apf_backend *be, float *d, const float *m,
 	struct ew_arg a = {.op = EW_ADAM_DIR, .out = d, .a = m, .b = v,
 			   .s1 = c1, .s2 = c2, .s3 = eps, .n = n};
 	ew_run(be, &a);
+}
+
+/* ---- ABI 2 vector operations ----------------------------------------------
+ *
+ * Each element is computed alone, by one IEEE operation or by mathf.h's
+ * fixed double sequence, so splitting the elements among threads (ew_run)
+ * changes nothing and every path gives the same bits. */
+
+#define EW2(name, expr)                                                        \
+	static void name##_k(const struct ew_arg *a, size_t b, size_t e)       \
+	{                                                                      \
+		float *z = a->out;                                             \
+		const float *x = a->a, *y = a->b, *c = a->c;                   \
+		float s = a->s1;                                               \
+		(void)x, (void)y, (void)c, (void)s;                            \
+		for (size_t i = b; i < e; i++)                                 \
+			z[i] = (expr);                                         \
+	}
+
+EW2(v_sub, x[i] - y[i])
+EW2(v_min, x[i] < y[i] ? x[i] : y[i])
+EW2(v_sign, x[i] > 0.0f ? 1.0f : x[i] < 0.0f ? -1.0f : x[i])
+EW2(v_abs, fabsf(x[i]))
+EW2(v_exp, apf_mf_exp(x[i]))
+EW2(v_log, apf_mf_log(x[i]))
+EW2(v_reciprocal, 1.0f / x[i])
+EW2(v_rsqrt, 1.0f / sqrtf(x[i] + s))
+EW2(v_pow, apf_mf_pow(x[i], s))
+EW2(v_agree, (x[i] > 0.0f && y[i] > 0.0f) || (x[i] < 0.0f && y[i] < 0.0f)
+		     ? 1.0f
+		     : 0.0f)
+EW2(v_select, c[i] > 0.0f ? x[i] : y[i])
+
+static void ew_fn(apf_backend *be, void (*fn)(const struct ew_arg *, size_t,
+					       size_t),
+		  float *z, const float *x, const float *y, const float *c,
+		  float s, size_t n)
+{
+	struct ew_arg a = {.op = EW_FN, .fn = fn, .out = z, .a = x, .b = y,
+			   .c = c, .s1 = s, .n = n};
+	ew_run(be, &a);
+}
+
+static void v_sub(apf_backend *be, float *z, const float *x, const float *y,
+		  size_t n)
+{
+	ew_fn(be, v_sub_k, z, x, y, NULL, 0, n);
+}
+
+static void v_min(apf_backend *be, float *z, const float *x, const float *y,
+		  size_t n)
+{
+	ew_fn(be, v_min_k, z, x, y, NULL, 0, n);
+}
+
+static void v_sign(apf_backend *be, float *y, const float *x, size_t n)
+{
+	ew_fn(be, v_sign_k, y, x, NULL, NULL, 0, n);
+}
+
+static void v_abs(apf_backend *be, float *y, const float *x, size_t n)
+{
+	ew_fn(be, v_abs_k, y, x, NULL, NULL, 0, n);
+}
+
+static void v_exp(apf_backend *be, float *y, const float *x, size_t n)
+{
+	ew_fn(be, v_exp_k, y, x, NULL, NULL, 0, n);
+}
+
+static void v_log(apf_backend *be, float *y, const float *x, size_t n)
+{
+	ew_fn(be, v_log_k, y, x, NULL, NULL, 0, n);
+}
+
+static void v_reciprocal(apf_backend *be, float *y, const float *x, size_t n)
+{
+	ew_fn(be, v_reciprocal_k, y, x, NULL, NULL, 0, n);
+}
+
+static void v_rsqrt(apf_backend *be, float *y, const float *x, float eps,
+		    size_t n)
+{
+	ew_fn(be, v_rsqrt_k, y, x, NULL, NULL, eps, n);
+}
+
+static void v_pow(apf_backend *be, float *y, const float *x, float p, size_t n)
+{
+	ew_fn(be, v_pow_k, y, x, NULL, NULL, p, n);
+}
+
+static void v_agree(apf_backend *be, float *z, const float *x, const float *y,
+		    size_t n)
+{
+	ew_fn(be, v_agree_k, z, x, y, NULL, 0, n);
+}
+
+static void v_select(apf_backend *be, float *z, const float *c, const float *x,
+		     const float *y, size_t n)
+{
+	ew_fn(be, v_select_k, z, x, y, c, 0, n);
+}
+
+/* Sums of squares of rows and columns: each output summed alone, in index
+ * order, in double; rows (columns) split among threads as whole outputs. */
+struct sumsq_arg {
+	float *out;
+	const float *a;
+	int rows, cols, lda, by_col;
+};
+
+static void sumsq_task(void *v, int t, int nt)
+{
+	struct sumsq_arg *s = v;
+	int n = s->by_col ? s->cols : s->rows;
+	size_t b, e;
+	split((size_t)n, t, nt, 1, &b, &e);
+	if (!s->by_col) {
+		for (size_t r = b; r < e; r++) {
+			const float *row = s->a + r * (size_t)s->lda;
+			double acc = 0.0;
+			for (int c = 0; c < s->cols; c++)
+				acc += (double)row[c] * row[c];
+			s->out[r] = (float)acc;
+		}
+		return;
+	}
+	/* Columns in strips of 64, rows in order: each column's sum still
+	 * runs r = 0, 1, ... */
+	double acc[64];
+	for (size_t c0 = b; c0 < e; c0 += 64) {
+		size_t w = e - c0 < 64 ? e - c0 : 64;
+		for (size_t j = 0; j < w; j++)
+			acc[j] = 0.0;
+		for (int r = 0; r < s->rows; r++) {
+			const float *row = s->a + (size_t)r * s->lda + c0;
+			for (size_t j = 0; j < w; j++)
+				acc[j] += (double)row[j] * row[j];
+		}
+		for (size_t j = 0; j < w; j++)
+			s->out[c0 + j] = (float)acc[j];
+	}
+}
+
+static void sumsq(apf_backend *be, float *out, const float *a, int rows,
+		  int cols, int lda, int by_col)
+{
+	struct sumsq_arg s = {out, a, rows, cols, lda, by_col};
+	if ((size_t)rows * cols < PAR_MIN || nthreads(be) == 1)
+		sumsq_task(&s, 0, 1);
+	else
+		parallel(be, sumsq_task, &s);
+}
+
+static void v_row_sumsq(apf_backend *be, float *out, const float *a, int rows,
+			int cols, int lda)
+{
+	sumsq(be, out, a, rows, cols, lda, 0);
+}
+
+static void v_col_sumsq(apf_backend *be, float *out, const float *a, int rows,
+			int cols, int lda)
+{
+	sumsq(be, out, a, rows, cols, lda, 1);
+}
+
+static void v_copy_mat(apf_backend *be, float *dst, int ldd, const float *src,
+		       int lds, int rows, int cols)
+{
+	(void)be;
+	for (int r = 0; r < rows; r++)
+		memcpy(dst + (size_t)r * ldd, src + (size_t)r * lds,
+		       (size_t)cols * sizeof *dst);
 }
 
 /* ---- sequence layers: causal self-attention, gated linear units ---------- */
@@ -2981,6 +3160,20 @@ static const apf_backend cpu_template = {
 	.sum = v_sum,
 	.norm2 = v_norm2,
 	.max_abs = v_max_abs,
+	.sub = v_sub,
+	.min = v_min,
+	.sign = v_sign,
+	.abs = v_abs,
+	.exp = v_exp,
+	.log = v_log,
+	.reciprocal = v_reciprocal,
+	.rsqrt = v_rsqrt,
+	.pow = v_pow,
+	.agree = v_agree,
+	.select = v_select,
+	.row_sumsq = v_row_sumsq,
+	.col_sumsq = v_col_sumsq,
+	.copy_mat = v_copy_mat,
 };
 
 static void pool_stop(struct pool *p, int started)
