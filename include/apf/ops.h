@@ -187,7 +187,8 @@ struct apf_ops {
 	 * once to float, within one float ulp of the true value. IEEE
 	 * special values propagate as stated; nothing is refused. */
 	void (*sub)(apf_ctx *ctx, apf_vec z, apf_vec x, apf_vec y);  /* z = x - y */
-	void (*min)(apf_ctx *ctx, apf_vec z, apf_vec x, apf_vec y);  /* z = min(x, y) */
+	/* z = x < y ? x : y (as max: a NaN in y is kept, one in x is not) */
+	void (*min)(apf_ctx *ctx, apf_vec z, apf_vec x, apf_vec y);
 	/* y = -1, +1 by the sign of x; a zero stays the same zero; NaN stays */
 	void (*sign)(apf_ctx *ctx, apf_vec y, apf_vec x);
 	void (*abs)(apf_ctx *ctx, apf_vec y, apf_vec x);             /* y = |x| */

@@ -19,7 +19,7 @@ import tempfile
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from apftest import APF, ROOT, TEST_WORKLOADS  # noqa: E402
+from apftest import APF, BLOBS, ROOT, TEST_WORKLOADS, ApfCase  # noqa: E402
 
 BUILD = os.environ.get("APF_BUILD") or os.path.dirname(os.path.abspath(APF))
 DOC = os.path.join(ROOT, "docs", "submitting.md")
@@ -329,3 +329,28 @@ class SubmittingGuide(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class GuideSkeleton(ApfCase):
+    """The guide's from-scratch submission is code that works: it packs,
+    trains sealed on the test workload and replays bit for bit."""
+
+    def skeleton(self):
+        with open(DOC) as f:
+            text = f.read()
+        part = text.split("### A submission from scratch", 1)[1]
+        return part.split("```c\n", 1)[1].split("```", 1)[0]
+
+    def test_the_skeleton_packs_runs_and_replays(self):
+        sub = self.path("signum")
+        os.makedirs(sub)
+        with open(os.path.join(sub, "submission.c"), "w") as f:
+            f.write(self.skeleton())
+        with open(os.path.join(sub, "submission.ini"), "w") as f:
+            f.write("[submission]\nname = signum\nruleset = self\n"
+                    "[tuning]\nstudies = 1\n")
+        entry = self.path("signum.apf")
+        self.ok("pack", sub, "-w", BLOBS, "-o", entry)
+        run = self.path("signum.run")
+        self.ok("run", entry, "-o", run, timeout=300)
+        self.ok("verify", run, "--replay", "all", timeout=600)
