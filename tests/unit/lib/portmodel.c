@@ -103,12 +103,36 @@ static int model_init(void *user, float *w, float *state)
 	return 0;
 }
 
+/* Tensor k's kind: the case's, or the table's. */
+static const char *kind_name(const struct portmodel_opts *o, int k)
+{
+	return o->kinds ? o->kinds[k] : portmodel_params[k].kind;
+}
+
+static int kind_of(const char *name)
+{
+	static const char *const names[] = {
+		[APF_PARAM_WEIGHT] = "weight",
+		[APF_PARAM_BIAS] = "bias",
+		[APF_PARAM_CONV_WEIGHT] = "conv_weight",
+		[APF_PARAM_NORM_SCALE] = "norm_scale",
+		[APF_PARAM_NORM_BIAS] = "norm_bias",
+		[APF_PARAM_EMBEDDING] = "embedding",
+	};
+	for (int k = 1; k < (int)(sizeof names / sizeof *names); k++)
+		if (names[k] && !strcmp(names[k], name))
+			return k;
+	return -1;
+}
+
 static json_t *model_json(const struct portmodel_opts *o)
 {
 	json_t *hp = json_object(), *params = json_array();
 	for (size_t i = 0; i < o->nhp; i++)
 		json_object_set_new(hp, o->hp_names[i],
-				    json_real(o->hp_values[i]));
+				    o->hp_words && o->hp_words[i]
+					    ? json_string(o->hp_words[i])
+					    : json_real(o->hp_values[i]));
 	for (int k = 0; k < PORTMODEL_NPARAMS; k++) {
 		const struct portmodel_param *p = &portmodel_params[k];
 		json_t *shape = json_array();
@@ -116,7 +140,8 @@ static json_t *model_json(const struct portmodel_opts *o)
 			json_array_append_new(shape, json_integer(p->shape[d]));
 		json_array_append_new(
 			params, json_pack("{s:s, s:s, s:o, s:I, s:I}", "name",
-					  p->name, "kind", p->kind, "shape", shape,
+					  p->name, "kind", kind_name(o, k),
+					  "shape", shape,
 					  "offset", (json_int_t)p->offset, "numel",
 					  (json_int_t)p->numel));
 	}
@@ -127,6 +152,11 @@ static json_t *model_json(const struct portmodel_opts *o)
 
 int portmodel_run(const struct portmodel_opts *o, const char *dir)
 {
+	for (int k = 0; k < PORTMODEL_NPARAMS; k++)
+		if (kind_of(kind_name(o, k)) < 0)
+			return apf_error(APF_EINPUT, "portmodel",
+					 "%s: no kind '%s'",
+					 portmodel_params[k].name, kind_name(o, k));
 	struct model m;
 	model_make(&m, o->steps);
 	apf_param table[PORTMODEL_NPARAMS];
@@ -134,7 +164,7 @@ int portmodel_run(const struct portmodel_opts *o, const char *dir)
 	for (int k = 0; k < PORTMODEL_NPARAMS; k++) {
 		const struct portmodel_param *p = &portmodel_params[k];
 		snprintf(table[k].name, sizeof table[k].name, "%s", p->name);
-		table[k].kind = kinds[k];
+		table[k].kind = kind_of(kind_name(o, k));
 		table[k].ndim = p->ndim;
 		memcpy(table[k].shape, p->shape, sizeof p->shape);
 		table[k].offset = p->offset;
@@ -161,6 +191,10 @@ int portmodel_run(const struct portmodel_opts *o, const char *dir)
 	for (size_t i = 0; i < o->nhp; i++) {
 		hp.names[i] = apf_strdup(o->hp_names[i]);
 		hp.values[i] = o->hp_values[i];
+		if (o->hp_words && o->hp_words[i]) {
+			hp.values[i] = NAN;
+			hp.words[i] = apf_strdup(o->hp_words[i]);
+		}
 	}
 
 	char *src = apf_path_join(testlib_root(), o->submission);

@@ -20,8 +20,8 @@
  * portmodel_run builds a submission, runs it through apf_trial_step and
  * writes into a directory what the other side needs:
  *
- *   model.json    port, steps, step_hint, hparams {name: value}, params
- *                 [{name, kind, shape, offset, numel}]
+ *   model.json    port, steps, step_hint, hparams {name: value or word},
+ *                 params [{name, kind, shape, offset, numel}]
  *   w0.bin        float32[n]           the initial parameters
  *   a.bin         float64[n]           the curvatures a_i
  *   targets.bin   float64[steps][n]    c_{s,i}
@@ -56,7 +56,15 @@ struct portmodel_opts {
 	const char *port;
 	const char *const *hp_names;
 	const double *hp_values;
+	/* NULL, or one per hyperparameter: where not NULL, the hyperparameter
+	 * is that word (true, ADAM, ...) and its value is unused. */
+	const char *const *hp_words;
 	size_t nhp;
+	/* NULL, or the tensors' kinds as model.json names them, in place of
+	 * portmodel_params' (emb.weight declared a "weight" makes a tall
+	 * matrix for an algorithm that treats embeddings apart); the initial
+	 * values stay the same. */
+	const char *const *kinds;
 	int steps;
 	int64_t step_hint;
 };
