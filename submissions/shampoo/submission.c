@@ -35,8 +35,9 @@
  *
  * The roots are (L / (1 - b2^t) + epsilon I)^(-exponent_multiplier/root),
  * root = 2 x order or inv_root_override, by apf_inv_root (eigenvalues
- * below 0 taken as 0; the published code shifts all of them up by the
- * most negative one instead, a difference only of rounding), computed at
+ * below 0 or within n ulps of the largest taken as 0; the published code
+ * shifts all of them up by the most negative one instead, a difference
+ * of rounding only), computed at
  * step start_preconditioning_step (-1: precondition_frequency) and every
  * precondition_frequency steps after it, and kept in a slot with the
  * factors, so that a resumed trial has them. Before the start the step is

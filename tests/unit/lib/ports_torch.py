@@ -149,11 +149,14 @@ def cautious_nadamw(params, hp, step_hint, grad):
 
 def _inverse_root(factor, p, ridge):
     """(S + ridge I)^(-1/p) for S the symmetric part of a float32 factor:
-    eigendecomposition in float64, eigenvalues below 0 taken as 0."""
+    eigendecomposition in float64, eigenvalues at most n 2^-52 of the
+    largest magnitude (below 0, or rounding's zeros) taken as 0, as
+    apf's inverse root defines it."""
     s = factor.double()
     s = (s + s.T) / 2
     lam, q = torch.linalg.eigh(s)
-    lam = torch.clamp(lam, min=0.0)
+    tol = s.shape[0] * 2.0 ** -52 * float(lam.abs().max())
+    lam = torch.where(lam > tol, lam, torch.zeros_like(lam))
     return ((q * (lam + ridge) ** (-1.0 / p)) @ q.T).to(torch.float32)
 
 
