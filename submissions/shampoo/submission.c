@@ -442,10 +442,16 @@ int update_params(apf_ctx *ctx, const apf_hparams *hp, const apf_batch *batch,
 		} else {
 			apf_matmul(ctx, pm, 1.0f, L, 0, fb, 0, 0.0f);
 		}
-		apf_mat abm = apf_mat_of(ctx, apf_slice(ctx, Ab, 0, nb),
-					 b->rows, b->cols);
-		apf_copy_mat(ctx, abm, ab);
-		double graft = apf_norm2(ctx, abm.v);
+		/* The grafted block's norm, from a copy where the block is
+		 * not contiguous. */
+		apf_vec av = ab.v;
+		if (ab.ld != ab.cols) {
+			apf_mat abm = apf_mat_of(ctx, apf_slice(ctx, Ab, 0, nb),
+						 b->rows, b->cols);
+			apf_copy_mat(ctx, abm, ab);
+			av = abm.v;
+		}
+		double graft = apf_norm2(ctx, av);
 		double pn = apf_norm2(ctx, pm.v);
 		apf_scale(ctx, pm.v, (float)(graft / (pn + GRAFT_NORM_EPS)));
 		apf_copy_mat(ctx, ab, pm);
