@@ -15,8 +15,8 @@ an fma on vector CPUs and would round differently. Where an algorithm
 makes a discrete choice (Lion's sign, the Cautious mask), that is what
 keeps both sides choosing alike.
 
-A new algorithm is one function taking (params, hparams, step_hint, grad)
-and yielding the parameters after each step, registered in PORTS.
+A new algorithm is one function of a Problem, yielding the parameters
+after each step, registered in PORTS.
 """
 import json
 import math
@@ -40,13 +40,27 @@ def warmup_cosine(peak, k, total, warmup_factor):
     return peak * (1 + math.cos(math.pi * min(k - warm, span) / span)) / 2
 
 
+class Problem:
+    """What an algorithm gets: params, the tensors it updates in place
+    (float32, in their shapes); info, each one's {name, kind, shape,
+    offset, numel} from model.json (kind: "weight", "bias",
+    "conv_weight", "embedding", "norm_scale"; a tensor's matrix view is
+    shape[0] x the rest); hp, the trial's hyperparameters; step_hint; and
+    grad(params, step), the gradients of the step's batch at params."""
+
+    def __init__(self, params, info, hp, step_hint, grad):
+        self.params, self.info, self.hp = params, info, hp
+        self.step_hint, self.grad = step_hint, grad
+
+
 def global_norm(tensors):
     return math.sqrt(sum(float((t.double() ** 2).sum()) for t in tensors))
 
 
 # ---- Lion (Chen et al., 2023, Algorithm 2) -----------------------------------
 
-def lion(params, hp, step_hint, grad):
+def lion(pb):
+    params, hp, step_hint, grad = pb.params, pb.hp, pb.step_hint, pb.grad
     lr0 = hp["learning_rate"]
     b1 = 1 - hp["one_minus_beta1"]
     b2 = hp["beta2"]
@@ -66,7 +80,8 @@ def lion(params, hp, step_hint, grad):
 
 # ---- AdEMAMix (Pagliardini et al., 2024, Algorithm 1) ------------------------
 
-def ademamix(params, hp, step_hint, grad):
+def ademamix(pb):
+    params, hp, step_hint, grad = pb.params, pb.hp, pb.step_hint, pb.grad
     lr0 = hp["learning_rate"]
     b1 = 1 - hp["one_minus_beta1"]
     b2, b3, alpha = hp["beta2"], hp["beta3"], hp["alpha"]
@@ -116,7 +131,8 @@ def ademamix(params, hp, step_hint, grad):
 
 # ---- Cautious NAdamW (Liang et al., 2024, on AlgoPerf's NAdamW) --------------
 
-def cautious_nadamw(params, hp, step_hint, grad):
+def cautious_nadamw(pb):
+    params, hp, step_hint, grad = pb.params, pb.hp, pb.step_hint, pb.grad
     lr0 = hp["learning_rate"]
     b1 = 1 - hp["one_minus_beta1"]
     b2, wd, eps = hp["beta2"], hp["weight_decay"], 1e-8
@@ -173,7 +189,7 @@ def main(d):
     port = PORTS[model["port"]]
     trace = np.empty((steps, n), dtype=np.float32)
     with torch.no_grad():
-        run = port(params, model["hparams"], model["step_hint"], grad)
+        run = port(Problem(params, table, model["hparams"], model["step_hint"], grad))
         for s in range(steps):
             ps = next(run)
             trace[s] = torch.cat([p.reshape(-1) for p in ps]).numpy()
