@@ -96,7 +96,7 @@ $(BUILD)/obj/%.o: %.c
 
 # The plugin's objects: device code and its host side, both by nvcc.
 CU_HDR := $(wildcard pkg/nn/cuda/*.h) pkg/nn/nn.h pkg/nn/cuda_plugin.h \
-          pkg/base/base.h pkg/rng/rng.h
+          pkg/nn/mathf.h pkg/base/base.h pkg/rng/rng.h
 $(BUILD)/obj/pkg/nn/cuda/%.o: pkg/nn/cuda/%.cu $(CU_HDR)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  NVCC    $<")

@@ -5,17 +5,19 @@
 #   runtime  the data the shipped workloads read (an image has build + runtime):
 #            Fashion-MNIST, and the fortunes text_lm's corpus is cut from
 #   unit     what the unit tests need beyond build (the image build runs them)
-#   test     everything make test uses: the unit tests', the end-to-end
-#            tests' (python, chromium for the report, podman and debootstrap
-#            for the container test, slurm-wlm and munge for the Slurm test)
+#   test     everything make test uses: the unit tests' (PyTorch and numpy
+#            for the cross-checks of the models, the ports and linalg), the
+#            end-to-end tests' (python, chromium for the report, podman and
+#            debootstrap for the container test, slurm-wlm and munge for the
+#            Slurm test)
 #   bench    the peers the benchmarks measure against
 set -eu
 
 build="gcc make pkg-config git python3 libarchive-dev libssl-dev libgit2-dev libinih-dev
 libjansson-dev libopenblas-dev libseccomp-dev libelf-dev zlib1g-dev libzstd-dev"
-test="libcmocka-dev python3 python3-jsonschema openssl zstd dataset-fashion-mnist
-util-linux iproute2 man-db groff-base chromium podman runc debootstrap slurm-wlm munge
-fortunes"
+test="libcmocka-dev python3 python3-jsonschema python3-torch python3-numpy openssl zstd
+dataset-fashion-mnist util-linux iproute2 man-db groff-base chromium podman runc
+debootstrap slurm-wlm munge fortunes"
 runtime="dataset-fashion-mnist fortunes"
 unit="libcmocka-dev python3"
 bench="python3-torch coreutils bc dataset-fashion-mnist"

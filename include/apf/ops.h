@@ -202,7 +202,8 @@ struct apf_ops {
 	/* y = x^p as C's pow: x < 0 gives NaN unless p is an integer, 0^p
 	 * is 0 (p > 0), 1 (p == 0) or inf (p < 0) */
 	void (*pow)(apf_ctx *ctx, apf_vec y, apf_vec x, float p);
-	/* z = 1 where x and y have the same strict sign (x y > 0), else 0:
+	/* z = 1 where x and y are both > 0 or both < 0 (compared, not
+	 * multiplied, so a product that underflows still counts), else 0:
 	 * the mask of Cautious optimizers */
 	void (*agree)(apf_ctx *ctx, apf_vec z, apf_vec x, apf_vec y);
 	/* z = c > 0 ? x : y */
@@ -237,10 +238,10 @@ struct apf_ops {
 	/* out = (S + ridge I)^(-1/p) for S the symmetric part (A + A^T)/2 of
 	 * the n x n matrix A, p > 0, ridge >= 0: S's eigendecomposition in
 	 * double (Householder tridiagonalisation, then implicit QL), its
-	 * eigenvalues below 0 (rounding in a positive semi-definite matrix)
-	 * taken as 0, each lambda mapped to (lambda + ridge)^(-1/p); an
-	 * eigenvalue that maps to inf or NaN (ridge 0 and a null space)
-	 * fails the call. out may be A. O(n^3) on the host (device matrices
+	 * eigenvalues at most n 2^-52 of the largest (below 0, or within the
+	 * decomposition's rounding of 0) taken as 0, each lambda mapped to
+	 * (lambda + ridge)^(-1/p); an eigenvalue that maps to inf or NaN
+	 * (ridge 0 and a null space) fails the call. out may be A. O(n^3) on the host (device matrices
 	 * are copied); n at most 4096. */
 	void (*inv_root)(apf_ctx *ctx, apf_mat out, apf_mat a, double p,
 			 double ridge);

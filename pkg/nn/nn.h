@@ -382,7 +382,7 @@ struct apf_backend {
 		      size_t n);
 	void (*pow)(apf_backend *be, float *y, const float *x, float p,
 		    size_t n);
-	/* z = (x y > 0) ? 1 : 0 */
+	/* z = 1 where x, y are both > 0 or both < 0, else 0 */
 	void (*agree)(apf_backend *be, float *z, const float *x, const float *y,
 		      size_t n);
 	/* z = c > 0 ? x : y */

@@ -27,6 +27,8 @@
  */
 #include "trial/internal.h"
 
+#include "nn/linalg.h"
+
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -833,6 +835,97 @@ static void op_col_sumsq(apf_ctx *c, apf_vec out, apf_mat a)
 	sumsq_op(c, out, a, 1, "col_sumsq");
 }
 
+#define INV_ROOT_MAX APF_LINALG_MAX_N
+
+/* The floats of view m, row by row, into host memory h (rows x cols). A
+ * device's view comes down whole (its span, gaps between rows included). */
+static int mat_down(apf_trial *t, apf_mat m, float *h, float *span)
+{
+	const float *src = m.v.p;
+	if (BE(t)->device_memory) {
+		BE(t)->download(BE(t), span, m.v.p, m.v.n * sizeof(float));
+		if (BE(t)->sync(BE(t)))
+			return -1;
+		src = span;
+	}
+	for (int r = 0; r < m.rows; r++)
+		memcpy(h + (size_t)r * m.cols, src + (size_t)r * m.ld,
+		       (size_t)m.cols * sizeof(float));
+	return 0;
+}
+
+/* And back: a device's span comes down first, so the floats between its
+ * rows keep their values. */
+static int mat_up(apf_trial *t, apf_mat m, const float *h, float *span)
+{
+	float *dst = m.v.p;
+	if (BE(t)->device_memory) {
+		BE(t)->download(BE(t), span, m.v.p, m.v.n * sizeof(float));
+		if (BE(t)->sync(BE(t)))
+			return -1;
+		dst = span;
+	}
+	for (int r = 0; r < m.rows; r++)
+		memcpy(dst + (size_t)r * m.ld, h + (size_t)r * m.cols,
+		       (size_t)m.cols * sizeof(float));
+	if (BE(t)->device_memory) {
+		BE(t)->upload(BE(t), m.v.p, span, m.v.n * sizeof(float));
+		return BE(t)->sync(BE(t));
+	}
+	return 0;
+}
+
+static void op_inv_root(apf_ctx *c, apf_mat out, apf_mat a, double p,
+			double ridge)
+{
+	apf_trial *t = T(c);
+	if (!mat_ok(t, out, "inv_root") || !mat_ok(t, a, "inv_root"))
+		return;
+	if (a.rows != a.cols || out.rows != a.rows || out.cols != a.cols) {
+		misuse(t, "inv_root: a %d x %d matrix into %d x %d (square, the "
+			  "same n)",
+		       a.rows, a.cols, out.rows, out.cols);
+		return;
+	}
+	if (a.rows > INV_ROOT_MAX) {
+		misuse(t, "inv_root: n %d (at most %d)", a.rows, INV_ROOT_MAX);
+		return;
+	}
+	if (!(p > 0) || !isfinite(p) || !(ridge >= 0) || !isfinite(ridge)) {
+		misuse(t, "inv_root: p %g, ridge %g (p > 0, ridge >= 0, finite)",
+		       p, ridge);
+		return;
+	}
+	size_t n = (size_t)a.rows, nn = n * n;
+	size_t span = a.v.n > out.v.n ? a.v.n : out.v.n;
+	float *hf = malloc(nn * sizeof *hf);
+	float *sp = BE(t)->device_memory ? malloc(span * sizeof *sp) : NULL;
+	double *ad = malloc(nn * sizeof *ad), *od = malloc(nn * sizeof *od);
+	const char *why = NULL;
+	if (!hf || !ad || !od || (BE(t)->device_memory && !sp))
+		why = "out of memory";
+	else if (mat_down(t, a, hf, sp))
+		why = "the device failed the copy";
+	if (!why) {
+		for (size_t i = 0; i < nn; i++)
+			ad[i] = hf[i];
+		if (apf_sym_inv_root(od, &why, (int)n, ad, p, ridge) == 0) {
+			for (size_t i = 0; i < nn; i++)
+				hf[i] = (float)od[i];
+			if (mat_up(t, out, hf, sp))
+				why = "the device failed the copy";
+		} else if (!why) {
+			why = "no inverse root";
+		}
+	}
+	if (why)
+		misuse(t, "inv_root: %s", why);
+	free(hf);
+	free(sp);
+	free(ad);
+	free(od);
+}
+
 /* ---- ABI 2: scratch ---------------------------------------------------------- */
 
 /* Every submission call starts with all scratch released. */
@@ -951,6 +1044,7 @@ static const struct apf_ops ops = {
 	.copy_mat = op_copy_mat,
 	.row_sumsq = op_row_sumsq,
 	.col_sumsq = op_col_sumsq,
+	.inv_root = op_inv_root,
 	.scratch = op_scratch,
 };
 

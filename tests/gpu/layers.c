@@ -16,7 +16,14 @@
  *     RESULT gpu <op>_max_rel_err <value> tolerance <tol> <ok|FAIL>
  *
  * the error being max |cuda - cpu| / max |cpu| over each output (for a
- * reduction, its one value). Then STEPS (200) steps of each workload
+ * reduction, its one value; max |cpu| over its finite values), an element
+ * whose bits agree, or that is NaN on both (whatever the payload: x86's
+ * default NaN has the sign bit set, CUDA's not), counting 0. Tolerance 0
+ * means bit for bit: there a zero of the other sign counts as an infinite
+ * error too. ABI 2's operations (sub to copy_mat) are held to 0, the CPU's
+ * bits being their contract; their inputs carry a quarter of special
+ * values (signed zeros, infinities, NaN, subnormals, values past exp's
+ * range, ...) among the random ones. Then STEPS (200) steps of each workload
  * (fmnist_mlp, fmnist_cnn, clicks_dlrm, text_lm, fmnist_unet) twice on
  * CUDA, whose parameters must agree bit for bit
  * (RESULT gpu <workload>_repeat_bitwise 1; SKIP: with the reason when a
@@ -25,6 +32,7 @@
  * cuBLAS's SGEMM rate (RESULT gpu sgemm_gflops). Without a device: one
  * line, SKIP: <reason>, exit 0. Exit 1 when any comparison fails.
  */
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -138,6 +146,63 @@ RUN(r_dot) { return be->dot(be, b[0], b[1], NV); }
 RUN(r_sum) { return be->sum(be, b[0], NV); }
 RUN(r_norm2) { return be->norm2(be, b[0], NV); }
 RUN(r_max_abs) { return be->max_abs(be, b[0], NV); }
+
+/* ABI 2's operations. Each case's special values (case_specials): the
+ * edges of its domain; in sp_all, +-1e-30 and the subnormals make products
+ * that underflow to 0 (agree compares signs, not the product). */
+static const float sp_all[] = {0.0f,     -0.0f,    INFINITY, -INFINITY,
+			       NAN,      1e-40f,   -1e-40f,  1e-30f,
+			       -1e-30f,  FLT_MIN,  FLT_MAX,  -FLT_MAX,
+			       1.0f,     -1.0f};
+/* past 88.72 the float is inf, below -103.97 0, between them subnormal */
+static const float sp_exp[] = {0.0f,    -0.0f,   INFINITY, -INFINITY, NAN,
+			       88.7f,   88.73f,  89.9f,    90.1f,     -87.4f,
+			       -103.9f, -104.5f, -104.9f,  -105.1f,   1e-40f};
+static const float sp_log[] = {0.0f,   -0.0f,  -1.0f,   INFINITY, -INFINITY,
+			       NAN,    1e-40f, 1.4e-45f, FLT_MIN, FLT_MAX,
+			       1.0f,   2.0f,   0.5f};
+static const float sp_pow[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 1.0f,
+			       -1.0f, 1e-40f, FLT_MAX, 0.5f, -0.5f};
+/* -1e-8 + eps is 0: 1 / sqrt(0) is inf; -1 gives NaN */
+static const float sp_rsqrt[] = {0.0f,  -0.0f,   -1e-8f,  -1.0f, INFINITY,
+				 NAN,   1e-40f,  FLT_MIN, FLT_MAX};
+
+RUN(r_sub) { be->sub(be, b[0], b[1], b[2], NV); return NAN; }
+RUN(r_min) { be->min(be, b[0], b[1], b[2], NV); return NAN; }
+RUN(r_sign) { be->sign(be, b[0], b[1], NV); return NAN; }
+RUN(r_abs) { be->abs(be, b[0], b[1], NV); return NAN; }
+RUN(r_exp) { be->exp(be, b[0], b[1], NV); return NAN; }
+RUN(r_log) { be->log(be, b[0], b[1], NV); return NAN; }
+RUN(r_reciprocal) { be->reciprocal(be, b[0], b[1], NV); return NAN; }
+RUN(r_rsqrt) { be->rsqrt(be, b[0], b[1], 1e-8f, NV); return NAN; }
+RUN(r_pow)
+{
+	/* a root and a negative power of positive inputs */
+	be->pow(be, b[0], b[2], 0.5f, NV);
+	be->pow(be, b[1], b[2], -1.7f, NV);
+	return NAN;
+}
+RUN(r_pow_integer)
+{
+	/* odd and even integer powers keep negative inputs' signs or not */
+	be->pow(be, b[0], b[2], 3.0f, NV);
+	be->pow(be, b[1], b[2], -2.0f, NV);
+	return NAN;
+}
+RUN(r_agree) { be->agree(be, b[0], b[1], b[2], NV); return NAN; }
+RUN(r_select) { be->select(be, b[0], b[1], b[2], b[3], NV); return NAN; }
+RUN(r_select_inplace)
+{
+	/* the output over the condition */
+	be->select(be, b[0], b[0], b[1], b[2], NV);
+	return NAN;
+}
+/* a (B,C) view with a padded leading dimension; copy_mat between two
+ * differently padded ones, its destination's padding left alone */
+enum { MLD = C + 5, MLDD = C + 3, MLDS = C + 11 };
+RUN(r_row_sumsq) { be->row_sumsq(be, b[0], b[1], B, C, MLD); return NAN; }
+RUN(r_col_sumsq) { be->col_sumsq(be, b[0], b[1], B, C, MLD); return NAN; }
+RUN(r_copy_mat) { be->copy_mat(be, b[0], MLDD, b[1], MLDS, B, C); return NAN; }
 
 /* click-through shapes: F fields of EROWS rows each, vectors of ED */
 enum { EF = 4, ELDI = 5, EROWS = 40, EV = EF * EROWS, ED = 16, IE = 5 };
@@ -552,9 +617,55 @@ static const struct gcase cases[] = {
 	{"sum", 1, {NV}, 0, -1, -1, 1, 1e-10, r_sum},
 	{"norm2", 1, {NV}, 0, -1, -1, 1, 1e-10, r_norm2},
 	{"max_abs", 1, {NV}, 0, -1, -1, 1, 0, r_max_abs},
+	/* ABI 2: tolerance 0, bit for bit (NaN payloads aside) */
+	{"sub", 3, {NV, NV, NV}, 1, -1, -1, 1, 0, r_sub},
+	{"min", 3, {NV, NV, NV}, 1, -1, -1, 1, 0, r_min},
+	{"sign", 2, {NV, NV}, 1, -1, -1, 1, 0, r_sign},
+	{"abs", 2, {NV, NV}, 1, -1, -1, 1, 0, r_abs},
+	{"exp", 2, {NV, NV}, 1, -1, -20, 20, 0, r_exp},
+	{"log", 2, {NV, NV}, 1, -1, 0, 100, 0, r_log},
+	{"reciprocal", 2, {NV, NV}, 1, -1, -2, 2, 0, r_reciprocal},
+	{"rsqrt", 2, {NV, NV}, 1, -1, 0, 4, 0, r_rsqrt},
+	{"pow", 3, {NV, NV, NV}, 3, -1, 0, 4, 0, r_pow},
+	{"pow_integer", 3, {NV, NV, NV}, 3, -1, -3, 3, 0, r_pow_integer},
+	{"agree", 3, {NV, NV, NV}, 1, -1, -1, 1, 0, r_agree},
+	{"select", 4, {NV, NV, NV, NV}, 1, -1, -1, 1, 0, r_select},
+	{"select_inplace", 3, {NV, NV, NV}, 1, -1, -1, 1, 0, r_select_inplace},
+	{"row_sumsq", 2, {B, (size_t)B * MLD}, 1, -1, -2, 2, 0, r_row_sumsq},
+	{"col_sumsq", 2, {C, (size_t)B * MLD}, 1, -1, -2, 2, 0, r_col_sumsq},
+	{"copy_mat", 2, {(size_t)B * MLDD, (size_t)B * MLDS}, 1, -1, -1, 1, 0,
+	 r_copy_mat},
 };
 
 /* ---- the comparison ---- */
+
+/* Special values among a case's inputs: each element one of them instead
+ * with probability 1/4; none for the cases not named here. */
+#define SPECIAL(a) a, sizeof a / sizeof *a
+static const struct {
+	const char *name;
+	const float *v;
+	size_t n;
+} specials[] = {
+	{"sub", SPECIAL(sp_all)},         {"min", SPECIAL(sp_all)},
+	{"sign", SPECIAL(sp_all)},        {"abs", SPECIAL(sp_all)},
+	{"exp", SPECIAL(sp_exp)},         {"log", SPECIAL(sp_log)},
+	{"reciprocal", SPECIAL(sp_all)},  {"rsqrt", SPECIAL(sp_rsqrt)},
+	{"pow", SPECIAL(sp_pow)},         {"pow_integer", SPECIAL(sp_pow)},
+	{"agree", SPECIAL(sp_all)},       {"select", SPECIAL(sp_all)},
+	{"select_inplace", SPECIAL(sp_all)}, {"copy_mat", SPECIAL(sp_all)},
+};
+
+static const float *case_specials(const char *name, size_t *n)
+{
+	for (size_t i = 0; i < sizeof specials / sizeof *specials; i++)
+		if (!strcmp(name, specials[i].name)) {
+			*n = specials[i].n;
+			return specials[i].v;
+		}
+	*n = 0;
+	return NULL;
+}
 
 struct outputs {
 	float *host[MAXB];
@@ -580,6 +691,8 @@ static int run_case(apf_backend *be, const struct gcase *c, struct outputs *o)
 	apf_rng_key key = {42, 0, 0, APF_RNG_TEST};
 	apf_rng r;
 	apf_rng_init(&r, &key, 0);
+	size_t nspecial;
+	const float *special = case_specials(c->name, &nspecial);
 	float *dev[MAXB] = {0};
 	int rc = 0;
 	for (int k = 0; k < c->nb && !rc; k++) {
@@ -593,8 +706,12 @@ static int run_case(apf_backend *be, const struct gcase *c, struct outputs *o)
 			for (size_t i = 0; i < n; i++)
 				l[i] = (int32_t)apf_rng_below(&r, (uint32_t)classes);
 		} else {
-			for (size_t i = 0; i < n; i++)
+			for (size_t i = 0; i < n; i++) {
 				h[i] = c->lo + (c->hi - c->lo) * apf_rng_uniform(&r);
+				if (nspecial && apf_rng_below(&r, 4) == 0)
+					h[i] = special[apf_rng_below(
+						&r, (uint32_t)nspecial)];
+			}
 		}
 		rc = be->alloc(be, n * sizeof *h, (void **)&dev[k]);
 		if (!rc)
@@ -633,12 +750,19 @@ static double rel_err(const struct gcase *c, const struct outputs *a,
 			continue;
 		double dmax = 0.0, rmax = 0.0;
 		for (size_t i = 0; i < c->n[k]; i++) {
-			double d = fabs((double)a->host[k][i] - ref->host[k][i]);
-			if (isnan(d))
-				d = INFINITY;
+			float g = a->host[k][i], w = ref->host[k][i];
+			double d = 0.0;
+			if (memcmp(&g, &w, sizeof g) && !(isnan(g) && isnan(w))) {
+				d = fabs((double)g - w);
+				/* NaN against a number, inf against another
+				 * value; at tolerance 0, +0 against -0 */
+				if (isnan(d) || (d == 0.0 && c->tol == 0))
+					d = INFINITY;
+			}
 			dmax = d > dmax ? d : dmax;
-			double m = fabs((double)ref->host[k][i]);
-			rmax = m > rmax ? m : rmax;
+			double m = fabs((double)w);
+			if (isfinite(m))
+				rmax = m > rmax ? m : rmax;
 		}
 		double e = dmax / (rmax > 0 ? rmax : 1.0);
 		worst = e > worst ? e : worst;

@@ -507,6 +507,87 @@ static void sums_of_squares_are_summed_in_double_in_order(void **state)
 	env_finish(&e);
 }
 
+/* (S + ridge I)^(-1/p) of an SPD matrix, a block of a slot: out^p (S +
+ * ridge I) = I; out may be A itself; a singular S with ridge 0 fails the
+ * call with the reason. */
+static int root_case;
+
+static void root_body(apf_ctx *c)
+{
+	apf_vec a, b;
+	apf_slot(c, "a", 0, &a);
+	apf_slot(c, "b", 0, &b);
+	enum { n = 24, ld = 30 };
+	apf_mat G = apf_mat_of(c, apf_slice(c, b, 0, n * n), n, n);
+	apf_mat S = apf_block(c, apf_mat_of(c, apf_slice(c, a, 0, ld * ld), ld, ld),
+			      2, 3, n, n);
+	lcg_state = 17;
+	for (int i = 0; i < n * n; i++)
+		G.v.p[i] = unif(-1, 1);
+	/* S = G G^T (+ I unless the case wants it singular: then G's last
+	 * row is its first, and S has a null space within rounding) */
+	if (root_case == 1)
+		for (int j = 0; j < n; j++)
+			G.v.p[(n - 1) * n + j] = G.v.p[j];
+	apf_matmul(c, S, 1.0f, G, 0, G, 1, 0.0f);
+	if (root_case == 0)
+		for (int i = 0; i < n; i++)
+			S.v.p[i * ld + i] += 1.0f;
+	double Sd[n][n];
+	for (int i = 0; i < n; i++)
+		for (int j = 0; j < n; j++)
+			Sd[i][j] = S.v.p[i * ld + j];
+	apf_mat out = apf_mat_of(c, apf_slice(c, b, 1000, n * n), n, n);
+	double ridge = root_case == 0 ? 0.01 : 0.0;
+	apf_inv_root(c, root_case == 2 ? out : S, S, root_case == 2 ? -1 : 2,
+		     ridge);
+	if (root_case != 0)
+		return;
+	/* R = out (in S's place); R R (S + ridge I) = I */
+	double err = 0;
+	for (int i = 0; i < n; i++)
+		for (int j = 0; j < n; j++) {
+			double v = 0;
+			for (int k = 0; k < n; k++) {
+				double rr = 0;
+				for (int l = 0; l < n; l++)
+					rr += (double)S.v.p[i * ld + l] *
+					      S.v.p[l * ld + k];
+				v += rr * (Sd[k][j] + (k == j ? ridge : 0));
+			}
+			double e = fabs(v - (i == j));
+			err = e > err ? e : err;
+		}
+	if (err > 1e-4)
+		fail_msg("inv_root: |R^2 (S + ridge I) - I| = %g", err);
+	/* the floats around the block are untouched */
+	assert_true(S.v.p[-1] == 0.0f && S.v.p[n] == 0.0f);
+}
+
+static void inverse_root_inverts_and_refuses_what_it_cannot(void **state)
+{
+	(void)state;
+	const char *want[] = {
+		NULL,
+		"update_params: inv_root: ",
+		"update_params: inv_root: p -1, ridge 0 (p > 0, ridge >= 0, "
+		"finite)",
+	};
+	for (root_case = 0; root_case < 3; root_case++) {
+		struct env e;
+		env_start(&e, 2);
+		body = root_body;
+		int rc = step(&e);
+		if (!want[root_case])
+			assert_apf_ok(rc);
+		else if (rc != APF_EINPUT ||
+			 !strstr(apf_error_message(), want[root_case]))
+			fail_msg("case %d: got %d '%s'", root_case, rc,
+				 apf_error_message());
+		env_finish(&e);
+	}
+}
+
 /* ---- misuse: one clear error through the context ---------------------------- */
 
 static int misuse_case;
@@ -649,6 +730,7 @@ int main(void)
 		cmocka_unit_test(parameters_have_their_documented_views),
 		cmocka_unit_test(matmul_matches_double_reference_on_blocks),
 		cmocka_unit_test(sums_of_squares_are_summed_in_double_in_order),
+		cmocka_unit_test(inverse_root_inverts_and_refuses_what_it_cannot),
 		cmocka_unit_test(misuse_fails_the_call_with_one_clear_line),
 		cmocka_unit_test(scratch_is_released_at_every_call),
 	};

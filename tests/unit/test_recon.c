@@ -16,7 +16,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "base/base.h"
 #include "rng/rng.h"
@@ -187,16 +186,10 @@ static void ssim_falls_as_noise_grows(void **state)
 	assert_true(prev < 0.2);
 }
 
-static int have_numpy(void)
-{
-	return access(PYTHON, X_OK) == 0 &&
-	       system(PYTHON " -c 'import numpy' 2>/dev/null") == 0;
-}
-
 static void ssim_matches_skimages_algorithm(void **state)
 {
 	(void)state;
-	if (!have_numpy())
+	if (!testlib_have_numpy())
 		SKIP_BECAUSE("no numpy at " PYTHON " (Debian's python3-numpy)");
 	enum { N = 6 };
 	static const int sizes[3][2] = {{28, 28}, {7, 9}, {16, 11}};

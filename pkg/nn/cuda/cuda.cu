@@ -249,6 +249,20 @@ static apf_backend cuda_template(void)
 	t.sum = cu_sum;
 	t.norm2 = cu_norm2;
 	t.max_abs = cu_max_abs;
+	t.sub = cu_sub;
+	t.min = cu_min;
+	t.sign = cu_sign;
+	t.abs = cu_abs;
+	t.exp = cu_exp;
+	t.log = cu_log;
+	t.reciprocal = cu_reciprocal;
+	t.rsqrt = cu_rsqrt;
+	t.pow = cu_pow;
+	t.agree = cu_agree;
+	t.select = cu_select;
+	t.row_sumsq = cu_row_sumsq;
+	t.col_sumsq = cu_col_sumsq;
+	t.copy_mat = cu_copy_mat;
 	return t;
 }
 
@@ -296,8 +310,9 @@ static int setup_failed(struct cuda_impl *c, char *err, size_t errlen,
  * tanh-approximated, silu, tanh), dropout, add, accumulate, softmax
  * cross-entropy, count_correct, sigmoid cross-entropy, embedding, the dot
  * interaction, causal self-attention, the gated linear units, the 2x2
- * transposed convolution, concat, instance norm, L1 loss and every vector
- * operation. These entries stay NULL: batchnorm_relu_forward and
+ * transposed convolution, concat, instance norm, L1 loss, every vector
+ * operation (ABI 2's included) and the matrix views' sums of squares and
+ * copy. These entries stay NULL: batchnorm_relu_forward and
  * batchnorm_relu_backward (optional: nets then run batch norm, add and
  * ReLU as three layers).
  */

@@ -205,5 +205,26 @@ double cu_dot(apf_backend *be, const float *x, const float *y, size_t n);
 double cu_sum(apf_backend *be, const float *x, size_t n);
 double cu_norm2(apf_backend *be, const float *x, size_t n);
 double cu_max_abs(apf_backend *be, const float *x, size_t n);
+void cu_sub(apf_backend *be, float *z, const float *x, const float *y,
+	    size_t n);
+void cu_min(apf_backend *be, float *z, const float *x, const float *y,
+	    size_t n);
+void cu_sign(apf_backend *be, float *y, const float *x, size_t n);
+void cu_abs(apf_backend *be, float *y, const float *x, size_t n);
+void cu_exp(apf_backend *be, float *y, const float *x, size_t n);
+void cu_log(apf_backend *be, float *y, const float *x, size_t n);
+void cu_reciprocal(apf_backend *be, float *y, const float *x, size_t n);
+void cu_rsqrt(apf_backend *be, float *y, const float *x, float eps, size_t n);
+void cu_pow(apf_backend *be, float *y, const float *x, float p, size_t n);
+void cu_agree(apf_backend *be, float *z, const float *x, const float *y,
+	      size_t n);
+void cu_select(apf_backend *be, float *z, const float *c, const float *x,
+	       const float *y, size_t n);
+void cu_row_sumsq(apf_backend *be, float *out, const float *a, int rows,
+		  int cols, int lda);
+void cu_col_sumsq(apf_backend *be, float *out, const float *a, int rows,
+		  int cols, int lda);
+void cu_copy_mat(apf_backend *be, float *dst, int ldd, const float *src,
+		 int lds, int rows, int cols);
 
 #endif

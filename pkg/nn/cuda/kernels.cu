@@ -10,9 +10,13 @@
  * the host (dot, sum, norm2, max_abs, count_correct) run RED_BLOCKS blocks
  * of partials and one block that adds them in a fixed tree. Nothing uses
  * atomics, so every result repeats bit for bit; those sums differ from the
- * CPU's sequential ones only by rounding.
+ * CPU's sequential ones only by rounding. ABI 2's operations (sub through
+ * copy_mat) go further: they give the CPU's bits, exp, log and pow by
+ * mathf.h's sequences and the sums of squares one thread per row or
+ * column in the CPU's order.
  */
 #include "nn/cuda/cuda_impl.h"
+#include "nn/mathf.h"
 
 #include <math.h>
 
@@ -520,6 +524,174 @@ void cu_adam_direction(apf_backend *be, float *d, const float *m,
 {
 	EW_LAUNCH(be, "adam_direction", k_adam_direction, n, d, m, v, c1, c2,
 		  eps, n);
+}
+
+/* ---- ABI 2's elementwise operations ---------------------------------------------
+ * Bit for bit the CPU's (apf/ops.h's contract), NaN payloads aside: each is
+ * one IEEE operation written as its round-to-nearest intrinsic, so that no
+ * contraction or approximate division can change it whatever the flags; or
+ * comparisons and a choice, which move bits unchanged; or (exp, log, pow)
+ * mathf.h's fixed double sequence, whose own operations are intrinsics on
+ * the device. Every kernel reads an element before it writes it, so
+ * outputs may alias inputs. */
+
+EW_KERNEL(k_sub, (float *z, const float *x, const float *y, size_t n),
+	  z[i] = __fsub_rn(x[i], y[i]))
+/* the CPU's max mirrored: NaN in x gives y, NaN in y gives NaN, and of two
+ * zeros, y */
+EW_KERNEL(k_min, (float *z, const float *x, const float *y, size_t n),
+	  float a = x[i];
+	  float b = y[i];
+	  z[i] = a < b ? a : b)
+/* a zero and NaN fall through to themselves */
+EW_KERNEL(k_sign, (float *y, const float *x, size_t n),
+	  float v = x[i];
+	  y[i] = v > 0.0f ? 1.0f : v < 0.0f ? -1.0f : v)
+EW_KERNEL(k_abs, (float *y, const float *x, size_t n), y[i] = fabsf(x[i]))
+EW_KERNEL(k_exp, (float *y, const float *x, size_t n), y[i] = apf_mf_exp(x[i]))
+EW_KERNEL(k_log, (float *y, const float *x, size_t n), y[i] = apf_mf_log(x[i]))
+EW_KERNEL(k_reciprocal, (float *y, const float *x, size_t n),
+	  y[i] = __fdiv_rn(1.0f, x[i]))
+/* x + eps rounded to float first, then its square root, then 1 / it */
+EW_KERNEL(k_rsqrt, (float *y, const float *x, float eps, size_t n),
+	  y[i] = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(x[i], eps))))
+EW_KERNEL(k_pow, (float *y, const float *x, float p, size_t n),
+	  y[i] = apf_mf_pow(x[i], p))
+/* the signs compared, as the CPU's, not the product: two tiny values of
+ * one sign agree though their product underflows to 0 */
+EW_KERNEL(k_agree, (float *z, const float *x, const float *y, size_t n),
+	  float a = x[i];
+	  float b = y[i];
+	  z[i] = (a > 0.0f && b > 0.0f) || (a < 0.0f && b < 0.0f) ? 1.0f
+								 : 0.0f)
+EW_KERNEL(k_select,
+	  (float *z, const float *c, const float *x, const float *y, size_t n),
+	  float v = c[i] > 0.0f ? x[i] : y[i];
+	  z[i] = v)
+
+void cu_sub(apf_backend *be, float *z, const float *x, const float *y,
+	    size_t n)
+{
+	EW_LAUNCH(be, "sub", k_sub, n, z, x, y, n);
+}
+
+void cu_min(apf_backend *be, float *z, const float *x, const float *y,
+	    size_t n)
+{
+	EW_LAUNCH(be, "min", k_min, n, z, x, y, n);
+}
+
+void cu_sign(apf_backend *be, float *y, const float *x, size_t n)
+{
+	EW_LAUNCH(be, "sign", k_sign, n, y, x, n);
+}
+
+void cu_abs(apf_backend *be, float *y, const float *x, size_t n)
+{
+	EW_LAUNCH(be, "abs", k_abs, n, y, x, n);
+}
+
+void cu_exp(apf_backend *be, float *y, const float *x, size_t n)
+{
+	EW_LAUNCH(be, "exp", k_exp, n, y, x, n);
+}
+
+void cu_log(apf_backend *be, float *y, const float *x, size_t n)
+{
+	EW_LAUNCH(be, "log", k_log, n, y, x, n);
+}
+
+void cu_reciprocal(apf_backend *be, float *y, const float *x, size_t n)
+{
+	EW_LAUNCH(be, "reciprocal", k_reciprocal, n, y, x, n);
+}
+
+void cu_rsqrt(apf_backend *be, float *y, const float *x, float eps, size_t n)
+{
+	EW_LAUNCH(be, "rsqrt", k_rsqrt, n, y, x, eps, n);
+}
+
+void cu_pow(apf_backend *be, float *y, const float *x, float p, size_t n)
+{
+	EW_LAUNCH(be, "pow", k_pow, n, y, x, p, n);
+}
+
+void cu_agree(apf_backend *be, float *z, const float *x, const float *y,
+	      size_t n)
+{
+	EW_LAUNCH(be, "agree", k_agree, n, z, x, y, n);
+}
+
+void cu_select(apf_backend *be, float *z, const float *c, const float *x,
+	       const float *y, size_t n)
+{
+	EW_LAUNCH(be, "select", k_select, n, z, c, x, y, n);
+}
+
+/* ---- ABI 2's matrix views ----------------------------------------------------------
+ * Sums of squares: one thread per row (per column) adds the squares in
+ * index order in double, each product and sum an intrinsic (never a fused
+ * multiply-add), and rounds once: the CPU's sequence, so its bits. */
+
+// out is (rows), a is (rows,cols) with leading dimension lda
+__global__ static void k_row_sumsq(float *out, const float *a, int rows,
+				   int cols, int lda)
+{
+	size_t r = global_index();
+	if (r >= (size_t)rows)
+		return;
+	const float *p = a + r * lda;
+	double s = 0.0;
+	for (int c = 0; c < cols; c++) {
+		double v = p[c];
+		s = __dadd_rn(s, __dmul_rn(v, v));
+	}
+	out[r] = __double2float_rn(s);
+}
+
+// out is (cols), a is (rows,cols) with leading dimension lda
+__global__ static void k_col_sumsq(float *out, const float *a, int rows,
+				   int cols, int lda)
+{
+	size_t c = global_index();
+	if (c >= (size_t)cols)
+		return;
+	double s = 0.0;
+	for (int r = 0; r < rows; r++) {
+		double v = a[(size_t)r * lda + c];
+		s = __dadd_rn(s, __dmul_rn(v, v));
+	}
+	out[c] = __double2float_rn(s);
+}
+
+void cu_row_sumsq(apf_backend *be, float *out, const float *a, int rows,
+		  int cols, int lda)
+{
+	size_t n = rows > 0 ? (size_t)rows : 0;
+	EW_LAUNCH(be, "row_sumsq", k_row_sumsq, n, out, a, rows,
+		  cols > 0 ? cols : 0, lda);
+}
+
+void cu_col_sumsq(apf_backend *be, float *out, const float *a, int rows,
+		  int cols, int lda)
+{
+	size_t n = cols > 0 ? (size_t)cols : 0;
+	EW_LAUNCH(be, "col_sumsq", k_col_sumsq, n, out, a, rows > 0 ? rows : 0,
+		  cols, lda);
+}
+
+// dst is (rows,cols) with leading dimension ldd, src with lds
+void cu_copy_mat(apf_backend *be, float *dst, int ldd, const float *src,
+		 int lds, int rows, int cols)
+{
+	if (rows <= 0 || cols <= 0 || (dst == src && ldd == lds))
+		return;
+	cuda_check(be, "copy_mat",
+		   cudaMemcpy2DAsync(dst, (size_t)ldd * sizeof *dst, src,
+				     (size_t)lds * sizeof *src,
+				     (size_t)cols * sizeof *dst, (size_t)rows,
+				     cudaMemcpyDeviceToDevice,
+				     impl_of(be)->stream));
 }
 
 /* ---- softmax cross-entropy -------------------------------------------------- */

@@ -77,3 +77,9 @@ int testlib_have_torch(void)
 	       system(TESTLIB_PYTHON " -c 'import torch, numpy' 2>/dev/null") ==
 		       0;
 }
+
+int testlib_have_numpy(void)
+{
+	return access(TESTLIB_PYTHON, X_OK) == 0 &&
+	       system(TESTLIB_PYTHON " -c 'import numpy' 2>/dev/null") == 0;
+}

@@ -1,7 +1,7 @@
 /*
  * testlib.h: what the cmocka unit tests share: temporary directories that
- * clean themselves up, small file readers and writers, whether PyTorch is
- * there for the cross-checks, and SKIP_BECAUSE, which prints the
+ * clean themselves up, small file readers and writers, whether PyTorch and
+ * numpy are there for the cross-checks, and SKIP_BECAUSE, which prints the
  * reason in the form tests/run.py reports ("skip: <reason>").
  */
 #ifndef APF_TESTLIB_H
@@ -48,5 +48,8 @@ char *testlib_read(const char *dir, const char *rel, size_t *len);
 #define TESTLIB_PYTHON "/usr/bin/python3"
 /* Whether TESTLIB_PYTHON imports torch and numpy. */
 int testlib_have_torch(void);
+/* Whether TESTLIB_PYTHON imports numpy (Debian's python3-numpy), for the
+ * numpy cross-checks. */
+int testlib_have_numpy(void);
 
 #endif
