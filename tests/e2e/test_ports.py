@@ -8,7 +8,8 @@ The workload is blobs_steps: the blobs_mlp model and data with a budget of
 so that runs under different APF_CPU_ISA paths end in checkpoints that can
 be compared digest for digest (a time budget would stop each run at a
 different step). One unit (study 0, trial 1, the search space's first
-draw) per path; the first path's run is verified. Each port's runs serve
+draw) per path; the first (scalar) path's run is verified, its intervals
+replayed on the machine's own path. Each port's runs serve
 all of its assertions. A port whose folder is missing fails: the five are
 part of the tree.
 
@@ -17,9 +18,18 @@ blobs_steps' 40: its runs take a copy whose point 1 (the unit that runs)
 has roots every 10 steps, so that the inverse roots are computed,
 compared across paths and replayed (and its blocks are halved to fit the
 arena, which the trial log says).
+
+apf packs a folder under the one ruleset its submission.ini names; a port
+folder is external (its search space) with the published self-tuning
+defaults in its code, and its self-tuning entry is the same folder with
+`ruleset = self`. That entry is made, packed and run here too, on the
+first path: no hyperparameters reach the trial, and it trains on the
+defaults without a warning. (A folder that is `ruleset = self` itself is
+that entry, and its runs above are the check.)
 """
 import json
 import os
+import re
 import shutil
 
 import apftest
@@ -92,6 +102,36 @@ class Ports(RunCase):
                      timeout=300)
         self.assertEqual(r.rc, 0, (port, r))
         self.assertRegex(r.out, r"5 replay +passed")
+        with open(os.path.join(src, "submission.ini")) as f:
+            external = re.search(r"(?m)^ruleset *= *external *$", f.read())
+        if external:  # a `ruleset = self` folder was its own entry above
+            self.check_self_tuning(port, src, first, digests[first])
+
+    def check_self_tuning(self, port, src, isa, external):
+        sub = self.path(f"{port}_self")
+        shutil.copytree(src, sub)
+        ini = os.path.join(sub, "submission.ini")
+        with open(ini) as f:
+            text = f.read()
+        text = re.sub(r"(?m)^ruleset *=.*$", "ruleset = self", text)
+        text = re.sub(r"(?m)^name *=.*$", f"name = {port}_self", text)
+        with open(ini, "w") as f:
+            f.write(text)
+        entry = self.path(f"{port}_self.apf")
+        self.ok("pack", sub, "-w", WORKLOAD, "-o", entry, timeout=300)
+        run = self.path(f"{port}_self.run")
+        r = self.apf("run", entry, "-o", run, "--study", "0", "--trial", "1",
+                     "--threads", "1", "-q", env={"APF_CPU_ISA": isa}, timeout=300)
+        self.assertEqual(r.rc, 0, (port, "self-tuning", r))
+        recs, evals = self.evals(run)
+        end = [x for x in recs if x["event"] == "trial_end"][-1]
+        self.assertFalse(end["failed"], (port, "self-tuning", end))
+        self.assertEqual([x for x in recs if x["event"] == "warning"], [], port)
+        with open(os.path.join(run, "study_0", WORKLOAD, "trial_1", "hparams.json")) as f:
+            self.assertEqual(json.load(f), {}, port)
+        self.assertEqual(len(evals), 2, port)
+        # The defaults are not the external draw: another trajectory.
+        self.assertNotEqual(evals[1]["checkpoint"]["sha256"], external[1], port)
 
 
 def _case(port):

@@ -203,7 +203,9 @@ int portmodel_run(const struct portmodel_opts *o, const char *dir)
 	apf_submission *sub = NULL;
 	apf_backend *be = NULL;
 	apf_trial *trial = NULL;
-	size_t cap = apf_arena_capacity(PORTMODEL_N, 0, 8);
+	/* the runner's room for slots (pkg/host/host.c's SLOT_FACTOR): 16
+	 * times the parameters, which Shampoo's factors need on small ones */
+	size_t cap = apf_arena_capacity(PORTMODEL_N, 0, 16);
 	void *arena = apf_calloc(1, cap);
 	float *trace = apf_calloc((size_t)o->steps * PORTMODEL_N, sizeof(float));
 	int rc = apf_submission_build(src, inc, so, NULL);

@@ -15,14 +15,11 @@ an fma on vector CPUs and would round differently. Where an algorithm
 makes a discrete choice (Lion's sign, the Cautious mask), that is what
 keeps both sides choosing alike.
 
-A new algorithm is one function taking (params, hparams, step_hint, grad)
-and yielding the parameters after each step, registered in PORTS; one that
-treats tensors by kind or shape (Shampoo's blocks, Muon's matrices) also
-takes `table`, model.json's list of tensors. A word hyperparameter (true,
-ADAM) arrives as a string, and the C side ignores a number where it reads
-a word, so the functions here do too.
+A new algorithm is one function of a Problem, yielding the parameters
+after each step, registered in PORTS. A word hyperparameter (true, ADAM)
+arrives as a string, and the C side ignores a number where it reads a
+word, so the functions here do too.
 """
-import inspect
 import json
 import math
 import os
@@ -45,13 +42,27 @@ def warmup_cosine(peak, k, total, warmup_factor):
     return peak * (1 + math.cos(math.pi * min(k - warm, span) / span)) / 2
 
 
+class Problem:
+    """What an algorithm gets: params, the tensors it updates in place
+    (float32, in their shapes); info, each one's {name, kind, shape,
+    offset, numel} from model.json (kind: "weight", "bias",
+    "conv_weight", "embedding", "norm_scale"; a tensor's matrix view is
+    shape[0] x the rest); hp, the trial's hyperparameters; step_hint; and
+    grad(params, step), the gradients of the step's batch at params."""
+
+    def __init__(self, params, info, hp, step_hint, grad):
+        self.params, self.info, self.hp = params, info, hp
+        self.step_hint, self.grad = step_hint, grad
+
+
 def global_norm(tensors):
     return math.sqrt(sum(float((t.double() ** 2).sum()) for t in tensors))
 
 
 # ---- Lion (Chen et al., 2023, Algorithm 2) -----------------------------------
 
-def lion(params, hp, step_hint, grad):
+def lion(pb):
+    params, hp, step_hint, grad = pb.params, pb.hp, pb.step_hint, pb.grad
     lr0 = hp["learning_rate"]
     b1 = 1 - hp["one_minus_beta1"]
     b2 = hp["beta2"]
@@ -71,7 +82,8 @@ def lion(params, hp, step_hint, grad):
 
 # ---- AdEMAMix (Pagliardini et al., 2024, Algorithm 1) ------------------------
 
-def ademamix(params, hp, step_hint, grad):
+def ademamix(pb):
+    params, hp, step_hint, grad = pb.params, pb.hp, pb.step_hint, pb.grad
     lr0 = hp["learning_rate"]
     b1 = 1 - hp["one_minus_beta1"]
     b2, b3, alpha = hp["beta2"], hp["beta3"], hp["alpha"]
@@ -121,7 +133,8 @@ def ademamix(params, hp, step_hint, grad):
 
 # ---- Cautious NAdamW (Liang et al., 2024, on AlgoPerf's NAdamW) --------------
 
-def cautious_nadamw(params, hp, step_hint, grad):
+def cautious_nadamw(pb):
+    params, hp, step_hint, grad = pb.params, pb.hp, pb.step_hint, pb.grad
     lr0 = hp["learning_rate"]
     b1 = 1 - hp["one_minus_beta1"]
     b2, wd, eps = hp["beta2"], hp["weight_decay"], 1e-8
@@ -384,8 +397,8 @@ PORTS = {
     "lion": lion,
     "ademamix": ademamix,
     "cautious_nadamw": cautious_nadamw,
-    "shampoo": shampoo,
-    "muon": muon,
+    "shampoo": lambda pb: shampoo(pb.params, pb.hp, pb.step_hint, pb.grad, pb.info),
+    "muon": lambda pb: muon(pb.params, pb.hp, pb.step_hint, pb.grad, pb.info),
 }
 
 
@@ -415,9 +428,7 @@ def main(d):
     port = PORTS[model["port"]]
     trace = np.empty((steps, n), dtype=np.float32)
     with torch.no_grad():
-        table_too = "table" in inspect.signature(port).parameters
-        run = port(params, model["hparams"], model["step_hint"], grad,
-                   **({"table": table} if table_too else {}))
+        run = port(Problem(params, table, model["hparams"], model["step_hint"], grad))
         for s in range(steps):
             ps = next(run)
             trace[s] = torch.cat([p.reshape(-1) for p in ps]).numpy()
