@@ -950,9 +950,12 @@ static int op_scratch(apf_ctx *c, size_t n, apf_vec *out)
 		misuse(t, "scratch: %zu floats (1 to %zu)", n, SCRATCH_MAX);
 		return -1;
 	}
-	while (t->scratch_cur < t->nscratch) {
-		struct scratch_chunk *k = &t->scratch[t->scratch_cur];
-		if (k->n - t->scratch_off >= n) {
+	for (;;) {
+		for (; t->scratch_cur < t->nscratch;
+		     t->scratch_cur++, t->scratch_off = 0) {
+			struct scratch_chunk *k = &t->scratch[t->scratch_cur];
+			if (k->n - t->scratch_off < n)
+				continue;
 			*out = (apf_vec){k->p + t->scratch_off, n};
 			/* keep every hand-out 64-byte aligned */
 			t->scratch_off += (n + 15) & ~(size_t)15;
@@ -960,33 +963,27 @@ static int op_scratch(apf_ctx *c, size_t n, apf_vec *out)
 				t->scratch_off = k->n;
 			return 0;
 		}
-		t->scratch_cur++;
-		t->scratch_off = 0;
+		/* none holds n: a new chunk, where scratch_cur now points */
+		size_t want = t->scratch_total > n ? t->scratch_total : n;
+		if (want < SCRATCH_MIN)
+			want = SCRATCH_MIN;
+		if (want > SCRATCH_MAX - t->scratch_total)
+			want = SCRATCH_MAX - t->scratch_total;
+		if (t->nscratch == SCRATCH_CHUNKS || want < n) {
+			misuse(t, "scratch: %zu floats more than the %zu held (at "
+				  "most %zu at once)",
+			       n, t->scratch_total, SCRATCH_MAX);
+			return -1;
+		}
+		float *p;
+		if (BE(t)->alloc(BE(t), want * sizeof(float), (void **)&p)) {
+			misuse(t, "scratch: %zu floats: %s", want,
+			       apf_error_message());
+			return -1;
+		}
+		t->scratch[t->nscratch++] = (struct scratch_chunk){p, want};
+		t->scratch_total += want;
 	}
-	size_t want = t->scratch_total > n ? t->scratch_total : n;
-	if (want < SCRATCH_MIN)
-		want = SCRATCH_MIN;
-	if (want > SCRATCH_MAX - t->scratch_total)
-		want = SCRATCH_MAX - t->scratch_total;
-	if (t->nscratch == SCRATCH_CHUNKS || want < n) {
-		misuse(t, "scratch: %zu floats more than the %zu held (at most "
-			  "%zu at once)",
-		       n, t->scratch_total, SCRATCH_MAX);
-		return -1;
-	}
-	float *p;
-	if (BE(t)->alloc(BE(t), want * sizeof(float), (void **)&p)) {
-		misuse(t, "scratch: %zu floats: %s", want, apf_error_message());
-		return -1;
-	}
-	t->scratch[t->nscratch++] = (struct scratch_chunk){p, want};
-	t->scratch_total += want;
-	t->scratch_cur = t->nscratch - 1;
-	t->scratch_off = (n + 15) & ~(size_t)15;
-	if (t->scratch_off > want)
-		t->scratch_off = want;
-	*out = (apf_vec){p, n};
-	return 0;
 }
 
 static const struct apf_ops ops = {
