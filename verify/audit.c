@@ -192,6 +192,10 @@ static int host_open(struct audit *a, const struct apf_verify_kept *k,
 				   .trial = (uint32_t)k->trial,
 				   .threads = (int)a->r->threads,
 				   .budget_multiplier = m->tuning.budget_multiplier,
+				   .budget_scale = a->r->budget_scale,
+				   /* Timed as the run was: a replay's time is
+				    * held against the claimed one. */
+				   .clock = a->r->clock,
 				   .hp = &u->hp};
 	if (!rc)
 		rc = apf_host_open(out, &ho);
@@ -526,7 +530,7 @@ static int replay(struct audit *a, const struct apf_verify_kept *k, size_t c,
 	if (!rc && ready)
 		rc = apf_host_go(h, from->submission_ns, (int64_t)from->index,
 				 from->metrics, first ? 1 : 0);
-	uint64_t t_go = apf_now_ns();
+	uint64_t t_go = h ? apf_host_clock_ns(h) : 0;
 	if (!rc && ready && from_init && !apf_host_resume(h))
 		ready = 0;
 	int64_t step = 0;
@@ -544,7 +548,7 @@ static int replay(struct audit *a, const struct apf_verify_kept *k, size_t c,
 		/* Timed as the runner times an interval: to the freeze. */
 		if (!apf_host_freeze(h))
 			ready = 0;
-		*replayed_ns = apf_now_ns() - t_go;
+		*replayed_ns = apf_host_clock_ns(h) - t_go;
 		if (!ready)
 			;
 		else if ((*missed = apf_host_due_missed(h)))

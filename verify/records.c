@@ -222,6 +222,7 @@ static int take_field(const struct vx *v, const char *line,
 		if (apf_jtok_u64(line, x, &n) || (f->type == APF_F_U64_1 && n < 1))
 			return -1;
 		s->u[f->at] = n;
+		s->has_u |= (uint16_t)(1u << f->at);
 		return 0;
 	case APF_F_U64_NULL:
 		if (x->type == APF_JNULL) {
@@ -735,13 +736,13 @@ static int trial_start(struct vx *v, struct vx_unit *u,
 	if (what)
 		return log_fail(v, r, s,
 				"%s is %s, the workload spec %s (%s, %s "
-				"budget x%g) gives %s",
+				"budget x%g, scale %g) gives %s",
 				what, got, u->spec->name, u->variant,
 				!strcmp(v->device, "cuda") ? "gpu" : "cpu",
 				json_real_value(json_object_get(
 					json_object_get(v->run_json, "plan"),
 					"budget_multiplier")),
-				want);
+				v->budget_scale, want);
 	u->state = U_STARTED;
 	u->from_scratch = 1;
 	u->init_allowance = s->u[6];
@@ -828,12 +829,24 @@ static int step_block(struct vx *v, struct vx_unit *u,
 				 "written at t_ns %" PRIu64 ", before the block "
 				 "ended (%" PRIu64 ")",
 				 r->t_ns, end);
+	/* The block's submission time by the run's clock: under the cpu
+	 * clock its CPU time over the reference cores, which it must state. */
+	int has_cpu = !!(s->has_u & (1u << 5)), has_wait = !!(s->has_u & (1u << 6));
+	uint64_t cpu = s->u[5], wait = s->u[6];
+	if (v->clock == APF_CLOCK_CPU && !has_cpu)
+		return fail_here(v, u, r, s,
+				 "has no cpu_ns, and the run's clock is cpu");
+	uint64_t block = apf_clock_block_ns(v->clock, end - start, cpu);
 	uint64_t sub;
-	if (__builtin_add_overflow(u->sub, end - start, &sub) || acc != sub)
+	if (__builtin_add_overflow(u->sub, block, &sub) || acc != sub)
 		return fail_here(v, u, r, s,
 				 "accumulated_submission_ns %" PRIu64 " differs "
-				 "from the sum of the step blocks %" PRIu64,
-				 acc, sub);
+				 "from the sum of the step blocks %" PRIu64
+				 " (%s clock)",
+				 acc, sub, apf_clock_name(v->clock));
+	v->rep->blocks++;
+	if (has_wait && apf_clock_short(end - start, wait, (long)v->threads))
+		v->rep->short_blocks++;
 	/* Logging time is the gap from an eval's end to the next block; the
 	 * set-up of a supervisor (before its first block) is no one's. */
 	if (u->ref_kind == REF_EVAL &&
@@ -842,7 +855,9 @@ static int step_block(struct vx *v, struct vx_unit *u,
 	/* The eval that follows is due only when the period has passed
 	 * since the last eval (or since a resumed supervisor's clock_start);
 	 * whether an early one was the trial's last is known later. */
-	u->block_early = k > 1 && end - u->ref_ns < u->period_ns;
+	u->block_early = k > 1 && (v->clock == APF_CLOCK_CPU
+					   ? block < u->period_ns
+					   : end - u->ref_ns < u->period_ns);
 	u->sub = sub;
 	u->steps = last;
 	u->k = k;

@@ -24,6 +24,7 @@
 
 #include "entry/entry.h"
 #include "rundir/events.h"
+#include "rundir/rundir.h"
 #include "runlog/runlog.h"
 #include "tuning/tuning.h"
 #include "verify/verify.h"
@@ -46,6 +47,7 @@ struct vx_slot {
 	uint32_t unit_tok; /* the unit field's token */
 	uint32_t vm_tok, tm_tok;
 	uint64_t u[12];    /* integer fields, by the field table's slot */
+	uint16_t has_u;    /* which of u[] the line has (optional fields) */
 	double d[2];       /* trial_start: the targets */
 	uint32_t tok[4];   /* tokens of fields read in order (strings,
 			    * hparams, metrics) */
@@ -165,6 +167,8 @@ struct vx {
 	char device[8];
 	int sealed;
 	uint64_t threads;
+	int clock;          /* run.json's plan.clock (enum apf_clock) */
+	double budget_scale; /* run.json's plan.budget_scale, 1 when absent */
 	apf_plan *plan;
 	apf_workload_spec **specs; /* one per manifest workload */
 	size_t nspecs;

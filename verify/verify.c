@@ -118,6 +118,8 @@ static int check_entry(struct vx *v)
 /* ---- check 2: run.json ----------------------------------------------------- */
 
 enum { K_STR = 1, K_NAME, K_SHA, K_BOOL, K_INT, K_NUM, K_OBJ, K_ARR, K_TIME };
+/* Or'ed into a key's type: the field may be absent. */
+#define K_OPTIONAL 0x100
 
 struct key {
 	const char *name;
@@ -186,12 +188,14 @@ static int check_object(json_t *o, const struct key *keys, const char *file,
 		if (!keys[i].name)
 			return apf_error(APF_EINPUT, file, "%s: unknown field '%s'",
 					 where, k);
-		if (!type_ok(x, keys[i].type))
+		int type = keys[i].type & ~K_OPTIONAL;
+		if (!type_ok(x, type))
 			return apf_error(APF_EINPUT, file, "%s.%s: expected %s",
-					 where, k, key_type_name(keys[i].type));
+					 where, k, key_type_name(type));
 	}
 	for (size_t i = 0; keys[i].name; i++)
-		if (!json_object_get(o, keys[i].name))
+		if (!(keys[i].type & K_OPTIONAL) &&
+		    !json_object_get(o, keys[i].name))
 			return apf_error(APF_EINPUT, file, "%s: %s is missing",
 					 where, keys[i].name);
 	return 0;
@@ -226,7 +230,9 @@ static int run_json_form(json_t *rj, const char *file)
 	static const struct key plan[] = {
 		{"ruleset", K_STR}, {"rules", K_STR},		{"studies", K_INT},
 		{"trials", K_INT},  {"seed", K_INT},		{"budget_multiplier", K_NUM},
-		{"units", K_ARR},   {NULL, 0}};
+		{"units", K_ARR},   {"clock", K_STR | K_OPTIONAL},
+		{"budget_scale", K_NUM | K_OPTIONAL},
+		{NULL, 0}};
 	static const struct key unit[] = {{"workload", K_NAME},
 					  {"variant", K_NAME},
 					  {"study", K_INT},
@@ -271,6 +277,18 @@ static int run_json_form(json_t *rj, const char *file)
 	if (!(json_number_value(json_object_get(p, "budget_multiplier")) > 0))
 		return apf_error(APF_EINPUT, file,
 				 "plan.budget_multiplier: expected > 0");
+	if (apf_clock_of_run(rj) < 0)
+		return apf_error(APF_EINPUT, file,
+				 "plan.clock: expected wall or cpu");
+	if (!(apf_budget_scale_of_run(rj) > 0))
+		return apf_error(APF_EINPUT, file,
+				 "plan.budget_scale: expected a number in (0, 1]");
+	if (apf_clock_of_run(rj) == APF_CLOCK_CPU &&
+	    strcmp(jstr(rj, "device", NULL), "cpu"))
+		return apf_error(APF_EINPUT, file,
+				 "plan.clock cpu on device %s: the cpu clock "
+				 "is for device cpu",
+				 jstr(rj, "device", NULL));
 	json_t *units = json_object_get(p, "units");
 	if (json_array_size(units) == 0)
 		return apf_error(APF_EINPUT, file, "plan.units: empty");
@@ -406,8 +424,8 @@ static int build_units(struct vx *v, const char *file)
 		u->tkey = tk.data;
 		if (rc || !u->workload || !u->variant)
 			return apf_error(APF_ENOMEM, file, "out of memory");
-		u->budget_ns = (uint64_t)llround(b->max_runtime_s * mult * 1e9);
-		u->period_ns = (uint64_t)llround(b->eval_period_s * 1e9);
+		u->budget_ns = apf_workload_budget_ns(b, mult, v->budget_scale);
+		u->period_ns = apf_workload_eval_period_ns(b, v->budget_scale);
 		u->max_steps = spec->max_steps > 0 ? (uint64_t)spec->max_steps : 0;
 		u->vtarget = wv->validation_target;
 		u->ttarget = wv->test_target;
@@ -501,6 +519,10 @@ static int load_run_json(struct vx *v)
 		v->rep->sealed = v->sealed;
 		v->threads = (uint64_t)json_integer_value(
 			json_object_get(v->run_json, "threads"));
+		v->clock = apf_clock_of_run(v->run_json);
+		v->budget_scale = apf_budget_scale_of_run(v->run_json);
+		v->rep->clock = v->clock;
+		v->rep->budget_scale = v->budget_scale;
 		rc = bind_run_json(v, file);
 	}
 	if (!rc)

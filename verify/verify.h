@@ -204,6 +204,14 @@ typedef struct apf_verify_report {
 	int claims_signed;     /* a verified signed head covers run.json (a
 				* run stopped before its first eval has none) */
 	uint64_t threads;      /* run.json's */
+	/* run.json's clock (rundir.h enum apf_clock) and budget scale (1: a
+	 * result; below: a quick look, unofficial); and the step blocks in
+	 * which the trial's threads waited for a core more than
+	 * APF_CLOCK_SHORT_SHARE of their time, of all the log's blocks
+	 * (check 3). */
+	int clock;
+	double budget_scale;
+	uint64_t blocks, short_blocks;
 	char *cpu_model;       /* run.json's environment.cpu.model, or NULL */
 	char device[8];        /* run.json's: "cpu" or "cuda" */
 	char *gpu_model;       /* run.json's environment.gpus[0].name, or NULL */

@@ -16,6 +16,7 @@
 
 #include "eval/eval.h"
 #include "runner/runner.h"
+#include "rundir/rundir.h"
 #include "trial/trial.h"
 #include "wire/wire.h"
 
@@ -158,6 +159,7 @@ int cmd_run(int argc, char **argv)
 	int resume = 0, unsealed = 0, drift = 0, quiet = 0, json = 0, slurm = 0;
 	long parallelism = LONG_MIN;
 	struct apf_slurm_opts so = {0};
+	const char *clock = NULL, *scale = NULL;
 	/* sbatch options after "--" (with --slurm only). */
 	for (int i = 1; i < argc; i++)
 		if (!strcmp(argv[i], "--")) {
@@ -197,6 +199,15 @@ int cmd_run(int argc, char **argv)
 		 "(logged)"},
 		{"memory-limit", 0, OPT_INT, &memory_mib, "MiB",
 		 "memory limit of a trial, counting all it holds (a cgroup where the kernel offers one; default: 16384)"},
+		{"clock", 0, OPT_STRING, &clock, "wall|cpu",
+		 "what submission time is: wall time (AlgoPerf's rule, for a "
+		 "machine doing nothing else), or the trial's CPU time over 2 "
+		 "cores (the same under load; device cpu only). Default: "
+		 "wall, or a resumed run's"},
+		{"budget-scale", 0, OPT_STRING, &scale, "F",
+		 "scale every budget and eval period by F in (0, 1]: a quick "
+		 "look at a submission, marked unofficial by verify, score and "
+		 "report (refused by score --strict)"},
 		{"slurm", 0, OPT_FLAG, &slurm, NULL,
 		 "submit the unfinished units as one Slurm job array (sbatch), "
 		 "one unit per task, instead of running them; with --resume, "
@@ -218,7 +229,8 @@ int cmd_run(int argc, char **argv)
 		"run ENTRY.apf [-o RUN_DIR] [-k KEY] [--entry-key PUB.pem] "
 		"[--workload W] [--study K] [--trial N] [--heldout DRAW.json] "
 		"[--device cpu|cuda] [--threads N] [-j N] [--resume] [--unsealed] "
-		"[--allow-env-drift] [--memory-limit MiB] [-q] [--json] "
+		"[--allow-env-drift] [--memory-limit MiB] [--clock wall|cpu] "
+		"[--budget-scale F] [-q] [--json] "
 		"[--slurm [--partition P] [--gres gpu:N] [--time T] "
 		"[--array-parallelism K] [-- SBATCH_OPTIONS...]]",
 		"Run an entry's trials in the sealed runner: the entry is "
@@ -238,6 +250,7 @@ int cmd_run(int argc, char **argv)
 		"--trial 1\n"
 		"apf run nadamw.apf -o runs/nadamw --heldout heldout.json\n"
 		"apf run nadamw.apf -o runs/nadamw -j 4 --threads 2\n"
+		"apf run nadamw.apf -o quick --clock cpu --budget-scale 0.25\n"
 		"apf run nadamw.apf -o runs/nadamw --slurm --time 2:00:00 "
 		"--array-parallelism 8\n"
 		"apf run nadamw.apf -o runs/nadamw --resume"};
@@ -262,7 +275,16 @@ int cmd_run(int argc, char **argv)
 				    "is for one machine"
 			  : memory_mib != LONG_MIN && memory_mib < 1
 				  ? "--memory-limit takes MiB >= 1"
+			  : clock && apf_clock_parse(clock) < 0
+				  ? "--clock takes wall or cpu"
 				  : NULL;
+	double bscale = 0;
+	if (!bad && scale) {
+		char *end = NULL;
+		bscale = strtod(scale, &end);
+		if (!end || *end || end == scale || !(bscale > 0 && bscale <= 1))
+			bad = "--budget-scale takes a number in (0, 1]";
+	}
 	if (bad) {
 		apf_error(APF_EUSAGE, "run", "%s", bad);
 		return cmd_fail(APF_EUSAGE);
@@ -282,6 +304,8 @@ int cmd_run(int argc, char **argv)
 	o.unsealed = unsealed;
 	o.allow_env_drift = drift;
 	o.memory_limit = (uint64_t)memory_mib << 20;
+	o.clock = clock ? apf_clock_parse(clock) : -1;
+	o.budget_scale = bscale;
 	struct say say = {.progress = !quiet && progress_enabled() && isatty(2),
 			  .units = json ? json_array() : NULL};
 	o.notice = on_notice;

@@ -33,6 +33,7 @@
 #include "entry/entry.h"
 #include "hash/hash.h"
 #include "verify/verify.h"
+#include "rundir/rundir.h"
 
 /* The manifest's strings, the paths and the checks' details carry text
  * from the entry, the run and its log: term_text at each print. */
@@ -122,6 +123,29 @@ static void print_run(const apf_verify_report *r)
 	printf("  training    %.3f s claimed (the units' total durations)\n",
 	       (double)r->claimed_ns / 1e9);
 	if (r->claims_known) {
+		printf("  clock       %s (%s)", apf_clock_name(r->clock),
+		       r->clock == APF_CLOCK_CPU
+			       ? "the trial's CPU time over 2 cores"
+			       : "wall time, AlgoPerf's rule");
+		if (r->short_blocks)
+			printf("; %" PRIu64 " of %" PRIu64 " step blocks short "
+			       "of cores (the trial's threads waited over "
+			       "%.0f%% of their time for one)%s",
+			       r->short_blocks, r->blocks,
+			       100 * APF_CLOCK_SHORT_SHARE,
+			       r->clock == APF_CLOCK_CPU
+				       ? ", not counted by this clock"
+				       : ": their times are the machine's as "
+					 "much as the submission's");
+		else if (r->blocks)
+			printf("; every step block had its cores");
+		printf("\n");
+		if (r->budget_scale != 1.0)
+			printf("  budget      scaled x%g: UNOFFICIAL, a quick look "
+			       "(apf run --budget-scale), not a result\n",
+			       r->budget_scale);
+	}
+	if (r->claims_known) {
 		char gpu[300] = "";
 		if (!strcmp(r->device, "cuda"))
 			snprintf(gpu, sizeof gpu, " (%s)",
@@ -209,6 +233,19 @@ json_t *cmd_verify_run_json(const apf_verify_report *r, int rc,
 	if (o)
 		json_object_set_new(o, "plausibility",
 				    apf_verify_plausibility_json(r));
+	if (o && r->claims_known) {
+		json_object_set_new(
+			o, "clock",
+			json_pack("{s:s, s:I, s:I, s:f}", "name",
+				  apf_clock_name(r->clock), "blocks",
+				  (json_int_t)r->blocks, "short_of_cores",
+				  (json_int_t)r->short_blocks, "short_share",
+				  APF_CLOCK_SHORT_SHARE));
+		json_object_set_new(o, "budget_scale",
+				    json_real(r->budget_scale));
+		json_object_set_new(o, "official",
+				    json_boolean(r->budget_scale == 1.0));
+	}
 	return o;
 }
 

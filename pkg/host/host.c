@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "data/data.h"
+#include "rundir/rundir.h"
 #include "eval/eval.h"
 #include "hash/hash.h"
 #include "nn/cpu/isa.h"
@@ -91,6 +92,9 @@ struct apf_host {
 	uint64_t last_tick;
 	uint64_t report_ns, copy_ns; /* the last report's (apf_host_report_times) */
 	uint64_t init_ns, submission_init_ns;
+	/* apf_host_next's deadline on the unit's clock (cpu clock only; 0:
+	 * none) and the last CPU clock value read. */
+	uint64_t clock_deadline, last_clock;
 	int64_t batch;
 	const char *end_kind;
 	char fault[FAULT_MAX];
@@ -175,9 +179,10 @@ int apf_host_open(apf_host **out, const struct apf_host_opts *o)
 		u->spec = h->spec;
 		u->validation_target = v->validation_target;
 		u->test_target = v->test_target;
-		u->budget_ns = (uint64_t)(b->max_runtime_s *
-					  o->budget_multiplier * 1e9);
-		u->eval_period_ns = (uint64_t)(b->eval_period_s * 1e9);
+		double scale = o->budget_scale > 0 ? o->budget_scale : 1.0;
+		u->budget_ns = apf_workload_budget_ns(b, o->budget_multiplier,
+						      scale);
+		u->eval_period_ns = apf_workload_eval_period_ns(b, scale);
 		/* Untimed work of the submission's (loading it, its
 		 * constructors, init_optimizer_state) gets a stated allowance:
 		 * AlgoPerf leaves init untimed and gives it no data, and here
@@ -1013,7 +1018,17 @@ static int await_line(apf_host *h, char *line, size_t size,
 		uint64_t now = apf_now_ns();
 		if (deadline_ns && now >= deadline_ns)
 			return 0;
-		uint64_t wait = progress ? due_watch(h, now) : 500000000ull;
+		/* The due watch and the deadline of apf_host_next are on the
+		 * unit's clock. */
+		uint64_t cnow = h->o.clock == APF_CLOCK_CPU &&
+					(progress || h->clock_deadline)
+				? apf_host_clock_ns(h)
+				: now;
+		if (h->clock_deadline && cnow >= h->clock_deadline)
+			return 0;
+		uint64_t wait = progress ? due_watch(h, cnow) : 500000000ull;
+		if (h->clock_deadline && h->clock_deadline - cnow < wait)
+			wait = h->clock_deadline - cnow;
 		if (deadline_ns && deadline_ns - now < wait)
 			wait = deadline_ns - now;
 		struct pollfd p[4] = {{h->chan_fd, POLLIN, 0},
@@ -1176,14 +1191,29 @@ int apf_host_due_missed(const apf_host *h)
 	return h->due_missed;
 }
 
-int apf_host_next(apf_host *h, uint64_t deadline_ns, int64_t *step,
-		  enum apf_proto_why *why)
+/* The wall-time backstop of a deadline on the cpu clock (apf_host_next). */
+static uint64_t wall_backstop(apf_host *h, uint64_t deadline_ns)
+{
+	uint64_t cnow = apf_host_clock_ns(h);
+	uint64_t left = deadline_ns > cnow ? deadline_ns - cnow : 0;
+	/* The clock runs at threads / cores of wall time with every core
+	 * the trial's. */
+	double pace = h->o.threads > 0 && h->o.threads < APF_CLOCK_CPU_CORES
+			      ? (double)APF_CLOCK_CPU_CORES / h->o.threads
+			      : 1.0;
+	return apf_now_ns() + (uint64_t)(4.0 * pace * (double)left) +
+	       30000000000ull;
+}
+
+static int next_report(apf_host *h, uint64_t wall_deadline, int64_t *step,
+		       enum apf_proto_why *why)
 {
 	char line[APF_LINE_MAX];
 	struct apf_proto_msg m;
 	int copying = 0;
 	do {
-		int w = await_line(h, line, sizeof line, deadline_ns, !copying);
+		int w = await_line(h, line, sizeof line, wall_deadline,
+				   !copying);
 		uint64_t now = apf_now_ns();
 		if (w < 0)
 			return w;
@@ -1219,6 +1249,38 @@ int apf_host_next(apf_host *h, uint64_t deadline_ns, int64_t *step,
 		}
 	} while (m.kind != APF_PROTO_COPIED);
 	return APF_HOST_REPORT;
+}
+
+int apf_host_next(apf_host *h, uint64_t deadline_ns, int64_t *step,
+		  enum apf_proto_why *why)
+{
+	uint64_t wall_deadline = deadline_ns;
+	if (h->o.clock == APF_CLOCK_CPU && deadline_ns) {
+		h->clock_deadline = deadline_ns;
+		wall_deadline = wall_backstop(h, deadline_ns);
+	}
+	int rc = next_report(h, wall_deadline, step, why);
+	h->clock_deadline = 0;
+	return rc;
+}
+
+uint64_t apf_host_clock_ns(apf_host *h)
+{
+	if (h->o.clock != APF_CLOCK_CPU)
+		return apf_now_ns();
+	uint64_t ns;
+	if (h->sb && !apf_sandbox_cpu_ns(h->sb, &ns))
+		h->last_clock = ns / APF_CLOCK_CPU_CORES;
+	else
+		apf_error_clear();
+	return h->last_clock;
+}
+
+int apf_host_usage(apf_host *h, struct apf_sandbox_usage *u)
+{
+	*u = (struct apf_sandbox_usage){0};
+	return h->sb ? apf_sandbox_usage(h->sb, u)
+		     : apf_error(APF_EIO, "host", "no trial process");
 }
 
 void apf_host_report_times(const apf_host *h, uint64_t *report_ns,

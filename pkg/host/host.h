@@ -45,6 +45,11 @@ struct apf_host_opts {
 	uint32_t study, trial;     /* trial 1-based */
 	int threads;
 	double budget_multiplier;
+	/* The run's budget scale (0 or 1: none; apf_workload_budget_ns) and
+	 * clock (rundir.h enum apf_clock): what the deadlines, the due watch
+	 * and apf_host_clock_ns measure by. */
+	double budget_scale;
+	int clock;
 	const apf_hparams *hp;
 	/* Polled while waiting: nonzero stops the wait (a SIGINT). May be
 	 * NULL. */
@@ -161,7 +166,10 @@ enum {
 	APF_HOST_REPORT = 1,  /* an eval report, accepted by the protocol */
 	APF_HOST_ENDED = 2,   /* the trial ended (apf_host_ending) */
 };
-/* Waits for the trial's next report until deadline_ns (0: none): *step
+/* Waits for the trial's next report until deadline_ns on the unit's clock
+ * (0: none; under the cpu clock also until a wall-time backstop: the time
+ * left at four times the pace of a trial that has its cores, plus 30 s, so
+ * that a trial that idles cannot hold the machine for ever): *step
  * and *why are the report's. A report is the eval line and the "copied"
  * that follows it (the trial bringing the shared arena up to date); the
  * deadline holds for both. Or an error of the host. */
@@ -172,6 +180,16 @@ int apf_host_next(apf_host *h, uint64_t deadline_ns, int64_t *step,
  * clock. */
 void apf_host_report_times(const apf_host *h, uint64_t *report_ns,
 			   uint64_t *copy_ns);
+
+/* The unit's clock now (apf_host_opts.clock): apf_now_ns(), or the trial
+ * process's CPU time so far divided by APF_CLOCK_CPU_CORES (the last value
+ * read once the trial is gone, 0 before it starts). Deadlines given to
+ * apf_host_next and apf_host_due's moment are on this clock. */
+uint64_t apf_host_clock_ns(apf_host *h);
+/* The trial process's CPU time and run-queue wait so far
+ * (apf_sandbox_usage); zeros, and APF_EIO, once it is gone. */
+struct apf_sandbox_usage;
+int apf_host_usage(apf_host *h, struct apf_sandbox_usage *u);
 
 /* Freezes the trial (every thread) and checks the shared memory's size
  * and seals, so that reading the arena is safe. 1: frozen; 0: it ended. */

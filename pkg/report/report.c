@@ -35,6 +35,7 @@
 #include <string.h>
 
 #include "entry/entry.h"
+#include "rundir/rundir.h"
 #include "workload/workload.h"
 
 #define NOMEM apf_error(APF_ENOMEM, "report", "out of memory")
@@ -353,7 +354,9 @@ static double plan_multiplier(const json_t *run_json)
 {
 	json_t *m = json_object_get(json_object_get(run_json, "plan"),
 				    "budget_multiplier");
-	return json_is_number(m) ? json_number_value(m) : 1.0;
+	double scale = apf_budget_scale_of_run(run_json);
+	return (json_is_number(m) ? json_number_value(m) : 1.0) *
+	       (scale > 0 ? scale : 1.0);
 }
 
 static int y_range(const struct col *k, int metric, double *lo,
@@ -1305,6 +1308,35 @@ static void provenance(struct w *w, const struct apf_score_submission *s,
 								"sealed"))
 					  ? "NO (--unsealed)"
 					  : "-");
+	{
+		char line[400];
+		int clock = apf_clock_of_run(run_json);
+		snprintf(line, sizeof line, "%s",
+			 clock == APF_CLOCK_CPU
+				 ? "cpu: the trial's CPU time over 2 cores "
+				   "(apf run --clock cpu)"
+			 : clock == APF_CLOCK_WALL
+				 ? "wall: wall time, AlgoPerf's rule"
+				 : "- (not one apf writes)");
+		if (s->run && s->run->short_blocks)
+			snprintf(line + strlen(line), sizeof line - strlen(line),
+				 "; %llu of %llu step blocks short of cores%s",
+				 (unsigned long long)s->run->short_blocks,
+				 (unsigned long long)s->run->blocks,
+				 clock == APF_CLOCK_CPU
+					 ? " (not counted by this clock)"
+					 : ": their times are the machine's as "
+					   "much as the submission's");
+		kv(w, "clock", line);
+		double scale = apf_budget_scale_of_run(run_json);
+		if (scale != 1.0) {
+			snprintf(line, sizeof line,
+				 "x%g: UNOFFICIAL, a quick look (apf run "
+				 "--budget-scale), not a result",
+				 scale);
+			kv(w, "budget scale", line);
+		}
+	}
 	kv(w, "run created", jstr(run_json, "created"));
 	put(w, "</table>");
 	apf_entry_free(e);

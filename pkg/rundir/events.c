@@ -77,6 +77,8 @@ static const struct apf_event_field f_step_block[] = {
 	FLD("start_ns", APF_F_U64, REQ, 2, NULL),
 	FLD("end_ns", APF_F_U64, REQ, 3, NULL),
 	FLD("accumulated_submission_ns", APF_F_U64, REQ, 4, NULL),
+	FLD("cpu_ns", APF_F_U64, OPT, 5, NULL),
+	FLD("wait_ns", APF_F_U64, OPT, 6, NULL),
 	END};
 static const struct apf_event_field f_eval[] = {
 	UNIT_FIELD,

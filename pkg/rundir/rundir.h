@@ -23,6 +23,7 @@
 
 #include <jansson.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "base/base.h"
 
@@ -152,5 +153,45 @@ int apf_rundir_csv_parse(apf_rundir_csv **out,
 /* The column named name, or -1. */
 long apf_rundir_csv_column(const apf_rundir_csv *t, const char *name);
 void apf_rundir_csv_free(apf_rundir_csv *t);
+
+/* ---- the clock (clock.c) -------------------------------------------------- */
+
+/* What a run's submission time is measured by (run.json plan.clock,
+ * `apf run --clock`; absent: wall):
+ *
+ *   wall  each step block's wall time, freeze to freeze (AlgoPerf's rule,
+ *         which assumes the machine is the trial's alone);
+ *   cpu   each step block's CPU time of the trial process (every thread,
+ *         user and system; sandbox.h apf_sandbox_usage) divided by
+ *         APF_CLOCK_CPU_CORES, the cores of the benchmark's reference
+ *         machine: the wall time the block would take there with its cores
+ *         its own, whatever else ran beside it. Only for device cpu (a GPU's
+ *         work is no CPU time).
+ *
+ * Every step block records cpu_ns and wait_ns (the time the trial's threads
+ * waited on a run queue for a core) under either clock; a block whose wait
+ * exceeds APF_CLOCK_SHORT_SHARE of its thread-time (wall time x the run's
+ * threads) did not get its cores: under the wall clock its time is the
+ * machine's as much as the submission's. */
+enum apf_clock { APF_CLOCK_WALL = 0, APF_CLOCK_CPU = 1 };
+#define APF_CLOCK_CPU_CORES 2
+#define APF_CLOCK_SHORT_SHARE 0.05
+
+/* "wall" or "cpu". */
+const char *apf_clock_name(int clock);
+/* The clock a name gives, or -1. */
+int apf_clock_parse(const char *name);
+/* run.json's clock: plan.clock, wall when absent; -1 when it names none. */
+int apf_clock_of_run(const json_t *run_json);
+/* A step block's submission time: its wall time, or cpu_ns / cores
+ * (rounded down), by the clock. */
+uint64_t apf_clock_block_ns(int clock, uint64_t wall_ns, uint64_t cpu_ns);
+/* Whether a block of wall_ns with wait_ns of run-queue wait over `threads`
+ * threads was short of cores. */
+int apf_clock_short(uint64_t wall_ns, uint64_t wait_ns, long threads);
+/* run.json's budget scale: plan.budget_scale, 1 when absent; 0 when it is
+ * not a number in (0, 1]. A run at any other scale than 1 is a quick
+ * look, not a result (`apf run --budget-scale`). */
+double apf_budget_scale_of_run(const json_t *run_json);
 
 #endif

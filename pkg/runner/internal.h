@@ -39,6 +39,8 @@ struct run {
 	int sealed;
 	int threads;
 	const char *device;
+	int clock;                /* enum apf_clock */
+	double budget_scale;      /* 1: none */
 	struct apf_rundir_unit *states; /* one per plan unit (rundir/resume.h) */
 	int interrupted;          /* SIGINT/SIGTERM arrived */
 	char *heldout;            /* the held-out draw file in force, or NULL */

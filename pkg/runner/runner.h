@@ -115,6 +115,14 @@ struct apf_run_opts {
 	int unsealed;
 	int allow_env_drift;
 	uint64_t memory_limit;  /* bytes for the trial; 0: default */
+	/* What submission time is measured by (rundir.h enum apf_clock;
+	 * cpu only with device cpu; -1: not given, a run directory's own or
+	 * wall), and the budget scale (0: not given, a run directory's own
+	 * or 1; (0, 1) is a quick look that verify, score and report call
+	 * unofficial). Both go into run.json's plan; units added to a run
+	 * directory must use its own. */
+	int clock;
+	double budget_scale;
 	struct apf_slurm_opts *slurm; /* non-NULL: submit, do not run */
 	/* What the run tells its user (the library prints nothing); each
 	 * may be NULL. notice: one line - the runner key created, a unit's

@@ -241,7 +241,7 @@ static json_t *run_json(struct run *r)
 	apf_key_id(r->key, keyid);
 	now_iso(created);
 	const char *base = strrchr(r->entry->path, '/');
-	return json_pack(
+	json_t *j = json_pack(
 		"{s:s, s:s, s:{s:s, s:s, s:s, s:s}, s:{s:s, s:s, s:s, s:s}, "
 		"s:s, s:b, s:i, s:{s:s, s:s, s:I, s:I, s:I, s:f, s:o}, s:O, s:s}",
 		"format", "apf-run-v1", "submission", m->submission.name, "entry",
@@ -256,6 +256,16 @@ static json_t *run_json(struct run *r)
 		(json_int_t)m->tuning.seed, "budget_multiplier",
 		m->tuning.budget_multiplier, "units", units, "environment",
 		r->env, "created", created);
+	/* Written only where they differ from a result's: a run directory
+	 * of the wall clock at full budget reads as it always did. */
+	json_t *plan = json_object_get(j, "plan");
+	if (plan && r->clock != APF_CLOCK_WALL)
+		json_object_set_new(plan, "clock",
+				    json_string(apf_clock_name(r->clock)));
+	if (plan && r->budget_scale != 1.0)
+		json_object_set_new(plan, "budget_scale",
+				    json_real(r->budget_scale));
+	return j;
 }
 
 static int copy_file(const char *from, const char *to)
@@ -404,6 +414,24 @@ static int open_run_dir(struct run *r)
 				       dev ? dev : "?",
 				       json_is_true(sealed) ? "sealed" : "unsealed",
 				       (long long)threads);
+		else if ((r->o->clock >= 0 &&
+			  apf_clock_of_run(j) != r->clock) ||
+			 (r->o->budget_scale > 0 &&
+			  apf_budget_scale_of_run(j) != r->budget_scale))
+			rc = apf_error(APF_EINPUT, r->run_dir,
+				       "ran with --clock %s --budget-scale %g; "
+				       "give the same to add to it",
+				       apf_clock_name(apf_clock_of_run(j)),
+				       apf_budget_scale_of_run(j));
+		if (!rc) {
+			/* Not given: the run directory's own. */
+			r->clock = apf_clock_of_run(j);
+			r->budget_scale = apf_budget_scale_of_run(j);
+			if (r->clock < 0 || !(r->budget_scale > 0))
+				rc = apf_error(APF_EINPUT, rj,
+					       "plan.clock or plan.budget_scale "
+					       "is not one apf writes");
+		}
 	}
 	free(text);
 	json_decref(j);
@@ -735,6 +763,22 @@ static int prepare(struct run *r)
 					 why);
 	}
 	r->sealed = !o->unsealed;
+	r->clock = o->clock < 0 ? APF_CLOCK_WALL : o->clock;
+	if (r->clock != APF_CLOCK_WALL && r->clock != APF_CLOCK_CPU)
+		return apf_error(APF_EUSAGE, "run", "--clock: wall or cpu");
+	/* A GPU's work is no CPU time of the trial's: the cpu clock would
+	 * count its waits, not its work. */
+	if (r->clock == APF_CLOCK_CPU && !strcmp(r->device, "cuda"))
+		return apf_error(APF_EUSAGE, "run",
+				 "--clock cpu: measures CPU work, and a cuda "
+				 "trial's work is on the GPU; use --clock "
+				 "wall");
+	r->budget_scale = o->budget_scale > 0 ? o->budget_scale : 1.0;
+	if (!(r->budget_scale > 0 && r->budget_scale <= 1))
+		return apf_error(APF_EUSAGE, "run",
+				 "--budget-scale %g: expected a number in (0, "
+				 "1]",
+				 r->budget_scale);
 	/* A forced instruction-set path this CPU lacks (or a misspelt one)
 	 * is refused before anything is made. */
 	int isa;

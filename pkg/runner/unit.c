@@ -32,6 +32,7 @@
 #include "rundir/rundir.h"
 #include "runlog/runlog.h"
 #include "runner/internal.h"
+#include "sandbox/sandbox.h"
 #include "trial/trial.h"
 #include "tuning/tuning.h"
 #include "workload/workload.h"
@@ -50,6 +51,10 @@ struct unit {
 	uint64_t sub_ns, eval_ns, log_ns;
 	int64_t evals, global_step, preemptions;
 	uint64_t interval_start, last_eval_end;
+	/* The interval's start on the unit's clock, and the trial's CPU time
+	 * and run-queue wait there (apf_host_usage). */
+	uint64_t interval_clock, cpu_start, wait_start;
+	int64_t short_blocks; /* blocks short of cores (apf_clock_short) */
 	uint64_t copy_ns; /* the last eval's copy: its report to "copied" */
 	int64_t time_to_target_ns;
 	int ended;
@@ -148,6 +153,21 @@ static int end_trial(struct unit *u, const char *reason, int failed,
 				  u->name, reason, (double)u->sub_ns / 1e9,
 				  u->hu->spec->metric, u->best_val,
 				  u->hu->validation_target, (long long)u->evals);
+	if (u->short_blocks > 0)
+		apf_runner_notice(u->r,
+				  "%s: %lld of %lld step blocks short of cores "
+				  "(the trial's threads waited over %.0f%% of "
+				  "their time for one: this machine ran other "
+				  "work)%s",
+				  u->name, (long long)u->short_blocks,
+				  (long long)u->evals,
+				  100 * APF_CLOCK_SHORT_SHARE,
+				  u->r->clock == APF_CLOCK_CPU
+					  ? "; the cpu clock did not count "
+					    "the wait"
+					  : "; its wall-clock times count the "
+					    "wait (apf run --clock cpu does "
+					    "not)");
 	if (detail && failed) {
 		/* The detail is the trial's or the compiler's text. */
 		char safe[4 * 1024];
@@ -331,6 +351,18 @@ static int preempt(struct unit *u)
 	return rc;
 }
 
+/* A step block begins: the trial is frozen, or waits for its go. */
+static void interval_begin(struct unit *u)
+{
+	struct apf_sandbox_usage use;
+	if (apf_host_usage(u->host, &use))
+		apf_error_clear();
+	u->cpu_start = use.cpu_ns;
+	u->wait_start = use.wait_ns;
+	u->interval_clock = apf_host_clock_ns(u->host);
+	u->interval_start = apf_now_ns();
+}
+
 /* One eval point: the trial has reported `step` (accepted by the protocol)
  * for reason `why` and copied its arena in copy_ns. Its interval ends once
  * it is frozen. Returns 1 when the trial goes on, 0 when the unit ended
@@ -342,13 +374,24 @@ static int eval_point(struct unit *u, int64_t step, enum apf_proto_why why,
 	if (!apf_host_freeze(u->host))
 		return 0;
 	uint64_t t_end = apf_now_ns();
-	u->sub_ns += t_end - u->interval_start;
-	json_t *f = json_pack("{s:I, s:I, s:I, s:I, s:I}", "first_step",
+	/* Frozen: its CPU time and waits stand still. */
+	struct apf_sandbox_usage use;
+	if (apf_host_usage(u->host, &use))
+		apf_error_clear();
+	uint64_t cpu = use.cpu_ns > u->cpu_start ? use.cpu_ns - u->cpu_start : 0;
+	uint64_t wait = use.wait_ns > u->wait_start ? use.wait_ns - u->wait_start
+						    : 0;
+	u->sub_ns += apf_clock_block_ns(u->r->clock, t_end - u->interval_start,
+					cpu);
+	if (apf_clock_short(t_end - u->interval_start, wait, u->r->threads))
+		u->short_blocks++;
+	json_t *f = json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "first_step",
 			      (json_int_t)u->global_step + 1, "last_step",
 			      (json_int_t)step, "start_ns",
 			      (json_int_t)u->interval_start, "end_ns",
 			      (json_int_t)t_end, "accumulated_submission_ns",
-			      (json_int_t)u->sub_ns);
+			      (json_int_t)u->sub_ns, "cpu_ns", (json_int_t)cpu,
+			      "wait_ns", (json_int_t)wait);
 	int rc = record(u, "step_block", f, 0);
 	if (rc)
 		return rc;
@@ -401,15 +444,19 @@ static int eval_point(struct unit *u, int64_t step, enum apf_proto_why why,
 		return preempt(u);
 	}
 	if (!rc) {
-		apf_host_due(u->host, eval_end + u->hu->eval_period_ns);
+		/* Under the cpu clock the trial's clock stood still since the
+		 * freeze: the period counts from here. */
+		apf_host_due(u->host, (u->r->clock == APF_CLOCK_CPU
+					       ? apf_host_clock_ns(u->host)
+					       : eval_end) +
+					      u->hu->eval_period_ns);
 		rc = apf_host_go(u->host, u->sub_ns, u->evals, m, 0);
 	}
 	json_decref(m);
 	if (rc)
 		return rc;
-	uint64_t resume = apf_now_ns();
-	u->log_ns += resume - eval_end;
-	u->interval_start = resume;
+	interval_begin(u);
+	u->log_ns += u->interval_start - eval_end;
 	return apf_host_resume(u->host);
 }
 
@@ -420,9 +467,9 @@ static void tick(void *user, int64_t step, uint64_t now)
 	struct unit *u = user;
 	const struct apf_run_opts *o = u->r->o;
 	(void)now; /* the host's is from before its wait: take a fresh one */
-	uint64_t t = apf_now_ns();
 	if (!o->progress)
 		return;
+	uint64_t c = apf_host_clock_ns(u->host);
 	struct apf_run_progress p = {
 		.unit = u->name,
 		.ordinal = u->r->ordinal,
@@ -431,8 +478,8 @@ static void tick(void *user, int64_t step, uint64_t now)
 		.slots = u->r->slots > 0 ? u->r->slots : 1,
 		.step = step,
 		.evals = u->evals,
-		.submission_s = (double)(u->sub_ns + (t > u->interval_start
-							 ? t - u->interval_start
+		.submission_s = (double)(u->sub_ns + (c > u->interval_clock
+							 ? c - u->interval_clock
 							 : 0)) /
 				1e9,
 		.budget_s = (double)u->hu->budget_ns / 1e9,
@@ -485,6 +532,8 @@ static int prepare(struct unit *u)
 		.trial = (uint32_t)pu->trial + 1,
 		.threads = r->threads,
 		.budget_multiplier = man->tuning.budget_multiplier,
+		.budget_scale = r->budget_scale,
+		.clock = r->clock,
 		.hp = &pu->hp,
 		.interrupted = apf_run_stopping,
 		.tick = tick,
@@ -689,7 +738,7 @@ static int train(struct unit *u)
 		uint64_t left = u->hu->budget_ns > u->sub_ns
 					? u->hu->budget_ns - u->sub_ns
 					: 0;
-		uint64_t deadline = u->interval_start + left + u->grace_ns;
+		uint64_t deadline = u->interval_clock + left + u->grace_ns;
 		int64_t step = 0;
 		enum apf_proto_why why = APF_WHY_DUE;
 		int w = apf_host_next(u->host, deadline, &step, &why);
@@ -771,17 +820,20 @@ int apf_runner_unit(struct run *r, size_t index)
 		rc = record_clock_start(&u, init_hex, init_bytes);
 		/* The first eval comes after the first step. */
 		if (u.evals > 0)
-			apf_host_due(u.host, apf_now_ns() + u.hu->eval_period_ns);
+			apf_host_due(u.host, apf_host_clock_ns(u.host) +
+						     u.hu->eval_period_ns);
 		const json_t *last =
 			u.st->rows ? json_object_get(
 					     json_array_get(u.st->rows,
 							    json_array_size(u.st->rows) - 1),
 					     "metrics")
 				   : NULL;
+		/* Its usage read before the go: whatever it does after
+		 * counts. */
+		interval_begin(&u);
 		if (!rc)
 			rc = apf_host_go(u.host, u.sub_ns, u.evals, last,
 					 u.evals == 0 ? u.global_step + 1 : 0);
-		u.interval_start = apf_now_ns();
 		if (!rc && init_hex[0] && !apf_host_resume(u.host))
 			rc = record_ending(&u);
 	}

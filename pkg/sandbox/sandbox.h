@@ -342,6 +342,21 @@ int apf_sandbox_cont(apf_sandbox *sb);
  * came first). */
 int apf_sandbox_kill(apf_sandbox *sb);
 
+/* What the program has used of the cores so far (usage.c): its CPU time,
+ * every thread's, exited ones included; and the time its live threads
+ * waited on a run queue for a core (waits_known: the kernel keeps that
+ * count). Read while the program is frozen, the two are still. APF_EIO
+ * once the program is gone. */
+struct apf_sandbox_usage {
+	uint64_t cpu_ns;
+	uint64_t wait_ns;
+	int threads;
+	int waits_known;
+};
+int apf_sandbox_usage(const apf_sandbox *sb, struct apf_sandbox_usage *u);
+/* The CPU time alone (cheap: one clock read, no /proc). */
+int apf_sandbox_cpu_ns(const apf_sandbox *sb, uint64_t *ns);
+
 /* What counts limits.memory: "cgroup2", "cgroup1", "rlimit", or "none"
  * (no memory limit asked for), for the log. */
 const char *apf_sandbox_memory_mechanism(const apf_sandbox *sb);

@@ -207,6 +207,17 @@ static int on_record(void *user, const struct apf_runlog_record *rec)
 		w->open = 0;
 		return 0;
 	}
+	if (!strcmp(rec->event, "step_block")) {
+		const json_t *wait = json_object_get(o, "wait_ns");
+		json_int_t s0 = json_integer_value(json_object_get(o, "start_ns")),
+			   s1 = json_integer_value(json_object_get(o, "end_ns"));
+		w->r->blocks++;
+		if (json_is_integer(wait) && s1 >= s0 &&
+		    apf_clock_short((uint64_t)(s1 - s0),
+				    (uint64_t)json_integer_value(wait),
+				    w->r->hw.threads))
+			w->r->short_blocks++;
+	}
 	const char *unit = json_string_value(json_object_get(o, "unit"));
 	if (!unit)
 		return 0;
@@ -356,6 +367,10 @@ int apf_score_read_run(apf_score_run **out, const char *dir)
 		rc = apf_error(APF_EINPUT, path, "not a JSON object");
 	if (!rc)
 		rc = read_run_json(r, j);
+	if (!rc) {
+		r->clock = apf_clock_of_run(j);
+		r->budget_scale = apf_budget_scale_of_run(j);
+	}
 	json_decref(j);
 	free(path);
 	if (!rc)

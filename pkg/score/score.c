@@ -9,6 +9,7 @@
  * count is the mean of the two middle values.
  */
 #include "score/score.h"
+#include "rundir/rundir.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -683,6 +684,34 @@ static int check_run(apf_score_result *r, const struct apf_score_submission *s,
 		rc = problem(r, flags, "%s: %zu unit%s failed: %s", s->name,
 			     failed, failed == 1 ? "" : "s", b.data);
 	}
+	if (!rc && (run->clock < 0 || !(run->budget_scale > 0)))
+		rc = problem(r, flags,
+			     "%s: run.json's plan.clock or plan.budget_scale "
+			     "is not one apf writes; how its times were "
+			     "measured is unknown",
+			     s->name);
+	else if (!rc && run->budget_scale != 1.0)
+		rc = problem(r, flags,
+			     "%s: budget scaled x%g (apf run --budget-scale): "
+			     "a quick look, unofficial; its times are not "
+			     "results",
+			     s->name, run->budget_scale);
+	if (!rc && run->short_blocks && run->clock == APF_CLOCK_WALL)
+		rc = problem(r, flags,
+			     "%s: %llu of %llu step blocks short of cores "
+			     "under the wall clock (the trial's threads waited "
+			     "over %.0f%% of their time for one): those times "
+			     "are the machine's as much as the submission's "
+			     "(run on a quiet machine, or with --clock cpu)",
+			     s->name, (unsigned long long)run->short_blocks,
+			     (unsigned long long)run->blocks,
+			     100 * APF_CLOCK_SHORT_SHARE);
+	else if (!rc && run->short_blocks)
+		rc = warn(r,
+			  "%s: %llu of %llu step blocks short of cores; the "
+			  "cpu clock did not count the wait",
+			  s->name, (unsigned long long)run->short_blocks,
+			  (unsigned long long)run->blocks);
 	apf_buf_free(&b);
 	return rc;
 nomem:
@@ -727,6 +756,36 @@ static int check_submissions(apf_score_result *r, const apf_score_logs *logs,
 		}
 	if (!rc)
 		rc = apf_score_hardware_compare(&diff, &ndiff, names, hw, nruns);
+	/* Times of two clocks estimate the same thing but are not the same
+	 * measurement. */
+	int clock0 = -2;
+	for (size_t i = 0; !rc && i < logs->n; i++) {
+		const apf_score_run *run = logs->s[i].run;
+		if (!run)
+			continue;
+		if (clock0 == -2) {
+			clock0 = run->clock;
+		} else if (run->clock != clock0) {
+			apf_buf b = {0};
+			for (size_t k = 0; k < logs->n && !rc; k++)
+				if (logs->s[k].run &&
+				    apf_buf_printf(&b, "%s%s: %s",
+						   b.len ? "; " : "",
+						   logs->s[k].name,
+						   apf_clock_name(
+							   logs->s[k].run->clock)))
+					rc = apf_error(APF_ENOMEM, "score",
+						       "out of memory");
+			if (!rc)
+				rc = problem(r, flags,
+					     "runs differ in clock (%s): "
+					     "time-to-target is comparable "
+					     "only under one clock",
+					     b.data);
+			apf_buf_free(&b);
+			break;
+		}
+	}
 	for (size_t i = 0; !rc && i < ndiff; i++)
 		rc = problem(r, flags, "%s", diff[i]);
 	for (size_t i = 0; i < ndiff; i++)

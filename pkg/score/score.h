@@ -272,6 +272,13 @@ typedef struct apf_score_run {
 	int ended;        /* its last session ends with run_end (every unit
 			   * log's, in the per-unit layout; one at least) */
 	struct apf_score_hardware hw;
+	/* run.json's clock (rundir.h enum apf_clock; -1: one apf does not
+	 * write) and budget scale (1: a result; 0: not one apf writes), and
+	 * the logs' step blocks, those short of cores among them
+	 * (apf_clock_short, over the blocks that record their wait). */
+	int clock;
+	double budget_scale;
+	uint64_t blocks, short_blocks;
 } apf_score_run;
 
 /* Reads run.json and log.jsonl of the run directory dir (the log with

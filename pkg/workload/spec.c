@@ -8,6 +8,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <math.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -512,6 +513,17 @@ const struct apf_budget *apf_workload_budget(const apf_workload_spec *w,
 int apf_workload_meets(int direction, double value, double target)
 {
 	return direction > 0 ? value >= target : value <= target;
+}
+
+uint64_t apf_workload_budget_ns(const struct apf_budget *b, double multiplier,
+				double scale)
+{
+	return (uint64_t)llround(b->max_runtime_s * multiplier * scale * 1e9);
+}
+
+uint64_t apf_workload_eval_period_ns(const struct apf_budget *b, double scale)
+{
+	return (uint64_t)llround(b->eval_period_s * scale * 1e9);
 }
 
 uint64_t apf_workload_init_allowance_ns(uint64_t budget_ns)

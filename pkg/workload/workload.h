@@ -108,6 +108,14 @@ const char *apf_workload_model_value(const apf_workload_spec *w,
 				     const char *variant, const char *key);
 const struct apf_budget *apf_workload_budget(const apf_workload_spec *w,
 					     const char *device);
+/* A unit's budget and eval period in ns: the budget's seconds times the
+ * ruleset's multiplier (self-tuning's 1.5) and the run's budget scale
+ * (`apf run --budget-scale`, 1 for a result); the period times the scale,
+ * so that a scaled run evaluates as often over its budget. Rounded to the
+ * nearest ns, one rule for the runner and the verifier. */
+uint64_t apf_workload_budget_ns(const struct apf_budget *b, double multiplier,
+				double scale);
+uint64_t apf_workload_eval_period_ns(const struct apf_budget *b, double scale);
 /* The allowance for a trial's untimed submission code (loading the shared
  * object, its constructors, init_optimizer_state): 1% of the budget, at
  * least 5 s. Over it the runner faults the trial; the verifier checks the
