@@ -756,13 +756,6 @@ static int prepare(struct run *r)
 		return apf_error(APF_EUSAGE, "run",
 				 "--device %s: unknown device (cpu or cuda)",
 				 r->device);
-	if (!strcmp(r->device, "cuda")) {
-		char why[512];
-		if (apf_cuda_probe(why, sizeof why))
-			return apf_error(APF_EINPUT, "run", "--device cuda: %s",
-					 why);
-	}
-	r->sealed = !o->unsealed;
 	r->clock = o->clock < 0 ? APF_CLOCK_WALL : o->clock;
 	if (r->clock != APF_CLOCK_WALL && r->clock != APF_CLOCK_CPU)
 		return apf_error(APF_EUSAGE, "run", "--clock: wall or cpu");
@@ -779,6 +772,13 @@ static int prepare(struct run *r)
 				 "--budget-scale %g: expected a number in (0, "
 				 "1]",
 				 r->budget_scale);
+	if (!strcmp(r->device, "cuda")) {
+		char why[512];
+		if (apf_cuda_probe(why, sizeof why))
+			return apf_error(APF_EINPUT, "run", "--device cuda: %s",
+					 why);
+	}
+	r->sealed = !o->unsealed;
 	/* A forced instruction-set path this CPU lacks (or a misspelt one)
 	 * is refused before anything is made. */
 	int isa;
