@@ -42,68 +42,20 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from derive_targets import (APF_BIN, BASELINES, ROOT, apf, copy_baseline,  # noqa: E402
-                            evals_of, ini_get, ini_set, scratch_copy, unreachable_targets)
+from derive_targets import (APF_BIN, BASELINES, ROOT, copy_baseline,  # noqa: E402
+                            evals_of, ini_get, make_column as _make_column,
+                            run_complete, run_status)
+import derive_targets  # noqa: E402
 
 LEVELS = [("derived", 1.0), ("easier (+5% error)", 1.05), ("easier (+15% error)", 1.15)]
 
 
-def variant_keys(path, variant):
-    """The [variant.V] keys of a workload.ini, in order."""
-    text = open(path).read()
-    m = re.search(rf"^\[variant\.{re.escape(variant)}\][ \t]*\n(.*?)(?=^\[|\Z)", text, re.M | re.S)
-    if not m:
-        sys.exit(f"apf: baselines: {path}: no [variant.{variant}]")
-    out = []
-    for line in m.group(1).splitlines():
-        line = line.split(";", 1)[0].strip()
-        if line and not line.startswith("#"):
-            k, _, v = line.partition("=")
-            out.append((k.strip(), v.strip()))
-    return out
-
-
 def make_column(col, src_dir, wl_dir):
-    """Copies workload `col` (W or W:V) into wl_dir with unreachable
-    targets; returns (name, real workload.ini, variant or None)."""
-    base, _, variant = col.partition(":")
-    origin = os.path.join(src_dir, base)
-    real = os.path.join(origin, "workload.ini")
-    if not os.path.exists(real):
-        sys.exit(f"apf: baselines: {col}: no workload {base} in {src_dir}")
-    name = f"{base}-{variant}" if variant else base
-    ini = scratch_copy(origin, os.path.join(wl_dir, name))
-    if variant:
-        for k, v in variant_keys(real, variant):
-            if k not in ("validation_target", "test_target"):
-                ini_set(ini, "model", k, v)
-        ini_set(ini, "workload", "name", name)
-        text = open(ini).read()
-        # the copy is the variant: no variants of its own
-        text = re.sub(r"^\[variant\.[^\]]*\].*?(?=^\[|\Z)", "", text, flags=re.M | re.S)
-        with open(ini, "w") as f:
-            f.write(text)
-    unreachable_targets(ini)
-    return name, real, variant or None
+    return _make_column(col, src_dir, wl_dir, who="baselines")
 
 
-def run_status(run):
-    """`apf status --json` of a run directory, or None when it has none."""
-    if not os.path.exists(os.path.join(run, "run.json")):
-        return None
-    p = subprocess.run([APF_BIN, "status", run, "--json"], capture_output=True, text=True)
-    return json.loads(p.stdout) if p.returncode == 0 else None
-
-
-def run_complete(run):
-    """Whether every planned unit of the run has ended: done, or failed (a
-    trial that diverged is a result, as in AlgoPerf: it counts for the
-    evals it made before it failed, and misses the targets after)."""
-    st = run_status(run)
-    if not st:
-        return False
-    c = st["counts"]
-    return st["units_planned"] > 0 and c["done"] + c["failed"] == st["units_planned"]
+def apf(*args, env):
+    return derive_targets.apf(*args, env=env, who="baselines")
 
 
 def failed_units(run):

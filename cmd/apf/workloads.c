@@ -13,6 +13,7 @@
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "workload/workload.h"
 
@@ -117,8 +118,11 @@ static void print_text(const struct info *in)
 		       b.data ? b.data : "");
 		if (in->counted)
 			printf("%zu parameters; ", v < 63 ? in->params[v + 1] : 0);
-		printf("targets %g / %g\n", var->validation_target,
-		       var->test_target);
+		printf("targets %g / %g (%s)\n", var->validation_target,
+		       var->test_target,
+		       var->targets == APF_VARIANT_TARGETS_BASE
+			       ? "the base's: none derived for it"
+			       : apf_variant_targets_name(var->targets));
 		apf_buf_free(&b);
 	}
 }
@@ -150,6 +154,31 @@ static json_t *metrics_json(const apf_workload_spec *w)
 	return a;
 }
 
+/* The record of the runs behind a workload's (or variant's) targets:
+ * <workloads dir>/targets/<W>[_<V>].json where it exists (written by
+ * workloads/derive_targets.py), as that path; else null. */
+static json_t *record_json(const apf_workload_spec *w, const char *variant)
+{
+	char *top = w->dir ? apf_strdup(w->dir) : NULL;
+	char *slash = top ? strrchr(top, '/') : NULL;
+	json_t *out = json_null();
+	if (slash) {
+		*slash = 0;
+		char name[600];
+		snprintf(name, sizeof name, "targets/%s%s%s.json", w->name,
+			 variant ? "_" : "", variant ? variant : "");
+		char *path = apf_path_join(top, name);
+		struct stat st;
+		if (path && stat(path, &st) == 0 && S_ISREG(st.st_mode)) {
+			json_decref(out);
+			out = json_string(utf8_text(path));
+		}
+		free(path);
+	}
+	free(top);
+	return out;
+}
+
 static json_t *to_json(const struct info *in)
 {
 	const apf_workload_spec *w = in->spec;
@@ -164,22 +193,25 @@ static json_t *to_json(const struct info *in)
 			if (!key)
 				break;
 			if (strcmp(key, "validation_target") &&
-			    strcmp(key, "test_target"))
+			    strcmp(key, "test_target") && strcmp(key, "targets"))
 				json_object_set_new(
 					ov, utf8_text(key),
 					json_string(utf8_text(apf_config_get(
 						w->ini, section, key))));
 		}
 		json_array_append_new(
-			vars, json_pack("{s:s, s:o, s:o, s:f, s:f}", "name",
-					utf8_text(var->name), "overrides", ov,
-					"parameters",
+			vars, json_pack("{s:s, s:o, s:o, s:f, s:f, s:s, s:o}",
+					"name", utf8_text(var->name),
+					"overrides", ov, "parameters",
 					params_json(in, v < 63 ? v + 1 : 64),
 					"validation_target",
 					var->validation_target, "test_target",
-					var->test_target));
+					var->test_target, "targets",
+					apf_variant_targets_name(var->targets),
+					"target_record",
+					record_json(w, var->name)));
 	}
-	return json_pack(
+	json_t *o = json_pack(
 		"{s:s, s:s?, s:s, s:s, s:s, s:s, s:f, s:f, s:s, s:I, s:o,"
 		" s:{s:s, s:s, s:s?}, s:{s:o, s:o}, s:o, s:o}",
 		"name", utf8_text(w->name), "description",
@@ -195,17 +227,31 @@ static json_t *to_json(const struct info *in)
 		utf8_text(w->dataset_digest), "budget",
 		"cpu", budget_json(&w->cpu), "gpu", budget_json(&w->gpu),
 		"variants", vars, "metrics", metrics_json(w));
+	if (o)
+		json_object_set_new(o, "target_record", record_json(w, NULL));
+	return o;
 }
 
 /* Prints the workloads that could be described, as text or JSON. */
 static int print_all(const struct info *infos, size_t n, int as_json)
 {
+	/* One pass: one trial of every workload listed, at its budget. */
+	double cpu = 0, gpu = 0;
+	for (size_t i = 0; i < n; i++)
+		if (!infos[i].error) {
+			cpu += infos[i].spec->cpu.max_runtime_s;
+			gpu += infos[i].spec->gpu.max_runtime_s > 0
+				       ? infos[i].spec->gpu.max_runtime_s
+				       : 0;
+		}
 	if (as_json) {
 		json_t *arr = json_array();
 		for (size_t i = 0; i < n; i++)
 			if (!infos[i].error)
 				json_array_append_new(arr, to_json(&infos[i]));
-		return cmd_print_json(json_pack("{s:o}", "workloads", arr),
+		return cmd_print_json(json_pack("{s:o, s:{s:f, s:f}}",
+						"workloads", arr, "one_pass_s",
+						"cpu", cpu, "gpu", gpu),
 				      JSON_REAL_PRECISION(12));
 	}
 	int shown = 0;
@@ -216,6 +262,10 @@ static int print_all(const struct info *infos, size_t n, int as_json)
 			printf("\n");
 		print_text(&infos[i]);
 	}
+	if (shown > 1)
+		printf("\none pass (one trial of each): cpu %g s of submission "
+		       "time; external tuning (3 studies x 5 trials) %g min\n",
+		       cpu, cpu * 15 / 60);
 	return 0;
 }
 

@@ -153,7 +153,8 @@ static int end_trial(struct unit *u, const char *reason, int failed,
 				  u->name, reason, (double)u->sub_ns / 1e9,
 				  u->hu->spec->metric, u->best_val,
 				  u->hu->validation_target, (long long)u->evals);
-	if (u->short_blocks > 0)
+	/* Under the cpu clock the wait is not counted: nothing to say. */
+	if (u->short_blocks > 0 && u->r->clock == APF_CLOCK_WALL)
 		apf_runner_notice(u->r,
 				  "%s: %lld of %lld step blocks short of cores "
 				  "(the trial's threads waited over %.0f%% of "
@@ -162,12 +163,8 @@ static int end_trial(struct unit *u, const char *reason, int failed,
 				  u->name, (long long)u->short_blocks,
 				  (long long)u->evals,
 				  100 * APF_CLOCK_SHORT_SHARE,
-				  u->r->clock == APF_CLOCK_CPU
-					  ? "; the cpu clock did not count "
-					    "the wait"
-					  : "; its wall-clock times count the "
-					    "wait (apf run --clock cpu does "
-					    "not)");
+				  "; its wall-clock times count the wait "
+				  "(apf run --clock cpu does not)");
 	if (detail && failed) {
 		/* The detail is the trial's or the compiler's text. */
 		char safe[4 * 1024];

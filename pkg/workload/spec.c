@@ -281,12 +281,30 @@ static int load_variants(apf_workload_spec *w)
 						   &v->test_target);
 		if (rc)
 			return rc;
+		int own = apf_config_get(c, s, "validation_target") ||
+			  apf_config_get(c, s, "test_target");
+		const char *how = apf_config_get(c, s, "targets");
+		v->targets = own ? APF_VARIANT_TARGETS_SET : APF_VARIANT_TARGETS_BASE;
+		if (how && !own)
+			return apf_config_error(c, s, "targets",
+						"says how the variant's own "
+						"targets were set, and it sets "
+						"none");
+		if (how && !strcmp(how, "derived"))
+			v->targets = APF_VARIANT_TARGETS_DERIVED;
+		else if (how && !strcmp(how, "retuned"))
+			v->targets = APF_VARIANT_TARGETS_RETUNED;
+		else if (how && strcmp(how, "provisional"))
+			return apf_config_error(c, s, "targets",
+						"expected provisional, derived "
+						"or retuned");
 		for (size_t k = 0;; k++) {
 			const char *key = apf_config_key(c, s, k);
 			if (!key)
 				break;
 			if (!strcmp(key, "validation_target") ||
-			    !strcmp(key, "test_target"))
+			    !strcmp(key, "test_target") ||
+			    !strcmp(key, "targets"))
 				continue;
 			if (!apf_config_get(c, "model", key))
 				return apf_config_error(
@@ -513,6 +531,20 @@ const struct apf_budget *apf_workload_budget(const apf_workload_spec *w,
 int apf_workload_meets(int direction, double value, double target)
 {
 	return direction > 0 ? value >= target : value <= target;
+}
+
+const char *apf_variant_targets_name(int targets)
+{
+	switch (targets) {
+	case APF_VARIANT_TARGETS_SET:
+		return "provisional";
+	case APF_VARIANT_TARGETS_DERIVED:
+		return "derived";
+	case APF_VARIANT_TARGETS_RETUNED:
+		return "retuned";
+	default:
+		return "base";
+	}
 }
 
 uint64_t apf_workload_budget_ns(const struct apf_budget *b, double multiplier,

@@ -57,11 +57,24 @@ struct apf_budget {
 	int provisional;
 };
 
+/* How a variant's targets came about ([variant.V] targets = ...). */
+enum apf_variant_targets {
+	APF_VARIANT_TARGETS_BASE = 0,  /* none of its own: the base's */
+	APF_VARIANT_TARGETS_SET,       /* its own, set by hand (provisional) */
+	APF_VARIANT_TARGETS_DERIVED,   /* by AlgoPerf's rule, its own tuning */
+	APF_VARIANT_TARGETS_RETUNED,   /* the cheaper rule: the base's
+					* configuration retuned around its
+					* point (workloads/derive_targets.py) */
+};
+
 struct apf_workload_variant {
 	char *name;
 	double validation_target; /* the base's unless the variant sets its own */
 	double test_target;
+	int targets;              /* enum apf_variant_targets */
 };
+/* "base", "provisional", "derived", "retuned". */
+const char *apf_variant_targets_name(int targets);
 
 typedef struct apf_workload_spec {
 	char *name;
