@@ -95,25 +95,78 @@ class Scripts(unittest.TestCase):
     def tearDown(self):
         subprocess.run(["rm", "-rf", self.tmp])
 
-    def test_derive_targets_records_series_and_follows_the_rule(self):
-        rec = os.path.join(self.tmp, "rec.json")
-        p = script("derive_targets", "blobs_steps", "--baselines", "nadamw,adamw",
-                   "--trials", "1", "--reruns", "2", "--dry-run", "--record", rec,
-                   "--workloads-dir", TEST_WORKLOADS)
+    def test_derive_targets_follows_the_rule_resumes_and_derives_a_variant(self):
+        import shutil
+        wl = os.path.join(self.tmp, "workloads")
+        shutil.copytree(TEST_WORKLOADS, wl)
+        # The workloads name their data as ../../datasets/<name>.
+        shutil.copytree(os.path.join(ROOT, "tests", "data", "datasets"),
+                        os.path.join(self.tmp, "datasets"))
+        out = os.path.join(self.tmp, "runs")
+        recs = os.path.join(self.tmp, "targets")
+        args = ["--algorithms", "nadamw,adamw", "--trials", "2", "--reruns", "3",
+                "--variant-reruns", "2", "--out", out, "--record-dir", recs,
+                "--workloads-dir", wl]
+        p = script("derive_targets", "blobs_steps", *args)
         self.assertEqual(p.returncode, 0, p.stderr + p.stdout)
-        r = json.load(open(rec))
-        self.assertEqual([t["baseline"] for t in r["tuning"]], ["nadamw", "adamw"])
+        r = json.load(open(os.path.join(recs, "blobs_steps.json")))
+        self.assertEqual([t["algorithm"] for t in r["tuning"]], ["nadamw"] * 2 + ["adamw"] * 2)
+        self.assertEqual(r["rule"], "derived")
+        self.assertEqual(r["setting_runtime_s"], 0.75 * r["budget_s"])
         for t in r["tuning"] + r["reruns"]:
             times = [e["submission_s"] for e in t["evals"]]
             self.assertGreater(len(times), 1)
             self.assertEqual(times, sorted(times))
+        for t in r["tuning"]:
             self.assertEqual(t["best_validation"],
                              max(e["validation/accuracy"] for e in t["evals"]))
-        self.assertEqual(r["validation_target"],
-                         statistics.median(x["best_validation"] for x in r["reruns"]))
-        # --dry-run: the real ini is untouched
-        self.assertIn("targets = provisional",
-                      open(os.path.join(TEST_WORKLOADS, "blobs_steps", "workload.ini")).read())
+        best = max(r["tuning"], key=lambda t: t["best_validation"])
+        self.assertEqual((r["algorithm"], r["hparams"]), (best["algorithm"], best["hparams"]))
+        # The median of the reruns' best within 3/4 of the budget, and the
+        # worst test value at the first eval meeting it.
+        setting = r["setting_runtime_s"]
+        bests = [max(e["validation/accuracy"] for e in x["evals"]
+                     if e["submission_s"] <= setting) for x in r["reruns"]]
+        self.assertEqual(len(bests), 3)
+        self.assertEqual(r["validation_target"], statistics.median(bests))
+        tests = []
+        for x in r["reruns"]:
+            hit = [e for e in x["evals"] if e["submission_s"] <= setting
+                   and e["validation/accuracy"] >= r["validation_target"]]
+            if hit:
+                tests.append(hit[0]["test/accuracy"])
+        self.assertEqual(r["test_target"], min(tests))
+        met = [x for x in r["reruns"] if x["time_to_target_s"] is not None]
+        self.assertEqual(r["share_meeting_within_budget"], len(met) / 3)
+        self.assertGreaterEqual(r["share_meeting_within_budget"], 2 / 3)
+        ini = open(os.path.join(wl, "blobs_steps", "workload.ini")).read()
+        self.assertIn("targets = derived", ini)
+        self.assertIn(f"validation_target = {r['validation_target']:.4f}", ini)
+        # A second invocation reuses every complete run.
+        p2 = script("derive_targets", "blobs_steps", *args, "--dry-run")
+        self.assertEqual(p2.returncode, 0, p2.stderr + p2.stdout)
+        self.assertEqual(p2.stdout.count(": reusing "), 3, p2.stdout)
+        # The variant: the base's point retuned around its learning rate.
+        p3 = script("derive_targets", "blobs_steps:gelu", *args)
+        self.assertEqual(p3.returncode, 0, p3.stderr + p3.stdout)
+        v = json.load(open(os.path.join(recs, "blobs_steps_gelu.json")))
+        self.assertEqual(v["rule"], "retuned")
+        lrs = [t["hparams"]["learning_rate"] for t in v["tuning"]]
+        self.assertEqual(len(lrs), 5)
+        for got, f in zip(lrs, [0.25, 0.5, 1, 2, 4]):
+            self.assertAlmostEqual(got, r["hparams"]["learning_rate"] * f)
+        self.assertEqual(len(v["reruns"]), 2)
+        env = dict(os.environ, APF_WORKLOADS_DIR=wl)
+        j = json.loads(subprocess.run([APF, "workloads", "--json", "blobs_steps"], env=env,
+                                      capture_output=True, text=True).stdout)
+        gelu = [x for x in j["workloads"][0]["variants"] if x["name"] == "gelu"][0]
+        self.assertEqual(gelu["targets"], "retuned")
+        self.assertAlmostEqual(gelu["validation_target"], v["validation_target"], places=4)
+        # A variant before its base is refused, in one line.
+        p4 = script("derive_targets", "blobs_mlp:gelu", *args[:-2], "--workloads-dir", wl)
+        self.assertNotEqual(p4.returncode, 0)
+        self.assertTrue(p4.stderr.startswith("apf: derive_targets: blobs_mlp:gelu: derive "
+                                             "blobs_mlp first"), p4.stderr)
 
     def test_baselines_table_matches_the_logs_and_resumes(self):
         out = os.path.join(self.tmp, "bl")
@@ -151,25 +204,6 @@ class Scripts(unittest.TestCase):
         self.assertEqual(p2.returncode, 0, p2.stderr + p2.stdout)
         self.assertIn("nadamw: reusing", p2.stdout)
         self.assertIn("heavy_ball: reusing", p2.stdout)
-        # derive_targets takes its tuning from these runs (the base
-        # column's trials alone) and runs only the reruns
-        drec = os.path.join(self.tmp, "derive.json")
-        p3 = script("derive_targets", "blobs_steps", "--baselines", "nadamw,heavy_ball",
-                    "--tuning-runs", out, "--reruns", "2", "--dry-run", "--record", drec,
-                    "--workloads-dir", TEST_WORKLOADS)
-        self.assertEqual(p3.returncode, 0, p3.stderr + p3.stdout)
-        self.assertIn("tuning nadamw: the trials of", p3.stdout)
-        d = json.load(open(drec))
-        self.assertEqual([t["unit"] for t in d["tuning"]],
-                         ["study_0/blobs_steps/trial_1"] * 2)
-        for t in d["tuning"]:
-            self.assertEqual(t["best_validation"],
-                             r["columns"][0]["best_validation"][t["baseline"]])
-        self.assertEqual(len(d["reruns"]), 2)
-        p4 = script("derive_targets", "blobs_steps", "--tuning-runs", self.tmp,
-                    "--dry-run", "--workloads-dir", TEST_WORKLOADS)
-        self.assertNotEqual(p4.returncode, 0)
-        self.assertIn("no tuning run of nadamw", p4.stderr)
 
     def test_unknown_variant_is_one_line(self):
         p = script("baselines", "blobs_steps:nope", "--out", os.path.join(self.tmp, "x"),
