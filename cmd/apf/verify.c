@@ -250,9 +250,9 @@ static int verify_run(const char *dir, const char *key_path,
 {
 	apf_keyring *runner = NULL, *entry = NULL;
 	apf_verify_report *r = NULL;
-	int rc = apf_keyring_default(&runner, key_path);
+	int rc = apf_keyring_default(&runner, key_path, "--key");
 	if (!rc)
-		rc = apf_keyring_default(&entry, entry_key);
+		rc = apf_keyring_default(&entry, entry_key, "--entry-key");
 	if (!rc) {
 		struct apf_verify_opts o = {.runner_keys = runner,
 					    .entry_keys = entry,
@@ -504,7 +504,7 @@ int cmd_verify(int argc, char **argv)
 	}
 	apf_keyring *kr = NULL;
 	apf_entry *e = NULL;
-	rc = apf_keyring_default(&kr, key_path);
+	rc = apf_keyring_default(&kr, key_path, "--key");
 	if (!rc)
 		rc = apf_entry_verify(&e, path, kr);
 	if (as_json) {

@@ -690,7 +690,7 @@ static int extract_entry(struct run *r)
 {
 	const struct apf_run_opts *o = r->o;
 	apf_keyring *kr = NULL;
-	int rc = apf_keyring_default(&kr, o->trust_key);
+	int rc = apf_keyring_default(&kr, o->trust_key, "--entry-key");
 	if (!rc) {
 		const char *t = getenv("TMPDIR");
 		t = t && *t ? t : "/tmp";
