@@ -400,10 +400,19 @@ static int open_run_dir(struct run *r)
 			 threads != r->threads)
 			rc = apf_error(APF_EINPUT, r->run_dir,
 				       "ran with other settings (device %s, "
-				       "%s, %lld threads); use the same",
+				       "%s, %lld thread%s; this run: device %s, "
+				       "%s, %d thread%s): give the same, "
+				       "--device %s --threads %lld%s",
 				       dev ? dev : "?",
 				       json_is_true(sealed) ? "sealed" : "unsealed",
-				       (long long)threads);
+				       (long long)threads, threads == 1 ? "" : "s",
+				       r->device, r->sealed ? "sealed" : "unsealed",
+				       r->threads, r->threads == 1 ? "" : "s",
+				       dev ? dev : "?",
+				       (long long)threads,
+				       json_is_true(sealed)
+					       ? " and no --unsealed"
+					       : " --unsealed");
 	}
 	free(text);
 	json_decref(j);
@@ -572,6 +581,42 @@ static int selected(const struct run *r, const struct apf_plan_unit *u)
 	return (!o->workload || !strcmp(o->workload, u->workload)) &&
 	       (o->study < 0 || o->study == u->study) &&
 	       (o->trial < 0 || o->trial == u->trial + 1);
+}
+
+/* The selectors given and what the plan has, so that the one line shows
+ * the typo or the off-by-one (--trial counts from 1, --study from 0). */
+static int no_unit_matches(const struct run *r)
+{
+	const struct apf_run_opts *o = r->o;
+	apf_buf given = {0}, names = {0};
+	if (o->workload)
+		apf_buf_printf(&given, " --workload %s", o->workload);
+	if (o->study >= 0)
+		apf_buf_printf(&given, " --study %ld", o->study);
+	if (o->trial >= 0)
+		apf_buf_printf(&given, " --trial %ld", o->trial);
+	long studies = 0, trials = 0;
+	for (size_t i = 0; i < r->plan->n; i++) {
+		const struct apf_plan_unit *u = &r->plan->units[i];
+		size_t k = 0;
+		while (k < i && strcmp(r->plan->units[k].workload, u->workload))
+			k++;
+		if (k == i)
+			apf_buf_printf(&names, "%s%s", i ? ", " : "",
+				       u->workload);
+		studies = u->study + 1 > studies ? u->study + 1 : studies;
+		trials = u->trial + 1 > trials ? u->trial + 1 : trials;
+	}
+	int rc = apf_error(APF_EUSAGE, "run",
+			   "no unit of the plan matches%s (the plan has "
+			   "workload%s %s, studies 0-%ld, trials 1-%ld; see "
+			   "apf plan)",
+			   given.data ? given.data : "",
+			   strchr(names.data ? names.data : "", ',') ? "s" : "",
+			   names.data ? names.data : "none", studies - 1, trials);
+	apf_buf_free(&given);
+	apf_buf_free(&names);
+	return rc;
 }
 
 char *apf_run_default_dir(const char *entry)
@@ -1314,9 +1359,7 @@ int apf_run(const struct apf_run_opts *o)
 	for (size_t i = 0; !rc && i < r.plan->n; i++)
 		nsel += selected(&r, &r.plan->units[i]);
 	if (!rc && nsel == 0)
-		rc = apf_error(APF_EUSAGE, "run",
-			       "no unit of the plan matches --workload/--study/"
-			       "--trial (see apf plan)");
+		rc = no_unit_matches(&r);
 	int fresh = 0;
 	r.drift = d.fields;
 	if (!rc)

@@ -156,6 +156,17 @@ class Run(RunCase):
                    match="differs from the entry's")
         self.assertFalse(os.path.exists(self.path("r")))
 
+    def test_no_unit_matching_names_the_values_given_and_what_the_plan_has(self):
+        entry = self.pack_baseline()
+        r = self.fails(2, "run", entry, "-o", self.path("r"), "--workload", "blobs_mpl")
+        self.assertRegex(r.err, r"^apf: run: no unit of the plan matches --workload blobs_mpl "
+                         r"\(the plan has workload blobs_mlp, studies 0-\d+, trials 1-\d+; "
+                         r"see apf plan\)\n$")
+        r = self.fails(2, "run", entry, "-o", self.path("r"), "--study", "0", "--trial", "99")
+        self.assertIn("no unit of the plan matches --study 0 --trial 99 (the plan has "
+                      "workload blobs_mlp, studies 0-", r.err)
+        self.assertFalse(os.path.exists(self.path("r")))
+
     def test_environment_drift_is_refused_or_logged(self):
         # Packed in a container image; run outside it.
         src = os.path.join(apftest.ROOT, "submissions", "baselines", "nadamw")
