@@ -32,6 +32,7 @@
 
 #include "entry/entry.h"
 #include "hash/hash.h"
+#include "rundir/rundir.h"
 #include "verify/verify.h"
 
 /* The manifest's strings, the paths and the checks' details carry text
@@ -223,24 +224,6 @@ static void audit_progress(void *user, const char *what)
 {
 	(void)user;
 	progress_show("%s", what);
-}
-
-/* A run directory is one with run.json (README.md, Formats): anything
- * else is refused by name here, not reported as check 1's missing
- * entry.apf. A run.json that exists but cannot be read, or is not a
- * regular file, is left to the checks, which say why. */
-static int check_run_dir(const char *dir)
-{
-	char *p = apf_path_join(dir, "run.json");
-	if (!p)
-		return apf_error(APF_ENOMEM, "verify", "out of memory");
-	struct stat st;
-	int absent = lstat(p, &st) != 0 && (errno == ENOENT || errno == ENOTDIR);
-	free(p);
-	if (absent)
-		return apf_error(APF_EINPUT, "verify",
-				 "%s: not a run directory (no run.json)", dir);
-	return 0;
 }
 
 static int verify_run(const char *dir, const char *key_path,
@@ -490,8 +473,10 @@ int cmd_verify(int argc, char **argv)
 		return cmd_fail(APF_EUSAGE);
 	}
 	if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
-		if ((rc = check_run_dir(path)))
-			return cmd_fail(rc);
+		/* Refused by name here, not reported as check 1's missing
+		 * entry.apf. */
+		if ((rc = apf_rundir_check(path)))
+			return cmd_fail(apf_error_prefix(rc, "verify"));
 		return verify_run(path, key_path, entry_key, as_json, reeval,
 				  replay, top, tolerance, accept, seed, compare,
 				  rtol);

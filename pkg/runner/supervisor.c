@@ -910,7 +910,21 @@ static int open_or_create(struct run *r, int *fresh)
 	struct stat st;
 	if (rc)
 		return rc;
-	if (stat(r->run_dir, &st) == 0)
+	int empty = stat(r->run_dir, &st) == 0 && apf_dir_is_empty(r->run_dir);
+	if (empty && !r->o->resume) {
+		/* An empty directory is a new run directory (made for it, or
+		 * by a job script): the new one is renamed over it. */
+		rc = create_run_dir(r);
+		*fresh = 1;
+	} else if (empty || (stat(r->run_dir, &st) == 0 &&
+			     apf_rundir_check(r->run_dir))) {
+		rc = apf_error(APF_EINPUT, r->run_dir,
+			       empty ? "not a run directory (no run.json): "
+				       "nothing to resume"
+				     : "not a run directory (no run.json), and "
+				       "not empty: -o takes a new or empty "
+				       "directory, or a run's");
+	} else if (stat(r->run_dir, &st) == 0)
 		rc = open_run_dir(r);
 	else if (r->o->resume)
 		rc = apf_error(APF_EINPUT, r->run_dir,
@@ -1346,6 +1360,11 @@ int apf_run(const struct apf_run_opts *o)
 	struct run r = {0};
 	r.o = o;
 	r.run_dir = o->run_dir ? apf_strdup(o->run_dir) : apf_run_default_dir(o->entry);
+	/* "-o out/" is out: the new directory is made beside it, as
+	 * out.tmp.XXXXXX, and renamed onto it. */
+	for (size_t n = r.run_dir ? strlen(r.run_dir) : 0;
+	     n > 1 && r.run_dir[n - 1] == '/'; n--)
+		r.run_dir[n - 1] = 0;
 	int rc = r.run_dir ? heldout_in_force(&r)
 			   : apf_error(APF_ENOMEM, "run", "out of memory");
 	if (!rc)
