@@ -484,6 +484,49 @@ static int last_event_cb(void *user, const struct apf_runlog_record *rec)
 	return 0;
 }
 
+/* A unit whose trial ended but whose last session was stopped (a signal
+ * between trial_end and run_end, by an apf older than run_one's check, or
+ * a crash there) has its result in the log already: the session is closed
+ * now (run_end, the signed head, the index), so that the run can end and
+ * apf verify's "apf run --resume continues it" holds, rather than leaving
+ * a unit that no run will touch again. cut: a torn last record may go
+ * (--resume). */
+static int close_ended_log(struct run *r, size_t i, const char *name,
+			   const char *logp, int cut)
+{
+	const struct apf_rundir_unit *st = &r->states[i];
+	apf_runlog *l = NULL;
+	uint64_t cut_bytes = 0;
+	int rc = apf_runlog_open_append(&l, logp, cut, &cut_bytes);
+	json_t *f = rc ? NULL
+		       : json_pack("{s:I, s:I, s:I}", "units", (json_int_t)1,
+				   "completed", (json_int_t)!st->failed,
+				   "failed", (json_int_t)!!st->failed);
+	if (!rc && !f)
+		rc = apf_error(APF_ENOMEM, "run", "out of memory");
+	if (!rc)
+		rc = append(l, "run_end", f, 1);
+	json_decref(f);
+	char *dir = rc ? NULL : apf_path_join(r->run_dir, name);
+	if (!rc && !dir)
+		rc = apf_error(APF_ENOMEM, "run", "out of memory");
+	if (!rc)
+		rc = apf_rundir_sign_head(dir, r->key, r->run_json_sha256, l);
+	if (!rc)
+		rc = apf_rundir_index_update(r->run_dir, r->key,
+					     r->run_json_sha256, name,
+					     apf_runlog_count(l),
+					     apf_runlog_head(l));
+	free(dir);
+	int crc = l ? apf_runlog_close(l) : 0;
+	if (!rc && !crc)
+		apf_runner_notice(r,
+				  "%s: had ended (%s) in a session stopped "
+				  "before its run_end: closed its log",
+				  name, st->failed ? "failed" : "completed");
+	return rc ? rc : crc;
+}
+
 /* Each selected unit's own log, as far as it is whole: a torn last line
  * (a crash) is cut when the unit is resumed. */
 static int scan_logs(struct run *r)
@@ -513,6 +556,9 @@ static int scan_logs(struct run *r)
 				rc = 0;
 				/* Only a resume goes on from a crash. */
 				r->states[i].started = 1;
+				if (r->states[i].ended && r->o->resume)
+					rc = close_ended_log(r, i, name,
+							     p.data, 1);
 			} else if (!rc) {
 				int closed = 0;
 				const struct apf_runlog_read_opts lo = {
@@ -522,6 +568,9 @@ static int scan_logs(struct run *r)
 				if (!rc && closed)
 					rc = settle_closed_log(r, index, name,
 							       p.data);
+				else if (!rc && r->states[i].ended)
+					rc = close_ended_log(r, i, name,
+							     p.data, 0);
 			}
 		}
 		apf_buf_free(&p);
@@ -1002,7 +1051,11 @@ static int run_one(struct run *r, size_t i)
 	size_t completed = r->completed, failed = r->failed;
 	if (!rc)
 		rc = apf_runner_unit(r, i);
-	if (r->log && !stop_signal && (!rc || rc == APF_EABORT)) {
+	/* A unit whose trial ended in this session is closed even when ^C came
+	 * after its trial_end: its result is logged, and a log left open
+	 * would send the user to a --resume that has nothing to run. */
+	int ended = r->completed + r->failed > completed + failed;
+	if (r->log && (!stop_signal || ended) && (!rc || rc == APF_EABORT)) {
 		json_t *f = json_pack("{s:I, s:I, s:I}", "units", (json_int_t)1,
 				      "completed",
 				      (json_int_t)(r->completed - completed),
