@@ -17,7 +17,7 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	apf_keyring *kr = NULL;
-	int rc = apf_keyring_default(&kr, NULL);
+	int rc = apf_keyring_default(&kr, NULL, "--key");
 	apf_verify_report *r = NULL;
 	uint64_t t0 = apf_now_ns(), t1 = t0;
 	if (!rc) {

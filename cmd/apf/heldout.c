@@ -49,7 +49,7 @@ static int entries_load(struct entries *s, char **paths, size_t n,
 			const char *key_path)
 {
 	*s = (struct entries){0};
-	int rc = apf_keyring_default(&s->kr, key_path);
+	int rc = apf_keyring_default(&s->kr, key_path, "--key");
 	if (!rc && !(s->e = apf_calloc(n, sizeof *s->e)))
 		rc = apf_error(APF_ENOMEM, "heldout", "out of memory");
 	for (size_t i = 0; !rc && i < n; i++) {

@@ -106,7 +106,7 @@ int cmd_inspect(int argc, char **argv)
 		return rc;
 	apf_keyring *kr = NULL;
 	apf_entry *e = NULL;
-	rc = apf_keyring_default(&kr, key_path);
+	rc = apf_keyring_default(&kr, key_path, "--key");
 	if (!rc)
 		rc = apf_entry_inspect(&e, argv[1], kr);
 	if (!rc && as_json) {

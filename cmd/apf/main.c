@@ -5,8 +5,11 @@
  */
 #include "cmd.h"
 
+#include <limits.h>
 #include <locale.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 extern const char apf_build_id[];
 
@@ -48,9 +51,28 @@ static void print_help(FILE *f)
 		   "error, 3 run stopped abnormally.\n");
 }
 
+/* A relative APF_WORKLOADS_DIR (the docs' "tests/data/workloads") means
+ * relative to where apf was started: made absolute once, here, it means the
+ * same in every process apf starts, whatever directory that runs in, and
+ * an error names the directory that was looked in. */
+static void absolute_workloads_dir(void)
+{
+	const char *d = getenv("APF_WORKLOADS_DIR");
+	char cwd[PATH_MAX], abs[PATH_MAX + 4096];
+	if (!d || !*d || d[0] == '/' || !getcwd(cwd, sizeof cwd))
+		return;
+	while (d[0] == '.' && d[1] == '/')
+		d += 2;
+	int n = !strcmp(d, ".") ? snprintf(abs, sizeof abs, "%s", cwd)
+				: snprintf(abs, sizeof abs, "%s/%s", cwd, d);
+	if (n > 0 && (size_t)n < sizeof abs)
+		setenv("APF_WORKLOADS_DIR", abs, 1);
+}
+
 int main(int argc, char **argv)
 {
 	setlocale(LC_ALL, "C");
+	absolute_workloads_dir();
 	if (argc < 2) {
 		print_help(stderr);
 		return 2;

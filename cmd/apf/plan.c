@@ -98,7 +98,7 @@ int cmd_plan(int argc, char **argv)
 	apf_keyring *kr = NULL;
 	apf_entry *e = NULL;
 	apf_plan *p = NULL;
-	rc = apf_keyring_default(&kr, key_path);
+	rc = apf_keyring_default(&kr, key_path, "--key");
 	if (!rc)
 		rc = apf_entry_verify(&e, argv[1], kr);
 	if (!rc)

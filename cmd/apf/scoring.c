@@ -41,7 +41,7 @@ static int split_label(const char *arg, char **path, const char **label)
 static int verify_runs(struct cmd_scoring *s, const struct cmd_scoring_in *in)
 {
 	apf_keyring *runner = NULL;
-	int rc = apf_keyring_default(&runner, in->key_path);
+	int rc = apf_keyring_default(&runner, in->key_path, "--key");
 	apf_score_logs *logs = s->logs;
 	for (size_t i = 0; !rc && i < logs->n;) {
 		struct apf_score_submission *sub = &logs->s[i];
@@ -128,7 +128,8 @@ int cmd_scoring_compute(struct cmd_scoring *s, const struct cmd_scoring_in *in)
 		free(path);
 	}
 	if (!rc && (in->verify || in->want_entry_keys))
-		rc = apf_keyring_default(&s->entry_keys, in->entry_key);
+		rc = apf_keyring_default(&s->entry_keys, in->entry_key,
+					 "--entry-key");
 	if (!rc && in->verify)
 		rc = verify_runs(s, in);
 	if (!rc)

@@ -42,6 +42,8 @@ int cmd_status(int argc, char **argv)
 	if (rc >= 0)
 		return rc;
 	json_t *st = NULL;
+	if ((rc = apf_rundir_check(argv[1])))
+		return cmd_fail(apf_error_prefix(rc, "status"));
 	rc = apf_rundir_status(&st, argv[1]);
 	if (rc)
 		return cmd_fail(rc);

@@ -32,6 +32,7 @@
 
 #include "entry/entry.h"
 #include "hash/hash.h"
+#include "rundir/rundir.h"
 #include "verify/verify.h"
 #include "rundir/rundir.h"
 
@@ -262,24 +263,6 @@ static void audit_progress(void *user, const char *what)
 	progress_show("%s", what);
 }
 
-/* A run directory is one with run.json (README.md, Formats): anything
- * else is refused by name here, not reported as check 1's missing
- * entry.apf. A run.json that exists but cannot be read, or is not a
- * regular file, is left to the checks, which say why. */
-static int check_run_dir(const char *dir)
-{
-	char *p = apf_path_join(dir, "run.json");
-	if (!p)
-		return apf_error(APF_ENOMEM, "verify", "out of memory");
-	struct stat st;
-	int absent = lstat(p, &st) != 0 && (errno == ENOENT || errno == ENOTDIR);
-	free(p);
-	if (absent)
-		return apf_error(APF_EINPUT, "verify",
-				 "%s: not a run directory (no run.json)", dir);
-	return 0;
-}
-
 static int verify_run(const char *dir, const char *key_path,
 		      const char *entry_key, int as_json, int reeval,
 		      long replay, long top, double tolerance, int accept,
@@ -287,9 +270,9 @@ static int verify_run(const char *dir, const char *key_path,
 {
 	apf_keyring *runner = NULL, *entry = NULL;
 	apf_verify_report *r = NULL;
-	int rc = apf_keyring_default(&runner, key_path);
+	int rc = apf_keyring_default(&runner, key_path, "--key");
 	if (!rc)
-		rc = apf_keyring_default(&entry, entry_key);
+		rc = apf_keyring_default(&entry, entry_key, "--entry-key");
 	if (!rc) {
 		struct apf_verify_opts o = {.runner_keys = runner,
 					    .entry_keys = entry,
@@ -527,8 +510,10 @@ int cmd_verify(int argc, char **argv)
 		return cmd_fail(APF_EUSAGE);
 	}
 	if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
-		if ((rc = check_run_dir(path)))
-			return cmd_fail(rc);
+		/* Refused by name here, not reported as check 1's missing
+		 * entry.apf. */
+		if ((rc = apf_rundir_check(path)))
+			return cmd_fail(apf_error_prefix(rc, "verify"));
 		return verify_run(path, key_path, entry_key, as_json, reeval,
 				  replay, top, tolerance, accept, seed, compare,
 				  rtol);
@@ -541,7 +526,7 @@ int cmd_verify(int argc, char **argv)
 	}
 	apf_keyring *kr = NULL;
 	apf_entry *e = NULL;
-	rc = apf_keyring_default(&kr, key_path);
+	rc = apf_keyring_default(&kr, key_path, "--key");
 	if (!rc)
 		rc = apf_entry_verify(&e, path, kr);
 	if (as_json) {

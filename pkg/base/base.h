@@ -128,6 +128,8 @@ int apf_fsync_dir(const char *dir);
 int apf_mkdirs(const char *path, mode_t mode);
 /* rm -r that never follows symlinks; ENOENT is not an error. */
 int apf_remove_tree(const char *path);
+/* 1 when path is a directory (not a link to one) with no entries. */
+int apf_dir_is_empty(const char *path);
 
 /* Growable byte buffer, always NUL-terminated. */
 typedef struct apf_buf {

@@ -562,6 +562,24 @@ static int remove_at(int parent, const char *name)
 	return rc;
 }
 
+int apf_dir_is_empty(const char *path)
+{
+	int fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+	if (!d) {
+		if (fd >= 0)
+			close(fd);
+		return 0;
+	}
+	int empty = 1;
+	struct dirent *de;
+	while (empty && (de = readdir(d)))
+		if (strcmp(de->d_name, ".") && strcmp(de->d_name, ".."))
+			empty = 0;
+	closedir(d);
+	return empty;
+}
+
 int apf_remove_tree(const char *path)
 {
 	if (remove_at(AT_FDCWD, path) != 0)

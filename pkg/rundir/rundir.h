@@ -67,6 +67,11 @@ int apf_rundir_index_update(const char *run_dir, const struct apf_key *key,
  * apf run --resume continues it). Read, not verified. */
 int apf_rundir_status(json_t **out, const char *run_dir);
 
+/* 0 when dir has a run.json (README.md, Formats: that makes it a run
+ * directory), else APF_EINPUT "<dir>: not a run directory (no run.json)".
+ * A run.json that is there but unreadable is left to its readers. */
+int apf_rundir_check(const char *dir);
+
 /* The units object of RUN/index.dsse.json as it stands (missing: empty),
  * which must be signed by key. A new reference in *units. */
 int apf_rundir_index_get(json_t **units, const char *run_dir,

@@ -59,9 +59,25 @@ static json_t *number_or_null(int64_t ns)
 	return ns >= 0 ? json_real((double)ns / 1e9) : json_null();
 }
 
+int apf_rundir_check(const char *dir)
+{
+	char *p = apf_path_join(dir, "run.json");
+	if (!p)
+		return apf_error(APF_ENOMEM, dir, "out of memory");
+	struct stat st;
+	int absent = lstat(p, &st) != 0 && (errno == ENOENT || errno == ENOTDIR);
+	free(p);
+	return absent ? apf_error(APF_EINPUT, dir,
+				  "not a run directory (no run.json)")
+		      : 0;
+}
+
 int apf_rundir_status(json_t **out, const char *run_dir)
 {
 	*out = NULL;
+	int rc0 = apf_rundir_check(run_dir);
+	if (rc0)
+		return rc0;
 	char *rj_path = apf_path_join(run_dir, "run.json");
 	char *single = apf_path_join(run_dir, "log.jsonl");
 	if (!rj_path || !single) {

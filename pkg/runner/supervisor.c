@@ -410,10 +410,19 @@ static int open_run_dir(struct run *r)
 			 threads != r->threads)
 			rc = apf_error(APF_EINPUT, r->run_dir,
 				       "ran with other settings (device %s, "
-				       "%s, %lld threads); use the same",
+				       "%s, %lld thread%s; this run: device %s, "
+				       "%s, %d thread%s): give the same, "
+				       "--device %s --threads %lld%s",
 				       dev ? dev : "?",
 				       json_is_true(sealed) ? "sealed" : "unsealed",
-				       (long long)threads);
+				       (long long)threads, threads == 1 ? "" : "s",
+				       r->device, r->sealed ? "sealed" : "unsealed",
+				       r->threads, r->threads == 1 ? "" : "s",
+				       dev ? dev : "?",
+				       (long long)threads,
+				       json_is_true(sealed)
+					       ? " and no --unsealed"
+					       : " --unsealed");
 		else if ((r->o->clock >= 0 &&
 			  apf_clock_of_run(j) != r->clock) ||
 			 (r->o->budget_scale > 0 &&
@@ -503,6 +512,49 @@ static int last_event_cb(void *user, const struct apf_runlog_record *rec)
 	return 0;
 }
 
+/* A unit whose trial ended but whose last session was stopped (a signal
+ * between trial_end and run_end, by an apf older than run_one's check, or
+ * a crash there) has its result in the log already: the session is closed
+ * now (run_end, the signed head, the index), so that the run can end and
+ * apf verify's "apf run --resume continues it" holds, rather than leaving
+ * a unit that no run will touch again. cut: a torn last record may go
+ * (--resume). */
+static int close_ended_log(struct run *r, size_t i, const char *name,
+			   const char *logp, int cut)
+{
+	const struct apf_rundir_unit *st = &r->states[i];
+	apf_runlog *l = NULL;
+	uint64_t cut_bytes = 0;
+	int rc = apf_runlog_open_append(&l, logp, cut, &cut_bytes);
+	json_t *f = rc ? NULL
+		       : json_pack("{s:I, s:I, s:I}", "units", (json_int_t)1,
+				   "completed", (json_int_t)!st->failed,
+				   "failed", (json_int_t)!!st->failed);
+	if (!rc && !f)
+		rc = apf_error(APF_ENOMEM, "run", "out of memory");
+	if (!rc)
+		rc = append(l, "run_end", f, 1);
+	json_decref(f);
+	char *dir = rc ? NULL : apf_path_join(r->run_dir, name);
+	if (!rc && !dir)
+		rc = apf_error(APF_ENOMEM, "run", "out of memory");
+	if (!rc)
+		rc = apf_rundir_sign_head(dir, r->key, r->run_json_sha256, l);
+	if (!rc)
+		rc = apf_rundir_index_update(r->run_dir, r->key,
+					     r->run_json_sha256, name,
+					     apf_runlog_count(l),
+					     apf_runlog_head(l));
+	free(dir);
+	int crc = l ? apf_runlog_close(l) : 0;
+	if (!rc && !crc)
+		apf_runner_notice(r,
+				  "%s: had ended (%s) in a session stopped "
+				  "before its run_end: closed its log",
+				  name, st->failed ? "failed" : "completed");
+	return rc ? rc : crc;
+}
+
 /* Each selected unit's own log, as far as it is whole: a torn last line
  * (a crash) is cut when the unit is resumed. */
 static int scan_logs(struct run *r)
@@ -532,6 +584,9 @@ static int scan_logs(struct run *r)
 				rc = 0;
 				/* Only a resume goes on from a crash. */
 				r->states[i].started = 1;
+				if (r->states[i].ended && r->o->resume)
+					rc = close_ended_log(r, i, name,
+							     p.data, 1);
 			} else if (!rc) {
 				int closed = 0;
 				const struct apf_runlog_read_opts lo = {
@@ -541,6 +596,9 @@ static int scan_logs(struct run *r)
 				if (!rc && closed)
 					rc = settle_closed_log(r, index, name,
 							       p.data);
+				else if (!rc && r->states[i].ended)
+					rc = close_ended_log(r, i, name,
+							     p.data, 0);
 			}
 		}
 		apf_buf_free(&p);
@@ -600,6 +658,42 @@ static int selected(const struct run *r, const struct apf_plan_unit *u)
 	return (!o->workload || !strcmp(o->workload, u->workload)) &&
 	       (o->study < 0 || o->study == u->study) &&
 	       (o->trial < 0 || o->trial == u->trial + 1);
+}
+
+/* The selectors given and what the plan has, so that the one line shows
+ * the typo or the off-by-one (--trial counts from 1, --study from 0). */
+static int no_unit_matches(const struct run *r)
+{
+	const struct apf_run_opts *o = r->o;
+	apf_buf given = {0}, names = {0};
+	if (o->workload)
+		apf_buf_printf(&given, " --workload %s", o->workload);
+	if (o->study >= 0)
+		apf_buf_printf(&given, " --study %ld", o->study);
+	if (o->trial >= 0)
+		apf_buf_printf(&given, " --trial %ld", o->trial);
+	long studies = 0, trials = 0;
+	for (size_t i = 0; i < r->plan->n; i++) {
+		const struct apf_plan_unit *u = &r->plan->units[i];
+		size_t k = 0;
+		while (k < i && strcmp(r->plan->units[k].workload, u->workload))
+			k++;
+		if (k == i)
+			apf_buf_printf(&names, "%s%s", i ? ", " : "",
+				       u->workload);
+		studies = u->study + 1 > studies ? u->study + 1 : studies;
+		trials = u->trial + 1 > trials ? u->trial + 1 : trials;
+	}
+	int rc = apf_error(APF_EUSAGE, "run",
+			   "no unit of the plan matches%s (the plan has "
+			   "workload%s %s, studies 0-%ld, trials 1-%ld; see "
+			   "apf plan)",
+			   given.data ? given.data : "",
+			   strchr(names.data ? names.data : "", ',') ? "s" : "",
+			   names.data ? names.data : "none", studies - 1, trials);
+	apf_buf_free(&given);
+	apf_buf_free(&names);
+	return rc;
 }
 
 char *apf_run_default_dir(const char *entry)
@@ -718,7 +812,7 @@ static int extract_entry(struct run *r)
 {
 	const struct apf_run_opts *o = r->o;
 	apf_keyring *kr = NULL;
-	int rc = apf_keyring_default(&kr, o->trust_key);
+	int rc = apf_keyring_default(&kr, o->trust_key, "--entry-key");
 	if (!rc) {
 		const char *t = getenv("TMPDIR");
 		t = t && *t ? t : "/tmp";
@@ -909,7 +1003,21 @@ static int open_or_create(struct run *r, int *fresh)
 	struct stat st;
 	if (rc)
 		return rc;
-	if (stat(r->run_dir, &st) == 0)
+	int empty = stat(r->run_dir, &st) == 0 && apf_dir_is_empty(r->run_dir);
+	if (empty && !r->o->resume) {
+		/* An empty directory is a new run directory (made for it, or
+		 * by a job script): the new one is renamed over it. */
+		rc = create_run_dir(r);
+		*fresh = 1;
+	} else if (empty || (stat(r->run_dir, &st) == 0 &&
+			     apf_rundir_check(r->run_dir))) {
+		rc = apf_error(APF_EINPUT, r->run_dir,
+			       empty ? "not a run directory (no run.json): "
+				       "nothing to resume"
+				     : "not a run directory (no run.json), and "
+				       "not empty: -o takes a new or empty "
+				       "directory, or a run's");
+	} else if (stat(r->run_dir, &st) == 0)
 		rc = open_run_dir(r);
 	else if (r->o->resume)
 		rc = apf_error(APF_EINPUT, r->run_dir,
@@ -987,7 +1095,11 @@ static int run_one(struct run *r, size_t i)
 	size_t completed = r->completed, failed = r->failed;
 	if (!rc)
 		rc = apf_runner_unit(r, i);
-	if (r->log && !stop_signal && (!rc || rc == APF_EABORT)) {
+	/* A unit whose trial ended in this session is closed even when ^C came
+	 * after its trial_end: its result is logged, and a log left open
+	 * would send the user to a --resume that has nothing to run. */
+	int ended = r->completed + r->failed > completed + failed;
+	if (r->log && (!stop_signal || ended) && (!rc || rc == APF_EABORT)) {
 		json_t *f = json_pack("{s:I, s:I, s:I}", "units", (json_int_t)1,
 				      "completed",
 				      (json_int_t)(r->completed - completed),
@@ -1345,6 +1457,11 @@ int apf_run(const struct apf_run_opts *o)
 	struct run r = {0};
 	r.o = o;
 	r.run_dir = o->run_dir ? apf_strdup(o->run_dir) : apf_run_default_dir(o->entry);
+	/* "-o out/" is out: the new directory is made beside it, as
+	 * out.tmp.XXXXXX, and renamed onto it. */
+	for (size_t n = r.run_dir ? strlen(r.run_dir) : 0;
+	     n > 1 && r.run_dir[n - 1] == '/'; n--)
+		r.run_dir[n - 1] = 0;
 	int rc = r.run_dir ? heldout_in_force(&r)
 			   : apf_error(APF_ENOMEM, "run", "out of memory");
 	if (!rc)
@@ -1358,9 +1475,7 @@ int apf_run(const struct apf_run_opts *o)
 	for (size_t i = 0; !rc && i < r.plan->n; i++)
 		nsel += selected(&r, &r.plan->units[i]);
 	if (!rc && nsel == 0)
-		rc = apf_error(APF_EUSAGE, "run",
-			       "no unit of the plan matches --workload/--study/"
-			       "--trial (see apf plan)");
+		rc = no_unit_matches(&r);
 	int fresh = 0;
 	r.drift = d.fields;
 	if (!rc)

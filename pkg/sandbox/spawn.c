@@ -666,11 +666,18 @@ static void become_unprivileged(const struct plan *p, int chan)
 
 static _Noreturn void program_main(struct plan *p)
 {
+	/* Unsealed, the program is the supervisor's child: out of its process
+	 * group before the supervisor's handlers go, or a ^C (`timeout -s
+	 * INT`, a scheduler's SIGTERM to the group) that came between the
+	 * two would kill it with the default action, and the supervisor
+	 * would log the submission's crash. Until then, a signal only runs
+	 * the inherited handler, which sets a flag in this copy of memory. */
+	if (p->mode == APF_SANDBOX_UNSEALED)
+		setpgid(0, 0);
 	reset_signals();
 	if (p->mode == APF_SANDBOX_SEALED)
 		enter_cgroup_ns(p);
 	if (p->mode == APF_SANDBOX_UNSEALED) {
-		setpgid(0, 0);
 		if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 ||
 		    getppid() != p->supervisor)
 			child_fail(p->chan, "the supervisor went away", NULL,
@@ -780,15 +787,17 @@ static void hide_command_line(int chan)
 static _Noreturn void init_main(struct plan *p)
 {
 	int chan = p->chan, err;
-	reset_signals();
-	prctl(PR_SET_PDEATHSIG, SIGKILL);
-	hide_command_line(chan);
 	/* A session of its own: a terminal's ^C (or `timeout -s INT`, which
 	 * signals its whole process group) reaches the supervisor, which
 	 * stops the trial itself, and never the trial directly (a trial
-	 * killed by SIGINT would be a crash of the submission's). */
+	 * killed by SIGINT would be a crash of the submission's). First,
+	 * while the supervisor's handlers are still ours: a signal to the
+	 * group before it only sets a flag in this copy of memory. */
 	if (setsid() < 0)
 		child_fail(chan, "setsid", NULL, errno);
+	reset_signals();
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	hide_command_line(chan);
 	if (p->userns) {
 		if ((err = write_file("/proc/self/setgroups", "deny")) ||
 		    (err = write_file("/proc/self/uid_map", p->uid_map)))

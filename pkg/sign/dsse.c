@@ -261,11 +261,16 @@ int apf_dsse_verify(struct apf_dsse *out, const char *json, size_t len,
 	int rc = apf_dsse_parse(out, json, len);
 	if (rc)
 		return rc;
+	const char *signer = out->nsigs && out->keyids[0][0] ? out->keyids[0]
+							     : "unknown";
 	if (apf_keyring_count(kr) == 0) {
+		rc = apf_error(APF_EVERIFY, "signature",
+			       "no trusted keys: signed by key id %.16s... "
+			       "(give its public key with %s PUB.pem or add "
+			       "it to $APF_HOME/trusted/)",
+			       signer, apf_keyring_option(kr));
 		apf_dsse_free(out);
-		return apf_error(APF_EVERIFY, "signature",
-				 "no trusted keys (give --key PUB.pem or add "
-				 "keys to $APF_HOME/trusted/)");
+		return rc;
 	}
 	apf_buf pae = {0};
 	rc = apf_dsse_pae(&pae, out->payload_type, out->payload,
@@ -289,10 +294,11 @@ int apf_dsse_verify(struct apf_dsse *out, const char *json, size_t len,
 	if (!rc && !verified) {
 		rc = apf_error(APF_EVERIFY, "signature",
 			       "no trusted key verifies it (signed by key id "
-			       "%.16s..., %zu trusted key%s tried)",
-			       out->keyids[0][0] ? out->keyids[0] : "unknown",
-			       apf_keyring_count(kr),
-			       apf_keyring_count(kr) == 1 ? "" : "s");
+			       "%.16s..., %zu trusted key%s tried; give the "
+			       "signer's public key with %s PUB.pem)",
+			       signer, apf_keyring_count(kr),
+			       apf_keyring_count(kr) == 1 ? "" : "s",
+			       apf_keyring_option(kr));
 	}
 	if (rc)
 		apf_dsse_free(out);

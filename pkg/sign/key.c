@@ -28,6 +28,9 @@ struct apf_keyring {
 	apf_key **keys;
 	char **sources;
 	size_t n, cap;
+	/* The command's option that names keys for this ring ("--key",
+	 * "--entry-key"): a refusal says which flag would fix it. */
+	const char *option;
 };
 
 /* The last OpenSSL error as text, and the queue cleared. */
@@ -447,11 +450,13 @@ int apf_keyring_add_dir(apf_keyring *kr, const char *dir)
 	return rc;
 }
 
-int apf_keyring_default(apf_keyring **out, const char *key_path)
+int apf_keyring_default(apf_keyring **out, const char *key_path,
+			const char *option)
 {
 	int rc = apf_keyring_new(out);
 	if (rc)
 		return rc;
+	(*out)->option = option;
 	if (key_path) {
 		rc = apf_keyring_add(*out, key_path);
 	} else {
@@ -467,6 +472,11 @@ int apf_keyring_default(apf_keyring **out, const char *key_path)
 		*out = NULL;
 	}
 	return rc;
+}
+
+const char *apf_keyring_option(const apf_keyring *kr)
+{
+	return kr->option ? kr->option : "--key";
 }
 
 size_t apf_keyring_count(const apf_keyring *kr)

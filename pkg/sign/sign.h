@@ -55,8 +55,12 @@ int apf_keyring_new(apf_keyring **out);
 int apf_keyring_add(apf_keyring *kr, const char *path);
 /* Every *.pem in dir; a missing dir adds nothing. */
 int apf_keyring_add_dir(apf_keyring *kr, const char *dir);
-/* --key PATH when given, else $APF_HOME/trusted/. */
-int apf_keyring_default(apf_keyring **out, const char *key_path);
+/* key_path (the command's option, e.g. "--entry-key") when given, else
+ * $APF_HOME/trusted/; a refusal names option as the way to give a key. */
+int apf_keyring_default(apf_keyring **out, const char *key_path,
+			const char *option);
+/* The option a refusal names: the one given to _default, else "--key". */
+const char *apf_keyring_option(const apf_keyring *kr);
 size_t apf_keyring_count(const apf_keyring *kr);
 /* The i-th key and the file it came from; NULL past the end. */
 const apf_key *apf_keyring_at(const apf_keyring *kr, size_t i,

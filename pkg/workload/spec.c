@@ -443,6 +443,30 @@ int apf_workload_spec_load_dir(apf_workload_spec **out, const char *dir)
 	return 0;
 }
 
+/* Which workloads there are, and where they were looked for: a typo or a
+ * missing APF_WORKLOADS_DIR is then plain from the one line. */
+static int no_such_workload(const char *name, const char *root)
+{
+	char **names = NULL;
+	size_t n = 0;
+	apf_buf known = {0};
+	if (apf_workloads_list(&names, &n) == 0)
+		for (size_t i = 0; i < n; i++)
+			apf_buf_printf(&known, "%s%s", i ? ", " : "", names[i]);
+	apf_workloads_list_free(names, n);
+	apf_error_clear();
+	const char *env = getenv("APF_WORKLOADS_DIR");
+	int rc = apf_error(APF_EINPUT, name,
+			   "no such workload in %s (%s); %s%s", root,
+			   env && *env ? "APF_WORKLOADS_DIR"
+				       : "apf's own workloads; APF_WORKLOADS_DIR "
+					 "names another directory",
+			   known.len ? "workloads there: " : "none there",
+			   known.len ? known.data : "");
+	apf_buf_free(&known);
+	return rc;
+}
+
 int apf_workload_spec_load(apf_workload_spec **out, const char *name)
 {
 	*out = NULL;
@@ -460,7 +484,7 @@ int apf_workload_spec_load(apf_workload_spec **out, const char *name)
 	if (!ini)
 		rc = apf_error(APF_ENOMEM, name, "out of memory");
 	else if (stat(ini, &st) != 0)
-		rc = apf_error(APF_EINPUT, name, "no such workload (no %s)", ini);
+		rc = no_such_workload(name, root);
 	else
 		rc = apf_workload_spec_load_dir(out, dir);
 	free(ini);

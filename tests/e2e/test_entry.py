@@ -102,9 +102,19 @@ class PackAndVerify(ApfCase):
         self.ok("keygen", "-o", other, "--no-trust")
         self.fails(1, "verify", entry, "--key", other + ".pub.pem",
                    match="signature: no trusted key verifies it")
-        # Another machine with no trusted keys at all.
-        self.fails(1, "verify", entry, env={"APF_HOME": self.path("empty")},
-                   match="no trusted keys")
+        # Another machine with no trusted keys at all: each command names
+        # its own flag for the signer's key, and which key that is.
+        from runfake import pem_keyid
+        kid = pem_keyid(os.path.join(self.home, "keys", "default.pub.pem"))[:16]
+        empty = {"APF_HOME": self.path("empty")}
+        for args, flag in ((["verify", entry], "--key"), (["plan", entry], "--key"),
+                           (["run", entry, "-o", self.path("r")], "--entry-key")):
+            r = self.fails(1, *args, env=empty)
+            self.assertTrue(r.err.endswith(
+                f"signature: no trusted keys: signed by key id {kid}... (give its public "
+                f"key with {flag} PUB.pem or add it to $APF_HOME/trusted/)\n"), r)
+        self.fails(1, "verify", entry, "--key", other + ".pub.pem",
+                   match="1 trusted key tried; give the signer's public key with --key PUB.pem)")
         # inspect still shows it, marked untrusted.
         r = self.ok("inspect", entry, "--key", other + ".pub.pem")
         self.assertIn("NOT TRUSTED", r.out)

@@ -156,6 +156,47 @@ class Run(RunCase):
                    match="differs from the entry's")
         self.assertFalse(os.path.exists(self.path("r")))
 
+    def test_no_unit_matching_names_the_values_given_and_what_the_plan_has(self):
+        entry = self.pack_baseline()
+        r = self.fails(2, "run", entry, "-o", self.path("r"), "--workload", "blobs_mpl")
+        self.assertRegex(r.err, r"^apf: run: no unit of the plan matches --workload blobs_mpl "
+                         r"\(the plan has workload blobs_mlp, studies 0-\d+, trials 1-\d+; "
+                         r"see apf plan\)\n$")
+        r = self.fails(2, "run", entry, "-o", self.path("r"), "--study", "0", "--trial", "99")
+        self.assertIn("no unit of the plan matches --study 0 --trial 99 (the plan has "
+                      "workload blobs_mlp, studies 0-", r.err)
+        self.assertFalse(os.path.exists(self.path("r")))
+
+    def test_an_empty_directory_is_a_new_run_directory_and_others_are_named(self):
+        entry = self.pack_baseline()
+        empty = self.path("empty")
+        os.mkdir(empty)
+        r = self.fails(2, "status", empty)
+        self.assertEqual(r.err, f"apf: status: {empty}: not a run directory (no run.json)\n")
+        self.fails(2, "run", entry, "-o", empty, "--resume",
+                   match=f"{empty}: not a run directory (no run.json): nothing to resume")
+        self.write("notes/todo.txt", "not a run\n")
+        self.fails(2, "run", entry, "-o", self.path("notes"),
+                   match="not a run directory (no run.json), and not empty: -o takes a new "
+                         "or empty directory, or a run's")
+        # -o out/ is out, made there.
+        r = self.run_unit(entry, empty + "/")
+        self.assertEqual(r.rc, 0, r)
+        self.check_run(empty)
+        self.ok("verify", empty)
+        self.assertEqual(self.ok("status", empty).out.count(" done "), 1)
+        self.assertEqual([n for n in os.listdir(self.tmp) if ".tmp." in n], [])
+        # One more unit with other settings: the flags that would match.
+        with open(os.path.join(empty, "run.json")) as f:
+            threads = json.load(f)["threads"]
+        r = self.fails(2, "run", entry, "-o", empty, "--study", "0", "--trial", "2",
+                       "--threads", str(threads + 1), "--unsealed")
+        s = "" if threads == 1 else "s"
+        self.assertIn(f"{empty}: ran with other settings (device cpu, sealed, {threads} "
+                      f"thread{s}; this run: device cpu, unsealed, {threads + 1} threads): "
+                      f"give the same, --device cpu --threads {threads} and no --unsealed\n",
+                      r.err)
+
     def test_environment_drift_is_refused_or_logged(self):
         # Packed in a container image; run outside it.
         src = os.path.join(apftest.ROOT, "submissions", "baselines", "nadamw")

@@ -121,6 +121,33 @@ class Workloads(unittest.TestCase):
         self.assertEqual(len(p.stderr.splitlines()), 1)
         self.assertTrue(p.stderr.startswith("apf: nope: no such workload"))
 
+    def test_unknown_workload_names_where_it_looked_and_what_is_there(self):
+        d = os.path.join(ROOT, "tests", "data", "workloads")
+        p = apf("workloads", "blobs_mpl", env={"APF_WORKLOADS_DIR": d})
+        self.assertEqual(p.returncode, 2)
+        self.assertEqual(p.stderr, f"apf: blobs_mpl: no such workload in {d} "
+                         "(APF_WORKLOADS_DIR); workloads there: blobs_mlp, blobs_steps, "
+                         "tiny, toy\n")
+        p = apf("workloads", "blobs_mpl")
+        self.assertEqual(p.returncode, 2)
+        self.assertIn("(apf's own workloads; APF_WORKLOADS_DIR names another directory); "
+                      "workloads there: ", p.stderr)
+        self.assertIn("fmnist_mlp", p.stderr)
+
+    def test_a_relative_workloads_dir_is_taken_from_where_apf_starts(self):
+        exe = os.path.abspath(APF)
+        env = dict(os.environ, APF_WORKLOADS_DIR="data/workloads")
+        p = subprocess.run([exe, "workloads", "blobs_mlp", "--json"], capture_output=True,
+                           text=True, env=env, cwd=os.path.join(ROOT, "tests"))
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(json.loads(p.stdout)["workloads"][0]["name"], "blobs_mlp")
+        with tempfile.TemporaryDirectory() as elsewhere:
+            p = subprocess.run([exe, "workloads", "blobs_mlp"], capture_output=True,
+                               text=True, env=env, cwd=elsewhere)
+            self.assertEqual(p.returncode, 2)
+            self.assertEqual(p.stderr, f"apf: {os.path.realpath(elsewhere)}/data/workloads: "
+                             "APF_WORKLOADS_DIR is not a directory\n")
+
     def test_broken_model_keys_are_refused_with_the_reason(self):
         with tempfile.TemporaryDirectory() as d:
             os.makedirs(os.path.join(d, "bad"))

@@ -65,8 +65,10 @@ static struct verify_fixture *verify_fixture(const char *name)
 		abort();
 	char *text = NULL;
 	size_t len = 0;
-	if (apf_keyring_default(&f.runner_keys, TEMPLATE "/runner.pub.pem") ||
-	    apf_keyring_default(&f.entry_keys, TEMPLATE "/entry.pub.pem") ||
+	if (apf_keyring_default(&f.runner_keys, TEMPLATE "/runner.pub.pem",
+				"--key") ||
+	    apf_keyring_default(&f.entry_keys, TEMPLATE "/entry.pub.pem",
+				 "--entry-key") ||
 	    apf_key_load_private(&f.runner, key) ||
 	    apf_file_read(&text, &len, TEMPLATE "/run.json", 1 << 24) ||
 	    apf_sha256_hex(f.run_json_sha256, text, len)) {

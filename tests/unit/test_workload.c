@@ -113,7 +113,11 @@ static void finds_workloads_through_environment(void **state)
 	assert_true(apf_is_hex_digest(w->dataset_digest));
 	apf_workload_spec_free(w);
 	assert_int_equal(apf_workload_spec_load(&w, "absent"), APF_EINPUT);
-	assert_non_null(strstr(apf_error_message(), "no such workload"));
+	assert_non_null(strstr(apf_error_message(), "no such workload in "));
+	/* It says where it looked and what is there. */
+	assert_non_null(strstr(apf_error_message(), root));
+	assert_non_null(strstr(apf_error_message(),
+			       "workloads there: blobs_mlp, blobs_steps, tiny, toy"));
 	assert_int_equal(apf_workload_spec_load(&w, "../etc"), APF_EINPUT);
 	unsetenv("APF_WORKLOADS_DIR");
 	free(root);
