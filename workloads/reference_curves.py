@@ -158,7 +158,9 @@ def make_run(args, record, env):
                                  "workload_ini_budget_s": budget,
                                  "workload_ini_eval_period_s": period}}
     if record:
-        b, hp = record["baseline"], record["hparams"]
+        # derive_targets' records name the "algorithm" (older ones the
+        # "baseline").
+        b, hp = record.get("algorithm") or record["baseline"], record["hparams"]
         studies = max(1, len(record.get("reruns", [])))
         study = args.study
         if study is None:
@@ -276,7 +278,8 @@ def main():
             for r in record.get(kind, []):
                 if "evals" not in r:
                     continue
-                b = r.get("baseline", record["baseline"])
+                b = r.get("algorithm") or r.get("baseline") or \
+                    record.get("algorithm") or record["baseline"]
                 pts = thin([[e["step"] * batch, e[vkey]] for e in r["evals"]], higher)
                 runs.append({"label": f"{b} {r['unit']} ({kind[:-1] if kind == 'reruns' else 'tuning'}"
                                       f" in workloads/targets/{args.workload}.json)",

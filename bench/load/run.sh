@@ -57,8 +57,10 @@ steps = blocks[-1]["last_step"]
 sub = blocks[-1]["accumulated_submission_ns"] / 1e9
 wall = sum(b["end_ns"] - b["start_ns"] for b in blocks) / 1e9
 cpu = sum(b["cpu_ns"] for b in blocks) / 1e9
+# apf_clock_short (pkg/rundir/rundir.h)
 short = sum(1 for b in blocks
-            if b["wait_ns"] > 0.05 * (b["end_ns"] - b["start_ns"]) * start["threads"])
+            if b["wait_ns"] > 0.05 * (b["end_ns"] - b["start_ns"]) * start["threads"]
+            and b["wait_ns"] > 50e6 * start["threads"])
 ttt = end["time_to_target_ns"]
 print(f'{ttt / 1e9 if ttt is not None else float("nan"):.3f} {steps / sub:.2f} '
       f'{short / len(blocks):.2f} {cpu / (wall * start["threads"]):.3f}')

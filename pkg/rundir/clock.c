@@ -43,7 +43,8 @@ int apf_clock_short(uint64_t wall_ns, uint64_t wait_ns, long threads)
 	if (threads < 1)
 		threads = 1;
 	return (double)wait_ns >
-	       APF_CLOCK_SHORT_SHARE * (double)wall_ns * (double)threads;
+		       APF_CLOCK_SHORT_SHARE * (double)wall_ns * (double)threads &&
+	       wait_ns > APF_CLOCK_SHORT_MIN_NS * (uint64_t)threads;
 }
 
 double apf_budget_scale_of_run(const json_t *run_json)
