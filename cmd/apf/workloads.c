@@ -97,6 +97,9 @@ static void print_text(const struct info *in)
 	       w->validation_target, w->test_target);
 	printf("  budget cpu: %g s, eval every %g s", w->cpu.max_runtime_s,
 	       w->cpu.eval_period_s);
+	if (w->eval_examples > 0)
+		printf(" on the first %ld examples of each split",
+		       w->eval_examples);
 	if (w->gpu.max_runtime_s > 0)
 		printf("; gpu: %g s, eval every %g s%s", w->gpu.max_runtime_s,
 		       w->gpu.eval_period_s,
@@ -227,8 +230,16 @@ static json_t *to_json(const struct info *in)
 		utf8_text(w->dataset_digest), "budget",
 		"cpu", budget_json(&w->cpu), "gpu", budget_json(&w->gpu),
 		"variants", vars, "metrics", metrics_json(w));
-	if (o)
+	if (o) {
 		json_object_set_new(o, "target_record", record_json(w, NULL));
+		json_object_set_new(o, "step_hint",
+				    json_integer((json_int_t)w->step_hint));
+		json_object_set_new(o, "eval_examples",
+				    w->eval_examples > 0
+					    ? json_integer(
+						      (json_int_t)w->eval_examples)
+					    : json_null());
+	}
 	return o;
 }
 

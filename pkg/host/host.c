@@ -644,7 +644,7 @@ struct apf_unit_args apf_host_args(const apf_host *h)
 		.so = h->so,
 		.hparams = h->hparams,
 		.max_steps = h->spec->max_steps,
-		.step_hint = h->spec->max_steps,
+		.step_hint = h->spec->step_hint,
 		.budget_s = (double)h->u.budget_ns / 1e9,
 		.arena_bytes = h->u.capacity};
 }

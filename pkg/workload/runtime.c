@@ -1142,6 +1142,11 @@ int apf_workload_evaluate(apf_workload *wl, const float *params,
 		size_t n = apf_dataset_size(wl->ds, s);
 		if (s == APF_SPLIT_TRAIN)
 			n = apf_dataset_size(wl->ds, APF_SPLIT_VALIDATION);
+		/* The first eval_examples of each split: an evaluation the
+		 * budget can afford many of (workloads/README.md). */
+		long cap = wl->spec->eval_examples;
+		if (cap > 0 && n > (size_t)cap)
+			n = (size_t)cap;
 		rc = eval_split(wl, s, n, &out->split[s]);
 	}
 	apf_net_bind(wl->net, wl->params, wl->state);

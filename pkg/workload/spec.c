@@ -333,6 +333,7 @@ int apf_workload_spec_load_dir(apf_workload_spec **out, const char *dir)
 	static const char *const wkeys[] = {
 		"name", "description", "model", "loss", "metric", "direction",
 		"validation_target", "test_target", "targets", "max_steps",
+		"step_hint", "eval_examples",
 		"metrics", NULL};
 	for (size_t i = 0; !rc && i < apf_config_nsections(c); i++) {
 		const char *s = apf_config_section(c, i);
@@ -405,6 +406,21 @@ int apf_workload_spec_load_dir(apf_workload_spec **out, const char *dir)
 					 &w->max_steps);
 	if (!rc && w->max_steps < 0)
 		rc = apf_config_error(c, "workload", "max_steps",
+				      "must not be negative");
+	w->step_hint = w->max_steps;
+	if (!rc)
+		rc = apf_config_opt_long(c, "workload", "step_hint",
+					 &w->step_hint);
+	if (!rc && (w->step_hint < 0 ||
+		    (w->max_steps > 0 && w->step_hint > w->max_steps)))
+		rc = apf_config_error(c, "workload", "step_hint",
+				      "must be from 0 to max_steps");
+	w->eval_examples = 0;
+	if (!rc)
+		rc = apf_config_opt_long(c, "workload", "eval_examples",
+					 &w->eval_examples);
+	if (!rc && w->eval_examples < 0)
+		rc = apf_config_error(c, "workload", "eval_examples",
 				      "must not be negative");
 	/* dataset */
 	const char *dpath = NULL;

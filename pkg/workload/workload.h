@@ -11,7 +11,14 @@
  *                     split reports besides its loss: "log_loss, auc";
  *                     default the metric alone),
  *                     validation_target, test_target,
- *                     targets (provisional|derived), max_steps
+ *                     targets (provisional|derived), max_steps (a cap:
+ *                     the trial ends there), step_hint (what a submission
+ *                     is told to expect, AlgoPerf's step_hint: the steps
+ *                     of a whole budget at the target-setting pace;
+ *                     default max_steps), eval_examples (each split is
+ *                     evaluated on its first N examples in file order;
+ *                     default: validation and test whole, train as many
+ *                     as validation)
  *     [dataset]       name, path (absolute, or relative to the workload
  *                     directory), digest (its tree digest, `apf hash PATH`),
  *                     format (idx | table | tokens) and its keys: idx
@@ -91,6 +98,8 @@ typedef struct apf_workload_spec {
 	double validation_target, test_target;
 	int targets_provisional;
 	long max_steps;
+	long step_hint;     /* max_steps when not given */
+	long eval_examples; /* 0: every example (train: validation's count) */
 	char *dataset_name;
 	char *dataset_path; /* resolved */
 	char *dataset_digest; /* 64 hex digits, or NULL when not declared */

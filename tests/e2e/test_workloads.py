@@ -61,13 +61,29 @@ class Workloads(unittest.TestCase):
         self.assertIn("fmnist_cnn", by)
         for w in (by["fmnist_mlp"], by["fmnist_cnn"]):
             self.assertGreaterEqual(len(w["variants"]), 3)
-            # derived from the baselines (workloads/derive_targets.py)
-            self.assertEqual(w["targets"], "derived")
             self.assertEqual(w["metric"], "accuracy")
-            # minutes, not hours, on CPU
-            self.assertLessEqual(w["budget"]["cpu"]["max_runtime_s"], 3600)
-            self.assertLess(w["budget"]["cpu"]["eval_period_s"],
-                            w["budget"]["cpu"]["max_runtime_s"])
+        for w in doc["workloads"]:
+            # Derived targets name the record of the runs behind them
+            # (workloads/derive_targets.py), and it holds those targets.
+            if w["targets"] == "derived":
+                self.assertTrue(w["target_record"], w["name"])
+                with open(w["target_record"]) as f:
+                    rec = json.load(f)
+                self.assertAlmostEqual(rec["validation_target"], w["validation_target"],
+                                       places=4)
+            for v in w["variants"]:
+                self.assertIn(v["targets"], ("base", "provisional", "derived", "retuned"))
+            # Budgets for use: a minute or so each, an eval period that
+            # leaves a dozen evals or more to time a target by.
+            cpu = w["budget"]["cpu"]
+            self.assertLessEqual(cpu["max_runtime_s"], 120, w["name"])
+            self.assertLessEqual(cpu["eval_period_s"] * 12, cpu["max_runtime_s"], w["name"])
+            self.assertGreater(w["step_hint"], 0, w["name"])
+        # One pass of the five: about five minutes of submission time.
+        self.assertEqual(doc["one_pass_s"]["cpu"],
+                         sum(w["budget"]["cpu"]["max_runtime_s"] for w in doc["workloads"]))
+        self.assertLessEqual(doc["one_pass_s"]["cpu"], 300)
+        for w in (by["fmnist_mlp"], by["fmnist_cnn"]):
             self.assertEqual(w["dataset"]["digest"],
                              "6eeb8e27457c005dce8106105de6cb2b03d7eb4fccbf90435c38f283cc7c0442")
         for w in doc["workloads"]:
@@ -88,11 +104,14 @@ class Workloads(unittest.TestCase):
         ini.read(os.path.join(ROOT, "workloads", "fmnist_cnn", "workload.ini"))
         val = format(float(ini["workload"]["validation_target"]), "g")
         test = format(float(ini["workload"]["test_target"]), "g")
-        self.assertIn(f"targets: validation {val}, test {test}\n", p.stdout)
+        how = "" if ini["workload"]["targets"] == "derived" else " (provisional)"
+        self.assertIn(f"targets{how}: validation {val}, test {test}\n", p.stdout)
         self.assertIn(f"silu         activation = silu; 77754 parameters; targets {val} / {test}",
                       p.stdout)
-        self.assertIn("budget cpu: 600 s, eval every 30 s; gpu: 120 s, eval every 10 s "
-                      "(provisional)", p.stdout)
+        cpu = ini["budget.cpu"]
+        self.assertIn(f"budget cpu: {cpu['max_runtime_s']} s, eval every {cpu['eval_period_s']} s "
+                      f"on the first {ini['workload']['eval_examples']} examples of each split; "
+                      "gpu: 120 s, eval every 10 s (provisional)", p.stdout)
         self.assertIn("silu", p.stdout)
         self.assertNotIn("fmnist_mlp", p.stdout)
 
