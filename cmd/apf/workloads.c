@@ -274,9 +274,12 @@ static int print_all(const struct info *infos, size_t n, int as_json)
 		print_text(&infos[i]);
 	}
 	if (shown > 1)
-		printf("\none pass (one trial of each): cpu %g s of submission "
-		       "time; external tuning (3 studies x 5 trials) %g min\n",
-		       cpu, cpu * 15 / 60);
+		/* Indented: a line at column 0 is a workload's name (the
+		 * shell completion reads them so). */
+		printf("\n  one pass of these %d (one trial each): cpu %g s of "
+		       "submission time; external tuning (3 studies x 5 "
+		       "trials) %g min\n",
+		       shown, cpu, cpu * 15 / 60);
 	return 0;
 }
 
