@@ -159,12 +159,11 @@ static int end_trial(struct unit *u, const char *reason, int failed,
 				  "%s: %lld of %lld step blocks short of cores "
 				  "(the trial's threads waited over %.0f%% of "
 				  "their time for one: this machine ran other "
-				  "work)%s",
+				  "work); its wall-clock times count the wait "
+				  "(apf run --clock cpu does not)",
 				  u->name, (long long)u->short_blocks,
 				  (long long)u->evals,
-				  100 * APF_CLOCK_SHORT_SHARE,
-				  "; its wall-clock times count the wait "
-				  "(apf run --clock cpu does not)");
+				  100 * APF_CLOCK_SHORT_SHARE);
 	if (detail && failed) {
 		/* The detail is the trial's or the compiler's text. */
 		char safe[4 * 1024];

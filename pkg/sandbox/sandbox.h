@@ -344,14 +344,12 @@ int apf_sandbox_kill(apf_sandbox *sb);
 
 /* What the program has used of the cores so far (usage.c): its CPU time,
  * every thread's, exited ones included; and the time its live threads
- * waited on a run queue for a core (waits_known: the kernel keeps that
- * count). Read while the program is frozen, the two are still. APF_EIO
- * once the program is gone. */
+ * waited on a run queue for a core (0 where the kernel keeps no count).
+ * Read while the program is frozen, the two are still. APF_EIO once the
+ * program is gone. */
 struct apf_sandbox_usage {
 	uint64_t cpu_ns;
 	uint64_t wait_ns;
-	int threads;
-	int waits_known;
 };
 int apf_sandbox_usage(const apf_sandbox *sb, struct apf_sandbox_usage *u);
 /* The CPU time alone (cheap: one clock read, no /proc). */

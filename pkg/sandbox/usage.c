@@ -29,7 +29,7 @@
 #include <time.h>
 #include <unistd.h>
 
-static uint64_t schedstat_wait(const char *path, int *ok)
+static uint64_t schedstat_wait(const char *path)
 {
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
@@ -41,10 +41,7 @@ static uint64_t schedstat_wait(const char *path, int *ok)
 		return 0;
 	buf[n] = 0;
 	unsigned long long run = 0, wait = 0;
-	if (sscanf(buf, "%llu %llu", &run, &wait) != 2)
-		return 0;
-	*ok = 1;
-	return wait;
+	return sscanf(buf, "%llu %llu", &run, &wait) == 2 ? wait : 0;
 }
 
 int apf_sandbox_cpu_ns(const apf_sandbox *sb, uint64_t *ns)
@@ -75,16 +72,13 @@ int apf_sandbox_usage(const apf_sandbox *sb, struct apf_sandbox_usage *u)
 	if (!d)
 		return 0; /* gone, or no /proc: the wait stays unknown (0) */
 	struct dirent *e;
-	int ok = 0;
 	while ((e = readdir(d))) {
 		if (e->d_name[0] < '0' || e->d_name[0] > '9')
 			continue;
 		char path[sizeof dir + sizeof e->d_name + 16];
 		snprintf(path, sizeof path, "%s/%s/schedstat", dir, e->d_name);
-		u->wait_ns += schedstat_wait(path, &ok);
-		u->threads++;
+		u->wait_ns += schedstat_wait(path);
 	}
 	closedir(d);
-	u->waits_known = ok;
 	return 0;
 }
