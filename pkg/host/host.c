@@ -944,8 +944,9 @@ static uint64_t lead_steps(apf_host *h, int64_t seen, uint64_t now,
 /* The eval due (see struct apf_host), looked at on every turn of the wait:
  * asks for it when its moment has come, and returns how long the wait may
  * sleep before looking again (ns).
- * A run asks, once due_ns has passed, for the step that ends about LEAD_NS
- * later at the trial's pace: seen + 1 + lead. A replay asks for its step S
+ * A run asks, once due_ns has passed and the trial's pace is known, for
+ * the step that ends about LEAD_NS later at that pace: seen + 1 + lead.
+ * A replay asks for its step S
  * at the moment the same rule would name S (seen + 1 + lead >= S). So in
  * both the trial sees eval_at written about LEAD_NS before the step it
  * names ends, to a value one step plus a lead ahead of its count; and the
@@ -959,6 +960,11 @@ static uint64_t due_watch(apf_host *h, uint64_t now)
 	if (h->due_ns) {
 		if (now < h->due_ns)
 			return h->due_ns - now < wait ? h->due_ns - now : wait;
+		/* Not before the pace is known: a lead of 0 steps at an
+		 * unknown pace would leave its replay one step, perhaps a few
+		 * microseconds, to ask in. */
+		if (!per)
+			return WATCH_NS;
 		ask_eval(h, seen, seen + 1 + (int64_t)lead);
 		return wait;
 	}
@@ -1151,7 +1157,7 @@ int apf_host_go(apf_host *h, uint64_t sub_ns, int64_t evals,
 	apf_proto_go(&h->pr, eval_at);
 	__atomic_store_n(&h->ctl->eval_at, eval_at, __ATOMIC_RELEASE);
 	h->pace_step = h->pr.step;
-	h->pace_ns = apf_now_ns();
+	h->pace_ns = apf_host_clock_ns(h); /* due_watch's clock */
 	h->per = 0;
 	h->asked_after = 0;
 	/* The first go of a trial process carries the training split: until
