@@ -82,6 +82,9 @@ void cmd_text_free(void);
  * alone, flags added (JSON_REAL_PRECISION); a NULL o, or one that cannot
  * be written, is an error, never an empty output. */
 int cmd_print_json(json_t *o, size_t flags);
+/* --budget-scale F: a number in (0, 1]; 0 when the text is not one. */
+double cmd_budget_scale(const char *text);
+#define CMD_BUDGET_SCALE_BAD "--budget-scale takes a number in (0, 1]"
 
 /* "12.3 MiB" */
 const char *human_bytes(uint64_t n, char buf[32]);

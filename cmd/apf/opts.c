@@ -332,3 +332,10 @@ void hash_progress(void *user, uint64_t done, uint64_t total, size_t files,
 	progress_show("hashing %s / %s, %zu / %zu files", human_bytes(done, a),
 		      human_bytes(total, b), files, nfiles);
 }
+
+double cmd_budget_scale(const char *text)
+{
+	char *end = NULL;
+	double f = strtod(text, &end);
+	return end && !*end && end != text && f > 0 && f <= 1 ? f : 0;
+}

@@ -279,12 +279,8 @@ int cmd_run(int argc, char **argv)
 				  ? "--clock takes wall or cpu"
 				  : NULL;
 	double bscale = 0;
-	if (!bad && scale) {
-		char *end = NULL;
-		bscale = strtod(scale, &end);
-		if (!end || *end || end == scale || !(bscale > 0 && bscale <= 1))
-			bad = "--budget-scale takes a number in (0, 1]";
-	}
+	if (!bad && scale && !(bscale = cmd_budget_scale(scale)))
+		bad = CMD_BUDGET_SCALE_BAD;
 	if (bad) {
 		apf_error(APF_EUSAGE, "run", "%s", bad);
 		return cmd_fail(APF_EUSAGE);

@@ -110,6 +110,19 @@ class Clock(ClockCase):
         # blobs_mlp: 6 s and 1 s; self-tuning's budget is 1.5 times.
         self.assertEqual(start["budget_ns"], 4_500_000_000)
         self.assertEqual(start["eval_period_ns"], 500_000_000)
+        # apf plan says beforehand what the run then gets.
+        plan = json.loads(self.ok("plan", entry, "--budget-scale", "0.5", "--json").out)
+        self.assertEqual(plan["budget"]["workloads"],
+                         [{"workload": BLOBS, "budget_s": 4.5, "eval_period_s": 0.5,
+                           "units": len(plan["units"])}])
+        self.assertEqual(plan["budget"]["total_budget_s"], 4.5 * len(plan["units"]))
+        text = self.ok("plan", entry, "--budget-scale", "0.5").out
+        self.assertIn(f"{BLOBS} 4.5 s a trial (eval every 0.5 s)", text)
+        self.assertIn("budgets x0.5: an unofficial run", text)
+        self.assertNotIn("unofficial", self.ok("plan", entry).out)
+        self.fails(2, "plan", entry, "--budget-scale", "1.5",
+                   match="--budget-scale takes a number in (0, 1]")
+        self.fails(2, "plan", entry, "--device", "tpu", match="--device takes cpu or cuda")
         v = self.ok("verify", run)
         self.assertIn("budget      scaled x0.5: UNOFFICIAL", v.out)
         self.assertFalse(json.loads(self.ok("verify", run, "--json").out)["official"])

@@ -119,8 +119,14 @@ class PlanFromPoints(ApfCase):
         self.assertIn(hashlib.sha256(text.encode()).hexdigest(), info)
         text = self.ok("plan", entry).out
         self.assertIn("learning_rate", text)
-        rows = [l.split() for l in text.splitlines()[2:]]
+        lines = text.splitlines()
+        rows = [l.split() for l in lines[2:2 + 6]]
         self.assertEqual([r[3] for r in rows], ["0.001", "0.003", "0.0005"] * 2)
+        # It ends with what the six trials cost.
+        self.assertTrue(lines[8].startswith("budget (--device cpu): "), lines[8:])
+        self.assertIn("6 trials", lines[8])
+        self.assertIn("s of submission time in all", lines[9])
+        self.assertEqual(len(lines), 10)
 
     def test_ini_list_of_points(self):
         sub = self.make_submission()
