@@ -1,4 +1,4 @@
-# apf: one non-recursive Makefile (DESIGN.md section 1).
+# apf: one non-recursive Makefile (docs/design.md section 1).
 #
 #   make            build/apf and build/libapf.a
 #   make deps       install the Debian packages apf needs (apt-get, when missing)

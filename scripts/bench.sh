@@ -1,8 +1,8 @@
 #!/bin/bash
 # Runs every benchmark, one after the other (each times itself against a
 # peer measured in the same run, so they must not compete for the cores),
-# and prints all their `RESULT <bench> <metric> <value>` lines (DESIGN.md
-# section 1) again at the end as a summary.
+# and prints all their `RESULT <bench> <metric> <value>` lines (docs/design.md
+# section 1.2) again at the end as a summary.
 #
 #   scripts/bench.sh BUILD_DIR       (make bench passes $(BUILD))
 #

@@ -1,6 +1,6 @@
 /*
- * verifier.h: what the verifier's three files share (verify.h is the
- * interface; this header is not installed).
+ * verifier.h: what the verifier's files share (verify.h is the interface;
+ * this header is not installed).
  *
  *   verify.c   runs the checks in order: the entry, run.json and the plan,
  *              the head signature, the walk over the log, the held-out draw,
@@ -10,11 +10,14 @@
  *              bindings and each unit's sequence and timing.
  *   outputs.c  the files the log describes: hparams.json,
  *              eval_measurements.csv and the checkpoints.
+ *   audit.c    re-evaluation (--reeval) and replay (--replay,
+ *              --replay-top) through pkg/eval and pkg/host.
+ *   plausible.c  the plausibility rule against reference curves.
  *
  * Failures of check 2 stop the walk at once. Failures of check 3 are kept
  * per unit (the first one of each) and reported after the walk, the one on
  * the earliest line first, because a later resume may discard the records
- * they were found in (work lost in a crash is ignored, DESIGN.md 6).
+ * they were found in (work lost in a crash is ignored, docs/design.md 3.6).
  */
 #ifndef APF_VERIFIER_H
 #define APF_VERIFIER_H

@@ -1,5 +1,5 @@
 /*
- * verify.c: `apf verify RUN_DIR`: the checks of DESIGN.md 7 in order, and
+ * verify.c: `apf verify RUN_DIR`: the checks of docs/design.md 3.8 in order, and
  * the report.
  *
  * Check 1 verifies the entry. Check 2 reads run.json (its form by hand,

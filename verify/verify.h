@@ -1,8 +1,8 @@
 /*
- * verify: the auditor's side of a run directory (DESIGN.md sections 3.6, 6
- * and 7): `apf verify RUN_DIR`.
+ * verify: the auditor's side of a run directory (docs/design.md sections 2.6,
+ * 3 and 3.8): `apf verify RUN_DIR`.
  *
- * The checks, in DESIGN.md 7's order; the first failure stops the
+ * The checks, in docs/design.md 3.8's order; the first failure stops the
  * verification and names its check, file and record:
  *   1 entry        RUN/entry.apf: signed by a trusted key, the archive equal
  *                  to its manifest.

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Provisional targets for the workloads, from the reference AdamW.
 
-DESIGN.md section 5 derives targets as AlgoPerf does: the best baselines,
+AlgoPerf derives targets (docs/design.md section 6, workloads/README.md): the best baselines,
 tuned, then rerun; validation target = median over reruns of the best
 validation metric; test target = the worst test metric among the reruns
 that met the validation target. Until the runner and the baselines exist,
@@ -50,7 +50,7 @@ def run(apf, workload, seed):
 
 
 def derive(runs, metric="accuracy", direction=1):
-    """The rule of DESIGN.md section 5, in the metric's direction: the worst
+    """The target rule (workloads/README.md), in the metric's direction: the worst
     test value is the lowest of a metric to maximise, the highest of one to
     minimise."""
     better = max if direction > 0 else min

@@ -60,7 +60,7 @@ typedef struct apf_prng {
 	uint64_t step;
 } apf_prng;
 
-/* Parameter kinds (DESIGN.md section 4). */
+/* Parameter kinds (docs/submitting.md, the ABI). */
 enum apf_kind {
 	APF_KIND_WEIGHT = 1,
 	APF_KIND_BIAS,

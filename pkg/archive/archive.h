@@ -1,5 +1,5 @@
 /*
- * archive: the deterministic entry archive of DESIGN.md section 3.5, and its
+ * archive: the deterministic entry archive of docs/design.md section 2.5, and its
  * safe reading and extraction.
  *
  * Layout of an .apf file:

@@ -52,7 +52,7 @@ void apf_error_clear(void);
 /* Moves the calling thread's message into buf (for handing across threads). */
 void apf_error_take(char *buf, size_t size);
 void apf_error_restore(int code, const char *message);
-/* The process exit code of DESIGN.md section 2 for a status. */
+/* The process exit code of docs/design.md section 4.2 for a status. */
 int apf_exit_code(int status);
 const char *apf_status_name(int status);
 
@@ -81,7 +81,7 @@ int apf_file_read(char **out, size_t *len, const char *path, size_t max);
 
 /* ---- files others wrote ------------------------------------------------------
  * A run directory or an entry comes from someone apf does not trust, so what
- * apf reads of it never blocks and is never unbounded (DESIGN.md 7): a file
+ * apf reads of it never blocks and is never unbounded (docs/design.md 3.8): a file
  * is opened O_NONBLOCK | O_NOFOLLOW, must be a regular file ("not a regular
  * file (a FIFO)"), and each kind has its cap below. Inside a run directory
  * no symlink is followed in any component, so nothing outside it is ever

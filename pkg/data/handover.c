@@ -1,7 +1,7 @@
 /*
  * handover.c: the training split as the supervisor hands it to a trial.
  *
- * A trial must hold only the training examples (DESIGN.md section 6): what
+ * A trial must hold only the training examples (docs/design.md section 1.1): what
  * is not in its process cannot be read, whatever the submission does to the
  * harness's memory. So the trial never opens the dataset. The supervisor,
  * which has loaded all of it, copies the train split into a memfd, seals it

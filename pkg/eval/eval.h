@@ -1,5 +1,5 @@
 /*
- * eval: the evaluator (DESIGN.md section 6), trusted and never loading
+ * eval: the evaluator (docs/design.md section 1.1), trusted and never loading
  * submission code. `apf __eval` (main.c) maps a trial's arena read-only and,
  * on each "eval" the supervisor sends while the trial is frozen, answers
  * the metrics of the arena's parameters and model state. The supervisor

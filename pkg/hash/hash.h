@@ -1,6 +1,6 @@
 /*
  * hash: SHA-256 through OpenSSL's EVP interface (which uses the CPU's SHA
- * instructions), and the tree digest of DESIGN.md section 3.3.
+ * instructions), and the tree digest of docs/design.md section 2.4.
  *
  * A tree digest is the SHA-256 of a text listing, one line per regular file
  * or symlink, sorted bytewise by relative path:

@@ -1,5 +1,5 @@
 /*
- * tree.c: the tree digest of DESIGN.md section 3.3.
+ * tree.c: the tree digest of docs/design.md section 2.4.
  *
  * Two phases. The walk (one thread) collects regular files and symlinks with
  * lstat data, refusing anything the format cannot represent. The hashing

@@ -1,5 +1,5 @@
 /*
- * heldout: the verifiable held-out variant draw (DESIGN.md sections 7 and 8).
+ * heldout: the verifiable held-out variant draw (docs/design.md section 2.11).
  *
  * For every base workload the entries cover, one of the variants that its
  * workload.ini declares ([variant.<v>] sections) is drawn. The draw is a

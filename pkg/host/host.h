@@ -175,9 +175,10 @@ enum {
  * deadline holds for both. Or an error of the host. */
 int apf_host_next(apf_host *h, uint64_t deadline_ns, int64_t *step,
 		  enum apf_proto_why *why);
-/* When the last report's eval line arrived (the end of the submission's
- * interval) and how long its copy took after that, on apf_now_ns's
- * clock. */
+/* When the last report's eval line arrived and how long its copy took
+ * after that, on apf_now_ns's clock: the eval's copy_ns, shown and never
+ * deducted (the submission's interval ends at the freeze after the copy,
+ * so no word of the trial's stops its clock). */
 void apf_host_report_times(const apf_host *h, uint64_t *report_ns,
 			   uint64_t *copy_ns);
 

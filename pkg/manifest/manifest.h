@@ -1,6 +1,6 @@
 /*
  * manifest: the in-toto Statement v1 with the apf entry predicate
- * (DESIGN.md section 3.2), built from a C struct and parsed back into one
+ * (docs/design.md section 2.2), built from a C struct and parsed back into one
  * with strict validation: every field's type, required fields, digest
  * formats, no unknown fields, no duplicate JSON keys, subjects that agree
  * with the predicate, a file list whose tree digest is the submission's.

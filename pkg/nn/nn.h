@@ -42,7 +42,7 @@
 #include "base/base.h"
 #include "rng/rng.h"
 
-/* Parameter kinds (DESIGN.md section 4): what an optimizer may treat apart,
+/* Parameter kinds (docs/submitting.md, the ABI): what an optimizer may treat apart,
  * e.g. no weight decay on biases and norm parameters. */
 enum apf_param_kind {
 	APF_PARAM_WEIGHT = 1,

@@ -1,6 +1,6 @@
 /*
  * resume.h: what the log says about one unit, read the way a resumed run
- * reads it (DESIGN.md section 3.6): the unit's records in order, a resume
+ * reads it (docs/design.md section 2.7): the unit's records in order, a resume
  * from eval j discarding what came after eval j (work lost with a crashed
  * supervisor), a resume from eval 0 starting the unit over. The runner
  * resumes from it; the verifier's walk (verify/records.c) checks the same

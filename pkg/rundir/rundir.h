@@ -1,5 +1,5 @@
 /*
- * rundir: the run directory as one format (DESIGN.md section 3.6), written
+ * rundir: the run directory as one format (docs/design.md section 2.6), written
  * by the runner (pkg/runner) and read by the verifier (verify/) and the
  * scorer (pkg/score), so that each of its rules is written down once:
  *

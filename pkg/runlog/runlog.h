@@ -1,5 +1,5 @@
 /*
- * runlog: the hash-chained run log (DESIGN.md section 3.6).
+ * runlog: the hash-chained run log (docs/design.md section 2.7).
  *
  * log.jsonl holds one JSON object per line:
  *

@@ -1,5 +1,5 @@
 /*
- * runner: the sealed runner, `apf run` (DESIGN.md sections 3.6 and 6).
+ * runner: the sealed runner, `apf run` (docs/design.md sections 2.6 and 3).
  *
  * Three roles in three processes:
  *

@@ -1500,7 +1500,7 @@ int apf_run(const struct apf_run_opts *o)
 	if (!rc)
 		summary(&r);
 	/* A failed trial is a result, logged and verifiable, but not a
-	 * success: a script must be able to tell (exit 3, DESIGN.md 2). */
+	 * success: a script must be able to tell (exit 3, docs/design.md 4.2). */
 	if (!rc && r.failed)
 		rc = apf_error(APF_EABORT, "run",
 			       "%s: %zu of %zu unit%s failed (the log and each "

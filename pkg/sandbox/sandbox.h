@@ -1,5 +1,5 @@
 /*
- * sandbox: the cell the sealed runner runs untrusted code in (DESIGN.md 6).
+ * sandbox: the cell the sealed runner runs untrusted code in (docs/design.md 3.7).
  *
  * A sandbox is one program, started with apf_sandbox_spawn and watched by
  * the calling process, the supervisor, until apf_sandbox_reap says how it

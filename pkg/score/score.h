@@ -1,12 +1,12 @@
 /*
  * score: time-to-target, performance profiles and benchmark scores
- * (DESIGN.md section 8), from AlgoPerf's own logs or from apf runs.
+ * (docs/design.md section 5), from AlgoPerf's own logs or from apf runs.
  *
  * Inputs. A submission is either an AlgoPerf log directory
  *
  *     <submission>/study_<k>/<workload>_<jax|pytorch>/trial_<n>/eval_measurements.csv
  *
- * or an apf run directory (it holds run.json; DESIGN.md 3.6)
+ * or an apf run directory (it holds run.json; docs/design.md 2.6)
  *
  *     <run>/study_<k>/<workload>/trial_<n>/eval_measurements.csv
  *

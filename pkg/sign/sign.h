@@ -1,5 +1,5 @@
 /*
- * sign: Ed25519 keys and DSSE v1 envelopes (DESIGN.md section 3.1), through
+ * sign: Ed25519 keys and DSSE v1 envelopes (docs/design.md section 2.1), through
  * OpenSSL 3's EVP interface.
  *
  * Private keys are PEM PKCS#8 files of mode 0600 (a more open key file is

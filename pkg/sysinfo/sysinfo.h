@@ -1,5 +1,5 @@
 /*
- * sysinfo: the environment record of DESIGN.md section 3.4, its comparison,
+ * sysinfo: the environment record of docs/design.md section 2.3, its comparison,
  * and the git provenance of a submission directory (through libgit2).
  *
  * The record is JSON (jansson) because it travels inside the signed manifest
@@ -7,9 +7,10 @@
  * apf_env_compare names every field that differs. Fields:
  *
  *   apf {version, build}, compiler, libc, kernel, os,
- *   cpu {model, cores, flags[]}, memory_bytes,
+ *   cpu {model, cores, flags[], isa}, memory_bytes,
  *   blas {name, version, config, core, threads},
- *   gpus [{name, memory_bytes}], cuda {driver, runtime, cudnn} | null,
+ *   gpus [{name, memory_bytes, compute_capability}],
+ *   cuda {driver, runtime, cublas, cudnn} | null,
  *   image_digest | null
  *
  * Git provenance: {repository: true, commit, branch, remote, path, dirty}

@@ -4,9 +4,10 @@
  * supervisor (fd 5); untrusted once the submission is loaded.
  *
  * Order matters: everything that needs a process, a thread or an exec (the
- * BLAS thread pool, the dataset, the backend) is set up first; then the
- * trial asks the supervisor to lock the sandbox, and only then loads the
- * submission, so not even the submission's constructors run unlocked.
+ * backend and its threads, the workload and its model without data) is set up
+ * first; then the trial asks the supervisor to lock the sandbox, and only
+ * then loads the submission, so not even the submission's constructors run
+ * unlocked. The training split arrives with the first go, on the clock.
  */
 #include "trial/trial.h"
 

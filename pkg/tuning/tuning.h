@@ -1,6 +1,6 @@
 /*
  * tuning: search spaces, the seeded draws of hyperparameters, and the plan of
- * trials a run executes (DESIGN.md section 4).
+ * trials a run executes (docs/design.md section 2.10).
  *
  * A submission's search space is tuning_search_space.ini or AlgoPerf's
  * tuning_search_space.json, each in one of two forms.

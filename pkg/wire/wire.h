@@ -30,9 +30,12 @@
  *   lock                         locked
  *   ready <step> <batch>         go <submission_ns> <eval index> <train loss>
  *   eval <step> <why>               <train metric> <val loss> <val metric>
- *   error <message>                 <test loss> <test metric>
- *                                stop
- *   (why: due | complete | max_steps)
+ *   copied                          <test loss> <test metric>
+ *   error <message>              stop
+ *   warn <text>
+ *   (why: due | complete | max_steps; copied follows each eval once the
+ *   shared arena is up to date; warn, in any phase, is advice logged for
+ *   the submitter and decides nothing)
  *
  * The first go a trial process gets carries the training split's memfd
  * (SCM_RIGHTS): whatever the submission does before the clock starts, its

@@ -1,7 +1,7 @@
 """runfake: valid apf run directories, made without the runner.
 
 The verifier's tests cannot wait for `apf run`, so this module writes what the
-runner writes (DESIGN.md 3.6, manifests/run.schema.json,
+runner writes (docs/design.md 2.6, manifests/run.schema.json,
 manifests/log-events.schema.json): a real entry packed by `apf pack`,
 run.json, a hash-chained log.jsonl, log.dsse.json signed by a runner key made
 by `apf keygen` (the DSSE PAE signed by `openssl pkeyutl -rawin`), the
@@ -16,7 +16,7 @@ Two layers:
     whether it crashes and resumes); times follow the runner's rules exactly
     (an independent Python statement of the timing semantics).
 
-Timing semantics (per unit, integers in ns, DESIGN.md 6, as pkg/runner
+Timing semantics (per unit, integers in ns, docs/design.md 3.4, as pkg/runner
 keeps them): step_block k runs [start_ns, end_ns]; the first block a
 supervisor runs starts after its clock_start, block k > 1 after eval k-1
 ended; eval k runs from block k's end_ns to its end_ns; accumulated
@@ -61,7 +61,7 @@ def sha256_hex(data):
 
 
 def pem_keyid(pub_pem_path):
-    """Key id of DESIGN.md 3.1: SHA-256 of the SubjectPublicKeyInfo DER,
+    """Key id of docs/design.md 2.1: SHA-256 of the SubjectPublicKeyInfo DER,
     which is the PEM's base64 body."""
     with open(pub_pem_path) as f:
         body = "".join(l.strip() for l in f if l.strip() and not l.startswith("-----"))

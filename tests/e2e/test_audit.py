@@ -1,5 +1,5 @@
-"""End-to-end: apf verify --reeval and --replay (checks 4 and 5 of DESIGN.md
-section 7) on real runs.
+"""End-to-end: apf verify --reeval and --replay (checks 4 and 5 of docs/design.md
+section 3.8) on real runs.
 
 Both pass on an honest CPU run; replay fails on a run whose submission
 keeps state outside its slots (tests/data/submissions/state_outside_slots);

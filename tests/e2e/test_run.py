@@ -542,7 +542,7 @@ class HeldOut(RunCase):
 
 class ExitStatus(RunCase):
     """What a script running apf run can rely on: exit 0 only when every
-    unit it ran completed, 3 (DESIGN.md 2: the run stopped abnormally)
+    unit it ran completed, 3 (docs/design.md 4.2: the run stopped abnormally)
     when a trial failed - with the count, and the submission's own error in
     the unit's line - and 2 for options out of range, before anything runs."""
 

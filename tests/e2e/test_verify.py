@@ -74,7 +74,7 @@ class RunCase(ApfCase):
 
 
 class VerifyTampering(RunCase):
-    """Every kind of tampering DESIGN.md 7 promises to catch."""
+    """Every kind of tampering docs/design.md 3.8 promises to catch."""
 
     def setUp(self):
         super().setUp()

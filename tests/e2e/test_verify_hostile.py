@@ -1,13 +1,13 @@
 """End-to-end: `apf verify RUN_DIR` on hostile run directories.
 
-DESIGN.md 7: the verifier never blocks and never reads unbounded - regular
+docs/design.md 3.8: the verifier never blocks and never reads unbounded - regular
 files only, no symlink followed out of the run directory, every read capped.
 Each case builds a valid run (runfake), makes one file of it hostile, and
 checks the exit code, that the one error line names the file, and that apf
 answered within seconds (a FIFO used to block it forever, /dev/zero to
 read forever).
 
-Exit codes (DESIGN.md 2): a file that describes the run (entry.apf,
+Exit codes (docs/design.md 4.2): a file that describes the run (entry.apf,
 run.json, log.jsonl, log.dsse.json) refused is an input error, exit 2, as
 when it is missing or malformed; a file the signed log describes
 (hparams.json, eval_measurements.csv, a checkpoint, heldout.json) refused

@@ -62,7 +62,7 @@ def envelope_of(entry):
 
 
 def runlog(events):
-    """A hash-chained log as DESIGN.md 3.6 and pkg/runlog define it."""
+    """A hash-chained log as docs/design.md 2.7 and pkg/runlog define it."""
     prev, lines = "0" * 64, []
     for seq, (event, fields) in enumerate(events):
         head = (f'{{"seq":{seq},"prev":"{prev}","t_ns":{1000 * (seq + 1)},'

@@ -1,6 +1,6 @@
 /*
  * test_hash.c: SHA-256 against known vectors, and the tree digest of
- * DESIGN.md 3.3: the exact listing, modes, symlinks never followed, .git left
+ * docs/design.md 2.4: the exact listing, modes, symlinks never followed, .git left
  * out, refusals, and the same digest whatever the thread count.
  */
 #include "testlib.h"
