@@ -106,8 +106,11 @@ class Workloads(unittest.TestCase):
         test = format(float(ini["workload"]["test_target"]), "g")
         how = "" if ini["workload"]["targets"] == "derived" else " (provisional)"
         self.assertIn(f"targets{how}: validation {val}, test {test}\n", p.stdout)
-        self.assertIn(f"silu         activation = silu; 77754 parameters; targets {val} / {test}",
-                      p.stdout)
+        # A variant's own targets, from its [variant.silu] section.
+        sv = format(float(ini["variant.silu"]["validation_target"]), "g")
+        st = format(float(ini["variant.silu"]["test_target"]), "g")
+        self.assertIn(f"silu         activation = silu, targets = retuned; 77754 parameters; "
+                      f"targets {sv} / {st} (retuned)", p.stdout)
         cpu = ini["budget.cpu"]
         self.assertIn(f"budget cpu: {cpu['max_runtime_s']} s, eval every {cpu['eval_period_s']} s "
                       f"on the first {ini['workload']['eval_examples']} examples of each split; "
