@@ -101,30 +101,28 @@ class DesignNamesTheCode(unittest.TestCase):
         self.assertEqual(missing, [], "docs/design.md does not name these "
                          "package folders: " + ", ".join(missing))
 
+    def assert_all_named(self, names, source, missing_of, what):
+        """names, read from source, are all in the design; an empty read
+        fails too (the source's form has changed under the reader)."""
+        self.assertTrue(names, f"nothing read from {source} (has its form changed?)")
+        missing = missing_of(self.doc, names)
+        self.assertEqual(missing, [], f"docs/design.md does not name these "
+                         f"{what} of {source}: " + ", ".join(missing))
+
     def test_every_schema_event_is_named(self):
-        events = schema_events(read(SCHEMA))
-        self.assertTrue(events, "no events read from manifests/log-events.schema.json")
-        missing = missing_events(self.doc, events)
-        self.assertEqual(missing, [], "docs/design.md does not name these log "
-                         "events of manifests/log-events.schema.json: "
-                         + ", ".join(missing))
+        self.assert_all_named(schema_events(read(SCHEMA)),
+                              "manifests/log-events.schema.json", missing_events,
+                              "log events")
 
     def test_every_event_table_entry_is_named(self):
-        events = table_events(read(EVENTS_C))
-        self.assertTrue(events, "no entries read from apf_rundir_events in "
-                        "pkg/rundir/events.c (has the table's form changed?)")
-        missing = missing_events(self.doc, events)
-        self.assertEqual(missing, [], "docs/design.md does not name these log "
-                         "events of pkg/rundir/events.c's apf_rundir_events: "
-                         + ", ".join(missing))
+        self.assert_all_named(table_events(read(EVENTS_C)),
+                              "pkg/rundir/events.c's apf_rundir_events",
+                              missing_events, "log events")
 
     def test_every_public_command_is_named(self):
-        commands = public_commands(read(MAIN_C))
-        self.assertTrue(commands, "no commands read from cmd/apf/main.c's table "
-                        "(has its form changed?)")
-        missing = missing_commands(self.doc, commands)
-        self.assertEqual(missing, [], "docs/design.md does not name these "
-                         "commands of cmd/apf/main.c: " + ", ".join(missing))
+        self.assert_all_named(public_commands(read(MAIN_C)),
+                              "cmd/apf/main.c's table", missing_commands,
+                              "commands")
 
     def test_readme_links_the_design(self):
         self.assertTrue(links_design(read(README)),
