@@ -223,7 +223,27 @@ $(LAYOUT)/verify_only.link: $(BUILD)/obj/tests/layout/verify_only.o $(BUILD)/lib
 	    $(BUILD)/libapf-verify.a $(LIBS) -Wl,-Map,$(LAYOUT)/verify_only.map \
 	    >$@.tmp 2>&1; echo "exit status $$?" >>$@.tmp; mv $@.tmp $@
 
-layout-tests: $(LAYOUT)/verify_only.link
+# The runner's, the same way: libapf-runner.a holds every object but the
+# trial's (pkg/trial, the untrusted process the runner starts as `apf
+# __trial` and never calls), and runner_only calls the runner's API
+# against it alone, so a runner object that reaches pkg/trial leaves a
+# symbol undefined.
+RUNNER_LIB_OBJ := $(filter-out $(BUILD)/obj/pkg/trial/%,$(LIB_OBJ))
+
+$(BUILD)/libapf-runner.a: $(RUNNER_LIB_OBJ)
+	@rm -f $@
+	@$(if $(Q),echo "  AR      $@")
+	$(Q)ar rcsT $@ $^
+
+$(LAYOUT)/runner_only.link: $(BUILD)/obj/tests/layout/runner_only.o $(BUILD)/libapf-runner.a
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  LINK    $(LAYOUT)/runner_only")
+	$(Q)rm -f $(LAYOUT)/runner_only $(LAYOUT)/runner_only.map; \
+	  $(CC) $(LDFLAGS_APF) $(LDFLAGS) -o $(LAYOUT)/runner_only $< \
+	    $(BUILD)/libapf-runner.a $(LIBS) -Wl,-Map,$(LAYOUT)/runner_only.map \
+	    >$@.tmp 2>&1; echo "exit status $$?" >>$@.tmp; mv $@.tmp $@
+
+layout-tests: $(LAYOUT)/verify_only.link $(LAYOUT)/runner_only.link
 
 layout-report: all layout-tests
 	@scripts/layout-report.py --build $(BUILD)

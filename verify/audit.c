@@ -210,8 +210,7 @@ static int read_ckpt(const struct audit *a, const struct apf_verify_kept *k,
 {
 	*data = NULL;
 	char rel[600];
-	snprintf(rel, sizeof rel, "%s/ckpt/%llu.bin", k->unit,
-		 (unsigned long long)k->ckpt[c].index);
+	apf_rundir_ckpt_name(rel, sizeof rel, k->unit, k->ckpt[c].index);
 	int fd = -1;
 	int rc = apf_file_open_beneath(&fd, NULL, a->r->run_dir, rel, 0);
 	if (!rc)
@@ -310,10 +309,11 @@ static int reeval_unit(struct audit *a, const struct apf_verify_kept *k,
 		if (!rc && !why[0])
 			(*done)++;
 		if (!rc && why[0]) {
-			char msg[900];
-			snprintf(msg, sizeof msg, "%s/%s/ckpt/%llu.bin: %s",
-				 a->r->run_dir, k->unit,
-				 (unsigned long long)ck->index, why);
+			char msg[900], rel[600];
+			apf_rundir_ckpt_name(rel, sizeof rel, k->unit,
+					     ck->index);
+			snprintf(msg, sizeof msg, "%s/%s: %s", a->r->run_dir,
+				 rel, why);
 			snprintf(why, size, "%s", msg);
 		}
 	}
@@ -991,7 +991,10 @@ static int check5(struct audit *a)
 		if (p.timed)
 			snprintf(timing, sizeof timing,
 				 "; claimed/replayed submission time %.2f to "
-				 "%.2f (median %.2f)%s, %s",
+				 "%.2f (median %.2f: the time the run claims "
+				 "for an interval's steps over the time they "
+				 "took here; above 1 the run was slower than "
+				 "this replay, below 1 faster)%s, %s",
 				 ratios[0], ratios[replayed - 1],
 				 ratios[replayed / 2],
 				 o->tolerance > 0 ? ", within the tolerance where "

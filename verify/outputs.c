@@ -389,38 +389,6 @@ struct ckpt_pool {
 	pthread_mutex_t lock;
 };
 
-/* SHA-256 of the open file, reading at most max bytes. */
-static int sha256_fd(int fd, uint64_t max, uint8_t out[32], uint64_t *size)
-{
-	apf_sha256 *h = NULL;
-	int rc = apf_sha256_new(&h);
-	enum { BUF = 1 << 18 };
-	char *buf = rc ? NULL : malloc(BUF);
-	if (!rc && !buf)
-		rc = apf_error(APF_ENOMEM, "checkpoint", "out of memory");
-	uint64_t total = 0;
-	while (!rc) {
-		ssize_t n = read(fd, buf, BUF);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0)
-			rc = apf_error_errno(APF_EIO, errno, "checkpoint", "read");
-		if (n <= 0)
-			break;
-		total += (uint64_t)n;
-		rc = total > max ? apf_error(APF_EINPUT, "checkpoint",
-					     "grew while it was read")
-				 : apf_sha256_update(h, buf, (size_t)n);
-	}
-	if (!rc)
-		rc = apf_sha256_final(h, out);
-	*size = total;
-	free(buf);
-	if (h)
-		apf_sha256_free(h);
-	return rc;
-}
-
 /* Runs on a worker thread: what goes wrong is kept in the job, as the
  * error message is the thread's own. Nothing of a file that is not a
  * regular file inside the run is measured or read, so a symlink to a file
@@ -428,8 +396,7 @@ static int sha256_fd(int fd, uint64_t max, uint8_t out[32], uint64_t *size)
 static void hash_job(const struct vx *v, struct ckpt_job *j)
 {
 	char rel[600];
-	snprintf(rel, sizeof rel, "%s/ckpt/%" PRIu64 ".bin", j->u->name,
-		 j->e->index);
+	apf_rundir_ckpt_name(rel, sizeof rel, j->u->name, j->e->index);
 	int fd;
 	struct stat st;
 	int rc = apf_file_open_beneath(&fd, &st, v->dir, rel,
@@ -450,7 +417,8 @@ static void hash_job(const struct vx *v, struct ckpt_job *j)
 			 (unsigned long long)st.st_size,
 			 (unsigned long long)APF_MAX_CKPT_BYTES);
 	} else {
-		j->rc = sha256_fd(fd, APF_MAX_CKPT_BYTES, j->sha, &j->size);
+		j->rc = apf_sha256_fd(j->sha, &j->size, fd, APF_MAX_CKPT_BYTES,
+				      "checkpoint");
 		if (j->rc)
 			apf_error_take(j->refused, sizeof j->refused);
 	}
@@ -520,7 +488,7 @@ int apf_vx_checkpoints(struct vx *v)
 	}
 	if (!rc && bad) {
 		char rel[64];
-		snprintf(rel, sizeof rel, "ckpt/%" PRIu64 ".bin", bad->e->index);
+		apf_rundir_ckpt_name(rel, sizeof rel, NULL, bad->e->index);
 		char *file = unit_file(v, bad->u, rel);
 		char got[65];
 		apf_hex(got, bad->sha, 32);

@@ -310,8 +310,10 @@ static int take_field(const struct vx *v, const char *line,
 		    apf_jtok_u64(line, &t[bytes], &s->u[9]))
 			return -1;
 		s->tok[2] = (uint32_t)file;
+		char ck0[16];
+		apf_rundir_ckpt_name(ck0, sizeof ck0, NULL, 0);
 		if (s->ev == APF_EV_CLOCK_START &&
-		    apf_jtok_eq(line, &t[file], "ckpt/0.bin"))
+		    apf_jtok_eq(line, &t[file], ck0))
 			s->flags |= FLAG_CKPT0;
 		break;
 	}
@@ -343,31 +345,14 @@ static int event_id(const char *name)
 }
 
 /* checkpoint.file names RUN/<unit>/ckpt/<index>.bin, relative to the run
- * or to the trial's directory. */
+ * or to the trial's directory (pkg/rundir owns the name). */
 static int names_checkpoint(const char *line, const struct apf_jtok *t,
 			    const struct vx_unit *u, uint64_t index)
 {
 	if (t->type != APF_JSTRING || t->escaped)
 		return 0;
-	const char *p = line + t->start, *end = p + t->len;
-	if ((size_t)(end - p) > u->name_len &&
-	    same_bytes(p, u->name, u->name_len) && p[u->name_len] == '/')
-		p += u->name_len + 1;
-	if (end - p < 5 || !same_bytes(p, "ckpt/", 5))
-		return 0;
-	p += 5;
-	char digits[24];
-	int n = 0;
-	do {
-		digits[n++] = (char)('0' + index % 10);
-		index /= 10;
-	} while (index);
-	if (end - p != n + 4)
-		return 0;
-	while (n)
-		if (*p++ != digits[--n])
-			return 0;
-	return same_bytes(p, ".bin", 4);
+	return apf_rundir_ckpt_named(line + t->start, t->len, u->name,
+				     u->name_len, index);
 }
 
 /* Whether a metric meets its target. Most metrics are written with 17
@@ -870,7 +855,7 @@ static int step_block(struct vx *v, struct vx_unit *u,
 	return 0;
 }
 
-static int keep_metrics(struct vx_unit *u, struct vx_eval *e,
+static int keep_metrics(struct vx *v, struct vx_unit *u, struct vx_eval *e,
 			const struct apf_runlog_record *r,
 			const struct vx_slot *s)
 {
@@ -880,12 +865,12 @@ static int keep_metrics(struct vx_unit *u, struct vx_eval *e,
 	e->mname = calloc(t[obj].size ? t[obj].size : 1, sizeof *e->mname);
 	e->mval = calloc(t[obj].size ? t[obj].size : 1, sizeof *e->mval);
 	if (!e->mname || !e->mval)
-		return APF_ENOMEM;
+		return apf_error(APF_ENOMEM, v->log_path, "out of memory");
 	for (uint32_t k = obj + 1; k < t[obj].next; k = t[k + 1].next) {
 		char name[256];
 		if (apf_jtok_string(r->line, &t[k], name, sizeof name) ||
 		    apf_jtok_double(r->line, &t[k + 1], &e->mval[e->nm]))
-			return APF_EINPUT;
+			return log_fail(v, r, s, "metrics: a name too long");
 		size_t i;
 		for (i = 0; i < u->nmnames && strcmp(u->mnames[i], name); i++)
 			;
@@ -893,10 +878,12 @@ static int keep_metrics(struct vx_unit *u, struct vx_eval *e,
 			char **nn = realloc(u->mnames,
 					    (u->nmnames + 1) * sizeof *nn);
 			if (!nn)
-				return APF_ENOMEM;
+				return apf_error(APF_ENOMEM, v->log_path,
+						 "out of memory");
 			u->mnames = nn;
 			if (!(u->mnames[u->nmnames] = apf_strdup(name)))
-				return APF_ENOMEM;
+				return apf_error(APF_ENOMEM, v->log_path,
+						 "out of memory");
 			u->nmnames++;
 		}
 		e->mname[e->nm++] = (uint32_t)i;
@@ -1050,14 +1037,10 @@ static int eval(struct vx *v, struct vx_unit *u,
 			    (e->why == WHY_COMPLETE ? STOP_COMPLETE : 0));
 	e->file_ok = !!(s->flags & FLAG_CKPT_NAMED);
 	if (!v->o->log_only) {
-		int rc = keep_metrics(u, e, r, s);
+		int rc = keep_metrics(v, u, e, r, s);
 		if (rc) {
 			eval_free(e);
-			return rc == APF_ENOMEM ? apf_error(APF_ENOMEM, v->log_path,
-							    "out of memory")
-						: log_fail(v, r, s, "metrics: a "
-								    "name too "
-								    "long");
+			return rc;
 		}
 	}
 	u->nevals++;

@@ -52,40 +52,13 @@ static int hash_entry_file(const char *path, char hex[65], uint64_t *bytes)
 				 (unsigned long long)st.st_size,
 				 (unsigned long long)APF_MAX_ENTRY_BYTES);
 	}
-	apf_sha256 *h = NULL;
-	rc = apf_sha256_new(&h);
-	enum { BUF = 1 << 18 };
-	char *buf = rc ? NULL : malloc(BUF);
-	if (!rc && !buf)
-		rc = apf_error(APF_ENOMEM, path, "out of memory");
-	uint64_t total = 0;
-	while (!rc) {
-		ssize_t n = read(fd, buf, BUF);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0)
-			rc = apf_error_errno(APF_EIO, errno, path, "read");
-		if (n <= 0)
-			break;
-		total += (uint64_t)n;
-		if (total > APF_MAX_ENTRY_BYTES)
-			rc = apf_error(APF_EINPUT, path,
-				       "grew past the %llu-byte limit of an "
-				       "entry while it was read",
-				       (unsigned long long)APF_MAX_ENTRY_BYTES);
-		else
-			rc = apf_sha256_update(h, buf, (size_t)n);
-	}
 	uint8_t d[APF_SHA256_LEN];
-	if (!rc)
-		rc = apf_sha256_final(h, d);
+	uint64_t total = 0;
+	rc = apf_sha256_fd(d, &total, fd, APF_MAX_ENTRY_BYTES, path);
 	if (!rc) {
 		apf_hex(hex, d, sizeof d);
 		*bytes = total;
 	}
-	if (h)
-		apf_sha256_free(h);
-	free(buf);
 	close(fd);
 	return rc;
 }

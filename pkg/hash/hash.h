@@ -38,6 +38,13 @@ int apf_sha256_hex(char out[APF_SHA256_HEX], const void *data, size_t len);
 /* Streams a file; *size receives the bytes hashed (may be NULL). */
 int apf_sha256_file(uint8_t out[APF_SHA256_LEN], uint64_t *size,
 		    const char *path);
+/* Streams an open file from its offset to its end, leaving fd open: the
+ * one streaming loop (an entry file, a checkpoint, any file). *size (may
+ * be NULL) receives the bytes read, on failure too; more than max bytes
+ * (a file that grows while it is read) is APF_EINPUT, and errors name
+ * what. */
+int apf_sha256_fd(uint8_t out[APF_SHA256_LEN], uint64_t *size, int fd,
+		  uint64_t max, const char *what);
 
 typedef struct apf_tree_entry {
 	char *path;  /* relative, '/'-separated, no leading "./" */

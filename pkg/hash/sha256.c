@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <openssl/evp.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -97,40 +98,49 @@ int apf_sha256_hex(char out[APF_SHA256_HEX], const void *data, size_t len)
 	return 0;
 }
 
+int apf_sha256_fd(uint8_t out[APF_SHA256_LEN], uint64_t *size, int fd,
+		  uint64_t max, const char *what)
+{
+	apf_sha256 *h = NULL;
+	int rc = apf_sha256_new(&h);
+	enum { BUF = 1 << 18 };
+	char *buf = rc ? NULL : malloc(BUF);
+	if (!rc && !buf)
+		rc = apf_error(APF_ENOMEM, what, "out of memory");
+	uint64_t total = 0;
+	while (!rc) {
+		ssize_t n = read(fd, buf, BUF);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			rc = apf_error_errno(APF_EIO, errno, what, "read");
+		if (n <= 0)
+			break;
+		total += (uint64_t)n;
+		rc = total > max ? apf_error(APF_EINPUT, what,
+					     "grew past %llu bytes while it "
+					     "was read",
+					     (unsigned long long)max)
+				 : apf_sha256_update(h, buf, (size_t)n);
+	}
+	if (!rc)
+		rc = apf_sha256_final(h, out);
+	if (size)
+		*size = total;
+	free(buf);
+	if (h)
+		apf_sha256_free(h);
+	return rc;
+}
+
 int apf_sha256_file(uint8_t out[APF_SHA256_LEN], uint64_t *size,
 		    const char *path)
 {
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
 		return apf_error_errno(APF_EINPUT, errno, path, "open");
-	apf_sha256 *h;
-	int rc = apf_sha256_new(&h);
-	if (rc) {
-		close(fd);
-		return rc;
-	}
-	enum { BUF = 1 << 18 };
-	char *buf = malloc(BUF);
 	uint64_t total = 0;
-	if (!buf)
-		rc = apf_error(APF_ENOMEM, path, "out of memory");
-	while (!rc) {
-		ssize_t n = read(fd, buf, BUF);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0) {
-			rc = apf_error_errno(APF_EIO, errno, path, "read");
-			break;
-		}
-		if (n == 0)
-			break;
-		total += (uint64_t)n;
-		rc = apf_sha256_update(h, buf, (size_t)n);
-	}
-	if (!rc)
-		rc = apf_sha256_final(h, out);
-	free(buf);
-	apf_sha256_free(h);
+	int rc = apf_sha256_fd(out, &total, fd, UINT64_MAX, path);
 	close(fd);
 	if (!rc && size)
 		*size = total;

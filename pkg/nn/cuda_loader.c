@@ -171,7 +171,11 @@ int apf_cuda_probe(char *what, size_t n)
 		return probe_here(what, n);
 	}
 	if (pid == 0) {
-		close(fd[0]);
+		/* Only the pipe stays open: a descriptor shared with the
+		 * caller would keep its locks held past its death. */
+		if ((fd[1] > 3 && close_range(3, (unsigned)fd[1] - 1, 0) < 0) ||
+		    close_range((unsigned)fd[1] + 1, ~0u, 0) < 0)
+			_exit(1);
 		char msg[513];
 		msg[0] = probe_here(msg + 1, sizeof msg - 1) ? 'n' : 'y';
 		size_t len = 1 + strlen(msg + 1), off = 0;

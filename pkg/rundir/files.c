@@ -1,11 +1,12 @@
 /*
  * files.c: the run directory's names and derived files: unit directory
- * names, the signed head of the log (log.dsse.json) and each unit's
+ * and checkpoint names, the signed head of the log (log.dsse.json) and each unit's
  * eval_measurements.csv. Both files are rewritten atomically at every
  * eval, so a crash leaves the previous version.
  */
 #include "rundir/rundir.h"
 
+#include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +18,36 @@
 #include "sign/sign.h"
 #include "tuning/tuning.h"
 #include "workload/workload.h"
+
+int apf_rundir_ckpt_name(char *out, size_t size, const char *unit,
+			 uint64_t index)
+{
+	return snprintf(out, size, "%s%sckpt/%" PRIu64 ".bin", unit ? unit : "",
+			unit ? "/" : "", index);
+}
+
+int apf_rundir_ckpt_named(const char *text, size_t len, const char *unit,
+			  size_t unit_len, uint64_t index)
+{
+	const char *p = text, *end = text + len;
+	if (len > unit_len && !memcmp(p, unit, unit_len) && p[unit_len] == '/')
+		p += unit_len + 1;
+	if (end - p < 5 || memcmp(p, "ckpt/", 5))
+		return 0;
+	p += 5;
+	char digits[24];
+	int n = 0;
+	do {
+		digits[n++] = (char)('0' + index % 10);
+		index /= 10;
+	} while (index);
+	if (end - p != n + 4)
+		return 0;
+	while (n)
+		if (*p++ != digits[--n])
+			return 0;
+	return !memcmp(p, ".bin", 4);
+}
 
 int apf_rundir_unit_name(char *out, size_t size, long study,
 			 const char *workload, const char *variant, long trial)

@@ -77,6 +77,19 @@ int apf_rundir_check(const char *dir);
 int apf_rundir_index_get(json_t **units, const char *run_dir,
 			 const struct apf_key *key, const char *run_json_sha256);
 
+/* Eval index's checkpoint, the name its eval record's checkpoint.file
+ * carries and the file's place: "ckpt/<index>.bin" in the unit's
+ * directory, or with unit (not NULL) "<unit>/ckpt/<index>.bin" in the run
+ * directory. Returns the length snprintf would have written (>= size:
+ * truncated). */
+int apf_rundir_ckpt_name(char *out, size_t size, const char *unit,
+			 uint64_t index);
+/* Whether text[0..len) (a log's checkpoint.file, not NUL-terminated) names
+ * eval index's checkpoint of the unit whose directory is unit[0..unit_len),
+ * in either form of apf_rundir_ckpt_name. */
+int apf_rundir_ckpt_named(const char *text, size_t len, const char *unit,
+			  size_t unit_len, uint64_t index);
+
 /* A unit's directory, "study_<k>/<workload>/trial_<n>" (trial 1-based); a
  * held-out variant's workload directory is <workload>_<variant>, as
  * AlgoPerf names variant workloads. Returns the length snprintf would

@@ -37,10 +37,8 @@
 #include "runlog/runlog.h"
 #include "runner/internal.h"
 #include "sandbox/sandbox.h"
-#include "score/score.h"
 #include "sign/sign.h"
 #include "sysinfo/sysinfo.h"
-#include "trial/trial.h"
 #include "tuning/tuning.h"
 #include "workload/workload.h"
 

@@ -33,8 +33,8 @@
 #include "runlog/runlog.h"
 #include "runner/internal.h"
 #include "sandbox/sandbox.h"
-#include "trial/trial.h"
 #include "tuning/tuning.h"
+#include "wire/wire.h"
 #include "workload/workload.h"
 
 struct unit {
@@ -230,7 +230,7 @@ static int checkpoint(struct unit *u, char *hex, uint64_t *bytes)
 		return rc;
 	*bytes = h->used;
 	char name[64];
-	snprintf(name, sizeof name, "ckpt/%lld.bin", (long long)u->evals);
+	apf_rundir_ckpt_name(name, sizeof name, NULL, (uint64_t)u->evals);
 	char *path = apf_path_join(u->dir, name);
 	rc = path ? apf_file_write(path, view, h->used, 0644, 0)
 		  : apf_error(APF_ENOMEM, "run", "out of memory");
@@ -262,7 +262,7 @@ static json_t *eval_record(const struct unit *u, int64_t step, uint64_t t_end,
 			   enum apf_proto_why why)
 {
 	char ck[64];
-	snprintf(ck, sizeof ck, "ckpt/%lld.bin", (long long)u->evals);
+	apf_rundir_ckpt_name(ck, sizeof ck, NULL, (uint64_t)u->evals);
 	return json_pack(
 		"{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:O, s:b, s:b, "
 		"s:{s:s, s:s, s:I}, s:I, s:s}",
@@ -554,7 +554,8 @@ static int prepare(struct unit *u)
 static int load_checkpoint(struct unit *u, char **data, size_t *len)
 {
 	char name[64];
-	snprintf(name, sizeof name, "ckpt/%lld.bin", (long long)u->st->last_eval);
+	apf_rundir_ckpt_name(name, sizeof name, NULL,
+			     (uint64_t)u->st->last_eval);
 	char *path = apf_path_join(u->dir, name);
 	int rc = path ? apf_file_read(data, len, path, u->hu->capacity)
 		      : apf_error(APF_ENOMEM, "run", "out of memory");
@@ -718,11 +719,13 @@ static int record_clock_start(struct unit *u, const char *init_hex,
 		json_pack("{s:I, s:s}", "bytes",
 			  (json_int_t)apf_host_memory_limit(u->host), "mechanism",
 			  apf_host_memory_mechanism(u->host)));
+	char ck0[64];
+	apf_rundir_ckpt_name(ck0, sizeof ck0, NULL, 0);
 	if (init_hex[0])
 		json_object_set_new(f, "checkpoint",
-				    json_pack("{s:s, s:s, s:I}", "file",
-					      "ckpt/0.bin", "sha256", init_hex,
-					      "bytes", (json_int_t)init_bytes));
+				    json_pack("{s:s, s:s, s:I}", "file", ck0,
+					      "sha256", init_hex, "bytes",
+					      (json_int_t)init_bytes));
 	return record(u, "clock_start", f, 0);
 }
 

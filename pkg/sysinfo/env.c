@@ -2,8 +2,9 @@
  * env.c: capturing, validating and comparing the environment record.
  *
  * Everything is read from the running system (uname, /proc, /etc/os-release,
- * OpenBLAS's own report, NVIDIA's management library, CUDA runtime and cuDNN
- * when they are installed, opened with dlopen so that apf links no CUDA),
+ * OpenBLAS's own report, NVIDIA's management library, CUDA runtime, cuBLAS
+ * and cuDNN when they are installed, opened with dlopen in a child process
+ * so that apf links no CUDA and no vendor library enters its processes),
  * never from what a user claims, except the container image digest, which
  * only the container's launcher knows ($APF_IMAGE_DIGEST).
  */
@@ -11,11 +12,15 @@
 
 #include <cblas.h>
 #include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <gnu/libc-version.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/utsname.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "nn/cpu/isa.h"
 
@@ -299,6 +304,72 @@ static void gpu_records(json_t **gpus, json_t **cuda)
 	}
 }
 
+/* gpu_records in a child process, as apf_cuda_probe probes: NVIDIA's
+ * management library, the CUDA runtime, cuBLAS and cuDNN are loaded there
+ * and never into the process that asked (apf pack, a run's supervisor,
+ * apf verify: trusted processes, and their sanitized builds would count
+ * the vendors' pools as leaks). The child sends {"gpus", "cuda"} back as
+ * one JSON document; what does not read as that is no GPU and no CUDA.
+ * Only where the machine cannot fork are they probed here. */
+static void gpu_records_apart(json_t **gpus, json_t **cuda)
+{
+	int fd[2];
+	if (pipe2(fd, O_CLOEXEC)) {
+		gpu_records(gpus, cuda);
+		return;
+	}
+	pid_t pid = fork();
+	if (pid < 0) {
+		close(fd[0]);
+		close(fd[1]);
+		gpu_records(gpus, cuda);
+		return;
+	}
+	if (pid == 0) {
+		/* Nothing of the caller's stays open here but the pipe: a
+		 * descriptor the child shared would keep the caller's locks
+		 * (a run's work directory, its index) held after the caller
+		 * died, while the vendor libraries load. */
+		if ((fd[1] > 3 && close_range(3, (unsigned)fd[1] - 1, 0) < 0) ||
+		    close_range((unsigned)fd[1] + 1, ~0u, 0) < 0)
+			_exit(1);
+		json_t *g, *c;
+		gpu_records(&g, &c);
+		char *text = json_dumps(json_pack("{s:o, s:o}", "gpus", g,
+						  "cuda", c),
+					JSON_COMPACT);
+		for (size_t len = text ? strlen(text) : 0, off = 0; off < len;) {
+			ssize_t k = write(fd[1], text + off, len - off);
+			if (k < 0 && errno == EINTR)
+				continue;
+			if (k <= 0)
+				break;
+			off += (size_t)k;
+		}
+		_exit(0);
+	}
+	close(fd[1]);
+	apf_buf got = {0};
+	char buf[4096];
+	for (;;) {
+		ssize_t k = read(fd[0], buf, sizeof buf);
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k <= 0 || got.len > (1u << 20) ||
+		    apf_buf_append(&got, buf, (size_t)k))
+			break;
+	}
+	close(fd[0]);
+	while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+		;
+	json_t *j = got.len ? json_loadb(got.data, got.len, 0, NULL) : NULL;
+	apf_buf_free(&got);
+	json_t *g = json_object_get(j, "gpus"), *c = json_object_get(j, "cuda");
+	*gpus = json_is_array(g) ? json_incref(g) : json_array();
+	*cuda = json_is_object(c) ? json_incref(c) : json_null();
+	json_decref(j);
+}
+
 /* APF_IMAGE_DIGEST, the one field a launcher states: a content digest,
  * optionally after the image's name, "[NAME@]ALGORITHM:HEX" as registries
  * write them (sha256:<64 hex digits>), so that a typo or a tag ("apf:latest",
@@ -352,7 +423,7 @@ int apf_env_capture(json_t **out)
 #endif
 	char *os = os_release();
 	json_t *gpus, *cuda;
-	gpu_records(&gpus, &cuda);
+	gpu_records_apart(&gpus, &cuda);
 	json_t *env = json_pack(
 		"{s:{s:s, s:s}, s:s, s:s, s:s, s:s, s:o, s:I, s:o, s:o, s:o, s:o}",
 		"apf", "version", APF_VERSION, "build", apf_build_id,

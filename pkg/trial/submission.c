@@ -25,13 +25,6 @@
 
 extern char **environ;
 
-const char *const apf_submission_cflags[] = {
-	"-std=c17",	  "-O2",	      "-fPIC",
-	"-shared",	  "-ffp-contract=off", "-fno-fast-math",
-	"-Wall",	  "-Werror=implicit-function-declaration",
-	"-Werror=incompatible-pointer-types",
-	NULL};
-
 static int cmp_str(const void *a, const void *b)
 {
 	return strcmp(*(char *const *)a, *(char *const *)b);

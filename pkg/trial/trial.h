@@ -25,15 +25,11 @@
 
 typedef struct apf_submission apf_submission;
 
-/* The fixed compiler flags every submission is built with (recorded in
- * the log). NULL-terminated. */
-extern const char *const apf_submission_cflags[];
-
 /* Compiles the submission's C sources (submission.ini [build] sources, by
  * default every *.c at the top of src_dir) into out_so with `cc` and the
- * fixed flags, against include_dir (the directory holding apf/). The
- * compiler's output goes to `log` (may be NULL). A compile error is
- * APF_EINPUT with the first error line. */
+ * fixed flags (wire.h's apf_submission_cflags), against include_dir (the
+ * directory holding apf/). The compiler's output goes to `log` (may be
+ * NULL). A compile error is APF_EINPUT with the first error line. */
 int apf_submission_build(const char *src_dir, const char *include_dir,
 			 const char *out_so, apf_buf *log);
 /* Checks what a built shared object exports without running any of it

@@ -369,6 +369,13 @@ static int want(const char *name, const char *v)
 	return 0;
 }
 
+const char *const apf_submission_cflags[] = {
+	"-std=c17",	  "-O2",	      "-fPIC",
+	"-shared",	  "-ffp-contract=off", "-fno-fast-math",
+	"-Wall",	  "-Werror=implicit-function-declaration",
+	"-Werror=incompatible-pointer-types",
+	NULL};
+
 int apf_unit_args_parse(struct apf_unit_args *a, int argc, char **argv)
 {
 	memset(a, 0, sizeof *a);

@@ -220,6 +220,12 @@ int apf_chan_pending(const struct apf_chan *c);
 int apf_chan_try(struct apf_chan *c, char *out, size_t size);
 
 /* Arguments of `apf __trial` and `apf __eval`. */
+/* The fixed compiler flags every submission is built with: pkg/trial's
+ * build (`apf __build`) passes them to cc, and the runner records them in
+ * the unit's log; here, where both sides read them, so that the runner
+ * needs nothing of pkg/trial. NULL-terminated. */
+extern const char *const apf_submission_cflags[];
+
 struct apf_unit_args {
 	const char *workloads_dir;
 	const char *workload;

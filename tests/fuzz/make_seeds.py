@@ -11,11 +11,13 @@ scripts/fuzz.sh copies tests/fuzz/seeds/<target>/ into the target's corpus.
 """
 import argparse
 import base64
+import gzip
 import hashlib
 import io
 import json
 import os
 import shutil
+import struct
 import subprocess
 import sys
 import tarfile
@@ -74,13 +76,72 @@ def runlog(events):
     return "".join(l + "\n" for l in lines)
 
 
+def idx(dims, data):
+    """An unsigned-byte IDX file: magic 0 0 8 ndim, big-endian dims, data."""
+    return (bytes([0, 0, 8, len(dims)]) +
+            b"".join(struct.pack(">I", x) for x in dims) + bytes(data))
+
+
+# The run.json digest fuzz_run_index.c decodes against.
+RUN_JSON_SHA256 = "0f343b0931126a20f133d67c2b018a3b5e6f2a5e5f1ef1c5e0c2bb0d2f1f5c11"
+
+
+def small_formats():
+    """Seeds of the targets whose formats need no apf to make: IDX files,
+    score's targets files, the run index's payload, the unit arguments."""
+    images = idx([3, 2, 2], range(12))
+    write("fuzz_idx", "images", images)
+    write("fuzz_idx", "images.gz", gzip.compress(images, mtime=0))
+    write("fuzz_idx", "labels", idx([3], [1, 0, 9]))
+    write("fuzz_idx", "rgb4d", idx([2, 2, 2, 3], range(24)))
+
+    for v in ("05", "06"):
+        with open(os.path.join(ROOT, "tests", "data", "score",
+                               f"targets_v{v}.json")) as f:
+            write("fuzz_score_targets", f"targets_v{v}.json", f.read())
+    write("fuzz_score_targets", "short.json", json.dumps({"workloads": {
+        "tiny_cls": {"target_metric_name": "accuracy",
+                     "validation_target_value": 0.8},
+        "tiny_lm": {"target_metric_name": "loss",
+                    "validation_target_value": 3.5}}}, indent=1) + "\n")
+
+    def index(units):
+        return json.dumps({"format": "apf-run-index-v1",
+                           "run_json_sha256": RUN_JSON_SHA256,
+                           "units": units}, separators=(",", ":"))
+    write("fuzz_run_index", "two_units", index({
+        "study_0/blobs_mlp/trial_1": {"records": 12, "head": "a" * 64},
+        "study_0/blobs_mlp/trial_2": {"records": 1, "head": "b" * 64}}))
+    write("fuzz_run_index", "empty", index({}))
+    write("fuzz_run_index", "zero_records",
+          index({"u": {"records": 0, "head": "a" * 64}}))
+
+    trial = ["--workloads", "/apf/workloads", "--workload", "text_lm",
+             "--variant", "base", "--seed", "4269987789", "--study", "0",
+             "--trial", "3", "--threads", "2", "--device", "cpu",
+             "--arena-bytes", "32023552", "--so", "/apf/unit/submission.so",
+             "--hparams", "/apf/unit/hparams.json", "--max-steps", "1800",
+             "--step-hint", "370", "--budget-s", "52.5",
+             "--train-layout", "1,1,0,256,37902"]
+    evaluator = trial[:18]
+    for name, words in (
+            ("trial", trial), ("eval", evaluator),
+            ("bad_threads", ["--workloads", "w", "--workload", "x",
+                             "--threads", "0", "--arena-bytes", "1"]),
+            ("layout", evaluator + ["--train-layout", "28,28,1,10"])):
+        write("fuzz_unit_args", name, b"\0".join(w.encode() for w in words))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--apf", default=os.path.join(ROOT, "build", "apf"))
     args = ap.parse_args()
     for t in ("fuzz_config", "fuzz_workload", "fuzz_search_space",
-              "fuzz_manifest", "fuzz_dsse", "fuzz_runlog", "fuzz_heldout"):
+              "fuzz_manifest", "fuzz_dsse", "fuzz_runlog", "fuzz_heldout",
+              "fuzz_idx", "fuzz_score_targets", "fuzz_run_index",
+              "fuzz_unit_args"):
         shutil.rmtree(os.path.join(SEEDS, t), ignore_errors=True)
+    small_formats()
 
     for name in sorted(os.listdir(WORKLOADS)):
         with open(os.path.join(WORKLOADS, name, "workload.ini")) as f:

@@ -127,6 +127,68 @@ class VerifierLink(unittest.TestCase):
                          "link (so the link check does not cover them)")
 
 
+class RunnerLink(unittest.TestCase):
+    """The runner never calls the trial's code: runner_only, linked against
+    libapf-runner.a (every object but pkg/trial's) alone, links, and the
+    link pulls in every pkg/runner object."""
+
+    def outcome(self):
+        path = os.path.join(LAYOUT, "runner_only.link")
+        if not os.path.exists(path):
+            self.fail(f"{rel(path)}: missing (make BUILD={rel(BUILD)} "
+                      f"layout-tests builds it)")
+        with open(path, errors="replace") as f:
+            text = f.read()
+        m = re.search(r"exit status (\d+)\s*$", text)
+        return (int(m.group(1)) if m else -1), text
+
+    def test_runner_only_links_without_the_trial(self):
+        rc, text = self.outcome()
+        if rc == 0:
+            return
+        owners = defined_by(os.path.join(BUILD, "obj", "pkg", "trial"))
+        why = sorted({f"{obj} ({fn}) calls {sym}"
+                      + (f", defined in {owners[sym]}" if sym in owners else "")
+                      for obj, fn, sym in re.findall(
+                          r"^(?:.*?: )?(\S+?\.o): in function [`'](\S+)'"
+                          r"[^\n]*\n[^\n]*undefined reference to [`'](\S+)'",
+                          text, re.M)})
+        self.fail("runner_only does not link against libapf-runner.a alone"
+                  + (":\n  " + "\n  ".join(why) if why else "")
+                  + "\nlinker:\n" + text[-3000:])
+
+    def test_runner_only_runs(self):
+        rc, _ = self.outcome()
+        if rc != 0:
+            self.skipTest("runner_only did not link (see "
+                          "test_runner_only_links_without_the_trial)")
+        p = subprocess.run([os.path.join(LAYOUT, "runner_only")], cwd=ROOT,
+                           capture_output=True, text=True, timeout=60)
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        self.assertIn("runner_only: ok", p.stdout)
+
+    def test_the_archive_holds_no_trial_object_and_the_link_every_runner_one(self):
+        p = subprocess.run(["ar", "t", os.path.join(BUILD, "libapf-runner.a")],
+                           capture_output=True, text=True)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        members = {os.path.relpath(os.path.normpath(os.path.join(BUILD, m)),
+                                   os.path.join(BUILD, "obj"))
+                   for m in p.stdout.split()}
+        self.assertEqual(sorted(m for m in members if m.startswith("pkg/trial")), [])
+        rc, _ = self.outcome()
+        if rc != 0:
+            self.skipTest("runner_only did not link")
+        with open(os.path.join(LAYOUT, "runner_only.map"), errors="replace") as f:
+            text = f.read()
+        linked = {os.path.basename(x)[:-2]
+                  for x in re.findall(r"(\S*/obj/pkg/runner/[^/\s()]+\.o)", text)}
+        want = {os.path.basename(x)[:-2]
+                for x in glob.glob(os.path.join(ROOT, "pkg", "runner", "*.c"))}
+        self.assertEqual(sorted(want - linked), [],
+                         "pkg/runner sources whose objects runner_only does not "
+                         "link (so the link check does not cover them)")
+
+
 class ExportedSymbols(unittest.TestCase):
     def test_libapf_exports_only_apf_symbols(self):
         lib = os.path.join(BUILD, "libapf.a")

@@ -1,6 +1,7 @@
 /*
  * test_sysinfo.c: the environment record validates and compares field by
- * field; git provenance of a directory outside git, a clean checkout, every
+ * field, read without loading a vendor's library into this process; git
+ * provenance of a directory outside git, a clean checkout, every
  * kind of dirtiness, credentials in remotes, and a repository owned by
  * another user.
  *
@@ -11,6 +12,7 @@
  */
 #include "testlib.h"
 
+#include <dlfcn.h>
 #include <git2.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -74,6 +76,43 @@ static void env_record_validates_and_compares(void **state)
 	assert_int_equal(apf_env_validate(copy), APF_EINPUT);
 	assert_non_null(strstr(apf_error_message(), "memory_bytes"));
 	json_decref(copy);
+	json_decref(env);
+}
+
+/* The GPU and CUDA versions are read in a child process: after a capture
+ * no vendor library is mapped here (pack, a run's supervisor and verify
+ * capture the record), and yet, where the CUDA runtime is installed (as
+ * on a developer's or CI's machine with the toolkit), its version is in
+ * the record. */
+static void env_capture_loads_no_vendor_library(void **state)
+{
+	(void)state;
+	json_t *env;
+	assert_apf_ok(apf_env_capture(&env));
+	FILE *f = fopen("/proc/self/maps", "r");
+	assert_non_null(f);
+	char line[4096];
+	static const char *const vendor[] = {"libcudart", "libcublas",
+					     "libcudnn", "libnvidia-ml"};
+	while (fgets(line, sizeof line, f))
+		for (size_t i = 0; i < sizeof vendor / sizeof vendor[0]; i++)
+			if (strstr(line, vendor[i])) {
+				fprintf(stderr, "mapped here: %s", line);
+				fail();
+			}
+	fclose(f);
+	/* Loaded here only now, to learn whether the child should have
+	 * found a runtime. */
+	void *h = dlopen("libcudart.so", RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
+	if (!h)
+		h = dlopen("libcudart.so.13",
+			   RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
+	if (h) {
+		json_t *cuda = json_object_get(env, "cuda");
+		assert_true(json_is_object(cuda));
+		assert_true(json_is_string(json_object_get(cuda, "runtime")));
+		dlclose(h);
+	}
 	json_decref(env);
 }
 
@@ -246,6 +285,7 @@ int main(void)
 	}
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(env_record_validates_and_compares),
+		cmocka_unit_test(env_capture_loads_no_vendor_library),
 		cmocka_unit_test(image_digest_is_a_digest_or_refused),
 		cmocka_unit_test(outside_git_is_recorded_as_such),
 		cmocka_unit_test(clean_checkout_and_credentials),
