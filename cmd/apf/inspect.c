@@ -51,10 +51,11 @@ static void print_text(const apf_entry *e)
 		printf("  %c %d %10llu  %s\n", f->type, f->mode,
 		       (unsigned long long)f->size, term_text(f->path));
 	}
-	printf("tuning       %s, %s, %ld studies x %ld trials, budget x%g, "
+	printf("tuning       %s, %s, %ld stud%s x %ld trial%s, budget x%g, "
 	       "seed %u\n",
 	       term_text(m->tuning.ruleset), term_text(m->tuning.rules),
-	       m->tuning.studies, m->tuning.trials,
+	       m->tuning.studies, m->tuning.studies == 1 ? "y" : "ies",
+	       m->tuning.trials, m->tuning.trials == 1 ? "" : "s",
 	       m->tuning.budget_multiplier, m->tuning.seed);
 	if (m->tuning.search_space_digest[0])
 		printf("  search space sha256:%s\n", m->tuning.search_space_digest);

@@ -19,7 +19,7 @@ static const struct apf_command commands[] = {
 	{"env", cmd_env, "print this machine's environment record"},
 	{"pack", cmd_pack, "pack a submission into a signed entry (.apf)"},
 	{"inspect", cmd_inspect, "show what an entry holds"},
-	{"verify", cmd_verify, "verify an entry's signature and contents"},
+	{"verify", cmd_verify, "check an entry, or audit a run (signatures, re-evaluation, replay)"},
 	{"plan", cmd_plan, "print the trials a run will execute"},
 	{"run", cmd_run, "run an entry's trials in the sealed runner"},
 	{"status", cmd_status, "where each unit of a run stands"},

@@ -3,12 +3,43 @@
  */
 #include "cmd.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "config/config.h"
 #include "entry/entry.h"
 #include "host/host.h"
+#include "manifest/manifest.h"
+#include "tuning/tuning.h"
+
+/* What the compiler printed, on stderr as it printed it (file:line:
+ * message, the source line, the caret), so that a warning is seen when
+ * packing rather than in a run's build.log, and an error with its source
+ * line. At most 60 lines: the first diagnostics say what is wrong. The
+ * text is the compiler's, about the submitter's own files: escaped all
+ * the same (a file name is the submitter's text). */
+static void show_compiler(const char *dir, const apf_buf *out, int failed)
+{
+	if (!out->len)
+		return;
+	fprintf(stderr, "apf: pack: %s: the compiler %s:\n", term_text(dir),
+		failed ? "refuses it" : "warns (the runner's build.log will "
+					"say the same)");
+	size_t lines = 0;
+	for (const char *p = out->data; p < out->data + out->len;) {
+		const char *nl = memchr(p, '\n', out->len - (size_t)(p - out->data));
+		size_t n = nl ? (size_t)(nl - p) : out->len - (size_t)(p - out->data);
+		if (++lines > 60) {
+			fprintf(stderr, "    ... (the rest cut)\n");
+			break;
+		}
+		char line[1024];
+		snprintf(line, sizeof line, "%.*s", (int)(n < 1000 ? n : 1000), p);
+		fprintf(stderr, "    %s\n", term_text(line));
+		p += n + (nl ? 1 : 0);
+	}
+}
 
 /* Compiles the submission as the runner will (same sandbox, flags and
  * export check), so that an entry that cannot build is never signed. */
@@ -18,11 +49,15 @@ static int check_build(void *user, const char *dir)
 	char *exe = NULL, *inc = NULL;
 	int rc = apf_host_find_self(&exe, &inc);
 	char detail[1024] = "";
+	apf_buf compiler = {0};
 	if (!rc)
 		rc = apf_host_check_build(exe, inc, dir, !*unsealed, detail,
-					  sizeof detail);
+					  sizeof detail, &compiler);
 	free(exe);
 	free(inc);
+	if (!rc)
+		show_compiler(dir, &compiler, detail[0] != 0);
+	apf_buf_free(&compiler);
 	/* The build's own prefixes say nothing the line does not. */
 	static const char *const noise[] = {
 		"build: the submission does not compile: ", "submission: ",
@@ -34,6 +69,178 @@ static int check_build(void *user, const char *dir)
 	if (!rc && detail[0])
 		rc = apf_error(APF_EINPUT, dir, "does not build: %s", why);
 	return rc;
+}
+
+/* ---- hyperparameter names the code reads ----------------------------------- */
+
+static int ident_char(char c)
+{
+	return c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+	       (c >= '0' && c <= '9');
+}
+
+/* Past a string or character literal opened at p (its quote), escapes
+ * included; at the end of the line or text when it is not closed. */
+static const char *skip_literal(const char *p)
+{
+	char q = *p++;
+	while (*p && *p != q && *p != '\n')
+		p += *p == '\\' && p[1] ? 2 : 1;
+	return *p == q ? p + 1 : p;
+}
+
+/* Past a comment opened at p ("//" or "/\*"), or p when there is none. */
+static const char *skip_comment(const char *p)
+{
+	if (p[0] == '/' && p[1] == '/')
+		return p + strcspn(p, "\n");
+	if (p[0] == '/' && p[1] == '*') {
+		const char *e = strstr(p + 2, "*/");
+		return e ? e + 2 : p + strlen(p);
+	}
+	return p;
+}
+
+/* At a call apf_hp(c, h, "name", ...), apf_hp_word or apf_hp_has (p just
+ * past the function's name): the literal third argument, copied into
+ * name, or 0 when the argument is not a plain string literal. */
+static int literal_third_argument(const char *p, char *name, size_t size)
+{
+	while (*p == ' ' || *p == '\t' || *p == '\n')
+		p++;
+	if (*p++ != '(')
+		return 0;
+	int depth = 0, commas = 0;
+	while (*p && commas < 2) {
+		const char *q = skip_comment(p);
+		if (q != p) {
+			p = q;
+		} else if (*p == '"' || *p == '\'') {
+			p = skip_literal(p);
+		} else {
+			if (*p == '(' || *p == '[' || *p == '{')
+				depth++;
+			else if (*p == ')' || *p == ']' || *p == '}') {
+				if (--depth < 0)
+					return 0;
+			} else if (*p == ',' && depth == 0)
+				commas++;
+			p++;
+		}
+	}
+	while (*p == ' ' || *p == '\t' || *p == '\n')
+		p++;
+	if (*p != '"')
+		return 0;
+	size_t n = strcspn(p + 1, "\"\\\n");
+	if (p[1 + n] != '"' || n == 0 || n >= size)
+		return 0;
+	memcpy(name, p + 1, n);
+	name[n] = 0;
+	/* Adjacent literals ("a" "b") or a name built at run time: not
+	 * this simple form, so nothing is said of it. */
+	const char *after = p + 2 + n;
+	while (*after == ' ' || *after == '\t' || *after == '\n')
+		after++;
+	return *after == ',' || *after == ')';
+}
+
+/* Warns of each hyperparameter name that the submission's C sources pass
+ * as a literal to apf_hp, apf_hp_word or apf_hp_has and that the search
+ * space lacks - found at pack time rather than by every trial of a run,
+ * with the space's nearest name when one is a slip away. Comments and
+ * string literals are skipped; a name computed at run time is not seen
+ * here (the trial still warns of it). Reading what it cannot is no error:
+ * the pack itself already read every file. */
+static void warn_unknown_hparams(const char *dir, const apf_manifest *m)
+{
+	if (strcmp(m->tuning.ruleset, "external"))
+		return;
+	apf_search_space *sp = NULL;
+	const char *space = NULL;
+	for (int i = 0; i < 2 && !sp; i++) {
+		space = i ? APF_SEARCH_SPACE_JSON : APF_SEARCH_SPACE_INI;
+		char *path = apf_path_join(dir, space);
+		if (path && apf_search_space_load(&sp, path))
+			sp = NULL;
+		free(path);
+	}
+	apf_error_clear();
+	if (!sp)
+		return;
+	const char **names = apf_calloc(sp->ndims + 1, sizeof *names);
+	for (size_t i = 0; names && i < sp->ndims; i++)
+		names[i] = sp->dims[i].name;
+	char said[32][64];
+	size_t nsaid = 0;
+	for (size_t f = 0; names && f < m->submission.nfiles; f++) {
+		const struct apf_manifest_file *mf = &m->submission.files[f];
+		size_t len = strlen(mf->path);
+		if (mf->type != 'f' || len < 2 ||
+		    (strcmp(mf->path + len - 2, ".c") &&
+		     strcmp(mf->path + len - 2, ".h")))
+			continue;
+		char *text = NULL;
+		size_t tlen = 0;
+		if (apf_file_read_beneath(&text, &tlen, dir, mf->path, 1 << 24,
+					  0)) {
+			apf_error_clear();
+			continue;
+		}
+		long line = 1;
+		for (const char *p = text; *p;) {
+			const char *q = skip_comment(p);
+			if (q != p || *p == '"' || *p == '\'') {
+				q = q != p ? q : skip_literal(p);
+				for (; p < q; p++)
+					line += *p == '\n';
+				continue;
+			}
+			if (*p == '\n')
+				line++;
+			if (strncmp(p, "apf_hp", 6) ||
+			    (p > text && ident_char(p[-1]))) {
+				p++;
+				continue;
+			}
+			const char *e = p + 6;
+			if (!strncmp(e, "_word", 5))
+				e += 5;
+			else if (!strncmp(e, "_has", 4))
+				e += 4;
+			char name[64];
+			int known = 0;
+			if (!ident_char(*e) &&
+			    literal_third_argument(e, name, sizeof name)) {
+				for (size_t d = 0; d < sp->ndims; d++)
+					known |= !strcmp(names[d], name);
+				for (size_t k = 0; k < nsaid; k++)
+					known |= !strcmp(said[k], name);
+				if (!known) {
+					const char *near = apf_nearest_name(
+						name, names, sp->ndims);
+					fprintf(stderr,
+						"apf: pack: warning: %s:%ld: "
+						"the code reads hyperparameter "
+						"'%s', which %s does not have "
+						"(it gets its default)%s%s%s\n",
+						term_text(mf->path), line,
+						term_text(name), space,
+						near ? "; did you mean '" : "",
+						near ? term_text(near) : "",
+						near ? "'?" : "");
+					if (nsaid < 32)
+						snprintf(said[nsaid++],
+							 sizeof said[0], "%s",
+							 name);
+				}
+			}
+			p = e;
+		}
+		free(text);
+	}
+	free(names);
+	apf_search_space_free(sp);
 }
 
 /* Splits "a,b,c" (and repeated -w options joined the same way). */
@@ -64,7 +271,8 @@ int cmd_pack(int argc, char **argv)
 		{"workloads", 'w', OPT_STRING, &workloads, "W[,W...]",
 		 "the workloads this entry is for (under workloads/)"},
 		{"key", 'k', OPT_STRING, &key_path, "KEY",
-		 "sign with this private key (default: $APF_HOME/keys/default)"},
+		 "sign with this private key (default: "
+		 "$APF_HOME/keys/default.key.pem)"},
 		{"output", 'o', OPT_STRING, &output, "ENTRY.apf",
 		 "where to write the entry (default: <name>.apf)"},
 		{"seed", 0, OPT_INT, &seed, "N",
@@ -144,6 +352,8 @@ int cmd_pack(int argc, char **argv)
 		rc = apf_entry_pack(&e, &o);
 		progress_done();
 	}
+	if (!rc)
+		warn_unknown_hparams(argv[1], e->manifest);
 	if (!rc) {
 		const apf_manifest *m = e->manifest;
 		char sz[32];

@@ -87,15 +87,19 @@ static void plan_cost(struct cost *c, const apf_entry *e, const apf_plan *p)
 static void print_text(const apf_entry *e, const apf_plan *p)
 {
 	const apf_manifest *m = e->manifest;
-	printf("plan for %s: %s tuning (%s), %ld studies x %ld trials, seed %u, "
+	printf("plan for %s: %s tuning (%s), %ld stud%s x %ld trial%s, seed %u, "
 	       "budget x%g\n",
 	       term_text(e->path), term_text(m->tuning.ruleset),
-	       term_text(m->tuning.rules), m->tuning.studies, m->tuning.trials,
-	       m->tuning.seed, m->tuning.budget_multiplier);
+	       term_text(m->tuning.rules), m->tuning.studies,
+	       m->tuning.studies == 1 ? "y" : "ies", m->tuning.trials,
+	       m->tuning.trials == 1 ? "" : "s", m->tuning.seed,
+	       m->tuning.budget_multiplier);
 	printf("%-16s %5s %5s", "workload", "study", "trial");
 	size_t ndims = p->n ? p->units[0].hp.n : 0;
+	/* Columns of 14, the last one unpadded: no trailing spaces. */
 	for (size_t d = 0; d < ndims; d++)
-		printf("  %-14s", term_text(p->units[0].hp.names[d]));
+		printf("  %-*s", d + 1 < ndims ? 14 : 0,
+		       term_text(p->units[0].hp.names[d]));
 	if (!ndims)
 		printf("  (self-tuning: the submission's own defaults)");
 	printf("\n");
@@ -104,10 +108,12 @@ static void print_text(const apf_entry *e, const apf_plan *p)
 		printf("%-16s %5ld %5ld", term_text(u->workload), u->study,
 		       u->trial + 1);
 		for (size_t d = 0; d < u->hp.n; d++) {
+			int width = d + 1 < u->hp.n ? 14 : 0;
 			if (u->hp.words[d])
-				printf("  %-14s", term_text(u->hp.words[d]));
+				printf("  %-*s", width,
+				       term_text(u->hp.words[d]));
 			else
-				printf("  %-14.6g", u->hp.values[d]);
+				printf("  %-*.6g", width, u->hp.values[d]);
 		}
 		printf("\n");
 	}

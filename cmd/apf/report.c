@@ -1,7 +1,8 @@
 /*
  * report.c: `apf report DIR[=LABEL]... [--rules R] [--targets F]
  * [--heldout F] [--self-tuning] [--verify [--key PUB.pem] [--entry-key
- * PUB.pem]] [--strict] [--title T] -o FILE`: one self-contained HTML page
+ * PUB.pem] [--reeval] [--replay N|all [--seed S]]] [--strict] [--title T]
+ * -o FILE`: one self-contained HTML page
  * (pkg/report) of what `apf score` computes for the same inputs, with the
  * verifier's outcome per apf run when --verify is given.
  *
@@ -9,7 +10,8 @@
  * same DIR=LABEL split, the same choice of rules (the targets file's
  * benchmark_version, else apf for apf runs, else algoperf-0.6), an apf
  * run's own heldout.json when --heldout is not given, and --verify runs
- * the checks `apf verify RUN` runs by default, excluding a run that fails
+ * the checks `apf verify RUN` runs by default (with --reeval, --replay and
+ * the other audit options, audit.h, also those), excluding a run that fails
  * from the ranking (with --strict: the error). The verifier's report of
  * each run goes onto the page in `apf verify --json`'s form. The page is
  * written atomically and only once everything has been computed; warnings
@@ -39,7 +41,8 @@ static int keep_verdict(void *user, const char *name,
 int cmd_report(int argc, char **argv)
 {
 	const char *output = NULL, *title = NULL;
-	struct cmd_scoring_in in = {.cmd = "report", .want_entry_keys = 1};
+	struct cmd_scoring_in in = {
+		.cmd = "report", .want_entry_keys = 1, .audit = {.seed = -1}};
 	const struct apf_opt opts[] = {
 		CMD_SCORING_OPTIONS(in),
 		{"output", 'o', OPT_STRING, &output, "FILE",
@@ -51,8 +54,8 @@ int cmd_report(int argc, char **argv)
 	const struct apf_usage usage = {
 		"report RUN_DIR[=LABEL]|LOG_DIR ... -o FILE [--rules R] "
 		"[--targets FILE] [--heldout FILE] [--self-tuning] [--verify "
-		"[--key PUB.pem] [--entry-key PUB.pem]] [--strict] [--title "
-		"TEXT]",
+		"[--key PUB.pem] [--entry-key PUB.pem] [--reeval] [--replay "
+		"N|all [--seed S]]] [--strict] [--title TEXT]",
 		"Write one self-contained HTML page of a scoring: scores, ranks "
 		"and the\nperformance profile, what was verified, per workload "
 		"the curves of every trial\n(validation, train or test metric "
@@ -63,10 +66,13 @@ int cmd_report(int argc, char **argv)
 		"on the page is the one `apf\nscore --json` prints for them: "
 		"that JSON is in the page as the script element\nid=\"apf-data\"; "
 		"with --verify, `apf verify --json`'s object of each run is in\n"
-		"id=\"apf-verify\". Without --verify every apf run is marked "
-		"UNVERIFIED on every\nplot and row it appears in. The page "
-		"needs no network: CSS, SVG and a little\nJavaScript are "
-		"inline. It is written atomically.",
+		"id=\"apf-verify\"; --reeval and --replay (and apf verify's "
+		"other audit options)\nadd re-evaluation and replay, checks 4 "
+		"and 5, as `apf verify RUN --reeval ...`\nmakes them, and the "
+		"page names what was made. Without --verify every apf run\n"
+		"is marked UNVERIFIED on every plot and row it appears in. The "
+		"page needs no\nnetwork: CSS, SVG and a little JavaScript are "
+		"inline. It is written\natomically.",
 		1, -1,
 		"apf report nadamw.run --verify -o nadamw.html"};
 	int nargs, rc = cmd_start("report", &usage, opts, argc, argv, &nargs);
@@ -102,7 +108,7 @@ int cmd_report(int argc, char **argv)
 		rc = apf_file_write(output, page.data, page.len, 0644, 0);
 	apf_buf_free(&page);
 	if (!rc) {
-		cmd_scoring_warnings(&sc, "report");
+		cmd_scoring_warnings(&sc, "report", 1);
 		printf("%s\n", term_text(output));
 	}
 	cmd_scoring_free(&sc);

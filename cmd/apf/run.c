@@ -125,11 +125,18 @@ static void on_progress(void *user, const struct apf_run_progress *p)
 	if (!isnan(p->validation))
 		snprintf(val, sizeof val, "  %s %.4f (target %.4f)", metric,
 			 p->validation, p->target);
+	/* The budget is checked at evals (docs/design.md, 3.5): a trial
+	 * runs past it until its next eval, which ends it. */
+	const char *over = p->submission_s > p->budget_s
+				   ? " (budget spent: ends at its next eval)"
+				   : "";
 	if (p->slots <= 1) {
 		fprintf(stderr,
-			"\r[%zu/%zu] %s  step %lld  %.1f/%.0f s  evals %lld%s\033[K",
+			"\r[%zu/%zu] %s  step %lld  %.1f/%.0f s%s  evals "
+			"%lld%s\033[K",
 			p->ordinal, p->count, unit, (long long)p->step,
-			p->submission_s, p->budget_s, (long long)p->evals, val);
+			p->submission_s, p->budget_s, over, (long long)p->evals,
+			val);
 		s->drawn = 1;
 		return;
 	}
@@ -139,9 +146,10 @@ static void on_progress(void *user, const struct apf_run_progress *p)
 		return;
 	s->nlines = slots;
 	snprintf(s->lines[p->slot], sizeof s->lines[p->slot],
-		 "[%zu/%zu] %s  step %lld  %.1f/%.0f s  evals %lld%s",
+		 "[%zu/%zu] %s  step %lld  %.1f/%.0f s%s  evals %lld%s",
 		 p->ordinal, p->count, unit, (long long)p->step,
-		 p->submission_s, p->budget_s, (long long)p->evals, val);
+		 p->submission_s, p->budget_s, over, (long long)p->evals,
+		 val);
 	progress_clear(s);
 	for (int i = 0; i < slots; i++)
 		fprintf(stderr, "%s%s\033[K", i ? "\n" : "",
@@ -173,7 +181,7 @@ int cmd_run(int argc, char **argv)
 		 "the run directory (default: <entry>.run)"},
 		{"key", 'k', OPT_STRING, &o.key_path, "KEY",
 		 "sign the log with this private key (default: $APF_HOME/keys/"
-		 "default)"},
+		 "default.key.pem)"},
 		{"entry-key", 0, OPT_STRING, &o.trust_key, "PUB.pem",
 		 "trust only this key for the entry (default: $APF_HOME/trusted/)"},
 		{"workload", 0, OPT_STRING, &o.workload, "W",

@@ -19,6 +19,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "scoring.h"
 
@@ -37,7 +38,7 @@ int cmd_score(int argc, char **argv)
 {
 	const char *svg = NULL, *csv = NULL;
 	int json = 0;
-	struct cmd_scoring_in in = {.cmd = "score"};
+	struct cmd_scoring_in in = {.cmd = "score", .audit = {.seed = -1}};
 	const struct apf_opt opts[] = {
 		CMD_SCORING_OPTIONS(in),
 		{"svg", 0, OPT_STRING, &svg, "FILE",
@@ -51,8 +52,8 @@ int cmd_score(int argc, char **argv)
 	const struct apf_usage usage = {
 		"score RUN_DIR[=LABEL]|LOG_DIR ... [--rules R] [--targets FILE] "
 		"[--heldout FILE] [--svg FILE] [--csv FILE] [--self-tuning] "
-		"[--verify [--key PUB.pem] [--entry-key PUB.pem]] [--strict] "
-		"[--json]",
+		"[--verify [--key PUB.pem] [--entry-key PUB.pem] [--reeval] "
+		"[--replay N|all [--seed S]]] [--strict] [--json]",
 		"Score submissions: time-to-target per trial, the best trial per "
 		"study, the median\nover studies, performance profiles over the "
 		"base workloads, and the benchmark\nscore (the profile's "
@@ -108,9 +109,12 @@ int cmd_score(int argc, char **argv)
 		"Nothing on disk is trusted unless --verify is given (the table "
 		"says so): it\nruns apf verify's checks over each apf run "
 		"(entry, log chain and signature,\ntiming and CSVs against the "
-		"log, checkpoint digests, held-out draw; no\n--reeval or "
-		"--replay) with the keys of --key and --entry-key, else the\n"
-		"trusted ones. A run that fails is left out of the ranking and "
+		"log, checkpoint digests, held-out draw) with the keys of "
+		"--key and\n--entry-key, else the trusted ones; --reeval, "
+		"--replay and apf verify's other\naudit options add its "
+		"re-evaluation and replay (checks 4 and 5), as `apf verify\n"
+		"RUN --reeval ...` makes them, and the table says which were "
+		"made. A run that\nfails is left out of the ranking and "
 		"listed with the\nverifier's reason; with --strict it is an "
 		"error with the verifier's exit code\n(1 for a failed check). "
 		"AlgoPerf log directories hold nothing signed: they\nare said "
@@ -131,9 +135,13 @@ int cmd_score(int argc, char **argv)
 		rc = write_file(csv, res, apf_score_format_csv);
 	if (!rc && svg)
 		rc = write_file(svg, res, apf_score_format_svg);
-	/* Warnings only once nothing can fail, so a failure is one line. */
+	/* Warnings only once nothing can fail, so a failure is one line. The
+	 * table ends with the result's warnings: where it goes to the
+	 * terminal stderr shares, they are said there once, not twice. */
 	if (!rc)
-		cmd_scoring_warnings(&sc, "score");
+		cmd_scoring_warnings(&sc, "score",
+				     json || !isatty(STDOUT_FILENO) ||
+					     !isatty(STDERR_FILENO));
 	if (!rc) {
 		apf_buf b = {0};
 		rc = json ? apf_score_format_json(res, &b)

@@ -38,7 +38,13 @@ static int split_label(const char *arg, char **path, const char **label)
 	return 0;
 }
 
-static int verify_runs(struct cmd_scoring *s, const struct cmd_scoring_in *in)
+static void audit_progress(void *user, const char *what)
+{
+	progress_show("%s: %s", (const char *)user, what);
+}
+
+static int verify_runs(struct cmd_scoring *s, const struct cmd_scoring_in *in,
+		       struct apf_audit_opts *ao)
 {
 	apf_keyring *runner = NULL;
 	int rc = apf_keyring_default(&runner, in->key_path, "--key");
@@ -60,6 +66,25 @@ static int verify_runs(struct cmd_scoring *s, const struct cmd_scoring_in *in)
 			break;
 		}
 		int ok = vrc == 0 || vrc == APF_EABORT;
+		/* Re-evaluation and replay only on a run whose log checked
+		 * out; an unfinished run (APF_EABORT) stays verified when
+		 * they pass. */
+		if (ok && cmd_audit_wanted(ao)) {
+			ao->entry_keys = s->entry_keys;
+			ao->progress = audit_progress;
+			ao->user = (void *)sub->name;
+			int arc = apf_verify_audit(r, ao);
+			progress_done();
+			if (arc == APF_ENOMEM) {
+				apf_verify_report_free(r);
+				rc = arc;
+				break;
+			}
+			if (arc) {
+				vrc = arc;
+				ok = 0;
+			}
+		}
 		char why[1024] = "";
 		if (ok)
 			apf_error_clear();
@@ -130,8 +155,15 @@ int cmd_scoring_compute(struct cmd_scoring *s, const struct cmd_scoring_in *in)
 	if (!rc && (in->verify || in->want_entry_keys))
 		rc = apf_keyring_default(&s->entry_keys, in->entry_key,
 					 "--entry-key");
+	struct apf_audit_opts ao = {0};
+	if (!rc)
+		rc = cmd_audit_parse(&in->audit, in->cmd, &ao);
+	if (!rc && !in->verify && cmd_audit_wanted(&ao))
+		rc = apf_error(APF_EUSAGE, in->cmd,
+			       "--reeval and --replay are checks of --verify: "
+			       "give --verify too");
 	if (!rc && in->verify)
-		rc = verify_runs(s, in);
+		rc = verify_runs(s, in, &ao);
 	if (!rc)
 		rc = in->targets_path
 			     ? apf_score_targets_load_json(&s->targets,
@@ -159,10 +191,13 @@ int cmd_scoring_compute(struct cmd_scoring *s, const struct cmd_scoring_in *in)
 				       (in->strict ? APF_SCORE_STRICT : 0) |
 					       (in->verify ? APF_SCORE_VERIFY
 							   : 0));
+	if (!rc && in->verify)
+		cmd_audit_describe(&ao, s->res->audit, sizeof s->res->audit);
 	return rc;
 }
 
-void cmd_scoring_warnings(const struct cmd_scoring *s, const char *cmd)
+void cmd_scoring_warnings(const struct cmd_scoring *s, const char *cmd,
+			  int results)
 {
 	const apf_score_rules *vr = apf_score_rules_for_version(s->version);
 	if (vr && strncmp(s->rules->name, "algoperf-", 9) == 0 &&
@@ -174,7 +209,7 @@ void cmd_scoring_warnings(const struct cmd_scoring *s, const char *cmd)
 	/* A warning is one line that names submissions, workloads, units
 	 * and files from the logs (a failed unit's reason, a directory's
 	 * name): escaped whole. */
-	for (size_t i = 0; i < s->res->nwarnings; i++)
+	for (size_t i = 0; results && i < s->res->nwarnings; i++)
 		fprintf(stderr, "apf: %s: warning: %s\n", cmd,
 			term_text(s->res->warnings[i]));
 }

@@ -14,11 +14,15 @@
  * RUN` runs by default) over each apf run: one that fails is left out of
  * the ranking with the verifier's message, or under --strict is the error
  * with the verifier's exit status; one that verifies but is unfinished
- * counts as verified (the scorer's warnings say it is incomplete).
+ * counts as verified (the scorer's warnings say it is incomplete). With
+ * --reeval, --replay or --replay-top (and their qualifiers, audit.h) the
+ * verifier also re-evaluates and replays each run as `apf verify RUN
+ * --reeval ...` would, and a run failing those is not verified either.
  */
 #ifndef APF_CMD_SCORING_H
 #define APF_CMD_SCORING_H
 
+#include "audit.h"
 #include "score/score.h"
 #include "sign/sign.h"
 #include "verify/verify.h"
@@ -30,6 +34,9 @@ struct cmd_scoring_in {
 	const char *rules_name, *targets_path, *heldout_path;
 	const char *key_path, *entry_key;
 	int self_tuning, strict, verify;
+	/* --verify's re-evaluation and replay, as `apf verify RUN_DIR` reads
+	 * them (audit.h); .seed must start at -1. */
+	struct cmd_audit_in audit;
 	int want_entry_keys; /* load the trusted submitter keys without
 				--verify too (the report shows trust) */
 	/* --verify: each apf run's verification as it is made (rc 0 or
@@ -58,6 +65,7 @@ struct cmd_scoring_in {
 	 "--verify: trust only this runner key (default: $APF_HOME/trusted/)"},\
 	{"entry-key", 0, OPT_STRING, &(in).entry_key, "PUB.pem",               \
 	 "trust only this submitter key (default: $APF_HOME/trusted/)"},       \
+	CMD_AUDIT_OPTIONS((in).audit, "--verify: "),                            \
 	{"strict", 0, OPT_FLAG, &(in).strict, NULL,                            \
 	 "every warning is an error (exit 2; a run failing --verify: exit 1)"}
 
@@ -76,8 +84,11 @@ struct cmd_scoring {
  * struct must not move while used). */
 int cmd_scoring_compute(struct cmd_scoring *s, const struct cmd_scoring_in *in);
 /* The warnings, to stderr as `apf: <cmd>: warning: ...` lines: only once
- * nothing can fail, so that a failure is one line. */
-void cmd_scoring_warnings(const struct cmd_scoring *s, const char *cmd);
+ * nothing can fail, so that a failure is one line. Without `results` only
+ * those about the inputs, not the result's (for output that lists those
+ * itself where the user reads it). */
+void cmd_scoring_warnings(const struct cmd_scoring *s, const char *cmd,
+			  int results);
 void cmd_scoring_free(struct cmd_scoring *s);
 
 /* `apf verify RUN --json`'s object for a verification (verify.c), the

@@ -33,7 +33,9 @@ int cmd_status(int argc, char **argv)
 		"Show where each unit of a run stands: pending, running, done, "
 		"failed or\npreempted (started, stopped before its end: apf run "
 		"--resume continues it),\nwith its evals and its submission time "
-		"against its budget.",
+		"against its budget. The budget is checked at evals, so a "
+		"trial's last steps\nbefore the eval that ends it may take "
+		"its time past the budget.",
 		"Read while the run may be under way, not verified (apf verify "
 		"does that).\nExit 0, or 2 when RUN_DIR is no run directory.",
 		1, 1,
@@ -52,10 +54,11 @@ int cmd_status(int argc, char **argv)
 		return rc ? cmd_fail(rc) : 0;
 	}
 	json_t *c = json_object_get(st, "counts");
-	printf("%s: %lld units planned: %lld done, %lld running, %lld "
+	long long planned =
+		(long long)json_integer_value(json_object_get(st, "units_planned"));
+	printf("%s: %lld unit%s planned: %lld done, %lld running, %lld "
 	       "failed, %lld preempted, %lld pending\n",
-	       term_text(argv[1]),
-	       (long long)json_integer_value(json_object_get(st, "units_planned")),
+	       term_text(argv[1]), planned, planned == 1 ? "" : "s",
 	       (long long)json_integer_value(json_object_get(c, "done")),
 	       (long long)json_integer_value(json_object_get(c, "running")),
 	       (long long)json_integer_value(json_object_get(c, "failed")),
@@ -75,9 +78,18 @@ int cmd_status(int argc, char **argv)
 		char safe[600];
 		apf_text_escape(safe, sizeof safe,
 				json_string_value(json_object_get(u, "unit")));
-		char times[80] = "";
-		if (json_is_number(json_object_get(u, "submission_s")))
-			snprintf(times, sizeof times, "  %8s / %s s", sub, bud);
+		char times[160] = "";
+		const json_t *ss = json_object_get(u, "submission_s"),
+			     *bs = json_object_get(u, "budget_s");
+		/* The budget is checked at evals: the last block before the
+		 * eval that ends a trial may take it past the budget. */
+		int over = json_is_number(ss) && json_is_number(bs) &&
+			   json_number_value(ss) > json_number_value(bs);
+		if (json_is_number(ss))
+			snprintf(times, sizeof times, "  %8s / %s s%s", sub, bud,
+				 over ? " (over: the budget is checked at "
+					"evals)"
+				      : "");
 		json_t *sl = json_object_get(u, "slurm");
 		char task[200] = "";
 		if (sl) {

@@ -4,7 +4,7 @@
  *
  * This is a development tool, not a benchmark run: no entry, no sandbox, no
  * signed log. It exists so workloads can be smoke-tested and provisional
- * targets chosen (workloads/provisional_targets.sh) before the sealed runner
+ * targets chosen (workloads/provisional_targets.py) before the sealed runner
  * and the baseline submissions exist; the same seed and thread count give
  * the same numbers bit for bit.
  */
@@ -98,7 +98,8 @@ int cmd_train(int argc, char **argv)
 	};
 	const struct apf_usage usage = {
 		"train WORKLOAD [--variant V] [--steps N] [--batch B] [--lr LR] "
-		"[--seed S] [--eval-every N] [--json]",
+		"[--weight-decay WD] [--warmup FRAC] [--seed S] "
+		"[--threads T] [--eval-every N | --no-eval] [--json]",
 		"Train a workload with the built-in reference AdamW (linear "
 		"warmup, cosine decay)\nand print train, validation and test "
 		"loss / accuracy at each evaluation.",

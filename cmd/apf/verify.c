@@ -18,23 +18,19 @@
  * claims (run.json's, signed by the runner, proven by nothing).
  */
 #include "cmd.h"
+#include "audit.h"
 #include "scoring.h"
 
-#include <ctype.h>
-#include <errno.h>
 #include <inttypes.h>
 #include <jansson.h>
-#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <sys/stat.h>
 
 #include "entry/entry.h"
 #include "hash/hash.h"
 #include "rundir/rundir.h"
 #include "verify/verify.h"
-#include "rundir/rundir.h"
 
 /* The manifest's strings, the paths and the checks' details carry text
  * from the entry, the run and its log: term_text at each print. */
@@ -264,9 +260,8 @@ static void audit_progress(void *user, const char *what)
 }
 
 static int verify_run(const char *dir, const char *key_path,
-		      const char *entry_key, int as_json, int reeval,
-		      long replay, long top, double tolerance, int accept,
-		      long seed, int compare, double rtol)
+		      const char *entry_key, int as_json,
+		      struct apf_audit_opts *ao)
 {
 	apf_keyring *runner = NULL, *entry = NULL;
 	apf_verify_report *r = NULL;
@@ -281,27 +276,15 @@ static int verify_run(const char *dir, const char *key_path,
 		progress_done();
 	}
 	/* Re-evaluation and replay only on a run whose log checked out. */
-	if (r && (rc == 0 || rc == APF_EABORT) &&
-	    (reeval || replay > 0 || top > 0)) {
-		uint32_t s = (uint32_t)seed;
-		if (seed < 0 && getrandom(&s, sizeof s, 0) != sizeof s)
-			s = (uint32_t)apf_now_ns();
+	if (r && (rc == 0 || rc == APF_EABORT) && cmd_audit_wanted(ao)) {
 		/* An unfinished run's verdict (exit 3, why it is unfinished)
 		 * must outlive the audit, which clears and sets the message
 		 * as it goes. */
 		char verdict[1024];
 		apf_error_take(verdict, sizeof verdict);
-		struct apf_audit_opts ao = {.entry_keys = entry,
-					    .reeval = reeval,
-					    .replay = replay,
-					    .top = top,
-					    .tolerance = tolerance,
-					    .accept_other_hardware = accept,
-					    .seed = s,
-					    .compare = compare,
-					    .rtol = rtol,
-					    .progress = audit_progress};
-		int arc = apf_verify_audit(r, &ao);
+		ao->entry_keys = entry;
+		ao->progress = audit_progress;
+		int arc = apf_verify_audit(r, ao);
 		progress_done();
 		if (arc)
 			rc = arc;
@@ -324,12 +307,8 @@ static int verify_run(const char *dir, const char *key_path,
 int cmd_verify(int argc, char **argv)
 {
 	const char *key_path = NULL, *entry_key = NULL;
-	int as_json = 0, reeval = 0, accept = 0;
-	long replay = 0, seed = -1, top = 0;
-	const char *replay_text = NULL, *tolerance_text = NULL;
-	const char *compare_text = NULL, *rtol_text = NULL;
-	double tolerance = 0, rtol = 0;
-	int compare = APF_REPLAY_EXACT;
+	int as_json = 0;
+	struct cmd_audit_in audit = {.seed = -1};
 	const struct apf_opt opts[] = {
 		{"key", 0, OPT_STRING, &key_path, "PUB.pem",
 		 "trust only this public key: the entry's signer, or a run's "
@@ -339,33 +318,7 @@ int cmd_verify(int argc, char **argv)
 		 "$APF_HOME/trusted/)"},
 		{"json", 0, OPT_FLAG, &as_json, NULL,
 		 "print the verdict as JSON on stdout"},
-		{"reeval", 0, OPT_FLAG, &reeval, NULL,
-		 "a run: re-evaluate every checkpoint in a clean process"},
-		{"replay", 0, OPT_STRING, &replay_text, "N|all",
-		 "a run: re-execute N eval intervals (chosen by the seed), or "
-		 "all, from their checkpoints"},
-		{"replay-top", 0, OPT_INT, &top, "Q",
-		 "a run: also re-execute the Q intervals whose parameters "
-		 "changed most"},
-		{"timing-tolerance", 0, OPT_STRING, &tolerance_text, "R",
-		 "fail a replayed interval whose claimed submission time is "
-		 "under 1/R of its replayed time; fails check 5 off the "
-		 "run's CPU (and GPU) model"},
-		{"accept-other-hardware", 0, OPT_FLAG, &accept, NULL,
-		 "with --timing-tolerance: where the times cannot be compared "
-		 "(another CPU or GPU model, or none recorded), replay without "
-		 "comparing them instead of failing"},
-		{"replay-compare", 0, OPT_STRING, &compare_text,
-		 "exact|tolerant",
-		 "how a replay's end meets its checkpoint (default exact: bit "
-		 "for bit; tolerant: on the CPU, within --replay-rtol)"},
-		{"replay-rtol", 0, OPT_STRING, &rtol_text, "X",
-		 "with --replay-compare tolerant: parameters within X of the "
-		 "interval's change, metrics within X relative (default "
-		 "0.01)"},
-		{"seed", 0, OPT_INT, &seed, "S",
-		 "the seed that picks the replayed intervals (default: random, "
-		 "printed)"},
+		CMD_AUDIT_OPTIONS(audit, "a run: "),
 		{0},
 	};
 	const struct apf_usage usage = {
@@ -440,83 +393,22 @@ int cmd_verify(int argc, char **argv)
 		return rc;
 	const char *path = argv[1];
 	struct stat st;
-	if (replay_text && !strcmp(replay_text, "all")) {
-		replay = APF_AUDIT_ALL;
-	} else if (replay_text) {
-		char *end = NULL;
-		errno = 0;
-		replay = strtol(replay_text, &end, 10);
-		if (!*replay_text || *end || errno || replay < 1 ||
-		    !isdigit((unsigned char)replay_text[0]))
-			replay = -1;
-	}
-	if (tolerance_text) {
-		char *end = NULL;
-		tolerance = strtod(tolerance_text, &end);
-		if (!isdigit((unsigned char)tolerance_text[0]) || *end ||
-		    !(tolerance >= 1.0) || tolerance > 1e6) {
-			apf_error(APF_EUSAGE, "verify",
-				  "--timing-tolerance takes a number R >= 1");
-			return cmd_fail(APF_EUSAGE);
-		}
-	}
-	if (compare_text && !strcmp(compare_text, "exact")) {
-		compare = APF_REPLAY_EXACT;
-	} else if (compare_text && !strcmp(compare_text, "tolerant")) {
-		compare = APF_REPLAY_TOLERANT;
-	} else if (compare_text && !strcmp(compare_text, "auto")) {
-		/* auto let the run's device claim pick the tolerance: a cpu
-		 * run relabelled cuda bought a forged checkpoint 1%. */
-		apf_error(APF_EUSAGE, "verify",
-			  "--replay-compare auto is gone: it let the run's "
-			  "claimed device choose a tolerant comparison; give "
-			  "exact (the default) or tolerant");
-		return cmd_fail(APF_EUSAGE);
-	} else if (compare_text) {
-		apf_error(APF_EUSAGE, "verify",
-			  "--replay-compare takes exact or tolerant, not '%s'",
-			  compare_text);
-		return cmd_fail(APF_EUSAGE);
-	}
-	if (rtol_text) {
-		char *end = NULL;
-		rtol = strtod(rtol_text, &end);
-		if (!isdigit((unsigned char)rtol_text[0]) || *end ||
-		    !(rtol > 0) || rtol > 1) {
-			apf_error(APF_EUSAGE, "verify",
-				  "--replay-rtol takes a number X, 0 < X <= 1");
-			return cmd_fail(APF_EUSAGE);
-		}
-	}
-	if (replay < 0 || top < 0 || seed < -1 || seed > 0xffffffffL) {
-		apf_error(APF_EUSAGE, "verify",
-			  "--replay takes N >= 1 or all, --replay-top Q >= 0, "
-			  "--seed 0 to 2^32-1");
-		return cmd_fail(APF_EUSAGE);
-	}
-	/* A qualifier that would do nothing is refused, not ignored: an
-	 * auditor who gave it believes a check was made. */
-	const char *idle = NULL;
-	if (tolerance_text && !replay && !top)
-		idle = "--timing-tolerance compares replayed times: give "
-		       "--replay N|all or --replay-top Q";
-	else if (accept && !tolerance_text)
-		idle = "--accept-other-hardware qualifies --timing-tolerance";
-	else if (rtol_text && compare != APF_REPLAY_TOLERANT)
-		idle = "--replay-rtol is the tolerance of --replay-compare "
-		       "tolerant";
-	if (idle) {
-		apf_error(APF_EUSAGE, "verify", "%s", idle);
-		return cmd_fail(APF_EUSAGE);
-	}
+	struct apf_audit_opts ao = {0};
+	if ((rc = cmd_audit_parse(&audit, "verify", &ao)))
+		return cmd_fail(rc);
 	if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
 		/* Refused by name here, not reported as check 1's missing
 		 * entry.apf. */
 		if ((rc = apf_rundir_check(path)))
 			return cmd_fail(apf_error_prefix(rc, "verify"));
-		return verify_run(path, key_path, entry_key, as_json, reeval,
-				  replay, top, tolerance, accept, seed, compare,
-				  rtol);
+		return verify_run(path, key_path, entry_key, as_json, &ao);
+	}
+	if (cmd_audit_wanted(&ao) || audit.tolerance || audit.compare) {
+		apf_error(APF_EUSAGE, "verify",
+			  "--reeval and --replay audit a run directory; %s is "
+			  "an entry (its checks need no options)",
+			  term_text(path));
+		return cmd_fail(APF_EUSAGE);
 	}
 	if (entry_key) {
 		apf_error(APF_EUSAGE, "verify",

@@ -174,6 +174,14 @@ int apf_buf_escape(apf_buf *b, const char *in);
  * everything else, controls included, is kept. */
 int apf_buf_utf8(apf_buf *b, const char *in);
 
+/* The name of names[0..n) that name most likely misspells, for a "did
+ * you mean" - the nearest by edit distance (insertions, deletions,
+ * substitutions and swaps of neighbours, each 1), when that distance is
+ * at most a third of the name's length (1 at least) and no other name is
+ * as near - else NULL. Names of 64 bytes or more are never near. */
+const char *apf_nearest_name(const char *name, const char *const *names,
+			     size_t n);
+
 /* $APF_HOME, else ~/.config/apf. Caller frees. */
 char *apf_home(void);
 char *apf_path_join(const char *a, const char *b);

@@ -354,3 +354,52 @@ int apf_cpu_count(void)
 	long n = sysconf(_SC_NPROCESSORS_ONLN);
 	return n > 0 ? (int)n : 1;
 }
+
+/* Optimal string alignment distance of a and b (each under 64 bytes). */
+static size_t edit_distance(const char *a, size_t la, const char *b,
+			    size_t lb)
+{
+	size_t d[64][64];
+	for (size_t i = 0; i <= la; i++)
+		d[i][0] = i;
+	for (size_t j = 0; j <= lb; j++)
+		d[0][j] = j;
+	for (size_t i = 1; i <= la; i++)
+		for (size_t j = 1; j <= lb; j++) {
+			size_t best = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
+			if (d[i - 1][j] + 1 < best)
+				best = d[i - 1][j] + 1;
+			if (d[i][j - 1] + 1 < best)
+				best = d[i][j - 1] + 1;
+			if (i > 1 && j > 1 && a[i - 1] == b[j - 2] &&
+			    a[i - 2] == b[j - 1] && d[i - 2][j - 2] + 1 < best)
+				best = d[i - 2][j - 2] + 1;
+			d[i][j] = best;
+		}
+	return d[la][lb];
+}
+
+const char *apf_nearest_name(const char *name, const char *const *names,
+			     size_t n)
+{
+	size_t la = name ? strlen(name) : 64;
+	if (la >= 64)
+		return NULL;
+	size_t limit = la / 3 > 1 ? la / 3 : 1, best = limit + 1;
+	const char *found = NULL;
+	int tied = 0;
+	for (size_t i = 0; i < n; i++) {
+		size_t lb = names[i] ? strlen(names[i]) : 64;
+		if (lb >= 64)
+			continue;
+		size_t dist = edit_distance(name, la, names[i], lb);
+		if (dist < best) {
+			best = dist;
+			found = names[i];
+			tied = 0;
+		} else if (dist == best && found) {
+			tied = 1;
+		}
+	}
+	return found && !tied && best > 0 ? found : NULL;
+}

@@ -494,9 +494,35 @@ int apf_host_build(apf_host *h, char *detail, size_t size, char so_sha256[65])
 	return build_in_sandbox(&b, detail, size, so_sha256);
 }
 
+/* build.log's text without the `apf __build` process's own lines (its
+ * "apf: ..." verdict, which detail carries). */
+static int compiler_output(const char *dir, apf_buf *out)
+{
+	char *log = apf_path_join(dir, "build.log"), *text = NULL;
+	size_t len = 0;
+	if (!log)
+		return apf_error(APF_ENOMEM, "build", "out of memory");
+	int rc = apf_file_read(&text, &len, log, 1 << 20);
+	free(log);
+	if (rc) {
+		/* No log: the compiler printed nothing. */
+		apf_error_clear();
+		return 0;
+	}
+	for (const char *p = text; !rc && p < text + len;) {
+		const char *nl = memchr(p, '\n', (size_t)(text + len - p));
+		size_t n = nl ? (size_t)(nl - p) + 1 : (size_t)(text + len - p);
+		if (strncmp(p, "apf: ", 5))
+			rc = apf_buf_append(out, p, n);
+		p += n;
+	}
+	free(text);
+	return rc ? apf_error(APF_ENOMEM, "build", "out of memory") : 0;
+}
+
 int apf_host_check_build(const char *exe, const char *include_dir,
 			 const char *src, int sealed, char *detail,
-			 size_t size)
+			 size_t size, apf_buf *compiler)
 {
 	detail[0] = 0;
 	const char *tmp = getenv("TMPDIR");
@@ -523,6 +549,8 @@ int apf_host_check_build(const char *exe, const char *include_dir,
 					scratch, so, work.data, sealed};
 		rc = build_in_sandbox(&b, detail, size, sha);
 	}
+	if (!rc && compiler)
+		rc = compiler_output(work.data, compiler);
 	apf_remove_tree(work.data);
 	free(canon);
 	free(scratch);

@@ -21,6 +21,7 @@
 #include <jansson.h>
 #include <stdint.h>
 
+#include "base/base.h"
 #include "tuning/tuning.h"
 #include "wire/wire.h"
 #include "workload/workload.h"
@@ -102,10 +103,12 @@ int apf_host_build(apf_host *h, char *detail, size_t size,
 
 /* The same build for `apf pack`: the submission directory src compiled
  * against include_dir in the sandbox apf_host_build uses, in a temporary
- * directory removed after. detail as for apf_host_build. */
+ * directory removed after. detail as for apf_host_build; compiler (may be
+ * NULL) gets what the compiler printed, warnings and errors with their
+ * source lines (the build.log a run keeps, without apf's own last line). */
 int apf_host_check_build(const char *exe, const char *include_dir,
 			 const char *src, int sealed, char *detail,
-			 size_t size);
+			 size_t size, apf_buf *compiler);
 
 /* The shared memory: the arena (capacity bytes, `restore` copied in: a
  * checkpoint, or NULL) and the control page, sealed at their size. */

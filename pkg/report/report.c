@@ -1132,14 +1132,16 @@ static void verification_table(struct w *w, const apf_score_result *r,
 	int napf = r->logs && r->logs->nexcluded;
 	for (size_t s = 0; s < r->nsub; s++)
 		napf |= r->sub[s]->apf_run;
-	put(w, o->verdicts ? "run with --verify: entry, log chain and "
-			     "signature, timing and CSVs against the log, "
-			     "checkpoint digests, held-out draw; no "
-			     "re-evaluation or replay"
-	       : napf ? "not asked: this page was made without --verify, "
-			"so every apf run on it is UNVERIFIED, scored as "
-			"found on disk"
-		      : "AlgoPerf logs hold nothing signed");
+	if (o->verdicts) {
+		put(w, "run with --verify: entry, log chain and signature, "
+		       "timing and CSVs against the log, checkpoint digests, "
+		       "held-out draw; ");
+		esc(w, r->audit[0] ? r->audit : "no re-evaluation or replay");
+	} else
+		put(w, napf ? "not asked: this page was made without "
+			      "--verify, so every apf run on it is "
+			      "UNVERIFIED, scored as found on disk"
+			    : "AlgoPerf logs hold nothing signed");
 	put(w, ")</caption><thead><tr><th>submission</th><th>status</th>"
 	       "<th>sealed</th><th>units</th><th>evals</th><th>checkpoints"
 	       "</th><th>checks</th></tr></thead><tbody>");
@@ -1272,11 +1274,12 @@ static void provenance(struct w *w, const struct apf_score_submission *s,
 				   : "clean");
 		} else
 			kv(w, "git", "not in a git repository");
-		snprintf(line, sizeof line, "%s, %s, %ld studies x %ld trials, "
+		snprintf(line, sizeof line, "%s, %s, %ld stud%s x %ld trial%s, "
 			 "budget x%g, seed %u",
 			 m->tuning.ruleset, m->tuning.rules, m->tuning.studies,
-			 m->tuning.trials, m->tuning.budget_multiplier,
-			 m->tuning.seed);
+			 m->tuning.studies == 1 ? "y" : "ies", m->tuning.trials,
+			 m->tuning.trials == 1 ? "" : "s",
+			 m->tuning.budget_multiplier, m->tuning.seed);
 		kv(w, "tuning plan", line);
 		kv(w, "apf", m->apf_version);
 		kv(w, "created", m->created);
@@ -1380,11 +1383,13 @@ static void environment(struct w *w, const struct apf_score_submission *s,
 		kv(w, "memory", line);
 	}
 	json_t *blas = json_object_get(env, "blas");
-	snprintf(line, sizeof line, "%s %s, kernel %s, %lld threads",
+	long long bthreads =
+		(long long)json_integer_value(json_object_get(blas, "threads"));
+	snprintf(line, sizeof line, "%s %s, kernel %s, %lld thread%s",
 		 jstr(blas, "name") ? jstr(blas, "name") : "-",
 		 jstr(blas, "version") ? jstr(blas, "version") : "",
-		 jstr(blas, "core") ? jstr(blas, "core") : "-",
-		 (long long)json_integer_value(json_object_get(blas, "threads")));
+		 jstr(blas, "core") ? jstr(blas, "core") : "-", bthreads,
+		 bthreads == 1 ? "" : "s");
 	kv(w, "BLAS", line);
 	kv(w, "BLAS config", jstr(blas, "config"));
 	json_t *gpus = json_object_get(env, "gpus");
@@ -1392,15 +1397,34 @@ static void environment(struct w *w, const struct apf_score_submission *s,
 		kv(w, "GPUs", "none");
 	json_array_foreach(gpus, i, x)
 	{
-		char *d = json_dumps(x, JSON_COMPACT);
-		kv(w, "GPU", d ? d : "-");
-		free(d);
+		json_t *gm = json_object_get(x, "memory_bytes");
+		const char *cap = jstr(x, "compute_capability");
+		snprintf(line, sizeof line, "%s, %.1f GiB, compute capability %s",
+			 jstr(x, "name") ? jstr(x, "name") : "-",
+			 (double)json_integer_value(gm) / (1 << 30),
+			 cap ? cap : "not known");
+		kv(w, "GPU", line);
 	}
+	/* The libraries apf found, named (the record is validated: each is a
+	 * string or null); "not installed" for a null. */
 	json_t *cuda = json_object_get(env, "cuda");
 	if (cuda && !json_is_null(cuda)) {
-		char *d = json_dumps(cuda, JSON_COMPACT);
-		kv(w, "CUDA", d ? d : "-");
-		free(d);
+		static const char *const lib[][2] = {{"driver", "driver"},
+						     {"runtime", "runtime"},
+						     {"cublas", "cuBLAS"},
+						     {"cudnn", "cuDNN"}};
+		size_t n = 0;
+		line[0] = 0;
+		for (size_t l = 0; l < sizeof lib / sizeof lib[0]; l++) {
+			const char *v = jstr(cuda, lib[l][0]);
+			int k = snprintf(line + n, sizeof line - n, "%s%s %s",
+					 l ? ", " : "", lib[l][1],
+					 v ? v : "not installed");
+			if (k < 0 || (size_t)k >= sizeof line - n)
+				break;
+			n += (size_t)k;
+		}
+		kv(w, "CUDA", line);
 	}
 	kv(w, "container image", jstr(env, "image_digest"));
 	json_t *apf = json_object_get(env, "apf");
@@ -1493,9 +1517,7 @@ static void hparams(struct w *w, size_t si, const struct col *cols,
 				json_t *val = v->hp ? json_object_get(
 						v->hp, json_string_value(kk))
 						    : NULL;
-				put(w, "<td>");
 				hp_value(w, val);
-				put(w, "</td>");
 			}
 			put(w, "</tr>");
 			if (v->trial->refused) {
@@ -1514,13 +1536,14 @@ static void hparams(struct w *w, size_t si, const struct col *cols,
 	}
 }
 
-/* A hyperparameter as its file wrote it: a real in the fewest digits that
- * read back to the same double (so 0.06733926164, not
- * 0.067339261639999995), anything else as compact JSON. */
+/* A hyperparameter's cell: a real in 6 significant digits, as apf plan
+ * prints it, with the fewest digits that read back to the same double in
+ * data-value (0.06733926164, not 0.067339261639999995: the value the trial
+ * was given); anything else as compact JSON. */
 static void hp_value(struct w *w, const json_t *v)
 {
 	if (!v) {
-		put(w, "-");
+		put(w, "<td>-</td>");
 		return;
 	}
 	if (json_is_real(v) && isfinite(json_real_value(v))) {
@@ -1533,14 +1556,17 @@ static void hp_value(struct w *w, const json_t *v)
 			if (strtod(b, NULL) == x)
 				break;
 		}
+		putf(w, "<td class=\"n\" data-value=\"%s\">%.6g", b, x);
 		/* Still a real to the reader: 0.0, not 0. */
-		put(w, b);
-		if (!b[strspn(b, "0123456789-")])
-			put(w, ".0");
+		char shown[40];
+		snprintf(shown, sizeof shown, "%.6g", x);
+		put(w, shown[strspn(shown, "0123456789-")] ? "</td>" : ".0</td>");
 		return;
 	}
 	char *d = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT);
+	put(w, "<td>");
 	esc(w, d ? d : "-");
+	put(w, "</td>");
 	free(d);
 }
 

@@ -234,8 +234,11 @@ static int verification_line(const apf_score_result *r, apf_buf *out)
 			    : apf_buf_puts(out, "verified: no - AlgoPerf logs "
 						"hold nothing to verify\n");
 	int rc = apf_buf_printf(out, "verified: %zu apf run%s (apf verify's "
-				     "checks, no re-evaluation or replay)",
-				verified, verified == 1 ? "" : "s");
+				     "checks, %s%s)",
+				verified, verified == 1 ? "" : "s",
+				r->audit[0] ? "with " : "",
+				r->audit[0] ? r->audit
+					    : "no re-evaluation or replay");
 	if (!rc && excluded)
 		rc = apf_buf_printf(out, "; %zu failed, not ranked", excluded);
 	if (!rc && logs)
@@ -640,6 +643,9 @@ int apf_score_format_json(const apf_score_result *r, apf_buf *out)
 	bad = bad || jset(root, "plausibility", plausibility_object(r));
 	bad = bad || jset(root, "verification",
 			  json_string(r->verify ? "apf verify" : "none"));
+	bad = bad || jset(root, "audit",
+			  r->verify && r->audit[0] ? json_string(r->audit)
+						   : json_null());
 	bad = bad || jset(root, "excluded", a = json_array());
 	for (size_t i = 0; !bad && r->logs && i < r->logs->nexcluded; i++) {
 		const struct apf_score_excluded *x = &r->logs->excluded[i];

@@ -254,6 +254,9 @@ static int on_record(void *user, const struct apf_runlog_record *rec)
 		snprintf(u->reason, sizeof u->reason, "%s", s);
 	else if (!strcmp(rec->event, "resume"))
 		u->reason[0] = u->fault[0] = '\0';
+	else if (!strcmp(rec->event, "warning") && u->warnings++ == 0 &&
+		 (s = json_string_value(json_object_get(o, "detail"))))
+		snprintf(u->warning, sizeof u->warning, "%s", s);
 	return 0;
 }
 

@@ -276,10 +276,10 @@ static int names_add(struct names *l, const char *s)
 		return 0;
 	char **nv = realloc(l->v, (l->n + 1) * sizeof *nv);
 	if (!nv)
-		return APF_ENOMEM;
+		return apf_error(APF_ENOMEM, "score", "out of memory");
 	l->v = nv;
 	if (!(l->v[l->n] = apf_strdup(s)))
-		return APF_ENOMEM;
+		return apf_error(APF_ENOMEM, "score", "out of memory");
 	l->n++;
 	return 0;
 }
@@ -353,18 +353,18 @@ static int pair_add(struct names *var, struct names *var_base,
 		return 0;
 	char **nv = realloc(var->v, (var->n + 1) * sizeof *nv);
 	if (!nv)
-		return APF_ENOMEM;
+		return apf_error(APF_ENOMEM, "score", "out of memory");
 	var->v = nv;
 	char **nb = realloc(var_base->v, (var_base->n + 1) * sizeof *nb);
 	if (!nb)
-		return APF_ENOMEM;
+		return apf_error(APF_ENOMEM, "score", "out of memory");
 	var_base->v = nb;
 	var->v[var->n] = apf_strdup(v);
 	var_base->v[var_base->n] = apf_strdup(b);
 	if (!var->v[var->n] || !var_base->v[var_base->n]) {
 		free(var->v[var->n]);
 		free(var_base->v[var_base->n]);
-		return APF_ENOMEM;
+		return apf_error(APF_ENOMEM, "score", "out of memory");
 	}
 	var->n++;
 	var_base->n++;
@@ -571,9 +571,9 @@ static int check_counts(apf_score_result *r,
 	if (!rc && odd)
 		rc = problem(r, flags,
 			     "%s: %s: %zu stud%s with other than %d logged "
-			     "trials",
+			     "trial%s",
 			     s->name, w->dir_name, odd, odd == 1 ? "y" : "ies",
-			     rules->trials);
+			     rules->trials, rules->trials == 1 ? "" : "s");
 	return rc;
 }
 
@@ -614,6 +614,11 @@ static int unit_failed(const struct apf_score_unit *u)
 static int unit_interrupted(const struct apf_score_unit *u)
 {
 	return u->state == APF_SCORE_UNIT_INTERRUPTED;
+}
+
+static int unit_warned(const struct apf_score_unit *u)
+{
+	return u->warnings > 0;
 }
 
 static size_t count_units(const apf_score_run *run,
@@ -683,6 +688,26 @@ static int check_run(apf_score_result *r, const struct apf_score_submission *s,
 			goto nomem;
 		rc = problem(r, flags, "%s: %zu unit%s failed: %s", s->name,
 			     failed, failed == 1 ? "" : "s", b.data);
+	}
+	/* The trials' own warnings (a misspelt hyperparameter reads its
+	 * default in every trial): said where the scores are read, not only
+	 * on the terminal of the run; --strict refuses them. */
+	size_t warned = count_units(run, unit_warned);
+	if (!rc && warned) {
+		const struct apf_score_unit *first = NULL;
+		long total = 0;
+		for (size_t i = 0; i < run->nunits; i++) {
+			total += run->units[i].warnings;
+			if (!first && run->units[i].warnings)
+				first = &run->units[i];
+		}
+		rc = problem(r, flags,
+			     "%s: %ld warning%s from the trials of %zu unit%s "
+			     "(their logs hold each); the first, %s: %s",
+			     s->name, total, total == 1 ? "" : "s", warned,
+			     warned == 1 ? "" : "s", first->name,
+			     first->warning[0] ? first->warning
+					       : "(no detail)");
 	}
 	if (!rc && (run->clock < 0 || !(run->budget_scale > 0)))
 		rc = problem(r, flags,
@@ -825,6 +850,37 @@ static double score_of(const apf_score_result *r, size_t i)
 	return r->score[i];
 }
 
+/* A time-to-target is the submission time of the first eval meeting the
+ * target: where every trial that met it did so at its first eval, the
+ * times say when that eval came, not how fast the trials trained, and
+ * nothing among them is ranked by training (--strict refuses it). For apf
+ * runs, whose first eval comes after step 1, so that a trial meeting the
+ * target there says the target or the eval period is wrong; AlgoPerf's
+ * logs are scored as published. */
+static int check_first_evals(apf_score_result *r,
+			     const struct apf_score_submission *sub,
+			     const struct apf_score_workload *w, unsigned flags)
+{
+	if (!sub->apf_run)
+		return 0;
+	size_t met = 0, first = 0;
+	for (size_t k = 0; k < w->nstudies; k++)
+		for (size_t t = 0; t < w->studies[k].ntrials; t++) {
+			const struct apf_score_trial *tr =
+				&w->studies[k].trials[t];
+			met += tr->hit >= 0;
+			first += tr->hit == 0;
+		}
+	if (!met || first != met)
+		return 0;
+	return problem(r, flags,
+		       "%s: %s: every trial that met the target (%zu) met "
+		       "it at its first eval: the times are when that eval "
+		       "came, not how fast they trained (a shorter eval "
+		       "period would tell them apart)",
+		       sub->name, w->name, met);
+}
+
 int apf_score_compute(apf_score_result **out, apf_score_logs *logs,
 		      apf_score_targets *targets,
 		      const apf_score_heldout *heldout,
@@ -913,6 +969,8 @@ int apf_score_compute(apf_score_result **out, apf_score_logs *logs,
 				rc = time_workload(r, w, &tg, rules, flags);
 			if (!rc)
 				rc = check_counts(r, sub, w, rules, flags);
+			if (!rc)
+				rc = check_first_evals(r, sub, w, flags);
 			if (rc)
 				goto fail;
 			r->raw[s * ncols + c] = w->time;

@@ -242,6 +242,11 @@ struct apf_score_unit {
 	int has_csv;      /* its eval_measurements.csv is there */
 	char reason[16];  /* trial_end's reason, "" before one */
 	char fault[16];   /* the kind of its last sandbox_fault, "" if none */
+	/* Its log's warning records (the trial's: a hyperparameter the
+	 * search space lacks, ...): how many, and the first one's detail
+	 * (the trial's text, cut; escape it where it is printed). */
+	long warnings;
+	char warning[200];
 	/* For the plausibility backstop: the kept eval records (as a resume
 	 * keeps them; NULL: none) and the largest batch size its clock_start
 	 * records (0: none). */
@@ -415,6 +420,11 @@ typedef struct apf_score_result {
 	 * so a miss there is not a miss over the whole budget. */
 	unsigned char *early;
 	int verify;             /* APF_SCORE_VERIFY was given */
+	/* With verify: the re-evaluation and replay the caller's verifier
+	 * made beyond apf verify's default checks ("re-evaluation; replay
+	 * of 2 intervals by seed 7"), "" for none; the caller writes it
+	 * after apf_score_compute. */
+	char audit[160];
 	/* The plausibility backstop (pkg/refcurve, apf_score_plausibility):
 	 * nsub x (nbase + nvar), some unit of the cell reached its target in
 	 * implausibly few training examples against the workload's reference

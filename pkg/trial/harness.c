@@ -417,10 +417,14 @@ static void hp_report(apf_trial *t, int first_step_done)
 		return;
 	char msg[256];
 	for (; t->unknown_sent < t->nunknown; t->unknown_sent++) {
+		const char *name = t->hp_unknown[t->unknown_sent];
+		const char *near = apf_nearest_name(
+			name, (const char *const *)t->hp->names, t->hp->n);
 		snprintf(msg, sizeof msg,
 			 "the submission reads hyperparameter '%s', which the "
-			 "search space does not have (it gets its default)",
-			 t->hp_unknown[t->unknown_sent]);
+			 "search space does not have (it gets its default)%s%s%s",
+			 name, near ? "; did you mean '" : "", near ? near : "",
+			 near ? "'?" : "");
 		t->warn(t->warn_user, msg);
 	}
 	if (!first_step_done || !t->ran_init || t->unread_sent)

@@ -54,6 +54,33 @@ class ApfCase(unittest.TestCase):
                            timeout=timeout, errors="replace")
         return Result(p.returncode, p.stdout, p.stderr)
 
+    def at_terminal(self, *args, timeout=120):
+        """apf with stdout and stderr on one pseudo-terminal, as a user
+        at a terminal sees it: (exit status, what it showed, CR LF read as
+        LF)."""
+        import pty
+        master, slave = pty.openpty()
+        try:
+            p = subprocess.Popen([APF, *args], env=self.env, cwd=self.tmp,
+                                 stdin=subprocess.DEVNULL, stdout=slave,
+                                 stderr=slave)
+        finally:
+            os.close(slave)
+        shown = b""
+        try:
+            while True:
+                try:
+                    chunk = os.read(master, 65536)
+                except OSError:  # EIO: the last writer closed its side
+                    break
+                if not chunk:
+                    break
+                shown += chunk
+        finally:
+            os.close(master)
+        rc = p.wait(timeout=timeout)
+        return rc, shown.decode(errors="replace").replace("\r\n", "\n")
+
     def ok(self, *args, **kw):
         r = self.apf(*args, **kw)
         self.assertEqual(r.rc, 0, r)

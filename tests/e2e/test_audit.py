@@ -49,6 +49,33 @@ class Audit(RunCase):
         # as many intervals as evals.
         evals = len([x for x in apftest.read_log(run)[0] if x["event"] == "eval"])
         self.assertIn(f"2 of {evals} eval intervals replayed", checks["replay"]["detail"])
+        # apf score and apf report --verify take the same words and make
+        # the same checks: the page carries their outcome and names them.
+        page = self.path("nadamw.html")
+        self.ok("report", run, "--verify", "--reeval", "--replay", "2", "--seed", "11",
+                "-o", page, timeout=600)
+        with open(page) as f:
+            text = f.read()
+        v = json.loads(re.search(r'<script type="application/json" id="apf-verify">'
+                                 r'(.*?)</script>', text, re.S).group(1))["nadamw"]
+        shown = {c["name"]: c for c in v["checks"]}
+        self.assertTrue(v["verified"])
+        for name in ("checkpoints", "replay"):
+            self.assertEqual(shown[name]["outcome"], "passed")
+        self.assertEqual(shown["checkpoints"]["detail"], checks["checkpoints"]["detail"])
+        # The same intervals (the replay's times are this moment's).
+        self.assertEqual(shown["replay"]["detail"].split(";")[0],
+                         checks["replay"]["detail"].split(";")[0])
+        self.assertIn("held-out draw; re-evaluation of every checkpoint; replay of 2 "
+                      "intervals by seed 11)", text)
+        t = self.ok("score", run, "--verify", "--reeval", timeout=600).out
+        self.assertIn("verified: 1 apf run (apf verify's checks, with re-evaluation of "
+                      "every checkpoint)\n", t)
+        self.fails(2, "score", run, "--replay", "1",
+                   match="apf: score: --reeval and --replay are checks of --verify: "
+                         "give --verify too")
+        self.fails(2, "report", run, "--verify", "--replay", "most", "-o", page,
+                   match="apf: report: --replay takes N >= 1 or all")
         # Every interval, and the ones whose parameters changed most.
         r = self.ok("verify", run, "--replay", "all", timeout=900)
         self.assertIn(f"{evals} of {evals} eval intervals replayed (all)", r.out)
@@ -75,6 +102,34 @@ class Audit(RunCase):
                        match="check 5 (replay)")
         self.assertIn("differ", r.err)
         self.assertIn("(seed 3)", r.err)
+        # score and report --verify make the same replay when asked: the
+        # run is then not verified, not ranked, and the page says why
+        # (beside an honest run, which stays ranked).
+        honest = self.run_source("honest", os.path.join(apftest.ROOT, "submissions",
+                                                        "baselines", "nadamw"))
+        j = json.loads(self.ok("score", run, honest, "--verify", "--json").out)
+        self.assertEqual([x["name"] for x in j["excluded"]], [])
+        self.assertIsNone(j["audit"])
+        j = json.loads(self.ok("score", run, honest, "--verify", "--replay", "2",
+                               "--seed", "3", "--json", timeout=600).out)
+        self.assertEqual(j["audit"], "replay of 2 intervals by seed 3")
+        self.assertEqual([x["name"] for x in j["excluded"]], ["leaky"])
+        self.assertEqual([x["name"] for x in j["submissions"]], ["honest"])
+        self.assertIn("check 5 (replay)", j["excluded"][0]["reason"])
+        self.fails(1, "score", run, honest, "--verify", "--replay", "2", "--seed", "3",
+                   "--strict", timeout=600, match="leaky: not verified: check 5 (replay)")
+        page = self.path("leaky.html")
+        self.ok("report", run, honest, "--verify", "--replay", "2", "--seed", "3",
+                "-o", page, timeout=600)
+        with open(page) as f:
+            text = f.read()
+        v = json.loads(re.search(r'<script type="application/json" id="apf-verify">'
+                                 r'(.*?)</script>', text, re.S).group(1))
+        self.assertFalse(v["leaky"]["verified"])
+        self.assertEqual({c["name"]: c["outcome"] for c in v["leaky"]["checks"]}["replay"],
+                         "failed")
+        self.assertIn("FAILED verification", text)
+        self.assertIn("held-out draw; replay of 2 intervals by seed 3)", text)
 
     def test_state_carried_in_scratch_fails_replay(self):
         # Scratch (apf_scratch, ABI 2) is released at every call and not
@@ -173,20 +228,26 @@ class Audit(RunCase):
         self.assertIn("within the tolerance", r.out)
         # The operator books 999/1000 of every timed block after the first
         # as logging time: the blocks start later, end where they ended, and
-        # every sum, the CSV and the time-to-target follow, so the log is
+        # every sum, the CSV and the time-to-target follow (an eval's copy,
+        # inside the block before it, shrinks with it), so the log is
         # consistent and checks 1-4 pass.
         recs = runfake.RunDir(run, None, unit=f"study_0/{BLOBS}/trial_1").records
         sub = moved_total = 0
         ttt = None
+        shrunk = False
         for r in recs:
             if r["event"] == "step_block":
-                if r["first_step"] > 1:
+                shrunk = r["first_step"] > 1
+                if shrunk:
                     moved = (r["end_ns"] - r["start_ns"]) * 999 // 1000
                     r["start_ns"] += moved
                     moved_total += moved
                 sub += r["end_ns"] - r["start_ns"]
                 r["accumulated_submission_ns"] = sub
             elif r["event"] == "eval":
+                # The copy (eval's copy_ns) lies inside the block before.
+                if shrunk and r.get("copy_ns"):
+                    r["copy_ns"] -= r["copy_ns"] * 999 // 1000
                 r["accumulated_submission_ns"] = sub
                 r["accumulated_logging_ns"] += moved_total
                 if r["validation_target_met"] and ttt is None:

@@ -31,6 +31,13 @@ class PackAndVerify(ApfCase):
         self.assertIn("trusted", r.out)
         r = self.ok("verify", entry, "--json")
         self.assertTrue(json.loads(r.out)["verified"])
+        # A run's audit asked of an entry is refused, not ignored: the
+        # auditor would believe a replay was made.
+        for audit in (["--reeval"], ["--replay", "2"], ["--replay-top", "1"]):
+            self.fails(2, "verify", entry, *audit,
+                       match=f"apf: verify: --reeval and --replay audit a run "
+                             f"directory; {entry} is an entry (its checks need no "
+                             "options)")
 
     def test_manifest_matches_the_json_schema(self):
         import jsonschema
@@ -369,11 +376,24 @@ class Plan(ApfCase):
         self.assertEqual(c["units"], d["units"])
         text = self.ok("plan", entry).out
         self.assertIn("2 studies x 3 trials", text)
+        self.assertEqual([l for l in text.splitlines() if l != l.rstrip()],
+                         [])
 
     def test_self_tuning_plan_has_no_search(self):
-        entry = self.pack(self.make_submission(name="st", ruleset="self"))
+        sub = self.make_submission(name="st", ruleset="self")
+        entry = self.pack(sub)
         p = json.loads(self.ok("plan", entry, "--json").out)
         self.assertEqual(p["trials"], 1)
+        self.assertIn("2 studies x 1 trial,", self.ok("plan", entry).out)
+        # One of each, in the singular, wherever the plan is told.
+        ini = os.path.join(sub, "submission.ini")
+        with open(ini) as f:
+            text = f.read()
+        with open(ini, "w") as f:
+            f.write(text.replace("studies = 2", "studies = 1"))
+        one = self.pack(sub, "one.apf")
+        self.assertIn("1 study x 1 trial,", self.ok("plan", one).out)
+        self.assertIn("1 study x 1 trial,", self.ok("inspect", one).out)
         self.assertEqual(p["budget_multiplier"], 1.5)
         self.assertTrue(all(u["hparams"] == {} for u in p["units"]))
         self.ok("keygen", "-o", self.path("other"), "--no-trust")

@@ -113,6 +113,70 @@ class PackBuild(ApfCase):
         self.assertIn(f"apf: {sub}: does not build: submission.c:{line}:9: error: implicit "
                       "declaration of function 'apf_nope'", r.err)
 
+    def test_a_compile_error_is_shown_with_its_source_line(self):
+        line = GOOD.count("\n") + 1
+        sub = self.submission("shown", GOOD + "int broken = ;\n")
+        r = self.fails(2, "pack", sub, "-w", BLOBS, "-o", self.path("shown.apf"))
+        err = r.err.splitlines()
+        self.assertEqual(err[0], f"apf: pack: {sub}: the compiler refuses it:")
+        self.assertIn(f"    submission.c:{line}:14: error: expected expression before "
+                      "';' token", err)
+        # gcc's quote of the line, under it the caret at column 14.
+        quoted = next(i for i, l in enumerate(err) if "int broken = ;" in l)
+        self.assertEqual(err[quoted + 1].index("^"), err[quoted].index(";"), r.err)
+        self.assertTrue(err[-1].startswith(f"apf: {sub}: does not build: "), r.err)
+
+    def test_compiler_warnings_are_shown_when_packing(self):
+        line = GOOD.count("\n") + 1
+        sub = self.submission("warns", GOOD + "static int unused_fn(void) { return 0; }\n")
+        r = self.ok("pack", sub, "-w", BLOBS, "-o", self.path("warns.apf"))
+        err = r.err.splitlines()
+        self.assertEqual(err[0], f"apf: pack: {sub}: the compiler warns (the runner's "
+                         "build.log will say the same):")
+        self.assertIn(f"    submission.c:{line}:12: warning: 'unused_fn' defined but not "
+                      "used [-Wunused-function]", err)
+        self.assertTrue(os.path.exists(self.path("warns.apf")))
+        # A clean build says nothing of the compiler.
+        sub = self.submission("clean", GOOD)
+        self.assertNotIn("compiler", self.ok("pack", sub, "-w", BLOBS, "-o",
+                                             self.path("clean.apf")).err)
+
+    def test_hyperparameter_names_the_space_lacks_are_named_at_pack_time(self):
+        code = GOOD.replace(
+            "{ (void)c; (void)h; (void)r; return 0; }",
+            "{\n\t(void)r;\n"
+            "\t/* apf_hp(c, h, \"commented\", 1) */\n"
+            "\tconst char *s = \"apf_hp(c, h, \\\"quoted\\\", 1)\";\n"
+            "\tdouble a = apf_hp(c, h, \"learnig_rate\", 0.1);\n"
+            "\tdouble b = apf_hp(c, h, \"learnig_rate\", 0.2);\n"
+            "\tconst char *w = apf_hp_word(c, h,\n\t\t\"optimzer\", \"adam\");\n"
+            "\tint k = apf_hp_has(c, h, s) + apf_hp_has(c, h, \"beta2\");\n"
+            "\t(void)a; (void)b; (void)w; (void)k;\n\treturn 0;\n}")
+        sub = self.submission("names", code, {
+            "tuning_search_space.ini": "[learning_rate]\nmin = 1e-3\nmax = 1e-1\n"
+                                       "scaling = log\n[optimizer]\n"
+                                       "feasible_points = adam, sgd\n"})
+        ini = os.path.join(sub, "submission.ini")
+        with open(ini) as f:
+            text = f.read()
+        with open(ini, "w") as f:
+            f.write(text.replace("ruleset = self", "ruleset = external"))
+        r = self.ok("pack", sub, "-w", BLOBS, "-o", self.path("names.apf"))
+        said = [l for l in r.err.splitlines() if l.startswith("apf: pack: warning:")]
+        first = code[:code.index('"learnig_rate"')].count("\n") + 1
+        word = code[:code.index('"optimzer"')].count("\n") + 1
+        self.assertEqual(said, [
+            f"apf: pack: warning: submission.c:{first}: the code reads hyperparameter "
+            "'learnig_rate', which tuning_search_space.ini does not have (it gets its "
+            "default); did you mean 'learning_rate'?",
+            f"apf: pack: warning: submission.c:{word - 1}: the code reads hyperparameter "
+            "'optimzer', which tuning_search_space.ini does not have (it gets its "
+            "default); did you mean 'optimizer'?",
+            f"apf: pack: warning: submission.c:{word + 1}: the code reads hyperparameter "
+            "'beta2', which tuning_search_space.ini does not have (it gets its "
+            "default)"])
+        self.assertTrue(os.path.exists(self.path("names.apf")))
+
     def test_no_sources(self):
         self.refused("nosrc", None, "no C sources (*.c) to build", {"README": "none\n"})
 

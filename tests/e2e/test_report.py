@@ -549,13 +549,72 @@ class RealRun(ApfCase, PageChecks):
                 hp = json.load(f)
             row = next(r for tb in page.tables for r in tb["rows"]
                        if r["attrs"].get("id") == f"h0_k0_0_{t}")
-            cells = [c["text"] for c in row["cells"]]
-            for v in hp.values():
-                if isinstance(v, float):
-                    self.assertIn(repr(v), cells)
+            # Shown in 6 digits as apf plan prints them (a whole number
+            # still written as a real), each cell's data-value the value
+            # itself.
+            cells = {c["text"]: c["attrs"].get("data-value")
+                     for c in row["cells"]}
+            reals = [v for v in hp.values() if isinstance(v, float)]
+            self.assertTrue(reals)
+            for v in reals:
+                shown = f"{v:.6g}"
+                if not any(ch in shown for ch in ".e"):
+                    shown += ".0"
+                self.assertIn(shown, cells)
+                self.assertEqual(float(cells[shown]), v)
             curve = [p for s in page.svgs for p in s["paths"]
                      if f"k0_0_{t}" in (p.get("class") or "").split()]
             self.assertTrue(curve)
+
+    def test_gpu_and_cuda_rows_are_words(self):
+        # A run made where the CUDA toolkit is installed but no driver
+        # (a build machine), and one with a GPU: the rows name each
+        # library and device, never the record's raw JSON.
+        d = self.maker.path("gpu")
+        shutil.copytree(self.run_dir, d)
+        with open(os.path.join(d, "run.json")) as f:
+            run = json.load(f)
+        env = run["environment"]
+        env["gpus"] = [{"name": "NVIDIA H200", "memory_bytes": 150 << 30,
+                        "compute_capability": "9.0"},
+                       {"name": "NVIDIA H200", "memory_bytes": 150 << 30,
+                        "compute_capability": None}]
+        env["cuda"] = {"driver": None, "runtime": "13.0", "cublas": None,
+                       "cudnn": "9.14.0"}
+        with open(os.path.join(d, "run.json"), "w") as f:
+            json.dump(run, f)
+        out = self.maker.path("gpu.html")
+        self.maker.ok("report", d, "-o", out)
+        rows = self.kv_rows(out)
+        self.assertEqual(rows["GPU"], [
+            "NVIDIA H200, 150.0 GiB, compute capability 9.0",
+            "NVIDIA H200, 150.0 GiB, compute capability not known"])
+        self.assertEqual(rows["CUDA"], [
+            "driver not installed, runtime 13.0, cuBLAS not installed, "
+            "cuDNN 9.14.0"])
+        self.assertNotIn("GPUs", rows)
+        # The run as made here: its GPUs (none on a machine without),
+        # and the BLAS row's thread count in words that agree with it.
+        rows = self.kv_rows(self.unverified)
+        with open(os.path.join(self.run_dir, "run.json")) as f:
+            env = json.load(f)["environment"]
+        if not env["gpus"]:
+            self.assertEqual(rows["GPUs"], ["none"])
+        threads = env["blas"]["threads"]
+        self.assertTrue(rows["BLAS"][0].endswith(
+            f", {threads} thread{'' if threads == 1 else 's'}"),
+            rows["BLAS"])
+
+    def kv_rows(self, path):
+        """The provenance tables' rows: heading -> the values shown."""
+        text, page = self.read(path)
+        rows = {}
+        for t in page.tables:
+            for r in t["rows"]:
+                c = r["cells"]
+                if len(c) == 2 and c[0]["tag"] == "th":
+                    rows.setdefault(c[0]["text"], []).append(c[1]["text"])
+        return rows
 
     def test_budget_and_target_are_drawn(self):
         text, page = self.read(self.unverified)

@@ -50,7 +50,8 @@ class RunCase(ApfCase):
                    "[tuning]\nstudies = 2\n")
         self.write(f"{name}/submission.c", code)
         entry = self.path(f"{name}.apf")
-        self.ok("pack", sub, "-w", BLOBS, "-o", entry, *([] if build else ["--no-build"]))
+        self.packed = self.ok("pack", sub, "-w", BLOBS, "-o", entry,
+                              *([] if build else ["--no-build"]))
         return entry
 
     def run_unit(self, entry, run_dir, *extra, study="0", trial="1"):
@@ -457,12 +458,20 @@ class HyperparameterWarnings(RunCase):
         self.ok("keygen")
         self.write("hpw/tuning_search_space.ini", self.SPACE)
         entry = self.pack_source("hpw", self.CODE, ruleset="external")
+        # pack reads the names in the code and says so before any run.
+        line = self.CODE[:self.CODE.index('"learnig_rate"')].count("\n") + 1
+        self.assertIn(f"apf: pack: warning: submission.c:{line}: the code reads "
+                      "hyperparameter 'learnig_rate', which tuning_search_space.ini does "
+                      "not have (it gets its default); did you mean 'learning_rate'?\n",
+                      self.packed.err)
+        self.assertNotIn("'momentum'", self.packed.err)
         run = self.path("run")
         r = self.run_unit(entry, run)
         self.assertEqual(r.rc, 0, r)
         unit = "study_0/blobs_mlp/trial_1"
         unknown = ("the submission reads hyperparameter 'learnig_rate', which the search "
-                   "space does not have (it gets its default)")
+                   "space does not have (it gets its default); did you mean "
+                   "'learning_rate'?")
         unread = ("search-space hyperparameter '{}' was not read by init_optimizer_state "
                   "or the first update_params (nor used by the runner)")
         self.assertIn(f"apf: run: {unit}: warning: {unknown}\n", r.err)
@@ -477,6 +486,10 @@ class HyperparameterWarnings(RunCase):
         self.assertEqual(sorted(warns), sorted([unknown, unread.format("learning_rate"),
                                                 unread.format("weight_decay")]), recs)
         self.ok("verify", run)
+        # They reach whoever reads the scores, not only the run's terminal.
+        j = json.loads(self.ok("score", run, "--json").out)
+        self.assertIn(f"hpw: 3 warnings from the trials of 1 unit (their logs hold "
+                      f"each); the first, {unit}: {unknown}", j["warnings"])
 
     def test_self_tuning_reads_defaults_without_warnings(self):
         self.ok("keygen")

@@ -272,6 +272,20 @@ class ApfRuns(unittest.TestCase):
         self.assertIn("tiny_cls_wide: neither a base workload nor a held-out "
                       "variant (pass --heldout", p.stderr)
 
+    def test_a_target_met_only_at_first_evals_is_said(self):
+        # sgd's one trial met the target at its first eval: its time is
+        # when that eval came. adamw's study 1 did too, but its study 0
+        # trials met it later: their times rank training.
+        p = apf("score", self.runs, "--json", env=self.env)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        first = [w for w in json.loads(p.stdout)["warnings"]
+                 if "at its first eval" in w]
+        self.assertEqual(first, [
+            "sgd: tiny_cls: every trial that met the target (1) met it at "
+            "its first eval: the times are when that eval came, not how "
+            "fast they trained (a shorter eval period would tell them "
+            "apart)"])
+
     def test_held_out_draw_takes_credit_from_a_missing_variant(self):
         p = apf("score", self.runs, "--heldout", self.draw, "--json",
                 env=self.env)
@@ -307,7 +321,7 @@ class ApfRuns(unittest.TestCase):
         self.assertIn("self-tuning ruleset: one trial per study, runtime "
                       "budget x3 of external tuning's", p.stdout)
         self.assertIn("adamw: tiny_cls: 1 study with other than 1 logged "
-                      "trials", p.stderr)
+                      "trial\n", p.stderr)
 
     def test_each_argument_may_be_a_submission(self):
         p = apf("score", os.path.join(self.runs, "sgd"),
@@ -895,6 +909,13 @@ class RealRuns(ApfCase):
         self.assertEqual(r.err, f"apf: score: warning: {want}\n")
         t = self.ok("score", run)
         self.assertIn(f"\nwarnings (1):\n  {want}\n", t.out)
+        # Piped, the table's block and stderr each have it; at a terminal
+        # the table's block says it once.
+        self.assertEqual(t.err, f"apf: score: warning: {want}\n")
+        rc, shown = self.at_terminal("score", run)
+        self.assertEqual(rc, 0, shown)
+        self.assertIn(f"\nwarnings (1):\n  {want}\n", shown)
+        self.assertEqual(shown.count(want), 1, shown)
         s = self.fails(2, "score", run, "--strict")
         self.assertEqual(s.err, f"apf: score: {want}\n")
         self.assertEqual(s.out, "")

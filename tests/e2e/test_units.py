@@ -335,7 +335,15 @@ class Units(RunCase):
         out = self.ok("status", self.run).out
         self.assertIn(f"{self.run}: 15 units planned: 3 done, 0 running, 0 failed, "
                       "0 preempted, 12 pending", out)
-        self.assertRegex(out, unit(1) + r" +done +2 evals +\d+\.\d\d / 600\.00 s")
+        self.assertRegex(out, unit(1) + r" +done +2 evals +\d+\.\d\d / 600\.00 s\n")
+        # The budget is checked at evals, so the last block before the eval
+        # that ends a trial may take it past its budget: status says why.
+        rd = runfake.RunDir(self.run, self.key, unit=unit(1))
+        rd.records[rd.find("trial_start", unit(1))[0]]["budget_ns"] = 1000
+        rd.save()
+        out = self.ok("status", self.run).out
+        self.assertRegex(out, unit(1) + r" +done +2 evals +\d+\.\d\d / 0\.00 s "
+                         r"\(over: the budget is checked at evals\)\n")
 
 
 class SingleLogLayout(apftest.ApfCase):

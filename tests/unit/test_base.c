@@ -441,6 +441,38 @@ static void error_messages_reach_the_terminal_escaped(void **state)
 		assert_true((unsigned char)*m >= 0x20 && *m != 0x7f);
 }
 
+/* ---- near names ------------------------------------------------------------ */
+
+static void nearest_name_is_a_likely_misspelling_or_none(void **state)
+{
+	(void)state;
+	const char *const space[] = {"learning_rate", "one_minus_beta1", "beta2",
+				     "weight_decay", "warmup_factor"};
+	const size_t n = sizeof space / sizeof space[0];
+	/* A dropped letter, a swap of neighbours, a wrong letter. */
+	assert_string_equal(apf_nearest_name("learnig_rate", space, n),
+			    "learning_rate");
+	assert_string_equal(apf_nearest_name("wieght_decay", space, n),
+			    "weight_decay");
+	assert_string_equal(apf_nearest_name("beta3", space, n), "beta2");
+	/* Too far to be a slip of the keyboard: no guess. */
+	assert_null(apf_nearest_name("lr", space, n));
+	assert_null(apf_nearest_name("momentum", space, n));
+	/* Two names equally near: no guess between them. */
+	const char *const two[] = {"beta1", "beta2"};
+	assert_null(apf_nearest_name("beta3", two, 2));
+	/* An exact name is no misspelling; nothing to choose from. */
+	assert_null(apf_nearest_name("beta2", space, n));
+	assert_null(apf_nearest_name("beta3", space, 0));
+	/* Long names are never near (and never overrun the table). */
+	char longname[100];
+	memset(longname, 'a', sizeof longname - 1);
+	longname[sizeof longname - 1] = 0;
+	const char *const longs[] = {longname};
+	assert_null(apf_nearest_name(longname + 1, longs, 1));
+	assert_null(apf_nearest_name("aaaa", longs, 1));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -463,6 +495,7 @@ int main(void)
 		cmocka_unit_test(buf_utf8_escapes_only_invalid_utf8),
 		cmocka_unit_test(text_printable_is_what_escaping_leaves_alone),
 		cmocka_unit_test(error_messages_reach_the_terminal_escaped),
+		cmocka_unit_test(nearest_name_is_a_likely_misspelling_or_none),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1521,6 +1521,13 @@ static void run_account_from_run_json_and_log(void **state)
 				     "study_0/wa_big/trial_1"));
 	assert_true(has_warning(s.r, "opt: 1 unit failed: study_1/wa/trial_1 "
 				     "(fault: syscall)"));
+	/* Its one trial that met the target met it at its first eval: the
+	 * time is the eval's, which is said. */
+	assert_true(has_warning(s.r, "opt: wa: every trial that met the "
+				     "target (1) met it at its first eval: "
+				     "the times are when that eval came, not "
+				     "how fast they trained (a shorter eval "
+				     "period would tell them apart)"));
 	/* wa: study 0 met at 10 s, study 1 failed: the median is inf, and
 	 * the failed unit is why. */
 	assert_true(isinf(s.r->final[0]));
@@ -1533,7 +1540,7 @@ static void run_account_from_run_json_and_log(void **state)
 				       "unverified"));
 	assert_non_null(strstr(b.data, "hardware: cpu AMD EPYC (2 cores), 2 "
 				       "threads, no GPU\n"));
-	assert_non_null(strstr(b.data, "\nwarnings (4):\n  wa_big: neither a "
+	assert_non_null(strstr(b.data, "\nwarnings (5):\n  wa_big: neither a "
 				       "base workload nor a held-out variant "
 				       "(pass --heldout to score variants); "
 				       "ignored\n  opt: 1 of the plan"));
