@@ -115,9 +115,21 @@ def ini_set(path, section, key, value, add=False):
         sec = re.compile(rf"(^\[{re.escape(section)}\][ \t]*\n(?:(?!^\[).*\n?)*)", re.M)
         m = sec.search(text)
         if m:
-            body = m.group(1).rstrip("\n") + f"\n{key} = {value}\n"
+            # Comment and blank lines at the section's end introduce the
+            # next section: the key goes before them.
+            lines = m.group(1).rstrip("\n").split("\n")
+            keep = len(lines)
+            while keep > 1 and (not lines[keep - 1].strip() or
+                                lines[keep - 1].lstrip().startswith((";", "#"))):
+                keep -= 1
+            rest = lines[keep:]
+            while rest and not rest[0].strip():
+                rest.pop(0)
+            body = "\n".join(lines[:keep] + [f"{key} = {value}"]) + "\n"
+            if rest:
+                body += "\n" + "\n".join(rest) + "\n"
             tail = text[m.end():]
-            new, n = text[:m.start()] + body + ("\n" if tail else "") + tail, 1
+            new, n = text[:m.start()] + body + ("\n" if tail and not rest else "") + tail, 1
     if n != 1:
         die(f"{path}: no [{section}] {key}")
     with open(path, "w") as f:

@@ -73,6 +73,33 @@ class Pieces(unittest.TestCase):
         self.assertIsNone(tau([["a"], ["b"]], [["a", "b"]]))
 
 
+class IniTargets(unittest.TestCase):
+    def test_a_section_gets_its_keys_before_the_next_sections_comment(self):
+        # A comment right above a section header is that section's: the
+        # keys added to the section before it go above the comment (they
+        # once went below it, where a reader takes them for the next
+        # section's).
+        d = load("derive_targets")
+        text = ("[workload]\nname = w\n\n; the post-norm order\n"
+                "[variant.postln]\nnorm = post\n\n; a gated MLP\n"
+                "[variant.glu]\nmlp = glu\n")
+        with tempfile.TemporaryDirectory() as tmp:
+            ini = os.path.join(tmp, "workload.ini")
+            with open(ini, "w") as f:
+                f.write(text)
+            for sec in ("variant.postln", "variant.glu"):
+                d.ini_set(ini, sec, "validation_target", "2.5", add=True)
+                d.ini_set(ini, sec, "targets", "retuned", add=True)
+            d.ini_set(ini, "variant.postln", "validation_target", "2.25")
+            with open(ini) as f:
+                got = f.read()
+        self.assertEqual(got, "[workload]\nname = w\n\n; the post-norm order\n"
+                              "[variant.postln]\nnorm = post\n"
+                              "validation_target = 2.25\ntargets = retuned\n\n"
+                              "; a gated MLP\n[variant.glu]\nmlp = glu\n"
+                              "validation_target = 2.5\ntargets = retuned\n")
+
+
 def log_evals(run):
     """unit -> [(submission s, validation accuracy)] straight from the logs."""
     out = {}
