@@ -48,19 +48,25 @@ def script(name, *args, **kw):
                           **kw)
 
 
+def link_outcome(case, program):
+    """(the link's exit status, the linker's output) of a layout program,
+    as make layout-tests recorded it in <program>.link."""
+    path = os.path.join(LAYOUT, program + ".link")
+    if not os.path.exists(path):
+        case.fail(f"{rel(path)}: missing (make BUILD={rel(BUILD)} "
+                  f"layout-tests builds it)")
+    with open(path, errors="replace") as f:
+        text = f.read()
+    m = re.search(r"exit status (\d+)\s*$", text)
+    return (int(m.group(1)) if m else -1), text
+
+
 class VerifierLink(unittest.TestCase):
     """`apf verify` can be trusted without reading the runner or the trial:
     verify_only, linked against libapf-verify.a alone, links."""
 
     def outcome(self):
-        path = os.path.join(LAYOUT, "verify_only.link")
-        if not os.path.exists(path):
-            self.fail(f"{rel(path)}: missing (make BUILD={rel(BUILD)} "
-                      f"layout-tests builds it)")
-        with open(path, errors="replace") as f:
-            text = f.read()
-        m = re.search(r"exit status (\d+)\s*$", text)
-        return (int(m.group(1)) if m else -1), text
+        return link_outcome(self, "verify_only")
 
     def test_verify_only_links_without_runner_or_trial(self):
         rc, text = self.outcome()
@@ -133,14 +139,7 @@ class RunnerLink(unittest.TestCase):
     link pulls in every pkg/runner object."""
 
     def outcome(self):
-        path = os.path.join(LAYOUT, "runner_only.link")
-        if not os.path.exists(path):
-            self.fail(f"{rel(path)}: missing (make BUILD={rel(BUILD)} "
-                      f"layout-tests builds it)")
-        with open(path, errors="replace") as f:
-            text = f.read()
-        m = re.search(r"exit status (\d+)\s*$", text)
-        return (int(m.group(1)) if m else -1), text
+        return link_outcome(self, "runner_only")
 
     def test_runner_only_links_without_the_trial(self):
         rc, text = self.outcome()
