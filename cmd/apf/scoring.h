@@ -67,7 +67,8 @@ struct cmd_scoring_in {
 	 "trust only this submitter key (default: $APF_HOME/trusted/)"},       \
 	CMD_AUDIT_OPTIONS((in).audit, "--verify: "),                            \
 	{"strict", 0, OPT_FLAG, &(in).strict, NULL,                            \
-	 "every warning is an error (exit 2; a run failing --verify: exit 1)"}
+	 "problems with the logs are errors (exit 2; a run failing "       \
+	 "--verify: exit 1); notes on what is ignored stay warnings"}
 
 struct cmd_scoring {
 	apf_score_logs *logs;

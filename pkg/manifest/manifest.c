@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/json.h"
 #include "hash/hash.h"
 #include "sysinfo/sysinfo.h"
 
@@ -140,13 +141,6 @@ int apf_manifest_to_json(const apf_manifest *m, char **out)
 
 /* ---- parsing ----------------------------------------------------------------- */
 
-enum kind { K_STR, K_INT, K_NUM, K_OBJ, K_ARR, K_HEX, K_HEX_OR_NULL, K_ANY };
-
-struct field {
-	const char *name;
-	enum kind kind;
-};
-
 static int bad(const char *where, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 static int bad(const char *where, const char *fmt, ...)
@@ -160,61 +154,9 @@ static int bad(const char *where, const char *fmt, ...)
 }
 
 static int check_object(const json_t *o, const char *where,
-			const struct field *fields)
+			const struct apf_json_field *fields)
 {
-	if (!json_is_object(o))
-		return bad(where, "not an object");
-	const char *key;
-	json_t *v;
-	json_object_foreach((json_t *)o, key, v)
-	{
-		const struct field *f = fields;
-		while (f->name && strcmp(f->name, key))
-			f++;
-		if (!f->name)
-			return bad(where, "unexpected field '%s'", key);
-	}
-	for (const struct field *f = fields; f->name; f++) {
-		json_t *x = json_object_get(o, f->name);
-		int ok = 0;
-		switch (f->kind) {
-		case K_STR:
-			ok = json_is_string(x) && json_string_length(x) > 0;
-			break;
-		case K_INT:
-			ok = json_is_integer(x) && json_integer_value(x) >= 0;
-			break;
-		case K_NUM:
-			ok = json_is_number(x);
-			break;
-		case K_OBJ:
-			ok = json_is_object(x);
-			break;
-		case K_ARR:
-			ok = json_is_array(x);
-			break;
-		case K_HEX:
-			ok = json_is_string(x) &&
-			     apf_is_hex_digest(json_string_value(x));
-			break;
-		case K_HEX_OR_NULL:
-			ok = json_is_null(x) ||
-			     (json_is_string(x) &&
-			      apf_is_hex_digest(json_string_value(x)));
-			break;
-		case K_ANY:
-			ok = x != NULL;
-			break;
-		}
-		if (!ok)
-			return bad(where,
-				   f->kind == K_HEX || f->kind == K_HEX_OR_NULL
-					   ? "%s: missing or not a SHA-256 (64 "
-					     "lowercase hex digits)"
-					   : "%s: missing or of the wrong type",
-				   f->name);
-	}
-	return 0;
+	return apf_json_check_fields(o, "manifest", where, fields);
 }
 
 static const char *str(const json_t *o, const char *k)
@@ -257,9 +199,10 @@ static int valid_created(const char *s)
 
 static int parse_files(apf_manifest *m, const json_t *files)
 {
-	static const struct field ff[] = {{"path", K_STR}, {"type", K_STR},
-					  {"mode", K_STR}, {"size", K_INT},
-					  {"sha256", K_HEX}, {NULL, 0}};
+	static const struct apf_json_field ff[] = {
+		{"path", APF_JSON_TEXT}, {"type", APF_JSON_TEXT},
+		{"mode", APF_JSON_TEXT}, {"size", APF_JSON_COUNT},
+		{"sha256", APF_JSON_SHA256}, {NULL, 0}};
 	size_t n = json_array_size(files);
 	m->submission.files = apf_calloc(n, sizeof *m->submission.files);
 	if (!m->submission.files)
@@ -306,10 +249,10 @@ static int parse_files(apf_manifest *m, const json_t *files)
 
 static int parse_submission(apf_manifest *m, const json_t *s)
 {
-	static const struct field sf[] = {
-		{"name", K_STR}, {"authors", K_ARR},	 {"ruleset", K_STR},
-		{"tree_digest", K_HEX}, {"files", K_ARR}, {"git", K_OBJ},
-		{NULL, 0}};
+	static const struct apf_json_field sf[] = {
+		{"name", APF_JSON_TEXT}, {"authors", APF_JSON_ARRAY},
+		{"ruleset", APF_JSON_TEXT}, {"tree_digest", APF_JSON_SHA256},
+		{"files", APF_JSON_ARRAY}, {"git", APF_JSON_OBJECT}, {NULL, 0}};
 	int rc = check_object(s, "submission", sf);
 	if (rc)
 		return rc;
@@ -361,12 +304,13 @@ static int parse_submission(apf_manifest *m, const json_t *s)
 
 static int parse_lists(apf_manifest *m, const json_t *p)
 {
-	static const struct field df[] = {{"name", K_STR}, {"tree_digest", K_HEX},
-					  {"files", K_INT}, {"bytes", K_INT},
-					  {NULL, 0}};
-	static const struct field wf[] = {{"name", K_STR}, {"variant", K_STR},
-					  {"spec_digest", K_HEX},
-					  {"dataset", K_STR}, {NULL, 0}};
+	static const struct apf_json_field df[] = {
+		{"name", APF_JSON_TEXT}, {"tree_digest", APF_JSON_SHA256},
+		{"files", APF_JSON_COUNT}, {"bytes", APF_JSON_COUNT}, {NULL, 0}};
+	static const struct apf_json_field wf[] = {
+		{"name", APF_JSON_TEXT}, {"variant", APF_JSON_TEXT},
+		{"spec_digest", APF_JSON_SHA256}, {"dataset", APF_JSON_TEXT},
+		{NULL, 0}};
 	json_t *ds = json_object_get(p, "datasets");
 	json_t *ws = json_object_get(p, "workloads");
 	m->datasets = apf_calloc(json_array_size(ds), sizeof *m->datasets);
@@ -426,11 +370,12 @@ static int parse_lists(apf_manifest *m, const json_t *p)
 
 static int parse_tuning(apf_manifest *m, const json_t *t)
 {
-	static const struct field tf[] = {
-		{"ruleset", K_STR},	{"rules", K_STR},
-		{"studies", K_INT},	{"trials", K_INT},
-		{"budget_multiplier", K_NUM}, {"search_space_digest", K_HEX_OR_NULL},
-		{"seed", K_INT},	{NULL, 0}};
+	static const struct apf_json_field tf[] = {
+		{"ruleset", APF_JSON_TEXT}, {"rules", APF_JSON_TEXT},
+		{"studies", APF_JSON_COUNT}, {"trials", APF_JSON_COUNT},
+		{"budget_multiplier", APF_JSON_NUMBER},
+		{"search_space_digest", APF_JSON_SHA256 | APF_JSON_OR_NULL},
+		{"seed", APF_JSON_COUNT}, {NULL, 0}};
 	int rc = check_object(t, "tuning", tf);
 	if (rc)
 		return rc;
@@ -476,9 +421,10 @@ static int parse_tuning(apf_manifest *m, const json_t *t)
  * with the predicate's digests. */
 static int check_subjects(const apf_manifest *m, const json_t *subjects)
 {
-	static const struct field sf[] = {{"name", K_STR}, {"digest", K_OBJ},
-					  {NULL, 0}};
-	static const struct field df[] = {{"sha256", K_HEX}, {NULL, 0}};
+	static const struct apf_json_field sf[] = {
+		{"name", APF_JSON_TEXT}, {"digest", APF_JSON_OBJECT}, {NULL, 0}};
+	static const struct apf_json_field df[] = {
+		{"sha256", APF_JSON_SHA256}, {NULL, 0}};
 	size_t want = 1 + m->ndatasets + m->nworkloads;
 	if (json_array_size(subjects) != want)
 		return apf_error(APF_EINPUT, "manifest",
@@ -536,16 +482,15 @@ int apf_manifest_parse(apf_manifest **out, const char *json, size_t len)
 		json_decref(st);
 		return apf_error(APF_ENOMEM, "manifest", "out of memory");
 	}
-	static const struct field top[] = {{"_type", K_STR},
-					   {"subject", K_ARR},
-					   {"predicateType", K_STR},
-					   {"predicate", K_OBJ},
-					   {NULL, 0}};
-	static const struct field pf[] = {
-		{"apf_version", K_STR}, {"created", K_STR},
-		{"submission", K_OBJ},	{"workloads", K_ARR},
-		{"datasets", K_ARR},	{"tuning", K_OBJ},
-		{"environment", K_OBJ}, {NULL, 0}};
+	static const struct apf_json_field top[] = {
+		{"_type", APF_JSON_TEXT}, {"subject", APF_JSON_ARRAY},
+		{"predicateType", APF_JSON_TEXT},
+		{"predicate", APF_JSON_OBJECT}, {NULL, 0}};
+	static const struct apf_json_field pf[] = {
+		{"apf_version", APF_JSON_TEXT}, {"created", APF_JSON_TEXT},
+		{"submission", APF_JSON_OBJECT}, {"workloads", APF_JSON_ARRAY},
+		{"datasets", APF_JSON_ARRAY}, {"tuning", APF_JSON_OBJECT},
+		{"environment", APF_JSON_OBJECT}, {NULL, 0}};
 	int rc = check_object(st, "statement", top);
 	if (!rc && strcmp(str(st, "_type"), APF_STATEMENT_TYPE))
 		rc = bad("_type", "expected " APF_STATEMENT_TYPE ", got '%s'",

@@ -205,31 +205,6 @@ static double nice_step(double range, int n)
 	return (f < 1.5 ? 1 : f < 3 ? 2 : f < 7 ? 5 : 10) * p;
 }
 
-/* ---- colours -------------------------------------------------------------- */
-
-/* Tableau 10, then hues by the golden angle. */
-static void colour(size_t i, char out[8])
-{
-	static const char *const tab[] = {"#1f77b4", "#ff7f0e", "#2ca02c",
-					  "#d62728", "#9467bd", "#8c564b",
-					  "#e377c2", "#7f7f7f", "#bcbd22",
-					  "#17becf"};
-	if (i < 10) {
-		memcpy(out, tab[i], 8);
-		return;
-	}
-	double h = fmod((double)i * 137.508, 360.0);
-	double c = 0.6, x = c * (1 - fabs(fmod(h / 60.0, 2) - 1)), m = 0.15;
-	double rgb[3] = {0};
-	int k = (int)(h / 60.0) % 6;
-	const int order[6][2] = {{0, 1}, {1, 0}, {1, 2}, {2, 1}, {2, 0}, {0, 2}};
-	rgb[order[k][0]] = c;
-	rgb[order[k][1]] = x;
-	snprintf(out, 8, "#%02x%02x%02x", (int)lround((rgb[0] + m) * 255),
-		 (int)lround((rgb[1] + m) * 255),
-		 (int)lround((rgb[2] + m) * 255));
-}
-
 /* ---- verification -------------------------------------------------------- */
 
 enum vstate { V_NONE, V_UNVERIFIED, V_VERIFIED, V_INCOMPLETE, V_FAILED };
@@ -823,7 +798,7 @@ static void legend(struct w *w, const apf_score_result *r,
 		if (!here)
 			continue;
 		char c[8];
-		colour(s, c);
+		apf_score_colour(c, s);
 		putf(w, "<li><svg class=\"sw\" viewBox=\"0 0 28 10\"><path "
 			"class=\"c s%zu b\" d=\"M1 5h26\"/></svg>",
 		     s);
@@ -1700,7 +1675,7 @@ static void head(struct w *w, const apf_score_result *r,
 	put(w, css);
 	for (size_t s = 0; s < r->nsub; s++) {
 		char c[8];
-		colour(s, c);
+		apf_score_colour(c, s);
 		putf(w, ".s%zu.c{stroke:%s}.s%zu.m{fill:%s}.hide%zu .s%zu.c,"
 			".hide%zu .s%zu.m{display:none}",
 		     s, c, s, c, s, s, s, s);

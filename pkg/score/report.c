@@ -708,7 +708,7 @@ static int xml_text(apf_buf *out, const char *text)
 
 /* Ten well-separated colours (Tableau 10); past ten, hues spaced by the
  * golden angle (each submission also has its own dash pattern). */
-static void colour(size_t i, char out[8])
+void apf_score_colour(char out[8], size_t i)
 {
 	static const char *const tab[] = {"#1f77b4", "#ff7f0e", "#2ca02c",
 					  "#d62728", "#9467bd", "#8c564b",
@@ -811,7 +811,7 @@ int apf_score_format_svg(const apf_score_result *r, apf_buf *out)
 	/* One step line per submission: rho jumps at each ratio. */
 	for (size_t s = 0; !rc && s < r->nsub; s++) {
 		char col[8];
-		colour(s, col);
+		apf_score_colour(col, s);
 		const double *ratio = &r->ratio[s * r->nbase];
 		double at1 = 0;
 		for (size_t c = 0; c < r->nbase; c++)

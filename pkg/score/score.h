@@ -507,5 +507,10 @@ int apf_score_format_json(const apf_score_result *r, apf_buf *out);
  * sides (a profile at 1 or 0 never lies on the frame), each submission with
  * its own colour and dash pattern, and a legend showing both. */
 int apf_score_format_svg(const apf_score_result *r, apf_buf *out);
+/* Submission i's colour as "#rrggbb" in out (NUL-terminated): Tableau 10,
+ * then hues spaced by the golden angle. The profile plot and the report's
+ * own plots both draw submission i in it, so one submission has one colour
+ * on the whole page. */
+void apf_score_colour(char out[8], size_t i);
 
 #endif

@@ -22,6 +22,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "base/json.h"
 #include "nn/cpu/isa.h"
 
 extern const char apf_build_id[];
@@ -446,104 +447,67 @@ int apf_env_capture(json_t **out)
 
 /* ---- validation ------------------------------------------------------------ */
 
-/* K_OPT_STR_OR_NULL: absent in records made before the field was. */
-enum kind { K_STR, K_INT, K_OBJ, K_ARR, K_STR_OR_NULL, K_OBJ_OR_NULL, K_ISA,
-	    K_OPT_STR_OR_NULL };
-
-struct field {
-	const char *name;
-	enum kind kind;
-};
-
 static int check_fields(const json_t *o, const char *where,
-			const struct field *fields)
+			const struct apf_json_field *fields)
 {
-	if (!json_is_object(o))
-		return apf_error(APF_EINPUT, "environment", "%s: not an object",
-				 where);
-	const char *key;
-	json_t *v;
-	json_object_foreach((json_t *)o, key, v)
-	{
-		const struct field *f = fields;
-		while (f->name && strcmp(f->name, key))
-			f++;
-		if (!f->name)
-			return apf_error(APF_EINPUT, "environment",
-					 "%s: unexpected field '%s'", where, key);
-	}
-	for (const struct field *f = fields; f->name; f++) {
-		json_t *x = json_object_get(o, f->name);
-		int ok, isa;
-		switch (f->kind) {
-		case K_STR:
-			ok = json_is_string(x);
-			break;
-		case K_INT:
-			ok = json_is_integer(x) && json_integer_value(x) >= 0;
-			break;
-		case K_OBJ:
-			ok = json_is_object(x);
-			break;
-		case K_ARR:
-			ok = json_is_array(x);
-			break;
-		case K_STR_OR_NULL:
-			ok = json_is_string(x) || json_is_null(x);
-			break;
-		case K_OPT_STR_OR_NULL:
-			ok = !x || json_is_string(x) || json_is_null(x);
-			break;
-		case K_ISA:
-			ok = !x || (json_is_string(x) &&
-				    apf_cpu_isa_choose(&isa, json_string_value(x),
-						       ~0u) == 0);
-			apf_error_clear();
-			break;
-		default:
-			ok = json_is_object(x) || json_is_null(x);
-			break;
-		}
-		if (!ok)
-			return apf_error(APF_EINPUT, "environment",
-					 "%s.%s: missing or of the wrong type",
-					 where, f->name);
-	}
-	return 0;
+	return apf_json_check_fields(o, "environment", where, fields);
+}
+
+/* cpu.isa (from records made since the kernels had paths; absent in older
+ * ones): a name this apf knows. */
+static int check_isa(const json_t *cpu)
+{
+	const json_t *x = json_object_get(cpu, "isa");
+	int isa;
+	if (!x || (json_is_string(x) &&
+		   apf_cpu_isa_choose(&isa, json_string_value(x), ~0u) == 0))
+		return 0;
+	apf_error_clear();
+	return apf_error(APF_EINPUT, "environment",
+			 "cpu.isa: missing or of the wrong type");
 }
 
 int apf_env_validate(const json_t *env)
 {
-	static const struct field top[] = {
-		{"apf", K_OBJ},	       {"compiler", K_STR},
-		{"libc", K_STR},       {"kernel", K_STR},
-		{"os", K_STR},	       {"cpu", K_OBJ},
-		{"memory_bytes", K_INT}, {"blas", K_OBJ},
-		{"gpus", K_ARR},       {"cuda", K_OBJ_OR_NULL},
-		{"image_digest", K_STR_OR_NULL}, {NULL, 0}};
-	static const struct field apf[] = {
-		{"version", K_STR}, {"build", K_STR}, {NULL, 0}};
+	static const struct apf_json_field top[] = {
+		{"apf", APF_JSON_OBJECT}, {"compiler", APF_JSON_STRING},
+		{"libc", APF_JSON_STRING}, {"kernel", APF_JSON_STRING},
+		{"os", APF_JSON_STRING}, {"cpu", APF_JSON_OBJECT},
+		{"memory_bytes", APF_JSON_COUNT}, {"blas", APF_JSON_OBJECT},
+		{"gpus", APF_JSON_ARRAY},
+		{"cuda", APF_JSON_OBJECT | APF_JSON_OR_NULL},
+		{"image_digest", APF_JSON_STRING | APF_JSON_OR_NULL}, {NULL, 0}};
+	static const struct apf_json_field apf[] = {
+		{"version", APF_JSON_STRING}, {"build", APF_JSON_STRING},
+		{NULL, 0}};
 	/* isa: from records made since the kernels had paths (optional, so
 	 * older entries still read). */
-	static const struct field cpu[] = {{"model", K_STR}, {"cores", K_INT},
-					   {"flags", K_ARR}, {"isa", K_ISA},
-					   {NULL, 0}};
-	static const struct field blas[] = {
-		{"name", K_STR},   {"version", K_STR}, {"config", K_STR},
-		{"core", K_STR},   {"threads", K_INT}, {NULL, 0}};
-	static const struct field gpu[] = {
-		{"name", K_STR}, {"memory_bytes", K_INT},
-		{"compute_capability", K_OPT_STR_OR_NULL}, {NULL, 0}};
-	static const struct field cuda[] = {{"driver", K_STR_OR_NULL},
-					    {"runtime", K_STR_OR_NULL},
-					    {"cublas", K_OPT_STR_OR_NULL},
-					    {"cudnn", K_STR_OR_NULL},
-					    {NULL, 0}};
+	static const struct apf_json_field cpu[] = {
+		{"model", APF_JSON_STRING}, {"cores", APF_JSON_COUNT},
+		{"flags", APF_JSON_ARRAY},
+		{"isa", APF_JSON_STRING | APF_JSON_OPTIONAL}, {NULL, 0}};
+	static const struct apf_json_field blas[] = {
+		{"name", APF_JSON_STRING}, {"version", APF_JSON_STRING},
+		{"config", APF_JSON_STRING}, {"core", APF_JSON_STRING},
+		{"threads", APF_JSON_COUNT}, {NULL, 0}};
+	static const struct apf_json_field gpu[] = {
+		{"name", APF_JSON_STRING}, {"memory_bytes", APF_JSON_COUNT},
+		{"compute_capability",
+		 APF_JSON_STRING | APF_JSON_OR_NULL | APF_JSON_OPTIONAL},
+		{NULL, 0}};
+	static const struct apf_json_field cuda[] = {
+		{"driver", APF_JSON_STRING | APF_JSON_OR_NULL},
+		{"runtime", APF_JSON_STRING | APF_JSON_OR_NULL},
+		{"cublas",
+		 APF_JSON_STRING | APF_JSON_OR_NULL | APF_JSON_OPTIONAL},
+		{"cudnn", APF_JSON_STRING | APF_JSON_OR_NULL}, {NULL, 0}};
 	int rc = check_fields(env, "environment", top);
 	if (!rc)
 		rc = check_fields(json_object_get(env, "apf"), "apf", apf);
 	if (!rc)
 		rc = check_fields(json_object_get(env, "cpu"), "cpu", cpu);
+	if (!rc)
+		rc = check_isa(json_object_get(env, "cpu"));
 	if (!rc)
 		rc = check_fields(json_object_get(env, "blas"), "blas", blas);
 	if (!rc && !json_is_null(json_object_get(env, "cuda")))
