@@ -58,6 +58,11 @@ struct audit {
 	char *workloads_dir, *exe, *include_dir, *src;
 	int sealed, extracted;
 	size_t nwork;       /* work directories made so far */
+	/* --replay-top's ranking: change[u][c], the L2 norm of the parameters'
+	 * change from kept unit u's checkpoint c-1 to c, found where c is
+	 * read for another reason (check 4) or by one pass over the unit's
+	 * checkpoints; change[u] is NULL until then. */
+	double **change;
 };
 
 static void say(const struct audit *a, const char *fmt, ...)
@@ -146,6 +151,9 @@ static void audit_close(struct audit *a)
 	free(a->exe);
 	free(a->include_dir);
 	free(a->src);
+	for (size_t u = 0; a->change && u < a->r->nkept; u++)
+		free(a->change[u]);
+	free(a->change);
 }
 
 /* The plan's unit a kept unit is, or NULL. */
@@ -230,6 +238,43 @@ static int read_ckpt(const struct audit *a, const struct apf_verify_kept *k,
 	return rc;
 }
 
+/* L2 distances between the parameters of arenas x and y (and |y|). */
+static void param_distance(const struct apf_arena_header *x,
+			   const struct apf_arena_header *y, double *dist,
+			   double *ynorm)
+{
+	const float *px = (const float *)((const char *)x + x->params_offset);
+	const float *py = (const float *)((const char *)y + y->params_offset);
+	double d = 0, n = 0;
+	for (uint64_t i = 0; i < x->params_floats; i++) {
+		double e = (double)px[i] - (double)py[i];
+		d += e * e;
+		n += (double)py[i] * (double)py[i];
+	}
+	*dist = sqrt(d);
+	*ynorm = sqrt(n);
+}
+
+/* The change of the parameters from checkpoint bytes f to t of unit k. */
+static int interval_change(const struct apf_verify_kept *k, const char *f,
+			   size_t flen, const char *t, size_t tlen, double *out)
+{
+	*out = 0;
+	int rc = apf_arena_check(f, flen);
+	if (!rc)
+		rc = apf_arena_check(t, tlen);
+	const struct apf_arena_header *hf = (const void *)f, *ht = (const void *)t;
+	if (!rc && (hf->params_offset != ht->params_offset ||
+		    hf->params_floats != ht->params_floats))
+		rc = apf_error(APF_EVERIFY, k->unit,
+			       "two checkpoints of one unit with different "
+			       "layouts");
+	double unused;
+	if (!rc)
+		param_distance(ht, hf, out, &unused);
+	return rc;
+}
+
 /* ---- check 4: re-evaluation ------------------------------------------------------ */
 
 static int metrics_differ(const json_t *logged, const json_t *m, char *why,
@@ -275,6 +320,13 @@ static int reeval_unit(struct audit *a, const struct apf_verify_kept *k,
 	if (!rc)
 		rc = apf_host_arena(h, NULL, 0);
 	why[0] = 0;
+	/* --replay-top ranks the intervals by the checkpoints read here, so
+	 * none is read a second time for it. */
+	double *change = NULL;
+	if (!rc && a->o->top > 0 && !(change = apf_calloc(k->n, sizeof *change)))
+		rc = apf_error(APF_ENOMEM, "verify", "out of memory");
+	char *prev = NULL;
+	size_t prev_len = 0;
 	for (size_t c = 0; !rc && !why[0] && c < k->n; c++) {
 		const struct apf_verify_ckpt *ck = &k->ckpt[c];
 		say(a, "%s %s checkpoint %llu",
@@ -283,6 +335,9 @@ static int reeval_unit(struct audit *a, const struct apf_verify_kept *k,
 		char *data = NULL;
 		size_t len = 0;
 		rc = read_ckpt(a, k, c, hu->capacity, &data, &len);
+		if (!rc && change && c > 0)
+			rc = interval_change(k, prev, prev_len, data, len,
+					     &change[c]);
 		if (!rc && ck->index == 0) {
 			apf_arena_initial_differs(data, len, hu->init_state,
 						  hu->param_floats,
@@ -305,7 +360,9 @@ static int reeval_unit(struct audit *a, const struct apf_verify_kept *k,
 				metrics_differ(ck->metrics, m, why, size);
 			json_decref(m);
 		}
-		free(data);
+		free(prev);
+		prev = data;
+		prev_len = len;
 		if (!rc && !why[0])
 			(*done)++;
 		if (!rc && why[0]) {
@@ -317,6 +374,12 @@ static int reeval_unit(struct audit *a, const struct apf_verify_kept *k,
 			snprintf(why, size, "%s", msg);
 		}
 	}
+	free(prev);
+	/* Kept only when every interval of the unit was measured. */
+	if (!rc && !why[0] && change)
+		a->change[k - a->r->kept] = change;
+	else
+		free(change);
 	apf_evaluator_stop(ev);
 	apf_host_close(h);
 	if (dir)
@@ -327,51 +390,45 @@ static int reeval_unit(struct audit *a, const struct apf_verify_kept *k,
 
 /* ---- check 5: replay ------------------------------------------------------------- */
 
-/* The L2 norm of the parameter change between two kept checkpoints of a
- * unit (what --replay-top ranks intervals by). */
-/* L2 distances between the parameters of arenas x and y (and |y|). */
-static void param_distance(const struct apf_arena_header *x,
-			   const struct apf_arena_header *y, double *dist,
-			   double *ynorm)
+/* a->change[u], where check 4 has not measured it: one pass over kept unit
+ * u's checkpoints, each read once. */
+static int unit_changes(struct audit *a, size_t u)
 {
-	const float *px = (const float *)((const char *)x + x->params_offset);
-	const float *py = (const float *)((const char *)y + y->params_offset);
-	double d = 0, n = 0;
-	for (uint64_t i = 0; i < x->params_floats; i++) {
-		double e = (double)px[i] - (double)py[i];
-		d += e * e;
-		n += (double)py[i] * (double)py[i];
+	const struct apf_verify_kept *k = &a->r->kept[u];
+	if (a->change[u] || k->n < 2)
+		return 0;
+	double *change = apf_calloc(k->n, sizeof *change);
+	if (!change)
+		return apf_error(APF_ENOMEM, "verify", "out of memory");
+	char *prev = NULL;
+	size_t prev_len = 0;
+	int rc = 0;
+	for (size_t c = 0; !rc && c < k->n; c++) {
+		char *data = NULL;
+		size_t len = 0;
+		if (c > 0)
+			say(a, "ranking %s interval %zu", k->unit, c);
+		rc = read_ckpt(a, k, c, APF_MAX_REPLAY_CKPT, &data, &len);
+		if (!rc && c > 0)
+			rc = interval_change(k, prev, prev_len, data, len,
+					     &change[c]);
+		free(prev);
+		prev = data;
+		prev_len = len;
 	}
-	*dist = sqrt(d);
-	*ynorm = sqrt(n);
-}
-
-static int param_change(const struct audit *a, const struct apf_verify_kept *k,
-			size_t c, double *out)
-{
-	*out = 0;
-	char *f = NULL, *t = NULL;
-	size_t flen = 0, tlen = 0;
-	int rc = read_ckpt(a, k, c, APF_MAX_REPLAY_CKPT, &f, &flen);
-	if (!rc)
-		rc = read_ckpt(a, k, c + 1, APF_MAX_REPLAY_CKPT, &t, &tlen);
-	if (!rc)
-		rc = apf_arena_check(f, flen);
-	if (!rc)
-		rc = apf_arena_check(t, tlen);
-	const struct apf_arena_header *hf = (const void *)f, *ht = (const void *)t;
-	if (!rc && (hf->params_offset != ht->params_offset ||
-		    hf->params_floats != ht->params_floats))
-		rc = apf_error(APF_EVERIFY, k->unit,
-			       "two checkpoints of one unit with different "
-			       "layouts");
-	double unused;
-	if (!rc)
-		param_distance(ht, hf, out, &unused);
-	free(f);
-	free(t);
+	free(prev);
+	if (rc)
+		free(change);
+	else
+		a->change[u] = change;
 	return rc;
 }
+
+/* An interval's two checkpoints, read once for all the tries at it. */
+struct interval_bytes {
+	char *f, *t;
+	size_t flen, tlen;
+};
 
 /* Replays interval c -> c+1 of a unit: the submission, built from the
  * run's entry in the sandbox, restarted from checkpoint c (its step, its
@@ -460,22 +517,25 @@ static int land(apf_host *h, const struct apf_arena_header *live,
 }
 
 static int replay(struct audit *a, const struct apf_verify_kept *k, size_t c,
-		  const char *device, int exact, struct landing *landed,
-		  char *why, size_t size, uint64_t *replayed_ns, int *missed)
+		  struct interval_bytes *b, const char *device, int exact,
+		  struct landing *landed, char *why, size_t size,
+		  uint64_t *replayed_ns, int *missed)
 {
 	*replayed_ns = 0;
 	*missed = 0;
 	why[0] = 0;
 	const struct apf_verify_ckpt *from = &k->ckpt[c], *to = &k->ckpt[c + 1];
 	apf_host *h = NULL;
-	char *dir = NULL, *f = NULL, *t = NULL;
-	size_t flen = 0, tlen = 0;
+	char *dir = NULL;
 	int rc = host_open(a, k, device, &h, &dir);
 	const struct apf_host_unit *hu = rc ? NULL : apf_host_unit(h);
-	if (!rc)
-		rc = read_ckpt(a, k, c, hu->capacity, &f, &flen);
-	if (!rc)
-		rc = read_ckpt(a, k, c + 1, hu->capacity, &t, &tlen);
+	/* Read on the first try, kept for the others. */
+	if (!rc && !b->f)
+		rc = read_ckpt(a, k, c, hu->capacity, &b->f, &b->flen);
+	if (!rc && !b->t)
+		rc = read_ckpt(a, k, c + 1, hu->capacity, &b->t, &b->tlen);
+	const char *f = b->f, *t = b->t;
+	size_t flen = b->flen, tlen = b->tlen;
 	char detail[600], so[65];
 	if (!rc)
 		rc = apf_host_build(h, detail, sizeof detail, so);
@@ -591,8 +651,6 @@ static int replay(struct audit *a, const struct apf_verify_kept *k, size_t c,
 			       kind, detail2);
 	else if (!rc && !why[0] && !ready)
 		rc = apf_error(APF_EVERIFY, "replay", "the trial did not start");
-	free(f);
-	free(t);
 	apf_host_close(h);
 	if (dir)
 		apf_remove_tree(dir);
@@ -705,11 +763,10 @@ static int choose(struct audit *a, struct interval **out, size_t *niv,
 		}
 	int rc = 0;
 	/* --replay-top Q: the Q intervals whose parameters changed most. */
-	for (size_t i = 0; !rc && o->top > 0 && i < n; i++) {
-		say(a, "ranking %s interval %zu", r->kept[iv[i].unit].unit,
-		    iv[i].k + 1);
-		rc = param_change(a, &r->kept[iv[i].unit], iv[i].k, &iv[i].change);
-	}
+	for (size_t u = 0; !rc && o->top > 0 && u < r->nkept; u++)
+		rc = unit_changes(a, u);
+	for (size_t i = 0; !rc && o->top > 0 && i < n; i++)
+		iv[i].change = a->change[iv[i].unit][iv[i].k + 1];
 	if (rc) {
 		free(iv);
 		return rc;
@@ -925,15 +982,19 @@ static int check5(struct audit *a)
 		 * verifier up) says nothing of the run: it is replayed again,
 		 * twice at most. */
 		int missed = 0;
+		struct interval_bytes bytes = {0};
 		for (int tries = 0; tries < 3; tries++) {
-			rc = replay(a, k, iv[i].k, p.device, p.exact, &landed, why,
-				    sizeof why, &replayed_ns, &missed);
+			rc = replay(a, k, iv[i].k, &bytes, p.device, p.exact,
+				    &landed, why, sizeof why, &replayed_ns,
+				    &missed);
 			if (rc || !missed)
 				break;
 			say(a, "replaying %s steps %llu to %llu again (its step "
 			       "went by before it was asked for)",
 			    k->unit, s0 + 1, s1);
 		}
+		free(bytes.f);
+		free(bytes.t);
 		worst.off_step = fmax(worst.off_step, landed.off_step);
 		worst.off_norm = fmax(worst.off_norm, landed.off_norm);
 		worst.metric = fmax(worst.metric, landed.metric);
@@ -1027,6 +1088,9 @@ int apf_verify_audit(apf_verify_report *r, const struct apf_audit_opts *o)
 		return 0;
 	struct audit a = {.r = r, .o = o};
 	int rc = audit_open(&a, replaying);
+	if (!rc && o->top > 0 && r->nkept &&
+	    !(a.change = apf_calloc(r->nkept, sizeof *a.change)))
+		rc = apf_error(APF_ENOMEM, "verify", "out of memory");
 	if (!rc && o->reeval)
 		rc = check4(&a);
 	if (!rc && replaying)

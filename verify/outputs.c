@@ -23,6 +23,7 @@
 #include <inttypes.h>
 #include <stdarg.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -139,14 +140,15 @@ static const char *const time_cols[] = {
 	"score", "total_duration"};
 #define NTIME (sizeof time_cols / sizeof time_cols[0])
 
-static int parse_double(const char *s, double *out)
+/* Whether s is a whole number in range, in *out. */
+static bool parse_double(double *out, const char *s)
 {
 	if (!*s)
-		return -1;
+		return false;
 	char *end;
 	errno = 0;
 	*out = strtod(s, &end);
-	return *end || errno == ERANGE ? -1 : 0;
+	return !*end && errno != ERANGE;
 }
 
 /* A cell against the text the runner prints for a value: equal text, or
@@ -156,7 +158,7 @@ static int same_value(const char *cell, const char *want)
 	if (!strcmp(cell, want))
 		return 1;
 	double a, b;
-	return !parse_double(cell, &a) && !parse_double(want, &b) && a == b;
+	return parse_double(&a, cell) && parse_double(&b, want) && a == b;
 }
 
 static int same_integer(const char *cell, uint64_t want)

@@ -42,6 +42,7 @@
 #include <inttypes.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -209,8 +210,9 @@ static int strings_object(const char *line, const struct apf_jtok *t,
 	return 1;
 }
 
-/* Checks one field's value and keeps it in the slot; 0 when of its type. */
-static int take_field(const struct vx *v, const char *line,
+/* Checks one field's value and keeps it in the slot: false when it is not
+ * of its type (the caller says which field and what it must be). */
+static bool take_field(const struct vx *v, const char *line,
 		      const struct apf_jtok *t, uint32_t val,
 		      const struct apf_event_field *f, struct vx_slot *s)
 {
@@ -220,87 +222,87 @@ static int take_field(const struct vx *v, const char *line,
 	case APF_F_U64:
 	case APF_F_U64_1:
 		if (apf_jtok_u64(line, x, &n) || (f->type == APF_F_U64_1 && n < 1))
-			return -1;
+			return false;
 		s->u[f->at] = n;
 		s->has_u |= (uint16_t)(1u << f->at);
-		return 0;
+		return true;
 	case APF_F_U64_NULL:
 		if (x->type == APF_JNULL) {
 			s->flags |= FLAG_NULL;
-			return 0;
+			return true;
 		}
 		if (apf_jtok_u64(line, x, &n))
-			return -1;
+			return false;
 		s->u[f->at] = n;
-		return 0;
+		return true;
 	case APF_F_SHA:
 		if (!is_sha(line, x, NULL))
-			return -1;
+			return false;
 		break;
 	case APF_F_STR:
 		if (x->type != APF_JSTRING)
-			return -1;
+			return false;
 		break;
 	case APF_F_BOOL:
 		if (x->type != APF_JTRUE && x->type != APF_JFALSE)
-			return -1;
+			return false;
 		if (x->type == APF_JTRUE)
 			s->flags |= 1u << f->at;
-		return 0;
+		return true;
 	case APF_F_TRUE:
-		return x->type == APF_JTRUE ? 0 : -1;
+		return x->type == APF_JTRUE;
 	case APF_F_NUM:
-		return apf_jtok_double(line, x, &s->d[f->at]);
+		return apf_jtok_double(line, x, &s->d[f->at]) == 0;
 	case APF_F_OBJ:
 		if (x->type != APF_JOBJECT)
-			return -1;
+			return false;
 		break;
 	case APF_F_STRS:
 		if (x->type != APF_JARRAY)
-			return -1;
+			return false;
 		for (uint32_t i = val + 1; i < x->next; i = t[i].next)
 			if (t[i].type != APF_JSTRING)
-				return -1;
-		return 0;
+				return false;
+		return true;
 	case APF_F_UNIT:
 	case APF_F_UNIT_NULL:
 		if (f->type == APF_F_UNIT_NULL && x->type == APF_JNULL) {
 			s->unit = -1;
-			return 0;
+			return true;
 		}
 		if (x->type != APF_JSTRING)
-			return -1;
+			return false;
 		s->unit = find_unit(v, line, x);
 		s->unit_tok = val;
-		return 0;
+		return true;
 	case APF_F_ENUM:
 		for (int i = 0; x->type == APF_JSTRING && f->values[i]; i++)
 			if (apf_jtok_eq(line, x, f->values[i])) {
 				s->sval = (uint8_t)i;
-				return 0;
+				return true;
 			}
-		return -1;
+		return false;
 	case APF_F_DRIFTS: {
 		static const char *const names[] = {"field", "expected",
 						    "actual"};
 		if (x->type != APF_JARRAY || x->size == 0)
-			return -1;
+			return false;
 		for (uint32_t i = val + 1; i < x->next; i = t[i].next)
 			if (!strings_object(line, t, i, names, 3))
-				return -1;
-		return 0;
+				return false;
+		return true;
 	}
 	case APF_F_METRICS:
 		if (x->type != APF_JOBJECT)
-			return -1;
+			return false;
 		/* Values sit at odd offsets after the object: key, value. */
 		for (uint32_t k = val + 1; k < x->next; k = t[k + 1].next)
 			if (t[k + 1].type != APF_JNUMBER)
-				return -1;
+				return false;
 		break;
 	case APF_F_CKPT: {
 		if (x->type != APF_JOBJECT || x->size != 3)
-			return -1;
+			return false;
 		long file = apf_jtok_get(line, t, val, "file");
 		long sha = apf_jtok_get(line, t, val, "sha256");
 		long bytes = apf_jtok_get(line, t, val, "bytes");
@@ -308,7 +310,7 @@ static int take_field(const struct vx *v, const char *line,
 		    t[file].type != APF_JSTRING ||
 		    !is_sha(line, &t[sha], s->sha) ||
 		    apf_jtok_u64(line, &t[bytes], &s->u[9]))
-			return -1;
+			return false;
 		s->tok[2] = (uint32_t)file;
 		char ck0[16];
 		apf_rundir_ckpt_name(ck0, sizeof ck0, NULL, 0);
@@ -320,7 +322,7 @@ static int take_field(const struct vx *v, const char *line,
 	}
 	if (f->at != APF_KEEP_NONE)
 		s->tok[f->at] = val;
-	return 0;
+	return true;
 }
 
 static inline int key_is(const char *line, const struct apf_jtok *key,
@@ -355,11 +357,12 @@ static int names_checkpoint(const char *line, const struct apf_jtok *t,
 				     u->name_len, index);
 }
 
-/* Whether a metric meets its target. Most metrics are written with 17
+/* Whether a metric meets its target, in *out; false when the value is not a
+ * number (then the slot has no such metric). Most metrics are written with 17
  * significant digits, which strtod converts slowly; a value good to a few
  * ulp settles the comparison unless it is that close to the target, and
  * only then is the exact conversion needed. */
-static int meets(const char *line, const struct apf_jtok *t, int direction,
+static bool meets(const char *line, const struct apf_jtok *t, int direction,
 		 double target, uint8_t *out)
 {
 	static const double pow10[] = {1e0,  1e1,  1e2,	 1e3,  1e4,  1e5,
@@ -367,7 +370,7 @@ static int meets(const char *line, const struct apf_jtok *t, int direction,
 				       1e12, 1e13, 1e14, 1e15, 1e16, 1e17,
 				       1e18, 1e19, 1e20, 1e21, 1e22};
 	if (t->type != APF_JNUMBER)
-		return -1;
+		return false;
 	const char *p = line + t->start, *end = p + t->len;
 	int neg = *p == '-', sig = 0, exp10 = 0, quick = 1;
 	uint64_t m = 0;
@@ -396,14 +399,14 @@ static int meets(const char *line, const struct apf_jtok *t, int direction,
 		double scale = fmax(fabs(v), fabs(target));
 		if (fabs(v - target) > 8 * DBL_EPSILON * scale) {
 			*out = (uint8_t)apf_workload_meets(direction, v, target);
-			return 0;
+			return true;
 		}
 	}
 	double v;
 	if (apf_jtok_double(line, t, &v))
-		return -1;
+		return false;
 	*out = (uint8_t)apf_workload_meets(direction, v, target);
-	return 0;
+	return true;
 }
 
 void apf_vx_prepare(void *user, const struct apf_runlog_record *r, void *slot)
@@ -445,7 +448,7 @@ void apf_vx_prepare(void *user, const struct apf_runlog_record *r, void *slot)
 		}
 		hint = fi + 1;
 		seen |= 1u << fi;
-		if (take_field(v, line, t, k + 1, &fs[fi], s)) {
+		if (!take_field(v, line, t, k + 1, &fs[fi], s)) {
 			bad(s, "%s: %s must be %s", apf_rundir_events[s->ev].name,
 			    fs[fi].name, type_name(fs[fi].type));
 			return;
@@ -468,10 +471,10 @@ void apf_vx_prepare(void *user, const struct apf_runlog_record *r, void *slot)
 		long tm = apf_jtok_get(line, t, s->tok[0], u->tkey);
 		if (vm >= 0)
 			s->has_vm = meets(line, &t[vm], u->direction, u->vtarget,
-					  &s->vm_meets) == 0;
+					  &s->vm_meets);
 		if (tm >= 0)
 			s->has_tm = meets(line, &t[tm], u->direction, u->ttarget,
-					  &s->tm_meets) == 0;
+					  &s->tm_meets);
 		s->vm_tok = (uint32_t)vm;
 		s->tm_tok = (uint32_t)tm;
 	}

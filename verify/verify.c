@@ -1115,7 +1115,7 @@ static int keep_checkpoints(struct vx *v)
 	apf_verify_report *rep = v->rep;
 	rep->kept = apf_calloc(v->nunits + 1, sizeof *rep->kept);
 	if (!rep->kept)
-		return -1;
+		return apf_error(APF_ENOMEM, v->dir, "out of memory");
 	for (size_t i = 0; i < v->nunits; i++) {
 		const struct vx_unit *u = &v->units[i];
 		size_t n = u->nevals + (size_t)u->has_init;
@@ -1129,7 +1129,7 @@ static int keep_checkpoints(struct vx *v)
 		k->trial = u->trial0 + 1;
 		k->ckpt = apf_calloc(n, sizeof *k->ckpt);
 		if (!k->unit || !k->workload || !k->variant || !k->ckpt)
-			return -1;
+			return apf_error(APF_ENOMEM, v->dir, "out of memory");
 		if (u->has_init) {
 			k->ckpt[k->n] = (struct apf_verify_ckpt){0, 0, 0, {0}, NULL,
 								 0, 0};
@@ -1161,12 +1161,12 @@ static int keep_claims(struct vx *v)
 	const char *model = json_string_value(
 		json_object_get(json_object_get(env, "cpu"), "model"));
 	if (model && !(rep->cpu_model = apf_strdup(model)))
-		return -1;
+		return apf_error(APF_ENOMEM, v->dir, "out of memory");
 	snprintf(rep->device, sizeof rep->device, "%s", v->device);
 	const char *gpu = json_string_value(json_object_get(
 		json_array_get(json_object_get(env, "gpus"), 0), "name"));
 	if (gpu && !(rep->gpu_model = apf_strdup(gpu)))
-		return -1;
+		return apf_error(APF_ENOMEM, v->dir, "out of memory");
 	/* load_head sets the signer only after the head's run_json_sha256
 	 * matched run.json's digest. */
 	rep->claims_signed = rep->runner_signer[0] != 0;
@@ -1223,8 +1223,8 @@ int apf_verify_run(apf_verify_report **out, const char *dir,
 		rc = run_check(&v, APF_VERIFY_ENTRY, check_entry);
 	if (!rc)
 		rc = run_check(&v, APF_VERIFY_LOG, check_log);
-	if (!rc && keep_claims(&v))
-		rc = apf_error(APF_ENOMEM, dir, "out of memory");
+	if (!rc)
+		rc = keep_claims(&v);
 	if (!rc)
 		rc = run_check(&v, APF_VERIFY_TIMING, check_timing);
 	if (!rc && o->log_only) {
@@ -1258,9 +1258,11 @@ int apf_verify_run(apf_verify_report **out, const char *dir,
 			       "run --resume continues it)",
 			       v.incomplete, extra);
 	}
-	if (rep->check[APF_VERIFY_TIMING].outcome == APF_VERIFY_PASSED &&
-	    keep_checkpoints(&v))
-		rc = apf_error(APF_ENOMEM, dir, "out of memory");
+	if (rep->check[APF_VERIFY_TIMING].outcome == APF_VERIFY_PASSED) {
+		int krc = keep_checkpoints(&v);
+		if (krc)
+			rc = krc;
+	}
 	if (rep->check[APF_VERIFY_TIMING].outcome == APF_VERIFY_PASSED &&
 	    !o->log_only) {
 		/* A flag is no failure, and the verdict so far outlives the
