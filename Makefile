@@ -128,7 +128,27 @@ $(shell mkdir -p $(BUILD)/gen; v='const char apf_build_id[] = "$(BUILD_ID)";'; \
 $(BUILD)/obj/version.o: $(BUILD)/gen/version.c
 	$(Q)$(CC) $(CFLAGS_APF) $(CFLAGS) -c $< -o $@
 
-$(BUILD)/libapf.a: $(LIB_OBJ)
+# libapf.a holds one relocatable object per source folder (ld -r of the
+# folder's objects: pkg/runner's are pkg.runner.o), in which the functions
+# a package's internal header marks APF_INTERNAL (base/base.h) are made
+# local (objcopy --localize-hidden): the package's files share them, and
+# nothing outside it - another package, cmd/apf, whoever links the
+# installed library - can call them. What it exports is pkg/libapf.exports,
+# and tests/layout holds it to that list (scripts/exported-symbols.py).
+LIB_DIRS    := $(sort $(patsubst %/,%,$(dir $(LIB_SRC))))
+lib_pkg_obj  = $(BUILD)/pkgobj/$(subst /,.,$(1)).o
+LIB_PKG_OBJ := $(foreach d,$(LIB_DIRS),$(call lib_pkg_obj,$(d)))
+
+define lib_pkg_rule
+$(call lib_pkg_obj,$(1)): $(foreach o,$(LIB_OBJ),$(if $(filter $(BUILD)/obj/$(1)/,$(dir $(o))),$(o)))
+	@mkdir -p $$(dir $$@)
+	@$$(if $$(Q),echo "  LD -r   $$@")
+	$$(Q)$$(LD) -r -o $$@.tmp $$^ && objcopy --localize-hidden $$@.tmp $$@ \
+	    && rm -f $$@.tmp
+endef
+$(foreach d,$(LIB_DIRS),$(eval $(call lib_pkg_rule,$(d))))
+
+$(BUILD)/libapf.a: $(LIB_PKG_OBJ) $(BUILD)/obj/version.o
 	@rm -f $@
 	@$(if $(Q),echo "  AR      $@")
 	$(Q)ar rcs $@ $^
@@ -207,6 +227,18 @@ $(TEXT_DATA): datagen/text.c | $(TEXTGEN)
 # tells the two workloads/*/model.o apart. The target is the link's outcome,
 # not the link: a failure is reported by the test, with the linker's
 # message, instead of stopping make test before anything has run.
+#
+# layout_link: links $(LAYOUT)/<name> from the rule's object against its
+# archive (the first and second prerequisites), with a link map, into
+# <name>.link: the linker's output and its exit status.
+define layout_link
+@mkdir -p $(dir $@)
+@$(if $(Q),echo "  LINK    $(@:.link=)")
+$(Q)rm -f $(@:.link=) $(@:.link=.map); \
+  $(CC) $(LDFLAGS_APF) $(LDFLAGS) -o $(@:.link=) $< $(word 2,$^) $(LIBS) \
+    -Wl,-Map,$(@:.link=.map) >$@.tmp 2>&1; \
+  echo "exit status $$?" >>$@.tmp; mv $@.tmp $@
+endef
 VERIFY_LIB_OBJ := $(filter-out $(BUILD)/obj/pkg/runner/% $(BUILD)/obj/pkg/trial/%,$(LIB_OBJ))
 LAYOUT := $(BUILD)/tests/layout
 
@@ -216,12 +248,7 @@ $(BUILD)/libapf-verify.a: $(VERIFY_LIB_OBJ)
 	$(Q)ar rcsT $@ $^
 
 $(LAYOUT)/verify_only.link: $(BUILD)/obj/tests/layout/verify_only.o $(BUILD)/libapf-verify.a
-	@mkdir -p $(dir $@)
-	@$(if $(Q),echo "  LINK    $(LAYOUT)/verify_only")
-	$(Q)rm -f $(LAYOUT)/verify_only $(LAYOUT)/verify_only.map; \
-	  $(CC) $(LDFLAGS_APF) $(LDFLAGS) -o $(LAYOUT)/verify_only $< \
-	    $(BUILD)/libapf-verify.a $(LIBS) -Wl,-Map,$(LAYOUT)/verify_only.map \
-	    >$@.tmp 2>&1; echo "exit status $$?" >>$@.tmp; mv $@.tmp $@
+	$(layout_link)
 
 # The runner's, the same way: libapf-runner.a holds every object but the
 # trial's (pkg/trial, the untrusted process the runner starts as `apf
@@ -236,12 +263,7 @@ $(BUILD)/libapf-runner.a: $(RUNNER_LIB_OBJ)
 	$(Q)ar rcsT $@ $^
 
 $(LAYOUT)/runner_only.link: $(BUILD)/obj/tests/layout/runner_only.o $(BUILD)/libapf-runner.a
-	@mkdir -p $(dir $@)
-	@$(if $(Q),echo "  LINK    $(LAYOUT)/runner_only")
-	$(Q)rm -f $(LAYOUT)/runner_only $(LAYOUT)/runner_only.map; \
-	  $(CC) $(LDFLAGS_APF) $(LDFLAGS) -o $(LAYOUT)/runner_only $< \
-	    $(BUILD)/libapf-runner.a $(LIBS) -Wl,-Map,$(LAYOUT)/runner_only.map \
-	    >$@.tmp 2>&1; echo "exit status $$?" >>$@.tmp; mv $@.tmp $@
+	$(layout_link)
 
 layout-tests: $(LAYOUT)/verify_only.link $(LAYOUT)/runner_only.link
 

@@ -18,7 +18,7 @@ import sys
 
 DEFAULT = "/usr/share/containers/seccomp.json"
 
-# syscall -> why apf's sandbox makes it (pkg/sandbox/spawn.c)
+# syscall -> why apf's sandbox makes it (pkg/sandbox/child.c)
 ADDED = {
     "sethostname": "the sealed trial's UTS namespace gets its own host name, "
                    "so the machine's name never reaches the submission; the "

@@ -17,9 +17,11 @@ against DIR/libapf-verify.a alone. Prints:
     are `wc -l` lines: comments and blank lines included, since an auditor
     reads those too. Also the members the link check allows that nothing
     reached, and apf verify's command-line layer (cmd/apf, a fixed list).
-(b) The 8 longest functions of pkg/runner/*.c, from the signature's first
-    line to the closing brace (this code's style: a function body opens
-    with "{" alone at column 0 and closes with "}" alone at column 0;
+(b) The 8 longest functions of pkg/runner/*.c and of pkg/sandbox/*.c (the
+    supervisor's and the sandbox's, where a long function hides most),
+    from the signature's first line to the closing brace (this code's
+    style: a function body opens with "{" alone at column 0 and closes
+    with "}" alone at column 0;
     checked once against universal-ctags' end: field, same answer on every
     .c file).
 (c) How many places implement each of three concepts that must not drift
@@ -239,16 +241,16 @@ def enclosing(path, line, cache={}):
     return "(file scope)"
 
 
-def report_functions(n=8):
+def report_functions(folder, n=8):
     rows = []
-    d = os.path.join(ROOT, "pkg", "runner")
+    d = os.path.join(ROOT, folder)
     for f in sorted(os.listdir(d)):
         if f.endswith(".c"):
-            p = os.path.join("pkg", "runner", f)
+            p = os.path.join(folder, f)
             for name, a, b in functions(os.path.join(ROOT, p)):
                 rows.append((b - a + 1, p, a, name))
     rows.sort(key=lambda r: (-r[0], r[1], r[2]))
-    print(f"\n(b) the {n} longest functions of pkg/runner/*.c "
+    print(f"\n(b) the {n} longest functions of {folder}/*.c "
           f"(lines, file:line, name)")
     for length, p, a, name in rows[:n]:
         print(f"    {length:>6}  {p + ':' + str(a):<30} {name}")
@@ -416,7 +418,8 @@ def main():
     args = ap.parse_args()
     build = os.path.abspath(os.path.join(ROOT, args.build))
     report_link(build)
-    report_functions()
+    report_functions("pkg/runner")
+    report_functions("pkg/sandbox")
     report_places()
     print("\n(regenerate: make BUILD=<dir> layout-report, or make BUILD=<dir> "
           "layout-tests; scripts/layout-report.py --build <dir>)")

@@ -200,33 +200,35 @@ struct vx {
 };
 
 /* records.c */
-size_t apf_vx_slot_size(void);
+APF_INTERNAL size_t apf_vx_slot_size(void);
+APF_INTERNAL
 void apf_vx_prepare(void *user, const struct apf_runlog_record *r, void *slot);
-int apf_vx_record(void *user, const struct apf_runlog_record *r);
+APF_INTERNAL int apf_vx_record(void *user, const struct apf_runlog_record *r);
 /* A session still open when its log ends: an unsealed one says why. */
-int apf_vx_session_check(struct vx *v);
+APF_INTERNAL int apf_vx_session_check(struct vx *v);
 /* After the walk: units left unfinished, run_end's counts. */
-int apf_vx_walk_end(struct vx *v);
+APF_INTERNAL int apf_vx_walk_end(struct vx *v);
 /* The check-3 failure on the earliest line, as the current error. */
-int apf_vx_timing_result(struct vx *v);
+APF_INTERNAL int apf_vx_timing_result(struct vx *v);
 /* Records the first check-3 failure of a unit. */
+APF_INTERNAL
 void apf_vx_unit_fail(struct vx *v, struct vx_unit *u, uint64_t line,
 		      const char *what, const char *fmt, ...)
 	__attribute__((format(printf, 5, 6)));
-void apf_vx_unit_clear(struct vx_unit *u);
-void apf_vx_unit_free(struct vx_unit *u);
-const char *apf_vx_event_name(int ev);
+APF_INTERNAL void apf_vx_unit_clear(struct vx_unit *u);
+APF_INTERNAL void apf_vx_unit_free(struct vx_unit *u);
+APF_INTERNAL const char *apf_vx_event_name(int ev);
 
 /* outputs.c */
-int apf_vx_hparams_files(struct vx *v);
-int apf_vx_csvs(struct vx *v);
-int apf_vx_checkpoints(struct vx *v);
+APF_INTERNAL int apf_vx_hparams_files(struct vx *v);
+APF_INTERNAL int apf_vx_csvs(struct vx *v);
+APF_INTERNAL int apf_vx_checkpoints(struct vx *v);
 
 /* plausible.c: the plausibility backstop over the walk's kept evals, into
  * rep->plausibility; an error only when out of memory (a reference file
  * that cannot be read is a note). */
-int apf_vx_plausibility(struct vx *v);
-void apf_vx_plausibility_free(struct apf_verify_plausibility *p);
+APF_INTERNAL int apf_vx_plausibility(struct vx *v);
+APF_INTERNAL void apf_vx_plausibility_free(struct apf_verify_plausibility *p);
 
 /* The log a unit's records are in. */
 static inline const char *apf_vx_log_of(const struct vx *v,
@@ -237,6 +239,6 @@ static inline const char *apf_vx_log_of(const struct vx *v,
 
 /* verify.c: "check N (name)", the start of a failure's message; the
  * failure is then that check's, whichever check is running. */
-const char *apf_vx_label(struct vx *v, int check);
+APF_INTERNAL const char *apf_vx_label(struct vx *v, int check);
 
 #endif

@@ -26,6 +26,14 @@
 
 #define APF_VERSION "0.1.0"
 
+/* A function the files of one package share and nothing else may call: a
+ * package's internal header declares it APF_INTERNAL. Hidden, and made
+ * local when the package is linked into libapf.a (the Makefile's `ld -r`
+ * and `objcopy --localize-hidden`), so another package, cmd/apf or whoever
+ * links the installed library gets an undefined symbol, not a way in;
+ * pkg/libapf.exports lists what the library does export. */
+#define APF_INTERNAL __attribute__((visibility("hidden")))
+
 enum apf_status {
 	APF_OK = 0,
 	APF_EVERIFY = -1,   /* a verification failed: exit 1 */

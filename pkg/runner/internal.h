@@ -53,23 +53,25 @@ struct run {
 };
 
 /* A SIGINT asked the run to stop (the log stays resumable). */
-int apf_run_interrupted(void);
+APF_INTERNAL int apf_run_interrupted(void);
 /* Either: the units under way stop. */
-int apf_run_stopping(void);
+APF_INTERNAL int apf_run_stopping(void);
 /* A SIGTERM or SIGUSR1 asked it to checkpoint and stop; which one. */
-int apf_run_preempted(void);
-const char *apf_run_preempt_signal(void);
+APF_INTERNAL int apf_run_preempted(void);
+APF_INTERNAL const char *apf_run_preempt_signal(void);
 /* Runs one unit to its end (or resumes it); logs everything. A failed
  * trial returns 0: it is a result. */
-int apf_runner_unit(struct run *r, size_t index);
+APF_INTERNAL int apf_runner_unit(struct run *r, size_t index);
 /* apf run --slurm (slurm.c): submits the units of the plan listed in
  * units (n of them) as one job array. */
+APF_INTERNAL
 int apf_runner_slurm_submit(struct run *r, const size_t *units, size_t n);
 /* In a Slurm array task, records the job and task in the unit's directory
  * (slurm.json) for apf status; nothing outside Slurm. */
-int apf_runner_slurm_note(const char *unit_dir);
+APF_INTERNAL int apf_runner_slurm_note(const char *unit_dir);
 
 /* Tells the run's user one line (apf_run_opts.notice), if it listens. */
+APF_INTERNAL
 void apf_runner_notice(const struct run *r, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 

@@ -1,8 +1,16 @@
 /*
- * internal.h: what the files of pkg/sandbox share and nothing else includes:
- * the sandbox's state, the syscall table (filter.c), the policy and
- * notification helpers (notify.c) and the memory limit (memory.c) that
- * spawn.c calls.
+ * internal.h: what the files of pkg/sandbox share and nothing else includes
+ * (every function here is APF_INTERNAL): the sandbox's state, the syscall
+ * table (filter.c), the path policy and the fault record (policy.c), the
+ * memory limit (memory.c), the output pipe (output.c), and the plan
+ * (plan.c) the children (child.c) carry out.
+ *
+ * The files call one another in one direction only: the supervisor's two
+ * sides, spawn.c (start, watch, reap) and notify.c (the filter's
+ * notifications), call down to plan.c, child.c, policy.c, filter.c,
+ * memory.c and output.c; plan.c calls policy.c, filter.c and output.c;
+ * child.c, policy.c, filter.c, memory.c, output.c and usage.c call no
+ * other file of the package. tests/layout checks it from the objects.
  */
 #ifndef APF_SANDBOX_INTERNAL_H
 #define APF_SANDBOX_INTERNAL_H
@@ -62,9 +70,10 @@ struct sc_info {
 };
 
 /* The table, resolved once for the native architecture. */
-const struct sc_info *apf_sandbox_syscalls(size_t *n);
-const struct sc_info *apf_sandbox_syscall_lookup(int nr);
+APF_INTERNAL const struct sc_info *apf_sandbox_syscalls(size_t *n);
+APF_INTERNAL const struct sc_info *apf_sandbox_syscall_lookup(int nr);
 /* The BPF program (malloc'd) the sandboxed process installs. */
+APF_INTERNAL
 int apf_sandbox_filter_build(struct sock_filter **prog, size_t *len);
 
 struct policy_entry {
@@ -131,29 +140,110 @@ struct apf_sandbox {
 	size_t out_ncarry;
 };
 
-/* Policy: adds a prefix (normalised); the defaults every sandbox has. */
+/* policy.c: the path policy (adds a prefix, normalised; the defaults every
+ * sandbox has; the access it grants a path, *above when the path is a
+ * directory above a prefix) and the first fault, which kills the sandbox. */
+APF_INTERNAL
 int apf_sandbox_policy_add(apf_sandbox *sb, const char *prefix, int access);
-int apf_sandbox_policy_defaults(apf_sandbox *sb);
+APF_INTERNAL int apf_sandbox_policy_defaults(apf_sandbox *sb);
+APF_INTERNAL
+int apf_sandbox_policy_access(const apf_sandbox *sb, const char *path,
+			      int *above);
 /* Kills everything in the sandbox now (SIGKILL), without reaping. */
-void apf_sandbox_kill_now(apf_sandbox *sb);
+APF_INTERNAL void apf_sandbox_kill_now(apf_sandbox *sb);
 /* Records the first fault and kills the sandbox. */
+APF_INTERNAL
 void apf_sandbox_record_fault(apf_sandbox *sb, const char *text, int path);
-/* Reads the program's peak virtual size into sb->peak_vm. */
-void apf_sandbox_snapshot_vm(apf_sandbox *sb);
-/* The memory limit: chooses the mechanism and makes the cgroup (before
+/* memory.c: the memory limit: chooses the mechanism and makes the cgroup (before
  * the clone); moves the program into it (before its execve is answered);
  * reads its counters once the sandbox has ended; removes it. */
-int apf_sandbox_memory_setup(apf_sandbox *sb, uint64_t bytes);
-int apf_sandbox_memory_enter(apf_sandbox *sb, pid_t pid);
-void apf_sandbox_memory_read(apf_sandbox *sb);
-void apf_sandbox_memory_remove(apf_sandbox *sb);
+APF_INTERNAL int apf_sandbox_memory_setup(apf_sandbox *sb, uint64_t bytes);
+APF_INTERNAL int apf_sandbox_memory_enter(apf_sandbox *sb, pid_t pid);
+APF_INTERNAL void apf_sandbox_memory_read(apf_sandbox *sb);
+APF_INTERNAL void apf_sandbox_memory_remove(apf_sandbox *sb);
+/* Reads the program's peak virtual size into sb->peak_vm. */
+APF_INTERNAL void apf_sandbox_snapshot_vm(apf_sandbox *sb);
 /* The output pipe: opens the log and makes the pipe (*write_end is the
  * program's end, for fds 1 and 2); closing drains what is left. */
+APF_INTERNAL
 int apf_sandbox_output_open(apf_sandbox *sb, const char *path, uint64_t max,
 			    int *write_end);
-void apf_sandbox_output_close(apf_sandbox *sb);
+APF_INTERNAL void apf_sandbox_output_close(apf_sandbox *sb);
 /* Lexical normalisation of an absolute path: "//", ".", ".." folded;
  * returns 0 or -ENAMETOOLONG / -EINVAL (not absolute). */
+APF_INTERNAL
 int apf_sandbox_normalize(char *out, size_t size, const char *path);
+
+/* ---- the plan: what the children need, all of it prepared before the
+ * clone (plan.c) so that they only make system calls (child.c) ---------- */
+
+#define DEFAULT_HOSTNAME "apf-sandbox"
+#define DEFAULT_SCRATCH_BYTES (64ull << 20)
+#define MAX_FDS 64
+/* Where the intermediate root is mounted while the new one is built; any
+ * directory every system has will do, since its content is never used. */
+#define STAGE "/tmp"
+
+enum { MSG_LISTENER = 'L', MSG_ERROR = 'E', MSG_EXIT = 'X' };
+
+/* Which set-up step failed, for the steps the supervisor's message says
+ * more about: the message's text is for people, never parsed. */
+enum { STEP_OTHER, STEP_MOUNT_PROC, STEP_SETHOSTNAME };
+
+struct msg {
+	int type;
+	int err;
+	int step;           /* MSG_ERROR: STEP_* */
+	int status;
+	struct rusage ru;
+	char text[256];
+};
+
+struct plan_mount {
+	char *src;  /* "/oldroot" + canonical host path */
+	char *dst;  /* "/newroot" + target */
+	int write;
+	int is_dir;
+	int is_dev; /* a character device: keeps device access */
+	int copy;   /* copied into the root, not bound */
+};
+
+struct plan {
+	enum apf_sandbox_mode mode;
+	int probe;
+	char **argv, **envp;
+	char *cwd;
+	struct plan_mount *mnts;
+	size_t nmnts;
+	char *scratch;      /* "/newroot" + scratch target, or NULL */
+	char scratch_opts[64];
+	char root_opts[64];
+	struct apf_sandbox_fd fds[MAX_FDS];
+	size_t nfds;
+	struct rlimit rl_as, rl_nofile, rl_nproc, rl_fsize, rl_cpu;
+	char hostname[65];
+	char uid_map[64], gid_map[64];
+	struct sock_fprog prog;
+	int chan;           /* the children's end of the socketpair */
+	pid_t supervisor;
+	int userns;         /* sealed in a user namespace of its own */
+	int out_wfd;        /* the output pipe's write end (fds 1, 2), or -1 */
+	int cg_fd;          /* the sandbox cgroup's cgroup.procs, or -1 */
+};
+
+/* plan.c: builds the plan from a configuration (adding its paths to sb's
+ * policy, opening the output pipe, building the filter); frees it. */
+APF_INTERNAL
+int apf_sandbox_plan_build(struct plan *p, const struct apf_sandbox_config *cfg,
+			   apf_sandbox *sb);
+APF_INTERNAL void apf_sandbox_plan_free(struct plan *p);
+
+/* child.c: clone3() with a pidfd (*pidfd, unless NULL) and SIGCHLD; and the
+ * two children, which never return: init (sealed: pid 1 of the new pid
+ * namespace, which builds the root and forks the program) and the program
+ * (which installs the filter and execs). */
+APF_INTERNAL pid_t apf_sandbox_clone(uint64_t flags, int *pidfd);
+APF_INTERNAL _Noreturn void apf_sandbox_init_main(struct plan *p);
+APF_INTERNAL _Noreturn void apf_sandbox_program_main(struct plan *p);
 
 #endif

@@ -29,7 +29,7 @@
  * the pid in its name is gone.
  *
  * Not available - no memory controller, a read-only cgroup file system,
- * not root and nothing delegated - means the rlimit fallback (spawn.c and
+ * not root and nothing delegated - means the rlimit fallback (plan.c and
  * notify.c do its part); a step that fails once a cgroup looked usable is
  * an error naming the step, never a silent fallback.
  */
@@ -496,4 +496,22 @@ const char *apf_sandbox_memory_mechanism(const apf_sandbox *sb)
 const char *apf_sandbox_memory_cgroup(const apf_sandbox *sb)
 {
 	return sb->cgroup;
+}
+
+void apf_sandbox_snapshot_vm(apf_sandbox *sb)
+{
+	char path[64], *data = NULL;
+	size_t len;
+	snprintf(path, sizeof path, "/proc/%d/status", (int)sb->pid);
+	if (apf_file_read(&data, &len, path, 1 << 16) < 0) {
+		apf_error_clear();
+		return;
+	}
+	const char *v = strstr(data, "\nVmPeak:");
+	if (v) {
+		uint64_t kb = strtoull(v + 8, NULL, 10);
+		if (kb * 1024 > sb->peak_vm)
+			sb->peak_vm = kb * 1024;
+	}
+	free(data);
 }

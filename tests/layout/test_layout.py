@@ -188,6 +188,25 @@ class RunnerLink(unittest.TestCase):
                          "link (so the link check does not cover them)")
 
 
+EXPORTS = os.path.join(ROOT, "pkg", "libapf.exports")
+
+
+def build_lib(d, srcs, cc):
+    """lib.a in d from {name: C text}, each compiled to obj/<name>/model.o."""
+    objs = []
+    for k, text in srcs.items():
+        os.makedirs(os.path.join(d, "obj", k))
+        c = os.path.join(d, k + ".c")
+        with open(c, "w") as f:
+            f.write(text)
+        o = os.path.join(d, "obj", k, "model.o")
+        subprocess.run([cc, "-c", c, "-o", o], check=True)
+        objs.append(o)
+    lib = os.path.join(d, "lib.a")
+    subprocess.run(["ar", "rcs", lib, *objs], check=True)
+    return lib
+
+
 class ExportedSymbols(unittest.TestCase):
     def test_libapf_exports_only_apf_symbols(self):
         lib = os.path.join(BUILD, "libapf.a")
@@ -197,31 +216,165 @@ class ExportedSymbols(unittest.TestCase):
         if p.returncode != 0:
             self.fail(p.stdout + p.stderr)
 
+    def test_libapf_exports_exactly_its_list(self):
+        # The package-internal functions (APF_INTERNAL) are local in the
+        # archive, so neither cmd/apf nor another package can call them.
+        lib = os.path.join(BUILD, "libapf.a")
+        if not os.path.exists(lib):
+            self.fail(f"{rel(lib)}: not built")
+        p = script("exported-symbols.py", "--list", EXPORTS, lib,
+                   os.path.join(BUILD, "obj"))
+        if p.returncode != 0:
+            self.fail(p.stdout + p.stderr)
+        with open(EXPORTS) as f:
+            listed = {l.strip() for l in f if l.strip() and l[0] != "#"}
+        for internal in ("apf_runner_unit", "apf_sandbox_policy_add",
+                         "apf_sandbox_normalize", "apf_vx_record"):
+            self.assertNotIn(internal, listed)
+
+    def test_list_check_names_unlisted_and_missing(self):
+        cc = os.environ.get("CC") or shutil.which("cc")
+        if not cc:
+            self.skipTest("no C compiler")
+        with tempfile.TemporaryDirectory(prefix="apf-layout-") as d:
+            lib = build_lib(d, {
+                "a": "int apf_a(void) { return 1; }\n"
+                     "int apf_a_internal(void) { return 2; }\n",
+                "b": "__attribute__((visibility(\"hidden\"))) "
+                     "int apf_b_hidden(void) { return 3; }\n"
+                     "int apf_b(void) { return apf_b_hidden(); }\n"}, cc)
+            lst = os.path.join(d, "exports")
+            with open(lst, "w") as f:
+                f.write("# comment\napf_a\napf_b\napf_gone\n")
+            p = script("exported-symbols.py", "--list", lst, lib,
+                       os.path.join(d, "obj"))
+            # A hidden symbol is still global in a plain archive: only the
+            # partial link and --localize-hidden make it local.
+            o = os.path.join(d, "obj", "b", "model.o")
+            subprocess.run(["objcopy", "--localize-hidden", o], check=True)
+            lib2 = os.path.join(d, "lib2.a")
+            subprocess.run(["ar", "rcs", lib2,
+                            os.path.join(d, "obj", "a", "model.o"), o],
+                           check=True)
+            with open(lst, "w") as f:
+                f.write("apf_a\napf_a_internal\napf_b\n")
+            q = script("exported-symbols.py", "--list", lst, lib2,
+                       os.path.join(d, "obj"))
+        self.assertEqual(p.returncode, 1, p.stdout + p.stderr)
+        self.assertIn("a/model.o: apf_a_internal (T)", p.stdout)
+        self.assertIn("b/model.o: apf_b_hidden (T)", p.stdout)
+        self.assertIn("does not export (take them off the list): apf_gone",
+                      p.stdout)
+        self.assertNotIn("apf_b (T)", p.stdout)
+        self.assertEqual(q.returncode, 0, q.stdout + q.stderr)
+        self.assertIn("its 3 global symbols are the ones", q.stdout)
+
     def test_symbol_check_names_offenders_by_object(self):
         # Two objects with one basename, as workloads/*/model.o are.
         cc = os.environ.get("CC") or shutil.which("cc")
         if not cc:
             self.skipTest("no C compiler")
         with tempfile.TemporaryDirectory(prefix="apf-layout-") as d:
-            srcs = {"a": "int helper(void) { return 1; }\n"
-                         "int apf_a(void) { return helper(); }\n",
-                    "b": "const int table[2] = {1, 2};\n"
-                         "int apf_b(void) { return table[0]; }\n"}
-            objs = []
-            for k, text in srcs.items():
-                os.makedirs(os.path.join(d, "obj", k))
-                c = os.path.join(d, k + ".c")
-                with open(c, "w") as f:
-                    f.write(text)
-                o = os.path.join(d, "obj", k, "model.o")
-                subprocess.run([cc, "-c", c, "-o", o], check=True)
-                objs.append(o)
-            lib = os.path.join(d, "lib.a")
-            subprocess.run(["ar", "rcs", lib, *objs], check=True)
+            lib = build_lib(d, {
+                "a": "int helper(void) { return 1; }\n"
+                     "int apf_a(void) { return helper(); }\n",
+                "b": "const int table[2] = {1, 2};\n"
+                     "int apf_b(void) { return table[0]; }\n"}, cc)
             p = script("exported-symbols.py", lib, os.path.join(d, "obj"))
         self.assertEqual(p.returncode, 1, p.stdout + p.stderr)
         self.assertIn("a/model.o: helper (T)", p.stdout)
         self.assertIn("b/model.o: table (R)", p.stdout)
+
+
+def nm_names(path, *flags):
+    p = subprocess.run(["nm", *flags, path], capture_output=True, text=True)
+    if p.returncode != 0:
+        raise OSError(f"nm {path}: {p.stderr.strip()}")
+    return {line.split()[-1] for line in p.stdout.splitlines() if line.split()}
+
+
+def call_cycle(objdir):
+    """A cycle of calls between the object files of one folder (each file
+    a node, an edge where one uses a global the other defines), as a list
+    of file names ending where it starts; None when they call down only."""
+    objs = sorted(glob.glob(os.path.join(objdir, "*.o")))
+    owner, uses = {}, {}
+    for o in objs:
+        name = os.path.basename(o)[:-2] + ".c"
+        for sym in nm_names(o, "-g", "--defined-only"):
+            owner[sym] = name
+        uses[name] = nm_names(o, "-u")
+    edges = {f: sorted({owner[s] for s in u if s in owner} - {f})
+             for f, u in uses.items()}
+    state = {}
+
+    def visit(f, path):
+        state[f] = 1
+        for g in edges[f]:
+            if state.get(g) == 1:
+                return path[path.index(g):] + [g] if g in path else [f, g, f]
+            if not state.get(g):
+                c = visit(g, path + [g])
+                if c:
+                    return c
+        state[f] = 2
+        return None
+
+    for f in sorted(edges):
+        if not state.get(f):
+            c = visit(f, [f])
+            if c:
+                return c
+    return None
+
+
+class FileCalls(unittest.TestCase):
+    def test_sandbox_files_call_down_only(self):
+        # The supervisor's sides (spawn.c, notify.c) over the plan, the
+        # children, the policy: a circle would put the child side's
+        # system-calls-only code, or the policy, back in reach of the
+        # supervisor's allocations and state.
+        objdir = os.path.join(BUILD, "obj", "pkg", "sandbox")
+        if not glob.glob(os.path.join(objdir, "*.o")):
+            self.fail(f"{rel(objdir)}: not built")
+        cycle = call_cycle(objdir)
+        self.assertIsNone(cycle, "pkg/sandbox's files call each other in a "
+                          "circle: " + " -> ".join(cycle or []))
+
+    def test_child_side_calls_no_other_file(self):
+        objdir = os.path.join(BUILD, "obj", "pkg", "sandbox")
+        owner = {}
+        for o in glob.glob(os.path.join(objdir, "*.o")):
+            for sym in nm_names(o, "-g", "--defined-only"):
+                owner[sym] = os.path.basename(o)
+        child = os.path.join(objdir, "child.o")
+        if not os.path.exists(child):
+            self.fail(f"{rel(child)}: not built")
+        reached = sorted({owner[s] for s in nm_names(child, "-u")
+                          if s in owner})
+        self.assertEqual(reached, [], "child.c (system calls only, after a "
+                         "fork) calls into other files of pkg/sandbox")
+
+    def test_cycle_check_finds_a_circle(self):
+        cc = os.environ.get("CC") or shutil.which("cc")
+        if not cc:
+            self.skipTest("no C compiler")
+        with tempfile.TemporaryDirectory(prefix="apf-layout-") as d:
+            srcs = {"a": "int apf_b(void);\nint apf_a(void) { return apf_b(); }\n",
+                    "b": "int apf_c(void);\nint apf_b(void) { return apf_c(); }\n",
+                    "c": "int apf_a(void);\nint apf_c(void) { return apf_a(); }\n",
+                    "d": "int apf_a(void);\nint apf_d(void) { return apf_a(); }\n"}
+            for k, text in srcs.items():
+                c = os.path.join(d, k + ".c")
+                with open(c, "w") as f:
+                    f.write(text)
+                subprocess.run([cc, "-c", c, "-o", os.path.join(d, k + ".o")],
+                               check=True)
+            cycle = call_cycle(d)
+            os.remove(os.path.join(d, "c.o"))
+            none = call_cycle(d)
+        self.assertEqual(cycle, ["a.c", "b.c", "c.c", "a.c"])
+        self.assertIsNone(none)
 
 
 class IncludeCycles(unittest.TestCase):
