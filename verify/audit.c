@@ -111,7 +111,7 @@ static int audit_open(struct audit *a, int extract)
 	free(entry);
 	free(dest);
 	if (!rc)
-		rc = apf_entry_plan(a->entry, &a->plan);
+		rc = apf_entry_plan(&a->plan, a->entry);
 	char *h = rc ? NULL : apf_path_join(a->r->run_dir, "heldout.json");
 	struct stat st;
 	if (h && stat(h, &st) == 0)
@@ -349,7 +349,7 @@ static int reeval_unit(struct audit *a, const struct apf_verify_kept *k,
 			 * arena is rewritten whole, zeros past its bytes. */
 			rc = apf_host_arena_load(h, data, len);
 			if (!rc && !ev)
-				rc = apf_host_evaluator(h, &ev);
+				rc = apf_host_evaluator(&ev, h);
 			json_t *m = NULL;
 			char err[600];
 			if (!rc)
@@ -483,7 +483,7 @@ static int land(apf_host *h, const struct apf_arena_header *live,
 	apf_evaluator *ev = NULL;
 	json_t *m = NULL;
 	char err[600];
-	rc = apf_host_evaluator(h, &ev);
+	rc = apf_host_evaluator(&ev, h);
 	if (!rc)
 		rc = apf_evaluator_eval(ev, &m, err, sizeof err);
 	if (!rc && !m)

@@ -211,7 +211,7 @@ int apf_vx_plausibility(struct vx *v)
 
 /* ---- the report ----------------------------------------------------------- */
 
-int apf_verify_plausibility_text(const apf_verify_report *r, apf_buf *out)
+int apf_verify_plausibility_text(apf_buf *out, const apf_verify_report *r)
 {
 	const struct apf_verify_plausibility *p = r->plausibility;
 	if (!p)

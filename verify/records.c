@@ -221,7 +221,7 @@ static bool take_field(const struct vx *v, const char *line,
 	switch (f->type) {
 	case APF_F_U64:
 	case APF_F_U64_1:
-		if (apf_jtok_u64(line, x, &n) || (f->type == APF_F_U64_1 && n < 1))
+		if (apf_jtok_u64(&n, line, x) || (f->type == APF_F_U64_1 && n < 1))
 			return false;
 		s->u[f->at] = n;
 		s->has_u |= (uint16_t)(1u << f->at);
@@ -231,7 +231,7 @@ static bool take_field(const struct vx *v, const char *line,
 			s->flags |= FLAG_NULL;
 			return true;
 		}
-		if (apf_jtok_u64(line, x, &n))
+		if (apf_jtok_u64(&n, line, x))
 			return false;
 		s->u[f->at] = n;
 		return true;
@@ -252,7 +252,7 @@ static bool take_field(const struct vx *v, const char *line,
 	case APF_F_TRUE:
 		return x->type == APF_JTRUE;
 	case APF_F_NUM:
-		return apf_jtok_double(line, x, &s->d[f->at]) == 0;
+		return apf_jtok_double(&s->d[f->at], line, x) == 0;
 	case APF_F_OBJ:
 		if (x->type != APF_JOBJECT)
 			return false;
@@ -309,7 +309,7 @@ static bool take_field(const struct vx *v, const char *line,
 		if (file < 0 || sha < 0 || bytes < 0 ||
 		    t[file].type != APF_JSTRING ||
 		    !is_sha(line, &t[sha], s->sha) ||
-		    apf_jtok_u64(line, &t[bytes], &s->u[9]))
+		    apf_jtok_u64(&s->u[9], line, &t[bytes]))
 			return false;
 		s->tok[2] = (uint32_t)file;
 		char ck0[16];
@@ -403,7 +403,7 @@ static bool meets(const char *line, const struct apf_jtok *t, int direction,
 		}
 	}
 	double v;
-	if (apf_jtok_double(line, t, &v))
+	if (apf_jtok_double(&v, line, t))
 		return false;
 	*out = (uint8_t)apf_workload_meets(direction, v, target);
 	return true;
@@ -872,7 +872,7 @@ static int keep_metrics(struct vx *v, struct vx_unit *u, struct vx_eval *e,
 	for (uint32_t k = obj + 1; k < t[obj].next; k = t[k + 1].next) {
 		char name[256];
 		if (apf_jtok_string(r->line, &t[k], name, sizeof name) ||
-		    apf_jtok_double(r->line, &t[k + 1], &e->mval[e->nm]))
+		    apf_jtok_double(&e->mval[e->nm], r->line, &t[k + 1]))
 			return log_fail(v, r, s, "metrics: a name too long");
 		size_t i;
 		for (i = 0; i < u->nmnames && strcmp(u->mnames[i], name); i++)
@@ -999,7 +999,7 @@ static int eval(struct vx *v, struct vx_unit *u,
 	if (vm != vmet || tm != tmet) {
 		int val = vm != vmet;
 		double x = 0;
-		apf_jtok_double(r->line, &r->tok[val ? s->vm_tok : s->tm_tok], &x);
+		apf_jtok_double(&x, r->line, &r->tok[val ? s->vm_tok : s->tm_tok]);
 		return fail_here(v, u, r, s,
 				 "%s_target_met is %s, but %s %.9g %s the "
 				 "target %.9g",

@@ -526,7 +526,7 @@ static int load_run_json(struct vx *v)
 		rc = bind_run_json(v, file);
 	}
 	if (!rc)
-		rc = apf_entry_plan(v->entry, &v->plan);
+		rc = apf_entry_plan(&v->plan, v->entry);
 	if (!rc)
 		rc = load_specs(v);
 	if (!rc)

@@ -295,7 +295,7 @@ int apf_verify_audit(apf_verify_report *r, const struct apf_audit_opts *o);
  * "global_step", "batch_size", "examples", "reference_examples",
  * "reference_first", "ratio", "reference", "reference_run", "text"}],
  * "notes", "references"}); nothing / null before check 3 has passed. */
-int apf_verify_plausibility_text(const apf_verify_report *r, apf_buf *out);
+int apf_verify_plausibility_text(apf_buf *out, const apf_verify_report *r);
 json_t *apf_verify_plausibility_json(const apf_verify_report *r);
 
 /* "entry", "log", "timing", "checkpoints", "replay", "held-out". */

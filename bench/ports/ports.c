@@ -135,7 +135,7 @@ int main(int argc, char **argv)
 		return die(name);
 	int *batch = calloc((size_t)nsub, sizeof *batch);
 	for (int i = 0; i < nsub; i++)
-		if (!batch || apf_submission_batch_size(subs[i], name, &batch[i]))
+		if (!batch || apf_submission_batch_size(&batch[i], subs[i], name))
 			return die(argv[5 + i]);
 	apf_workload *wl;
 	apf_trial_key key = {1, 0, 1};

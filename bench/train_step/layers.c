@@ -223,7 +223,7 @@ int main(int argc, char **argv)
 		uint64_t t0 = apf_now_ns();
 		apf_batch b;
 		double loss;
-		if (apf_workload_next_batch(wl, &pos, B, &b))
+		if (apf_workload_next_batch(&b, wl, &pos, B))
 			return die();
 		uint64_t t1 = apf_now_ns();
 		if (apf_workload_loss_grad(wl, &b, (uint64_t)t, &loss, grads))

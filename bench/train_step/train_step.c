@@ -115,7 +115,7 @@ int main(int argc, char **argv)
 		for (long s = 0; s < n; s++) {
 			apf_batch b;
 			double loss;
-			if (apf_workload_next_batch(wl, &pos, B, &b) ||
+			if (apf_workload_next_batch(&b, wl, &pos, B) ||
 			    apf_workload_loss_grad(wl, &b, (uint64_t)t, &loss,
 						   grads))
 				return die();

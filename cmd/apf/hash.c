@@ -69,7 +69,7 @@ int cmd_hash(int argc, char **argv)
 		return cmd_fail(rc);
 	if (list) {
 		apf_buf b = {0};
-		rc = apf_tree_listing(t, &b);
+		rc = apf_tree_listing(&b, t);
 		/* The listing is the digest's input and must stay byte for
 		 * byte what sha256sum is given, so it is not escaped: the
 		 * walk refuses paths with C0 controls or bytes that are not

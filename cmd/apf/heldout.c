@@ -152,7 +152,7 @@ static int heldout_draw(int argc, char **argv)
 	if (!rc)
 		rc = apf_heldout_draw(&h, s.e, s.n, seed);
 	if (!rc)
-		rc = apf_heldout_to_json(h, &text);
+		rc = apf_heldout_to_json(&text, h);
 	if (!rc && output)
 		rc = apf_file_write(output, text, strlen(text), 0644, 0);
 	if (!rc) {

@@ -236,7 +236,7 @@ int cmd_plan(int argc, char **argv)
 	if (!rc)
 		rc = apf_entry_verify(&e, argv[1], kr);
 	if (!rc)
-		rc = apf_entry_plan(e, &p);
+		rc = apf_entry_plan(&p, e);
 	if (!rc)
 		plan_cost(&c, e, p);
 	if (!rc && as_json)

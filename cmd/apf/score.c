@@ -24,10 +24,10 @@
 #include "scoring.h"
 
 static int write_file(const char *path, const apf_score_result *r,
-		      int (*format)(const apf_score_result *, apf_buf *))
+		      int (*format)(apf_buf *, const apf_score_result *))
 {
 	apf_buf b = {0};
-	int rc = format(r, &b);
+	int rc = format(&b, r);
 	if (!rc)
 		rc = apf_file_write(path, b.data, b.len, 0644, 0);
 	apf_buf_free(&b);
@@ -144,8 +144,8 @@ int cmd_score(int argc, char **argv)
 					     !isatty(STDERR_FILENO));
 	if (!rc) {
 		apf_buf b = {0};
-		rc = json ? apf_score_format_json(res, &b)
-			  : apf_score_format_table(res, &b);
+		rc = json ? apf_score_format_json(&b, res)
+			  : apf_score_format_table(&b, res);
 		if (!rc && fwrite(b.data, 1, b.len, stdout) != b.len)
 			rc = apf_error_errno(APF_EIO, errno, "stdout", "write");
 		if (!rc && fflush(stdout) != 0)

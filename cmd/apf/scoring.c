@@ -182,7 +182,7 @@ int cmd_scoring_compute(struct cmd_scoring *s, const struct cmd_scoring_in *in)
 			apf_score_logs_have_apf_run(s->logs) ? "apf"
 							     : "algoperf-0.6");
 	if (!rc && in->self_tuning) {
-		apf_score_rules_self(s->rules, &s->self);
+		apf_score_rules_self(&s->self, s->rules);
 		s->rules = &s->self;
 	}
 	if (!rc)

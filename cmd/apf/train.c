@@ -153,7 +153,7 @@ int cmd_train(int argc, char **argv)
 			       1u << APF_SPLIT_VALIDATION | 1u << APF_SPLIT_TEST,
 		.on_eval = on_eval, .user = &c};
 	struct apf_fit_result r;
-	rc = apf_workload_fit(wl, &o, &r);
+	rc = apf_workload_fit(&r, wl, &o);
 	progress_done();
 	if (!rc && as_json) {
 		char hex[65];

@@ -98,7 +98,7 @@ static void print_plausibility(const apf_verify_report *r)
 {
 	apf_buf b = {0}, e = {0};
 	/* Lines that name units and workloads from the log: escaped. */
-	if (!apf_verify_plausibility_text(r, &b) && b.data)
+	if (!apf_verify_plausibility_text(&b, r) && b.data)
 		apf_text_escape_lines(&e, b.data, b.len, 1);
 	if (e.data)
 		fputs(e.data, stdout);

@@ -337,8 +337,8 @@ static int missing(const apf_config *c, const char *section, const char *key)
 	return apf_error(APF_EINPUT, c->name, "[%s] %s: missing", section, key);
 }
 
-int apf_config_opt_string(const apf_config *c, const char *section,
-			  const char *key, const char **out)
+int apf_config_opt_string(const char **out, const apf_config *c,
+			  const char *section, const char *key)
 {
 	const struct entry *e = find(c, section, key);
 	if (!e)
@@ -349,16 +349,16 @@ int apf_config_opt_string(const apf_config *c, const char *section,
 	return 0;
 }
 
-int apf_config_string(const apf_config *c, const char *section,
-		      const char *key, const char **out)
+int apf_config_string(const char **out, const apf_config *c,
+		      const char *section, const char *key)
 {
 	if (!find(c, section, key))
 		return missing(c, section, key);
-	return apf_config_opt_string(c, section, key, out);
+	return apf_config_opt_string(out, c, section, key);
 }
 
-int apf_config_opt_double(const apf_config *c, const char *section,
-			  const char *key, double *out)
+int apf_config_opt_double(double *out, const apf_config *c,
+			  const char *section, const char *key)
 {
 	const struct entry *e = find(c, section, key);
 	if (!e)
@@ -374,16 +374,16 @@ int apf_config_opt_double(const apf_config *c, const char *section,
 	return 0;
 }
 
-int apf_config_double(const apf_config *c, const char *section,
-		      const char *key, double *out)
+int apf_config_double(double *out, const apf_config *c,
+		      const char *section, const char *key)
 {
 	if (!find(c, section, key))
 		return missing(c, section, key);
-	return apf_config_opt_double(c, section, key, out);
+	return apf_config_opt_double(out, c, section, key);
 }
 
-int apf_config_opt_long(const apf_config *c, const char *section,
-			const char *key, long *out)
+int apf_config_opt_long(long *out, const apf_config *c,
+			const char *section, const char *key)
 {
 	const struct entry *e = find(c, section, key);
 	if (!e)
@@ -399,16 +399,16 @@ int apf_config_opt_long(const apf_config *c, const char *section,
 	return 0;
 }
 
-int apf_config_long(const apf_config *c, const char *section, const char *key,
-		    long *out)
+int apf_config_long(long *out, const apf_config *c, const char *section,
+		    const char *key)
 {
 	if (!find(c, section, key))
 		return missing(c, section, key);
-	return apf_config_opt_long(c, section, key, out);
+	return apf_config_opt_long(out, c, section, key);
 }
 
-int apf_config_opt_bool(const apf_config *c, const char *section,
-			const char *key, int *out)
+int apf_config_opt_bool(int *out, const apf_config *c,
+			const char *section, const char *key)
 {
 	const struct entry *e = find(c, section, key);
 	if (!e)

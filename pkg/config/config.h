@@ -40,20 +40,20 @@ int apf_config_line(const apf_config *c, const char *section, const char *key);
 /* Typed lookups. Absent keys: the required forms fail with
  * "<file>: [section] key: missing"; the opt forms return 0 and leave *out
  * as it was. Malformed values fail with file, line, section and key. */
-int apf_config_string(const apf_config *c, const char *section,
-		      const char *key, const char **out);
-int apf_config_double(const apf_config *c, const char *section,
-		      const char *key, double *out);
-int apf_config_long(const apf_config *c, const char *section, const char *key,
-		    long *out);
-int apf_config_opt_string(const apf_config *c, const char *section,
-			  const char *key, const char **out);
-int apf_config_opt_double(const apf_config *c, const char *section,
-			  const char *key, double *out);
-int apf_config_opt_long(const apf_config *c, const char *section,
-			const char *key, long *out);
-int apf_config_opt_bool(const apf_config *c, const char *section,
-			const char *key, int *out);
+int apf_config_string(const char **out, const apf_config *c,
+		      const char *section, const char *key);
+int apf_config_double(double *out, const apf_config *c,
+		      const char *section, const char *key);
+int apf_config_long(long *out, const apf_config *c, const char *section,
+		    const char *key);
+int apf_config_opt_string(const char **out, const apf_config *c,
+			  const char *section, const char *key);
+int apf_config_opt_double(double *out, const apf_config *c,
+			  const char *section, const char *key);
+int apf_config_opt_long(long *out, const apf_config *c,
+			const char *section, const char *key);
+int apf_config_opt_bool(int *out, const apf_config *c,
+			const char *section, const char *key);
 
 /* Fails on the first key of section not in allowed (NULL-terminated), so a
  * typo such as "minuts = 5" is an error, not a silently ignored line. */

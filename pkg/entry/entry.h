@@ -71,14 +71,14 @@ int apf_entry_extract(apf_entry **out, const char *path, const char *dest,
 int apf_entry_inspect(apf_entry **out, const char *path, const apf_keyring *kr);
 /* Reads one submission file (path relative to the submission) from a
  * verified entry, checking it against the manifest again. */
-int apf_entry_read_file(const apf_entry *e, const char *rel, size_t max,
-			char **out, size_t *len);
+int apf_entry_read_file(char **out, size_t *len, const apf_entry *e,
+			const char *rel, size_t max);
 /* The entry's plan of trials (pkg/tuning): its search space
  * (tuning_search_space.ini or .json, whichever it packs), read from the
  * verified entry and checked against the manifest's digest, drawn for every
  * workload x study x trial. */
 struct apf_plan;
-int apf_entry_plan(const apf_entry *e, struct apf_plan **out);
+int apf_entry_plan(struct apf_plan **out, const apf_entry *e);
 void apf_entry_free(apf_entry *e);
 
 #endif

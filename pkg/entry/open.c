@@ -322,8 +322,8 @@ int apf_entry_extract(apf_entry **out, const char *path, const char *dest,
 	return 0;
 }
 
-int apf_entry_read_file(const apf_entry *e, const char *rel, size_t max,
-			char **out, size_t *len)
+int apf_entry_read_file(char **out, size_t *len, const apf_entry *e,
+			const char *rel, size_t max)
 {
 	*out = NULL;
 	const struct apf_manifest_file *f = apf_manifest_find_file(e->manifest, rel);
@@ -396,7 +396,7 @@ static int entry_space_name(const apf_entry *e, const char **out)
 	return 0;
 }
 
-int apf_entry_plan(const apf_entry *e, struct apf_plan **out)
+int apf_entry_plan(struct apf_plan **out, const apf_entry *e)
 {
 	*out = NULL;
 	const apf_manifest *m = e->manifest;
@@ -409,7 +409,7 @@ int apf_entry_plan(const apf_entry *e, struct apf_plan **out)
 		char hex[65];
 		rc = entry_space_name(e, &name);
 		if (!rc)
-			rc = apf_entry_read_file(e, name, 1 << 20, &text, &len);
+			rc = apf_entry_read_file(&text, &len, e, name, 1 << 20);
 		if (!rc)
 			rc = apf_sha256_hex(hex, text, len);
 		if (!rc && strcmp(hex, m->tuning.search_space_digest))

@@ -63,15 +63,15 @@ static int read_submission_ini(const char *dir, apf_manifest *m,
 				       apf_config_line(c, s, NULL), s);
 	}
 	if (!rc)
-		rc = apf_config_string(c, "submission", "name", &name);
+		rc = apf_config_string(&name, c, "submission", "name");
 	if (!rc)
-		rc = apf_config_string(c, "submission", "ruleset", &ruleset);
+		rc = apf_config_string(&ruleset, c, "submission", "ruleset");
 	if (!rc && strcmp(ruleset, "external") && strcmp(ruleset, "self"))
 		rc = apf_config_error(c, "submission", "ruleset",
 				      "expected external or self, got '%s'",
 				      ruleset);
 	if (!rc)
-		rc = apf_config_opt_string(c, "tuning", "rules", &rules);
+		rc = apf_config_opt_string(&rules, c, "tuning", "rules");
 	if (!rc && strcmp(rules, "algoperf-0.6") && strcmp(rules, "algoperf-0.5"))
 		rc = apf_config_error(c, "tuning", "rules",
 				      "expected algoperf-0.6 or algoperf-0.5");
@@ -111,11 +111,11 @@ static int read_submission_ini(const char *dir, apf_manifest *m,
 	m->tuning.trials = self ? 1 : 5;
 	m->tuning.budget_multiplier = self ? (v05 ? 3.0 : 1.5) : 1.0;
 	long seed = -1;
-	rc = apf_config_opt_long(c, "tuning", "studies", &m->tuning.studies);
+	rc = apf_config_opt_long(&m->tuning.studies, c, "tuning", "studies");
 	if (!rc)
-		rc = apf_config_opt_long(c, "tuning", "trials", &m->tuning.trials);
+		rc = apf_config_opt_long(&m->tuning.trials, c, "tuning", "trials");
 	if (!rc)
-		rc = apf_config_opt_long(c, "tuning", "seed", &seed);
+		rc = apf_config_opt_long(&seed, c, "tuning", "seed");
 	if (!rc && (m->tuning.studies < 1 || m->tuning.studies > 100))
 		rc = apf_config_error(c, "tuning", "studies", "must be 1 to 100");
 	if (!rc && (m->tuning.trials < 1 || m->tuning.trials > 1000))
@@ -473,7 +473,7 @@ int apf_entry_pack(apf_entry **out, const struct apf_pack_opts *o)
 	if (!rc)
 		rc = apf_env_capture(&m->environment);
 	if (!rc)
-		rc = apf_manifest_to_json(m, &e->statement);
+		rc = apf_manifest_to_json(&e->statement, m);
 	if (!rc) {
 		e->statement_len = strlen(e->statement);
 		rc = apf_sha256_hex(e->manifest_digest, e->statement,

@@ -32,7 +32,7 @@ int apf_eval_arena(json_t **out, struct apf_workload *wl,
 	apf_workload_eval ev;
 	unsigned splits = 1u << APF_SPLIT_TRAIN | 1u << APF_SPLIT_VALIDATION |
 			  1u << APF_SPLIT_TEST;
-	rc = apf_workload_evaluate(wl, params, state, splits, &ev);
+	rc = apf_workload_evaluate(&ev, wl, params, state, splits);
 	if (rc)
 		return rc;
 	static const char *const names[] = {"train", "validation", "test"};

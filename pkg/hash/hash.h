@@ -77,7 +77,7 @@ struct apf_tree_opts {
 int apf_tree_hash(apf_tree **out, const char *root,
 		  const struct apf_tree_opts *opts);
 /* Appends the section 3.3 listing to out. */
-int apf_tree_listing(const apf_tree *t, apf_buf *out);
+int apf_tree_listing(apf_buf *out, const apf_tree *t);
 /* Recomputes digest from entries (after building a tree by hand). */
 int apf_tree_finish(apf_tree *t);
 const apf_tree_entry *apf_tree_find(const apf_tree *t, const char *path);

@@ -372,7 +372,7 @@ int apf_tree_hash(apf_tree **out, const char *root,
 	return 0;
 }
 
-int apf_tree_listing(const apf_tree *t, apf_buf *out)
+int apf_tree_listing(apf_buf *out, const apf_tree *t)
 {
 	for (size_t i = 0; i < t->n; i++) {
 		const apf_tree_entry *e = &t->entries[i];
@@ -398,7 +398,7 @@ int apf_tree_finish(apf_tree *t)
 					 "listed twice");
 	}
 	apf_buf listing = {0};
-	int rc = apf_tree_listing(t, &listing);
+	int rc = apf_tree_listing(&listing, t);
 	if (!rc)
 		rc = apf_sha256_buf(t->digest, listing.data ? listing.data : "",
 				    listing.len);

@@ -463,7 +463,7 @@ static const char *method_name(int method)
 	return method == APF_HELDOUT_FROM_SEED ? "seed" : "entries";
 }
 
-int apf_heldout_to_json(const apf_heldout *h, char **out)
+int apf_heldout_to_json(char **out, const apf_heldout *h)
 {
 	*out = NULL;
 	json_t *root = json_object(), *entries = json_array(),

@@ -116,7 +116,7 @@ int apf_heldout_pick(apf_heldout *h, const char *base, const char *spec_sha256,
 		     char *const *variants, size_t nvariants);
 
 /* The draw file's text (caller frees). */
-int apf_heldout_to_json(const apf_heldout *h, char **out);
+int apf_heldout_to_json(char **out, const apf_heldout *h);
 /* Parses a draw file strictly (unknown or missing fields, wrong types and
  * malformed digests are APF_EINPUT); name is what errors call it. */
 int apf_heldout_parse(apf_heldout **out, const char *json, size_t len,

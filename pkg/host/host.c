@@ -621,7 +621,7 @@ int apf_host_arena_load(apf_host *h, const void *data, size_t len)
 	return 0;
 }
 
-int apf_host_evaluator(apf_host *h, apf_evaluator **out)
+int apf_host_evaluator(apf_evaluator **out, apf_host *h)
 {
 	struct apf_unit_args a = apf_host_args(h);
 	int logfd = open_log_file(h->log_dir, "evaluator.log");
@@ -653,7 +653,7 @@ struct apf_unit_args apf_host_args(const apf_host *h)
 {
 	const struct apf_host_opts *o = &h->o;
 	struct apf_train_layout l;
-	if (apf_workload_train_layout(h->u.wl, &l))
+	if (apf_workload_train_layout(&l, h->u.wl))
 		apf_error_clear(); /* zeros: the trial refuses them */
 	return (struct apf_unit_args){
 		.train_h = l.H,

@@ -121,7 +121,7 @@ int apf_host_arena_fd(const apf_host *h);
  * the trial is told, its output appended to log_dir/evaluator.log: the
  * runner's and the verifier's re-evaluation's alike. */
 typedef struct apf_evaluator apf_evaluator;
-int apf_host_evaluator(apf_host *h, apf_evaluator **out);
+int apf_host_evaluator(apf_evaluator **out, apf_host *h);
 /* The supervisor's read-only view of the arena (capacity bytes). */
 const void *apf_host_arena_view(const apf_host *h);
 /* What `apf __trial` and `apf __eval` are told: the same for a run, a

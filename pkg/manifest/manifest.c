@@ -51,7 +51,7 @@ static const char *mode_str(int mode)
 	return mode == 755 ? "755" : mode == 777 ? "777" : "644";
 }
 
-int apf_manifest_to_json(const apf_manifest *m, char **out)
+int apf_manifest_to_json(char **out, const apf_manifest *m)
 {
 	*out = NULL;
 	int lost = 0;

@@ -84,7 +84,7 @@ typedef struct apf_manifest {
 } apf_manifest;
 
 /* The statement as JSON text (caller frees). */
-int apf_manifest_to_json(const apf_manifest *m, char **out);
+int apf_manifest_to_json(char **out, const apf_manifest *m);
 /* Parses and validates a statement. */
 int apf_manifest_parse(apf_manifest **out, const char *json, size_t len);
 void apf_manifest_free(apf_manifest *m);

@@ -354,8 +354,8 @@ static int cols_read(struct col **out, size_t *nout,
 		k->base = c >= r->nbase ? r->variant_base[c - r->nbase] : NULL;
 		k->budget = NAN;
 		const char *base = NULL;
-		if (apf_score_targets_find(targets, r->rules, k->name,
-					   &k->target, &base) == 0)
+		if (apf_score_targets_find(&k->target, &base, targets,
+					   r->rules, k->name) == 0)
 			k->has_target = 1;
 		else
 			apf_error_clear();
@@ -1326,7 +1326,7 @@ static void environment(struct w *w, const struct apf_score_submission *s,
 	json_t *env = json_object_get(run_json, "environment");
 	put(w, "<h4>Environment (run.json)</h4><table class=\"kv env\">");
 	apf_buf hw = {0};
-	if (s->run && !apf_score_hardware_describe(&s->run->hw, &hw))
+	if (s->run && !apf_score_hardware_describe(&hw, &s->run->hw))
 		kv(w, "machine", hw.data);
 	apf_buf_free(&hw);
 	kv(w, "os", jstr(env, "os"));
@@ -1814,7 +1814,7 @@ int apf_report_html(apf_buf *out, const apf_score_result *r,
 		    const struct apf_report_opts *o)
 {
 	apf_buf data = {0};
-	int rc = apf_score_format_json(r, &data);
+	int rc = apf_score_format_json(&data, r);
 	if (rc)
 		return rc;
 	json_error_t je;

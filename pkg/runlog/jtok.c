@@ -575,7 +575,7 @@ int apf_jtok_eq(const char *s, const struct apf_jtok *t, const char *lit)
 	return x == xe && y == ye;
 }
 
-int apf_jtok_u64(const char *s, const struct apf_jtok *t, uint64_t *out)
+int apf_jtok_u64(uint64_t *out, const char *s, const struct apf_jtok *t)
 {
 	if (t->type != APF_JNUMBER || t->len == 0 || t->len > 20)
 		return -1;
@@ -603,7 +603,7 @@ int apf_jtok_u64(const char *s, const struct apf_jtok *t, uint64_t *out)
 	return 0;
 }
 
-int apf_jtok_double(const char *s, const struct apf_jtok *t, double *out)
+int apf_jtok_double(double *out, const char *s, const struct apf_jtok *t)
 {
 	if (t->type != APF_JNUMBER)
 		return -1;

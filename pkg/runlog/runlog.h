@@ -95,9 +95,9 @@ long apf_jtok_get(const char *s, const struct apf_jtok *tok, uint32_t obj,
 int apf_jtok_eq(const char *s, const struct apf_jtok *t, const char *lit);
 /* A number written as plain digits (no sign, fraction or exponent) that
  * fits in 64 bits; else -1. */
-int apf_jtok_u64(const char *s, const struct apf_jtok *t, uint64_t *out);
+int apf_jtok_u64(uint64_t *out, const char *s, const struct apf_jtok *t);
 /* Any finite number, correctly rounded; else -1. */
-int apf_jtok_double(const char *s, const struct apf_jtok *t, double *out);
+int apf_jtok_double(double *out, const char *s, const struct apf_jtok *t);
 /* A string's content unescaped into buf (NUL-terminated); -1 when it is
  * not a string or does not fit. */
 int apf_jtok_string(const char *s, const struct apf_jtok *t, char *buf,

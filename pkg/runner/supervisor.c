@@ -880,7 +880,7 @@ static int prepare(struct run *r)
 	/* 1. the entry */
 	rc = extract_entry(r);
 	if (!rc)
-		rc = apf_entry_plan(r->entry, &r->plan);
+		rc = apf_entry_plan(&r->plan, r->entry);
 	if (!rc) {
 		/* Threads: as recorded in the entry, so a CPU trial computes
 		 * bit for bit what the submitter's machine did. */

@@ -791,7 +791,7 @@ int apf_runner_unit(struct run *r, size_t index)
 		rc = apf_host_arena(u.host, restore, restore_len);
 	free(restore);
 	if (!rc && !done)
-		rc = apf_host_evaluator(u.host, &u.ev);
+		rc = apf_host_evaluator(&u.ev, u.host);
 	int ready = 0;
 	if (!rc && !done) {
 		rc = apf_host_start(u.host, u.global_step);

@@ -152,7 +152,7 @@ static int judge(apf_score_result *r, size_t s, const struct apf_score_unit *u,
 	if (!n)
 		return 0;
 	struct apf_score_target tg;
-	if (apf_score_targets_find(targets, rules, u->dir_name, &tg, NULL)) {
+	if (apf_score_targets_find(&tg, NULL, targets, rules, u->dir_name)) {
 		/* No target for it: the scoring says so where it matters. */
 		apf_error_clear();
 		return 0;

@@ -261,7 +261,7 @@ static int hardware_line(const apf_score_result *r, apf_buf *out)
 			continue;
 		apf_buf *b = runs++ ? &other : &first;
 		b->len = 0;
-		rc = apf_score_hardware_describe(&run->hw, b);
+		rc = apf_score_hardware_describe(b, &run->hw);
 		if (!rc && b == &other && strcmp(first.data, other.data))
 			same = 0;
 	}
@@ -285,7 +285,7 @@ static int escaped_line(apf_buf *out, const char *label, const char *text)
 /* The table goes to a terminal: every name, path, reason and warning in
  * it came from the logs or the command line and is escaped as it is put
  * in (apf_buf_escape), each on its line. */
-int apf_score_format_table(const apf_score_result *r, apf_buf *out)
+int apf_score_format_table(apf_buf *out, const apf_score_result *r)
 {
 	int rc = apf_buf_printf(out, "rules: %s\n  %s\n", r->rules->name,
 				r->rules->summary);
@@ -361,7 +361,7 @@ static int csv_field(apf_buf *out, const char *s)
 	return rc ? rc : apf_buf_puts(out, "\"");
 }
 
-int apf_score_format_csv(const apf_score_result *r, apf_buf *out)
+int apf_score_format_csv(apf_buf *out, const apf_score_result *r)
 {
 	size_t nc = ncols(r);
 	int rc = apf_buf_puts(out, "submission,score");
@@ -577,7 +577,7 @@ static const char *verified_name(const struct apf_score_submission *s)
 						   : "no";
 }
 
-int apf_score_format_json(const apf_score_result *r, apf_buf *out)
+int apf_score_format_json(apf_buf *out, const apf_score_result *r)
 {
 	size_t nc = ncols(r);
 	json_t *root = json_object(), *a;
@@ -744,7 +744,7 @@ static const char *dash(size_t i)
 	return pat[i % (sizeof pat / sizeof *pat)];
 }
 
-int apf_score_format_svg(const apf_score_result *r, apf_buf *out)
+int apf_score_format_svg(apf_buf *out, const apf_score_result *r)
 {
 	const double left = 80, top = 60, pw = 560, ph = 400, legend_x = 680;
 	const double row = 22;

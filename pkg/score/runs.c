@@ -401,8 +401,8 @@ int apf_score_read_run(apf_score_run **out, const char *dir)
 
 /* ---- the machine ---------------------------------------------------------- */
 
-int apf_score_hardware_describe(const struct apf_score_hardware *hw,
-				apf_buf *out)
+int apf_score_hardware_describe(apf_buf *out,
+				const struct apf_score_hardware *hw)
 {
 	int rc = apf_buf_printf(out, "%s %s", hw->device ? hw->device : "?",
 				hw->cpu_model ? hw->cpu_model : "unknown CPU");

@@ -406,8 +406,8 @@ static int choose_columns(apf_score_result *r, apf_score_logs *logs,
 			if (named)
 				continue;
 			struct apf_score_target tg;
-			rc = apf_score_targets_find(targets, rules, name, &tg,
-						    &b);
+			rc = apf_score_targets_find(&tg, &b, targets, rules,
+						    name);
 			if (rc)
 				return rc;
 			if (!b && names_add(base, name))
@@ -963,8 +963,8 @@ int apf_score_compute(apf_score_result **out, apf_score_logs *logs,
 			if (!w)
 				continue;
 			struct apf_score_target tg;
-			rc = apf_score_targets_find(targets, rules, w->name,
-						    &tg, NULL);
+			rc = apf_score_targets_find(&tg, NULL, targets,
+						    rules, w->name);
 			if (!rc && !w->read)
 				rc = time_workload(r, w, &tg, rules, flags);
 			if (!rc)

@@ -94,7 +94,7 @@ typedef struct apf_score_rules {
 /* NULL when the name is unknown. */
 const apf_score_rules *apf_score_rules_get(const char *name);
 /* The self-tuning ruleset's variant of r, written to out. */
-void apf_score_rules_self(const apf_score_rules *r, apf_score_rules *out);
+void apf_score_rules_self(apf_score_rules *out, const apf_score_rules *r);
 /* The rules for an AlgoPerf benchmark_version (exactly "0.5" or "0.6"),
  * else NULL. */
 const apf_score_rules *apf_score_rules_for_version(const char *version);
@@ -133,9 +133,9 @@ void apf_score_targets_free(apf_score_targets *t);
 /* The target of a workload (without framework suffix); *base is set to
  * the base workload's name when workload.ini targets know the workload as a
  * variant, else NULL. */
-int apf_score_targets_find(apf_score_targets *t, const apf_score_rules *rules,
-			   const char *workload, struct apf_score_target *out,
-			   const char **base);
+int apf_score_targets_find(struct apf_score_target *out, const char **base,
+			   apf_score_targets *t, const apf_score_rules *rules,
+			   const char *workload);
 /* The file or directory the targets came from. */
 const char *apf_score_targets_source(const apf_score_targets *t);
 /* benchmark_version of a JSON file; NULL for workload.ini targets. */
@@ -293,8 +293,8 @@ typedef struct apf_score_run {
 int apf_score_read_run(apf_score_run **out, const char *dir);
 void apf_score_run_free(apf_score_run *r);
 /* "cpu AMD EPYC (2 cores), 2 threads, no GPU" and the like. */
-int apf_score_hardware_describe(const struct apf_score_hardware *hw,
-				apf_buf *out);
+int apf_score_hardware_describe(apf_buf *out,
+				const struct apf_score_hardware *hw);
 /* The fields in which runs' machines differ (device, cpu.model, cpu.cores,
  * threads, gpu.model, gpu.count), one message each, "runs differ in
  * <field> (<name>: <value>; ...): time-to-target is comparable only on the
@@ -490,23 +490,23 @@ void apf_score_format_seconds(char *out, size_t size, double t, int sig,
 /* A text table: rank, submission, score, per-workload times (4 significant
  * digits; "?" on a cell the plausibility backstop flagged), what was
  * verified, the machine, the plausibility section and the warnings. */
-int apf_score_format_table(const apf_score_result *r, apf_buf *out);
+int apf_score_format_table(apf_buf *out, const apf_score_result *r);
 /* submission,score,<base workloads...>,<variants...>; inf where missed,
  * empty where there are no logs; times with at least 6 decimals and 6
  * significant digits. Where the plausibility backstop flagged a cell, a
  * last column "implausible" lists each row's flagged workloads (space
  * separated). */
-int apf_score_format_csv(const apf_score_result *r, apf_buf *out);
+int apf_score_format_csv(apf_buf *out, const apf_score_result *r);
 /* Times as numbers, "inf" when missed, null when there are no logs; per
  * submission its "implausible" units (apf verify --json's flagged form,
  * with the column), and a top-level "plausibility" object ({"factor",
  * "references_dir", "checked", "met_without_curve", "units_flagged",
  * "notes"}). */
-int apf_score_format_json(const apf_score_result *r, apf_buf *out);
+int apf_score_format_json(apf_buf *out, const apf_score_result *r);
 /* The performance-profile plot: rho over [0, 1] with headroom on both
  * sides (a profile at 1 or 0 never lies on the frame), each submission with
  * its own colour and dash pattern, and a legend showing both. */
-int apf_score_format_svg(const apf_score_result *r, apf_buf *out);
+int apf_score_format_svg(apf_buf *out, const apf_score_result *r);
 /* Submission i's colour as "#rrggbb" in out (NUL-terminated): Tableau 10,
  * then hues spaced by the golden angle. The profile plot and the report's
  * own plots both draw submission i in it, so one submission has one colour

@@ -66,7 +66,7 @@ const apf_score_rules *apf_score_rules_get(const char *name)
 	return NULL;
 }
 
-void apf_score_rules_self(const apf_score_rules *r, apf_score_rules *out)
+void apf_score_rules_self(apf_score_rules *out, const apf_score_rules *r)
 {
 	*out = *r;
 	out->self_tuning = 1;
@@ -603,9 +603,9 @@ static int load_from_workloads(apf_score_targets *t, const char *workload)
 	return rc;
 }
 
-int apf_score_targets_find(apf_score_targets *t, const apf_score_rules *rules,
-			   const char *workload, struct apf_score_target *out,
-			   const char **base)
+int apf_score_targets_find(struct apf_score_target *out, const char **base,
+			   apf_score_targets *t, const apf_score_rules *rules,
+			   const char *workload)
 {
 	const struct entry *e = find_entry(t, workload);
 	if (!e && t->from_workloads) {

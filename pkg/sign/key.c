@@ -103,7 +103,7 @@ static int pem_to_buf(const apf_key *k, int priv, apf_buf *out)
 	return rc;
 }
 
-int apf_key_public_pem(const apf_key *k, apf_buf *out)
+int apf_key_public_pem(apf_buf *out, const apf_key *k)
 {
 	return pem_to_buf(k, 0, out);
 }
@@ -317,7 +317,7 @@ int apf_key_trust(const apf_key *k, char **written_path)
 	if (!path)
 		return apf_error(APF_ENOMEM, "trust", "out of memory");
 	apf_buf pem = {0};
-	rc = apf_key_public_pem(k, &pem);
+	rc = apf_key_public_pem(&pem, k);
 	if (!rc)
 		rc = apf_file_write(path, pem.data, pem.len, 0644, 0);
 	apf_buf_free(&pem);

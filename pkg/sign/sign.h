@@ -31,7 +31,7 @@ int apf_key_save(const apf_key *k, const char *priv_path, const char *pub_path);
 int apf_key_load_private(apf_key **out, const char *path);
 /* Loads a public key, or the public half of a private key file. */
 int apf_key_load_public(apf_key **out, const char *path);
-int apf_key_public_pem(const apf_key *k, apf_buf *out);
+int apf_key_public_pem(apf_buf *out, const apf_key *k);
 void apf_key_id(const apf_key *k, char out[APF_KEYID_HEX]);
 int apf_key_is_private(const apf_key *k);
 int apf_key_sign(const apf_key *k, const void *msg, size_t len,

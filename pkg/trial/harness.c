@@ -1060,7 +1060,7 @@ static int wl_loss_grad(void *user, const float *params, const apf_batch *b,
 
 static int wl_next_batch(void *user, apf_data_pos *pos, int B, apf_batch *out)
 {
-	return apf_workload_next_batch(user, pos, B, out);
+	return apf_workload_next_batch(out, user, pos, B);
 }
 
 static int wl_bind(void *user, float *params, float *state)
@@ -1196,7 +1196,7 @@ int apf_trial_new(apf_trial **out, const struct apf_objective *obj,
 		pi->offset = p->offset;
 	}
 	if (!rc && sub && info->workload)
-		rc = apf_submission_batch_size(sub, info->workload, &t->batch);
+		rc = apf_submission_batch_size(&t->batch, sub, info->workload);
 	if (!rc && obj->bind)
 		rc = obj->bind(obj->user, t->params, t->state);
 	apf_rng_key k = {info->key.seed, info->key.study, info->key.trial,

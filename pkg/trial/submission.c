@@ -251,8 +251,8 @@ void apf_submission_free(apf_submission *s)
 	free(s);
 }
 
-int apf_submission_batch_size(const apf_submission *s, const char *workload,
-			      int *out)
+int apf_submission_batch_size(int *out, const apf_submission *s,
+			      const char *workload)
 {
 	int b = s->batch_size(workload);
 	if (b <= 0 || b > 1 << 20)

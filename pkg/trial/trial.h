@@ -44,8 +44,8 @@ int apf_submission_check_exports(const char *so_path);
  * symbols. */
 int apf_submission_load(apf_submission **out, const char *so_path);
 void apf_submission_free(apf_submission *s);
-int apf_submission_batch_size(const apf_submission *s, const char *workload,
-			      int *out);
+int apf_submission_batch_size(int *out, const apf_submission *s,
+			      const char *workload);
 
 /* ---- the harness ---------------------------------------------------------- */
 

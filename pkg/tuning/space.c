@@ -165,11 +165,11 @@ static int ini_dim(const apf_config *c, const char *sec, struct apf_hp_dim *d)
 	}
 	d->kind = APF_HP_RANGE;
 	const char *scaling, *key, *why;
-	rc = apf_config_double(c, sec, "min", &d->min);
+	rc = apf_config_double(&d->min, c, sec, "min");
 	if (!rc)
-		rc = apf_config_double(c, sec, "max", &d->max);
+		rc = apf_config_double(&d->max, c, sec, "max");
 	if (!rc)
-		rc = apf_config_string(c, sec, "scaling", &scaling);
+		rc = apf_config_string(&scaling, c, sec, "scaling");
 	if (rc)
 		return rc;
 	if (!strcmp(scaling, "log"))

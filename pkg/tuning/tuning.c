@@ -259,8 +259,8 @@ static int study_hparams(apf_hparams *out, const struct study *st,
 	return 0;
 }
 
-int apf_tuning_draw(const apf_search_space *s, uint32_t seed, long study,
-		    long trial, long trials, apf_hparams *out)
+int apf_tuning_draw(apf_hparams *out, const apf_search_space *s, uint32_t seed,
+		    long study, long trial, long trials)
 {
 	memset(out, 0, sizeof *out);
 	if (trial < 0 || trial >= trials)

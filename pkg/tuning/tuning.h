@@ -116,8 +116,8 @@ typedef struct apf_hparams {
 
 /* The draw of trial (0-based) of study (0-based) in a plan of `trials`
  * trials per study with this seed. */
-int apf_tuning_draw(const apf_search_space *s, uint32_t seed, long study,
-		    long trial, long trials, apf_hparams *out);
+int apf_tuning_draw(apf_hparams *out, const apf_search_space *s, uint32_t seed,
+		    long study, long trial, long trials);
 void apf_hparams_free(apf_hparams *h);
 int apf_hparams_copy(apf_hparams *out, const apf_hparams *h);
 /* {"name": value, ...} with numbers written to round-trip exactly. */

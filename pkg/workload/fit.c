@@ -66,8 +66,8 @@ static int digest_arena(apf_backend *be, const float *arena, size_t floats,
 	return rc;
 }
 
-int apf_workload_fit(apf_workload *wl, const struct apf_fit_opts *o,
-		     struct apf_fit_result *res)
+int apf_workload_fit(struct apf_fit_result *res, apf_workload *wl,
+		     const struct apf_fit_opts *o)
 {
 	memset(res, 0, sizeof *res);
 	apf_net *net = apf_workload_net(wl);
@@ -93,7 +93,7 @@ int apf_workload_fit(apf_workload *wl, const struct apf_fit_opts *o,
 	for (long step = 0; !rc && step < o->steps; step++) {
 		uint64_t t0 = apf_now_ns();
 		apf_batch b;
-		rc = apf_workload_next_batch(wl, &pos, o->batch, &b);
+		rc = apf_workload_next_batch(&b, wl, &pos, o->batch);
 		if (!rc)
 			rc = apf_workload_loss_grad(wl, &b, (uint64_t)step,
 						    &res->last_loss, grads);
@@ -115,8 +115,8 @@ int apf_workload_fit(apf_workload *wl, const struct apf_fit_opts *o,
 		if (rc || !(last || (o->eval_every > 0 &&
 				     (step + 1) % o->eval_every == 0)))
 			continue;
-		rc = apf_workload_evaluate(wl, params, state, splits,
-					   &res->last);
+		rc = apf_workload_evaluate(&res->last, wl, params, state,
+					   splits);
 		if (rc)
 			break;
 		double val = apf_workload_metric(

@@ -51,13 +51,13 @@ static const char *value_section(const apf_workload_spec *w,
 	return "model";
 }
 
-int apf_model_long(const apf_workload_spec *w, const char *variant,
-		   const char *key, long dflt, long min, long max, long *out)
+int apf_model_long(long *out, const apf_workload_spec *w,
+		   const char *variant, const char *key, long dflt, long min, long max)
 {
 	*out = dflt;
 	char sec[256];
 	const char *s = value_section(w, variant, key, sec, sizeof sec);
-	int rc = apf_config_opt_long(w->ini, s, key, out);
+	int rc = apf_config_opt_long(out, w->ini, s, key);
 	if (!rc && (*out < min || *out > max))
 		rc = apf_config_error(w->ini, s, key,
 				      "%ld is outside [%ld, %ld]", *out, min,
@@ -65,22 +65,22 @@ int apf_model_long(const apf_workload_spec *w, const char *variant,
 	return rc;
 }
 
-int apf_model_double(const apf_workload_spec *w, const char *variant,
-		     const char *key, double dflt, double min, double max,
-		     double *out)
+int apf_model_double(double *out, const apf_workload_spec *w,
+		     const char *variant, const char *key, double dflt, double min,
+		     double max)
 {
 	*out = dflt;
 	char sec[256];
 	const char *s = value_section(w, variant, key, sec, sizeof sec);
-	int rc = apf_config_opt_double(w->ini, s, key, out);
+	int rc = apf_config_opt_double(out, w->ini, s, key);
 	if (!rc && !(*out >= min && *out <= max))
 		rc = apf_config_error(w->ini, s, key,
 				      "%g is outside [%g, %g]", *out, min, max);
 	return rc;
 }
 
-int apf_model_string(const apf_workload_spec *w, const char *variant,
-		     const char *key, const char *dflt, const char **out)
+int apf_model_string(const char **out, const apf_workload_spec *w,
+		     const char *variant, const char *key, const char *dflt)
 {
 	const char *v = apf_workload_model_value(w, variant, key);
 	*out = v ? v : dflt;
@@ -205,7 +205,7 @@ static int table_columns(const apf_workload_spec *w, long *dense, int *rows,
 			 int *ncat)
 {
 	*dense = 0;
-	int rc = apf_config_long(w->ini, "dataset", "dense_features", dense);
+	int rc = apf_config_long(dense, w->ini, "dataset", "dense_features");
 	if (!rc && (*dense < 1 || *dense > MAX_TABLE_COLS))
 		rc = apf_config_error(w->ini, "dataset", "dense_features",
 				      "must be in [1, %d]", MAX_TABLE_COLS);
@@ -250,12 +250,12 @@ int apf_workload_tokens(const apf_workload_spec *w, int *T, int *V)
 	if (!format || strcmp(format, "tokens"))
 		return 0;
 	long t = 0, v = 0;
-	int rc = apf_config_long(w->ini, "dataset", "context", &t);
+	int rc = apf_config_long(&t, w->ini, "dataset", "context");
 	if (!rc && (t < 1 || t > MAX_CONTEXT))
 		rc = apf_config_error(w->ini, "dataset", "context",
 				      "must be in [1, %d]", MAX_CONTEXT);
 	if (!rc)
-		rc = apf_config_long(w->ini, "dataset", "vocab", &v);
+		rc = apf_config_long(&v, w->ini, "dataset", "vocab");
 	if (!rc && (v < 2 || v > MAX_VOCAB))
 		rc = apf_config_error(w->ini, "dataset", "vocab",
 				      "must be in [2, %d]", MAX_VOCAB);
@@ -270,7 +270,7 @@ static int data_kind(const apf_workload_spec *w, int *kind, int *tokens)
 {
 	const char *format = "idx";
 	*tokens = 0;
-	int rc = apf_config_opt_string(w->ini, "dataset", "format", &format);
+	int rc = apf_config_opt_string(&format, w->ini, "dataset", "format");
 	if (rc)
 		return rc;
 	if (!strcmp(format, "idx")) {
@@ -328,27 +328,27 @@ static int recon_config(apf_workload *wl)
 	const char *kind = "kspace_rows";
 	long center = 4, seed = 0;
 	double keep = 0.25, mean = 0.0, std = 1.0;
-	int rc = apf_config_opt_string(c, "dataset", "corruption", &kind);
+	int rc = apf_config_opt_string(&kind, c, "dataset", "corruption");
 	if (!rc && strcmp(kind, "kspace_rows"))
 		rc = apf_config_error(c, "dataset", "corruption",
 				      "unknown corruption '%s' (kspace_rows)",
 				      kind);
 	if (!rc)
-		rc = apf_config_opt_long(c, "dataset", "center_rows", &center);
+		rc = apf_config_opt_long(&center, c, "dataset", "center_rows");
 	if (!rc && (center < 0 || center > APF_RECON_MAX))
 		rc = apf_config_error(c, "dataset", "center_rows",
 				      "must be in [0, %d]", APF_RECON_MAX);
 	if (!rc)
-		rc = apf_config_opt_double(c, "dataset", "keep_rows", &keep);
+		rc = apf_config_opt_double(&keep, c, "dataset", "keep_rows");
 	if (!rc && !(keep >= 0.0 && keep <= 1.0))
 		rc = apf_config_error(c, "dataset", "keep_rows",
 				      "must be in [0, 1]");
 	if (!rc)
-		rc = apf_config_long(c, "dataset", "corruption_seed", &seed);
+		rc = apf_config_long(&seed, c, "dataset", "corruption_seed");
 	if (!rc)
-		rc = apf_config_opt_double(c, "dataset", "mean", &mean);
+		rc = apf_config_opt_double(&mean, c, "dataset", "mean");
 	if (!rc)
-		rc = apf_config_opt_double(c, "dataset", "std", &std);
+		rc = apf_config_opt_double(&std, c, "dataset", "std");
 	if (!rc && (mean != 0.0 || std != 1.0))
 		rc = apf_config_error(c, "dataset", "mean",
 				      "a reconstruction reads pixels in [0, 1]: "
@@ -420,7 +420,7 @@ static int load_table_dataset(apf_workload *wl, int train_fd)
 	static const char *const split_keys[3] = {"train", "validation",
 						  "test"};
 	for (int s = 0; !rc && s < 3; s++)
-		rc = apf_config_string(c, "dataset", split_keys[s], &names[s]);
+		rc = apf_config_string(&names[s], c, "dataset", split_keys[s]);
 	if (rc)
 		return rc;
 	if (train_fd >= 0)
@@ -456,27 +456,27 @@ static int load_dataset(apf_workload *wl, int train_fd)
 	long nvalid = 0, ntrain = 0, classes = 10;
 	double mean = 0.0, std = 1.0;
 	if (!rc)
-		rc = apf_config_string(c, "dataset", "train_images",
-				       &o.train_images);
+		rc = apf_config_string(&o.train_images, c, "dataset",
+				       "train_images");
 	if (!rc)
-		rc = apf_config_string(c, "dataset", "train_labels",
-				       &o.train_labels);
+		rc = apf_config_string(&o.train_labels, c, "dataset",
+				       "train_labels");
 	if (!rc)
-		rc = apf_config_string(c, "dataset", "test_images",
-				       &o.test_images);
+		rc = apf_config_string(&o.test_images, c, "dataset",
+				       "test_images");
 	if (!rc)
-		rc = apf_config_string(c, "dataset", "test_labels",
-				       &o.test_labels);
+		rc = apf_config_string(&o.test_labels, c, "dataset",
+				       "test_labels");
 	if (!rc)
-		rc = apf_config_long(c, "dataset", "validation_size", &nvalid);
+		rc = apf_config_long(&nvalid, c, "dataset", "validation_size");
 	if (!rc)
-		rc = apf_config_opt_long(c, "dataset", "train_size", &ntrain);
+		rc = apf_config_opt_long(&ntrain, c, "dataset", "train_size");
 	if (!rc)
-		rc = apf_config_opt_long(c, "dataset", "classes", &classes);
+		rc = apf_config_opt_long(&classes, c, "dataset", "classes");
 	if (!rc)
-		rc = apf_config_opt_double(c, "dataset", "mean", &mean);
+		rc = apf_config_opt_double(&mean, c, "dataset", "mean");
 	if (!rc)
-		rc = apf_config_opt_double(c, "dataset", "std", &std);
+		rc = apf_config_opt_double(&std, c, "dataset", "std");
 	if (!rc && (nvalid <= 0 || ntrain < 0))
 		rc = apf_config_error(c, "dataset", "validation_size",
 				      "split sizes must be positive");
@@ -672,7 +672,7 @@ static int open_workload(apf_workload **out, const apf_workload_spec *spec,
 	long classes = 10;
 	rc = wl->variant ? 0 : apf_error(APF_ENOMEM, spec->name, "out of memory");
 	if (!rc && kind == APF_DATA_IMAGES)
-		rc = apf_config_opt_long(spec->ini, "dataset", "classes", &classes);
+		rc = apf_config_opt_long(&classes, spec->ini, "dataset", "classes");
 	wl->classes = (int)classes;
 	if (!rc && tokens) {
 		/* Indices alone: T + 1 tokens a window, T next-token labels
@@ -744,8 +744,8 @@ static int open_workload(apf_workload **out, const apf_workload_spec *spec,
 		rc = recon_shape(wl);
 	double smoothing = 0.0;
 	if (!rc)
-		rc = apf_model_double(spec, wl->variant, "label_smoothing", 0.0,
-				      0.0, 0.5, &smoothing);
+		rc = apf_model_double(&smoothing, spec, wl->variant, "label_smoothing",
+				      0.0, 0.0, 0.5);
 	wl->smoothing = (float)smoothing;
 	if (!rc) {
 		rc = md->build(&wl->net, be, spec, wl->variant, wl->H, wl->W,
@@ -800,8 +800,8 @@ int apf_workload_open_deferred(apf_workload **out,
 	return open_workload(out, spec, variant, be, key, 0, -1, layout);
 }
 
-int apf_workload_train_layout(const apf_workload *wl,
-			      struct apf_train_layout *out)
+int apf_workload_train_layout(struct apf_train_layout *out,
+			      const apf_workload *wl)
 {
 	memset(out, 0, sizeof *out);
 	if (!wl->ds)
@@ -830,7 +830,7 @@ int apf_workload_attach_train(apf_workload *wl, int train_fd)
 		rc = recon_shape(wl);
 	struct apf_train_layout got = {0};
 	if (!rc)
-		rc = apf_workload_train_layout(wl, &got);
+		rc = apf_workload_train_layout(&got, wl);
 	if (!rc && memcmp(&got, &want, sizeof got))
 		rc = apf_error(APF_EINPUT, wl->spec->name,
 			       "the training split is %dx%dx%d, %d classes, %llu "
@@ -915,8 +915,8 @@ int apf_workload_bind(apf_workload *wl, float *params, float *state)
 int apf_workload_init(apf_workload *wl)
 {
 	const char *init;
-	apf_model_string(wl->spec, wl->variant, "init", "kaiming_uniform",
-			 &init);
+	apf_model_string(&init, wl->spec, wl->variant, "init",
+			 "kaiming_uniform");
 	apf_rng_key k = {wl->key.seed, wl->key.study, wl->key.trial,
 			 APF_RNG_INIT};
 	int rc = apf_net_init(wl->net, &k, init);
@@ -954,8 +954,8 @@ static int upload_batch(apf_workload *wl, int B, apf_batch *out)
 	return 0;
 }
 
-int apf_workload_next_batch(apf_workload *wl, apf_data_pos *pos, int B,
-			    apf_batch *out)
+int apf_workload_next_batch(apf_batch *out, apf_workload *wl, apf_data_pos *pos,
+			    int B)
 {
 	if (!wl->batcher)
 		return apf_error(APF_EINTERNAL, wl->spec->name,
@@ -1124,9 +1124,9 @@ static int eval_split(apf_workload *wl, int split, size_t n,
 	return rc;
 }
 
-int apf_workload_evaluate(apf_workload *wl, const float *params,
-			  const float *state, unsigned splits,
-			  apf_workload_eval *out)
+int apf_workload_evaluate(apf_workload_eval *out, apf_workload *wl,
+			  const float *params, const float *state,
+			  unsigned splits)
 {
 	memset(out, 0, sizeof *out);
 	if (!wl->ds || !wl->ds->holds_eval)

@@ -143,7 +143,7 @@ static int dup_opt(const apf_config *c, const char *s, const char *k,
 		   char **out)
 {
 	const char *v = NULL;
-	int rc = apf_config_opt_string(c, s, k, &v);
+	int rc = apf_config_opt_string(&v, c, s, k);
 	if (rc || !v)
 		return rc;
 	*out = apf_strdup(v);
@@ -154,7 +154,7 @@ static int dup_req(const apf_config *c, const char *s, const char *k,
 		   char **out)
 {
 	const char *v;
-	int rc = apf_config_string(c, s, k, &v);
+	int rc = apf_config_string(&v, c, s, k);
 	if (rc)
 		return rc;
 	*out = apf_strdup(v);
@@ -174,14 +174,14 @@ static int load_budget(const apf_config *c, const char *section,
 	}
 	int rc = apf_config_check_keys(c, section, keys);
 	if (!rc)
-		rc = apf_config_double(c, section, "max_runtime_s",
-				       &b->max_runtime_s);
+		rc = apf_config_double(&b->max_runtime_s, c, section,
+				       "max_runtime_s");
 	if (!rc)
-		rc = apf_config_double(c, section, "eval_period_s",
-				       &b->eval_period_s);
+		rc = apf_config_double(&b->eval_period_s, c, section,
+				       "eval_period_s");
 	if (!rc)
-		rc = apf_config_opt_bool(c, section, "provisional",
-					 &b->provisional);
+		rc = apf_config_opt_bool(&b->provisional, c, section,
+					 "provisional");
 	if (!rc && b->max_runtime_s <= 0)
 		rc = apf_config_error(c, section, "max_runtime_s",
 				      "must be positive");
@@ -199,7 +199,7 @@ static int load_metrics(apf_workload_spec *w)
 {
 	const apf_config *c = w->ini;
 	const char *v = NULL;
-	int rc = apf_config_opt_string(c, "workload", "metrics", &v);
+	int rc = apf_config_opt_string(&v, c, "workload", "metrics");
 	if (rc)
 		return rc;
 	if (!v)
@@ -274,11 +274,11 @@ static int load_variants(apf_workload_spec *w)
 					 "out of memory");
 		v->validation_target = w->validation_target;
 		v->test_target = w->test_target;
-		int rc = apf_config_opt_double(c, s, "validation_target",
-					       &v->validation_target);
+		int rc = apf_config_opt_double(&v->validation_target, c, s,
+					       "validation_target");
 		if (!rc)
-			rc = apf_config_opt_double(c, s, "test_target",
-						   &v->test_target);
+			rc = apf_config_opt_double(&v->test_target, c, s,
+						   "test_target");
 		if (rc)
 			return rc;
 		int own = apf_config_get(c, s, "validation_target") ||
@@ -373,7 +373,7 @@ int apf_workload_spec_load_dir(apf_workload_spec **out, const char *dir)
 		rc = load_metrics(w);
 	const char *dirn = NULL;
 	if (!rc)
-		rc = apf_config_string(c, "workload", "direction", &dirn);
+		rc = apf_config_string(&dirn, c, "workload", "direction");
 	if (!rc) {
 		if (!strcmp(dirn, "max"))
 			w->direction = 1;
@@ -385,14 +385,14 @@ int apf_workload_spec_load_dir(apf_workload_spec **out, const char *dir)
 					      dirn);
 	}
 	if (!rc)
-		rc = apf_config_double(c, "workload", "validation_target",
-				       &w->validation_target);
+		rc = apf_config_double(&w->validation_target, c, "workload",
+				       "validation_target");
 	if (!rc)
-		rc = apf_config_double(c, "workload", "test_target",
-				       &w->test_target);
+		rc = apf_config_double(&w->test_target, c, "workload",
+				       "test_target");
 	const char *targets = "provisional";
 	if (!rc)
-		rc = apf_config_opt_string(c, "workload", "targets", &targets);
+		rc = apf_config_opt_string(&targets, c, "workload", "targets");
 	if (!rc) {
 		if (!strcmp(targets, "provisional"))
 			w->targets_provisional = 1;
@@ -402,23 +402,23 @@ int apf_workload_spec_load_dir(apf_workload_spec **out, const char *dir)
 	}
 	w->max_steps = 0;
 	if (!rc)
-		rc = apf_config_opt_long(c, "workload", "max_steps",
-					 &w->max_steps);
+		rc = apf_config_opt_long(&w->max_steps, c, "workload",
+					 "max_steps");
 	if (!rc && w->max_steps < 0)
 		rc = apf_config_error(c, "workload", "max_steps",
 				      "must not be negative");
 	w->step_hint = w->max_steps;
 	if (!rc)
-		rc = apf_config_opt_long(c, "workload", "step_hint",
-					 &w->step_hint);
+		rc = apf_config_opt_long(&w->step_hint, c, "workload",
+					 "step_hint");
 	if (!rc && (w->step_hint < 0 ||
 		    (w->max_steps > 0 && w->step_hint > w->max_steps)))
 		rc = apf_config_error(c, "workload", "step_hint",
 				      "must be from 0 to max_steps");
 	w->eval_examples = 0;
 	if (!rc)
-		rc = apf_config_opt_long(c, "workload", "eval_examples",
-					 &w->eval_examples);
+		rc = apf_config_opt_long(&w->eval_examples, c, "workload",
+					 "eval_examples");
 	if (!rc && w->eval_examples < 0)
 		rc = apf_config_error(c, "workload", "eval_examples",
 				      "must not be negative");
@@ -427,7 +427,7 @@ int apf_workload_spec_load_dir(apf_workload_spec **out, const char *dir)
 	if (!rc)
 		rc = dup_req(c, "dataset", "name", &w->dataset_name);
 	if (!rc)
-		rc = apf_config_string(c, "dataset", "path", &dpath);
+		rc = apf_config_string(&dpath, c, "dataset", "path");
 	if (!rc) {
 		const char *redirect = getenv("APF_DATASETS_DIR");
 		if (redirect && *redirect)

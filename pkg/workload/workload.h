@@ -185,13 +185,13 @@ int apf_workload_table_rows(const apf_workload_spec *w, int *rows, int max,
 
 /* [model] values under a variant, typed, with a default when unset;
  * malformed values fail naming the section that set them. */
-int apf_model_long(const apf_workload_spec *w, const char *variant,
-		   const char *key, long dflt, long min, long max, long *out);
-int apf_model_double(const apf_workload_spec *w, const char *variant,
-		     const char *key, double dflt, double min, double max,
-		     double *out);
-int apf_model_string(const apf_workload_spec *w, const char *variant,
-		     const char *key, const char *dflt, const char **out);
+int apf_model_long(long *out, const apf_workload_spec *w,
+		   const char *variant, const char *key, long dflt, long min, long max);
+int apf_model_double(double *out, const apf_workload_spec *w,
+		     const char *variant, const char *key, double dflt, double min,
+		     double max);
+int apf_model_string(const char **out, const apf_workload_spec *w,
+		     const char *variant, const char *key, const char *dflt);
 /* A list of layer widths, "1024, 1024" (dflt when unset): up to max_n
  * numbers in [1, 65536] separated by commas, into widths; *n of them. */
 int apf_model_widths(const apf_workload_spec *w, const char *variant,
@@ -225,8 +225,8 @@ struct apf_train_layout {
 	uint64_t n;
 };
 /* A workload opened with its data: the layout of its training split. */
-int apf_workload_train_layout(const apf_workload *wl,
-			      struct apf_train_layout *out);
+int apf_workload_train_layout(struct apf_train_layout *out,
+			      const apf_workload *wl);
 /* A trial's workload, opened before its data exists in the process: the
  * model is built for `layout`, the dataset's files are never opened, and
  * batches are refused until apf_workload_attach_train hands it the
@@ -272,8 +272,8 @@ typedef struct apf_batch {
 
 /* The next training batch after *pos (shuffled per epoch from the trial
  * key); advances *pos. The batch stays valid until the next call. */
-int apf_workload_next_batch(apf_workload *wl, apf_data_pos *pos, int B,
-			    apf_batch *out);
+int apf_workload_next_batch(apf_batch *out, apf_workload *wl, apf_data_pos *pos,
+			    int B);
 /* Mean training loss of the batch (label smoothing as the variant says) and
  * its gradient, written to grads (param_floats floats of backend memory).
  * Batch-norm running statistics in the bound state are updated; dropout
@@ -312,9 +312,9 @@ typedef struct apf_workload_eval {
 
 /* Evaluates params and state (read, never written) on the splits in
  * `splits` (bit mask of 1 << apf_split_id). */
-int apf_workload_evaluate(apf_workload *wl, const float *params,
-			  const float *state, unsigned splits,
-			  apf_workload_eval *out);
+int apf_workload_evaluate(apf_workload_eval *out, apf_workload *wl,
+			  const float *params, const float *state,
+			  unsigned splits);
 /* The workload's metric (accuracy here) of one split's metrics. */
 double apf_workload_metric(const apf_workload *wl,
 			   const struct apf_split_metrics *m);
@@ -362,7 +362,7 @@ struct apf_fit_result {
 	uint8_t digest[32];     /* SHA-256 of parameters and model state */
 };
 
-int apf_workload_fit(apf_workload *wl, const struct apf_fit_opts *o,
-		     struct apf_fit_result *res);
+int apf_workload_fit(struct apf_fit_result *res, apf_workload *wl,
+		     const struct apf_fit_opts *o);
 
 #endif

@@ -38,10 +38,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			int b;
 			char **items;
 			size_t n;
-			fuzz_expect(apf_config_opt_string(c, s, key, &str), "string");
-			fuzz_expect(apf_config_opt_double(c, s, key, &d), "double");
-			fuzz_expect(apf_config_opt_long(c, s, key, &l), "long");
-			fuzz_expect(apf_config_opt_bool(c, s, key, &b), "bool");
+			fuzz_expect(apf_config_opt_string(&str, c, s, key), "string");
+			fuzz_expect(apf_config_opt_double(&d, c, s, key), "double");
+			fuzz_expect(apf_config_opt_long(&l, c, s, key), "long");
+			fuzz_expect(apf_config_opt_bool(&b, c, s, key), "bool");
 			rc = apf_config_list(c, s, key, &items, &n);
 			fuzz_expect(rc, "list");
 			for (size_t j = 0; !rc && j < n; j++)

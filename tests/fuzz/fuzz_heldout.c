@@ -43,14 +43,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		return 0;
 	char *once, *twice_text;
 	apf_heldout *back;
-	if (apf_heldout_to_json(h, &once) != 0 ||
+	if (apf_heldout_to_json(&once, h) != 0 ||
 	    apf_heldout_parse(&back, once, strlen(once), "again") != 0) {
 		fprintf(stderr, "written back, refused: %s\n",
 			apf_error_message());
 		abort();
 	}
 	if (apf_heldout_compare(back, h, "again") != 0 ||
-	    apf_heldout_to_json(back, &twice_text) != 0 ||
+	    apf_heldout_to_json(&twice_text, back) != 0 ||
 	    strcmp(once, twice_text))
 		abort();
 	free(once);

@@ -44,8 +44,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		double d;
 		uint64_t u;
 		apf_jtok_string(text, &t[i], buf, sizeof buf);
-		apf_jtok_double(text, &t[i], &d);
-		apf_jtok_u64(text, &t[i], &u);
+		apf_jtok_double(&d, text, &t[i]);
+		apf_jtok_u64(&u, text, &t[i]);
 		apf_jtok_eq(text, &t[i], "seq");
 		if (t[i].type == APF_JOBJECT)
 			apf_jtok_get(text, t, (uint32_t)i, "event");

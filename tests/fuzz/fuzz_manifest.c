@@ -29,7 +29,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			abort();
 	char *once, *twice;
 	apf_manifest *back;
-	if (apf_manifest_to_json(m, &once) != 0) {
+	if (apf_manifest_to_json(&once, m) != 0) {
 		fprintf(stderr, "to_json: %s\n", apf_error_message());
 		abort();
 	}
@@ -38,7 +38,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			apf_error_message());
 		abort();
 	}
-	if (apf_manifest_to_json(back, &twice) != 0 || strcmp(once, twice))
+	if (apf_manifest_to_json(&twice, back) != 0 || strcmp(once, twice))
 		abort();
 	free(once);
 	free(twice);

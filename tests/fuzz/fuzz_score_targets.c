@@ -29,7 +29,7 @@ static void check_listed(apf_score_targets *t, const apf_score_rules *rules,
 		struct apf_score_target tg;
 		const char *base = NULL;
 		apf_error_clear();
-		int rc = apf_score_targets_find(t, rules, names[i], &tg, &base);
+		int rc = apf_score_targets_find(&tg, &base, t, rules, names[i]);
 		if (rc && (rc != APF_EINPUT ||
 			   !strstr(apf_error_message(), "do not know"))) {
 			fprintf(stderr, "a listed workload without a target: "

@@ -23,7 +23,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	for (long trial = 0; trial < 3; trial++) {
 		apf_hparams h;
 		apf_error_clear();
-		rc = apf_tuning_draw(s, 7, trial % 2, trial, 3, &h);
+		rc = apf_tuning_draw(&h, s, 7, trial % 2, trial, 3);
 		fuzz_expect(rc, "apf_tuning_draw");
 		if (rc)
 			continue;

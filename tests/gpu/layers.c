@@ -801,7 +801,7 @@ static int fit_digest(apf_backend *be, const char *name, long steps,
 		.adamw = {.lr = 1e-3, .b1 = 0.9, .b2 = 0.999, .eps = 1e-8,
 			  .weight_decay = 1e-4, .warmup_frac = 0.05}};
 	struct apf_fit_result res;
-	int rc = apf_workload_fit(wl, &o, &res);
+	int rc = apf_workload_fit(&res, wl, &o);
 	if (rc)
 		snprintf(why, wn, "%s", apf_error_message());
 	else {

@@ -29,13 +29,13 @@ static void typed_values_and_lines(void **state)
 	const char *s;
 	double d;
 	long l;
-	assert_apf_ok(apf_config_string(c, "workload", "name", &s));
+	assert_apf_ok(apf_config_string(&s, c, "workload", "name"));
 	assert_string_equal(s, "fmnist_mlp");
-	assert_apf_ok(apf_config_string(c, "workload", "metric", &s));
+	assert_apf_ok(apf_config_string(&s, c, "workload", "metric"));
 	assert_string_equal(s, "accuracy");
-	assert_apf_ok(apf_config_double(c, "budget.cpu", "minutes", &d));
+	assert_apf_ok(apf_config_double(&d, c, "budget.cpu", "minutes"));
 	assert_true(d == 2.5);
-	assert_apf_ok(apf_config_long(c, "budget.cpu", "eval_period_s", &l));
+	assert_apf_ok(apf_config_long(&l, c, "budget.cpu", "eval_period_s"));
 	assert_int_equal(l, 10);
 	assert_int_equal(apf_config_line(c, "budget.cpu", "minutes"), 7);
 	assert_int_equal(apf_config_line(c, "variant.gelu", NULL), 9);
@@ -45,7 +45,7 @@ static void typed_values_and_lines(void **state)
 	assert_string_equal(apf_config_key(c, "budget.cpu", 1), "eval_period_s");
 	assert_null(apf_config_key(c, "budget.cpu", 2));
 	l = 7;
-	assert_apf_ok(apf_config_opt_long(c, "budget.cpu", "absent", &l));
+	assert_apf_ok(apf_config_opt_long(&l, c, "budget.cpu", "absent"));
 	assert_int_equal(l, 7);
 	apf_config_free(c);
 }
@@ -57,11 +57,11 @@ static void errors_name_file_line_section_key(void **state)
 	assert_apf_ok(apf_config_parse(
 		&c, "[a]\nx = 1\n\n[b]\nminutes = ten\n", "w.ini"));
 	double d;
-	assert_int_equal(apf_config_double(c, "b", "minutes", &d), APF_EINPUT);
+	assert_int_equal(apf_config_double(&d, c, "b", "minutes"), APF_EINPUT);
 	assert_string_equal(apf_error_message(),
 			    "w.ini: line 5: [b] minutes: expected a finite "
 			    "number, got 'ten'");
-	assert_int_equal(apf_config_double(c, "b", "hours", &d), APF_EINPUT);
+	assert_int_equal(apf_config_double(&d, c, "b", "hours"), APF_EINPUT);
 	assert_string_equal(apf_error_message(), "w.ini: [b] hours: missing");
 	const char *const allowed[] = {"minutes", NULL};
 	assert_apf_ok(apf_config_check_keys(c, "b", allowed));
@@ -99,7 +99,7 @@ static void lines_longer_than_inih_default_parse(void **state)
 	apf_config *c;
 	assert_apf_ok(apf_config_parse(&c, text, "long.ini"));
 	const char *v;
-	assert_apf_ok(apf_config_string(c, "s", "long", &v));
+	assert_apf_ok(apf_config_string(&v, c, "s", "long"));
 	assert_int_equal(strlen(v), n);
 	assert_int_equal(v[n - 1], 'a' + (n - 1) % 26);
 	assert_int_equal(apf_config_line(c, "s", "after"), 3);

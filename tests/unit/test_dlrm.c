@@ -69,10 +69,10 @@ static void check_variant(const apf_workload_spec *w, const char *variant)
 	for (int f = 0; f < ncat; f++)
 		json_array_append_new(jr, json_integer(rows[f]));
 	long residual = 0;
-	assert_apf_ok(apf_model_long(w, variant, "top_residual", 0, 0, 1,
-				     &residual));
+	assert_apf_ok(apf_model_long(&residual, w, variant, "top_residual", 0, 0,
+				     1));
 	const char *norm;
-	apf_model_string(w, variant, "norm", "none", &norm);
+	apf_model_string(&norm, w, variant, "norm", "none");
 	json_t *m = json_pack("{s:i, s:i, s:o, s:o, s:o, s:s, s:I, s:o}",
 			      "batch", B, "n_dense", 13, "rows", jr, "bottom",
 			      widths_json(w, variant, "bottom"), "top",

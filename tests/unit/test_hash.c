@@ -60,7 +60,7 @@ static void listing_is_the_design_format(void **state)
 	apf_tree *t;
 	assert_apf_ok(apf_tree_hash(&t, dir, NULL));
 	apf_buf b = {0};
-	assert_apf_ok(apf_tree_listing(t, &b));
+	assert_apf_ok(apf_tree_listing(&b, t));
 	char sha_link[65];
 	assert_apf_ok(apf_sha256_hex(sha_link, "../../etc/passwd", 16));
 	apf_buf want = {0};

@@ -184,8 +184,8 @@ static void draw_covers_the_union_in_any_order(void **state)
 	assert_apf_ok(apf_heldout_draw(&x, ab, 2, NULL));
 	assert_apf_ok(apf_heldout_draw(&y, ba, 2, NULL));
 	char *jx, *jy;
-	assert_apf_ok(apf_heldout_to_json(x, &jx));
-	assert_apf_ok(apf_heldout_to_json(y, &jy));
+	assert_apf_ok(apf_heldout_to_json(&jx, x));
+	assert_apf_ok(apf_heldout_to_json(&jy, y));
 	assert_string_equal(jx, jy);
 	assert_int_equal(x->method, APF_HELDOUT_FROM_ENTRIES);
 	const char *d[] = {DA, D0};
@@ -273,11 +273,11 @@ static void file_round_trips(void **state)
 	assert_null(h->picks[0].variant);
 	assert_string_equal(h->picks[1].variant, "wide");
 	char *text;
-	assert_apf_ok(apf_heldout_to_json(h, &text));
+	assert_apf_ok(apf_heldout_to_json(&text, h));
 	assert_apf_ok(apf_heldout_parse(&g, text, strlen(text), "again.json"));
 	assert_apf_ok(apf_heldout_compare(g, h, "again.json"));
 	char *text2;
-	assert_apf_ok(apf_heldout_to_json(g, &text2));
+	assert_apf_ok(apf_heldout_to_json(&text2, g));
 	assert_string_equal(text, text2);
 	free(text);
 	free(text2);

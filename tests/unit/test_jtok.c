@@ -159,7 +159,7 @@ static void numbers_convert_as_strtod_does(void **state)
 		snprintf(text, sizeof text, fmt[(i / 4) % 4], x);
 		assert_int_equal(apf_jtok_parse(text, strlen(text), t, 4, &n, &why), 0);
 		double got;
-		assert_int_equal(apf_jtok_double(text, &t[0], &got), 0);
+		assert_int_equal(apf_jtok_double(&got, text, &t[0]), 0);
 		double want = strtod(text, NULL);
 		if (memcmp(&got, &want, sizeof got))
 			fail_msg("%s: %.17g, strtod %.17g", text, got, want);
@@ -167,7 +167,7 @@ static void numbers_convert_as_strtod_does(void **state)
 	const char *huge = "1e400";
 	assert_int_equal(apf_jtok_parse(huge, 5, t, 4, &n, &why), 0);
 	double d;
-	assert_int_equal(apf_jtok_double(huge, &t[0], &d), -1);
+	assert_int_equal(apf_jtok_double(&d, huge, &t[0]), -1);
 }
 
 static void integers_are_plain_digits_in_64_bits(void **state)
@@ -194,7 +194,7 @@ static void integers_are_plain_digits_in_64_bits(void **state)
 		const char *s = cases[i].s;
 		assert_int_equal(apf_jtok_parse(s, strlen(s), t, 2, &n, &why), 0);
 		uint64_t v = 7;
-		int rc = apf_jtok_u64(s, &t[0], &v);
+		int rc = apf_jtok_u64(&v, s, &t[0]);
 		if ((rc == 0) != cases[i].ok || (rc == 0 && v != cases[i].v))
 			fail_msg("%s: rc %d value %llu", s, rc, (unsigned long long)v);
 	}
@@ -233,7 +233,7 @@ static void prepare(void *user, const struct apf_runlog_record *r, void *vs)
 	s->step = 0;
 	long k = apf_jtok_get(r->line, r->tok, 0, "step");
 	if (k >= 0)
-		apf_jtok_u64(r->line, &r->tok[k], &s->step);
+		apf_jtok_u64(&s->step, r->line, &r->tok[k]);
 	s->prepared = 1;
 }
 

@@ -68,11 +68,11 @@ static void round_trip(void **state)
 	(void)state;
 	apf_manifest *m = sample();
 	char *json;
-	assert_apf_ok(apf_manifest_to_json(m, &json));
+	assert_apf_ok(apf_manifest_to_json(&json, m));
 	apf_manifest *back;
 	assert_apf_ok(apf_manifest_parse(&back, json, strlen(json)));
 	char *again;
-	assert_apf_ok(apf_manifest_to_json(back, &again));
+	assert_apf_ok(apf_manifest_to_json(&again, back));
 	assert_string_equal(json, again);
 	assert_int_equal(back->tuning.seed, 4000000000u);
 	assert_string_equal(back->submission.files[1].path, "submission.ini");
@@ -104,11 +104,11 @@ static void long_names_round_trip(void **state)
 	free(m->workloads[0].name);
 	m->workloads[0].name = strdup(name);
 	char *json, *again;
-	assert_apf_ok(apf_manifest_to_json(m, &json));
+	assert_apf_ok(apf_manifest_to_json(&json, m));
 	apf_manifest *back;
 	assert_apf_ok(apf_manifest_parse(&back, json, strlen(json)));
 	assert_string_equal(back->workloads[0].name, name);
-	assert_apf_ok(apf_manifest_to_json(back, &again));
+	assert_apf_ok(apf_manifest_to_json(&again, back));
 	assert_string_equal(json, again);
 	free(json);
 	free(again);
@@ -120,7 +120,7 @@ static void expect_refused(void (*change)(json_t *st), const char *expect)
 {
 	apf_manifest *m = sample();
 	char *json;
-	assert_apf_ok(apf_manifest_to_json(m, &json));
+	assert_apf_ok(apf_manifest_to_json(&json, m));
 	json_t *st = json_loads(json, 0, NULL);
 	change(st);
 	char *bad = json_dumps(st, 0);

@@ -754,23 +754,23 @@ static void pipeline_reports_parse(void **state)
 	assert_apf_ok(score_dir(&s, root, "logs", "targets.json", NULL,
 				"algoperf-0.5"));
 	apf_buf b = {0};
-	assert_apf_ok(apf_score_format_csv(s.r, &b));
+	assert_apf_ok(apf_score_format_csv(&b, s.r));
 	assert_string_equal(b.data, "submission,score,wa,wb\n"
 				    "s1,0.911616,50.000000,20.000000\n"
 				    "s2,0.500000,32.500000,\n");
 	apf_buf_free(&b);
-	assert_apf_ok(apf_score_format_table(s.r, &b));
+	assert_apf_ok(apf_score_format_table(&b, s.r));
 	assert_non_null(strstr(b.data, "   1  s1          0.9116  50.00  20.00\n"));
 	assert_non_null(strstr(b.data, "   2  s2          0.5000  32.50      -\n"));
 	/* AlgoPerf logs: nothing to verify, said in one line. */
 	assert_non_null(strstr(b.data, "verified: no - AlgoPerf logs hold "
 				       "nothing to verify\n"));
 	apf_buf_free(&b);
-	assert_apf_ok(apf_score_format_json(s.r, &b));
+	assert_apf_ok(apf_score_format_json(&b, s.r));
 	assert_non_null(strstr(b.data, "\"rules\": \"algoperf-0.5\""));
 	assert_non_null(strstr(b.data, "\"wb\": null"));
 	apf_buf_free(&b);
-	assert_apf_ok(apf_score_format_svg(s.r, &b));
+	assert_apf_ok(apf_score_format_svg(&b, s.r));
 	assert_non_null(strstr(b.data, "data-submission=\"s1\""));
 	apf_buf_free(&b);
 	scored_free(&s);
@@ -1162,7 +1162,7 @@ static void targets_current_format_chooses_the_rules(void **state)
 		assert_string_equal(h[0], "wa_v");
 		struct apf_score_target tg;
 		assert_apf_ok(apf_score_targets_find(
-			t, apf_score_rules_get("algoperf-0.6"), "wb", &tg, NULL));
+			&tg, NULL, t, apf_score_rules_get("algoperf-0.6"), "wb"));
 		assert_true(tg.validation == 1 && tg.direction == -1);
 		const apf_score_rules *r = NULL;
 		int rc = apf_score_targets_rules(&r, t);
@@ -1345,7 +1345,7 @@ static void svg_has_headroom_and_a_dash_pattern_per_curve(void **state)
 	assert_apf_ok(score_dir(&s, root, "logs", "targets.json", NULL,
 				"algoperf-0.6"));
 	apf_buf b = {0};
-	assert_apf_ok(apf_score_format_svg(s.r, &b));
+	assert_apf_ok(apf_score_format_svg(&b, s.r));
 	/* The plot's frame. */
 	const char *frame = strstr(b.data, "<rect x=");
 	assert_non_null(frame);
@@ -1414,7 +1414,7 @@ static void hardware_differences_name_field_and_values(void **state)
 		free(d[i]);
 	free(d);
 	apf_buf t = {0};
-	assert_apf_ok(apf_score_hardware_describe(&a, &t));
+	assert_apf_ok(apf_score_hardware_describe(&t, &a));
 	assert_string_equal(t.data, "cpu AMD EPYC (2 cores), 2 threads, no GPU");
 	apf_buf_free(&t);
 }
@@ -1533,7 +1533,7 @@ static void run_account_from_run_json_and_log(void **state)
 	assert_true(isinf(s.r->final[0]));
 	assert_true(s.r->early[0]);
 	apf_buf b = {0};
-	assert_apf_ok(apf_score_format_table(s.r, &b));
+	assert_apf_ok(apf_score_format_table(&b, s.r));
 	assert_non_null(strstr(b.data, " inf!\n"));
 	assert_non_null(strstr(b.data, "\n!: a unit behind it stopped early"));
 	assert_non_null(strstr(b.data, "verified: no - 1 apf run scored "
@@ -1583,14 +1583,14 @@ static void excluded_runs_are_listed_not_ranked(void **state)
 	assert_int_equal(r->nsub, 1);
 	assert_true(has_warning(r, "alpha: not verified: check 3 (timing): x"));
 	apf_buf b = {0};
-	assert_apf_ok(apf_score_format_table(r, &b));
+	assert_apf_ok(apf_score_format_table(&b, r));
 	assert_non_null(strstr(b.data, "verified: 1 apf run (apf verify's "
 				       "checks, no re-evaluation or replay); 1 "
 				       "failed, not ranked\n"));
 	assert_non_null(strstr(b.data, "\nnot ranked (1):\n  alpha: not "
 				       "verified: check 3 (timing): x\n"));
 	apf_buf_free(&b);
-	assert_apf_ok(apf_score_format_json(r, &b));
+	assert_apf_ok(apf_score_format_json(&b, r));
 	assert_non_null(strstr(b.data, "\"excluded\": [\n    {\n      \"name\": "
 				       "\"alpha\""));
 	apf_buf_free(&b);

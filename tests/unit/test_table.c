@@ -337,7 +337,7 @@ static void table_workload_learns_and_reports_log_loss_and_auc(void **state)
 				  .eps = 1e-8, .warmup_frac = 0.05},
 			.eval_splits = 7};
 		struct apf_fit_result r;
-		assert_apf_ok(apf_workload_fit(wl, &o, &r));
+		assert_apf_ok(apf_workload_fit(&r, wl, &o));
 		const struct apf_split_metrics *va =
 			&r.last.split[APF_SPLIT_VALIDATION];
 		/* The label is a function of one id: a model that learns it

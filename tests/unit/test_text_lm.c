@@ -58,7 +58,7 @@ static void batch_labels_are_the_next_tokens(void **state)
 	assert_int_equal(V, 256);
 	apf_data_pos pos = {0, 0};
 	apf_batch b;
-	assert_apf_ok(apf_workload_next_batch(wl, &pos, 5, &b));
+	assert_apf_ok(apf_workload_next_batch(&b, wl, &pos, 5));
 	assert_int_equal(b.ny, T);
 	for (int i = 0; i < 5; i++)
 		for (int t = 0; t < T; t++)
@@ -87,14 +87,14 @@ static void check_variant(const apf_workload_spec *w, const char *variant)
 	long width, layers, heads;
 	double temperature;
 	const char *norm, *mlp, *act;
-	assert_apf_ok(apf_model_long(w, variant, "width", 0, 0, 1 << 20, &width));
-	assert_apf_ok(apf_model_long(w, variant, "layers", 0, 0, 64, &layers));
-	assert_apf_ok(apf_model_long(w, variant, "heads", 0, 0, 64, &heads));
-	assert_apf_ok(apf_model_double(w, variant, "temperature", 1, 0, 1e3,
-				       &temperature));
-	apf_model_string(w, variant, "norm", "pre", &norm);
-	apf_model_string(w, variant, "mlp", "plain", &mlp);
-	apf_model_string(w, variant, "activation", "gelu", &act);
+	assert_apf_ok(apf_model_long(&width, w, variant, "width", 0, 0, 1 << 20));
+	assert_apf_ok(apf_model_long(&layers, w, variant, "layers", 0, 0, 64));
+	assert_apf_ok(apf_model_long(&heads, w, variant, "heads", 0, 0, 64));
+	assert_apf_ok(apf_model_double(&temperature, w, variant, "temperature", 1, 0,
+				       1e3));
+	apf_model_string(&norm, w, variant, "norm", "pre");
+	apf_model_string(&mlp, w, variant, "mlp", "plain");
+	apf_model_string(&act, w, variant, "activation", "gelu");
 	json_t *m = json_pack("{s:i, s:i, s:I, s:I, s:I, s:f, s:s, s:s, s:s, "
 			      "s:o}",
 			      "batch", B, "context", T, "width",

@@ -64,7 +64,7 @@ static void short_mlp_run_reaches_stated_validation_accuracy(void **state)
 				 .adamw = {1e-3, 0.9, 0.999, 1e-8, 1e-4, 0.05},
 				 .eval_splits = 7};
 	struct apf_fit_result r;
-	assert_apf_ok(apf_workload_fit(wl, &o, &r));
+	assert_apf_ok(apf_workload_fit(&r, wl, &o));
 	printf("validation accuracy after 300 steps: %.4f (test %.4f)\n",
 	       r.last.split[APF_SPLIT_VALIDATION].accuracy,
 	       r.last.split[APF_SPLIT_TEST].accuracy);
@@ -91,7 +91,7 @@ static void fit_digest(const apf_workload_spec *w, const char *variant,
 				 .adamw = {2e-3, 0.9, 0.999, 1e-8, 1e-4, 0.1},
 				 .eval_every = -1};
 	struct apf_fit_result r;
-	assert_apf_ok(apf_workload_fit(wl, &o, &r));
+	assert_apf_ok(apf_workload_fit(&r, wl, &o));
 	assert_int_equal(r.steps_done, 200);
 	memcpy(out, r.digest, 32);
 	apf_workload_close(wl);
@@ -148,7 +148,7 @@ static void trainer_steps(struct trainer *t, long n)
 	for (long i = 0; i < n; i++) {
 		apf_batch b;
 		double loss;
-		assert_apf_ok(apf_workload_next_batch(t->wl, &t->pos, 64, &b));
+		assert_apf_ok(apf_workload_next_batch(&b, t->wl, &t->pos, 64));
 		assert_apf_ok(apf_workload_loss_grad(t->wl, &b,
 						     (uint64_t)t->step, &loss,
 						     t->grads));
@@ -211,13 +211,13 @@ static void evaluation_is_deterministic_and_read_only(void **state)
 	assert_apf_ok(apf_sha256_buf(before, t.arena, bytes));
 	apf_workload_eval e1, e2;
 	unsigned val = 1u << APF_SPLIT_VALIDATION;
-	assert_apf_ok(apf_workload_evaluate(t.wl, t.arena, t.arena + t.np, val,
-					    &e1));
+	assert_apf_ok(apf_workload_evaluate(&e1, t.wl, t.arena, t.arena + t.np,
+					    val));
 	/* a second process (a fresh workload) evaluating the same arena */
 	struct trainer u;
 	trainer_open(&u, w, "base");
-	assert_apf_ok(apf_workload_evaluate(u.wl, t.arena, t.arena + t.np, val,
-					    &e2));
+	assert_apf_ok(apf_workload_evaluate(&e2, u.wl, t.arena, t.arena + t.np,
+					    val));
 	assert_apf_ok(apf_sha256_buf(after, t.arena, bytes));
 	assert_memory_equal(before, after, 32);
 	assert_true(e1.split[APF_SPLIT_VALIDATION].loss ==

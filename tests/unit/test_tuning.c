@@ -66,16 +66,16 @@ static void same_plan_same_draws_others_differ(void **state)
 	(void)state;
 	apf_search_space *s = parse(space, "space.ini");
 	apf_hparams a, b, c, d, e;
-	assert_apf_ok(apf_tuning_draw(s, 42, 1, 2, 5, &a));
-	assert_apf_ok(apf_tuning_draw(s, 42, 1, 2, 5, &b));
+	assert_apf_ok(apf_tuning_draw(&a, s, 42, 1, 2, 5));
+	assert_apf_ok(apf_tuning_draw(&b, s, 42, 1, 2, 5));
 	assert_int_equal(a.n, 4);
 	for (size_t i = 0; i < a.n; i++) {
 		assert_memory_equal(&a.values[i], &b.values[i], sizeof(double));
 		assert_string_equal(a.names[i], b.names[i]);
 	}
-	assert_apf_ok(apf_tuning_draw(s, 42, 1, 3, 5, &c)); /* other trial */
-	assert_apf_ok(apf_tuning_draw(s, 42, 2, 2, 5, &d)); /* other study */
-	assert_apf_ok(apf_tuning_draw(s, 43, 1, 2, 5, &e)); /* other seed */
+	assert_apf_ok(apf_tuning_draw(&c, s, 42, 1, 3, 5)); /* other trial */
+	assert_apf_ok(apf_tuning_draw(&d, s, 42, 2, 2, 5)); /* other study */
+	assert_apf_ok(apf_tuning_draw(&e, s, 43, 1, 2, 5)); /* other seed */
 	for (size_t i = 0; i < 2; i++) {
 		assert_true(a.values[i] != c.values[i]);
 		assert_true(a.values[i] != d.values[i]);
@@ -90,7 +90,7 @@ static void same_plan_same_draws_others_differ(void **state)
 	double first[20];
 	for (long st = 0; st < 20; st++) {
 		apf_hparams h;
-		assert_apf_ok(apf_tuning_draw(s, 9, st, 0, 5, &h));
+		assert_apf_ok(apf_tuning_draw(&h, s, 9, st, 0, 5));
 		first[st] = h.values[0];
 		for (long k = 0; k < st; k++)
 			assert_true(first[k] != first[st]);
@@ -104,9 +104,9 @@ static void a_trial_outside_the_study_is_refused(void **state)
 	(void)state;
 	apf_search_space *s = parse(space, "space.ini");
 	apf_hparams h;
-	assert_int_equal(apf_tuning_draw(s, 1, 0, 5, 5, &h), APF_EINTERNAL);
-	assert_int_equal(apf_tuning_draw(s, 1, 0, -1, 5, &h), APF_EINTERNAL);
-	assert_int_equal(apf_tuning_draw(s, 1, -1, 0, 5, &h), APF_EINTERNAL);
+	assert_int_equal(apf_tuning_draw(&h, s, 1, 0, 5, 5), APF_EINTERNAL);
+	assert_int_equal(apf_tuning_draw(&h, s, 1, 0, -1, 5), APF_EINTERNAL);
+	assert_int_equal(apf_tuning_draw(&h, s, 1, -1, 0, 5), APF_EINTERNAL);
 	apf_search_space_free(s);
 }
 
@@ -129,8 +129,8 @@ static void draws_stay_in_range(void **state)
 		for (size_t ti = 0; ti < sizeof Ts / sizeof Ts[0]; ti++)
 			for (long t = 0; t < Ts[ti]; t++) {
 				apf_hparams h;
-				assert_apf_ok(apf_tuning_draw(s, seed, seed % 3, t,
-							      Ts[ti], &h));
+				assert_apf_ok(apf_tuning_draw(&h, s, seed, seed % 3,
+							      t, Ts[ti]));
 				assert_true(h.values[0] >= 1e-4 &&
 					    h.values[0] <= 1e-1);
 				assert_true(h.values[1] >= 0.01 &&
@@ -152,7 +152,7 @@ static void draw_all(const apf_search_space *s, uint32_t seed, long study,
 {
 	for (long t = 0; t < T; t++) {
 		apf_hparams h;
-		assert_apf_ok(apf_tuning_draw(s, seed, study, t, T, &h));
+		assert_apf_ok(apf_tuning_draw(&h, s, seed, study, t, T));
 		for (size_t d = 0; d < s->ndims; d++) {
 			const struct apf_hp_dim *dim = &s->dims[d];
 			double v = h.values[d];
@@ -306,7 +306,7 @@ static void log_ranges_spread_evenly(void **state)
 	for (uint32_t seed = 0; seed < 40; seed++)
 		for (long t = 0; t < 5; t++) {
 			apf_hparams h;
-			assert_apf_ok(apf_tuning_draw(s, seed, 0, t, 5, &h));
+			assert_apf_ok(apf_tuning_draw(&h, s, seed, 0, t, 5));
 			below += h.values[0] < sqrt(1e-4 * 1e-1); /* log midpoint */
 			apf_hparams_free(&h);
 		}
@@ -320,7 +320,7 @@ static void hparams_json_round_trip(void **state)
 	(void)state;
 	apf_search_space *s = parse(space, "space.ini");
 	apf_hparams h, back;
-	assert_apf_ok(apf_tuning_draw(s, 1, 0, 0, 5, &h));
+	assert_apf_ok(apf_tuning_draw(&h, s, 1, 0, 0, 5));
 	json_t *j = apf_hparams_to_json(&h);
 	char *text = json_dumps(j, 0);
 	json_t *parsed = json_loads(text, 0, NULL);
@@ -355,7 +355,7 @@ static void check_points(const apf_search_space *s)
 		for (long st = 0; st < 3; st++)
 			for (long t = 0; t < 3; t++) {
 				apf_hparams h;
-				assert_apf_ok(apf_tuning_draw(s, seed, st, t, 3, &h));
+				assert_apf_ok(apf_tuning_draw(&h, s, seed, st, t, 3));
 				assert_int_equal(h.n, 2);
 				assert_true(h.values[0] == lr[t]);
 				assert_null(h.words[0]);
@@ -363,10 +363,10 @@ static void check_points(const apf_search_space *s)
 				apf_hparams_free(&h);
 			}
 	apf_hparams h;
-	assert_apf_ok(apf_tuning_draw(s, 0, 0, 1, 2, &h)); /* fewer trials */
+	assert_apf_ok(apf_tuning_draw(&h, s, 0, 0, 1, 2)); /* fewer trials */
 	assert_true(h.values[0] == 0.002);
 	apf_hparams_free(&h);
-	assert_int_equal(apf_tuning_draw(s, 0, 0, 0, 4, &h), APF_EINPUT);
+	assert_int_equal(apf_tuning_draw(&h, s, 0, 0, 0, 4), APF_EINPUT);
 	assert_non_null(strstr(apf_error_message(),
 			       "4 trials per study but 3 points"));
 	assert_int_equal(apf_search_space_check_trials(s, 3), 0);
@@ -408,8 +408,8 @@ static void json_dimensions_read_as_the_ini_form(void **state)
 	assert_int_equal(s->ndims, ini->ndims);
 	for (long t = 0; t < 5; t++) {
 		apf_hparams a, b;
-		assert_apf_ok(apf_tuning_draw(s, 3, 1, t, 5, &a));
-		assert_apf_ok(apf_tuning_draw(ini, 3, 1, t, 5, &b));
+		assert_apf_ok(apf_tuning_draw(&a, s, 3, 1, t, 5));
+		assert_apf_ok(apf_tuning_draw(&b, ini, 3, 1, t, 5));
 		for (size_t i = 0; i < a.n; i++) {
 			assert_string_equal(a.names[i], b.names[i]);
 			if (b.words[i])
@@ -503,7 +503,7 @@ static void plans_draw_each_study_once_for_every_workload(void **state)
 		assert_int_equal(u->study, (long)(i % 15) / 5);
 		assert_int_equal(u->trial, (long)(i % 15) % 5);
 		apf_hparams h;
-		assert_apf_ok(apf_tuning_draw(s, 77, u->study, u->trial, 5, &h));
+		assert_apf_ok(apf_tuning_draw(&h, s, 77, u->study, u->trial, 5));
 		assert_int_equal(h.n, u->hp.n);
 		for (size_t d = 0; d < h.n; d++)
 			assert_true(h.values[d] == u->hp.values[d]);

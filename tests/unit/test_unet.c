@@ -64,7 +64,7 @@ static void the_input_is_the_image_corrupted_the_same_way_each_time(void **state
 	enum { B = 16, N = 28 * 28 };
 	apf_data_pos pos = {0, 0};
 	apf_batch b;
-	assert_apf_ok(apf_workload_next_batch(wl, &pos, B, &b));
+	assert_apf_ok(apf_workload_next_batch(&b, wl, &pos, B));
 	assert_int_equal(b.ny, N);
 	assert_non_null(b.yf);
 	float x[B * N], y[B * N];
@@ -87,7 +87,7 @@ static void the_input_is_the_image_corrupted_the_same_way_each_time(void **state
 	assert_true(diff / (B * N) > 0.01);
 	/* The same images from the same position: the same inputs. */
 	apf_data_pos again = {0, 0};
-	assert_apf_ok(apf_workload_next_batch(wl, &again, B, &b));
+	assert_apf_ok(apf_workload_next_batch(&b, wl, &again, B));
 	assert_memory_equal(b.x, x, sizeof x);
 	assert_memory_equal(b.yf, y, sizeof y);
 	apf_workload_close(wl);
@@ -103,9 +103,9 @@ static void check_variant(const apf_workload_spec *w, const char *variant)
 	char *dir = testlib_tmpdir();
 	long depth;
 	const char *norm, *act;
-	assert_apf_ok(apf_model_long(w, variant, "depth", 2, 1, 4, &depth));
-	apf_model_string(w, variant, "norm", "instance", &norm);
-	apf_model_string(w, variant, "activation", "relu", &act);
+	assert_apf_ok(apf_model_long(&depth, w, variant, "depth", 2, 1, 4));
+	apf_model_string(&norm, w, variant, "norm", "instance");
+	apf_model_string(&act, w, variant, "activation", "relu");
 	json_t *m = json_pack("{s:i, s:i, s:i, s:I, s:s, s:s, s:o}", "batch", B,
 			      "H", 28, "W", 28, "depth", (json_int_t)depth,
 			      "norm", norm, "activation", act, "params",

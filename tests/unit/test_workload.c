@@ -186,7 +186,7 @@ static void deferred_split_comes_at_go_with_its_layout(void **state)
 	apf_workload *host, *trial;
 	assert_int_equal(apf_workload_open(&host, w, "base", be, &key, 0), 0);
 	struct apf_train_layout l;
-	assert_int_equal(apf_workload_train_layout(host, &l), 0);
+	assert_int_equal(apf_workload_train_layout(&l, host), 0);
 	assert_true(l.H == 8 && l.W == 8 && l.C == 1 && l.classes == 10 && l.n > 0);
 	int fd = -1;
 	assert_int_equal(apf_dataset_export_train(&fd, apf_workload_dataset(host)),
@@ -197,10 +197,10 @@ static void deferred_split_comes_at_go_with_its_layout(void **state)
 	assert_null(apf_workload_dataset(trial));
 	apf_data_pos pos = {0, 0};
 	apf_batch b;
-	assert_int_not_equal(apf_workload_next_batch(trial, &pos, 8, &b), 0);
+	assert_int_not_equal(apf_workload_next_batch(&b, trial, &pos, 8), 0);
 	apf_error_clear();
 	assert_int_equal(apf_workload_attach_train(trial, fd), 0);
-	assert_int_equal(apf_workload_next_batch(trial, &pos, 8, &b), 0);
+	assert_int_equal(apf_workload_next_batch(&b, trial, &pos, 8), 0);
 	/* Once only. */
 	assert_int_not_equal(apf_workload_attach_train(trial, fd), 0);
 	apf_error_clear();

@@ -70,18 +70,18 @@ static int dlrm_build(apf_net **out, apf_backend *be,
 		rc = apf_model_widths(w, variant, "top", "256, 128",
 				      MAX_LAYERS, top, &nt);
 	if (!rc)
-		rc = apf_model_long(w, variant, "embedding_dim", 16, 1, 1024, &D);
+		rc = apf_model_long(&D, w, variant, "embedding_dim", 16, 1, 1024);
 	if (!rc)
-		rc = apf_model_long(w, variant, "top_residual", 0, 0, 1,
-				    &residual);
+		rc = apf_model_long(&residual, w, variant, "top_residual", 0, 0,
+				    1);
 	if (!rc)
-		rc = apf_model_double(w, variant, "embedding_init", 0.05, 0.0,
-				      10.0, &init_b);
+		rc = apf_model_double(&init_b, w, variant, "embedding_init", 0.05,
+				      0.0, 10.0);
 	if (!rc)
-		rc = apf_model_double(w, variant, "dropout", 0.0, 0.0, 0.9,
-				      &dropout);
-	apf_model_string(w, variant, "norm", "none", &norm);
-	apf_model_string(w, variant, "activation", "relu", &act_name);
+		rc = apf_model_double(&dropout, w, variant, "dropout", 0.0, 0.0,
+				      0.9);
+	apf_model_string(&norm, w, variant, "norm", "none");
+	apf_model_string(&act_name, w, variant, "activation", "relu");
 	int act = apf_activation_parse(act_name);
 	int ln = !strcmp(norm, "layernorm");
 	if (!rc && !act)

@@ -77,18 +77,18 @@ static int resnet_build(apf_net **out, apf_backend *be,
 	long width, stages, blocks;
 	double momentum;
 	const char *act_name, *norm;
-	int rc = apf_model_long(w, variant, "width", 16, 1, 1024, &width);
+	int rc = apf_model_long(&width, w, variant, "width", 16, 1, 1024);
 	if (!rc)
-		rc = apf_model_long(w, variant, "stages", 3, 1, 4, &stages);
+		rc = apf_model_long(&stages, w, variant, "stages", 3, 1, 4);
 	if (!rc)
-		rc = apf_model_long(w, variant, "blocks", 1, 1, 8, &blocks);
+		rc = apf_model_long(&blocks, w, variant, "blocks", 1, 1, 8);
 	if (!rc)
-		rc = apf_model_double(w, variant, "bn_momentum", 0.1, 0.0, 1.0,
-				      &momentum);
+		rc = apf_model_double(&momentum, w, variant, "bn_momentum", 0.1, 0.0,
+				      1.0);
 	if (rc)
 		return rc;
-	apf_model_string(w, variant, "activation", "relu", &act_name);
-	apf_model_string(w, variant, "norm", "batchnorm", &norm);
+	apf_model_string(&act_name, w, variant, "activation", "relu");
+	apf_model_string(&norm, w, variant, "norm", "batchnorm");
 	struct cfg c = {apf_activation_parse(act_name), -1, (float)momentum};
 	if (!c.act)
 		return apf_error(APF_EINPUT, "[model] activation",

@@ -33,11 +33,11 @@ static int mlp_build(apf_net **out, apf_backend *be, const apf_workload_spec *w,
 				  widths, &nh);
 	const char *act_name, *norm;
 	double dropout;
-	apf_model_string(w, variant, "activation", "relu", &act_name);
-	apf_model_string(w, variant, "norm", "none", &norm);
+	apf_model_string(&act_name, w, variant, "activation", "relu");
+	apf_model_string(&norm, w, variant, "norm", "none");
 	if (!rc)
-		rc = apf_model_double(w, variant, "dropout", 0.0, 0.0, 0.9,
-				      &dropout);
+		rc = apf_model_double(&dropout, w, variant, "dropout", 0.0, 0.0,
+				      0.9);
 	int act = apf_activation_parse(act_name);
 	if (!rc && !act)
 		rc = apf_error(APF_EINPUT, "[model] activation",

@@ -66,13 +66,13 @@ static int unet_build(apf_net **out, apf_backend *be,
 	*out = NULL;
 	long width, depth;
 	const char *norm_name, *act_name;
-	int rc = apf_model_long(w, variant, "channels", 16, 1, 1024, &width);
+	int rc = apf_model_long(&width, w, variant, "channels", 16, 1, 1024);
 	if (!rc)
-		rc = apf_model_long(w, variant, "depth", 2, 1, MAX_DEPTH, &depth);
+		rc = apf_model_long(&depth, w, variant, "depth", 2, 1, MAX_DEPTH);
 	if (rc)
 		return rc;
-	apf_model_string(w, variant, "norm", "instance", &norm_name);
-	apf_model_string(w, variant, "activation", "relu", &act_name);
+	apf_model_string(&norm_name, w, variant, "norm", "instance");
+	apf_model_string(&act_name, w, variant, "activation", "relu");
 	int act = apf_activation_parse(act_name);
 	int norm = !strcmp(norm_name, "instance")    ? NORM_INSTANCE
 		   : !strcmp(norm_name, "layernorm") ? NORM_LAYER

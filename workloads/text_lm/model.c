@@ -53,28 +53,28 @@ static int lm_config(struct lm_cfg *c, const apf_workload_spec *w,
 		     const char *variant)
 {
 	const char *mlp, *norm, *act_name;
-	int rc = apf_model_long(w, variant, "width", 128, 8, 4096, &c->D);
+	int rc = apf_model_long(&c->D, w, variant, "width", 128, 8, 4096);
 	if (!rc)
-		rc = apf_model_long(w, variant, "layers", 2, 1, 64, &c->L);
+		rc = apf_model_long(&c->L, w, variant, "layers", 2, 1, 64);
 	if (!rc)
-		rc = apf_model_long(w, variant, "heads", 4, 1, 64, &c->heads);
+		rc = apf_model_long(&c->heads, w, variant, "heads", 4, 1, 64);
 	if (!rc)
-		rc = apf_model_long(w, variant, "mlp_hidden", 4 * c->D, 1,
-				    65536, &c->hidden);
+		rc = apf_model_long(&c->hidden, w, variant, "mlp_hidden", 4 * c->D,
+				    1, 65536);
 	if (!rc)
-		rc = apf_model_double(w, variant, "temperature", 1.0, 1e-3,
-				      1e3, &c->temperature);
+		rc = apf_model_double(&c->temperature, w, variant, "temperature", 1.0,
+				      1e-3, 1e3);
 	if (!rc)
-		rc = apf_model_double(w, variant, "embedding_init", 0.05, 0.0,
-				      10.0, &c->emb_init);
+		rc = apf_model_double(&c->emb_init, w, variant, "embedding_init", 0.05,
+				      0.0, 10.0);
 	if (!rc)
-		rc = apf_model_double(w, variant, "dropout", 0.0, 0.0, 0.9,
-				      &c->dropout);
+		rc = apf_model_double(&c->dropout, w, variant, "dropout", 0.0, 0.0,
+				      0.9);
 	if (rc)
 		return rc;
-	apf_model_string(w, variant, "mlp", "plain", &mlp);
-	apf_model_string(w, variant, "norm", "pre", &norm);
-	apf_model_string(w, variant, "activation", "gelu", &act_name);
+	apf_model_string(&mlp, w, variant, "mlp", "plain");
+	apf_model_string(&norm, w, variant, "norm", "pre");
+	apf_model_string(&act_name, w, variant, "activation", "gelu");
 	c->act = apf_activation_parse(act_name);
 	c->glu = !strcmp(mlp, "glu");
 	c->post = !strcmp(norm, "post");

@@ -45,7 +45,7 @@ void wlcheck_batch(struct wlcheck_batch *c, const apf_workload_spec *w,
 	for (size_t i = 0; i < c->np; i++)
 		c->params[i] += 0.02f * apf_rng_normal(&r);
 	apf_data_pos pos = {0, 0};
-	assert_apf_ok(apf_workload_next_batch(c->wl, &pos, B, &c->b));
+	assert_apf_ok(apf_workload_next_batch(&c->b, c->wl, &pos, B));
 	assert_apf_ok(apf_workload_loss_grad(c->wl, &c->b, 0, &c->loss,
 					     c->grads));
 }
@@ -99,7 +99,7 @@ struct apf_fit_result wlcheck_fit(const apf_workload_spec *w,
 		.adamw = {.lr = lr, .b1 = 0.9, .b2 = b2, .eps = 1e-8,
 			  .weight_decay = 1e-4, .warmup_frac = 0.05}};
 	struct apf_fit_result r;
-	assert_apf_ok(apf_workload_fit(wl, &o, &r));
+	assert_apf_ok(apf_workload_fit(&r, wl, &o));
 	apf_workload_close(wl);
 	apf_backend_free(be);
 	return r;
