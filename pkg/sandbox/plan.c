@@ -153,16 +153,20 @@ static int host_privileged(void)
 	return 1;
 }
 
+/* The program's RLIMIT_NOFILE: the descriptors it may hold, and so the
+ * numbers the caller's descriptors may take. */
+static uint64_t open_files_limit(const struct apf_sandbox_config *cfg)
+{
+	return cfg->limits.open_files ? cfg->limits.open_files : 256;
+}
+
 /* The descriptors the program gets (the caller's, and the output pipe as
  * its 1 and 2): each open, a pipe, socket or memfd, numbered once and below
  * the open-files limit. */
 static int plan_fds(struct plan *p, const struct apf_sandbox_config *cfg,
 		    apf_sandbox *sb)
 {
-	if (cfg->nfds > MAX_FDS)
-		return apf_error(APF_EINPUT, "sandbox", "more than %d descriptors",
-				 MAX_FDS);
-	uint64_t nofile = cfg->limits.open_files ? cfg->limits.open_files : 256;
+	uint64_t nofile = open_files_limit(cfg);
 	if (cfg->nfds + (cfg->output ? 2 : 0) > MAX_FDS)
 		return apf_error(APF_EINPUT, "sandbox", "more than %d descriptors",
 				 MAX_FDS);
@@ -217,7 +221,6 @@ static int plan_limits(struct plan *p, const struct apf_sandbox_config *cfg,
 		       apf_sandbox *sb, uint64_t *scratch_bytes)
 {
 	int sealed = cfg->mode == APF_SANDBOX_SEALED;
-	uint64_t nofile = cfg->limits.open_files ? cfg->limits.open_files : 256;
 	*scratch_bytes = cfg->scratch_bytes ? cfg->scratch_bytes
 					    : DEFAULT_SCRATCH_BYTES;
 	uint64_t as = cfg->limits.address_space;
@@ -233,7 +236,8 @@ static int plan_limits(struct plan *p, const struct apf_sandbox_config *cfg,
 			as = room;
 	}
 	p->rl_as.rlim_cur = p->rl_as.rlim_max = lim(as, 0);
-	p->rl_nofile.rlim_cur = p->rl_nofile.rlim_max = (rlim_t)nofile;
+	p->rl_nofile.rlim_cur = p->rl_nofile.rlim_max =
+		(rlim_t)open_files_limit(cfg);
 	p->rl_nproc.rlim_cur = p->rl_nproc.rlim_max =
 		lim(cfg->limits.processes, 1024);
 	p->rl_fsize.rlim_cur = p->rl_fsize.rlim_max = lim(cfg->limits.file_size, 0);

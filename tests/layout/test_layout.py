@@ -191,6 +191,14 @@ class RunnerLink(unittest.TestCase):
 EXPORTS = os.path.join(ROOT, "pkg", "libapf.exports")
 
 
+def compiler():
+    """The C compiler the build used ($CC, else cc): apf cannot be built
+    without one, so its absence is a failure, not a skip."""
+    cc = os.environ.get("CC") or shutil.which("cc")
+    assert cc, "no C compiler ($CC unset and no cc on PATH)"
+    return cc
+
+
 def build_lib(d, srcs, cc):
     """lib.a in d from {name: C text}, each compiled to obj/<name>/model.o."""
     objs = []
@@ -233,9 +241,7 @@ class ExportedSymbols(unittest.TestCase):
             self.assertNotIn(internal, listed)
 
     def test_list_check_names_unlisted_and_missing(self):
-        cc = os.environ.get("CC") or shutil.which("cc")
-        if not cc:
-            self.skipTest("no C compiler")
+        cc = compiler()
         with tempfile.TemporaryDirectory(prefix="apf-layout-") as d:
             lib = build_lib(d, {
                 "a": "int apf_a(void) { return 1; }\n"
@@ -271,9 +277,7 @@ class ExportedSymbols(unittest.TestCase):
 
     def test_symbol_check_names_offenders_by_object(self):
         # Two objects with one basename, as workloads/*/model.o are.
-        cc = os.environ.get("CC") or shutil.which("cc")
-        if not cc:
-            self.skipTest("no C compiler")
+        cc = compiler()
         with tempfile.TemporaryDirectory(prefix="apf-layout-") as d:
             lib = build_lib(d, {
                 "a": "int helper(void) { return 1; }\n"
@@ -356,9 +360,7 @@ class FileCalls(unittest.TestCase):
                          "fork) calls into other files of pkg/sandbox")
 
     def test_cycle_check_finds_a_circle(self):
-        cc = os.environ.get("CC") or shutil.which("cc")
-        if not cc:
-            self.skipTest("no C compiler")
+        cc = compiler()
         with tempfile.TemporaryDirectory(prefix="apf-layout-") as d:
             srcs = {"a": "int apf_b(void);\nint apf_a(void) { return apf_b(); }\n",
                     "b": "int apf_c(void);\nint apf_b(void) { return apf_c(); }\n",
@@ -431,7 +433,7 @@ class Install(unittest.TestCase):
             with open(src, "w") as f:
                 f.write("#include <apf/schedule.h>\n#include <apf/submission.h>\n"
                         "int main(void) { return 0; }\n")
-            cc = os.environ.get("CC") or "cc"
+            cc = compiler()
             c = subprocess.run([cc, "-std=c17", "-Wall", "-Wextra", "-Werror",
                                 *cf.stdout.split(), "-c", src, "-o",
                                 os.path.join(d, "s.o")],
