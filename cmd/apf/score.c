@@ -36,7 +36,7 @@ static int write_file(const char *path, const apf_score_result *r,
 
 int cmd_score(int argc, char **argv)
 {
-	const char *svg = NULL, *csv = NULL;
+	const char *svg = NULL, *csv = NULL, *export_dir = NULL;
 	int json = 0;
 	struct cmd_scoring_in in = {.cmd = "score", .audit = {.seed = -1}};
 	const struct apf_opt opts[] = {
@@ -47,13 +47,16 @@ int cmd_score(int argc, char **argv)
 		 "write submission,score,<times...> rows"},
 		{"json", 0, OPT_FLAG, &json, NULL,
 		 "print JSON instead of the table"},
+		{"export-algoperf", 0, OPT_STRING, &export_dir, "DIR",
+		 "write what was scored as AlgoPerf's scorer reads it"},
 		{0},
 	};
 	const struct apf_usage usage = {
 		"score RUN_DIR[=LABEL]|LOG_DIR ... [--rules R] [--targets FILE] "
 		"[--heldout FILE] [--svg FILE] [--csv FILE] [--self-tuning] "
 		"[--verify [--key PUB.pem] [--entry-key PUB.pem] [--reeval] "
-		"[--replay N|all [--seed S]]] [--strict] [--json]",
+		"[--replay N|all [--seed S]]] [--strict] [--json] "
+		"[--export-algoperf DIR]",
 		"Score submissions: time-to-target per trial, the best trial per "
 		"study, the median\nover studies, performance profiles over the "
 		"base workloads, and the benchmark\nscore (the profile's "
@@ -118,11 +121,30 @@ int cmd_score(int argc, char **argv)
 		"listed with the\nverifier's reason; with --strict it is an "
 		"error with the verifier's exit code\n(1 for a failed check). "
 		"AlgoPerf log directories hold nothing signed: they\nare said "
-		"to be unverifiable, once, and scored as logged.",
+		"to be unverifiable, once, and scored as logged.\n\n"
+		"--export-algoperf DIR writes the logs scored into the layout "
+		"AlgoPerf's own\nscorer reads (mlcommons/submissions_algorithms"
+		"): DIR/submissions/<name>/\nstudy_<k>/<workload>/trial_<n>/ "
+		"with eval_measurements.csv as scored,\nhparams.json, "
+		"meta_data_0.json and flags_0.json; DIR/workload_targets.json "
+		"with\nthe targets, base and held-out workloads scored; and "
+		"DIR/apf_export.json with\nthis result and the command that "
+		"scores the export, which gives the scores\nprinted here. Only "
+		"under --rules algoperf-0.5 or algoperf-0.6 (apf's rules take\n"
+		"each study's fastest trial, AlgoPerf's scorer its earliest to "
+		"meet the target);\nonly the ranked submissions (a run that "
+		"failed --verify is not exported); a\nrefused trial or a "
+		"submission name that is no plain directory name is an error.\n"
+		"A target metric AlgoPerf's scorer knows no direction for is "
+		"exported as \"loss\"\nwhen validation/loss holds it "
+		"(text_lm, clicks_dlrm). DIR is written whole or\nnot at all, "
+		"and must not exist or be empty.",
 		1, -1,
 		"apf score nadamw.run --verify\n"
 		"apf score nadamw.run=tuned adamw.run=baseline --json\n"
-		"apf score nadamw.run --svg profile.svg --csv scores.csv"};
+		"apf score nadamw.run --svg profile.svg --csv scores.csv\n"
+		"apf score nadamw.run adamw.run --rules algoperf-0.6 "
+		"--export-algoperf algoperf/"};
 	int nargs, rc = cmd_start("score", &usage, opts, argc, argv, &nargs);
 	if (rc >= 0)
 		return rc;
@@ -135,6 +157,11 @@ int cmd_score(int argc, char **argv)
 		rc = write_file(csv, res, apf_score_format_csv);
 	if (!rc && svg)
 		rc = write_file(svg, res, apf_score_format_svg);
+	char **xw = NULL, *scorer = NULL;
+	size_t nxw = 0;
+	if (!rc && export_dir)
+		rc = apf_score_export_algoperf(&xw, &nxw, &scorer, res,
+					       sc.targets, export_dir);
 	/* Warnings only once nothing can fail, so a failure is one line. The
 	 * table ends with the result's warnings: where it goes to the
 	 * terminal stderr shares, they are said there once, not twice. */
@@ -142,6 +169,19 @@ int cmd_score(int argc, char **argv)
 		cmd_scoring_warnings(&sc, "score",
 				     json || !isatty(STDOUT_FILENO) ||
 					     !isatty(STDERR_FILENO));
+	for (size_t i = 0; i < nxw; i++) {
+		if (!rc)
+			fprintf(stderr, "apf: score: warning: %s\n",
+				term_text(xw[i]));
+		free(xw[i]);
+	}
+	free(xw);
+	if (!rc && export_dir)
+		fprintf(stderr,
+			"apf: score: wrote %s; AlgoPerf's scorer, from its "
+			"repository's root: %s\n",
+			term_text(export_dir), term_text(scorer));
+	free(scorer);
 	if (!rc) {
 		apf_buf b = {0};
 		rc = json ? apf_score_format_json(&b, res)

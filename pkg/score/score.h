@@ -112,6 +112,8 @@ struct apf_score_target {
 	const char *metric;  /* the column is validation/<metric> */
 	int direction;       /* +1 max, -1 min */
 	double validation;   /* validation target */
+	long step_hint;      /* AlgoPerf's step_hint (workload.ini's, else
+			      * the JSON's); 0 where the targets do not say */
 };
 
 typedef struct apf_score_targets apf_score_targets;
@@ -480,6 +482,35 @@ void apf_score_result_free(apf_score_result *r);
  * is one); an error only when out of memory. */
 int apf_score_plausibility(apf_score_result *r, apf_score_targets *targets,
 			   const apf_score_rules *rules);
+
+/* ---- the AlgoPerf export (export.c) ---------------------------------------
+ * Writes what r scored into dir in the layout AlgoPerf's own scorer reads
+ * (mlcommons/submissions_algorithms, scoring/score_submissions.py):
+ *
+ *   dir/submissions/<submission>/study_<k>/<workload dir>/trial_<n>/
+ *       eval_measurements.csv   byte for byte as scored
+ *       hparams.json            the run's, when it has one
+ *       meta_data_0.json, flags_0.json   an apf run's machine and unit;
+ *                               an AlgoPerf log's own files
+ *   dir/workload_targets.json   benchmark_version (the rules'), the base
+ *                               and held-out workloads scored, each one's
+ *                               target metric, target and step hint
+ *   dir/apf_export.json         the scorer's command line, the export's
+ *                               warnings, and apf score --json's result
+ *
+ * so that AlgoPerf's scorer over dir gives r's scores. Only under the
+ * AlgoPerf rules (APF_EUSAGE otherwise); dir must not exist or be an
+ * empty directory, and is written whole or not at all. A refused trial, a
+ * CSV that no longer gives the eval and time scored, a name that is no
+ * plain directory name and a target metric AlgoPerf's scorer cannot read
+ * are APF_EINPUT. Studies in which trials tie at the earliest eval (apf
+ * and AlgoPerf may count different ones) make a warning (free each and
+ * the array); *command is the command line that runs AlgoPerf's scorer
+ * over dir from its repository's root (dir made absolute; free it).
+ * export.c's comment has the rules. */
+int apf_score_export_algoperf(char ***warnings, size_t *nwarnings,
+			      char **command, const apf_score_result *r,
+			      apf_score_targets *targets, const char *dir);
 
 /* ---- reports -------------------------------------------------------------- */
 

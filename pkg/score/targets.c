@@ -137,6 +137,7 @@ struct entry {
 	char *metric;
 	int direction;      /* 0: from the rules */
 	double validation;
+	long step_hint;     /* 0: the targets do not say */
 	char *base;         /* workload.ini variants: their base */
 };
 
@@ -222,7 +223,7 @@ const char *const *apf_score_targets_heldout(const apf_score_targets *t,
 
 static int add_entry(apf_score_targets *t, const char *workload,
 		     const char *metric, int direction, double validation,
-		     const char *base)
+		     long step_hint, const char *base)
 {
 	struct entry *ne = realloc(t->e, (t->n + 1) * sizeof *ne);
 	if (!ne)
@@ -234,6 +235,7 @@ static int add_entry(apf_score_targets *t, const char *workload,
 	e->base = base ? apf_strdup(base) : NULL;
 	e->direction = direction;
 	e->validation = validation;
+	e->step_hint = step_hint;
 	if (!e->workload || !e->metric || (base && !e->base)) {
 		free(e->workload);
 		free(e->metric);
@@ -373,7 +375,8 @@ static int parse_workload(apf_score_targets *t, const char *name, json_t *w,
 		return apf_error(APF_EINPUT, t->source, "workloads.%s.%s: %s",
 				 name, key, why);
 	return add_entry(t, name, json_string_value(m), 0,
-			 json_number_value(val), NULL);
+			 json_number_value(val),
+			 hint ? (long)json_integer_value(hint) : 0, NULL);
 }
 
 /* No workload listed twice, in one list or across both, checked on a
@@ -595,7 +598,8 @@ static int load_from_workloads(apf_score_targets *t, const char *workload)
 		}
 		if (!rc)
 			rc = add_entry(t, workload, w->metric, w->direction,
-				       target, variant ? dir : NULL);
+				       target, w->step_hint,
+				       variant ? dir : NULL);
 	}
 	apf_workload_spec_free(w);
 	free(path);
@@ -621,6 +625,7 @@ int apf_score_targets_find(struct apf_score_target *out, const char **base,
 	out->metric = e->metric;
 	out->validation = e->validation;
 	out->direction = e->direction;
+	out->step_hint = e->step_hint;
 	if (base)
 		*base = e->base;
 	if (!out->direction) {

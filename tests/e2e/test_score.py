@@ -49,15 +49,20 @@ def apf(*args, env=None):
                           env=env, timeout=300)
 
 
+def unpack_v05(dest):
+    """The trimmed v0.5 logs into dest: external_tuning/ and scoring/."""
+    with tarfile.open(ARCHIVE) as tar:
+        if hasattr(tarfile, "data_filter"):
+            tar.extractall(dest, filter="data")
+        else:
+            tar.extractall(dest)
+
+
 class AlgoPerfV05Leaderboard(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.tmp = tempfile.mkdtemp(prefix="apf-score-")
-        with tarfile.open(ARCHIVE) as tar:
-            if hasattr(tarfile, "data_filter"):
-                tar.extractall(cls.tmp, filter="data")
-            else:
-                tar.extractall(cls.tmp)
+        unpack_v05(cls.tmp)
         cls.logs = os.path.join(cls.tmp, "external_tuning")
         cls.targets = os.path.join(cls.tmp, "scoring",
                                    "workload_targets_v05.json")
@@ -872,6 +877,40 @@ class RealRuns(ApfCase):
     def json_of(self, *args):
         r = self.ok("score", *args, "--json")
         return r, json.loads(r.out)
+
+    def test_a_verified_run_exports_for_algoperfs_scorer(self):
+        # The run directory itself holds entry.apf, run.json and logs,
+        # which AlgoPerf's scorer stops on; the export holds its CSVs in
+        # AlgoPerf's layout, with the machine run.json records.
+        run = self.run_copy("two")
+        out = self.path("algoperf")
+        r = self.ok("score", run, "--verify", "--rules", "algoperf-0.6",
+                    "--export-algoperf", out, "--json")
+        scored = json.loads(r.out)["submissions"][0]
+        sub = os.path.join(out, "submissions")
+        self.assertEqual(os.listdir(sub), ["nadamw"])
+        self.assertEqual(os.listdir(os.path.join(sub, "nadamw")), ["study_0"])
+        trials = os.path.join(sub, "nadamw", "study_0", "blobs_mlp")
+        self.assertEqual(sorted(os.listdir(trials)), ["trial_1", "trial_2"])
+        t1 = os.path.join(trials, "trial_1")
+        self.assertEqual(sorted(os.listdir(t1)),
+                         ["eval_measurements.csv", "flags_0.json",
+                          "hparams.json", "meta_data_0.json"])
+        with open(os.path.join(t1, "eval_measurements.csv"), "rb") as f, \
+                open(os.path.join(run, "study_0", "blobs_mlp", "trial_1",
+                                  "eval_measurements.csv"), "rb") as g:
+            self.assertEqual(f.read(), g.read())
+        with open(os.path.join(t1, "meta_data_0.json")) as f:
+            meta = json.load(f)
+        self.assertIs(meta["apf.verified"], True)
+        self.assertEqual(meta["apf.threads"], 2)
+        self.assertEqual(meta["apf.device"], "cpu")
+        self.assertEqual(meta["cpu_model_name"],
+                         scored["run"]["hardware"]["cpu_model"])
+        again = self.ok("score", sub, "--targets",
+                        os.path.join(out, "workload_targets.json"), "--json")
+        self.assertEqual(json.loads(again.out)["submissions"][0]["times"],
+                         scored["times"])
 
     def test_a_whole_run_scores_quietly_and_says_it_is_unverified(self):
         run = self.run_copy("two")

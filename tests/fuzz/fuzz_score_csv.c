@@ -18,7 +18,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		return 0;
 	memcpy(text, data, size);
 	static const struct apf_score_target targets[] = {
-		{"accuracy", 1, 0.5}, {"loss", -1, 0.5}};
+		{"accuracy", 1, 0.5, 0}, {"loss", -1, 0.5, 0}};
 	for (size_t i = 0; i < 2; i++) {
 		long evals, hit;
 		double time;

@@ -91,7 +91,7 @@ static void header_alone_has_no_rows_and_blanks_no_header(void **state)
 	apf_rundir_csv_free(t);
 	/* What a header alone means is the caller's: no eval for the
 	 * scorer, too few for a verifier whose log has evals. */
-	const struct apf_score_target acc = {"accuracy", 1, 0.8};
+	const struct apf_score_target acc = {"accuracy", 1, 0.8, 0};
 	long evals, hit;
 	double time;
 	const char *h = "score,validation/accuracy\n";
@@ -125,7 +125,7 @@ static void short_and_long_rows_are_left_to_the_caller(void **state)
 	apf_rundir_csv_free(t);
 	/* The scorer pads a short row with empty values, as pandas does, so a
 	 * clock missing from it is refused; a long row is malformed. */
-	const struct apf_score_target acc = {"accuracy", 1, 0.8};
+	const struct apf_score_target acc = {"accuracy", 1, 0.8, 0};
 	long evals, hit;
 	double time;
 	const char *short_metric = "score,validation/accuracy\n1\n2,0.9\n";
@@ -158,7 +158,7 @@ static void cells_are_text_and_numbers_the_callers_rule(void **state)
 	apf_rundir_csv *t = parse_ok("score,validation/accuracy\n1,abc\n");
 	assert_string_equal(t->rows[0].cell[1], "abc");
 	apf_rundir_csv_free(t);
-	const struct apf_score_target acc = {"accuracy", 1, 0.8};
+	const struct apf_score_target acc = {"accuracy", 1, 0.8, 0};
 	long evals, hit;
 	double time;
 	const char *text = "score,validation/accuracy\n1,0.5\n2,abc\n";

@@ -276,7 +276,7 @@ static void missing_logs_get_no_credit(void **state)
 
 /* ---- the CSV reader --------------------------------------------------- */
 
-static const struct apf_score_target acc80 = {"accuracy", 1, 0.8};
+static const struct apf_score_target acc80 = {"accuracy", 1, 0.8, 0};
 
 static void csv_reads_quotes_crlf_bom_and_nan(void **state)
 {
@@ -301,7 +301,7 @@ static void csv_reads_quotes_crlf_bom_and_nan(void **state)
 	/* score, not accumulated_submission_time. */
 	assert_true(time == 40);
 	/* Lower is better: 0.5 meets 0.6 at once. */
-	const struct apf_score_target min = {"accuracy", -1, 0.6};
+	const struct apf_score_target min = {"accuracy", -1, 0.6, 0};
 	assert_apf_ok(apf_score_parse_trial(text, strlen(text), "t.csv", &min,
 					    &evals, &hit, &time));
 	assert_int_equal(hit, 0);
@@ -470,9 +470,9 @@ static void csv_refuses_untrustworthy_numbers(void **state)
 		expect_csv_error(cases[i].text, cases[i].message);
 
 	/* Losses and error rates are >= 0; ssim may be below 0, not -1. */
-	const struct apf_score_target loss = {"loss", -1, 0.5};
-	const struct apf_score_target ssim = {"ssim", 1, 0.7};
-	const struct apf_score_target ppl = {"ppl", -1, 3};
+	const struct apf_score_target loss = {"loss", -1, 0.5, 0};
+	const struct apf_score_target ssim = {"ssim", 1, 0.7, 0};
+	const struct apf_score_target ppl = {"ppl", -1, 3, 0};
 	const struct {
 		const struct apf_score_target *t;
 		const char *text, *message;
@@ -530,14 +530,14 @@ static void csv_accepts_plain_decimals_and_missing_metrics(void **state)
 	assert_int_equal(hit, 4);
 	assert_true(time == 75);
 	/* SSIM below 0 happens (the v0.5 fastMRI logs have it). */
-	const struct apf_score_target ssim = {"ssim", 1, 0.7};
+	const struct apf_score_target ssim = {"ssim", 1, 0.7, 0};
 	const char *s = "score,validation/ssim\n1,-0.075\n2,0.72\n";
 	assert_apf_ok(apf_score_parse_trial(s, strlen(s), "s.csv", &ssim,
 					    &evals, &hit, &time));
 	assert_int_equal(hit, 1);
 	assert_true(time == 2);
 	/* A metric whose range nobody knows: finite is enough. */
-	const struct apf_score_target odd = {"f1x", 1, -5};
+	const struct apf_score_target odd = {"f1x", 1, -5, 0};
 	const char *o = "score,validation/f1x\n1,-7\n2,-4e3\n3,-5\n";
 	assert_apf_ok(apf_score_parse_trial(o, strlen(o), "o.csv", &odd,
 					    &evals, &hit, &time));
@@ -561,12 +561,12 @@ static void csv_accepts_plain_decimals_and_missing_metrics(void **state)
 	apf_score_metric_range("cross_entropy", &lo, &hi);
 	assert_true(lo == 0 && isinf(hi));
 	/* an AUC of 1.5 or a negative log loss is refused, not ranked */
-	const struct apf_score_target auc = {"auc", 1, 0.8};
+	const struct apf_score_target auc = {"auc", 1, 0.8, 0};
 	const char *a = "score,validation/auc\n1,0.7\n2,1.5\n3,0.9\n";
 	assert_int_equal(apf_score_parse_trial(a, strlen(a), "a.csv", &auc,
 					       &evals, &hit, &time),
 			 APF_EINPUT);
-	const struct apf_score_target ll = {"log_loss", -1, 0.4};
+	const struct apf_score_target ll = {"log_loss", -1, 0.4, 0};
 	const char *l = "score,validation/log_loss\n1,0.5\n2,-0.1\n";
 	assert_int_equal(apf_score_parse_trial(l, strlen(l), "l.csv", &ll,
 					       &evals, &hit, &time),
