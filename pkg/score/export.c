@@ -312,9 +312,9 @@ static int apf_meta(const struct export *x, size_t c,
 		bad = json_object_set_new(meta, "apf.threads",
 					  json_integer(hw->threads));
 	char unit[512];
-	snprintf(unit, sizeof unit, "study_%d/%s/trial_%d", study,
-		 x->r->workloads[c], trial);
-	bad = bad ||
+	int n = apf_rundir_unit_name(unit, sizeof unit, study,
+				     x->r->workloads[c], NULL, trial);
+	bad = bad || n < 0 || (size_t)n >= sizeof unit ||
 	      json_object_set_new(meta, "apf.unit", json_string(unit)) ||
 	      json_object_set_new(meta, "apf.verified",
 				  json_boolean(s->verified ==
@@ -338,8 +338,9 @@ static int apf_meta(const struct export *x, size_t c,
 
 static int export_trial(struct export *x, size_t c,
 			const struct apf_score_submission *s,
+			const struct apf_score_workload *w,
 			const struct apf_score_study *st,
-			const struct apf_score_trial *tr, const char *wdir)
+			const struct apf_score_trial *tr, const char *sdir)
 {
 	const char *csv = tr->csv;
 	if (tr->refused)
@@ -348,19 +349,30 @@ static int export_trial(struct export *x, size_t c,
 				 "would read it otherwise; the export holds "
 				 "only what apf scored",
 				 csv);
-	char name[32];
-	snprintf(name, sizeof name, "trial_%d", tr->number);
-	char *to = apf_path_join(wdir, name);
-	if (!to)
+	/* The unit's directory, named as apf names a run's (the workload
+	 * directory as found: AlgoPerf's keep their framework suffix). */
+	char unit[512];
+	int n = apf_rundir_unit_name(unit, sizeof unit, st->number,
+				     w->dir_name, NULL, tr->number);
+	if (n < 0 || (size_t)n >= sizeof unit)
+		return apf_error(APF_EINPUT, "--export-algoperf",
+				 "%s: unit name too long", csv);
+	char *to = apf_path_join(sdir, unit);
+	char *parent = to ? apf_strdup(to) : NULL;
+	if (!parent) {
+		free(to);
 		return NOMEM(csv);
-	int rc = 0;
-	if (mkdir(to, 0755) != 0)
+	}
+	*strrchr(parent, '/') = '\0';
+	int rc = apf_mkdirs(parent, 0755);
+	free(parent);
+	if (!rc && mkdir(to, 0755) != 0)
 		rc = errno == EEXIST
 			     ? apf_error(APF_EINPUT, "--export-algoperf",
-					 "%s: two trials of %s are numbered %d "
-					 "(trial_%d and trial_0%d?)",
-					 csv, x->r->workloads[c], tr->number,
-					 tr->number, tr->number)
+					 "%s: another trial of %s has the same "
+					 "number %d (numbers with leading zeros "
+					 "name one directory)",
+					 csv, x->r->workloads[c], tr->number)
 			     : apf_error_errno(APF_EIO, errno, to, "mkdir");
 	char *text = NULL;
 	size_t len = 0;
@@ -478,7 +490,7 @@ static int ties_warning(struct export *x)
 	for (size_t i = 0; !rc && i < n && i < 3; i++) {
 		json_t *t = json_array_get(x->ties, i);
 		rc = apf_buf_printf(
-			&b, "%s%s: study_%d of %s at eval %lld", i ? "; " : "",
+			&b, "%s%s: study %d of %s at eval %lld", i ? "; " : "",
 			json_string_value(json_object_get(t, "submission")),
 			(int)json_integer_value(json_object_get(t, "study")),
 			json_string_value(json_object_get(t, "workload")),
@@ -522,27 +534,11 @@ static int export_submission(struct export *x,
 					  "");
 		for (size_t k = 0; !rc && k < w->nstudies; k++) {
 			const struct apf_score_study *st = &w->studies[k];
-			apf_buf wdir = {0};
-			rc = apf_buf_printf(&wdir, "%s/study_%d", sdir,
-					    st->number)
-				     ? NOMEM(s->name)
-				     : 0;
-			if (!rc && mkdir(wdir.data, 0755) != 0 &&
-			    errno != EEXIST)
-				rc = apf_error_errno(APF_EIO, errno, wdir.data,
-						     "mkdir");
-			if (!rc && apf_buf_printf(&wdir, "/%s", w->dir_name))
-				rc = NOMEM(s->name);
-			if (!rc && mkdir(wdir.data, 0755) != 0 &&
-			    errno != EEXIST)
-				rc = apf_error_errno(APF_EIO, errno, wdir.data,
-						     "mkdir");
 			for (size_t i = 0; !rc && i < st->ntrials; i++)
-				rc = export_trial(x, c, s, st, &st->trials[i],
-						  wdir.data);
+				rc = export_trial(x, c, s, w, st,
+						  &st->trials[i], sdir);
 			if (!rc && r->rules->best == APF_SCORE_BEST_FIRST_EVAL)
 				rc = ties(x, c, s, st);
-			apf_buf_free(&wdir);
 		}
 	}
 	free(sdir);

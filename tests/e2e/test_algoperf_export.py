@@ -353,6 +353,23 @@ class ApfRuns(unittest.TestCase):
                                                         "submissions"))),
                          ["adamw", "sgd"])
 
+    def test_a_csv_that_links_elsewhere_is_not_copied(self):
+        # The export copies only files of the run itself: a CSV that is a
+        # symlink (to anything on the operator's machine) is refused, not
+        # followed into the export.
+        outside = os.path.join(self.tmp, "outside.csv")
+        write(outside, evals([(4.0, 0.9)]))
+        csv_path = os.path.join(self.runs, "sgd", "study_0/tiny_cls/trial_1/"
+                                "eval_measurements.csv")
+        os.remove(csv_path)
+        os.symlink(outside, csv_path)
+        p = self.score("--export-algoperf", self.export)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertEqual(p.stderr.splitlines()[-1],
+                         f"apf: {csv_path}: a symbolic link, not a regular "
+                         "file; not followed")
+        self.assertFalse(os.path.exists(self.export))
+
     def test_a_refused_trial_stops_the_export(self):
         write(os.path.join(self.runs, "sgd", "study_0/tiny_cls/trial_1/"
                            "eval_measurements.csv"),
@@ -383,7 +400,7 @@ class ApfRuns(unittest.TestCase):
         self.assertEqual(p.returncode, 0, p.stderr)
         self.assertIn("apf: score: warning: 1 study in which trials first met "
                       "the target at the same eval at different times (adamw: "
-                      "study_1 of tiny_cls at eval 2): apf counts the fastest, "
+                      "study 1 of tiny_cls at eval 2): apf counts the fastest, "
                       "AlgoPerf's scorer whichever its directory listing "
                       "returns first, so its times there may differ "
                       "(apf_export.json lists them all)\n", p.stderr)
