@@ -548,12 +548,7 @@ static int export_submission(struct export *x,
 /* apf_export.json: where the export came from and what apf made of it. */
 static int provenance(struct export *x, const char *path)
 {
-	apf_buf scored = {0};
-	int rc = apf_score_format_json(&scored, x->r);
-	json_t *s = rc ? NULL : json_loads(scored.data, 0, NULL);
-	apf_buf_free(&scored);
-	if (rc)
-		return rc;
+	json_t *s = apf_score_result_json(x->r);
 	int bad = !s;
 	json_t *warnings = json_array();
 	for (size_t i = 0; !bad && warnings && i < x->nwarnings; i++)
@@ -568,8 +563,8 @@ static int provenance(struct export *x, const char *path)
 					x->ties, "apf_score", s);
 	json_decref(warnings);
 	json_decref(s);
-	rc = o ? write_json(path, "apf_export.json", o)
-	       : NOMEM("apf_export.json");
+	int rc = o ? write_json(path, "apf_export.json", o)
+		 : NOMEM("apf_export.json");
 	json_decref(o);
 	return rc;
 }

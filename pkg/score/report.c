@@ -577,7 +577,7 @@ static const char *verified_name(const struct apf_score_submission *s)
 						   : "no";
 }
 
-int apf_score_format_json(apf_buf *out, const apf_score_result *r)
+json_t *apf_score_result_json(const apf_score_result *r)
 {
 	size_t nc = ncols(r);
 	json_t *root = json_object(), *a;
@@ -657,11 +657,21 @@ int apf_score_format_json(apf_buf *out, const apf_score_result *r)
 	bad = bad || jset(root, "warnings", a = json_array());
 	for (size_t i = 0; !bad && i < r->nwarnings; i++)
 		bad = jpush(a, jtext(r->warnings[i]));
+	if (bad) {
+		json_decref(root);
+		return NULL;
+	}
+	return root;
+}
+
+int apf_score_format_json(apf_buf *out, const apf_score_result *r)
+{
+	json_t *root = apf_score_result_json(r);
 	/* ASCII alone (every other character as \uXXXX): the JSON goes to
 	 * terminals too, and no C1 control or bidi override in a name may
 	 * reach one raw. */
-	char *text = bad ? NULL
-			 : json_dumps(root, JSON_INDENT(2) | JSON_ENSURE_ASCII);
+	char *text = root ? json_dumps(root, JSON_INDENT(2) | JSON_ENSURE_ASCII)
+			  : NULL;
 	json_decref(root);
 	if (!text)
 		return NOMEM;

@@ -534,6 +534,9 @@ int apf_score_format_csv(apf_buf *out, const apf_score_result *r);
  * "references_dir", "checked", "met_without_curve", "units_flagged",
  * "notes"}). */
 int apf_score_format_json(apf_buf *out, const apf_score_result *r);
+/* The same as a JSON object (the caller's reference); NULL when out of
+ * memory. */
+json_t *apf_score_result_json(const apf_score_result *r);
 /* The performance-profile plot: rho over [0, 1] with headroom on both
  * sides (a profile at 1 or 0 never lies on the frame), each submission with
  * its own colour and dash pattern, and a legend showing both. */
