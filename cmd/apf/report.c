@@ -27,15 +27,32 @@
 #include "report/report.h"
 #include "scoring.h"
 
-/* Each run's verification, in `apf verify --json`'s form, under its
- * submission's name. */
-static int keep_verdict(void *user, const char *name,
-			const apf_verify_report *r, int rc, const char *why)
+int cmd_scoring_keep_verdict(void *user, const char *name,
+			     const apf_verify_report *r, int rc, const char *why)
 {
 	json_t *v = cmd_verify_run_json(r, rc, why, 0);
 	if (!v || json_object_set_new(user, utf8_text(name), v))
 		return apf_error(APF_ENOMEM, "report", "out of memory");
 	return 0;
+}
+
+int cmd_report_write(const char *output, const char *title,
+		     json_t *verdicts, const struct cmd_scoring *sc,
+		     char *const *inputs, size_t ninputs)
+{
+	struct apf_report_opts ro = {.title = title,
+				     .verdicts = verdicts,
+				     .entry_keys = sc->entry_keys,
+				     /* small enough to mail */
+				     .max_bytes = (size_t)9 << 19,
+				     .inputs = inputs,
+				     .ninputs = ninputs};
+	apf_buf page = {0};
+	int rc = apf_report_html(&page, sc->res, sc->targets, &ro);
+	if (!rc)
+		rc = apf_file_write(output, page.data, page.len, 0644, 0);
+	apf_buf_free(&page);
+	return rc;
 }
 
 int cmd_report(int argc, char **argv)
@@ -89,24 +106,13 @@ int cmd_report(int argc, char **argv)
 	}
 	in.args = argv + 1;
 	in.nargs = nargs;
-	in.verdict = keep_verdict;
+	in.verdict = cmd_scoring_keep_verdict;
 	in.user = verdicts;
 	struct cmd_scoring sc;
 	rc = cmd_scoring_compute(&sc, &in);
-	apf_buf page = {0};
-	if (!rc) {
-		struct apf_report_opts ro = {.title = title,
-					     .verdicts = verdicts,
-					     .entry_keys = sc.entry_keys,
-					     /* small enough to mail */
-					     .max_bytes = (size_t)9 << 19,
-					     .inputs = argv + 1,
-					     .ninputs = (size_t)nargs};
-		rc = apf_report_html(&page, sc.res, sc.targets, &ro);
-	}
 	if (!rc)
-		rc = apf_file_write(output, page.data, page.len, 0644, 0);
-	apf_buf_free(&page);
+		rc = cmd_report_write(output, title, verdicts, &sc, argv + 1,
+				      (size_t)nargs);
 	if (!rc) {
 		cmd_scoring_warnings(&sc, "report", 1);
 		printf("%s\n", term_text(output));

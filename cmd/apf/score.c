@@ -1,17 +1,20 @@
 /*
  * score.c: `apf score DIR[=LABEL]... [--rules R] [--targets F] [--heldout F]
  * [--svg F] [--csv F] [--self-tuning] [--verify [--key PUB.pem]
- * [--entry-key PUB.pem]] [--strict] [--json]`: performance profiles and
- * benchmark scores from AlgoPerf's logs or apf runs.
+ * [--entry-key PUB.pem]] [--strict] [--json] [--export-algoperf DIR]
+ * [--report FILE [--title TEXT]]`: performance profiles and benchmark
+ * scores from AlgoPerf's logs or apf runs.
  *
  * The inputs (DIR=LABEL, the rules' default, a run's own heldout.json,
  * --verify) are read as scoring.h says, the same as for `apf report`.
  * Warnings (skipped trials, unexpected study counts, trials refused for
  * malformed or impossible numbers, an apf run's missing, failed or
  * interrupted units, machines that differ) go to stderr, into the table
- * and into the JSON; the table or the JSON to stdout; --csv and --svg
- * files are written atomically, and only once everything has been
- * computed. --strict makes them errors (exit 2). A failure prints one line
+ * and into the JSON; the table or the JSON to stdout; --csv, --svg and
+ * --report files are written atomically, and only once everything has
+ * been computed. --report writes `apf report`'s page of this very scoring
+ * (report.c, cmd_report_write): one verification serves the table, the
+ * JSON, the export and the page, which therefore cannot disagree. --strict makes them errors (exit 2). A failure prints one line
  * and nothing else.
  */
 #include "cmd.h"
@@ -37,6 +40,7 @@ static int write_file(const char *path, const apf_score_result *r,
 int cmd_score(int argc, char **argv)
 {
 	const char *svg = NULL, *csv = NULL, *export_dir = NULL;
+	const char *report = NULL, *title = NULL;
 	int json = 0;
 	struct cmd_scoring_in in = {.cmd = "score", .audit = {.seed = -1}};
 	const struct apf_opt opts[] = {
@@ -49,6 +53,10 @@ int cmd_score(int argc, char **argv)
 		 "print JSON instead of the table"},
 		{"export-algoperf", 0, OPT_STRING, &export_dir, "DIR",
 		 "write what was scored as AlgoPerf's scorer reads it"},
+		{"report", 0, OPT_STRING, &report, "FILE",
+		 "also write apf report's page of this scoring"},
+		{"title", 0, OPT_STRING, &title, "TEXT",
+		 "--report: the page's title (default: apf report)"},
 		{0},
 	};
 	const struct apf_usage usage = {
@@ -56,7 +64,7 @@ int cmd_score(int argc, char **argv)
 		"[--heldout FILE] [--svg FILE] [--csv FILE] [--self-tuning] "
 		"[--verify [--key PUB.pem] [--entry-key PUB.pem] [--reeval] "
 		"[--replay N|all [--seed S]]] [--strict] [--json] "
-		"[--export-algoperf DIR]",
+		"[--export-algoperf DIR] [--report FILE [--title TEXT]]",
 		"Score submissions: time-to-target per trial, the best trial per "
 		"study, the median\nover studies, performance profiles over the "
 		"base workloads, and the benchmark\nscore (the profile's "
@@ -138,18 +146,40 @@ int cmd_score(int argc, char **argv)
 		"A target metric AlgoPerf's scorer knows no direction for is "
 		"exported as \"loss\"\nwhen validation/loss holds it "
 		"(text_lm, clicks_dlrm). DIR is written whole or\nnot at all, "
-		"and must not exist or be empty.",
+		"and must not exist or be empty.\n\n"
+		"--report FILE also writes the page `apf report` writes for "
+		"the same inputs\n(see apf report --help), from this scoring "
+		"and, with --verify, this\nverification: one verification "
+		"serves the table, the JSON, the export and the\npage.",
 		1, -1,
 		"apf score nadamw.run --verify\n"
 		"apf score nadamw.run=tuned adamw.run=baseline --json\n"
 		"apf score nadamw.run --svg profile.svg --csv scores.csv\n"
 		"apf score nadamw.run adamw.run --rules algoperf-0.6 "
-		"--export-algoperf algoperf/"};
+		"--export-algoperf algoperf/\n"
+		"apf score nadamw.run adamw.run --verify --reeval --json "
+		"--report board.html"};
 	int nargs, rc = cmd_start("score", &usage, opts, argc, argv, &nargs);
 	if (rc >= 0)
 		return rc;
+	if (title && !report) {
+		apf_error(APF_EUSAGE, "score", "--title is for --report's page");
+		return cmd_fail(APF_EUSAGE);
+	}
+	json_t *verdicts = NULL;
+	if (report && in.verify && !(verdicts = json_object())) {
+		apf_error(APF_ENOMEM, "score", "out of memory");
+		return cmd_fail(APF_ENOMEM);
+	}
 	in.args = argv + 1;
 	in.nargs = nargs;
+	/* The page shows whom the entries' signatures are trusted from, and
+	 * each run's verification. */
+	in.want_entry_keys = report != NULL;
+	if (verdicts) {
+		in.verdict = cmd_scoring_keep_verdict;
+		in.user = verdicts;
+	}
 	struct cmd_scoring sc;
 	rc = cmd_scoring_compute(&sc, &in);
 	const apf_score_result *res = sc.res;
@@ -157,6 +187,9 @@ int cmd_score(int argc, char **argv)
 		rc = write_file(csv, res, apf_score_format_csv);
 	if (!rc && svg)
 		rc = write_file(svg, res, apf_score_format_svg);
+	if (!rc && report)
+		rc = cmd_report_write(report, title, verdicts, &sc, argv + 1,
+				      (size_t)nargs);
 	char **xw = NULL, *scorer = NULL;
 	size_t nxw = 0;
 	if (!rc && export_dir)
@@ -193,5 +226,6 @@ int cmd_score(int argc, char **argv)
 		apf_buf_free(&b);
 	}
 	cmd_scoring_free(&sc);
+	json_decref(verdicts);
 	return rc ? cmd_fail(rc) : 0;
 }

@@ -98,4 +98,18 @@ void cmd_scoring_free(struct cmd_scoring *s);
 json_t *cmd_verify_run_json(const apf_verify_report *r, int rc,
 			    const char *error, int seconds);
 
+/* The page `apf report -o FILE` writes, which `apf score --report FILE`
+ * writes too, so that one scoring and one verification give the table,
+ * the JSON, the export and the page. cmd_scoring_keep_verdict is the
+ * .verdict that collects each run's `apf verify --json` object into the
+ * json object .user under its submission's name; cmd_report_write writes
+ * the page of sc's result with those verdicts (NULL: without --verify,
+ * every apf run marked unverified) atomically to output. (report.c) */
+int cmd_scoring_keep_verdict(void *user, const char *name,
+			     const apf_verify_report *r, int rc,
+			     const char *why);
+int cmd_report_write(const char *output, const char *title,
+		     json_t *verdicts, const struct cmd_scoring *sc,
+		     char *const *inputs, size_t ninputs);
+
 #endif

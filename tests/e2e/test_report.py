@@ -494,6 +494,23 @@ class RealRun(ApfCase, PageChecks):
             self.assertIn(f"{c['name']} {c['outcome']}", cells[-1]["text"])
         self.assertNotIn("UNVERIFIED", "".join(page.text))
 
+    def test_score_report_is_the_report_page_from_one_verification(self):
+        # apf score --report writes the page apf report writes for the same
+        # inputs, from the scoring it prints: the same bytes, the same
+        # verdicts (the tampered copy failing), the same numbers.
+        page = self.maker.path("from-score.html")
+        args = [self.run_dir, self.tampered + "=edited", "--verify"]
+        r = self.maker.ok("score", *args, "--json", "--report", page, "--title", "t")
+        self.maker.ok("report", *args, "--title", "t", "-o", self.maker.path("same.html"))
+        with open(page, "rb") as a, open(self.maker.path("same.html"), "rb") as b:
+            self.assertEqual(a.read(), b.read())
+        text, parsed = self.read(page)
+        self.assertEqual(json.loads(parsed.scripts["apf-data"]), json.loads(r.out))
+        self.assertEqual(json.loads(parsed.scripts["apf-verify"])["edited"]["verified"], False)
+        bad = self.maker.apf("score", self.run_dir, "--title", "t")
+        self.assertEqual(bad.rc, 2)
+        self.assertEqual(bad.err, "apf: score: --title is for --report's page\n")
+
     def test_failed_run_is_marked_and_not_ranked(self):
         text, page = self.read(self.mixed)
         score = json.loads(self.maker.ok(
