@@ -4,9 +4,12 @@ every base workload, under the AlgoPerf v0.6 rules, resumably and on one
 machine class, then verifies, scores and publishes it.
 
     workloads/leaderboard.py run --ruleset self|external [--submissions a,b,...]
-        [--studies 0,1,2] [--out DIR] [--threads T] [-j N] [--clock cpu|wall]
+        [--workloads W,...] [--studies 0,1,2] [--out DIR] [--threads T] [-j N] [--clock cpu|wall]
         [--slurm [SBATCH OPTIONS...]]
     workloads/leaderboard.py status [--out DIR]
+    workloads/leaderboard.py publish --ruleset R [--out DIR] [--dest leaderboard]
+        [--replay-top Q]
+    workloads/leaderboard.py compare [--dest leaderboard]
 
 The campaign (--out, default leaderboard/.runs) holds one entry and one run
 directory per (ruleset, submission): external tuning is 3 studies x 5
@@ -31,6 +34,32 @@ Times-to-target from different machines do not belong in one profile, and
 the check makes a campaign spread over sessions either all one class or
 visibly not run. Each invocation's start, end and wall time go into
 campaign.json: the campaign's wall time is their sum.
+
+publish: every run of the ruleset must have ended. One `apf score`
+verifies each run (re-evaluation of every checkpoint, replay of the
+--replay-top intervals whose parameters changed most; one that fails is
+not ranked), scores the runs under algoperf-0.6, writes the report page
+(--report) and exports what it scored in AlgoPerf's layout. Into
+DEST/RULESET/: scores.json and scores.txt (apf score's JSON and table),
+profile.svg, report.html, and records/: the export (every trial's
+eval_measurements.csv, hyperparameters, workload_targets.json), each run's
+run.json and signed index (index.dsse.json: run.json's digest and every
+unit's log head, signed by the runner key in records/runner.pub.pem) and
+the entries' digests in records/runs.json. No run directory is committed:
+the digests and signed heads identify them, and the export scores to the
+same numbers, which publish checks by scoring it again:
+
+    apf score DEST/RULESET/records/algoperf/submissions/* \
+        --targets DEST/RULESET/records/algoperf/workload_targets.json \
+        --rules algoperf-0.6 [--self-tuning]
+
+compare: Kendall's tau-b between the published scores and AlgoPerf's
+(leaderboard/algoperf.json: the figures and where they come from), over the
+algorithms both have, and the paper's findings on apf's suite from the
+scores' times: per workload the fastest and slowest time-to-target and how
+many pairs of submissions are more than 20% apart, and the rankings per
+workload against each other. Into DEST/comparison.json and, as Markdown,
+on stdout.
 """
 import argparse
 import datetime
@@ -45,6 +74,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from derive_targets import APF_BIN, ROOT, ini_get, ini_set  # noqa: E402
 import derive_targets  # noqa: E402
+from baselines import kendall_tau  # noqa: E402
 
 FORMAT = "apf-campaign/1"
 RULES = "algoperf-0.6"
@@ -229,7 +259,8 @@ def cmd_run(args):
         die(f"--studies {args.studies}: a list of study numbers")
     if any(k < 0 or k >= STUDIES for k in studies):
         die(f"--studies {args.studies}: the rules have studies 0 to {STUDIES - 1}")
-    workloads = base_workloads(c.env)
+    bases = base_workloads(c.env)
+    workloads = parse_list(args.workloads, "workloads", bases) if args.workloads else bases
     c.pin(args.clock, args.threads, args.budget_scale, workloads)
     flags = ["-q", "--clock", args.clock, "--threads", str(args.threads)]
     if args.jobs > 1:
@@ -242,60 +273,74 @@ def cmd_run(args):
     c.state["invocations"].append(inv)
     c.save()
     t0 = time.monotonic()
-    entries = {n: c.entry(args.ruleset, n, subs[n], workloads) for n in names}
 
-    def close():
+    def note():
         inv["end"] = now()
         inv["wall_s"] = round(time.monotonic() - t0, 1)
         c.save()
 
-    if args.slurm is not None:
-        # One job array per submission, every unfinished unit of the
-        # studies asked for; `run` again with --slurm after preemptions.
-        for n in names:
-            entry, run = entries[n]
-            resume = ["--resume"] if os.path.exists(os.path.join(run, "run.json")) else []
-            for k in studies:
-                p = subprocess.run([APF_BIN, "run", entry, "-o", run, *flags, "--study", str(k),
-                                    *resume, "--slurm", *args.slurm], env=c.env,
-                                   capture_output=True, text=True)
-                if p.returncode != 0:
-                    close()
-                    die(f"{n} study {k}: apf run --slurm: {p.stderr.strip()[-400:]}")
-                print(f"{args.ruleset} {n} study {k}: {p.stdout.strip()}", flush=True)
-                resume = ["--resume"]
-        close()
-        return
-    for k in studies:
-        for n in names:
-            entry, run = entries[n]
-            units = unit_states(run, c.env)
-            if study_ended(units, k):
-                print(f"{args.ruleset} {n} study {k}: ended before, kept", flush=True)
-                continue
-            resume = ["--resume"] if units else []
-            print(f"{args.ruleset} {n} study {k}: running ({now()})", flush=True)
-            t = time.monotonic()
+    try:
+        entries = {n: c.entry(args.ruleset, n, subs[n], workloads) for n in names}
+        if args.slurm is not None:
+            submit(args, flags, names, entries, studies, c.env)
+            return
+        for k in studies:
+            for n in names:
+                run_study(args.ruleset, n, k, entries[n], flags, c.env, inv)
+                note()
+    finally:
+        # Refused or interrupted, an invocation's time is the campaign's.
+        note()
+
+
+def submit(args, flags, names, entries, studies, env):
+    """One job array per submission and study: every unfinished unit;
+    `run --slurm` again after preemptions."""
+    for n in names:
+        entry, run = entries[n]
+        resume = ["--resume"] if os.path.exists(os.path.join(run, "run.json")) else []
+        for k in studies:
             p = subprocess.run([APF_BIN, "run", entry, "-o", run, *flags, "--study", str(k),
-                                *resume], env=c.env, capture_output=True, text=True)
-            units = unit_states(run, c.env)
-            # A failed trial (a diverged configuration, a fault) is a
-            # result the scorer counts; a study left unfinished is not.
-            if not study_ended(units, k):
-                close()
-                die(f"{n} study {k}: the run did not finish (exit {p.returncode}): "
-                    f"{p.stderr.strip()[-400:]}")
-            inv["units_ended"] += sum(1 for u in units if u.startswith(f"study_{k}/"))
-            failed = [u for u, s in units.items()
-                      if u.startswith(f"study_{k}/") and s["state"] == "failed"]
-            close()
-            print(f"{args.ruleset} {n} study {k}: ended in {time.monotonic() - t:.0f} s"
-                  + (f", failed: {', '.join(failed)}" if failed else ""), flush=True)
-    close()
+                                *resume, "--slurm", *args.slurm], env=env,
+                               capture_output=True, text=True)
+            if p.returncode != 0:
+                die(f"{n} study {k}: apf run --slurm: {p.stderr.strip()[-400:]}")
+            print(f"{args.ruleset} {n} study {k}: {p.stdout.strip()}", flush=True)
+            resume = ["--resume"]
+
+
+def run_study(ruleset, n, k, entry_run, flags, env, inv):
+    entry, run = entry_run
+    units = unit_states(run, env)
+    if study_ended(units, k):
+        print(f"{ruleset} {n} study {k}: ended before, kept", flush=True)
+        return
+    resume = ["--resume"] if units else []
+    print(f"{ruleset} {n} study {k}: running ({now()})", flush=True)
+    t = time.monotonic()
+    p = subprocess.run([APF_BIN, "run", entry, "-o", run, *flags, "--study", str(k), *resume],
+                       env=env, capture_output=True, text=True)
+    units = unit_states(run, env)
+    # A failed trial (a diverged configuration, a fault) is a result the
+    # scorer counts; a study left unfinished is not.
+    if not study_ended(units, k):
+        die(f"{n} study {k}: the run did not finish (exit {p.returncode}): "
+            f"{p.stderr.strip()[-400:]}")
+    mine = {u: s for u, s in units.items() if u.startswith(f"study_{k}/")}
+    inv["units_ended"] += len(mine)
+    failed = [u for u, s in mine.items() if s["state"] == "failed"]
+    print(f"{ruleset} {n} study {k}: ended in {time.monotonic() - t:.0f} s"
+          + (f", failed: {', '.join(failed)}" if failed else ""), flush=True)
 
 
 def progress(c):
-    """(ruleset, submission) -> counts of its units' states."""
+    """(ruleset, submission) -> (counts of its units' states, units, the
+    budget seconds its unfinished units have left: a pending unit's is its
+    workload's cpu budget times the ruleset's multiplier and the scale)."""
+    p = subprocess.run([APF_BIN, "workloads", "--json"], capture_output=True, text=True,
+                       env=c.env)
+    budgets = {w["name"]: w["budget"]["cpu"]["max_runtime_s"]
+               for w in json.loads(p.stdout)["workloads"]} if p.returncode == 0 else {}
     out = {}
     for ruleset in ("external", "self"):
         d = os.path.join(c.out, ruleset)
@@ -304,10 +349,18 @@ def progress(c):
         for f in sorted(os.listdir(d)):
             if f.endswith(".run"):
                 units = unit_states(os.path.join(d, f), c.env)
-                counts = {}
+                counts, left = {}, 0.0
                 for u in units.values():
                     counts[u["state"]] = counts.get(u["state"], 0) + 1
-                out[(ruleset, f[:-4])] = counts, len(units)
+                    if u["state"] in ("done", "failed"):
+                        continue
+                    budget = u["budget_s"]
+                    if budget is None:
+                        w = u["unit"].split("/")[1]
+                        budget = budgets.get(w, 0.0) * BUDGET_MULTIPLIER[ruleset] \
+                            * c.state["budget_scale"]
+                    left += max(0.0, budget - (u["submission_s"] or 0.0))
+                out[(ruleset, f[:-4])] = counts, len(units), left
     return out
 
 
@@ -325,10 +378,265 @@ def cmd_status(args):
         print(f"this machine is another class: {describe(here)}")
     wall = sum(i["wall_s"] for i in st["invocations"])
     print(f"wall time so far: {wall / 3600:.2f} h over {len(st['invocations'])} invocations")
-    for (ruleset, name), (counts, planned) in progress(c).items():
+    total = 0.0
+    for (ruleset, name), (counts, planned, left) in progress(c).items():
         ended = counts.get("done", 0) + counts.get("failed", 0)
+        total += left
         print(f"  {ruleset:8} {name:22} {ended}/{planned} units ended"
               + "".join(f", {v} {k}" for k, v in sorted(counts.items()) if k != "done"))
+    print(f"left: at most {total / 60:.0f} min of the budgets of unfinished units (a trial "
+          "meeting its targets stops sooner; each unit also starts, builds and evaluates)")
+
+
+def write_file(path, data):
+    """Writes path through a temporary file and a rename."""
+    tmp = path + ".tmp"
+    with open(tmp, "w" if isinstance(data, str) else "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def sha256_file(path):
+    import hashlib
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for b in iter(lambda: f.read(1 << 20), b""):
+            h.update(b)
+    return h.hexdigest()
+
+
+def score_args(ruleset):
+    return ["--rules", RULES] + (["--self-tuning"] if ruleset == "self" else [])
+
+
+def apf_out(args, env, what, ok=(0,)):
+    p = subprocess.run([APF_BIN, *args], capture_output=True, text=True, env=env)
+    if p.returncode not in ok:
+        die(f"{what}: {p.stderr.strip()[-600:]}")
+    return p
+
+
+def reproduce_command(ruleset, records):
+    return " ".join(["apf", "score", os.path.join(records, "algoperf", "submissions", "*"),
+                     "--targets", os.path.join(records, "algoperf", "workload_targets.json"),
+                     *score_args(ruleset)])
+
+
+def cmd_publish(args):
+    import glob
+    c = Campaign(args.out)
+    if c.state is None:
+        die(f"{c.out}: no campaign here (no campaign.json)")
+    rdir = os.path.join(c.out, args.ruleset)
+    runs = sorted(glob.glob(os.path.join(rdir, "*.run")))
+    if not runs:
+        die(f"{rdir}: no runs of the {args.ruleset} ruleset")
+    for run in runs:
+        units = unit_states(run, c.env)
+        left = [u for u, s in units.items() if s["state"] not in ("done", "failed")]
+        if left:
+            die(f"{run}: {len(left)} of {len(units)} units have not ended "
+                f"({left[0]}, ...): run the campaign to its end first")
+    dest = os.path.join(os.path.abspath(args.dest), args.ruleset)
+    stage = dest + ".new"
+    shutil.rmtree(stage, ignore_errors=True)
+    records = os.path.join(stage, "records")
+    os.makedirs(records)
+    verify = ["--verify", "--reeval", "--replay-top", str(args.replay_top)]
+    names = [os.path.basename(r)[:-4] for r in runs]
+    title = f"apf leaderboard: {'self-tuning' if args.ruleset == 'self' else 'external tuning'}"
+    # One verification for everything: the table on stdout, the page, the
+    # plot, and the export, which holds apf score's JSON result.
+    t = time.monotonic()
+    export = os.path.join(records, "algoperf")
+    table = apf_out(["score", *runs, *score_args(args.ruleset), *verify,
+                     "--svg", os.path.join(stage, "profile.svg"),
+                     "--report", os.path.join(stage, "report.html"), "--title", title,
+                     "--export-algoperf", export], c.env, "apf score")
+    verify_s = time.monotonic() - t
+    with open(os.path.join(export, "apf_export.json")) as f:
+        result = json.load(f)["apf_score"]
+    unverified = [s["name"] for s in result["submissions"] if s.get("verified") != "yes"]
+    unverified += [x.get("name", "?") for x in result.get("excluded", [])]
+    write_file(os.path.join(stage, "scores.json"), json.dumps(result, indent=1) + "\n")
+    write_file(os.path.join(stage, "scores.txt"), table.stdout)
+    # The records alone must give the same scores and times.
+    again = apf_out(["score", *sorted(glob.glob(os.path.join(export, "submissions", "*"))),
+                     "--targets", os.path.join(export, "workload_targets.json"),
+                     *score_args(args.ruleset), "--json"], c.env, "apf score (records)")
+    mine = {s["name"]: (s["score"], s["times"]) for s in result["submissions"]}
+    back = {s["name"]: (s["score"], s["times"]) for s in json.loads(again.stdout)["submissions"]}
+    if mine != back:
+        die(f"the records do not score to the run directories' scores: {back} != {mine}")
+    shutil.copy(os.path.join(c.out, "home", "keys", "default.pub.pem"),
+                os.path.join(records, "runner.pub.pem"))
+    listing = []
+    for run, name in zip(runs, names):
+        d = os.path.join(records, "runs", name)
+        os.makedirs(d)
+        for f in ("run.json", "index.dsse.json"):
+            shutil.copy(os.path.join(run, f), os.path.join(d, f))
+        listing.append({"submission": name, "entry_sha256": sha256_file(os.path.join(run, "entry.apf")),
+                        "run_json_sha256": sha256_file(os.path.join(run, "run.json")),
+                        "index_dsse_sha256": sha256_file(os.path.join(run, "index.dsse.json")),
+                        "units": len(unit_states(run, c.env))})
+    write_file(os.path.join(records, "runs.json"), json.dumps(
+        {"ruleset": args.ruleset, "rules": RULES, "runs": listing,
+         "verification": f"apf score --verify --reeval --replay-top {args.replay_top}",
+         "verify_and_score_s": round(verify_s, 1), "unverified": unverified,
+         "reproduce": reproduce_command(args.ruleset, os.path.relpath(
+             os.path.join(dest, "records"), ROOT))}, indent=1) + "\n")
+    camp = dict(c.state)
+    camp["wall_s"] = round(sum(i["wall_s"] for i in camp["invocations"]), 1)
+    write_file(os.path.join(stage, "campaign.json"), json.dumps(camp, indent=1) + "\n")
+    with open(os.path.join(records, "runs.json")) as f:
+        runs_info = json.load(f)
+    shutil.rmtree(dest, ignore_errors=True)
+    os.replace(stage, dest)
+    readme = os.path.join(os.path.dirname(dest), "README.md")
+    if os.path.exists(readme):
+        replace_block(readme, args.ruleset.upper(), board_markdown(result, camp, runs_info))
+    print(table.stdout, end="")
+    print(f"published {dest} ({len(runs)} runs; verification and scoring {verify_s:.0f} s"
+          + (f"; NOT verified: {', '.join(unverified)}" if unverified else "") + ")")
+    if unverified:
+        sys.exit(1)
+
+
+def replace_block(path, tag, text):
+    """Puts text between <!-- BEGIN tag --> and <!-- END tag --> in the
+    file at path (both markers must be there)."""
+    try:
+        with open(path) as f:
+            doc = f.read()
+    except OSError as e:
+        die(f"{path}: {e.strerror}")
+    begin, end = f"<!-- BEGIN {tag} -->\n", f"<!-- END {tag} -->"
+    i, j = doc.find(begin), doc.find(end)
+    if i < 0 or j < i:
+        die(f"{path}: no {begin.strip()} ... {end} block")
+    write_file(path, doc[:i + len(begin)] + text + doc[j:])
+
+
+def fmt_s(t):
+    return "inf" if t in (None, "inf") or float(t) == float("inf") else f"{float(t):.1f}"
+
+
+def board_markdown(result, camp, runs_info):
+    """The published leaderboard of one ruleset as Markdown: scores, the
+    median times-to-target, and what it ran on."""
+    ws = result["base_workloads"]
+    rows = ["| rank | submission | score | " + " | ".join(ws) + " | verified |",
+            "|---|---|---|" + "---|" * len(ws) + "---|"]
+    for s in result["submissions"]:
+        rows.append(f"| {s['rank']} | {s['name']} | {s['score']:.4f} | "
+                    + " | ".join(fmt_s(s["times"].get(w)) for w in ws)
+                    + f" | {s.get('verified', 'no')} |")
+    m = camp["machine"]
+    first = min(i["start"] for i in camp["invocations"])
+    last = max(i["end"] or i["start"] for i in camp["invocations"])
+    return ("\n".join(rows) + "\n\n"
+            f"Median time-to-target over the studies, in submission seconds (`--clock "
+            f"{camp['clock']}`, {camp['threads']} threads; inf: the target was missed). "
+            + (f"**Budgets scaled x{camp['budget_scale']}: a quick look, not a result.** "
+               if camp["budget_scale"] != 1.0 else "") +
+            f"Rules {runs_info['rules']}; {len(runs_info['runs'])} runs, every one verified "
+            f"by `{runs_info['verification']}`"
+            + (f" except {', '.join(runs_info['unverified'])}" if runs_info["unverified"] else "")
+            + f" ({runs_info['verify_and_score_s'] / 60:.0f} min). Machine: {describe(m)}. "
+            f"Campaign: {camp['wall_s'] / 3600:.2f} h of wall time in "
+            f"{len(camp['invocations'])} invocations, {first} to {last}.\n")
+
+
+def groups_by(values, higher=True):
+    """Rank groups (ties together) of {name: value}, best first."""
+    order = sorted(set(values.values()), reverse=higher)
+    return [sorted(n for n, v in values.items() if v == x) for x in order]
+
+
+def findings(result):
+    """The paper's observations on a scoring: per workload the spread of
+    median times-to-target and how many pairs are more than 20% apart, and
+    how far the per-workload rankings agree."""
+    times = {s["name"]: s["times"] for s in result["submissions"]}
+    per = {}
+    rankings = {}
+    for w in result["base_workloads"]:
+        met = {n: float(t[w]) for n, t in times.items()
+               if t.get(w) not in (None, "inf", "-") and float(t[w]) != float("inf")}
+        pairs = [(a, b) for a in met for b in met if a < b]
+        apart = [(a, b) for a, b in pairs
+                 if max(met[a], met[b]) > 1.2 * min(met[a], met[b])]
+        per[w] = {"met": len(met), "of": len(times),
+                  "fastest": min(met.items(), key=lambda x: x[1]) if met else None,
+                  "slowest": max(met.items(), key=lambda x: x[1]) if met else None,
+                  "pairs": len(pairs), "pairs_over_20pct": len(apart)}
+        # Missing the target ranks last, all misses tied.
+        rankings[w] = groups_by({n: -met.get(n, float("inf")) for n in times})
+    between = {}
+    ws = list(rankings)
+    for i, a in enumerate(ws):
+        for b in ws[i + 1:]:
+            between[f"{a} vs {b}"] = kendall_tau(rankings[a], rankings[b])
+    return {"per_workload": per, "rankings": rankings, "tau_between_workloads": between}
+
+
+def cmd_compare(args):
+    dest = os.path.abspath(args.dest)
+    try:
+        with open(os.path.join(dest, "algoperf.json")) as f:
+            ref = json.load(f)
+    except (OSError, ValueError) as e:
+        die(f"{dest}/algoperf.json: {e}")
+    out = {"comparisons": [], "findings": {}}
+    lines = []
+    for cmp in ref["comparisons"]:
+        path = os.path.join(dest, cmp["ruleset"], "scores.json")
+        if not os.path.exists(path):
+            lines.append(f"- {cmp['name']}: no {cmp['ruleset']} scores published yet")
+            continue
+        with open(path) as f:
+            result = json.load(f)
+        ours = {s["name"]: s["score"] for s in result["submissions"]}
+        theirs = {a: v for a, v in cmp["scores"].items() if a in ours}
+        common = sorted(theirs)
+        tau = kendall_tau(groups_by({a: ours[a] for a in common}),
+                          groups_by(theirs)) if len(common) >= 2 else None
+        out["comparisons"].append({"name": cmp["name"], "source": cmp["source"],
+                                   "algorithms": common, "apf": {a: ours[a] for a in common},
+                                   "algoperf": theirs, "kendall_tau_b": tau})
+        lines.append(f"- {cmp['name']}: Kendall's tau-b = "
+                     + (f"{tau:+.3f}" if tau is not None else "n/a")
+                     + f" over {len(common)} algorithms ({', '.join(common)})")
+        if cmp["ruleset"] not in out["findings"]:
+            out["findings"][cmp["ruleset"]] = findings(result)
+    write_file(os.path.join(dest, "comparison.json"), json.dumps(out, indent=1) + "\n")
+    for ruleset, f in out["findings"].items():
+        lines.append(f"\n{'Self-tuning' if ruleset == 'self' else 'External tuning'}: "
+                     "per workload, median time-to-target (s)\n")
+        for w, x in f["per_workload"].items():
+            if x["fastest"]:
+                lines.append(f"- {w}: {x['met']} of {x['of']} met it; fastest "
+                             f"{x['fastest'][0]} {x['fastest'][1]:.1f}, slowest "
+                             f"{x['slowest'][0]} {x['slowest'][1]:.1f} "
+                             f"({x['slowest'][1] / x['fastest'][1]:.2f}x); "
+                             f"{x['pairs_over_20pct']} of {x['pairs']} pairs more than 20% apart")
+            else:
+                lines.append(f"- {w}: none of {x['of']} met it")
+        taus = {k: v for k, v in f["tau_between_workloads"].items() if v is not None}
+        if taus:
+            lo = min(taus, key=taus.get)
+            hi = max(taus, key=taus.get)
+            lines.append(f"- rankings between workloads (Kendall's tau-b, misses tied last): "
+                         f"from {taus[lo]:+.2f} ({lo}) to {taus[hi]:+.2f} ({hi}) over "
+                         f"{len(taus)} pairs")
+    text = "\n".join(lines) + "\n"
+    print(text, end="")
+    readme = os.path.join(dest, "README.md")
+    if os.path.exists(readme):
+        replace_block(readme, "COMPARISON", text)
 
 
 def main():
@@ -338,6 +646,7 @@ def main():
     r = sub.add_parser("run")
     r.add_argument("--ruleset", required=True, choices=["external", "self"])
     r.add_argument("--submissions")
+    r.add_argument("--workloads", help="these base workloads only (default: every one)")
     r.add_argument("--studies", default=",".join(str(k) for k in range(STUDIES)))
     r.add_argument("--threads", type=int, default=2)
     r.add_argument("-j", "--jobs", type=int, default=1)
@@ -348,8 +657,14 @@ def main():
                    help="submit job arrays instead of running (the rest: apf run's "
                         "--slurm options)")
     s = sub.add_parser("status")
-    for p in (r, s):
+    pb = sub.add_parser("publish")
+    pb.add_argument("--ruleset", required=True, choices=["external", "self"])
+    pb.add_argument("--replay-top", type=int, default=2)
+    cm = sub.add_parser("compare")
+    for p in (r, s, pb):
         p.add_argument("--out", default=os.path.join(ROOT, "leaderboard", ".runs"))
+    for p in (pb, cm):
+        p.add_argument("--dest", default=os.path.join(ROOT, "leaderboard"))
     args = ap.parse_args()
     if args.cmd == "run":
         if args.threads < 1 or args.jobs < 1:
@@ -357,6 +672,12 @@ def main():
         if not 0 < args.budget_scale <= 1:
             die(f"--budget-scale {args.budget_scale}: must be in (0, 1]")
         cmd_run(args)
+    elif args.cmd == "publish":
+        if args.replay_top < 1:
+            die("--replay-top takes Q >= 1")
+        cmd_publish(args)
+    elif args.cmd == "compare":
+        cmd_compare(args)
     else:
         cmd_status(args)
 

@@ -1,0 +1,232 @@
+"""workloads/leaderboard.py, the leaderboard campaign, with the real apf on
+the test workloads: studies run in order and resume, a campaign refuses a
+machine of another class and an entry that changed since its run began,
+publish refuses an unfinished campaign, verifies and scores a finished one
+and its records score again to the same numbers without the run
+directories; compare's tau and findings give the values worked out by
+hand."""
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+from apftest import APF, ROOT, TEST_WORKLOADS
+
+PY = sys.executable
+SCRIPT = os.path.join(ROOT, "workloads", "leaderboard.py")
+
+
+def load():
+    sys.path.insert(0, os.path.join(ROOT, "workloads"))
+    spec = importlib.util.spec_from_file_location("leaderboard", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def result(times, scores=None):
+    """A scoring as apf score --json gives it: {name: {workload: s}}."""
+    ws = sorted({w for t in times.values() for w in t})
+    return {"base_workloads": ws,
+            "submissions": [{"name": n, "score": (scores or {}).get(n, 0.0),
+                             "times": {w: t.get(w, "inf") for w in ws}}
+                            for n, t in times.items()]}
+
+
+class Pieces(unittest.TestCase):
+    def setUp(self):
+        self.lb = load()
+
+    def test_groups_put_ties_together_best_first(self):
+        self.assertEqual(self.lb.groups_by({"a": 0.5, "b": 0.7, "c": 0.5}),
+                         [["b"], ["a", "c"]])
+
+    def test_findings_count_gaps_over_20_percent_and_rank_misses_last(self):
+        f = self.lb.findings(result({
+            "a": {"w1": 10.0, "w2": 30.0},
+            "b": {"w1": 11.0, "w2": 20.0},
+            "c": {"w1": 13.0, "w2": "inf"}}))
+        w1 = f["per_workload"]["w1"]
+        # 11/10 and 13/11 are within 20%, 13/10 is not.
+        self.assertEqual((w1["met"], w1["pairs"], w1["pairs_over_20pct"]), (3, 3, 1))
+        self.assertEqual(w1["fastest"], ("a", 10.0))
+        self.assertEqual(w1["slowest"], ("c", 13.0))
+        w2 = f["per_workload"]["w2"]
+        self.assertEqual((w2["met"], w2["pairs"], w2["pairs_over_20pct"]), (2, 1, 1))
+        self.assertEqual(f["rankings"]["w1"], [["a"], ["b"], ["c"]])
+        self.assertEqual(f["rankings"]["w2"], [["b"], ["a"], ["c"]])
+        # One swap of three pairs: (2 - 1) / 3.
+        self.assertAlmostEqual(f["tau_between_workloads"]["w1 vs w2"], 1 / 3)
+
+    def test_readme_blocks_are_replaced_between_their_markers_only(self):
+        tmp = tempfile.mkdtemp(prefix="apf-lb-")
+        try:
+            path = os.path.join(tmp, "README.md")
+            with open(path, "w") as f:
+                f.write("# t\n<!-- BEGIN SELF -->\nold\n<!-- END SELF -->\nkept\n")
+            self.lb.replace_block(path, "SELF", "new 1\nnew 2\n")
+            self.assertEqual(open(path).read(), "# t\n<!-- BEGIN SELF -->\nnew 1\nnew 2\n"
+                                                "<!-- END SELF -->\nkept\n")
+            with self.assertRaises(SystemExit) as e:
+                self.lb.replace_block(path, "EXTERNAL", "x")
+            self.assertEqual(str(e.exception), f"apf: leaderboard: {path}: no <!-- BEGIN "
+                                               "EXTERNAL --> ... <!-- END EXTERNAL --> block")
+        finally:
+            shutil.rmtree(tmp)
+
+    def test_compare_computes_tau_over_the_algorithms_both_have(self):
+        tmp = tempfile.mkdtemp(prefix="apf-lb-")
+        try:
+            os.makedirs(os.path.join(tmp, "self"))
+            with open(os.path.join(tmp, "self", "scores.json"), "w") as f:
+                json.dump(result({"a": {"w": 1.0}, "b": {"w": 2.0}, "c": {"w": 3.0},
+                                  "mine": {"w": 4.0}},
+                                 {"a": 0.9, "b": 0.5, "c": 0.7, "mine": 0.1}), f)
+            with open(os.path.join(tmp, "algoperf.json"), "w") as f:
+                json.dump({"comparisons": [
+                    {"name": "x", "ruleset": "self", "source": "s",
+                     "scores": {"a": 0.4, "b": 0.3, "c": 0.1, "theirs": 0.9}},
+                    {"name": "y", "ruleset": "external", "source": "s",
+                     "scores": {"a": 1.0}}]}, f)
+            p = subprocess.run([PY, SCRIPT, "compare", "--dest", tmp],
+                               capture_output=True, text=True, env=dict(os.environ, APF_BIN=APF))
+            self.assertEqual(p.returncode, 0, p.stderr)
+            c = json.load(open(os.path.join(tmp, "comparison.json")))
+            x = c["comparisons"][0]
+            self.assertEqual(x["algorithms"], ["a", "b", "c"])
+            # apf a > c > b, AlgoPerf a > b > c: one pair of three swapped.
+            self.assertAlmostEqual(x["kendall_tau_b"], 1 / 3)
+            self.assertIn("tau-b = +0.333 over 3 algorithms (a, b, c)", p.stdout)
+            self.assertIn("y: no external scores published yet", p.stdout)
+        finally:
+            shutil.rmtree(tmp)
+
+
+class Campaign(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="apf-lb-")
+        self.wl = os.path.join(self.tmp, "workloads")
+        shutil.copytree(TEST_WORKLOADS, self.wl)
+        # The workloads name their data as ../../datasets/<name>.
+        shutil.copytree(os.path.join(ROOT, "tests", "data", "datasets"),
+                        os.path.join(self.tmp, "datasets"))
+        self.out = os.path.join(self.tmp, "runs")
+        self.env = dict(os.environ, APF_BIN=APF, APF_WORKLOADS_DIR=self.wl,
+                        TMPDIR=self.tmp)
+
+    def tearDown(self):
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def lb(self, *args):
+        return subprocess.run([PY, SCRIPT, *args, "--out", self.out], capture_output=True,
+                              text=True, env=self.env, timeout=900)
+
+    def run_(self, *args):
+        return self.lb("run", "--ruleset", "self", "--submissions", "nadamw,adamw",
+                       "--workloads", "blobs_mlp", *args)
+
+    def units(self, name):
+        p = subprocess.run([APF, "status", os.path.join(self.out, "self", name + ".run"),
+                            "--json"], capture_output=True, text=True, env=self.env)
+        return {u["unit"]: u["state"] for u in json.loads(p.stdout)["units"]}
+
+    def test_campaign_resumes_pins_refuses_and_publishes(self):
+        p = self.run_("--studies", "0")
+        self.assertEqual(p.returncode, 0, p.stderr + p.stdout)
+        # Study-major: study 0 of both, nothing of studies 1 and 2.
+        self.assertEqual(self.units("adamw"), {"study_0/blobs_mlp/trial_1": "done",
+                                               "study_1/blobs_mlp/trial_1": "pending",
+                                               "study_2/blobs_mlp/trial_1": "pending"})
+        # In the order given.
+        self.assertLess(p.stdout.index("nadamw study 0: running"),
+                        p.stdout.index("adamw study 0: running"))
+        again = self.run_("--studies", "0")
+        self.assertEqual(again.returncode, 0, again.stderr)
+        self.assertEqual(again.stdout.count("ended before, kept"), 2, again.stdout)
+
+        # publish refuses a campaign whose runs have not ended.
+        dest = os.path.join(self.tmp, "board")
+        pub = self.lb("publish", "--ruleset", "self", "--dest", dest)
+        self.assertNotEqual(pub.returncode, 0)
+        self.assertRegex(pub.stderr, r"^apf: leaderboard: .*adamw\.run: 2 of 3 units have "
+                                     r"not ended")
+        self.assertFalse(os.path.exists(dest))
+
+        # Another machine class: refused before anything runs.
+        cj = os.path.join(self.out, "campaign.json")
+        state = json.load(open(cj))
+        forged = json.loads(json.dumps(state))
+        forged["machine"]["family"] = "999"
+        json.dump(forged, open(cj, "w"))
+        p = self.run_("--studies", "1")
+        self.assertNotEqual(p.returncode, 0)
+        self.assertRegex(p.stderr, r"^apf: leaderboard: .*this campaign's machine is .*"
+                                   r"family 999.*here it is ")
+        self.assertEqual(self.units("adamw")["study_1/blobs_mlp/trial_1"], "pending")
+        json.dump(state, open(cj, "w"))
+        # Another setting (the clock) is refused the same way.
+        p = self.run_("--studies", "1", "--clock", "wall")
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("this campaign's clock is cpu, here it is wall", p.stderr)
+
+        # A workload edited since the runs began: its entries differ, and
+        # the campaign stops rather than mixing the two.
+        ini = os.path.join(self.wl, "blobs_mlp", "workload.ini")
+        text = open(ini).read()
+        open(ini, "w").write(text.replace("validation_target = 0.9",
+                                          "validation_target = 0.8"))
+        p = self.run_("--studies", "1")
+        self.assertNotEqual(p.returncode, 0)
+        self.assertRegex(p.stderr, r"^apf: leaderboard: nadamw: its entry differs from the one "
+                                   r".* began with")
+        self.assertEqual(self.units("adamw")["study_1/blobs_mlp/trial_1"], "pending")
+        open(ini, "w").write(text)
+
+        p = self.run_("--studies", "1,2")
+        self.assertEqual(p.returncode, 0, p.stderr + p.stdout)
+        st = self.lb("status")
+        self.assertRegex(st.stdout, r"self +nadamw +3/3 units ended")
+        inv = json.load(open(cj))["invocations"]
+        self.assertEqual([i["studies"] for i in inv], [[0], [0], [1], [1, 2]])
+        self.assertTrue(all(i["end"] and i["wall_s"] >= 0 for i in inv))
+
+        pub = self.lb("publish", "--ruleset", "self", "--dest", dest, "--replay-top", "1")
+        self.assertEqual(pub.returncode, 0, pub.stderr + pub.stdout)
+        board = os.path.join(dest, "self")
+        scores = json.load(open(os.path.join(board, "scores.json")))
+        self.assertEqual(sorted(s["name"] for s in scores["submissions"]), ["adamw", "nadamw"])
+        self.assertTrue(all(s["verified"] == "yes" for s in scores["submissions"]))
+        self.assertEqual(scores["ruleset"], "self-tuning")
+        self.assertIn("verified", open(os.path.join(board, "report.html")).read())
+        runs = json.load(open(os.path.join(board, "records", "runs.json")))
+        self.assertEqual([r["submission"] for r in runs["runs"]], ["adamw", "nadamw"])
+        self.assertEqual(runs["unverified"], [])
+        for r in runs["runs"]:
+            self.assertTrue(os.path.exists(os.path.join(board, "records", "runs", r["submission"],
+                                                        "index.dsse.json")))
+        # No run directory, no checkpoint, in what is published.
+        for d, _, files in os.walk(dest):
+            self.assertFalse(any(f.endswith((".apf", ".ckpt", "log.jsonl")) for f in files),
+                             (d, files))
+        # The reproduction command, run by hand, gives the published scores.
+        cmd = runs["reproduce"].split()
+        self.assertEqual(cmd[:2], ["apf", "score"])
+        sub = os.path.join(board, "records", "algoperf", "submissions")
+        args = [os.path.join(sub, n) for n in sorted(os.listdir(sub))]
+        args += ["--targets", os.path.join(board, "records", "algoperf", "workload_targets.json"),
+                 "--rules", "algoperf-0.6", "--self-tuning", "--json"]
+        again = subprocess.run([APF, "score", *args], capture_output=True, text=True,
+                               env=self.env)
+        self.assertEqual(again.returncode, 0, again.stderr)
+        got = {s["name"]: (s["score"], s["times"]) for s in json.loads(again.stdout)["submissions"]}
+        self.assertEqual(got, {s["name"]: (s["score"], s["times"])
+                               for s in scores["submissions"]})
+        self.assertTrue(any(s["score"] > 0 for s in scores["submissions"]), scores)
+
+
+if __name__ == "__main__":
+    unittest.main()
