@@ -547,7 +547,8 @@ def board_markdown(result, camp, runs_info):
             + (f" except {', '.join(runs_info['unverified'])}" if runs_info["unverified"] else "")
             + f" ({runs_info['verify_and_score_s'] / 60:.0f} min). Machine: {describe(m)}. "
             f"Campaign: {camp['wall_s'] / 3600:.2f} h of wall time in "
-            f"{len(camp['invocations'])} invocations, {first} to {last}.\n")
+            f"{len(camp['invocations'])} invocation{'s' if len(camp['invocations']) != 1 else ''}, "
+            f"{first} to {last}.\n")
 
 
 def groups_by(values, higher=True):
@@ -617,7 +618,10 @@ def cmd_compare(args):
         lines.append(f"\n{'Self-tuning' if ruleset == 'self' else 'External tuning'}: "
                      "per workload, median time-to-target (s)\n")
         for w, x in f["per_workload"].items():
-            if x["fastest"]:
+            if x["met"] == 1:
+                lines.append(f"- {w}: 1 of {x['of']} met it, {x['fastest'][0]} at "
+                             f"{x['fastest'][1]:.1f}")
+            elif x["fastest"]:
                 lines.append(f"- {w}: {x['met']} of {x['of']} met it; fastest "
                              f"{x['fastest'][0]} {x['fastest'][1]:.1f}, slowest "
                              f"{x['slowest'][0]} {x['slowest'][1]:.1f} "
