@@ -152,13 +152,11 @@ int cmd_score(int argc, char **argv)
 		"and, with --verify, this\nverification: one verification "
 		"serves the table, the JSON, the export and the\npage.",
 		1, -1,
-		"apf score nadamw.run --verify\n"
+		"apf score nadamw.run --verify --report nadamw.html\n"
 		"apf score nadamw.run=tuned adamw.run=baseline --json\n"
 		"apf score nadamw.run --svg profile.svg --csv scores.csv\n"
 		"apf score nadamw.run adamw.run --rules algoperf-0.6 "
-		"--export-algoperf algoperf/\n"
-		"apf score nadamw.run adamw.run --verify --reeval --json "
-		"--report board.html"};
+		"--export-algoperf algoperf/"};
 	int nargs, rc = cmd_start("score", &usage, opts, argc, argv, &nargs);
 	if (rc >= 0)
 		return rc;
