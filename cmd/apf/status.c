@@ -39,7 +39,7 @@ int cmd_status(int argc, char **argv)
 		"Read while the run may be under way, not verified (apf verify "
 		"does that).\nExit 0, or 2 when RUN_DIR is no run directory.",
 		1, 1,
-		"apf status runs/nadamw\napf status runs/nadamw --json"};
+		"apf status nadamw.run\napf status nadamw.run --json"};
 	int nargs, rc = cmd_start("status", &usage, opts, argc, argv, &nargs);
 	if (rc >= 0)
 		return rc;

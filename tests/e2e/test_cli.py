@@ -243,8 +243,8 @@ class Examples(ApfCase):
         self.assertGreaterEqual(len(keygen) + len(rest), 15)
         # train and run take minutes (run's seven examples, --clock and
         # --budget-scale's among them); the rest need the demo's run
-        # (nadamw.run)
-        self.assertLessEqual(len(skipped), 16, skipped)
+        # (nadamw.run), status's two among them
+        self.assertLessEqual(len(skipped), 18, skipped)
 
 
 if __name__ == "__main__":
