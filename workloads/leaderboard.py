@@ -224,12 +224,17 @@ def study_ended(units, k):
     return bool(mine) and all(u["state"] in ("done", "failed") for u in mine)
 
 
-def base_workloads(env):
+def workloads_json(env):
+    """`apf workloads --json`'s list: the base workloads and their specs."""
     p = subprocess.run([APF_BIN, "workloads", "--json"], capture_output=True, text=True,
                        env=env)
     if p.returncode != 0:
         die(f"apf workloads: {p.stderr.strip()}")
-    return [w["name"] for w in json.loads(p.stdout)["workloads"]]
+    return json.loads(p.stdout)["workloads"]
+
+
+def base_workloads(env):
+    return [w["name"] for w in workloads_json(env)]
 
 
 def parse_list(text, what, allowed=None):
@@ -337,10 +342,7 @@ def progress(c):
     """(ruleset, submission) -> (counts of its units' states, units, the
     budget seconds its unfinished units have left: a pending unit's is its
     workload's cpu budget times the ruleset's multiplier and the scale)."""
-    p = subprocess.run([APF_BIN, "workloads", "--json"], capture_output=True, text=True,
-                       env=c.env)
-    budgets = {w["name"]: w["budget"]["cpu"]["max_runtime_s"]
-               for w in json.loads(p.stdout)["workloads"]} if p.returncode == 0 else {}
+    budgets = {w["name"]: w["budget"]["cpu"]["max_runtime_s"] for w in workloads_json(c.env)}
     out = {}
     for ruleset in ("external", "self"):
         d = os.path.join(c.out, ruleset)
@@ -433,8 +435,10 @@ def cmd_publish(args):
     runs = sorted(glob.glob(os.path.join(rdir, "*.run")))
     if not runs:
         die(f"{rdir}: no runs of the {args.ruleset} ruleset")
+    counts = {}
     for run in runs:
         units = unit_states(run, c.env)
+        counts[run] = len(units)
         left = [u for u, s in units.items() if s["state"] not in ("done", "failed")]
         if left:
             die(f"{run}: {len(left)} of {len(units)} units have not ended "
@@ -481,7 +485,7 @@ def cmd_publish(args):
         listing.append({"submission": name, "entry_sha256": sha256_file(os.path.join(run, "entry.apf")),
                         "run_json_sha256": sha256_file(os.path.join(run, "run.json")),
                         "index_dsse_sha256": sha256_file(os.path.join(run, "index.dsse.json")),
-                        "units": len(unit_states(run, c.env))})
+                        "units": counts[run]})
     write_file(os.path.join(records, "runs.json"), json.dumps(
         {"ruleset": args.ruleset, "rules": RULES, "runs": listing,
          "verification": f"apf score --verify --reeval --replay-top {args.replay_top}",
