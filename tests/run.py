@@ -89,7 +89,7 @@ def run_module(path, env, timeout):
             results.append([status, f"{name}:{case}", rest[0] if rest else ""])
         elif line.startswith("@@DETAIL "):
             cur = line.split(" ", 1)[1]
-            details[cur] = []
+            details.setdefault(cur, [])
         elif cur is not None:
             details[cur].append(line)
     for r in results:
@@ -130,6 +130,21 @@ def child(path):
 
         addFailure = _fail
         addError = _fail
+
+        # A failing subTest fails its test: unittest then calls neither
+        # addSuccess nor addFailure for the test itself, so without this
+        # the test would vanish from the count, neither passed nor failed.
+        failed_ids = set()
+
+        def addSubTest(self, test, subtest, err):
+            if err is None:
+                return
+            print(f"@@DETAIL {self._id(test)}")
+            print(f"{subtest.id()}:")
+            print("".join(traceback.format_exception(*err)))
+            if self._id(test) not in self.failed_ids:
+                self.failed_ids.add(self._id(test))
+                print(f"@@RESULT FAIL {self._id(test)}", flush=True)
 
         def addSkip(self, test, reason):
             print(f"@@RESULT skip {self._id(test)} {reason}", flush=True)
