@@ -47,7 +47,7 @@ static void print_help(FILE *f)
 			fprintf(f, "  %-10s %s\n", commands[i].name,
 				commands[i].summary);
 	fprintf(f, "\n'apf <command> --help' describes a command. "
-		   "Exit codes: 0 ok, 1 verification failed,\n2 usage or input "
+		   "Exit codes: 0 ok, 1 verification\nfailed, 2 usage or input "
 		   "error, 3 run stopped abnormally.\n");
 }
 

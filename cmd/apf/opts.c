@@ -33,9 +33,24 @@ static void synopsis_flat(char *out, size_t size, const char *syn)
 	out[n] = 0;
 }
 
+/* The end of the word at p: up to a space at bracket depth lim or less,
+ * the depth at p being *depth (updated to the depth at the end). */
+static const char *synopsis_word(const char *p, int *depth, int lim)
+{
+	int d = *depth;
+	while (*p && !(*p == ' ' && d <= lim)) {
+		d += *p == '[' ? 1 : *p == ']' ? -1 : 0;
+		p++;
+	}
+	*depth = d;
+	return p;
+}
+
 /* "usage: apf <synopsis>", wrapped at USAGE_WIDTH between words outside
  * brackets ("[--replay N|all [--seed S]]" stays whole), each continuation
- * indented under the command name. */
+ * indented under the command name. A group too long for a line of its own
+ * ("[--slurm [--partition P] ... [-- SBATCH_OPTIONS...]]") breaks between
+ * its own words instead, never inside a group it holds. */
 static void print_synopsis(FILE *f, const char *synopsis)
 {
 	char flat[1024];
@@ -44,15 +59,15 @@ static void print_synopsis(FILE *f, const char *synopsis)
 	size_t col = indent;
 	fputs(USAGE_PREFIX, f);
 	const char *p = flat;
-	int first = 1;
+	int first = 1, open = 0;
 	while (*p) {
-		/* One word: up to a space outside brackets. */
-		const char *end = p;
-		int depth = 0;
-		while (*end && !(*end == ' ' && depth == 0)) {
-			depth += *end == '[' ? 1 : *end == ']' ? -1 : 0;
-			end++;
+		int depth = open;
+		const char *end = synopsis_word(p, &depth, open);
+		if (indent + (size_t)(end - p) > USAGE_WIDTH) {
+			depth = open;
+			end = synopsis_word(p, &depth, open + 1);
 		}
+		open = depth;
 		size_t len = (size_t)(end - p);
 		if (!first && col + 1 + len > USAGE_WIDTH) {
 			fprintf(f, "\n%*s", (int)indent, "");

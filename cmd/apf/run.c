@@ -242,13 +242,13 @@ int cmd_run(int argc, char **argv)
 		"[--slurm [--partition P] [--gres gpu:N] [--time T] "
 		"[--array-parallelism K] [-- SBATCH_OPTIONS...]]",
 		"Run an entry's trials in the sealed runner: the entry is "
-		"verified, its workloads'\nspecs and datasets and this machine's "
-		"environment are checked against the\nmanifest, then every "
-		"trial runs sandboxed with harness-controlled timing and\n"
+		"verified, its\nworkloads' specs and datasets and this machine's "
+		"environment are checked\nagainst the manifest, then every "
+		"trial runs sandboxed with harness-controlled\ntiming and "
 		"evaluation, into a hash-chained, signed log with checkpoints.",
 		"A failed trial (a sandbox fault, a crash, a submission error) is "
 		"logged and the\nrun goes on. `apf verify RUN_DIR` checks the "
-		"result; `apf score RUN_DIR` scores it.\n"
+		"result; `apf score RUN_DIR`\nscores it.\n"
 		"Exit 0: every unit run completed. 2: bad options or inputs, "
 		"before anything ran.\n3: a unit failed (the last line says how "
 		"many), or the run was interrupted.",

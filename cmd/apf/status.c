@@ -33,9 +33,9 @@ int cmd_status(int argc, char **argv)
 		"Show where each unit of a run stands: pending, running, done, "
 		"failed or\npreempted (started, stopped before its end: apf run "
 		"--resume continues it),\nwith its evals and its submission time "
-		"against its budget. The budget is checked at evals, so a "
-		"trial's last steps\nbefore the eval that ends it may take "
-		"its time past the budget.",
+		"against its budget. The budget is checked\nat evals, so a "
+		"trial's last steps before the eval that ends it may take its "
+		"time\npast the budget.",
 		"Read while the run may be under way, not verified (apf verify "
 		"does that).\nExit 0, or 2 when RUN_DIR is no run directory.",
 		1, 1,

@@ -61,7 +61,9 @@ def options_of(cmd):
     block = text.split("\noptions:\n", 1)[1].split("\n\n", 1)[0] if "\noptions:\n" in text else ""
     opts = {"-h": None, "--help": None}
     for l in block.splitlines():
-        m = re.match(r"^  (?:(-\w), )?\s*(--[\w-]+)(?: (\S+))?", l)
+        # an option sits at column 2 ("  -o, --output") or 6; a wrapped
+        # help line that starts with "--strict)" sits at the help column
+        m = re.match(r"^  (?:(-\w), |    )(--[\w-]+)(?: (\S+))?", l)
         if m:
             # a flag's help starts after a run of spaces, so no argument
             arg = m.group(3)
