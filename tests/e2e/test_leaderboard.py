@@ -227,6 +227,26 @@ class Campaign(unittest.TestCase):
                                for s in scores["submissions"]})
         self.assertTrue(any(s["score"] > 0 for s in scores["submissions"]), scores)
 
+        # An operator's edit to a run after the campaign (a better time in
+        # one CSV) fails verification: the published board is not
+        # replaced by one that ranks the rest, and the reason is named.
+        import glob
+        csv = sorted(glob.glob(os.path.join(self.out, "self", "adamw.run", "**",
+                                            "eval_measurements.csv"), recursive=True))[0]
+        with open(csv) as f:
+            rows = f.read().splitlines()
+        head, first = rows[0].split(","), rows[1].split(",")
+        first[head.index("score")] = "0.001"
+        rows[1] = ",".join(first)
+        with open(csv, "w") as f:
+            f.write("\n".join(rows) + "\n")
+        before = open(os.path.join(board, "scores.json")).read()
+        pub = self.lb("publish", "--ruleset", "self", "--dest", dest, "--replay-top", "1")
+        self.assertNotEqual(pub.returncode, 0, pub.stdout)
+        self.assertRegex(pub.stderr, r"^apf: leaderboard: 1 of 2 runs failed verification "
+                                     r"\(adamw: .*eval_measurements\.csv.*\): .* left as it was")
+        self.assertEqual(open(os.path.join(board, "scores.json")).read(), before)
+
 
 if __name__ == "__main__":
     unittest.main()
