@@ -5,6 +5,7 @@ signed head, checkpoints and CSVs must check out, with no torn line.
 The points are drawn from a fixed seed so a failure reproduces; the seed
 and the kill time are in every failure message.
 """
+import fcntl
 import os
 import random
 import signal
@@ -16,6 +17,26 @@ from apftest import BLOBS
 from test_run import RunCase
 
 KILLS = int(os.environ.get("APF_CRASH_KILLS", "20"))
+
+
+def wait_for_free_locks(tmpdir, limit_s=60):
+    """Until no apf-run-*/.lock under tmpdir is held (at most limit_s)."""
+    deadline = time.monotonic() + limit_s
+    while True:
+        held = []
+        for d in os.listdir(tmpdir):
+            lock = os.path.join(tmpdir, d, ".lock")
+            if not d.startswith("apf-run-") or not os.path.exists(lock):
+                continue
+            with open(lock) as f:
+                try:
+                    fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    fcntl.flock(f, fcntl.LOCK_UN)
+                except BlockingIOError:
+                    held.append(d)
+        if not held or time.monotonic() > deadline:
+            return held
+        time.sleep(0.05)
 
 
 class Crash(RunCase):
@@ -45,7 +66,12 @@ class Crash(RunCase):
             time.sleep(delay)
             p.send_signal(signal.SIGKILL)
             p.wait()
-            time.sleep(0.05)  # the sandbox's and evaluator's death signals
+            # The killed runner's children (the sandbox, the evaluator)
+            # share its work directory's lock until their death signals
+            # reach them, which a loaded machine delays: wait for the
+            # lock, not a fixed time, so the sweep below does not depend
+            # on the load.
+            wait_for_free_locks(self.scratch)
             args = ["run", entry, "-o", run]
             if os.path.exists(run):
                 args.append("--resume")
