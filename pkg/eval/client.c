@@ -111,6 +111,10 @@ void apf_evaluator_stop(apf_evaluator *e)
 {
 	if (!e)
 		return;
+	/* A cleanup: the caller's pending error (why a re-evaluation
+	 * failed) outlives it; only this function's own are dropped. */
+	char keep[1024];
+	apf_error_take(keep, sizeof keep);
 	apf_chan_send(e->ch.fd, "quit");
 	int status;
 	int gone = 0;
@@ -125,5 +129,5 @@ void apf_evaluator_stop(apf_evaluator *e)
 	}
 	close(e->ch.fd);
 	free(e);
-	apf_error_clear();
+	apf_error_restore(0, keep);
 }

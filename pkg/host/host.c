@@ -1360,10 +1360,14 @@ void apf_host_stop(apf_host *h)
 {
 	if (!h->sb)
 		return;
+	/* A cleanup, as apf_evaluator_stop: the caller's pending error
+	 * survives it. */
+	char keep[1024];
+	apf_error_take(keep, sizeof keep);
 	apf_chan_send(h->chan_fd, "stop");
 	apf_sandbox_cont(h->sb);
 	apf_sandbox_end end;
 	if (apf_sandbox_wait(h->sb, 3000, &end) != 1)
 		apf_sandbox_kill(h->sb);
-	apf_error_clear();
+	apf_error_restore(0, keep);
 }

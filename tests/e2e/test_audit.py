@@ -324,6 +324,35 @@ class Audit(RunCase):
         r = self.apf("verify", run, "--reeval", timeout=600)
         self.assertIn("train/loss", r.err)
 
+    def test_a_checkpoint_the_evaluator_cannot_load_fails_reeval_with_its_reason(self):
+        run = self.run_source("nadamw", os.path.join(apftest.ROOT, "submissions",
+                                                     "baselines", "nadamw"),
+                              ruleset="external")
+        # A runner (holding the key) logs a checkpoint whose arena header
+        # is broken, with its digest: checks 1-4 without --reeval pass.
+        # The failure must name its reason after the evaluator, started
+        # for the checkpoint before it, is stopped (it used to clear the
+        # message, leaving "not verified: " with nothing after it).
+        recs = runfake.RunDir(run, None, unit=f"study_0/{BLOBS}/trial_1").records
+        evals = [r for r in recs if r["event"] == "eval" and r.get("checkpoint")]
+        # checkpoint 0 is checked without the evaluator, 1 starts it
+        self.assertEqual([r["index"] for r in evals], [1, 2])
+        ck = evals[1]["checkpoint"]
+        path = os.path.join(run, "study_0", BLOBS, "trial_1", ck["file"])
+        data = bytearray(open(path, "rb").read())
+        data[:8] = b"NOTANARN"
+        with open(path, "wb") as f:
+            f.write(data)
+        ck["sha256"] = runfake.sha256_hex(bytes(data))
+        self.rechain_and_sign(run, recs)
+        self.ok("verify", run)
+        self.fails(1, "verify", run, "--reeval", timeout=600,
+                   match="apf: reeval: arena: not an apf arena")
+        # apf score (and so the leaderboard's publish) names it too.
+        self.fails(2, "score", run, "--verify", "--reeval", timeout=600,
+                   match="1 failed verification (first: nadamw: reeval: arena: "
+                         "not an apf arena (magic or version))")
+
     @staticmethod
     def tree(top):
         """Every file and directory under top: size, mtime and content."""
