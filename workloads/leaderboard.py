@@ -5,7 +5,7 @@ machine class, then verifies, scores and publishes it.
 
     workloads/leaderboard.py run --ruleset self|external [--submissions a,b,...]
         [--workloads W,...] [--studies 0,1,2] [--out DIR] [--threads T] [-j N] [--clock cpu|wall]
-        [--slurm [SBATCH OPTIONS...]]
+        [--toolchain clone|here] [--slurm [SBATCH OPTIONS...]]
     workloads/leaderboard.py status [--out DIR]
     workloads/leaderboard.py publish --ruleset R [--out DIR] [--dest leaderboard]
         [--replay-top Q]
@@ -22,9 +22,18 @@ name).
 Study-major order: study 0 of every submission, then study 1, ... so that
 an interrupted campaign has compared every submission on the same number
 of studies. A second invocation reuses what ended and resumes what was
-interrupted (`apf run --resume`); an entry is packed again (deterministic,
-SOURCE_DATE_EPOCH fixed) and must be byte-identical to the one its run
-began with, so a submission edited halfway is refused instead of mixed.
+interrupted (`apf run --resume`); an entry is packed again and must claim
+what the one its run began with claims, so a submission edited halfway is
+refused instead of mixed.
+
+One toolchain: a ruleset's first invocation clones this tree's HEAD into
+DIR/toolchain/RULESET and builds it (--toolchain here: takes this tree's
+apf as it is); its runs and publish use that apf, its submissions and its
+workloads, and a later invocation whose apf reports another build is
+refused. So commits made while a campaign spans sessions change nothing
+in it. The run keeps the entry it began with: one packed again must claim
+the same submission, workloads, datasets and tuning (the machine's record
+may differ where apf run allows it).
 
 One machine class: the first invocation records this machine's CPU
 (/proc/cpuinfo vendor, family, model and name, the core count, the widest
@@ -84,19 +93,28 @@ BUDGET_MULTIPLIER = {"external": 1.0, "self": 1.5}
 EPOCH = "1764547200"  # 2025-12-01: entries packed by a campaign are the same bytes
 
 
+# The apf a ruleset's runs are made and verified with, and the source tree
+# its submissions and workloads come from: this tree's, until Campaign.tool
+# pins the ruleset's own.
+TOOL = {"bin": APF_BIN, "root": ROOT}
+
+
 def die(msg):
     derive_targets.die(msg, who="leaderboard")
 
 
 def apf(*args, env):
-    return derive_targets.apf(*args, env=env, who="leaderboard")
+    p = subprocess.run([TOOL["bin"], *args], env=env, capture_output=True, text=True)
+    if p.returncode != 0:
+        die(f"apf {' '.join(args[:2])}: {p.stderr.strip()}")
+    return p.stdout
 
 
 def submissions():
     """[submission] name -> its directory, for every submission.ini under
     submissions/."""
     found = {}
-    base = os.path.join(ROOT, "submissions")
+    base = os.path.join(TOOL["root"], "submissions")
     for d, _, files in sorted(os.walk(base)):
         if "submission.ini" in files:
             name = ini_get(os.path.join(d, "submission.ini"), "submission", "name")
@@ -156,24 +174,86 @@ class Campaign:
             os.fsync(f.fileno())
         os.replace(tmp, self.path)
 
-    def pin(self, clock, threads, budget_scale, workloads):
-        """Records the campaign's machine class and settings on its first
-        invocation; refuses any later one that differs."""
-        here = {"machine": machine(), "clock": clock, "threads": threads,
-                "budget_scale": budget_scale, "workloads": workloads}
+    def pin(self, **here):
+        """Records the campaign's machine class and settings, each on the
+        first invocation that names it; refuses any later one that
+        differs."""
+        if "machine" in here:
+            here["machine"] = machine()
         if self.state is None:
             os.makedirs(self.out, exist_ok=True)
-            self.state = {"format": FORMAT, "rules": RULES, **here, "invocations": []}
-            self.save()
-            return
+            self.state = {"format": FORMAT, "rules": RULES, "invocations": []}
         for k, v in here.items():
-            if self.state.get(k) != v:
-                was, now = self.state.get(k), v
+            if k not in self.state:
+                self.state[k] = v
+                self.save()
+            elif self.state[k] != v:
+                was, now = self.state[k], v
                 if k == "machine":
                     was, now = describe(was), describe(now)
                 die(f"{self.out}: this campaign's {k} is {was}, here it is {now}: "
                     "a campaign runs on one machine class with one setting "
                     "(start another with --out)")
+
+    def tool(self, ruleset, mode=None):
+        """Pins the apf and the sources the ruleset's runs are made with, on
+        its first invocation, and uses them on every later one (run and
+        publish): a campaign spread over sessions of development is one
+        toolchain, or refused. mode "clone" (run's default) clones this
+        tree's HEAD into OUT/toolchain/RULESET and builds it there, so that
+        commits made here meanwhile change nothing; "here" takes this
+        tree's apf as it is and refuses a later invocation whose apf
+        reports another build. A ruleset whose runs began before
+        toolchains were pinned keeps this tree's apf."""
+        tcs = self.state.setdefault("toolchains", {})
+        rec = tcs.get(ruleset)
+        rdir = os.path.join(self.out, ruleset)
+        if rec is None:
+            began = os.path.isdir(rdir) and any(f.endswith(".run") for f in os.listdir(rdir))
+            if began or mode is None:
+                return
+            if mode == "clone":
+                rec = {"mode": "clone", "dir": os.path.join("toolchain", ruleset),
+                       "commit": git(ROOT, "rev-parse", "HEAD")}
+                if git(ROOT, "status", "--porcelain", "--untracked-files=no"):
+                    print(f"leaderboard: {ROOT} has uncommitted changes; the toolchain is "
+                          f"its HEAD, {rec['commit'][:12]}, without them", file=sys.stderr)
+                d = os.path.join(self.out, rec["dir"])
+                shutil.rmtree(d, ignore_errors=True)
+                os.makedirs(os.path.dirname(d), exist_ok=True)
+                subprocess.run(["git", "clone", "-q", "--no-hardlinks", ROOT, d], check=True)
+                git(d, "checkout", "-q", "--detach", rec["commit"])
+                build_tool(d)
+                rec["build"] = version(os.path.join(d, "build", "apf"))
+            else:
+                rec = {"mode": "here", "dir": None, "commit": None,
+                       "build": version(APF_BIN)}
+            rec["pinned"] = now()
+            tcs[ruleset] = rec
+            self.save()
+        if rec["mode"] == "clone":
+            d = os.path.join(self.out, rec["dir"])
+            if not os.path.isdir(os.path.join(d, ".git")):
+                die(f"{d}: the {ruleset} ruleset's toolchain is gone (pinned at "
+                    f"{rec['commit'][:12]}): clone that commit there again")
+            head = git(d, "rev-parse", "HEAD")
+            if head != rec["commit"] or git(d, "status", "--porcelain",
+                                            "--untracked-files=no"):
+                die(f"{d}: the {ruleset} ruleset's toolchain is pinned at {rec['commit'][:12]}, "
+                    f"the clone is at {head[:12]}"
+                    + (" with changes" if head == rec["commit"] else "")
+                    + ": restore it (git checkout -f) to go on")
+            binary = os.path.join(d, "build", "apf")
+            if not os.access(binary, os.X_OK):
+                build_tool(d)  # the same commit, on a machine of the same class
+            TOOL["bin"], TOOL["root"] = binary, d
+            # This apf's own workloads, whatever the caller's environment says.
+            self.env["APF_WORKLOADS_DIR"] = os.path.join(d, "workloads")
+        built = version(TOOL["bin"])
+        if built != rec["build"]:
+            die(f"{TOOL['bin']} is {built}, the {ruleset} ruleset's runs were made with "
+                f"{rec['build']}: one campaign, one toolchain (build that apf, or start "
+                "another campaign with --out)")
 
     def paths(self, ruleset, name):
         d = os.path.join(self.out, ruleset)
@@ -195,16 +275,49 @@ class Campaign:
         fresh = entry + ".new"
         apf("pack", src, "-w", ",".join(workloads), "-o", fresh, env=self.env)
         if os.path.exists(os.path.join(run, "run.json")):
-            with open(fresh, "rb") as a, open(entry, "rb") as b:
-                same = a.read() == b.read()
+            # The run keeps the entry it began with. The new one must say the
+            # same of the submission, workloads, datasets and tuning; the
+            # machine's record may differ (another session's kernel), and
+            # apf run refuses what of it could change a trial's bits.
+            was, new = claims(entry, self.env), claims(fresh, self.env)
             os.unlink(fresh)
-            if not same:
+            if was != new:
+                what = sorted(k for k in set(was) | set(new) if was.get(k) != new.get(k))
                 die(f"{name}: its entry differs from the one {run} began with "
-                    "(the submission, a workload or the toolchain changed): "
-                    "finish the campaign with the sources it began with, or start another")
+                    f"(in {', '.join(what)}: the submission, a workload or the toolchain "
+                    "changed): finish the campaign with the sources it began with, "
+                    "or start another")
         else:
             os.replace(fresh, entry)
         return entry, run
+
+
+def claims(entry, env):
+    """What an entry says of what it runs: its manifest's predicate without
+    the environment record and the packing date."""
+    pred = json.loads(apf("inspect", entry, "--json", env=env))["statement"]["predicate"]
+    return {k: v for k, v in pred.items() if k not in ("environment", "created")}
+
+
+def git(d, *args):
+    p = subprocess.run(["git", "-C", d, *args], capture_output=True, text=True)
+    if p.returncode != 0:
+        die(f"git {' '.join(args)} in {d}: {p.stderr.strip()}")
+    return p.stdout.strip()
+
+
+def version(binary):
+    p = subprocess.run([binary, "--version"], capture_output=True, text=True)
+    if p.returncode != 0:
+        die(f"{binary} --version: {p.stderr.strip() or 'failed'}")
+    return p.stdout.strip()
+
+
+def build_tool(d):
+    print(f"leaderboard: building the campaign's toolchain in {d} ({now()})", flush=True)
+    p = subprocess.run(["make", "-C", d, "all"], capture_output=True, text=True)
+    if p.returncode != 0:
+        die(f"make -C {d} all: {p.stderr.strip()[-600:]}")
 
 
 def unit_states(run, env):
@@ -212,7 +325,7 @@ def unit_states(run, env):
     directory exists."""
     if not os.path.exists(os.path.join(run, "run.json")):
         return {}
-    p = subprocess.run([APF_BIN, "status", run, "--json"], capture_output=True, text=True,
+    p = subprocess.run([TOOL["bin"], "status", run, "--json"], capture_output=True, text=True,
                        env=env)
     if p.returncode != 0:
         die(f"apf status {run}: {p.stderr.strip()}")
@@ -226,7 +339,7 @@ def study_ended(units, k):
 
 def workloads_json(env):
     """`apf workloads --json`'s list: the base workloads and their specs."""
-    p = subprocess.run([APF_BIN, "workloads", "--json"], capture_output=True, text=True,
+    p = subprocess.run([TOOL["bin"], "workloads", "--json"], capture_output=True, text=True,
                        env=env)
     if p.returncode != 0:
         die(f"apf workloads: {p.stderr.strip()}")
@@ -255,6 +368,9 @@ def now():
 
 def cmd_run(args):
     c = Campaign(args.out)
+    c.pin(machine=None, clock=args.clock, threads=args.threads,
+          budget_scale=args.budget_scale)
+    c.tool(args.ruleset, args.toolchain)
     subs = submissions()
     names = parse_list(args.submissions, "submissions", subs) if args.submissions \
         else sorted(subs)
@@ -266,7 +382,7 @@ def cmd_run(args):
         die(f"--studies {args.studies}: the rules have studies 0 to {STUDIES - 1}")
     bases = base_workloads(c.env)
     workloads = parse_list(args.workloads, "workloads", bases) if args.workloads else bases
-    c.pin(args.clock, args.threads, args.budget_scale, workloads)
+    c.pin(workloads=workloads)
     flags = ["-q", "--clock", args.clock, "--threads", str(args.threads)]
     if args.jobs > 1:
         flags += ["-j", str(args.jobs)]
@@ -305,7 +421,7 @@ def submit(args, flags, names, entries, studies, env):
         entry, run = entries[n]
         resume = ["--resume"] if os.path.exists(os.path.join(run, "run.json")) else []
         for k in studies:
-            p = subprocess.run([APF_BIN, "run", entry, "-o", run, *flags, "--study", str(k),
+            p = subprocess.run([TOOL["bin"], "run", entry, "-o", run, *flags, "--study", str(k),
                                 *resume, "--slurm", *args.slurm], env=env,
                                capture_output=True, text=True)
             if p.returncode != 0:
@@ -323,7 +439,7 @@ def run_study(ruleset, n, k, entry_run, flags, env, inv):
     resume = ["--resume"] if units else []
     print(f"{ruleset} {n} study {k}: running ({now()})", flush=True)
     t = time.monotonic()
-    p = subprocess.run([APF_BIN, "run", entry, "-o", run, *flags, "--study", str(k), *resume],
+    p = subprocess.run([TOOL["bin"], "run", entry, "-o", run, *flags, "--study", str(k), *resume],
                        env=env, capture_output=True, text=True)
     units = unit_states(run, env)
     # A failed trial (a diverged configuration, a fault) is a result the
@@ -414,7 +530,7 @@ def score_args(ruleset):
 
 
 def apf_out(args, env, what, ok=(0,)):
-    p = subprocess.run([APF_BIN, *args], capture_output=True, text=True, env=env)
+    p = subprocess.run([TOOL["bin"], *args], capture_output=True, text=True, env=env)
     if p.returncode not in ok:
         die(f"{what}: {p.stderr.strip()[-600:]}")
     return p
@@ -431,6 +547,7 @@ def cmd_publish(args):
     c = Campaign(args.out)
     if c.state is None:
         die(f"{c.out}: no campaign here (no campaign.json)")
+    c.tool(args.ruleset)
     rdir = os.path.join(c.out, args.ruleset)
     runs = sorted(glob.glob(os.path.join(rdir, "*.run")))
     if not runs:
@@ -667,6 +784,9 @@ def main():
     r.add_argument("--clock", default="cpu", choices=["cpu", "wall"])
     r.add_argument("--budget-scale", type=float, default=1.0,
                    help="a quick look (unofficial; pinned like the rest)")
+    r.add_argument("--toolchain", default="clone", choices=["clone", "here"],
+                   help="a ruleset's first invocation: build HEAD in a clone of its own "
+                        "(default), or take this tree's apf as it is")
     r.add_argument("--slurm", nargs=argparse.REMAINDER,
                    help="submit job arrays instead of running (the rest: apf run's "
                         "--slurm options)")

@@ -127,7 +127,7 @@ class Campaign(unittest.TestCase):
 
     def run_(self, *args):
         return self.lb("run", "--ruleset", "self", "--submissions", "nadamw,adamw",
-                       "--workloads", "blobs_mlp", *args)
+                       "--workloads", "blobs_mlp", "--toolchain", "here", *args)
 
     def units(self, name):
         p = subprocess.run([APF, "status", os.path.join(self.out, "self", name + ".run"),
@@ -172,6 +172,23 @@ class Campaign(unittest.TestCase):
         p = self.run_("--studies", "1", "--clock", "wall")
         self.assertNotEqual(p.returncode, 0)
         self.assertIn("this campaign's clock is cpu, here it is wall", p.stderr)
+        # The toolchain is pinned with the rest: the runs began with this
+        # apf's build, and another build (a commit made since, rebuilt) is
+        # refused rather than mixed into them.
+        version = subprocess.run([APF, "--version"], capture_output=True,
+                                 text=True).stdout.strip()
+        self.assertEqual(state["toolchains"]["self"]["build"], version)
+        self.assertEqual(state["toolchains"]["self"]["mode"], "here")
+        forged = json.loads(json.dumps(state))
+        forged["toolchains"]["self"]["build"] = "apf 0.1.0 (0123456789ab)"
+        json.dump(forged, open(cj, "w"))
+        p = self.run_("--studies", "1")
+        self.assertNotEqual(p.returncode, 0)
+        self.assertRegex(p.stderr, r"^apf: leaderboard: .* is apf .*, the self ruleset's runs "
+                                   r"were made with apf 0\.1\.0 \(0123456789ab\): one "
+                                   r"campaign, one toolchain")
+        self.assertEqual(self.units("adamw")["study_1/blobs_mlp/trial_1"], "pending")
+        json.dump(state, open(cj, "w"))
 
         # A workload edited since the runs began: its entries differ, and
         # the campaign stops rather than mixing the two.
@@ -182,7 +199,7 @@ class Campaign(unittest.TestCase):
         p = self.run_("--studies", "1")
         self.assertNotEqual(p.returncode, 0)
         self.assertRegex(p.stderr, r"^apf: leaderboard: nadamw: its entry differs from the one "
-                                   r".* began with")
+                                   r".* began with \(in workloads: ")
         self.assertEqual(self.units("adamw")["study_1/blobs_mlp/trial_1"], "pending")
         open(ini, "w").write(text)
 
