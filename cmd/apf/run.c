@@ -186,6 +186,9 @@ int cmd_run(int argc, char **argv)
 		 "trust only this key for the entry (default: $APF_HOME/trusted/)"},
 		{"workload", 0, OPT_STRING, &o.workload, "W",
 		 "run only this workload's units"},
+		{"variant", 0, OPT_STRING, &o.variant, "V",
+		 "run only the units of this held-out variant (base: the base "
+		 "workloads')"},
 		{"study", 0, OPT_INT, &study, "K", "run only study K (from 0)"},
 		{"trial", 0, OPT_INT, &trial, "N", "run only trial N (from 1)"},
 		{"heldout", 0, OPT_STRING, &o.heldout, "DRAW.json",
@@ -235,7 +238,8 @@ int cmd_run(int argc, char **argv)
 	};
 	const struct apf_usage usage = {
 		"run ENTRY.apf [-o RUN_DIR] [-k KEY] [--entry-key PUB.pem] "
-		"[--workload W] [--study K] [--trial N] [--heldout DRAW.json] "
+		"[--workload W] [--variant V] [--study K] [--trial N] "
+		"[--heldout DRAW.json] "
 		"[--device cpu|cuda] [--threads N] [-j N] [--resume] [--unsealed] "
 		"[--allow-env-drift] [--memory-limit MiB] [--clock wall|cpu] "
 		"[--budget-scale F] [-q] [--json] "
@@ -257,6 +261,8 @@ int cmd_run(int argc, char **argv)
 		"apf run nadamw.apf -o runs/nadamw --workload fmnist_mlp --study 0 "
 		"--trial 1\n"
 		"apf run nadamw.apf -o runs/nadamw --heldout heldout.json\n"
+		"apf run nadamw.apf -o runs/nadamw --heldout heldout.json --variant "
+		"base\n"
 		"apf run nadamw.apf -o runs/nadamw -j 4 --threads 2\n"
 		"apf run nadamw.apf -o quick --clock cpu --budget-scale 0.25\n"
 		"apf run nadamw.apf -o runs/nadamw --slurm --time 2:00:00 "

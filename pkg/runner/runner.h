@@ -103,6 +103,8 @@ struct apf_run_opts {
 	const char *key_path;   /* runner key; NULL: the default key */
 	const char *trust_key;  /* the entry signer's public key; NULL: trusted dir */
 	const char *workload;   /* one unit: workload ... */
+	const char *variant;    /* ... variant ("base" or a held-out
+				 * variant's name; NULL: all) ... */
 	long study;             /* ... study (0-based; -1: all) */
 	long trial;             /* ... trial (1-based; -1: all) */
 	const char *device;     /* "cpu" (default) or "cuda" */

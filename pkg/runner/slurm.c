@@ -6,9 +6,10 @@
  *
  * The run directory is made (or checked) on the submitting machine; then
  * RUN/slurm/ gets, per submission, units-<stamp>.tsv (array task i runs line
- * i + 1: workload, study, trial) and task.sh, the batch script every task
- * runs: `apf run RUN/entry.apf -o RUN --workload W --study K --trial N
- * --resume` in the background, SIGUSR1 and SIGTERM passed on to it (Slurm
+ * i + 1: workload, study, trial, variant) and task.sh, the batch script
+ * every task runs: `apf run RUN/entry.apf -o RUN --workload W --variant V
+ * --study K --trial N --resume` in the background (one unit: a held-out
+ * variant's unit shares the rest with its base unit), SIGUSR1 and SIGTERM passed on to it (Slurm
  * sends USR1 90 s before the time limit, --signal=B:USR1@90, and TERM when
  * it preempts), and, when such a signal made it checkpoint and stop, the
  * task requeued (`scontrol requeue`), so that it resumes from that
@@ -137,7 +138,7 @@ static int write_script(struct run *r, const char *path, const char *units)
 			"#!/bin/sh\n"
 			"# apf run --slurm: one unit of the plan per array task "
 			"(line TASK+1 of the\n# units file: workload, study, "
-			"trial), into the shared run directory.\n"
+			"trial, variant), into the shared run directory.\n"
 			"set -u\nunits=") ||
 		     sh_quote(&b, units) ||
 		     apf_buf_printf(&b, "\n%s",
@@ -145,12 +146,14 @@ static int write_script(struct run *r, const char *path, const char *units)
 			"w=$(printf '%s' \"$line\" | cut -f1)\n"
 			"s=$(printf '%s' \"$line\" | cut -f2)\n"
 			"t=$(printf '%s' \"$line\" | cut -f3)\n"
-			"[ -n \"$t\" ] || { echo \"apf: slurm: task $SLURM_ARRAY_TASK_ID: "
+			"v=$(printf '%s' \"$line\" | cut -f4)\n"
+			"[ -n \"$v\" ] || { echo \"apf: slurm: task $SLURM_ARRAY_TASK_ID: "
 			"no unit in $units\" >&2; exit 2; }\n"
 			"got=\n") ||
 		     apf_buf_puts(&b, cmd.data) ||
 		     apf_buf_puts(&b,
-			" --workload \"$w\" --study \"$s\" --trial \"$t\" &\n"
+			" --workload \"$w\" --variant \"$v\" --study \"$s\" "
+			"--trial \"$t\" &\n"
 			"pid=$!\n"
 			"# Slurm's warning (USR1) or preemption (TERM): apf "
 			"checkpoints at the end\n# of its current step and "
@@ -213,8 +216,9 @@ int apf_runner_slurm_submit(struct run *r, const size_t *units, size_t n)
 	int nomem = 0;
 	for (size_t k = 0; !rc && k < n; k++) {
 		const struct apf_plan_unit *u = &r->plan->units[units[k]];
-		nomem |= apf_buf_printf(&tsv, "%s\t%ld\t%ld\n", u->workload,
-					u->study, u->trial + 1) != 0;
+		nomem |= apf_buf_printf(&tsv, "%s\t%ld\t%ld\t%s\n",
+					u->workload, u->study, u->trial + 1,
+					u->variant) != 0;
 	}
 	if (!rc) {
 		nomem |= apf_buf_printf(&upath, "%s/units-%s.tsv", dir, stamp) != 0;

@@ -654,6 +654,7 @@ static int selected(const struct run *r, const struct apf_plan_unit *u)
 {
 	const struct apf_run_opts *o = r->o;
 	return (!o->workload || !strcmp(o->workload, u->workload)) &&
+	       (!o->variant || !strcmp(o->variant, u->variant)) &&
 	       (o->study < 0 || o->study == u->study) &&
 	       (o->trial < 0 || o->trial == u->trial + 1);
 }
@@ -663,9 +664,11 @@ static int selected(const struct run *r, const struct apf_plan_unit *u)
 static int no_unit_matches(const struct run *r)
 {
 	const struct apf_run_opts *o = r->o;
-	apf_buf given = {0}, names = {0};
+	apf_buf given = {0}, names = {0}, variants = {0};
 	if (o->workload)
 		apf_buf_printf(&given, " --workload %s", o->workload);
+	if (o->variant)
+		apf_buf_printf(&given, " --variant %s", o->variant);
 	if (o->study >= 0)
 		apf_buf_printf(&given, " --study %ld", o->study);
 	if (o->trial >= 0)
@@ -679,18 +682,33 @@ static int no_unit_matches(const struct run *r)
 		if (k == i)
 			apf_buf_printf(&names, "%s%s", i ? ", " : "",
 				       u->workload);
+		/* The held-out variants too, named as --variant takes them. */
+		k = 0;
+		while (k < i && strcmp(r->plan->units[k].variant, u->variant))
+			k++;
+		if (k == i && strcmp(u->variant, "base"))
+			apf_buf_printf(&variants, ", %s", u->variant);
 		studies = u->study + 1 > studies ? u->study + 1 : studies;
 		trials = u->trial + 1 > trials ? u->trial + 1 : trials;
 	}
+	/* Variants are named only where the plan has held-out ones or
+	 * --variant was given: "variants base, gelu, ". */
+	apf_buf vs = {0};
+	if (variants.data || o->variant)
+		apf_buf_printf(&vs, "variants base%s, ",
+			       variants.data ? variants.data : "");
 	int rc = apf_error(APF_EUSAGE, "run",
 			   "no unit of the plan matches%s (the plan has "
-			   "workload%s %s, studies 0-%ld, trials 1-%ld; see "
+			   "workload%s %s, %sstudies 0-%ld, trials 1-%ld; see "
 			   "apf plan)",
 			   given.data ? given.data : "",
 			   strchr(names.data ? names.data : "", ',') ? "s" : "",
-			   names.data ? names.data : "none", studies - 1, trials);
+			   names.data ? names.data : "none",
+			   vs.data ? vs.data : "", studies - 1, trials);
+	apf_buf_free(&vs);
 	apf_buf_free(&given);
 	apf_buf_free(&names);
+	apf_buf_free(&variants);
 	return rc;
 }
 

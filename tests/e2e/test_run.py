@@ -539,8 +539,18 @@ class HeldOut(RunCase):
         self.assertGreater(planned, 1)
         self.assertIn(f"{planned} held-out variant units in the plan (1 run) of 1 drawn "
                       "workload", v)
+        # --variant takes one of the pair: the variant's unit of trial 2
+        # alone (as a Slurm task does, one unit each), then its base's.
+        self.assertEqual(self.run_unit(entry, run, "--variant", "gelu", trial="2").rc, 0)
+        states = {u["unit"]: u["state"] for u in json.loads(
+            self.ok("status", run, "--json").out)["units"]}
+        self.assertEqual(states[f"study_0/{BLOBS}_gelu/trial_2"], "done")
+        self.assertEqual(states[f"study_0/{BLOBS}/trial_2"], "pending")
+        r = self.fails(2, "run", entry, "-o", run, "--variant", "glu")
+        self.assertIn("no unit of the plan matches --variant glu (the plan has workload "
+                      f"{BLOBS}, variants base, gelu, studies 0-", r.err)
         # A later session needs no --heldout; another draw is refused.
-        self.assertEqual(self.run_unit(entry, run, trial="2").rc, 0)
+        self.assertEqual(self.run_unit(entry, run, "--variant", "base", trial="2").rc, 0)
         other = self.write("other.json", json.dumps(
             {"seed": "x", "draws": [{"base": BLOBS, "variant": "gelu"}], "note": 1}))
         self.fails(2, "run", entry, "-o", run, "--trial", "3", "--heldout", other,
