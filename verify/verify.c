@@ -491,6 +491,48 @@ static int bind_run_json(struct vx *v, const char *file)
 	return 0;
 }
 
+static const struct vx_unit *find_unit(const struct vx *v, const char *workload,
+				       const char *variant, long study,
+				       long trial0)
+{
+	for (size_t i = 0; i < v->nunits; i++) {
+		const struct vx_unit *u = &v->units[i];
+		if (u->study == study && u->trial0 == trial0 &&
+		    !strcmp(u->workload, workload) &&
+		    !strcmp(u->variant, variant))
+			return u;
+	}
+	return NULL;
+}
+
+/* run.json's plan lists every unit of the entry's plan. Every unit it lists
+ * must be one of the entry's (build_units), and so must every unit of the
+ * entry be listed: a runner holding the key could otherwise leave out a
+ * study that went badly (the median then taken over the others) or a trial,
+ * and its run would verify complete, every record chained and signed. The
+ * held-out variants' copies are checked against the draw in check 6. */
+static int plan_complete(const struct vx *v, const char *file)
+{
+	for (size_t p = 0; p < v->plan->n; p++) {
+		const struct apf_plan_unit *pu = &v->plan->units[p];
+		if (find_unit(v, pu->workload, "base", pu->study, pu->trial))
+			continue;
+		char unit[1024];
+		int len = apf_rundir_unit_name(unit, sizeof unit, pu->study,
+					       pu->workload, "base",
+					       pu->trial + 1);
+		return apf_error(APF_EVERIFY, file,
+				 "plan.units: %s is missing: the entry's plan "
+				 "has %zu units (%ld studies x %ld trials of "
+				 "each workload) and a run lists them all",
+				 len > 0 && (size_t)len < sizeof unit ? unit
+								       : "a unit",
+				 v->plan->n, v->entry->manifest->tuning.studies,
+				 v->entry->manifest->tuning.trials);
+	}
+	return 0;
+}
+
 static int load_run_json(struct vx *v)
 {
 	char *file = in_run(v, "run.json");
@@ -531,6 +573,8 @@ static int load_run_json(struct vx *v)
 		rc = load_specs(v);
 	if (!rc)
 		rc = build_units(v, file);
+	if (!rc)
+		rc = plan_complete(v, file);
 	free(file);
 	return rc;
 }
@@ -889,23 +933,25 @@ static int check_log(struct vx *v)
 		set_detail(v, APF_VERIFY_LOG,
 			   "%" PRIu64 " records chained in %zu unit log%s, each "
 			   "head signed, and the index of their heads signed, "
-			   "by runner key %.16s...; run.json bound to the entry; "
-			   "the trials' parameters are the plan's and the "
-			   "workload specs'",
+			   "by runner key %.16s...; run.json bound to the "
+			   "entry, its plan the entry's whole plan; the "
+			   "trials' parameters are the plan's and the workload "
+			   "specs'",
 			   v->rep->records, v->nlogs, v->nlogs == 1 ? "" : "s",
 			   v->rep->runner_signer);
 	else if (v->no_head)
 		set_detail(v, APF_VERIFY_LOG,
 			   "%" PRIu64 " records chained, none signed yet; "
-			   "run.json bound to the entry; the trials' parameters "
-			   "are the plan's and the workload specs'",
+			   "run.json bound to the entry, its plan the entry's "
+			   "whole plan; the trials' parameters are the plan's "
+			   "and the workload specs'",
 			   sum.records);
 	else
 		set_detail(v, APF_VERIFY_LOG,
 			   "%" PRIu64 " records chained, head %.16s... signed by "
-			   "runner key %.16s...; run.json bound to the entry; the "
-			   "trials' parameters are the plan's and the workload "
-			   "specs'",
+			   "runner key %.16s...; run.json bound to the entry, "
+			   "its plan the entry's whole plan; the trials' "
+			   "parameters are the plan's and the workload specs'",
 			   sum.records, sum.head, v->rep->runner_signer);
 	return 0;
 }
@@ -980,6 +1026,61 @@ static int recompute_pick(const char *file, const char *seed, size_t i,
 	return rc;
 }
 
+/* Whether the draw's seed is bound to the entries: a draw file made from
+ * entries (`apf heldout draw`, method "entries") must hold the seed its
+ * entries' digests give and list this run's entry among them, so that the
+ * seed could not be known before the entries were sealed. Any other form
+ * (a number given with --seed, a draw by hand) passes with *by_hand set:
+ * whoever chose that seed chose the variants, and the report says so. */
+static int check_seed(struct vx *v, const char *file, size_t *nentries,
+		      int *by_hand)
+{
+	*by_hand = 1;
+	*nentries = 0;
+	json_error_t je;
+	json_t *j = json_load_file(file, JSON_REJECT_DUPLICATES, &je);
+	int is_draw = json_is_object(j) && json_object_get(j, "format");
+	json_decref(j);
+	if (!is_draw)
+		return 0;
+	apf_heldout *d = NULL;
+	int rc = apf_heldout_load(&d, file);
+	if (rc)
+		return APF_EVERIFY;
+	if (d->method == APF_HELDOUT_FROM_ENTRIES) {
+		*by_hand = 0;
+		*nentries = d->nentries;
+		const char **ds = apf_calloc(d->nentries + 1, sizeof *ds);
+		int mine = 0;
+		for (size_t i = 0; ds && i < d->nentries; i++) {
+			ds[i] = d->entries[i].manifest_sha256;
+			mine |= !strcmp(ds[i], v->entry->manifest_digest);
+		}
+		char seed[APF_HELDOUT_SEED_MAX];
+		rc = !ds ? apf_error(APF_ENOMEM, file, "out of memory")
+			 : apf_heldout_seed_from_digests(
+				   seed, (const char *const *)ds, d->nentries);
+		if (rc && rc != APF_ENOMEM)
+			rc = APF_EVERIFY;
+		if (!rc && strcmp(seed, d->seed))
+			rc = apf_error(APF_EVERIFY, file,
+				       "seed %.16s... is not the one the "
+				       "draw's entries give (%.16s...): a draw "
+				       "from entries cannot choose its seed",
+				       d->seed, seed);
+		if (!rc && !mine)
+			rc = apf_error(APF_EVERIFY, file,
+				       "made from %zu entr%s without this "
+				       "run's (%.16s...): its seed is not bound "
+				       "to this entry",
+				       d->nentries, d->nentries == 1 ? "y" : "ies",
+				       v->entry->manifest_digest);
+		free(ds);
+	}
+	apf_heldout_free(d);
+	return rc;
+}
+
 static int check_heldout(struct vx *v)
 {
 	size_t nvar = 0, ran = 0; /* in run.json's plan; started in the log */
@@ -1026,6 +1127,10 @@ static int check_heldout(struct vx *v)
 		rc = apf_error(APF_EVERIFY, file,
 			       "not an apf draw {\"seed\": ..., \"draws\": "
 			       "[...]}");
+	size_t nentries = 0;
+	int by_hand = 0;
+	if (!rc && exists)
+		rc = check_seed(v, file, &nentries, &by_hand);
 	const apf_manifest *m = v->entry->manifest;
 	for (size_t i = 0; !rc && h && i < h->n; i++) {
 		const struct apf_heldout_named *d = &h->v[i];
@@ -1046,6 +1151,31 @@ static int check_heldout(struct vx *v)
 			else
 				rc = recompute_pick(file, h->seed, i, v->specs[w],
 						    vn);
+		}
+	}
+	/* Every unit of a drawn workload runs its variant too (as
+	 * apf_plan_add_variant copies them): a run without the copies of a
+	 * variant that went badly would escape the held-out rules. */
+	for (size_t i = 0; !rc && h && i < h->n; i++) {
+		const struct apf_heldout_named *d = &h->v[i];
+		const char *vn = d->workload + strlen(d->base) + 1;
+		for (size_t p = 0; !rc && p < v->plan->n; p++) {
+			const struct apf_plan_unit *pu = &v->plan->units[p];
+			if (strcmp(pu->workload, d->base) ||
+			    find_unit(v, pu->workload, vn, pu->study, pu->trial))
+				continue;
+			char unit[1024];
+			int len = apf_rundir_unit_name(unit, sizeof unit,
+						       pu->study, pu->workload,
+						       vn, pu->trial + 1);
+			rc = apf_error(APF_EVERIFY, file,
+				       "draws %s, but run.json does not run %s: "
+				       "every unit of a drawn workload runs its "
+				       "variant too",
+				       d->workload,
+				       len > 0 && (size_t)len < sizeof unit
+					       ? unit
+					       : "one of its units");
 		}
 	}
 	for (size_t i = 0; !rc && i < v->nunits; i++) {
@@ -1070,14 +1200,23 @@ static int check_heldout(struct vx *v)
 	}
 	if (!rc && !exists)
 		set_detail(v, APF_VERIFY_HELDOUT, "no held-out variants in this run");
-	else if (!rc)
+	char bound[96];
+	snprintf(bound, sizeof bound,
+		 "the seed recomputed from the draw's %zu entr%s, this run's "
+		 "among them",
+		 nentries, nentries == 1 ? "y" : "ies");
+	if (!rc && exists)
 		set_detail(v, APF_VERIFY_HELDOUT,
 			   "%zu held-out variant unit%s in the plan (%zu run) of "
 			   "%zu drawn workload%s, each draw recomputed from the "
-			   "seed (%.16s%s) and the workload's variants",
+			   "seed (%.16s%s) and the workload's variants; %s",
 			   nvar, nvar == 1 ? "" : "s", ran, h->n,
 			   h->n == 1 ? "" : "s",
-			   h->seed, strlen(h->seed) > 16 ? "..." : "");
+			   h->seed, strlen(h->seed) > 16 ? "..." : "",
+			   by_hand ? "the seed was given by hand, not derived "
+				     "from the entries: whoever chose it chose "
+				     "the variants"
+				   : bound);
 	apf_heldout_list_free(h);
 	free(file);
 	return rc;

@@ -6,7 +6,8 @@
  * verification and names its check, file and record:
  *   1 entry        RUN/entry.apf: signed by a trusted key, the archive equal
  *                  to its manifest.
- *   2 log          run.json bound to the entry (digests, signer, plan);
+ *   2 log          run.json bound to the entry (digests, signer, plan:
+ *                  its units exactly the entry's plan's, none left out);
  *                  log.jsonl: contiguous seq, intact prev chain, every
  *                  record of its event's form (manifests/log-events.schema
  *                  .json), run_start bound to run.json and the entry, every
@@ -47,7 +48,8 @@
  *                  run.json claims); reported as skipped when not asked
  *                  for.
  *   6 held-out     held-out variant units are the ones RUN/heldout.json
- *                  draws, each draw recomputed from its seed.
+ *                  draws, each draw recomputed from its seed, and every
+ *                  unit of a drawn workload has its variant copy.
  *
  * The verifier never links pkg/runner or pkg/trial (tests/layout's link
  * check; verify/README says what it does link, with the line count). Records

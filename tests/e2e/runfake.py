@@ -314,7 +314,7 @@ class FakeRun:
         self.case = case
         self.rng = random.Random(seed)
         self.scripts = scripts or {}
-        self.variant_units = variant_units   # [(variant, study, trial0)]
+        self.variant_units = variant_units   # [(variant, study, trial0)]: see units()
         self.interleave = interleave
         self.complete = complete
         self.device = device
@@ -546,7 +546,14 @@ class FakeRun:
         for pu in self.plan["units"]:
             us.append(dict(workload=pu["workload"], variant="base", study=pu["study"],
                            trial0=pu["trial"] - 1, hparams=pu["hparams"]))
-        for variant, study, trial0 in self.variant_units:
+        # A drawn variant runs a copy of every unit of its base, as the
+        # runner's plan has it (verify's check 6 wants them all): the units
+        # named in variant_units first, the rest after.
+        named = [(v, s, t) for v, s, t in self.variant_units]
+        for variant in sorted({v for v, _, _ in self.variant_units}):
+            named += [(variant, p["study"], p["trial"] - 1) for p in self.plan["units"]
+                      if (variant, p["study"], p["trial"] - 1) not in named]
+        for variant, study, trial0 in named:
             pu = next(p for p in self.plan["units"]
                       if p["study"] == study and p["trial"] == trial0 + 1)
             us.append(dict(workload=pu["workload"], variant=variant, study=study,

@@ -535,6 +535,60 @@ class VerifyScenarios(RunCase):
         self.assertIn(f"line {cut}", line)
         self.assertIn("verified (incomplete)", self.apf("verify", run.path).out)
 
+    def drop_units(self, run, names):
+        """What a runner holding the key does to leave units out: off
+        run.json's plan, their records off the log, their files gone,
+        run_start bound to the new run.json, chained and signed again."""
+        rj = json.loads(run.run_json_bytes)
+        rj["plan"]["units"] = [u for u in rj["plan"]["units"]
+                               if runfake.unit_name(u["workload"], u["variant"], u["study"],
+                                                    u["trial"]) not in names]
+        run.write_run_json(rj)
+        run.records = [r for r in run.records if r.get("unit") not in names]
+        # run_end counts its session's trial_end records: counted again.
+        done = failed = 0
+        for r in run.records:
+            if r["event"] == "run_start":
+                r["run_json_sha256"] = runfake.sha256_hex(run.run_json_bytes)
+                done = failed = 0
+            elif r["event"] == "trial_end":
+                failed += bool(r["failed"])
+                done += not r["failed"]
+            elif r["event"] == "run_end":
+                open_units = r["units"] - r["completed"] - r["failed"]
+                r.update(units=done + failed + open_units, completed=done, failed=failed)
+        run.save()
+        for u in names:
+            shutil.rmtree(run.file(u))
+
+    def test_a_study_left_out_of_the_plan_is_caught(self):
+        """The study that went worst, left out, would move the median over
+        studies to the better ones; every record left checks out, so only
+        the plan against the entry's can tell."""
+        run = self.make_run(out="cut")
+        planned = len(json.loads(run.run_json_bytes)["plan"]["units"])
+        drop = sorted(u for u in run.units() if u.startswith("study_1/"))
+        self.assertEqual(len(drop), 3)
+        self.drop_units(run, drop)
+        self.rejected(run, CHECK_LOG, "run.json", f"plan.units: {drop[0]} is missing",
+                      f"the entry's plan has {planned} units (2 studies x 3 trials")
+        # One trial left out is caught the same way.
+        run = self.make_run(out="one")
+        self.drop_units(run, ["study_0/tiny/trial_3"])
+        self.rejected(run, CHECK_LOG, "run.json", "plan.units: study_0/tiny/trial_3 is missing")
+
+    def test_a_drawn_variants_copy_left_out_is_caught(self):
+        """The held-out rules make a base infinite when its variant is: a
+        run without the variant unit that missed its target would escape
+        them."""
+        run = self.make_run(out="heldout", variant_units=[("wide", 0, 1)])
+        r = self.verified(run)
+        self.assertIn("6 held-out variant units in the plan (6 run) of 1 drawn workload",
+                      r.out)
+        self.drop_units(run, ["study_1/tiny_wide/trial_2"])
+        self.rejected(run, CHECK_HELDOUT, "heldout.json",
+                      "draws tiny_wide, but run.json does not run study_1/tiny_wide/trial_2")
+
     def test_held_out_variant_must_be_the_drawn_one(self):
         run = self.make_run(variant_units=[("wide", 0, 1)])
         self.verified(run)
@@ -549,6 +603,39 @@ class VerifyScenarios(RunCase):
         json.dump({"seed": "x", "draws": []}, open(run.file("heldout.json"), "w"))
         self.rejected(run, CHECK_HELDOUT, "draws no variant of tiny")
 
+    def heldout_detail(self, run):
+        rep = json.loads(self.ok("verify", run.path, "--json").out)
+        return rep["checks"][5]["detail"]
+
+    def test_a_draw_from_entries_is_bound_to_them_and_a_seed_by_hand_is_said(self):
+        """The held-out variants are only unknown in advance when the seed
+        comes from the sealed entries. A seed given by hand verifies (an
+        organiser may choose one) and the report says who chose the
+        variants; a draw claiming to come from the entries must hold their
+        seed and this run's entry."""
+        run = self.make_run(out="drawn", variant_units=[("wide", 0, 1)])
+        self.assertIn("the seed was given by hand, not derived from the entries: "
+                      "whoever chose it chose the variants", self.heldout_detail(run))
+        self.ok("heldout", "draw", run.file("entry.apf"), "-o", run.file("heldout.json"))
+        self.assertIn("the seed recomputed from the draw's 1 entry, this run's among them",
+                      self.heldout_detail(run))
+        good = open(run.file("heldout.json")).read()
+        # The operator's own seed in a file that says it came from the
+        # entries (tiny has one variant, so the picks still check out).
+        d = json.loads(good)
+        d["seed"] = "cd" * 32
+        json.dump(d, open(run.file("heldout.json"), "w"))
+        self.rejected(run, CHECK_HELDOUT, "heldout.json", f"seed {'cd' * 8}... is not the "
+                      "one the draw's entries give", "a draw from entries cannot choose its seed")
+        # A draw made from another entry.
+        other = self.make_submission(name="other")
+        self.ok("pack", other, "-w", "tiny", "-o", self.path("other.apf"), "--no-build")
+        self.ok("heldout", "draw", self.path("other.apf"), "-o", run.file("heldout.json"))
+        self.rejected(run, CHECK_HELDOUT, "heldout.json", "made from 1 entry without this run's",
+                      "its seed is not bound to this entry")
+        open(run.file("heldout.json"), "w").write(good)
+        self.verified(run)
+
     def test_edited_draw_is_recomputed_from_the_seed(self):
         # A runner that ran another variant than the seed draws, its
         # heldout.json, run.json and log all saying so (chained and signed):
@@ -561,7 +648,7 @@ class VerifyScenarios(RunCase):
         other = [v for v in variants if v != drawn][0]
         run = self.make_run(workload="toy", variant_units=[(drawn, 0, 1)])
         r = self.verified(run)
-        self.assertIn("1 held-out variant unit in the plan (1 run) of 1 drawn workload", r.out)
+        self.assertIn("6 held-out variant units in the plan (6 run) of 1 drawn workload", r.out)
         forged = self.make_run(workload="toy", variant_units=[(other, 0, 1)],
                                out="forged")
         self.rejected(forged, CHECK_HELDOUT, "heldout.json",
