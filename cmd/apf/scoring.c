@@ -114,21 +114,47 @@ static int verify_runs(struct cmd_scoring *s, const struct cmd_scoring_in *in,
 	return rc;
 }
 
-/* An apf run holds the draw its variants were run for. */
+/* An apf run holds the draw its variants were run for. Runs scored
+ * together hold one draw: the held-out rules compare their variants, and a
+ * run that brought a draw of its own (a seed chosen for it) would be
+ * scored on variants the others never ran. */
 static int own_heldout(struct cmd_scoring *s, const char *given)
 {
-	char *own = NULL;
-	for (size_t i = 0; !given && i < s->logs->n && !own; i++) {
+	char *own = NULL, *text = NULL;
+	size_t len = 0;
+	int rc = 0;
+	for (size_t i = 0; !rc && !given && i < s->logs->n; i++) {
 		char *h = apf_path_join(s->logs->s[i].path, "heldout.json");
 		struct stat st;
-		if (h && stat(h, &st) == 0)
-			own = h;
-		else
+		if (!h) {
+			rc = apf_error(APF_ENOMEM, "score", "out of memory");
+			break;
+		}
+		if (stat(h, &st) != 0) {
 			free(h);
+			continue;
+		}
+		char *t = NULL;
+		size_t n = 0;
+		rc = apf_file_read(&t, &n, h, (size_t)16 << 20);
+		if (!rc && !own) {
+			own = h;
+			text = t;
+			len = n;
+			continue;
+		}
+		if (!rc && (n != len || memcmp(t, text, n)))
+			rc = apf_error(APF_EINPUT, h,
+				       "differs from %s: runs scored together "
+				       "hold one held-out draw (--heldout "
+				       "FILE chooses one)",
+				       own);
+		free(t);
+		free(h);
 	}
-	int rc = given || own ? apf_score_heldout_load(&s->heldout,
-						       given ? given : own)
-			      : 0;
+	free(text);
+	if (!rc && (given || own))
+		rc = apf_score_heldout_load(&s->heldout, given ? given : own);
 	free(own);
 	return rc;
 }

@@ -55,7 +55,8 @@ struct cmd_scoring_in {
 	{"targets", 't', OPT_STRING, &(in).targets_path, "FILE",               \
 	 "AlgoPerf's workload_targets JSON"},                                  \
 	{"heldout", 0, OPT_STRING, &(in).heldout_path, "FILE",                 \
-	 "held-out variants: AlgoPerf's list or an apf draw"},                 \
+	 "held-out variants: AlgoPerf's list or an apf draw (default: "        \
+	 "the runs' own heldout.json, one draw for all)"},                     \
 	{"self-tuning", 0, OPT_FLAG, &(in).self_tuning, NULL,                  \
 	 "the submissions follow the self-tuning ruleset"},                    \
 	{"verify", 0, OPT_FLAG, &(in).verify, NULL,                            \

@@ -309,7 +309,7 @@ static json_t *read_json_beneath(const char *dir, const char *rel,
  * object. */
 static json_t *hparams_of(const char *csv)
 {
-	char *dir = strdup(csv);
+	char *dir = csv ? strdup(csv) : NULL;
 	char *slash = dir ? strrchr(dir, '/') : NULL;
 	json_t *h = NULL;
 	if (slash) {
@@ -391,6 +391,12 @@ static int cols_read(struct col **out, size_t *nout,
 					const struct apf_score_study *sy =
 						&wl->studies[st];
 					for (size_t t = 0; t < sy->ntrials; t++) {
+						/* A unit of the plan without
+						 * its CSV has no curve to draw
+						 * (the scores count it as a
+						 * miss; the warnings name it). */
+						if (sy->trials[t].missing)
+							continue;
 						struct tv *v = &k->t[k->nt++];
 						v->sub = s;
 						v->study = sy;

@@ -399,6 +399,12 @@ int apf_score_read_trial(struct apf_score_trial *trial,
 	size_t len;
 	free(trial->refused);
 	trial->refused = NULL;
+	if (trial->missing) {
+		trial->evals = 0;
+		trial->hit = -1;
+		trial->time = INFINITY;
+		return 0;
+	}
 	int rc = apf_file_read(&text, &len, trial->csv, MAX_CSV_BYTES);
 	if (rc)
 		return rc;

@@ -343,6 +343,19 @@ static int export_trial(struct export *x, size_t c,
 			const struct apf_score_trial *tr, const char *sdir)
 {
 	const char *csv = tr->csv;
+	if (tr->missing) {
+		char unit[512];
+		int n = apf_rundir_unit_name(unit, sizeof unit, st->number,
+					     w->dir_name, NULL, tr->number);
+		return apf_error(APF_EINPUT, "--export-algoperf",
+				 "%s: %s has no eval_measurements.csv: apf "
+				 "counts it as never meeting its target, "
+				 "AlgoPerf's scorer would leave it out; a run "
+				 "missing units of its plan is not exported",
+				 s->name,
+				 n > 0 && (size_t)n < sizeof unit ? unit
+								  : w->dir_name);
+	}
 	if (tr->refused)
 		return apf_error(APF_EINPUT, "--export-algoperf",
 				 "%s: refused when scored, so AlgoPerf's scorer "

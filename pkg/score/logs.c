@@ -351,6 +351,76 @@ static int add_workload_study(struct apf_score_submission *s, int k,
 	return rc;
 }
 
+/* Trial n of study k of w, as a trial of a planned unit that has no
+ * eval_measurements.csv, unless the study holds trial n already. Studies
+ * and trials stay sorted by number. */
+static int add_missing_trial(struct apf_score_submission *s,
+			     struct apf_score_workload *w, long k, long n)
+{
+	size_t i = 0;
+	while (i < w->nstudies && w->studies[i].number < k)
+		i++;
+	if (i == w->nstudies || w->studies[i].number != k) {
+		struct apf_score_study *ns =
+			realloc(w->studies, (w->nstudies + 1) * sizeof *ns);
+		if (!ns)
+			return apf_error(APF_ENOMEM, s->path, "out of memory");
+		w->studies = ns;
+		memmove(&ns[i + 1], &ns[i], (w->nstudies - i) * sizeof *ns);
+		ns[i] = (struct apf_score_study){.number = (int)k, .best = -1,
+						 .time = INFINITY};
+		w->nstudies++;
+	}
+	struct apf_score_study *st = &w->studies[i];
+	size_t j = 0;
+	while (j < st->ntrials && st->trials[j].number < n)
+		j++;
+	if (j < st->ntrials && st->trials[j].number == n)
+		return 0;
+	struct apf_score_trial *nt =
+		realloc(st->trials, (st->ntrials + 1) * sizeof *nt);
+	if (!nt)
+		return apf_error(APF_ENOMEM, s->path, "out of memory");
+	st->trials = nt;
+	memmove(&nt[j + 1], &nt[j], (st->ntrials - j) * sizeof *nt);
+	nt[j] = (struct apf_score_trial){.number = (int)n, .evals = -1,
+					 .hit = -1, .time = INFINITY,
+					 .missing = 1};
+	st->ntrials++;
+	return 0;
+}
+
+/* Every unit of an apf run's plan counts: one without
+ * eval_measurements.csv (not run yet, failed before its first eval, or
+ * deleted) is a trial that never met its target. Scored from the
+ * directories alone, a run missing the study that went worst would take
+ * its median over the ones that went well; run.json's plan says what the
+ * run set out to do (apf verify binds it to the entry's), and the warning
+ * naming these units stays. */
+static int add_missing_units(struct apf_score_submission *s)
+{
+	const apf_score_run *run = s->run;
+	if (!run || !run->plan_known)
+		return 0;
+	int rc = 0;
+	for (size_t i = 0; !rc && i < run->nplanned; i++) {
+		const struct apf_score_unit *u = &run->units[i];
+		/* Numbers a directory name could not hold (numbered() reads
+		 * an int) name no unit the scorer could have read. */
+		if (u->has_csv || !u->dir_name || u->study < 0 ||
+		    u->trial < 0 || u->study > INT_MAX || u->trial > INT_MAX)
+			continue;
+		char *name = workload_name(u->dir_name, 1);
+		struct apf_score_workload *w = NULL;
+		rc = name ? find_workload(s, name, u->dir_name, &w)
+			  : apf_error(APF_ENOMEM, s->path, "out of memory");
+		free(name);
+		if (!rc)
+			rc = add_missing_trial(s, w, u->study, u->trial);
+	}
+	return rc;
+}
+
 /* run.json's "submission", when it is a string. */
 static int run_submission_name(const char *dir, char **name)
 {
@@ -473,6 +543,8 @@ static int add_submission(apf_score_logs *l, const char *dir,
 		free(sdir);
 	}
 	free_list(studies, ns);
+	if (!rc && s.apf_run)
+		rc = add_missing_units(&s);
 	if (!rc) {
 		/* Workloads by name. */
 		for (size_t i = 1; i < s.nw; i++)

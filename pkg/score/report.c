@@ -322,8 +322,9 @@ int apf_score_format_table(apf_buf *out, const apf_score_result *r)
 			"logs.\n");
 	if (!rc && any_early(r))
 		rc = apf_buf_puts(out, "!: a unit behind it stopped early "
-				       "(failed, or the run was interrupted) "
-				       "before meeting its\n   target: the time "
+				       "(failed, the run was interrupted, or it "
+				       "never ran)\n   before meeting its "
+				       "target: the time "
 				       "or miss is not one over the whole "
 				       "budget; see the warnings.\n");
 	if (!rc && any_implausible(r))

@@ -818,7 +818,8 @@ static int check_submissions(apf_score_result *r, const apf_score_logs *logs,
 }
 
 /* Whether submission s's time for workload w involves a unit that stopped
- * early (failed or interrupted) without meeting its target. */
+ * early (failed or interrupted) or never ran, without meeting its
+ * target. */
 static int stopped_early(const struct apf_score_submission *s,
 			 const struct apf_score_workload *w)
 {
@@ -826,8 +827,11 @@ static int stopped_early(const struct apf_score_submission *s,
 		return 0;
 	for (size_t i = 0; i < s->run->nunits; i++) {
 		const struct apf_score_unit *u = &s->run->units[i];
+		/* A unit of the plan without a CSV never ran (or its
+		 * files are gone): it counts as a miss, and says so. */
+		int gone = u->planned && !u->has_csv;
 		if ((u->state != APF_SCORE_UNIT_FAILED &&
-		     u->state != APF_SCORE_UNIT_INTERRUPTED) ||
+		     u->state != APF_SCORE_UNIT_INTERRUPTED && !gone) ||
 		    strcmp(u->dir_name, w->dir_name))
 			continue;
 		int met = 0;

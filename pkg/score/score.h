@@ -200,6 +200,9 @@ struct apf_score_trial {
 	/* Why its values were refused, "<csv>:<line>: <why>", else NULL; a
 	 * refused trial never meets its target. */
 	char *refused;
+	/* A unit of an apf run's plan without eval_measurements.csv (csv is
+	 * NULL): it never meets its target. */
+	int missing;
 };
 
 struct apf_score_study {

@@ -131,6 +131,17 @@ class ApfCase(unittest.TestCase):
         return self.path(out)
 
 
+def one_unit_nadamw(case):
+    """A copy of the NAdamW baseline whose plan is one unit (1 study x 1
+    trial), in the case's directory: run whole, a run of it scores to that
+    trial's time (a unit of the plan left out counts as a miss)."""
+    src = case.path("nadamw")
+    shutil.copytree(os.path.join(ROOT, "submissions", "baselines", "nadamw"), src)
+    with open(os.path.join(src, "submission.ini"), "a") as f:
+        f.write("studies = 1\ntrials = 1\n")
+    return src
+
+
 def split_entry(data):
     """Returns (zstd frame bytes, trailer bytes) of an entry file."""
     return data[:-44], data[-44:]

@@ -96,8 +96,10 @@ class Clicks(HostileWorkload, RunCase):
                    INI.replace("@DATA@", self.data).replace("@DIGEST@", digest))
         self.env["APF_WORKLOADS_DIR"] = self.path("workloads")
 
-    def pack_nadamw(self):
+    def pack_nadamw(self, one_unit=False):
         src = os.path.join(apftest.ROOT, "submissions", "baselines", "nadamw")
+        if one_unit:
+            src = apftest.one_unit_nadamw(self)
         entry = self.path("nadamw.apf")
         self.ok("pack", src, "-w", "clicks_tiny", "-o", entry)
         return entry
@@ -139,7 +141,7 @@ class Clicks(HostileWorkload, RunCase):
 
     def test_sealed_baseline_run_verifies_and_scores_by_log_loss(self):
         self.ok("keygen")
-        entry = self.pack_nadamw()
+        entry = self.pack_nadamw(one_unit=True)
         run = self.path("run")
         self.ok("run", entry, "-o", run, "--study", "0", "--trial", "1", timeout=300)
         recs = self.check_run(run)

@@ -328,6 +328,79 @@ class ApfRuns(unittest.TestCase):
         self.assertIn("adamw: tiny_cls: 1 study with other than 1 logged "
                       "trial\n", p.stderr)
 
+    def test_runs_scored_together_hold_one_draw(self):
+        """Each run's own heldout.json is the draw when --heldout is not
+        given; two runs bringing two draws (one with a seed chosen for it)
+        are refused, naming both, and --heldout chooses."""
+        write(os.path.join(self.runs, "run-a", "heldout.json"), json.dumps(
+            {"seed": "00ff", "draws": [{"base": "tiny_cls", "variant": "wide"}]}))
+        write(os.path.join(self.runs, "sgd", "heldout.json"), json.dumps(
+            {"seed": "0fff", "draws": [{"base": "tiny_cls", "variant": "wide"}]}))
+        p = apf("score", os.path.join(self.runs, "run-a"), os.path.join(self.runs, "sgd"),
+                env=self.env)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn("sgd/heldout.json: differs from ", p.stderr)
+        self.assertIn("run-a/heldout.json: runs scored together hold one held-out draw "
+                      "(--heldout FILE chooses one)", p.stderr)
+        p = apf("score", os.path.join(self.runs, "run-a"), os.path.join(self.runs, "sgd"),
+                "--heldout", self.draw, "--json", env=self.env)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(json.loads(p.stdout)["heldout_variants"],
+                         [{"base": "tiny_cls", "variant": "tiny_cls_wide"}])
+
+    def test_a_study_missing_from_the_directory_counts_as_a_miss(self):
+        """An operator deletes the study that went worst (its directory,
+        and what the log says of it): run.json's plan still lists it, and
+        its units count as trials that never met the target, so the median
+        does not move to the studies that went well."""
+        run = os.path.join(self.tmp, "cut", "adamw")
+        units = [{"workload": "tiny_cls", "variant": "base", "study": k, "trial": t}
+                 for k in range(3) for t in (1, 2)]
+        write(os.path.join(run, "run.json"),
+              json.dumps({"submission": "adamw", "plan": {"studies": 3, "units": units}}))
+        write(os.path.join(run, "study_0/tiny_cls/trial_1/eval_measurements.csv"),
+              evals([(1.0, 0.5), (6.0, 0.81)]))
+        write(os.path.join(run, "study_0/tiny_cls/trial_2/eval_measurements.csv"),
+              evals([(1.0, 0.5), (9.0, 0.85)]))
+        write(os.path.join(run, "study_1/tiny_cls/trial_1/eval_measurements.csv"),
+              evals([(1.0, 0.5), (8.0, 0.82)]))
+        write(os.path.join(run, "study_1/tiny_cls/trial_2/eval_measurements.csv"),
+              evals([(1.0, 0.5), (7.0, 0.83)]))
+        p = apf("score", run, "--json", env=self.env)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        r = json.loads(p.stdout)
+        sub = r["submissions"][0]
+        # Studies 6, 7 and a miss: the median is 7, not the 6.5 of the two
+        # left, and the time is marked as one a unit that never ran is in.
+        self.assertEqual(sub["times"]["tiny_cls"], 7.0)
+        self.assertIn("adamw: 2 of the plan's 6 units have no eval_measurements.csv "
+                      "(study_2/tiny_cls/trial_1, study_2/tiny_cls/trial_2)", r["warnings"])
+        t = apf("score", run, env=self.env)
+        self.assertIn("!: a unit behind it stopped early (failed, the run was "
+                      "interrupted, or it never ran)", t.stdout)
+        # The page draws the trials that have curves (a missing one has
+        # none to read).
+        page = os.path.join(self.tmp, "cut.html")
+        p = apf("report", run, "-o", page, env=self.env)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("study_2/tiny_cls/trial_1", open(page).read())
+        # Trial 2 of study 1 gone as well: study 1 is trial 1's 8 now.
+        shutil.rmtree(os.path.join(run, "study_1", "tiny_cls", "trial_2"))
+        r = json.loads(apf("score", run, "--json", env=self.env).stdout)
+        self.assertEqual(r["submissions"][0]["times"]["tiny_cls"], 8.0)
+        # The export would let AlgoPerf's scorer take the median of what is
+        # left: refused.
+        targets = os.path.join(self.tmp, "targets.json")
+        write(targets, json.dumps({"workloads": {"tiny_cls": {
+            "target_metric_name": "accuracy", "validation_target_value": 0.8,
+            "step_hint": 100}}}))
+        x = apf("score", run, "--rules", "algoperf-0.6", "--targets", targets,
+                "--export-algoperf", os.path.join(self.tmp, "x"), env=self.env)
+        self.assertEqual(x.returncode, 2, x.stderr)
+        self.assertIn("adamw: study_1/tiny_cls/trial_2 has no eval_measurements.csv: apf "
+                      "counts it as never meeting its target, AlgoPerf's scorer would "
+                      "leave it out", x.stderr)
+
     def test_each_argument_may_be_a_submission(self):
         p = apf("score", os.path.join(self.runs, "sgd"),
                 os.path.join(self.runs, "run-a"), "--csv",
@@ -1021,8 +1094,9 @@ class RealRuns(ApfCase):
         t = self.ok("score", good, bad)
         line = next(l for l in t.out.splitlines() if " returns_error " in l)
         self.assertTrue(line.endswith(" inf!"), line)
-        self.assertIn("\n!: a unit behind it stopped early (failed, or the "
-                      "run was interrupted) before meeting its\n", t.out)
+        self.assertIn("\n!: a unit behind it stopped early (failed, the run "
+                      "was interrupted, or it never ran)\n   before meeting its "
+                      "target", t.out)
         self.fails(2, "score", good, bad, "--strict")
 
     def test_edited_csv_ranks_without_verify_and_is_excluded_with_it(self):

@@ -171,7 +171,7 @@ class Text(HostileWorkload, RunCase):
 
     def test_sealed_baseline_run_verifies_and_scores_by_cross_entropy(self):
         self.ok("keygen")
-        src = os.path.join(apftest.ROOT, "submissions", "baselines", "nadamw")
+        src = apftest.one_unit_nadamw(self)
         entry = self.path("nadamw.apf")
         self.ok("pack", src, "-w", "text_tiny", "-o", entry)
         run = self.path("run")

@@ -71,7 +71,7 @@ class Unet(RunCase):
 
     def test_sealed_baseline_run_verifies_and_scores_by_ssim(self):
         self.ok("keygen")
-        src = os.path.join(apftest.ROOT, "submissions", "baselines", "nadamw")
+        src = apftest.one_unit_nadamw(self)
         entry = self.path("nadamw.apf")
         self.ok("pack", src, "-w", "unet_tiny", "-o", entry)
         run = self.path("run")
