@@ -5,7 +5,7 @@ machine class, then verifies, scores and publishes it.
 
     workloads/leaderboard.py run --ruleset self|external [--submissions a,b,...]
         [--workloads W,...] [--studies 0,1,2] [--out DIR] [--threads T] [-j N] [--clock cpu|wall]
-        [--toolchain clone|here] [--slurm [SBATCH OPTIONS...]]
+        [--toolchain clone|here] [--heldout] [--slurm [SBATCH OPTIONS...]]
     workloads/leaderboard.py status [--out DIR]
     workloads/leaderboard.py publish --ruleset R [--out DIR] [--dest leaderboard]
         [--replay-top Q]
@@ -25,6 +25,20 @@ of studies. A second invocation reuses what ended and resumes what was
 interrupted (`apf run --resume`); an entry is packed again and must claim
 what the one its run began with claims, so a submission edited halfway is
 refused instead of mixed.
+
+The held-out pass (run --heldout), after the base runs: one variant per
+base workload drawn by `apf heldout draw` over every entry of the ruleset
+(DIR/RULESET-heldout/draw.json, made once, its digest in campaign.json,
+recomputed from the entries at every invocation), and each submission's
+drawn variants run from the same entry, so with the same plan and
+hyperparameters, into a run directory of their own
+(DIR/RULESET-heldout/NAME.run, `apf run --heldout DRAW --variant V`): only
+the variants' units run there, the base units stay pending (the base run
+has them). AlgoPerf v0.6 has no held-out variants, so the board is scored
+without them; publish, once every variant unit has ended, verifies the
+held-out runs as it does the board's and scores the board's records plus
+the variants' CSVs with the draw (DEST/RULESET/heldout/: scores, the draw,
+the runs' records), and compare says what the held-out rules change.
 
 One toolchain: a ruleset's first invocation clones this tree's HEAD into
 DIR/toolchain/RULESET and builds it (--toolchain here: takes this tree's
@@ -205,6 +219,11 @@ class Campaign:
         tree's apf as it is and refuses a later invocation whose apf
         reports another build. A ruleset whose runs began before
         toolchains were pinned keeps this tree's apf."""
+        TOOL["bin"], TOOL["root"] = APF_BIN, ROOT
+        if "APF_WORKLOADS_DIR" in os.environ:
+            self.env["APF_WORKLOADS_DIR"] = os.environ["APF_WORKLOADS_DIR"]
+        else:
+            self.env.pop("APF_WORKLOADS_DIR", None)
         tcs = self.state.setdefault("toolchains", {})
         rec = tcs.get(ruleset)
         rdir = os.path.join(self.out, ruleset)
@@ -255,6 +274,32 @@ class Campaign:
                 f"{rec['build']}: one campaign, one toolchain (build that apf, or start "
                 "another campaign with --out)")
 
+    def heldout_dir(self, ruleset):
+        return os.path.join(self.out, ruleset + "-heldout")
+
+    def draw(self, ruleset, entries):
+        """The ruleset's held-out draw, `apf heldout draw` over every entry
+        of the ruleset, made once (DIR/RULESET-heldout/draw.json, its digest
+        in campaign.json) and recomputed from the entries at every later
+        invocation (`apf heldout verify`). Returns its path and the
+        (base, variant) pairs it draws."""
+        d = self.heldout_dir(ruleset)
+        path = os.path.join(d, "draw.json")
+        recs = self.state.setdefault("heldout", {})
+        paths = [e for e, _ in entries.values()]
+        if ruleset not in recs:
+            os.makedirs(d, exist_ok=True)
+            apf("heldout", "draw", *paths, "-o", path, env=self.env)
+            recs[ruleset] = {"sha256": sha256_file(path), "entries": len(paths),
+                             "made": now()}
+            self.save()
+        elif not os.path.exists(path) or sha256_file(path) != recs[ruleset]["sha256"]:
+            die(f"{path}: not the draw this campaign made ({recs[ruleset]['sha256'][:16]}...)")
+        apf("heldout", "verify", path, *paths, env=self.env)
+        with open(path) as f:
+            pairs = [(x["base"], x["variant"]) for x in json.load(f)["draws"]]
+        return path, pairs
+
     def paths(self, ruleset, name):
         d = os.path.join(self.out, ruleset)
         return (os.path.join(self.out, "src", ruleset, name), os.path.join(d, name + ".apf"),
@@ -294,9 +339,13 @@ class Campaign:
 
 def claims(entry, env):
     """What an entry says of what it runs: its manifest's predicate without
-    the environment record and the packing date."""
+    the environment record, the packing date and the git commit of the
+    copy it was packed from (the tree's HEAD of the day; the files and
+    their tree digest say what the submission is)."""
     pred = json.loads(apf("inspect", entry, "--json", env=env))["statement"]["predicate"]
-    return {k: v for k, v in pred.items() if k not in ("environment", "created")}
+    out = {k: v for k, v in pred.items() if k not in ("environment", "created")}
+    out["submission"] = {k: v for k, v in out.get("submission", {}).items() if k != "git"}
+    return out
 
 
 def git(d, *args):
@@ -388,9 +437,13 @@ def cmd_run(args):
         flags += ["-j", str(args.jobs)]
     if args.budget_scale != 1.0:
         flags += ["--budget-scale", repr(args.budget_scale)]
+    if args.heldout and args.slurm is not None:
+        die("--heldout runs here, not through --slurm (yet)")
     inv = {"start": now(), "end": None, "wall_s": 0.0, "ruleset": args.ruleset,
            "submissions": names, "studies": studies, "slurm": args.slurm is not None,
            "units_ended": 0}
+    if args.heldout:
+        inv["heldout"] = True
     c.state["invocations"].append(inv)
     c.save()
     t0 = time.monotonic()
@@ -401,6 +454,17 @@ def cmd_run(args):
         c.save()
 
     try:
+        if args.heldout:
+            # The draw is over every entry of the ruleset, whichever are
+            # run now.
+            entries = {n: c.entry(args.ruleset, n, subs[n], workloads) for n in sorted(subs)}
+            draw, pairs = c.draw(args.ruleset, entries)
+            for k in studies:
+                for n in names:
+                    run_heldout_study(c, args.ruleset, n, k, entries[n][0], draw, pairs,
+                                      flags, inv)
+                    note()
+            return
         entries = {n: c.entry(args.ruleset, n, subs[n], workloads) for n in names}
         if args.slurm is not None:
             submit(args, flags, names, entries, studies, c.env)
@@ -430,6 +494,44 @@ def submit(args, flags, names, entries, studies, env):
             resume = ["--resume"]
 
 
+def run_heldout_study(c, ruleset, n, k, entry, draw, pairs, flags, inv):
+    """Study k of the drawn variants of submission n, into a run directory
+    of their own (DIR/RULESET-heldout/NAME.run): the same entry, plan and
+    hyperparameters as its base run, the draw given from the first
+    invocation, and only the variants' units run (`apf run --variant`); the
+    base units there stay pending (the base run has them)."""
+    run = os.path.join(c.heldout_dir(ruleset), n + ".run")
+    dirs = {f"{b}_{v}" for b, v in pairs}
+
+    def mine(units):
+        return {u: s for u, s in units.items()
+                if u.startswith(f"study_{k}/") and u.split("/")[1] in dirs}
+
+    units = mine(unit_states(run, c.env))
+    if units and all(s["state"] in ("done", "failed") for s in units.values()):
+        print(f"{ruleset} held-out {n} study {k}: ended before, kept", flush=True)
+        return
+    print(f"{ruleset} held-out {n} study {k}: running ({now()})", flush=True)
+    t = time.monotonic()
+    for base, variant in pairs:
+        began = os.path.exists(os.path.join(run, "run.json"))
+        p = subprocess.run([TOOL["bin"], "run", entry, "-o", run, *flags, "--heldout", draw,
+                            "--workload", base, "--variant", variant, "--study", str(k),
+                            *(["--resume"] if began else [])],
+                           env=c.env, capture_output=True, text=True)
+        if p.returncode not in (0, 3) or "no unit of the plan matches" in p.stderr:
+            if "no unit of the plan matches" in p.stderr:
+                continue  # a drawn workload this entry does not run
+            die(f"{n} held-out study {k}: apf run: {p.stderr.strip()[-400:]}")
+    units = mine(unit_states(run, c.env))
+    if not units or not all(s["state"] in ("done", "failed") for s in units.values()):
+        die(f"{n} held-out study {k}: the run did not finish")
+    inv["units_ended"] += len(units)
+    failed = [u for u, s in units.items() if s["state"] == "failed"]
+    print(f"{ruleset} held-out {n} study {k}: ended in {time.monotonic() - t:.0f} s"
+          + (f", failed: {', '.join(failed)}" if failed else ""), flush=True)
+
+
 def run_study(ruleset, n, k, entry_run, flags, env, inv):
     entry, run = entry_run
     units = unit_states(run, env)
@@ -457,16 +559,35 @@ def run_study(ruleset, n, k, entry_run, flags, env, inv):
 def progress(c):
     """(ruleset, submission) -> (counts of its units' states, units, the
     budget seconds its unfinished units have left: a pending unit's is its
-    workload's cpu budget times the ruleset's multiplier and the scale)."""
-    budgets = {w["name"]: w["budget"]["cpu"]["max_runtime_s"] for w in workloads_json(c.env)}
+    workload's cpu budget times the ruleset's multiplier and the scale; an
+    entry whose run has not begun, its plan's whole budget)."""
     out = {}
-    for ruleset in ("external", "self"):
+    for ruleset in ("external", "self", "external-heldout", "self-heldout"):
         d = os.path.join(c.out, ruleset)
         if not os.path.isdir(d):
             continue
+        c.tool(ruleset.split("-")[0])
+        budgets = {w["name"]: w["budget"]["cpu"]["max_runtime_s"]
+                   for w in workloads_json(c.env)}
+        if not ruleset.endswith("-heldout"):
+            for f in sorted(os.listdir(d)):
+                if f.endswith(".apf") and not os.path.exists(os.path.join(d, f[:-4] + ".run")):
+                    plan = json.loads(apf("plan", os.path.join(d, f), "--json", "--budget-scale",
+                                          repr(c.state["budget_scale"]), env=c.env))
+                    out[(ruleset, f[:-4])] = ({"pending": len(plan["units"])},
+                                              len(plan["units"]),
+                                              plan["budget"]["total_budget_s"])
+        # A held-out run counts its variants' units: its base units are the
+        # base run's, and stay pending there.
+        drawn = None
+        if ruleset.endswith("-heldout"):
+            with open(os.path.join(d, "draw.json")) as f:
+                drawn = {f"{x['base']}_{x['variant']}" for x in json.load(f)["draws"]}
         for f in sorted(os.listdir(d)):
             if f.endswith(".run"):
                 units = unit_states(os.path.join(d, f), c.env)
+                if drawn is not None:
+                    units = {n: u for n, u in units.items() if n.split("/")[1] in drawn}
                 counts, left = {}, 0.0
                 for u in units.values():
                     counts[u["state"]] = counts.get(u["state"], 0) + 1
@@ -475,7 +596,8 @@ def progress(c):
                     budget = u["budget_s"]
                     if budget is None:
                         w = u["unit"].split("/")[1]
-                        budget = budgets.get(w, 0.0) * BUDGET_MULTIPLIER[ruleset] \
+                        budget = budgets.get(w, 0.0) \
+                            * BUDGET_MULTIPLIER[ruleset.split("-")[0]] \
                             * c.state["budget_scale"]
                     left += max(0.0, budget - (u["submission_s"] or 0.0))
                 out[(ruleset, f[:-4])] = counts, len(units), left
@@ -494,13 +616,20 @@ def cmd_status(args):
     here = machine()
     if here != st["machine"]:
         print(f"this machine is another class: {describe(here)}")
-    wall = sum(i["wall_s"] for i in st["invocations"])
-    print(f"wall time so far: {wall / 3600:.2f} h over {len(st['invocations'])} invocations")
+    parts = []
+    for ruleset in ("self", "external"):
+        inv = [i for i in st["invocations"] if i["ruleset"] == ruleset]
+        if inv:
+            tc = st.get("toolchains", {}).get(ruleset)
+            parts.append(f"{ruleset} {sum(i['wall_s'] for i in inv) / 3600:.2f} h over "
+                         f"{len(inv)} invocation{'s' if len(inv) != 1 else ''}"
+                         + (f" ({tc['build']})" if tc else ""))
+    print(f"wall time so far: {'; '.join(parts) or 'none'}")
     total = 0.0
-    for (ruleset, name), (counts, planned, left) in progress(c).items():
+    for (ruleset, name), (counts, planned, left) in sorted(progress(c).items()):
         ended = counts.get("done", 0) + counts.get("failed", 0)
         total += left
-        print(f"  {ruleset:8} {name:22} {ended}/{planned} units ended"
+        print(f"  {ruleset:16} {name:22} {ended}/{planned} units ended"
               + "".join(f", {v} {k}" for k, v in sorted(counts.items()) if k != "done"))
     print(f"left: at most {total / 60:.0f} min of the budgets of unfinished units (a trial "
           "meeting its targets stops sooner; each unit also starts, builds and evaluates)")
@@ -618,7 +747,13 @@ def cmd_publish(args):
          "verify_and_score_s": round(verify_s, 1), "unverified": unverified,
          "reproduce": reproduce_command(args.ruleset, os.path.relpath(
              os.path.join(dest, "records"), ROOT))}, indent=1) + "\n")
+    # The ruleset's own invocations and toolchain: one ruleset's board is
+    # not timed by another's campaign.
+    held = heldout_board(c, args, stage, export, result)
     camp = dict(c.state)
+    camp["invocations"] = [i for i in camp["invocations"] if i["ruleset"] == args.ruleset]
+    camp["toolchains"] = {k: v for k, v in camp.get("toolchains", {}).items()
+                          if k == args.ruleset}
     camp["wall_s"] = round(sum(i["wall_s"] for i in camp["invocations"]), 1)
     write_file(os.path.join(stage, "campaign.json"), json.dumps(camp, indent=1) + "\n")
     with open(os.path.join(records, "runs.json")) as f:
@@ -630,6 +765,94 @@ def cmd_publish(args):
         replace_block(readme, args.ruleset.upper(), board_markdown(result, camp, runs_info))
     print(table.stdout, end="")
     print(f"published {dest} ({len(runs)} runs; verification and scoring {verify_s:.0f} s)")
+    if held:
+        print(f"published {os.path.join(dest, 'heldout')}: the board's records and the "
+              f"held-out pass's variants, scored with the held-out rules")
+
+
+def heldout_board(c, args, stage, export, result):
+    """The held-out pass beside the board (DEST/RULESET/heldout/): once
+    every submission's drawn variants have ended, each held-out run is
+    verified as the board's runs are, and the board's export plus the
+    variants' CSVs, in AlgoPerf's layout, are scored with the held-out rules
+    and the draw. None when there is no pass, or it has not ended."""
+    import glob
+    hd = c.heldout_dir(args.ruleset)
+    draw = os.path.join(hd, "draw.json")
+    if not os.path.exists(draw):
+        return None
+    with open(draw) as f:
+        dirs = {f"{x['base']}_{x['variant']}": x["base"] for x in json.load(f)["draws"]}
+    runs = {}
+    for n in sorted(s["name"] for s in result["submissions"]):
+        run = os.path.join(hd, n + ".run")
+        units = {u: s for u, s in unit_states(run, c.env).items() if u.split("/")[1] in dirs}
+        left = [u for u, s in units.items() if s["state"] not in ("done", "failed")]
+        if not units or left:
+            print(f"leaderboard: the held-out pass has not ended ({n}: {len(left)} of "
+                  f"{len(units)} variant units left): the board is published without it",
+                  file=sys.stderr)
+            return None
+        runs[n] = (run, sorted(units))
+    t = time.monotonic()
+    for n, (run, _) in runs.items():
+        p = subprocess.run([TOOL["bin"], "verify", run, "--reeval", "--replay-top",
+                            str(args.replay_top)], env=c.env, capture_output=True, text=True)
+        if p.returncode != 0:
+            die(f"held-out pass: {run} failed verification "
+                f"({(p.stderr.strip().splitlines() or ['?'])[-1]}): the board is left as it was")
+    verify_s = time.monotonic() - t
+    out = os.path.join(stage, "heldout")
+    tree = os.path.join(out, "records", "algoperf")
+    shutil.copytree(export, tree)
+    for n, (run, units) in runs.items():
+        for u in units:
+            src = os.path.join(run, u, "eval_measurements.csv")
+            if os.path.exists(src):
+                os.makedirs(os.path.join(tree, "submissions", n, u))
+                shutil.copy(src, os.path.join(tree, "submissions", n, u,
+                                              "eval_measurements.csv"))
+    # Each variant's target from its spec, beside its base's metric.
+    tpath = os.path.join(tree, "workload_targets.json")
+    with open(tpath) as f:
+        targets = json.load(f)
+    vt = {f"{w['name']}_{v['name']}": v["validation_target"]
+          for w in workloads_json(c.env) for v in w.get("variants", [])}
+    for d, b in dirs.items():
+        if b in targets["workloads"]:
+            targets["workloads"][d] = dict(targets["workloads"][b],
+                                           validation_target_value=vt[d])
+    write_file(tpath, json.dumps(targets, indent=1) + "\n")
+    shutil.copy(draw, os.path.join(out, "draw.json"))
+    score = ["score", *sorted(glob.glob(os.path.join(tree, "submissions", "*"))),
+             "--targets", tpath, *score_args(args.ruleset), "--heldout", draw]
+    table = apf_out(score, c.env, "apf score (held-out rules)")
+    held = json.loads(apf_out(score + ["--json"], c.env, "apf score (held-out rules)").stdout)
+    write_file(os.path.join(out, "scores.txt"), table.stdout)
+    write_file(os.path.join(out, "scores.json"), json.dumps(held, indent=1) + "\n")
+    listing = []
+    for n, (run, units) in runs.items():
+        d = os.path.join(out, "records", "runs", n)
+        os.makedirs(d)
+        for f in ("run.json", "index.dsse.json"):
+            shutil.copy(os.path.join(run, f), os.path.join(d, f))
+        listing.append({"submission": n,
+                        "entry_sha256": sha256_file(os.path.join(run, "entry.apf")),
+                        "run_json_sha256": sha256_file(os.path.join(run, "run.json")),
+                        "index_dsse_sha256": sha256_file(os.path.join(run, "index.dsse.json")),
+                        "variant_units": len(units)})
+    write_file(os.path.join(out, "records", "runs.json"), json.dumps(
+        {"draw_sha256": sha256_file(draw), "runs": listing,
+         "verification": f"apf verify --reeval --replay-top {args.replay_top}",
+         "verify_s": round(verify_s, 1),
+         "reproduce": " ".join(["apf", *score[:1],
+                                os.path.join("heldout", "records", "algoperf", "submissions",
+                                             "*"), "--targets",
+                                os.path.join("heldout", "records", "algoperf",
+                                             "workload_targets.json"),
+                                *score_args(args.ruleset), "--heldout",
+                                os.path.join("heldout", "draw.json")])}, indent=1) + "\n")
+    return held
 
 
 def replace_block(path, tag, text):
@@ -673,9 +896,19 @@ def board_markdown(result, camp, runs_info):
             f"by `{runs_info['verification']}`"
             + (f" except {', '.join(runs_info['unverified'])}" if runs_info["unverified"] else "")
             + f" ({runs_info['verify_and_score_s'] / 60:.0f} min). Machine: {describe(m)}. "
+            + toolchain_words(camp) +
             f"Campaign: {camp['wall_s'] / 3600:.2f} h of wall time in "
             f"{len(camp['invocations'])} invocation{'s' if len(camp['invocations']) != 1 else ''}, "
             f"{first} to {last}.\n")
+
+
+def toolchain_words(camp):
+    tc = next(iter(camp.get("toolchains", {}).values()), None)
+    if not tc:
+        return ""
+    return (f"Toolchain: {tc['build']}"
+            + (f", built from commit {tc['commit'][:12]} in a clone of its own"
+               if tc["mode"] == "clone" else "") + ". ")
 
 
 def groups_by(values, higher=True):
@@ -711,6 +944,28 @@ def findings(result):
     return {"per_workload": per, "rankings": rankings, "tau_between_workloads": between}
 
 
+def heldout_change(base, held):
+    """What the held-out rules change: each submission's score without and
+    with them, the base workloads on which it keeps no credit (its variant
+    missed, or took over 4 times the best), and the two rankings' tau-b."""
+    was = {s["name"]: s for s in base["submissions"]}
+    now_ = {s["name"]: s for s in held["submissions"]}
+    subs = {}
+    for n in sorted(was, key=lambda n: -was[n]["score"]):
+        if n not in now_:
+            continue
+        lost = [w for w in base["base_workloads"]
+                if was[n]["times"].get(w) not in (None, "inf")
+                and now_[n]["times"].get(w) in (None, "inf")]
+        subs[n] = {"score": was[n]["score"], "heldout_score": now_[n]["score"], "lost": lost}
+    common = list(subs)
+    tau = kendall_tau(groups_by({n: subs[n]["score"] for n in common}),
+                      groups_by({n: subs[n]["heldout_score"] for n in common})) \
+        if len(common) >= 2 else None
+    variants = [v["variant"] for v in held.get("heldout_variants", [])]
+    return {"variants": variants, "submissions": subs, "kendall_tau_b": tau}
+
+
 def cmd_compare(args):
     dest = os.path.abspath(args.dest)
     try:
@@ -740,6 +995,22 @@ def cmd_compare(args):
                      + f" over {len(common)} algorithms ({', '.join(common)})")
         if cmp["ruleset"] not in out["findings"]:
             out["findings"][cmp["ruleset"]] = findings(result)
+    for ruleset in ("self", "external"):
+        hp = os.path.join(dest, ruleset, "heldout", "scores.json")
+        bp = os.path.join(dest, ruleset, "scores.json")
+        if not (os.path.exists(hp) and os.path.exists(bp)):
+            continue
+        with open(hp) as f, open(bp) as g:
+            h = heldout_change(json.load(g), json.load(f))
+        out.setdefault("heldout", {})[ruleset] = h
+        lines.append(f"\n{'Self-tuning' if ruleset == 'self' else 'External tuning'}: what "
+                     f"the held-out rules change (variants {', '.join(h['variants'])})\n")
+        for n, x in h["submissions"].items():
+            lines.append(f"- {n}: {x['score']:.4f} -> {x['heldout_score']:.4f}"
+                         + (f"; no credit on {', '.join(x['lost'])}" if x["lost"] else ""))
+        lines.append("- ranking with the held-out rules against without: Kendall's tau-b "
+                     + (f"{h['kendall_tau_b']:+.3f}" if h["kendall_tau_b"] is not None
+                        else "n/a"))
     write_file(os.path.join(dest, "comparison.json"), json.dumps(out, indent=1) + "\n")
     for ruleset, f in out["findings"].items():
         lines.append(f"\n{'Self-tuning' if ruleset == 'self' else 'External tuning'}: "
@@ -784,6 +1055,9 @@ def main():
     r.add_argument("--clock", default="cpu", choices=["cpu", "wall"])
     r.add_argument("--budget-scale", type=float, default=1.0,
                    help="a quick look (unofficial; pinned like the rest)")
+    r.add_argument("--heldout", action="store_true",
+                   help="the held-out pass: every submission's drawn variants, after its "
+                        "base runs")
     r.add_argument("--toolchain", default="clone", choices=["clone", "here"],
                    help="a ruleset's first invocation: build HEAD in a clone of its own "
                         "(default), or take this tree's apf as it is")

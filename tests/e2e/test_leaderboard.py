@@ -129,10 +129,74 @@ class Campaign(unittest.TestCase):
         return self.lb("run", "--ruleset", "self", "--submissions", "nadamw,adamw",
                        "--workloads", "blobs_mlp", "--toolchain", "here", *args)
 
+    def lb_mod(self):
+        return load()
+
     def units(self, name):
         p = subprocess.run([APF, "status", os.path.join(self.out, "self", name + ".run"),
                             "--json"], capture_output=True, text=True, env=self.env)
         return {u["unit"]: u["state"] for u in json.loads(p.stdout)["units"]}
+
+    def test_heldout_pass_runs_the_drawn_variants_apart_and_scores_them(self):
+        """After the base runs, the held-out pass draws one variant per
+        workload from every entry of the ruleset, runs only the variants'
+        units (the same plan and hyperparameters) in run directories of
+        their own, and publish verifies them and scores the board's
+        records with them under the held-out rules."""
+        p = self.run_("--studies", "0,1,2")
+        self.assertEqual(p.returncode, 0, p.stderr + p.stdout)
+        p = self.run_("--heldout")
+        self.assertEqual(p.returncode, 0, p.stderr + p.stdout)
+        hd = os.path.join(self.out, "self-heldout")
+        draw = json.load(open(os.path.join(hd, "draw.json")))
+        self.assertEqual([(d["base"], d["variant"]) for d in draw["draws"]],
+                         [("blobs_mlp", "gelu")])
+        # Every submission's entry seeds the draw, not only the two run.
+        self.assertEqual(len(draw["entries"]), len(self.lb_mod().submissions()))
+        p = subprocess.run([APF, "status", os.path.join(hd, "adamw.run"), "--json"],
+                           capture_output=True, text=True, env=self.env)
+        states = {u["unit"]: u["state"] for u in json.loads(p.stdout)["units"]}
+        self.assertEqual({u: s for u, s in states.items() if "gelu" in u},
+                         {f"study_{k}/blobs_mlp_gelu/trial_1": "done" for k in range(3)})
+        self.assertEqual({s for u, s in states.items() if "gelu" not in u}, {"pending"})
+        again = self.run_("--heldout")
+        self.assertEqual(again.returncode, 0, again.stderr)
+        self.assertEqual(again.stdout.count("ended before, kept"), 6, again.stdout)
+
+        dest = os.path.join(self.tmp, "board")
+        pub = self.lb("publish", "--ruleset", "self", "--dest", dest, "--replay-top", "1")
+        self.assertEqual(pub.returncode, 0, pub.stderr + pub.stdout)
+        held_dir = os.path.join(dest, "self", "heldout")
+        held = json.load(open(os.path.join(held_dir, "scores.json")))
+        self.assertEqual(held["heldout_variants"],
+                         [{"base": "blobs_mlp", "variant": "blobs_mlp_gelu"}])
+        self.assertEqual(sorted(s["name"] for s in held["submissions"]), ["adamw", "nadamw"])
+        runs = json.load(open(os.path.join(held_dir, "records", "runs.json")))
+        self.assertEqual([r["submission"] for r in runs["runs"]], ["adamw", "nadamw"])
+        self.assertEqual([r["variant_units"] for r in runs["runs"]], [3, 3])
+        # The records alone give the same scores, by the command they name.
+        cmd = runs["reproduce"].split()
+        self.assertEqual(cmd[:2], ["apf", "score"])
+        sub = os.path.join(held_dir, "records", "algoperf", "submissions")
+        args = [os.path.join(sub, n) for n in sorted(os.listdir(sub))]
+        args += ["--targets", os.path.join(held_dir, "records", "algoperf",
+                                           "workload_targets.json"),
+                 "--rules", "algoperf-0.6", "--self-tuning",
+                 "--heldout", os.path.join(held_dir, "draw.json"), "--json"]
+        again = subprocess.run([APF, "score", *args], capture_output=True, text=True,
+                               env=self.env)
+        self.assertEqual(again.returncode, 0, again.stderr)
+        self.assertEqual({s["name"]: s["score"] for s in json.loads(again.stdout)["submissions"]},
+                         {s["name"]: s["score"] for s in held["submissions"]})
+        with open(os.path.join(dest, "algoperf.json"), "w") as f:
+            json.dump({"comparisons": []}, f)
+        c = subprocess.run([PY, SCRIPT, "compare", "--dest", dest], capture_output=True,
+                           text=True, env=self.env, timeout=300)
+        self.assertEqual(c.returncode, 0, c.stderr)
+        self.assertIn("Self-tuning: what the held-out rules change (variants blobs_mlp_gelu)",
+                      c.stdout)
+        self.assertRegex(c.stdout, r"- ranking with the held-out rules against without: "
+                                   r"Kendall's tau-b ")
 
     def test_campaign_resumes_pins_refuses_and_publishes(self):
         p = self.run_("--studies", "0")
@@ -221,6 +285,23 @@ class Campaign(unittest.TestCase):
         self.assertIn("verified", open(os.path.join(board, "report.html")).read())
         runs = json.load(open(os.path.join(board, "records", "runs.json")))
         self.assertEqual([r["submission"] for r in runs["runs"]], ["adamw", "nadamw"])
+        # The board's campaign record is its ruleset's: an external
+        # invocation in the same campaign directory is neither timed nor
+        # listed with it.
+        full = json.load(open(cj))
+        full["invocations"].append({"start": "2026-01-01T00:00:00Z", "end": None,
+                                    "wall_s": 5000.0, "ruleset": "external"})
+        full["toolchains"]["external"] = dict(full["toolchains"]["self"], build="other")
+        json.dump(full, open(cj, "w"))
+        pub = self.lb("publish", "--ruleset", "self", "--dest", dest, "--replay-top", "1")
+        self.assertEqual(pub.returncode, 0, pub.stderr + pub.stdout)
+        camp = json.load(open(os.path.join(board, "campaign.json")))
+        self.assertEqual([i["ruleset"] for i in camp["invocations"]], ["self"] * 4)
+        self.assertEqual(list(camp["toolchains"]), ["self"])
+        self.assertAlmostEqual(camp["wall_s"], sum(i["wall_s"] for i in inv), places=0)
+        text = self.lb_mod().board_markdown(scores, camp, runs)
+        self.assertIn(f"Toolchain: {version}. Campaign: {camp['wall_s'] / 3600:.2f} h of wall "
+                      "time in 4 invocations", text)
         self.assertEqual(runs["unverified"], [])
         for r in runs["runs"]:
             self.assertTrue(os.path.exists(os.path.join(board, "records", "runs", r["submission"],
