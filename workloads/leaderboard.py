@@ -519,9 +519,9 @@ def run_heldout_study(c, ruleset, n, k, entry, draw, pairs, flags, inv):
                             "--workload", base, "--variant", variant, "--study", str(k),
                             *(["--resume"] if began else [])],
                            env=c.env, capture_output=True, text=True)
-        if p.returncode not in (0, 3) or "no unit of the plan matches" in p.stderr:
-            if "no unit of the plan matches" in p.stderr:
-                continue  # a drawn workload this entry does not run
+        if "no unit of the plan matches" in p.stderr:
+            continue  # a drawn workload this entry does not run
+        if p.returncode not in (0, 3):
             die(f"{n} held-out study {k}: apf run: {p.stderr.strip()[-400:]}")
     units = mine(unit_states(run, c.env))
     if not units or not all(s["state"] in ("done", "failed") for s in units.values()):
