@@ -441,6 +441,33 @@ static void *ckpt_worker(void *arg)
 	}
 }
 
+/* --pruned: a unit none of whose checkpoint files is here (every job of
+ * it found its file missing, and the log names each one right) is pruned,
+ * and named in the report in the log's order; one with any file here is
+ * checked whole. */
+static int mark_pruned(struct vx *v, const struct ckpt_pool *p)
+{
+	for (size_t i = 0, k = 0; i < v->nunits; i++) {
+		struct vx_unit *u = &v->units[i];
+		size_t n = u->nevals + (size_t)u->has_init, gone = 0;
+		for (size_t e = 0; e < n; e++, k++)
+			gone += p->jobs[k].missing && p->jobs[k].e->file_ok &&
+				!p->jobs[k].rc;
+		if (!n || gone < n)
+			continue;
+		u->pruned = 1;
+		char **np = realloc(v->rep->pruned,
+				    (v->rep->npruned + 1) * sizeof *np);
+		if (!np)
+			return apf_error(APF_ENOMEM, v->dir, "out of memory");
+		v->rep->pruned = np;
+		if (!(np[v->rep->npruned] = apf_strdup(u->name)))
+			return apf_error(APF_ENOMEM, v->dir, "out of memory");
+		v->rep->npruned++;
+	}
+	return 0;
+}
+
 int apf_vx_checkpoints(struct vx *v)
 {
 	size_t n = 0;
@@ -472,15 +499,17 @@ int apf_vx_checkpoints(struct vx *v)
 	for (int i = 0; i < started; i++)
 		pthread_join(tid[i], NULL);
 	pthread_mutex_destroy(&p.lock);
+	int rc = v->o->pruned ? mark_pruned(v, &p) : 0;
 	/* The failure on the earliest log line is the one to report. */
 	const struct ckpt_job *bad = NULL;
-	int rc = 0;
-	for (size_t i = 0; i < n; i++) {
+	for (size_t i = 0; !rc && i < n; i++) {
 		const struct ckpt_job *j = &p.jobs[i];
 		if (j->rc == APF_ENOMEM) {
 			rc = apf_error(APF_ENOMEM, v->dir, "out of memory");
 			break;
 		}
+		if (j->u->pruned)
+			continue;
 		int wrong = !j->e->file_ok || j->missing || j->rc ||
 			    j->size != j->e->bytes || memcmp(j->sha, j->e->sha, 32);
 		if (wrong && (!bad || j->e->line < bad->e->line))

@@ -114,6 +114,7 @@ struct vx_unit {
 	uint64_t batch_size; /* the largest clock_start's (0: none yet) */
 	struct vx_eval init; /* clock_start's checkpoint 0 (index 0) ... */
 	int has_init;        /* ... when the trial's clock_start named one */
+	int pruned;          /* --pruned, and none of its checkpoints is here */
 	double vtarget, ttarget;
 	int direction;
 	char *vkey, *tkey;  /* validation/<metric>, test/<metric> */

@@ -986,10 +986,18 @@ static int check_checkpoints(struct vx *v)
 		snprintf(sz, sizeof sz, "%.1f MiB", b / (1 << 20));
 	else
 		snprintf(sz, sizeof sz, "%.0f bytes", b);
+	char pruned[160] = "";
+	if (v->rep->npruned)
+		snprintf(pruned, sizeof pruned,
+			 "; %zu unit%s pruned (--pruned: none of %s checkpoint "
+			 "files here, none read, re-evaluated or replayed)",
+			 v->rep->npruned, v->rep->npruned == 1 ? "" : "s",
+			 v->rep->npruned == 1 ? "its" : "their");
 	set_detail(v, APF_VERIFY_CHECKPOINTS,
 		   "%zu file%s (%s) of the logged sizes and SHA-256 digests; "
-		   "re-evaluating them is --reeval",
-		   v->rep->checkpoints, v->rep->checkpoints == 1 ? "" : "s", sz);
+		   "re-evaluating them is --reeval%s",
+		   v->rep->checkpoints, v->rep->checkpoints == 1 ? "" : "s", sz,
+		   pruned);
 	return 0;
 }
 
@@ -1258,7 +1266,7 @@ static int keep_checkpoints(struct vx *v)
 	for (size_t i = 0; i < v->nunits; i++) {
 		const struct vx_unit *u = &v->units[i];
 		size_t n = u->nevals + (size_t)u->has_init;
-		if (!n)
+		if (!n || u->pruned)
 			continue;
 		struct apf_verify_kept *k = &rep->kept[rep->nkept++];
 		k->unit = apf_strdup(u->name);
@@ -1439,6 +1447,9 @@ void apf_verify_report_free(apf_verify_report *r)
 	free(r->replay_how.compare_why);
 	free(r->replay_how.timing_why);
 	free(r->kept);
+	for (size_t i = 0; i < r->npruned; i++)
+		free(r->pruned[i]);
+	free(r->pruned);
 	free(r->submission);
 	free(r->run_dir);
 	free(r);

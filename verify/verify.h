@@ -113,6 +113,14 @@ struct apf_verify_opts {
 	/* Checks 2 and 3 over log.jsonl only: no hparams.json, CSVs or
 	 * checkpoint files (benchmarks of the log checks). */
 	int log_only;
+	/* The auditor's --pruned: a unit none of whose checkpoint files is
+	 * there had them deleted after an earlier verification read them (a
+	 * campaign keeps what it verified, not the bytes). Check 4 fails on
+	 * none of its files, and the audits neither re-evaluate nor replay
+	 * it; the report names every such unit (pruned). A unit with some of
+	 * its checkpoint files is checked as without the option. Never the
+	 * run directory's choice: without it a missing file fails check 4. */
+	int pruned;
 	/* Called now and then while the log is read. May be NULL. */
 	void (*progress)(void *user, uint64_t records, uint64_t bytes,
 			 uint64_t total_bytes);
@@ -170,6 +178,10 @@ typedef struct apf_verify_report {
 	size_t evals, resumes, env_drifts;
 	size_t checkpoints;
 	uint64_t checkpoint_bytes;
+	/* --pruned: the units whose checkpoints were not read, by name
+	 * (study_<k>/<dir>/trial_<n>), in the log's order. */
+	char **pruned;
+	size_t npruned;
 	/* The training time the log claims: every unit's last total
 	 * duration, added up. */
 	uint64_t claimed_ns;

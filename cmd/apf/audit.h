@@ -19,6 +19,7 @@
 
 struct cmd_audit_in {
 	int reeval, accept;
+	int pruned; /* struct apf_verify_opts' (check 4), not an audit's */
 	long top, seed; /* seed -1: drawn at random (the check says which) */
 	const char *replay, *tolerance, *compare, *rtol;
 };
@@ -29,6 +30,10 @@ struct cmd_audit_in {
 #define CMD_AUDIT_OPTIONS(a, when)                                             \
 	{"reeval", 0, OPT_FLAG, &(a).reeval, NULL,                             \
 	 when "re-evaluate every checkpoint in a clean process"},              \
+	{"pruned", 0, OPT_FLAG, &(a).pruned, NULL,                             \
+	 when "a unit none of whose checkpoint files is here was pruned "      \
+	      "after an earlier verification: check it without them (the "     \
+	      "verdict names it)"},                                            \
 	{"replay", 0, OPT_STRING, &(a).replay, "N|all",                        \
 	 when "re-execute N eval intervals (chosen by the seed), or all, "     \
 	      "from their checkpoints"},                                       \

@@ -57,7 +57,8 @@ static int verify_runs(struct cmd_scoring *s, const struct cmd_scoring_in *in,
 			continue;
 		}
 		struct apf_verify_opts o = {.runner_keys = runner,
-					    .entry_keys = s->entry_keys};
+					    .entry_keys = s->entry_keys,
+					    .pruned = in->audit.pruned};
 		apf_verify_report *r = NULL;
 		int vrc = apf_verify_run(&r, sub->path, &o);
 		if (vrc == APF_ENOMEM || !r) {
@@ -184,10 +185,10 @@ int cmd_scoring_compute(struct cmd_scoring *s, const struct cmd_scoring_in *in)
 	struct apf_audit_opts ao = {0};
 	if (!rc)
 		rc = cmd_audit_parse(&in->audit, in->cmd, &ao);
-	if (!rc && !in->verify && cmd_audit_wanted(&ao))
+	if (!rc && !in->verify && (cmd_audit_wanted(&ao) || in->audit.pruned))
 		rc = apf_error(APF_EUSAGE, in->cmd,
-			       "--reeval and --replay are checks of --verify: "
-			       "give --verify too");
+			       "--reeval, --replay and --pruned are checks of "
+			       "--verify: give --verify too");
 	if (!rc && in->verify)
 		rc = verify_runs(s, in, &ao);
 	if (!rc)
@@ -217,8 +218,17 @@ int cmd_scoring_compute(struct cmd_scoring *s, const struct cmd_scoring_in *in)
 				       (in->strict ? APF_SCORE_STRICT : 0) |
 					       (in->verify ? APF_SCORE_VERIFY
 							   : 0));
-	if (!rc && in->verify)
+	if (!rc && in->verify) {
 		cmd_audit_describe(&ao, s->res->audit, sizeof s->res->audit);
+		/* Where the verdicts' checks stop short, the line that names
+		 * the checks says so. */
+		size_t n = strlen(s->res->audit);
+		if (in->audit.pruned)
+			snprintf(s->res->audit + n, sizeof s->res->audit - n,
+				 "%spruned units accepted without their "
+				 "checkpoints (--pruned)",
+				 n ? "; " : "");
+	}
 	return rc;
 }
 

@@ -227,6 +227,17 @@ json_t *cmd_verify_run_json(const apf_verify_report *r, int rc,
 		(json_int_t)r->checkpoint_bytes, "claimed_training_s",
 		(double)r->claimed_ns / 1e9, "claims", claims, "replay", how,
 		"checks", checks);
+	/* --pruned: the units whose checkpoints were not here (none
+	 * without it). */
+	json_t *pruned = json_array();
+	for (size_t i = 0; o && pruned && i < r->npruned; i++)
+		json_array_append_new(pruned,
+				      json_string(utf8_text(r->pruned[i])));
+	if (o)
+		json_object_set_new(o, "pruned_units",
+				    pruned ? pruned : json_null());
+	else
+		json_decref(pruned);
 	if (o)
 		json_object_set_new(o, "plausibility",
 				    apf_verify_plausibility_json(r));
@@ -260,7 +271,7 @@ static void audit_progress(void *user, const char *what)
 }
 
 static int verify_run(const char *dir, const char *key_path,
-		      const char *entry_key, int as_json,
+		      const char *entry_key, int as_json, int pruned,
 		      struct apf_audit_opts *ao)
 {
 	apf_keyring *runner = NULL, *entry = NULL;
@@ -271,6 +282,7 @@ static int verify_run(const char *dir, const char *key_path,
 	if (!rc) {
 		struct apf_verify_opts o = {.runner_keys = runner,
 					    .entry_keys = entry,
+					    .pruned = pruned,
 					    .progress = run_progress};
 		rc = apf_verify_run(&r, dir, &o);
 		progress_done();
@@ -401,12 +413,15 @@ int cmd_verify(int argc, char **argv)
 		 * entry.apf. */
 		if ((rc = apf_rundir_check(path)))
 			return cmd_fail(apf_error_prefix(rc, "verify"));
-		return verify_run(path, key_path, entry_key, as_json, &ao);
+		return verify_run(path, key_path, entry_key, as_json,
+				  audit.pruned, &ao);
 	}
-	if (cmd_audit_wanted(&ao) || audit.tolerance || audit.compare) {
+	if (cmd_audit_wanted(&ao) || audit.tolerance || audit.compare ||
+	    audit.pruned) {
 		apf_error(APF_EUSAGE, "verify",
-			  "--reeval and --replay audit a run directory; %s is "
-			  "an entry (its checks need no options)",
+			  "--reeval, --replay and --pruned are for a run "
+			  "directory; %s is an entry (its checks need no "
+			  "options)",
 			  term_text(path));
 		return cmd_fail(APF_EUSAGE);
 	}

@@ -429,7 +429,7 @@ typedef struct apf_score_result {
 	 * made beyond apf verify's default checks ("re-evaluation; replay
 	 * of 2 intervals by seed 7"), "" for none; the caller writes it
 	 * after apf_score_compute. */
-	char audit[160];
+	char audit[256];
 	/* The plausibility backstop (pkg/refcurve, apf_score_plausibility):
 	 * nsub x (nbase + nvar), some unit of the cell reached its target in
 	 * implausibly few training examples against the workload's reference

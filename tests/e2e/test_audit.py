@@ -72,8 +72,8 @@ class Audit(RunCase):
         self.assertIn("verified: 1 apf run (apf verify's checks, with re-evaluation of "
                       "every checkpoint)\n", t)
         self.fails(2, "score", run, "--replay", "1",
-                   match="apf: score: --reeval and --replay are checks of --verify: "
-                         "give --verify too")
+                   match="apf: score: --reeval, --replay and --pruned are checks of "
+                         "--verify: give --verify too")
         self.fails(2, "report", run, "--verify", "--replay", "most", "-o", page,
                    match="apf: report: --replay takes N >= 1 or all")
         # Every interval, and the ones whose parameters changed most.
@@ -89,6 +89,59 @@ class Audit(RunCase):
         self.ok("verify", run, "--replay", "1", timeout=600)
         self.assertEqual(sorted(os.listdir(os.path.join(run, "study_0", BLOBS, "trial_1"))),
                          before)
+
+    def test_pruned_units_are_checked_without_their_checkpoints_and_named(self):
+        """A campaign verifies each study as it ends and deletes its
+        checkpoints; later verifications accept those units without them
+        only when the auditor says --pruned, and name every one."""
+        run = self.run_source("nadamw", os.path.join(apftest.ROOT, "submissions",
+                                                     "baselines", "nadamw"),
+                              ruleset="external")
+        units = sorted(os.path.relpath(d, run) for d, subdirs, _ in os.walk(run)
+                       if "ckpt" in subdirs)
+        self.assertGreaterEqual(len(units), 3, units)
+        shutil.rmtree(os.path.join(run, units[0], "ckpt"))
+        # Without the auditor's word, a missing checkpoint fails check 4.
+        self.fails(1, "verify", run, match="check 4 (checkpoints)")
+        self.fails(2, "verify", os.path.join(self.path("nadamw.apf")), "--pruned",
+                   match="--pruned are for a run directory")
+        r = self.ok("verify", run, "--pruned", "--reeval", "--replay-top", "1", "--json",
+                    timeout=600)
+        report = json.loads(r.out)
+        self.assertTrue(report["verified"])
+        self.assertEqual(report["pruned_units"], [units[0]])
+        checks = {c["name"]: c for c in report["checks"]}
+        self.assertIn("the pruned units' checkpoints are not here (--pruned) and were "
+                      "not re-evaluated", checks["checkpoints"]["detail"])
+        self.assertEqual(checks["replay"]["outcome"], "passed")
+        full = json.loads(self.ok("verify", run, "--pruned", "--json").out)
+        self.assertIn("1 unit pruned (--pruned: none of its checkpoint files here",
+                      {c["name"]: c for c in full["checks"]}["checkpoints"]["detail"])
+        # The others' checkpoints are still read: one changed fails.
+        other = os.path.join(run, units[1], "ckpt", "1.bin")
+        with open(other, "r+b") as f:
+            b = f.read(1)
+            f.seek(0)
+            f.write(bytes([b[0] ^ 1]))
+        self.fails(1, "verify", run, "--pruned", match="check 4 (checkpoints)")
+        with open(other, "r+b") as f:
+            f.write(b)
+        # A unit with some of its files left is no pruned unit: every
+        # missing file fails.
+        left = sorted(os.listdir(os.path.join(run, units[1], "ckpt")))
+        for name in left[1:]:
+            os.unlink(os.path.join(run, units[1], "ckpt", name))
+        r = self.fails(1, "verify", run, "--pruned", match="check 4 (checkpoints)")
+        self.assertIn("missing", r.err)
+        shutil.rmtree(os.path.join(run, units[1], "ckpt"))
+        # apf score takes the word with --verify only, and its line of what
+        # was checked says so.
+        self.fails(2, "score", run, "--pruned",
+                   match="--pruned are checks of --verify: give --verify too")
+        j = json.loads(self.ok("score", run, "--verify", "--pruned", "--json").out)
+        self.assertEqual(j["submissions"][0]["verified"], "yes")
+        self.assertEqual(j["audit"], "pruned units accepted without their checkpoints "
+                                     "(--pruned)")
 
     def test_state_outside_slots_fails_replay(self):
         run = self.run_source("leaky", os.path.join(apftest.ROOT, "tests", "data",
