@@ -5,10 +5,11 @@ machine class, then verifies, scores and publishes it.
 
     workloads/leaderboard.py run --ruleset self|external [--submissions a,b,...]
         [--workloads W,...] [--studies 0,1,2] [--out DIR] [--threads T] [-j N] [--clock cpu|wall]
-        [--toolchain clone|here] [--heldout] [--slurm [SBATCH OPTIONS...]]
-    workloads/leaderboard.py status [--out DIR]
-    workloads/leaderboard.py publish --ruleset R [--out DIR] [--dest leaderboard]
-        [--replay-top Q]
+        [--toolchain clone|here] [--heldout] [--until TIME] [--replay-top Q]
+        [--ledger DIR] [--slurm [SBATCH OPTIONS...]]
+    workloads/leaderboard.py status [--out DIR] [--ledger DIR]
+    workloads/leaderboard.py publish --ruleset R [--out DIR] [--ledger DIR]
+        [--dest leaderboard]
     workloads/leaderboard.py compare [--dest leaderboard]
 
 The campaign (--out, default leaderboard/.runs) holds one entry and one run
@@ -19,12 +20,32 @@ submission's code, packed with `ruleset` rewritten). Every submission of
 the source tree is one (submissions/*/submission.ini by its [submission]
 name).
 
-Study-major order: study 0 of every submission, then study 1, ... so that
-an interrupted campaign has compared every submission on the same number
-of studies. A second invocation reuses what ended and resumes what was
-interrupted (`apf run --resume`); an entry is packed again and must claim
-what the one its run began with claims, so a submission edited halfway is
-refused instead of mixed.
+Submission-major order: each submission's studies in turn, then its run
+is sealed (below), then the next. A second invocation in the same work
+directory reuses what ended and resumes what was interrupted (`apf run
+--resume`); an entry is packed again and must claim what the one its run
+began with claims, so a submission edited halfway is refused instead of
+mixed. --until TIME begins no submission whose budgets (times
+WALL_PER_BUDGET) would not end by then.
+
+The ledger (--ledger, default campaign/ beside --out: leaderboard/campaign,
+committed). The work directory is one checkout's, and an external campaign
+(750 units, about 14 h) spans sessions that may each start from a fresh
+clone; every eval's checkpoint of it would also be hundreds of GB. So a
+run whose every unit has ended is sealed: verified with `apf verify
+--reeval --replay-top Q` (every checkpoint re-evaluated, the Q intervals
+whose parameters changed most replayed), then archived without its
+checkpoints into LEDGER/KIND/NAME.run.tar.zst (deterministic tar, zstd)
+with the verdict (NAME.verify.json, with the signed index's digest) and
+the public key its runner signed with (NAME.runner.pub.pem), recorded in
+LEDGER/campaign.json with their digests, and its checkpoints deleted. The
+runner key's private half never leaves the work directory: a run is made,
+verified and sealed in one checkout, each with its own key. A work
+directory without campaign.json takes the campaign up from the ledger
+(campaign.json, the sealed runs unpacked with their entries and keys, the
+held-out draw), and the toolchain is cloned again at its pinned commit and
+held to its build string. Commit the ledger after each invocation
+(`status` says when it is not).
 
 The held-out pass (run --heldout), after the base runs: one variant per
 base workload drawn by `apf heldout draw` over every entry of the ruleset
@@ -58,17 +79,20 @@ the check makes a campaign spread over sessions either all one class or
 visibly not run. Each invocation's start, end and wall time go into
 campaign.json: the campaign's wall time is their sum.
 
-publish: every run of the ruleset must have ended. One `apf score`
-verifies each run (re-evaluation of every checkpoint, replay of the
---replay-top intervals whose parameters changed most; one that fails is
-not ranked), scores the runs under algoperf-0.6, writes the report page
-(--report) and exports what it scored in AlgoPerf's layout. Into
-DEST/RULESET/: scores.json and scores.txt (apf score's JSON and table),
-profile.svg, report.html, and records/: the export (every trial's
+publish: every run of the ruleset must have ended and been sealed. It
+publishes what the ledger holds: each sealed run unpacked afresh (under
+OUT/publish/) and held to its seal (a verdict that passed with
+re-evaluation and replay and pruned nothing, over the signed index
+unpacked). One `apf score --verify --pruned` verifies each run again,
+whole but for the deleted checkpoints (one that fails is not ranked),
+scores the runs under algoperf-0.6, writes the report page (--report) and
+exports what it scored in AlgoPerf's layout. Into DEST/RULESET/:
+scores.json and scores.txt (apf score's JSON and table), profile.svg,
+report.html, and records/: the export (every trial's
 eval_measurements.csv, hyperparameters, workload_targets.json), each run's
-run.json and signed index (index.dsse.json: run.json's digest and every
-unit's log head, signed by the runner key in records/runner.pub.pem) and
-the entries' digests in records/runs.json. No run directory is committed:
+run.json, signed index (index.dsse.json: run.json's digest and every
+unit's log head), the runner's public key and the verdict it was sealed
+with (records/runs/NAME/), and the entries' digests in records/runs.json. No run directory is committed:
 the digests and signed heads identify them, and the export scores to the
 same numbers, which publish checks by scoring it again:
 
@@ -89,6 +113,7 @@ import datetime
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -163,30 +188,138 @@ def describe(m):
             f"{m['isa']}, {m['cores']} cores)")
 
 
+def default_ledger(out):
+    """The ledger beside the work directory: leaderboard/campaign for the
+    default leaderboard/.runs."""
+    return os.path.join(os.path.dirname(os.path.abspath(out)), "campaign")
+
+
 class Campaign:
-    def __init__(self, out):
+    def __init__(self, out, ledger=None):
         self.out = os.path.abspath(out)
+        self.ledger = os.path.abspath(ledger or default_ledger(out))
         self.path = os.path.join(self.out, "campaign.json")
         self.env = dict(os.environ, APF_HOME=os.path.join(self.out, "home"),
                         SOURCE_DATE_EPOCH=EPOCH)
         self.state = None
-        if os.path.exists(self.path):
+        kept = os.path.join(self.ledger, "campaign.json")
+        # The work directory is this checkout's; the ledger is committed.
+        # A checkout without the work directory (another session, another
+        # machine of the class) takes the campaign up from the ledger.
+        src = self.path if os.path.exists(self.path) else kept
+        if os.path.exists(src):
             try:
-                with open(self.path) as f:
+                with open(src) as f:
                     self.state = json.load(f)
             except (OSError, ValueError) as e:
-                die(f"{self.path}: {e}")
-            if self.state.get("format") != FORMAT:
-                die(f"{self.path}: not an {FORMAT} campaign")
+                die(f"{src}: {e}")
+            if not isinstance(self.state, dict) or self.state.get("format") != FORMAT:
+                die(f"{src}: not an {FORMAT} campaign")
+            if src == kept:
+                print(f"leaderboard: {self.out} has no campaign: taken up from the ledger "
+                      f"{self.ledger}", file=sys.stderr)
+                os.makedirs(self.out, exist_ok=True)
+                self.save()
 
     def save(self):
-        tmp = self.path + ".tmp"
-        with open(tmp, "w") as f:
-            json.dump(self.state, f, indent=1)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
+        """campaign.json in the work directory and in the ledger."""
+        for path in (self.path, os.path.join(self.ledger, "campaign.json")):
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            write_file(path, json.dumps(self.state, indent=1) + "\n")
+
+    def sealed(self, kind):
+        """name -> the record of each run of kind (a ruleset, or
+        RULESET-heldout) sealed into the ledger."""
+        return self.state.get("sealed", {}).get(kind, {}) if self.state else {}
+
+    def seal(self, kind, name, run, replay_top):
+        """A run whose every planned unit (of its kind) has ended, into the
+        ledger: verified first with re-evaluation of every checkpoint and
+        replay of the replay_top intervals whose parameters changed most
+        (apf verify --reeval --replay-top, its JSON verdict kept as
+        KIND/NAME.verify.json), then archived without its checkpoints
+        (KIND/NAME.run.tar.zst, deterministic), with the public key its
+        runner signed with (KIND/NAME.runner.pub.pem), and its checkpoints
+        deleted here. The runner key's private half never leaves this
+        work directory: a run is made, verified and sealed within one
+        checkout. Returns the record."""
+        t = time.monotonic()
+        p = subprocess.run([TOOL["bin"], "verify", run, "--reeval", "--replay-top",
+                            str(replay_top), "--json"], env=self.env, capture_output=True,
+                           text=True)
+        try:
+            verdict = json.loads(p.stdout)
+        except ValueError:
+            verdict = {}
+        checks = {x.get("name"): x.get("outcome") for x in verdict.get("checks", [])}
+        if p.returncode != 0 or not verdict.get("verified") or not verdict.get("complete") \
+                or verdict.get("pruned_units") or checks.get("checkpoints") != "passed" \
+                or checks.get("replay") != "passed":
+            die(f"{kind} {name}: {run} failed verification, not sealed: "
+                f"{(verdict.get('error') or p.stderr.strip() or 'no verdict')[-400:]}")
+        verify_s = time.monotonic() - t
+        d = os.path.join(self.ledger, kind)
+        os.makedirs(d, exist_ok=True)
+        archive = os.path.join(d, name + ".run.tar.zst")
+        pack_run(run, archive)
+        vpath = os.path.join(d, name + ".verify.json")
+        write_file(vpath, json.dumps({
+            "command": f"apf verify RUN --reeval --replay-top {replay_top} --json",
+            "seconds": round(verify_s, 1),
+            "index_dsse_sha256": sha256_file(os.path.join(run, "index.dsse.json")),
+            "verdict": verdict}, indent=1) + "\n")
+        key = os.path.join(d, name + ".runner.pub.pem")
+        shutil.copy(os.path.join(self.out, "home", "keys", "default.pub.pem"), key + ".tmp")
+        os.replace(key + ".tmp", key)
+        rec = {"sealed": now(), "units_ended": verdict.get("units_ended"),
+               "archive": os.path.relpath(archive, self.ledger),
+               "archive_sha256": sha256_file(archive),
+               "verify": os.path.relpath(vpath, self.ledger),
+               "verify_sha256": sha256_file(vpath), "verify_s": round(verify_s, 1),
+               "runner_key": os.path.relpath(key, self.ledger),
+               "runner_keyid": verdict.get("runner_signer")}
+        self.state.setdefault("sealed", {}).setdefault(kind, {})[name] = rec
+        self.save()
+        # What was verified is kept; the bytes are not (hundreds of GB over
+        # an external campaign).
+        for dd, subdirs, _ in os.walk(run):
+            if "ckpt" in subdirs:
+                shutil.rmtree(os.path.join(dd, "ckpt"))
+                subdirs.remove("ckpt")
+        print(f"{kind} {name}: verified in {verify_s:.0f} s and sealed into "
+              f"{os.path.relpath(archive, ROOT) if archive.startswith(ROOT) else archive}",
+              flush=True)
+        return rec
+
+    def restore(self):
+        """Every sealed run that this work directory lacks, from the
+        ledger (its archive's digest checked first), with its entry beside
+        it and its runner's key trusted; the draws of held-out passes too."""
+        for kind, runs in sorted(self.state.get("sealed", {}).items()):
+            for name, rec in sorted(runs.items()):
+                for f in ("archive", "verify", "runner_key"):
+                    path = os.path.join(self.ledger, rec[f])
+                    if not os.path.exists(path):
+                        die(f"{path}: the ledger lacks the sealed {kind} run {name}'s {f}")
+                    if f != "runner_key" and sha256_file(path) != rec[f + "_sha256"]:
+                        die(f"{path}: not the file sealed ({rec[f + '_sha256'][:16]}...)")
+                run = os.path.join(self.out, kind, name + ".run")
+                if not os.path.exists(os.path.join(run, "run.json")):
+                    unpack_run(os.path.join(self.ledger, rec["archive"]), run)
+                entry = os.path.join(self.out, kind, name + ".apf")
+                if not kind.endswith("-heldout") and not os.path.exists(entry):
+                    shutil.copy(os.path.join(run, "entry.apf"), entry)
+                trusted = os.path.join(self.out, "home", "trusted")
+                os.makedirs(trusted, exist_ok=True)
+                mine = os.path.join(trusted, f"{rec['runner_keyid'][:16]}.pub.pem")
+                if not os.path.exists(mine):
+                    shutil.copy(os.path.join(self.ledger, rec["runner_key"]), mine)
+        for ruleset, rec in self.state.get("heldout", {}).items():
+            kept = os.path.join(self.ledger, ruleset + "-heldout", "draw.json")
+            draw = os.path.join(self.heldout_dir(ruleset), "draw.json")
+            if not os.path.exists(draw) and os.path.exists(kept):
+                os.makedirs(os.path.dirname(draw), exist_ok=True)
+                shutil.copy(kept, draw)
 
     def pin(self, **here):
         """Records the campaign's machine class and settings, each on the
@@ -253,8 +386,14 @@ class Campaign:
         if rec["mode"] == "clone":
             d = os.path.join(self.out, rec["dir"])
             if not os.path.isdir(os.path.join(d, ".git")):
-                die(f"{d}: the {ruleset} ruleset's toolchain is gone (pinned at "
-                    f"{rec['commit'][:12]}): clone that commit there again")
+                # Another checkout takes the campaign up: the pinned commit
+                # again, built here, and held to the build string below.
+                print(f"leaderboard: the {ruleset} ruleset's toolchain, commit "
+                      f"{rec['commit'][:12]}, is cloned again into {d}", file=sys.stderr)
+                shutil.rmtree(d, ignore_errors=True)
+                os.makedirs(os.path.dirname(d), exist_ok=True)
+                subprocess.run(["git", "clone", "-q", "--no-hardlinks", ROOT, d], check=True)
+                git(d, "checkout", "-q", "--detach", rec["commit"])
             head = git(d, "rev-parse", "HEAD")
             if head != rec["commit"] or git(d, "status", "--porcelain",
                                             "--untracked-files=no"):
@@ -290,6 +429,9 @@ class Campaign:
         if ruleset not in recs:
             os.makedirs(d, exist_ok=True)
             apf("heldout", "draw", *paths, "-o", path, env=self.env)
+            kept = os.path.join(self.ledger, ruleset + "-heldout", "draw.json")
+            os.makedirs(os.path.dirname(kept), exist_ok=True)
+            shutil.copy(path, kept)
             recs[ruleset] = {"sha256": sha256_file(path), "entries": len(paths),
                              "made": now()}
             self.save()
@@ -335,6 +477,47 @@ class Campaign:
         else:
             os.replace(fresh, entry)
         return entry, run
+
+
+def pack_run(run, archive):
+    """run, without its checkpoints, as a deterministic tar (sorted names,
+    no times or owners) compressed by zstd, written through a temporary
+    file and a rename."""
+    tmp = archive + ".tmp"
+    with open(tmp, "wb") as f:
+        tar = subprocess.Popen(["tar", "--sort=name", "--mtime=@0", "--owner=0", "--group=0",
+                                "--numeric-owner", "--format=gnu", "--exclude=ckpt",
+                                "--exclude=index.lock", "-C", run, "-cf", "-", "."],
+                               stdout=subprocess.PIPE)
+        z = subprocess.run(["zstd", "-q", "-19", "-c"], stdin=tar.stdout, stdout=f)
+        tar.stdout.close()
+        if tar.wait() != 0 or z.returncode != 0:
+            die(f"{run}: could not archive it into {archive} (tar | zstd failed)")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, archive)
+
+
+def unpack_run(archive, run):
+    """The archive into run (through a temporary directory and a rename),
+    refusing anything but plain files and directories beneath it."""
+    tmp = run + ".restore"
+    shutil.rmtree(tmp, ignore_errors=True)
+    os.makedirs(tmp)
+    listing = subprocess.run(f"zstd -dc {shlex.quote(archive)} | tar -tvf -", shell=True,
+                             capture_output=True, text=True)
+    if listing.returncode != 0:
+        die(f"{archive}: not a tar.zst archive: {listing.stderr.strip()[-200:]}")
+    for line in listing.stdout.splitlines():
+        name = line.split()[-1]
+        if line[0] not in "-d" or name.startswith("/") or ".." in name.split("/"):
+            die(f"{archive}: {name}: not a plain file beneath the run directory")
+    p = subprocess.run(f"zstd -dc {shlex.quote(archive)} | tar -xf - -C {shlex.quote(tmp)}",
+                       shell=True, capture_output=True, text=True)
+    if p.returncode != 0:
+        die(f"{archive}: could not extract it: {p.stderr.strip()[-200:]}")
+    os.makedirs(os.path.dirname(run), exist_ok=True)
+    os.replace(tmp, run)
 
 
 def claims(entry, env):
@@ -416,7 +599,7 @@ def now():
 
 
 def cmd_run(args):
-    c = Campaign(args.out)
+    c = Campaign(args.out, args.ledger)
     c.pin(machine=None, clock=args.clock, threads=args.threads,
           budget_scale=args.budget_scale)
     c.tool(args.ruleset, args.toolchain)
@@ -454,28 +637,98 @@ def cmd_run(args):
         c.save()
 
     try:
+        c.restore()
+        until = parse_until(args.until) if args.until else None
+        kind = args.ruleset + ("-heldout" if args.heldout else "")
+        sealed = c.sealed(kind)
         if args.heldout:
             # The draw is over every entry of the ruleset, whichever are
             # run now.
             entries = {n: c.entry(args.ruleset, n, subs[n], workloads) for n in sorted(subs)}
             draw, pairs = c.draw(args.ruleset, entries)
-            for k in studies:
-                for n in names:
-                    run_heldout_study(c, args.ruleset, n, k, entries[n][0], draw, pairs,
-                                      flags, inv)
-                    note()
-            return
-        entries = {n: c.entry(args.ruleset, n, subs[n], workloads) for n in names}
+        else:
+            entries = {n: c.entry(args.ruleset, n, subs[n], workloads)
+                       for n in names if n not in sealed}
         if args.slurm is not None:
-            submit(args, flags, names, entries, studies, c.env)
+            submit(args, flags, [n for n in names if n not in sealed], entries, studies, c.env)
             return
-        for k in studies:
-            for n in names:
-                run_study(args.ruleset, n, k, entries[n], flags, c.env, inv)
+        # Submission-major: a run is made, verified and sealed within one
+        # checkout (its runner key's private half never leaves it), so an
+        # invocation finishes the submissions it starts.
+        for n in names:
+            if n in sealed:
+                print(f"{kind} {n}: sealed before, kept", flush=True)
+                continue
+            entry, run = entries[n]
+            if args.heldout:
+                run = os.path.join(c.heldout_dir(args.ruleset), n + ".run")
+            if until is not None:
+                need = estimate_s(c, entry, run, {f"{b}_{v}": b for b, v in pairs}
+                                  if args.heldout else None)
+                if time.time() + need > until:
+                    print(f"{kind} {n}: not begun: it would take about {need / 60:.0f} min, "
+                          f"past --until {args.until}; the invocation stops here", flush=True)
+                    break
+            for k in studies:
+                if args.heldout:
+                    run_heldout_study(c, args.ruleset, n, k, entry, draw, pairs, flags, inv)
+                else:
+                    run_study(args.ruleset, n, k, entries[n], flags, c.env, inv)
                 note()
+            units = unit_states(run, c.env)
+            if args.heldout:
+                dirs = {f"{b}_{v}" for b, v in pairs}
+                units = {u: x for u, x in units.items() if u.split("/")[1] in dirs}
+            if units and all(x["state"] in ("done", "failed") for x in units.values()):
+                c.seal(kind, n, run, args.replay_top)
+            note()
     finally:
         # Refused or interrupted, an invocation's time is the campaign's.
         note()
+
+
+def parse_until(text):
+    """--until: HH:MM (UTC, the next such time) or an ISO 8601 UTC time
+    (2026-12-05T08:00Z); returns seconds since the epoch."""
+    utc = datetime.timezone.utc
+    m = re.fullmatch(r"(\d{1,2}):(\d{2})", text)
+    if m and int(m[1]) < 24 and int(m[2]) < 60:
+        t = datetime.datetime.now(utc).replace(hour=int(m[1]), minute=int(m[2]), second=0,
+                                               microsecond=0)
+        if t.timestamp() <= time.time():
+            t += datetime.timedelta(days=1)
+        return t.timestamp()
+    try:
+        t = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        die(f"--until {text}: not HH:MM (UTC) or an ISO 8601 time")
+    if t.tzinfo is None:
+        die(f"--until {text}: say the time zone (Z for UTC)")
+    return t.timestamp()
+
+
+# Wall time per second of budget, verification included: a study of 25
+# external units took 1669 s on the wall for about 1440 s of budgets, and
+# verifying with re-evaluation about 12 s a unit more.
+WALL_PER_BUDGET = 1.4
+
+
+def estimate_s(c, entry, run, dirs=None):
+    """About how long the rest of one submission's run takes on the wall:
+    the budgets of its planned units not ended yet times WALL_PER_BUDGET.
+    dirs (a held-out pass): variant directory -> base workload, each
+    planned unit of a drawn base counting once per variant."""
+    plan = json.loads(apf("plan", entry, "--json", "--budget-scale",
+                          repr(c.state["budget_scale"]), env=c.env))
+    budget = {w["workload"]: w["budget_s"] for w in plan["budget"]["workloads"]}
+    ended = {u for u, x in unit_states(run, c.env).items() if x["state"] in ("done", "failed")}
+    todo = 0.0
+    for u in plan["units"]:
+        w = u["workload"]
+        for d in ([w] if dirs is None else [d for d, b in dirs.items() if b == w]):
+            if f"study_{u['study']}/{d}/trial_{u['trial']}" not in ended:
+                todo += budget[w]
+    return WALL_PER_BUDGET * todo
 
 
 def submit(args, flags, names, entries, studies, env):
@@ -605,9 +858,10 @@ def progress(c):
 
 
 def cmd_status(args):
-    c = Campaign(args.out)
+    c = Campaign(args.out, args.ledger)
     if c.state is None:
         die(f"{c.out}: no campaign here (no campaign.json)")
+    c.restore()
     st = c.state
     print(f"campaign {c.out}: {st['rules']}, clock {st['clock']}, {st['threads']} threads"
           + (f", budget scale {st['budget_scale']} (unofficial)"
@@ -630,9 +884,16 @@ def cmd_status(args):
         ended = counts.get("done", 0) + counts.get("failed", 0)
         total += left
         print(f"  {ruleset:16} {name:22} {ended}/{planned} units ended"
-              + "".join(f", {v} {k}" for k, v in sorted(counts.items()) if k != "done"))
+              + "".join(f", {v} {k}" for k, v in sorted(counts.items()) if k != "done")
+              + (", sealed" if name in c.sealed(ruleset) else ""))
     print(f"left: at most {total / 60:.0f} min of the budgets of unfinished units (a trial "
           "meeting its targets stops sooner; each unit also starts, builds and evaluates)")
+    changed = subprocess.run(["git", "-C", ROOT, "status", "--porcelain", "--", c.ledger],
+                             capture_output=True, text=True).stdout.strip()
+    if changed and c.ledger.startswith(ROOT + os.sep):
+        print(f"ledger {os.path.relpath(c.ledger, ROOT)}: not committed yet "
+              f"({len(changed.splitlines())} paths): commit it, or a new checkout loses "
+              "what it holds")
 
 
 def write_file(path, data):
@@ -673,28 +934,38 @@ def reproduce_command(ruleset, records):
 
 def cmd_publish(args):
     import glob
-    c = Campaign(args.out)
+    c = Campaign(args.out, args.ledger)
     if c.state is None:
         die(f"{c.out}: no campaign here (no campaign.json)")
     c.tool(args.ruleset)
+    c.restore()
     rdir = os.path.join(c.out, args.ruleset)
-    runs = sorted(glob.glob(os.path.join(rdir, "*.run")))
-    if not runs:
-        die(f"{rdir}: no runs of the {args.ruleset} ruleset")
-    counts = {}
-    for run in runs:
+    sealed = c.sealed(args.ruleset)
+    for run in sorted(glob.glob(os.path.join(rdir, "*.run"))):
         units = unit_states(run, c.env)
-        counts[run] = len(units)
         left = [u for u, s in units.items() if s["state"] not in ("done", "failed")]
         if left:
             die(f"{run}: {len(left)} of {len(units)} units have not ended "
                 f"({left[0]}, ...): run the campaign to its end first")
+        if os.path.basename(run)[:-4] not in sealed:
+            die(f"{run}: ended but not sealed into the ledger: `leaderboard.py run` "
+                "again seals it (verified with re-evaluation and replay, then archived)")
+    if not sealed:
+        die(f"{rdir}: no runs of the {args.ruleset} ruleset")
+    # What is published is what the ledger holds: each sealed run unpacked
+    # afresh and held to the verdict it was sealed with.
+    runs, counts = sealed_runs(c, args.ruleset), {}
+    for run in runs:
+        counts[run] = len(unit_states(run, c.env))
     dest = os.path.join(os.path.abspath(args.dest), args.ruleset)
     stage = dest + ".new"
     shutil.rmtree(stage, ignore_errors=True)
     records = os.path.join(stage, "records")
     os.makedirs(records)
-    verify = ["--verify", "--reeval", "--replay-top", str(args.replay_top)]
+    # Each run was verified with re-evaluation and replay when it ended,
+    # before its checkpoints were deleted (check_sealed holds that verdict
+    # to the run); here every run again, whole but for the checkpoints.
+    verify = ["--verify", "--pruned"]
     names = [os.path.basename(r)[:-4] for r in runs]
     title = f"apf leaderboard: {'self-tuning' if args.ruleset == 'self' else 'external tuning'}"
     # One verification for everything: the table on stdout, the page, the
@@ -729,21 +1000,27 @@ def cmd_publish(args):
     back = {s["name"]: (s["score"], s["times"]) for s in json.loads(again.stdout)["submissions"]}
     if mine != back:
         die(f"the records do not score to the run directories' scores: {back} != {mine}")
-    shutil.copy(os.path.join(c.out, "home", "keys", "default.pub.pem"),
-                os.path.join(records, "runner.pub.pem"))
     listing = []
     for run, name in zip(runs, names):
         d = os.path.join(records, "runs", name)
         os.makedirs(d)
         for f in ("run.json", "index.dsse.json"):
             shutil.copy(os.path.join(run, f), os.path.join(d, f))
+        rec = sealed[name]
+        shutil.copy(os.path.join(c.ledger, rec["runner_key"]),
+                    os.path.join(d, "runner.pub.pem"))
+        shutil.copy(os.path.join(c.ledger, rec["verify"]), os.path.join(d, "verify.json"))
         listing.append({"submission": name, "entry_sha256": sha256_file(os.path.join(run, "entry.apf")),
                         "run_json_sha256": sha256_file(os.path.join(run, "run.json")),
                         "index_dsse_sha256": sha256_file(os.path.join(run, "index.dsse.json")),
+                        "runner_keyid": rec["runner_keyid"],
+                        "sealed": rec["sealed"], "verify_s": rec["verify_s"],
                         "units": counts[run]})
     write_file(os.path.join(records, "runs.json"), json.dumps(
         {"ruleset": args.ruleset, "rules": RULES, "runs": listing,
-         "verification": f"apf score --verify --reeval --replay-top {args.replay_top}",
+         "verification": "each run as it ended: apf verify RUN --reeval --replay-top Q "
+                         "(runs/NAME/verify.json says Q and the verdict), then its "
+                         "checkpoints deleted; at publish: apf score --verify --pruned",
          "verify_and_score_s": round(verify_s, 1), "unverified": unverified,
          "reproduce": reproduce_command(args.ruleset, os.path.relpath(
              os.path.join(dest, "records"), ROOT))}, indent=1) + "\n")
@@ -770,6 +1047,35 @@ def cmd_publish(args):
               f"held-out pass's variants, scored with the held-out rules")
 
 
+def sealed_runs(c, kind):
+    """The sealed runs of kind, unpacked from the ledger into
+    OUT/publish/KIND/NAME.run, each held to its seal: the verdict it was
+    sealed with passed re-evaluation of every checkpoint and the replay,
+    with no unit pruned, over the run whose signed index is the one
+    unpacked. Returns their paths, by name."""
+    base = os.path.join(c.out, "publish", kind)
+    shutil.rmtree(base, ignore_errors=True)
+    runs = []
+    for name, rec in sorted(c.sealed(kind).items()):
+        run = os.path.join(base, name + ".run")
+        unpack_run(os.path.join(c.ledger, rec["archive"]), run)
+        with open(os.path.join(c.ledger, rec["verify"])) as f:
+            seal = json.load(f)
+        v = seal["verdict"]
+        checks = {x["name"]: x for x in v.get("checks", [])}
+        if not (v.get("verified") and v.get("complete") and not v.get("pruned_units")
+                and checks.get("checkpoints", {}).get("outcome") == "passed"
+                and "re-evaluated" in checks["checkpoints"].get("detail", "")
+                and checks.get("replay", {}).get("outcome") == "passed"):
+            die(f"{rec['verify']}: {kind} {name} was not sealed with a passing verification "
+                "with re-evaluation and replay")
+        if sha256_file(os.path.join(run, "index.dsse.json")) != seal["index_dsse_sha256"]:
+            die(f"{rec['archive']}: its signed index is not the one verified when it was "
+                "sealed")
+        runs.append(run)
+    return runs
+
+
 def heldout_board(c, args, stage, export, result):
     """The held-out pass beside the board (DEST/RULESET/heldout/): once
     every submission's drawn variants have ended, each held-out run is
@@ -783,21 +1089,26 @@ def heldout_board(c, args, stage, export, result):
         return None
     with open(draw) as f:
         dirs = {f"{x['base']}_{x['variant']}": x["base"] for x in json.load(f)["draws"]}
-    runs = {}
-    for n in sorted(s["name"] for s in result["submissions"]):
-        run = os.path.join(hd, n + ".run")
-        units = {u: s for u, s in unit_states(run, c.env).items() if u.split("/")[1] in dirs}
-        left = [u for u, s in units.items() if s["state"] not in ("done", "failed")]
-        if not units or left:
-            print(f"leaderboard: the held-out pass has not ended ({n}: {len(left)} of "
-                  f"{len(units)} variant units left): the board is published without it",
-                  file=sys.stderr)
-            return None
-        runs[n] = (run, sorted(units))
+    kind = args.ruleset + "-heldout"
+    names = sorted(s["name"] for s in result["submissions"])
+    sealed = c.sealed(kind)
+    if any(n not in sealed for n in names):
+        left = [n for n in names if n not in sealed]
+        print(f"leaderboard: the held-out pass has not ended ({len(left)} of {len(names)} "
+              f"submissions' variant runs not sealed: {', '.join(left)}): the board is "
+              "published without it", file=sys.stderr)
+        return None
     t = time.monotonic()
-    for n, (run, _) in runs.items():
-        p = subprocess.run([TOOL["bin"], "verify", run, "--reeval", "--replay-top",
-                            str(args.replay_top)], env=c.env, capture_output=True, text=True)
+    # Sealed with re-evaluation and replay (sealed_runs holds each to its
+    # verdict); here each again, whole but for the checkpoints.
+    paths = {os.path.basename(r)[:-4]: r for r in sealed_runs(c, kind)}
+    runs = {}
+    for n in names:
+        run = paths[n]
+        units = {u: s for u, s in unit_states(run, c.env).items() if u.split("/")[1] in dirs}
+        runs[n] = (run, sorted(units))
+        p = subprocess.run([TOOL["bin"], "verify", run, "--pruned"], env=c.env,
+                           capture_output=True, text=True)
         if p.returncode != 0:
             die(f"held-out pass: {run} failed verification "
                 f"({(p.stderr.strip().splitlines() or ['?'])[-1]}): the board is left as it was")
@@ -843,7 +1154,9 @@ def heldout_board(c, args, stage, export, result):
                         "variant_units": len(units)})
     write_file(os.path.join(out, "records", "runs.json"), json.dumps(
         {"draw_sha256": sha256_file(draw), "runs": listing,
-         "verification": f"apf verify --reeval --replay-top {args.replay_top}",
+         "verification": "each run as it ended: apf verify RUN --reeval --replay-top Q "
+                         "(the ledger's RULESET-heldout/NAME.verify.json), then its "
+                         "checkpoints deleted; at publish: apf verify RUN --pruned",
          "verify_s": round(verify_s, 1),
          "reproduce": " ".join(["apf", *score[:1],
                                 os.path.join("heldout", "records", "algoperf", "submissions",
@@ -1058,6 +1371,11 @@ def main():
     r.add_argument("--heldout", action="store_true",
                    help="the held-out pass: every submission's drawn variants, after its "
                         "base runs")
+    r.add_argument("--until", metavar="TIME",
+                   help="begin no submission that would not end by TIME (HH:MM UTC, or ISO "
+                        "8601): the invocation stops between submissions")
+    r.add_argument("--replay-top", type=int, default=2,
+                   help="sealing a run verifies it with --reeval and --replay-top Q")
     r.add_argument("--toolchain", default="clone", choices=["clone", "here"],
                    help="a ruleset's first invocation: build HEAD in a clone of its own "
                         "(default), or take this tree's apf as it is")
@@ -1067,10 +1385,11 @@ def main():
     s = sub.add_parser("status")
     pb = sub.add_parser("publish")
     pb.add_argument("--ruleset", required=True, choices=["external", "self"])
-    pb.add_argument("--replay-top", type=int, default=2)
     cm = sub.add_parser("compare")
     for p in (r, s, pb):
         p.add_argument("--out", default=os.path.join(ROOT, "leaderboard", ".runs"))
+        p.add_argument("--ledger", help="the committed record of the campaign (default: "
+                                        "campaign/ beside --out, leaderboard/campaign)")
     for p in (pb, cm):
         p.add_argument("--dest", default=os.path.join(ROOT, "leaderboard"))
     args = ap.parse_args()
@@ -1079,10 +1398,10 @@ def main():
             die("--threads and -j take N >= 1")
         if not 0 < args.budget_scale <= 1:
             die(f"--budget-scale {args.budget_scale}: must be in (0, 1]")
-        cmd_run(args)
-    elif args.cmd == "publish":
         if args.replay_top < 1:
             die("--replay-top takes Q >= 1")
+        cmd_run(args)
+    elif args.cmd == "publish":
         cmd_publish(args)
     elif args.cmd == "compare":
         cmd_compare(args)

@@ -127,7 +127,8 @@ class Campaign(unittest.TestCase):
 
     def run_(self, *args):
         return self.lb("run", "--ruleset", "self", "--submissions", "nadamw,adamw",
-                       "--workloads", "blobs_mlp", "--toolchain", "here", *args)
+                       "--workloads", "blobs_mlp", "--toolchain", "here", "--replay-top", "1",
+                       *args)
 
     def lb_mod(self):
         return load()
@@ -161,10 +162,10 @@ class Campaign(unittest.TestCase):
         self.assertEqual({s for u, s in states.items() if "gelu" not in u}, {"pending"})
         again = self.run_("--heldout")
         self.assertEqual(again.returncode, 0, again.stderr)
-        self.assertEqual(again.stdout.count("ended before, kept"), 6, again.stdout)
+        self.assertEqual(again.stdout.count("sealed before, kept"), 2, again.stdout)
 
         dest = os.path.join(self.tmp, "board")
-        pub = self.lb("publish", "--ruleset", "self", "--dest", dest, "--replay-top", "1")
+        pub = self.lb("publish", "--ruleset", "self", "--dest", dest)
         self.assertEqual(pub.returncode, 0, pub.stderr + pub.stdout)
         held_dir = os.path.join(dest, "self", "heldout")
         held = json.load(open(os.path.join(held_dir, "scores.json")))
@@ -201,7 +202,7 @@ class Campaign(unittest.TestCase):
     def test_campaign_resumes_pins_refuses_and_publishes(self):
         p = self.run_("--studies", "0")
         self.assertEqual(p.returncode, 0, p.stderr + p.stdout)
-        # Study-major: study 0 of both, nothing of studies 1 and 2.
+        # --studies 0: study 0 of both, nothing of studies 1 and 2.
         self.assertEqual(self.units("adamw"), {"study_0/blobs_mlp/trial_1": "done",
                                                "study_1/blobs_mlp/trial_1": "pending",
                                                "study_2/blobs_mlp/trial_1": "pending"})
@@ -275,7 +276,7 @@ class Campaign(unittest.TestCase):
         self.assertEqual([i["studies"] for i in inv], [[0], [0], [1], [1, 2]])
         self.assertTrue(all(i["end"] and i["wall_s"] >= 0 for i in inv))
 
-        pub = self.lb("publish", "--ruleset", "self", "--dest", dest, "--replay-top", "1")
+        pub = self.lb("publish", "--ruleset", "self", "--dest", dest)
         self.assertEqual(pub.returncode, 0, pub.stderr + pub.stdout)
         board = os.path.join(dest, "self")
         scores = json.load(open(os.path.join(board, "scores.json")))
@@ -293,7 +294,7 @@ class Campaign(unittest.TestCase):
                                     "wall_s": 5000.0, "ruleset": "external"})
         full["toolchains"]["external"] = dict(full["toolchains"]["self"], build="other")
         json.dump(full, open(cj, "w"))
-        pub = self.lb("publish", "--ruleset", "self", "--dest", dest, "--replay-top", "1")
+        pub = self.lb("publish", "--ruleset", "self", "--dest", dest)
         self.assertEqual(pub.returncode, 0, pub.stderr + pub.stdout)
         camp = json.load(open(os.path.join(board, "campaign.json")))
         self.assertEqual([i["ruleset"] for i in camp["invocations"]], ["self"] * 4)
@@ -325,12 +326,17 @@ class Campaign(unittest.TestCase):
                                for s in scores["submissions"]})
         self.assertTrue(any(s["score"] > 0 for s in scores["submissions"]), scores)
 
-        # An operator's edit to a run after the campaign (a better time in
-        # one CSV) fails verification: the published board is not
-        # replaced by one that ranks the rest, and the reason is named.
+        # An operator's edit to a sealed run (a better time in one CSV),
+        # archived again with the ledger's digests made to match, fails
+        # verification: the published board is not replaced by one that
+        # ranks the rest, and the reason is named.
         import glob
-        csv = sorted(glob.glob(os.path.join(self.out, "self", "adamw.run", "**",
-                                            "eval_measurements.csv"), recursive=True))[0]
+        ledger = os.path.join(self.tmp, "campaign")
+        rec = json.load(open(cj))["sealed"]["self"]["adamw"]
+        work = os.path.join(self.tmp, "edit")
+        self.lb_mod().unpack_run(os.path.join(ledger, rec["archive"]), work)
+        csv = sorted(glob.glob(os.path.join(work, "**", "eval_measurements.csv"),
+                               recursive=True))[0]
         with open(csv) as f:
             rows = f.read().splitlines()
         head, first = rows[0].split(","), rows[1].split(",")
@@ -338,12 +344,109 @@ class Campaign(unittest.TestCase):
         rows[1] = ",".join(first)
         with open(csv, "w") as f:
             f.write("\n".join(rows) + "\n")
+        self.lb_mod().pack_run(work, os.path.join(ledger, rec["archive"]))
+        for path in (cj, os.path.join(ledger, "campaign.json")):
+            state = json.load(open(path))
+            state["sealed"]["self"]["adamw"]["archive_sha256"] = self.lb_mod().sha256_file(
+                os.path.join(ledger, rec["archive"]))
+            json.dump(state, open(path, "w"))
         before = open(os.path.join(board, "scores.json")).read()
-        pub = self.lb("publish", "--ruleset", "self", "--dest", dest, "--replay-top", "1")
+        pub = self.lb("publish", "--ruleset", "self", "--dest", dest)
         self.assertNotEqual(pub.returncode, 0, pub.stdout)
         self.assertRegex(pub.stderr, r"^apf: leaderboard: 1 of 2 runs failed verification "
                                      r"\(adamw: .*eval_measurements\.csv.*\): .* left as it was")
         self.assertEqual(open(os.path.join(board, "scores.json")).read(), before)
+
+    def test_a_new_checkout_takes_the_campaign_up_from_the_ledger(self):
+        """A run is verified with re-evaluation and replay as it ends, then
+        sealed into the ledger without its checkpoints; a checkout without
+        the work directory (another session) takes the campaign up from
+        the ledger alone: sealed runs are kept, status counts them, and
+        publish gives the same board. A sealed run changed in the ledger,
+        or verified short of re-evaluation, is refused."""
+        ledger = os.path.join(self.tmp, "campaign")
+        p = self.run_("--submissions", "nadamw")
+        self.assertEqual(p.returncode, 0, p.stderr + p.stdout)
+        self.assertIn("self nadamw: verified in ", p.stdout)
+        # The checkpoints are gone from the work directory once sealed; the
+        # ledger holds the run without them, its verdict and its key.
+        run = os.path.join(self.out, "self", "nadamw.run")
+        self.assertFalse([d for d, sub, _ in os.walk(run) if "ckpt" in sub])
+        rec = json.load(open(os.path.join(ledger, "campaign.json")))["sealed"]["self"]["nadamw"]
+        seal = json.load(open(os.path.join(ledger, rec["verify"])))
+        self.assertTrue(seal["verdict"]["verified"])
+        self.assertEqual(seal["command"], "apf verify RUN --reeval --replay-top 1 --json")
+        self.assertIn("re-evaluated", {c["name"]: c for c in seal["verdict"]["checks"]}
+                      ["checkpoints"]["detail"])
+        listing = subprocess.run(f"zstd -dc {os.path.join(ledger, rec['archive'])} | tar -tf -",
+                                 shell=True, capture_output=True, text=True).stdout
+        self.assertIn("./study_2/blobs_mlp/trial_1/log.jsonl", listing)
+        self.assertNotIn("ckpt", listing)
+        # --until a time already past begins nothing.
+        p = self.run_("--until", "2020-01-01T00:00Z")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("self nadamw: sealed before, kept", p.stdout)
+        self.assertRegex(p.stdout, r"self adamw: not begun: it would take about \d+ min, "
+                                   r"past --until 2020-01-01T00:00Z")
+        self.assertFalse(os.path.exists(os.path.join(self.out, "self", "adamw.run")))
+        p = self.run_("--until", "25:00")
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("--until 25:00: not HH:MM (UTC) or an ISO 8601 time", p.stderr)
+
+        # Another checkout: no work directory, the ledger alone.
+        shutil.rmtree(self.out)
+        st = self.lb("status")
+        self.assertEqual(st.returncode, 0, st.stderr)
+        self.assertIn("taken up from the ledger", st.stderr)
+        self.assertRegex(st.stdout, r"self +nadamw +3/3 units ended, sealed")
+        p = self.run_()
+        self.assertEqual(p.returncode, 0, p.stderr + p.stdout)
+        self.assertIn("self nadamw: sealed before, kept", p.stdout)
+        self.assertIn("self adamw: verified in ", p.stdout)
+        dest = os.path.join(self.tmp, "board")
+        pub = self.lb("publish", "--ruleset", "self", "--dest", dest)
+        self.assertEqual(pub.returncode, 0, pub.stderr + pub.stdout)
+        scores = json.load(open(os.path.join(dest, "self", "scores.json")))
+        self.assertTrue(all(s["verified"] == "yes" for s in scores["submissions"]))
+        self.assertEqual(scores["audit"], "pruned units accepted without their checkpoints "
+                                          "(--pruned)")
+        runs = json.load(open(os.path.join(dest, "self", "records", "runs.json")))
+        # Each run names the key it was signed with (two sessions, two keys)
+        # and carries the verdict it was sealed with.
+        keys = [r["runner_keyid"] for r in runs["runs"]]
+        self.assertEqual(len(set(keys)), 2, keys)
+        for r in runs["runs"]:
+            d = os.path.join(dest, "self", "records", "runs", r["submission"])
+            self.assertTrue(json.load(open(os.path.join(d, "verify.json")))["verdict"]["verified"])
+            self.assertTrue(os.path.exists(os.path.join(d, "runner.pub.pem")))
+
+        # A ledger whose archive is not the one sealed is refused by name.
+        cj = os.path.join(self.out, "campaign.json")
+        arch = os.path.join(ledger, rec["archive"])
+        blob = open(arch, "rb").read()
+        open(arch, "wb").write(blob + b"\0")
+        pub = self.lb("publish", "--ruleset", "self", "--dest", dest)
+        self.assertNotEqual(pub.returncode, 0)
+        self.assertRegex(pub.stderr, r"^apf: leaderboard: .*nadamw\.run\.tar\.zst: not the "
+                                     r"file sealed")
+        open(arch, "wb").write(blob)
+        # A seal whose verification made no re-evaluation is no seal.
+        vpath = os.path.join(ledger, rec["verify"])
+        text = open(vpath).read()
+        forged = json.loads(text)
+        for c in forged["verdict"]["checks"]:
+            if c["name"] == "checkpoints":
+                c["detail"] = "1 file of the logged sizes and SHA-256 digests"
+        open(vpath, "w").write(json.dumps(forged))
+        for path in (cj, os.path.join(ledger, "campaign.json")):
+            state = json.load(open(path))
+            state["sealed"]["self"]["nadamw"]["verify_sha256"] = \
+                self.lb_mod().sha256_file(vpath)
+            json.dump(state, open(path, "w"))
+        pub = self.lb("publish", "--ruleset", "self", "--dest", dest)
+        self.assertNotEqual(pub.returncode, 0)
+        self.assertIn("was not sealed with a passing verification with re-evaluation and "
+                      "replay", pub.stderr)
 
 
 if __name__ == "__main__":
