@@ -33,10 +33,10 @@ class PackAndVerify(ApfCase):
         self.assertTrue(json.loads(r.out)["verified"])
         # A run's audit asked of an entry is refused, not ignored: the
         # auditor would believe a replay was made.
-        for audit in (["--reeval"], ["--replay", "2"], ["--replay-top", "1"]):
+        for audit in (["--reeval"], ["--replay", "2"], ["--replay-top", "1"], ["--pruned"]):
             self.fails(2, "verify", entry, *audit,
-                       match=f"apf: verify: --reeval and --replay audit a run "
-                             f"directory; {entry} is an entry (its checks need no "
+                       match=f"apf: verify: --reeval, --replay and --pruned are for a "
+                             f"run directory; {entry} is an entry (its checks need no "
                              "options)")
 
     def test_manifest_matches_the_json_schema(self):
