@@ -1370,6 +1370,8 @@ int apf_verify_run(apf_verify_report **out, const char *dir,
 		rc = run_check(&v, APF_VERIFY_ENTRY, check_entry);
 	if (!rc)
 		rc = run_check(&v, APF_VERIFY_LOG, check_log);
+	if (!rc && v.per_unit)
+		rep->units = v.nunits;
 	if (!rc)
 		rc = keep_claims(&v);
 	if (!rc)

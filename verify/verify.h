@@ -174,6 +174,9 @@ typedef struct apf_verify_report {
 	uint64_t unsigned_records; /* after the signed head (incomplete) */
 	size_t torn_bytes;    /* a torn last line (incomplete) */
 	int sealed;
+	/* units: run.json's plan (a per-unit run; 0 otherwise), the rest
+	 * what the log holds: a run may verify complete with units of its
+	 * plan not run yet (apf run --study K), and says how many. */
 	size_t units, units_started, units_ended, units_failed;
 	size_t evals, resumes, env_drifts;
 	size_t checkpoints;

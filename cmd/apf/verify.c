@@ -111,12 +111,19 @@ static void print_run(const apf_verify_report *r)
 	printf("%s %s\n",
 	       r->status == APF_EABORT ? "verified (incomplete)" : "verified",
 	       term_text(r->run_dir));
+	char unrun[160] = "";
+	if (r->units > r->units_started)
+		snprintf(unrun, sizeof unrun,
+			 "; %zu of the plan's %zu units not run (a score counts "
+			 "each as a miss)",
+			 r->units - r->units_started, r->units);
 	printf("  submission  %s: %zu unit%s run (%zu ended, %zu failed), "
-	       "%zu evals, %zu resume%s%s\n",
+	       "%zu evals, %zu resume%s%s%s\n",
 	       r->submission ? term_text(r->submission) : "?",
 	       r->units_started, r->units_started == 1 ? "" : "s",
 	       r->units_ended, r->units_failed, r->evals, r->resumes,
-	       r->resumes == 1 ? "" : "s", r->sealed ? "" : ", UNSEALED");
+	       r->resumes == 1 ? "" : "s", r->sealed ? "" : ", UNSEALED",
+	       unrun);
 	printf("  training    %.3f s claimed (the units' total durations)\n",
 	       (double)r->claimed_ns / 1e9);
 	if (r->claims_known) {
@@ -227,6 +234,9 @@ json_t *cmd_verify_run_json(const apf_verify_report *r, int rc,
 		(json_int_t)r->checkpoint_bytes, "claimed_training_s",
 		(double)r->claimed_ns / 1e9, "claims", claims, "replay", how,
 		"checks", checks);
+	if (o && r->units)
+		json_object_set_new(o, "units_planned",
+				    json_integer((json_int_t)r->units));
 	/* --pruned: the units whose checkpoints were not here (none
 	 * without it). */
 	json_t *pruned = json_array();

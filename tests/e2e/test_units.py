@@ -492,6 +492,14 @@ class Jobs(RunCase):
                          [unit(t) for t in range(1, 6)])
         v = self.ok("verify", self.path("par"))
         self.assertIn("5 units run (5 ended, 0 failed)", v.out)
+        # A run of part of its plan verifies, and says what it has not run
+        # (each counts as a miss when scored).
+        planned = len(json.loads(self.ok("plan", entry, "--json").out)["units"])
+        self.assertGreater(planned, 5)
+        self.assertIn(f"; {planned - 5} of the plan's {planned} units not run (a score "
+                      "counts each as a miss)", v.out)
+        self.assertEqual(json.loads(self.ok("verify", self.path("par"), "--json").out)
+                         ["units_planned"], planned)
         # Two at a time: some unit started before another ended.
         spans = []
         for t in range(1, 6):
