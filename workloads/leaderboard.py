@@ -251,10 +251,7 @@ class Campaign:
             verdict = json.loads(p.stdout)
         except ValueError:
             verdict = {}
-        checks = {x.get("name"): x.get("outcome") for x in verdict.get("checks", [])}
-        if p.returncode != 0 or not verdict.get("verified") or not verdict.get("complete") \
-                or verdict.get("pruned_units") or checks.get("checkpoints") != "passed" \
-                or checks.get("replay") != "passed":
+        if p.returncode != 0 or not sealing_verdict(verdict):
             die(f"{kind} {name}: {run} failed verification, not sealed: "
                 f"{(verdict.get('error') or p.stderr.strip() or 'no verdict')[-400:]}")
         verify_s = time.monotonic() - t
@@ -646,6 +643,7 @@ def cmd_run(args):
             # run now.
             entries = {n: c.entry(args.ruleset, n, subs[n], workloads) for n in sorted(subs)}
             draw, pairs = c.draw(args.ruleset, entries)
+            drawn = {f"{b}_{v}": b for b, v in pairs}
         else:
             entries = {n: c.entry(args.ruleset, n, subs[n], workloads)
                        for n in names if n not in sealed}
@@ -663,8 +661,7 @@ def cmd_run(args):
             if args.heldout:
                 run = os.path.join(c.heldout_dir(args.ruleset), n + ".run")
             if until is not None:
-                need = estimate_s(c, entry, run, {f"{b}_{v}": b for b, v in pairs}
-                                  if args.heldout else None)
+                need = estimate_s(c, entry, run, drawn if args.heldout else None)
                 if time.time() + need > until:
                     print(f"{kind} {n}: not begun: it would take about {need / 60:.0f} min, "
                           f"past --until {args.until}; the invocation stops here", flush=True)
@@ -677,8 +674,7 @@ def cmd_run(args):
                 note()
             units = unit_states(run, c.env)
             if args.heldout:
-                dirs = {f"{b}_{v}" for b, v in pairs}
-                units = {u: x for u, x in units.items() if u.split("/")[1] in dirs}
+                units = {u: x for u, x in units.items() if u.split("/")[1] in drawn}
             if units and all(x["state"] in ("done", "failed") for x in units.values()):
                 c.seal(kind, n, run, args.replay_top)
             note()
@@ -1047,6 +1043,18 @@ def cmd_publish(args):
               f"held-out pass's variants, scored with the held-out rules")
 
 
+def sealing_verdict(v):
+    """Whether `apf verify --json`'s verdict v seals a run: verified and
+    complete, no unit pruned, every checkpoint re-evaluated, the replay
+    passed. One test for the seal made and the seal published."""
+    checks = {x.get("name"): x for x in v.get("checks", [])}
+    ckpt, replay = checks.get("checkpoints", {}), checks.get("replay", {})
+    return bool(v.get("verified") and v.get("complete") and not v.get("pruned_units")
+                and ckpt.get("outcome") == "passed"
+                and "re-evaluated" in ckpt.get("detail", "")
+                and replay.get("outcome") == "passed")
+
+
 def sealed_runs(c, kind):
     """The sealed runs of kind, unpacked from the ledger into
     OUT/publish/KIND/NAME.run, each held to its seal: the verdict it was
@@ -1061,12 +1069,7 @@ def sealed_runs(c, kind):
         unpack_run(os.path.join(c.ledger, rec["archive"]), run)
         with open(os.path.join(c.ledger, rec["verify"])) as f:
             seal = json.load(f)
-        v = seal["verdict"]
-        checks = {x["name"]: x for x in v.get("checks", [])}
-        if not (v.get("verified") and v.get("complete") and not v.get("pruned_units")
-                and checks.get("checkpoints", {}).get("outcome") == "passed"
-                and "re-evaluated" in checks["checkpoints"].get("detail", "")
-                and checks.get("replay", {}).get("outcome") == "passed"):
+        if not sealing_verdict(seal["verdict"]):
             die(f"{rec['verify']}: {kind} {name} was not sealed with a passing verification "
                 "with re-evaluation and replay")
         if sha256_file(os.path.join(run, "index.dsse.json")) != seal["index_dsse_sha256"]:
