@@ -1208,11 +1208,21 @@ static int check_heldout(struct vx *v)
 	}
 	if (!rc && !exists)
 		set_detail(v, APF_VERIFY_HELDOUT, "no held-out variants in this run");
-	char bound[96];
-	snprintf(bound, sizeof bound,
-		 "the seed recomputed from the draw's %zu entr%s, this run's "
-		 "among them",
-		 nentries, nentries == 1 ? "y" : "ies");
+	/* One run cannot show that the draw's other entries were real
+	 * competitors (digests anyone can list, to choose the seed): apf
+	 * score holds them to the runs scored with the draw. */
+	char bound[192];
+	if (nentries > 1)
+		snprintf(bound, sizeof bound,
+			 "the seed recomputed from the draw's %zu entries, "
+			 "this run's among them (the other %zu are the draw's "
+			 "word: apf score holds them to the runs scored with "
+			 "it)",
+			 nentries, nentries - 1);
+	else
+		snprintf(bound, sizeof bound,
+			 "the seed recomputed from the draw's one entry, this "
+			 "run's");
 	if (!rc && exists)
 		set_detail(v, APF_VERIFY_HELDOUT,
 			   "%zu held-out variant unit%s in the plan (%zu run) of "

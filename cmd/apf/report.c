@@ -70,9 +70,10 @@ int cmd_report(int argc, char **argv)
 	};
 	const struct apf_usage usage = {
 		"report RUN_DIR[=LABEL]|LOG_DIR ... -o FILE [--rules R] "
-		"[--targets FILE] [--heldout FILE] [--self-tuning] [--verify "
-		"[--key PUB.pem] [--entry-key PUB.pem] [--reeval] [--replay "
-		"N|all [--seed S]]] [--strict] [--title TEXT]",
+		"[--targets FILE] [--heldout FILE] [--heldout-subset] "
+		"[--self-tuning] [--verify [--key PUB.pem] [--entry-key "
+		"PUB.pem] [--reeval] [--replay N|all [--seed S]]] [--strict] "
+		"[--title TEXT]",
 		"Write one self-contained HTML page of a scoring: scores, ranks "
 		"and the\nperformance profile, what was verified, per workload "
 		"the curves of every trial\n(validation, train or test metric "

@@ -61,9 +61,9 @@ int cmd_score(int argc, char **argv)
 	};
 	const struct apf_usage usage = {
 		"score RUN_DIR[=LABEL]|LOG_DIR ... [--rules R] [--targets FILE] "
-		"[--heldout FILE] [--svg FILE] [--csv FILE] [--self-tuning] "
-		"[--verify [--key PUB.pem] [--entry-key PUB.pem] [--reeval] "
-		"[--replay N|all [--seed S]]] [--strict] [--json] "
+		"[--heldout FILE] [--heldout-subset] [--svg FILE] [--csv FILE] "
+		"[--self-tuning] [--verify [--key PUB.pem] [--entry-key "
+		"PUB.pem] [--reeval] [--replay N|all [--seed S]]] [--strict] [--json] "
 		"[--export-algoperf DIR] [--report FILE [--title TEXT]]",
 		"Score submissions: time-to-target per trial, the best trial per "
 		"study, the\nmedian over studies, performance profiles over the "

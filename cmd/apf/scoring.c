@@ -5,6 +5,9 @@
 #include "scoring.h"
 
 #include "cmd.h"
+#include "heldout/heldout.h"
+
+#include <jansson.h>
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -115,11 +118,150 @@ static int verify_runs(struct cmd_scoring *s, const struct cmd_scoring_in *in,
 	return rc;
 }
 
+/* The entry each apf run given claims to run (run.json's digest), taken
+ * before verification leaves any run out: one left out is still a run the
+ * board names. */
+struct run_entry {
+	char digest[65];
+	char *name;
+};
+
+static void run_entries_free(struct run_entry *re, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		free(re[i].name);
+	free(re);
+}
+
+static int run_entries(const apf_score_logs *l, struct run_entry **out,
+		       size_t *n)
+{
+	*out = NULL;
+	*n = 0;
+	struct run_entry *re = apf_calloc(l->n + 1, sizeof *re);
+	if (!re)
+		return apf_error(APF_ENOMEM, "score", "out of memory");
+	for (size_t i = 0; i < l->n; i++) {
+		const apf_score_run *r = l->s[i].run;
+		if (!r || !r->entry_manifest[0])
+			continue;
+		memcpy(re[*n].digest, r->entry_manifest, 65);
+		const char *name = l->s[i].name ? l->s[i].name : l->s[i].path;
+		if (!(re[(*n)++].name = apf_strdup(name ? name : "?"))) {
+			run_entries_free(re, *n);
+			*n = 0;
+			return apf_error(APF_ENOMEM, "score", "out of memory");
+		}
+	}
+	*out = re;
+	return 0;
+}
+
+/* What binds the draw's seed, into s->binding, refusing a draw made from
+ * entries that are not the runs scored with it. A seed from entries is
+ * unknown before they are sealed only if they are the competitors': a
+ * draw may list any digests, so one that lists an entry no run here ran
+ * could have had its seed chosen by adding made-up entries until the
+ * variants suited (with --heldout-subset the scorer says the board is part
+ * of a larger one, and the line says how many entries it could not hold to
+ * a run), and a run whose entry the draw does not list could have been
+ * packed knowing the variants. A seed by hand, or AlgoPerf's list, is
+ * scored as before: the line says whoever chose it chose the variants; so
+ * is a draw scored with logs that name no entry (AlgoPerf's layout). */
+static int heldout_binding(struct cmd_scoring *s, const char *path,
+			   const struct run_entry *re, size_t nre, int subset,
+			   const char *cmd)
+{
+	char *text = NULL;
+	size_t len = 0;
+	int rc = apf_file_read(&text, &len, path, APF_HELDOUT_MAX_BYTES);
+	json_error_t je;
+	json_t *j = rc ? NULL : json_loadb(text, len, 0, &je);
+	int is_draw = json_is_object(j) && json_object_get(j, "format");
+	json_decref(j);
+	apf_heldout *d = NULL;
+	if (!rc && is_draw)
+		rc = apf_heldout_parse(&d, text, len, path);
+	free(text);
+	if (rc)
+		return rc;
+	if (!d) {
+		snprintf(s->binding, sizeof s->binding, "%s",
+			 s->heldout->seed
+				 ? "a seed given by hand: whoever chose it "
+				   "chose the variants"
+				 : "a list of variants, no seed: whoever made "
+				   "it chose them");
+		return 0;
+	}
+	/* Logs that name no entry (AlgoPerf's layout, the records of a
+	 * published board) prove nothing to hold the draw to: said, not
+	 * refused. An apf run names its entry in run.json, signed. */
+	if (nre == 0 && d->method == APF_HELDOUT_FROM_ENTRIES) {
+		snprintf(s->binding, sizeof s->binding,
+			 "the seed of %zu entr%s, which no log here names (no "
+			 "apf run): the draw's word",
+			 d->nentries, d->nentries == 1 ? "y" : "ies");
+		apf_heldout_free(d);
+		return 0;
+	}
+	size_t held = 0;
+	for (size_t i = 0; !rc && i < d->nentries; i++) {
+		const struct apf_heldout_entry *e = &d->entries[i];
+		size_t k = 0;
+		while (k < nre && strcmp(re[k].digest, e->manifest_sha256))
+			k++;
+		held += k < nre;
+		if (k == nre && !subset && d->method == APF_HELDOUT_FROM_ENTRIES)
+			rc = apf_error(APF_EINPUT, cmd,
+				       "%s: drawn from entry %.16s... (%s), "
+				       "which no run here runs: a draw's "
+				       "entries are the runs scored with it, "
+				       "or its seed could be chosen by adding "
+				       "entries (--heldout-subset scores part "
+				       "of the board it was drawn for)",
+				       path, e->manifest_sha256,
+				       e->submission ? e->submission : "?");
+	}
+	for (size_t k = 0; !rc && d->method == APF_HELDOUT_FROM_ENTRIES &&
+			   k < nre;
+	     k++) {
+		size_t i = 0;
+		while (i < d->nentries &&
+		       strcmp(re[k].digest, d->entries[i].manifest_sha256))
+			i++;
+		if (i == d->nentries)
+			rc = apf_error(APF_EINPUT, cmd,
+				       "%s: not drawn from %s's entry "
+				       "(%.16s...): a run scored against a "
+				       "draw made without its entry could have "
+				       "been packed knowing the variants",
+				       path, re[k].name, re[k].digest);
+	}
+	if (!rc && d->method == APF_HELDOUT_FROM_SEED)
+		snprintf(s->binding, sizeof s->binding,
+			 "a seed given with --seed: whoever chose it chose the "
+			 "variants");
+	else if (!rc && held == d->nentries)
+		snprintf(s->binding, sizeof s->binding,
+			 "the seed of the %zu entr%s the runs here run",
+			 d->nentries, d->nentries == 1 ? "y" : "ies");
+	else if (!rc)
+		snprintf(s->binding, sizeof s->binding,
+			 "the seed of %zu entries, %zu of them run here "
+			 "(--heldout-subset: the others are the draw's word)",
+			 d->nentries, held);
+	apf_heldout_free(d);
+	return rc;
+}
+
 /* An apf run holds the draw its variants were run for. Runs scored
  * together hold one draw: the held-out rules compare their variants, and a
  * run that brought a draw of its own (a seed chosen for it) would be
  * scored on variants the others never ran. */
-static int own_heldout(struct cmd_scoring *s, const char *given)
+static int own_heldout(struct cmd_scoring *s, const char *given,
+		       const struct run_entry *re, size_t nre, int subset,
+		       const char *cmd)
 {
 	char *own = NULL, *text = NULL;
 	size_t len = 0;
@@ -156,6 +298,9 @@ static int own_heldout(struct cmd_scoring *s, const char *given)
 	free(text);
 	if (!rc && (given || own))
 		rc = apf_score_heldout_load(&s->heldout, given ? given : own);
+	if (!rc && (given || own))
+		rc = heldout_binding(s, given ? given : own, re, nre, subset,
+				     cmd);
 	free(own);
 	return rc;
 }
@@ -189,6 +334,10 @@ int cmd_scoring_compute(struct cmd_scoring *s, const struct cmd_scoring_in *in)
 		rc = apf_error(APF_EUSAGE, in->cmd,
 			       "--reeval, --replay and --pruned are checks of "
 			       "--verify: give --verify too");
+	struct run_entry *re = NULL;
+	size_t nre = 0;
+	if (!rc)
+		rc = run_entries(s->logs, &re, &nre);
 	if (!rc && in->verify)
 		rc = verify_runs(s, in, &ao);
 	if (!rc)
@@ -198,7 +347,14 @@ int cmd_scoring_compute(struct cmd_scoring *s, const struct cmd_scoring_in *in)
 			     : apf_score_targets_from_workloads(&s->targets,
 								NULL);
 	if (!rc)
-		rc = own_heldout(s, in->heldout_path);
+		rc = own_heldout(s, in->heldout_path, re, nre,
+				 in->heldout_subset, in->cmd);
+	run_entries_free(re, nre);
+	if (!rc && in->heldout_subset && !s->binding[0])
+		rc = apf_error(APF_EUSAGE, in->cmd,
+			       "--heldout-subset: no held-out draw here (it "
+			       "qualifies --heldout or the runs' own "
+			       "heldout.json)");
 	s->version = s->targets ? apf_score_targets_version(s->targets) : NULL;
 	/* A targets file's benchmark_version chooses the rules unless
 	 * --rules does; a version apf does not know is an error then. */
@@ -218,6 +374,9 @@ int cmd_scoring_compute(struct cmd_scoring *s, const struct cmd_scoring_in *in)
 				       (in->strict ? APF_SCORE_STRICT : 0) |
 					       (in->verify ? APF_SCORE_VERIFY
 							   : 0));
+	if (!rc && s->res->heldout_source)
+		snprintf(s->res->heldout_binding,
+			 sizeof s->res->heldout_binding, "%s", s->binding);
 	if (!rc && in->verify) {
 		cmd_audit_describe(&ao, s->res->audit, sizeof s->res->audit);
 		/* Where the verdicts' checks stop short, the line that names

@@ -34,6 +34,9 @@ struct cmd_scoring_in {
 	const char *rules_name, *targets_path, *heldout_path;
 	const char *key_path, *entry_key;
 	int self_tuning, strict, verify;
+	/* The draw's entries may include some no run given runs (the runs
+	 * are part of the board it was drawn for). */
+	int heldout_subset;
 	/* --verify's re-evaluation and replay, as `apf verify RUN_DIR` reads
 	 * them (audit.h); .seed must start at -1. */
 	struct cmd_audit_in audit;
@@ -57,6 +60,9 @@ struct cmd_scoring_in {
 	{"heldout", 0, OPT_STRING, &(in).heldout_path, "FILE",                 \
 	 "held-out variants: AlgoPerf's list or an apf draw (default: "        \
 	 "the runs' own heldout.json, one draw for all)"},                     \
+	{"heldout-subset", 0, OPT_FLAG, &(in).heldout_subset, NULL,            \
+	 "the draw was made from more entries than the runs here (part of "    \
+	 "its board): accept the others as the draw's word"},                  \
 	{"self-tuning", 0, OPT_FLAG, &(in).self_tuning, NULL,                  \
 	 "the submissions follow the self-tuning ruleset"},                    \
 	{"verify", 0, OPT_FLAG, &(in).verify, NULL,                            \
@@ -80,6 +86,7 @@ struct cmd_scoring {
 	apf_score_rules self;       /* rules points here with --self-tuning */
 	apf_keyring *entry_keys;    /* NULL unless verify or want_entry_keys */
 	const char *version;        /* the targets file's benchmark_version */
+	char binding[160];          /* what binds the draw's seed, else "" */
 };
 
 /* Reads the inputs and computes the scoring into *s (zeroed first; the

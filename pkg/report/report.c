@@ -1707,6 +1707,8 @@ static void header(struct w *w, const apf_score_result *r,
 	kv(w, "targets", r->targets_source);
 	kv(w, "held-out", r->heldout_source ? r->heldout_source
 					    : "no held-out rules applied");
+	if (r->heldout_source && r->heldout_binding[0])
+		kv(w, "held-out seed", r->heldout_binding);
 	size_t napf = 0, nver = 0, nfail = r->logs ? r->logs->nexcluded : 0;
 	for (size_t s = 0; s < r->nsub; s++) {
 		napf += r->sub[s]->apf_run;

@@ -428,15 +428,19 @@ static int run_submission_name(const char *dir, char **name)
 	char *path = apf_path_join(dir, "run.json");
 	if (!path)
 		return apf_error(APF_ENOMEM, dir, "out of memory");
+	/* As the verifier reads it: a regular file inside the run, capped. */
+	char *text = NULL;
+	size_t len = 0;
 	json_error_t err;
-	json_t *j = json_load_file(path, JSON_REJECT_DUPLICATES, &err);
-	int rc = 0;
-	if (!j)
+	json_t *j = NULL;
+	int rc = apf_file_read_beneath(&text, &len, dir, "run.json",
+				       APF_MAX_RUN_JSON_BYTES, 0);
+	if (!rc && !(j = json_loadb(text, len, JSON_REJECT_DUPLICATES, &err)))
 		rc = apf_error(APF_EINPUT, path, "line %d: %s", err.line,
 			       err.text);
-	else if (!json_is_object(j))
+	else if (!rc && !json_is_object(j))
 		rc = apf_error(APF_EINPUT, path, "not a JSON object");
-	else {
+	else if (!rc) {
 		json_t *s = json_object_get(j, "submission");
 		if (json_is_string(s) && json_string_length(s) > 0) {
 			*name = apf_strdup(json_string_value(s));
@@ -446,6 +450,7 @@ static int run_submission_name(const char *dir, char **name)
 		}
 	}
 	json_decref(j);
+	free(text);
 	free(path);
 	return rc;
 }

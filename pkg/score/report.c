@@ -298,6 +298,8 @@ int apf_score_format_table(apf_buf *out, const apf_score_result *r)
 		rc = escaped_line(out, "targets: ", r->targets_source);
 	if (!rc && r->nvar)
 		rc = escaped_line(out, "held-out variants: ", r->heldout_source);
+	if (!rc && r->nvar && r->heldout_binding[0])
+		rc = escaped_line(out, "  drawn with ", r->heldout_binding);
 	if (!rc)
 		rc = verification_line(r, out);
 	if (!rc)
@@ -598,6 +600,10 @@ json_t *apf_score_result_json(const apf_score_result *r)
 	bad = bad || jset(root, "heldout",
 			  r->heldout_source ? jtext(r->heldout_source)
 					    : json_null());
+	bad = bad || jset(root, "heldout_binding",
+			  r->heldout_source && r->heldout_binding[0]
+				  ? jtext(r->heldout_binding)
+				  : json_null());
 	bad = bad || jset(root, "base_workloads", a = json_array());
 	for (size_t c = 0; !bad && c < r->nbase; c++)
 		bad = jpush(a, jtext(r->workloads[c]));

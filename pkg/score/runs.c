@@ -143,6 +143,11 @@ static int read_run_json(apf_score_run *r, const json_t *j)
 	const json_t *env = json_object_get(j, "environment"),
 		     *cpu = json_object_get(env, "cpu"),
 		     *gpus = json_object_get(env, "gpus");
+	const char *digest = json_string_value(json_object_get(
+		json_object_get(j, "entry"), "manifest_sha256"));
+	if (digest && strlen(digest) == 64 &&
+	    strspn(digest, "0123456789abcdef") == 64)
+		memcpy(r->entry_manifest, digest, 65);
 	hw->device = dup_string(json_object_get(j, "device"));
 	hw->threads = integer_or(json_object_get(j, "threads"), -1);
 	hw->cpu_model = dup_string(json_object_get(cpu, "model"));
@@ -360,14 +365,21 @@ int apf_score_read_run(apf_score_run **out, const char *dir)
 		return NOMEM(dir);
 	}
 	r->hw.cpu_cores = r->hw.threads = r->hw.gpus = -1;
+	/* Read as the verifier reads it: a regular file inside the run, of
+	 * at most its cap (a FIFO or a file of gigabytes is refused, not
+	 * waited on or read). */
+	char *text = NULL;
+	size_t len = 0;
 	json_error_t err;
-	json_t *j = json_load_file(path, JSON_REJECT_DUPLICATES, &err);
-	int rc = 0;
-	if (!j)
+	json_t *j = NULL;
+	int rc = apf_file_read_beneath(&text, &len, dir, "run.json",
+				       APF_MAX_RUN_JSON_BYTES, 0);
+	if (!rc && !(j = json_loadb(text, len, JSON_REJECT_DUPLICATES, &err)))
 		rc = apf_error(APF_EINPUT, path, "line %d: %s", err.line,
 			       err.text);
-	else if (!json_is_object(j))
+	else if (!rc && !json_is_object(j))
 		rc = apf_error(APF_EINPUT, path, "not a JSON object");
+	free(text);
 	if (!rc)
 		rc = read_run_json(r, j);
 	if (!rc) {

@@ -282,6 +282,9 @@ typedef struct apf_score_run {
 	int ended;        /* its last session ends with run_end (every unit
 			   * log's, in the per-unit layout; one at least) */
 	struct apf_score_hardware hw;
+	/* run.json's entry.manifest_sha256 (64 lowercase hex), else "": the
+	 * entry the run claims to run, checked by the verifier, not here. */
+	char entry_manifest[65];
 	/* run.json's clock (rundir.h enum apf_clock; -1: one apf does not
 	 * write) and budget scale (1: a result; 0: not one apf writes), and
 	 * the logs' step blocks, those short of cores among them
@@ -409,6 +412,10 @@ typedef struct apf_score_result {
 	const apf_score_rules *rules;
 	char *targets_source;
 	char *heldout_source;   /* NULL when no held-out rules applied */
+	/* With heldout_source, what binds the draw's seed ("the seed of the
+	 * 3 entries the runs here run"), as its caller found it; "" if it
+	 * did not say. */
+	char heldout_binding[160];
 	size_t nsub;
 	const struct apf_score_submission **sub; /* ranked: score, then name */
 	size_t nbase, nvar;

@@ -120,14 +120,17 @@ class HeldOut(ApfCase):
             self.fails(2, "heldout", "draw", a, "--seed", bad, match="whole number")
 
     def test_score_accepts_the_draw_file(self):
-        a = self.entry("a")
+        a, b = self.entry("a"), self.entry("b")
         draw_path = self.path("draw.json")
-        self.ok("heldout", "draw", a, "-o", draw_path)
+        self.ok("heldout", "draw", a, b, "-o", draw_path)
         with open(draw_path) as f:
-            picks = {x["base"]: x["variant"] for x in json.load(f)["draws"]}
+            draw = json.load(f)
+        picks = {x["base"]: x["variant"] for x in draw["draws"]}
+        digests = [e["manifest_sha256"] for e in draw["entries"]]
         runs = self.path("runs")
-        for sub, speed in (("fast", 1.0), ("slow", 2.0)):
-            self.write(f"runs/{sub}/run.json", json.dumps({"submission": sub}))
+        for sub, speed, digest in (("fast", 1.0, digests[0]), ("slow", 2.0, digests[1])):
+            self.write(f"runs/{sub}/run.json", json.dumps(
+                {"submission": sub, "entry": {"manifest_sha256": digest}}))
             for w in ("tiny", "toy", f"tiny_{picks['tiny']}", f"toy_{picks['toy']}"):
                 self.write(f"runs/{sub}/study_0/{w}/trial_1/eval_measurements.csv",
                            evals([(speed, 0.2), (3 * speed, 0.9)]))
@@ -139,6 +142,28 @@ class HeldOut(ApfCase):
                           for b, v in sorted(picks.items())])
         scores = {s["name"]: s["score"] for s in res["submissions"]}
         self.assertEqual(scores["fast"], 1.0)
+        self.assertEqual(res["heldout_binding"], "the seed of the 2 entries the runs here run")
+        self.assertIn("  drawn with the seed of the 2 entries the runs here run\n",
+                      self.ok("score", runs, "--heldout", draw_path).out)
+        # One of the two runs alone is part of the board the draw was made
+        # for: refused unless the scorer says so.
+        self.fails(2, "score", self.path("runs/fast"), "--heldout", draw_path,
+                   match="which no run here runs")
+        self.fails(2, "score", runs, "--heldout-subset",
+                   match="--heldout-subset: no held-out draw here")
+        r = self.ok("score", self.path("runs/fast"), "--heldout", draw_path,
+                    "--heldout-subset", "--json")
+        self.assertEqual(json.loads(r.out)["heldout_binding"],
+                         "the seed of 2 entries, 1 of them run here "
+                         "(--heldout-subset: the others are the draw's word)")
+        # Logs in AlgoPerf's layout (a published board's records) name no
+        # entry: nothing to hold the draw to, and the line says so.
+        for sub in ("fast", "slow"):
+            os.remove(self.path(f"runs/{sub}/run.json"))
+        r = self.ok("score", runs, "--heldout", draw_path, "--json")
+        self.assertEqual(json.loads(r.out)["heldout_binding"],
+                         "the seed of 2 entries, which no log here names (no apf run): "
+                         "the draw's word")
 
     def test_tampering_is_caught_by_verify(self):
         a, b = self.entry("a"), self.entry("b")

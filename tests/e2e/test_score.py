@@ -450,6 +450,21 @@ class BadInput(unittest.TestCase):
         self.assert_fails(apf("score", missing, "--targets", self.targets),
                           missing, "No such file or directory")
 
+    def test_a_run_json_too_large_or_symlinked_is_refused_at_once(self):
+        # A run directory is someone else's: its run.json is read as the
+        # verifier reads it (a regular file inside the run, at most 64 MiB),
+        # not loaded whole whatever its size or wherever it points.
+        rj = os.path.join(self.sub, "run.json")
+        with open(rj, "wb") as f:
+            f.truncate((64 << 20) + 1)
+        self.assert_fails(apf("score", self.sub, "--targets", self.targets),
+                          "run.json", "larger than")
+        os.remove(rj)
+        elsewhere = os.path.join(self.tmp, "elsewhere.json")
+        write(elsewhere, "{}")
+        os.symlink(elsewhere, rj)
+        self.assert_fails(apf("score", self.sub, "--targets", self.targets), "run.json")
+
     def test_directory_without_logs(self):
         empty = os.path.join(self.tmp, "empty")
         os.mkdir(empty)

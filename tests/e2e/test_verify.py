@@ -617,7 +617,7 @@ class VerifyScenarios(RunCase):
         self.assertIn("the seed was given by hand, not derived from the entries: "
                       "whoever chose it chose the variants", self.heldout_detail(run))
         self.ok("heldout", "draw", run.file("entry.apf"), "-o", run.file("heldout.json"))
-        self.assertIn("the seed recomputed from the draw's 1 entry, this run's among them",
+        self.assertIn("the seed recomputed from the draw's one entry, this run's",
                       self.heldout_detail(run))
         good = open(run.file("heldout.json")).read()
         # The operator's own seed in a file that says it came from the
@@ -635,6 +635,51 @@ class VerifyScenarios(RunCase):
                       "its seed is not bound to this entry")
         open(run.file("heldout.json"), "w").write(good)
         self.verified(run)
+
+    def test_a_draw_from_made_up_entries_does_not_score(self):
+        """The submitter's way to choose the seed of a draw "from entries":
+        list made-up entries beside their own until the variants suit them.
+        One run cannot tell (its entry is among them; verify says the others
+        are the draw's word), so apf score holds a draw's entries to the
+        runs scored with it: an entry no run here runs is refused unless
+        the scorer says the runs are part of a larger board, and a run the
+        draw was made without is refused always."""
+        run = self.make_run(out="drawn", variant_units=[("wide", 0, 1)])
+        dummy = self.make_submission(name="dummy")
+        self.ok("pack", dummy, "-w", "tiny", "-o", self.path("dummy.apf"), "--no-build")
+        # tiny has one variant, so every seed draws it: the binding is
+        # what is under test.
+        self.ok("heldout", "draw", run.file("entry.apf"), self.path("dummy.apf"),
+                "-o", run.file("heldout.json"))
+        self.assertIn("this run's among them (the other 1 are the draw's word: apf "
+                      "score holds them to the runs scored with it)", self.heldout_detail(run))
+        for extra in ((), ("--verify",)):
+            with self.subTest(extra=extra):
+                r = self.fails(2, "score", run.path, *extra)
+                self.assertIn("heldout.json: drawn from entry ", r.err)
+                self.assertIn(" (dummy), which no run here runs: a draw's entries are "
+                              "the runs scored with it", r.err)
+        r = self.ok("score", run.path, "--heldout-subset", "--json")
+        self.assertEqual(json.loads(r.out)["heldout_binding"],
+                         "the seed of 2 entries, 1 of them run here (--heldout-subset: "
+                         "the others are the draw's word)")
+        # A draw made without this run's entry, given by the scorer.
+        self.ok("heldout", "draw", self.path("dummy.apf"), "-o", self.path("other.json"))
+        r = self.fails(2, "score", run.path, "--heldout", self.path("other.json"),
+                       "--heldout-subset")
+        self.assertIn("other.json: not drawn from ", r.err)
+        self.assertIn("could have been packed knowing the variants", r.err)
+        # The honest draw: this run's entry alone.
+        self.ok("heldout", "draw", run.file("entry.apf"), "-o", run.file("heldout.json"))
+        r = self.ok("score", run.path, "--verify", "--json")
+        self.assertEqual(json.loads(r.out)["heldout_binding"],
+                         "the seed of the 1 entry the runs here run")
+        # A seed by hand is said, not refused (an organiser may choose one).
+        self.ok("heldout", "draw", run.file("entry.apf"), "--seed", "7",
+                "-o", run.file("heldout.json"))
+        r = self.ok("score", run.path, "--json")
+        self.assertEqual(json.loads(r.out)["heldout_binding"],
+                         "a seed given with --seed: whoever chose it chose the variants")
 
     def test_edited_draw_is_recomputed_from_the_seed(self):
         # A runner that ran another variant than the seed draws, its
