@@ -426,8 +426,11 @@ int cmd_verify(int argc, char **argv)
 		return verify_run(path, key_path, entry_key, as_json,
 				  audit.pruned, &ao);
 	}
-	if (cmd_audit_wanted(&ao) || audit.tolerance || audit.compare ||
-	    audit.pruned) {
+	/* Only an entry that is there is called one: a path that is not
+	 * gets the entry reader's own line below. */
+	if ((cmd_audit_wanted(&ao) || audit.tolerance || audit.compare ||
+	     audit.pruned) &&
+	    lstat(path, &st) == 0) {
 		apf_error(APF_EUSAGE, "verify",
 			  "--reeval, --replay and --pruned are for a run "
 			  "directory; %s is an entry (its checks need no "

@@ -38,6 +38,10 @@ class PackAndVerify(ApfCase):
                        match=f"apf: verify: --reeval, --replay and --pruned are for a "
                              f"run directory; {entry} is an entry (its checks need no "
                              "options)")
+        # A path that is not there is not called an entry.
+        gone = self.path("gone.run")
+        self.fails(2, "verify", gone, "--pruned",
+                   match=f"apf: {gone}: open: No such file or directory")
 
     def test_manifest_matches_the_json_schema(self):
         import jsonschema
