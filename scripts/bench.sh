@@ -13,6 +13,12 @@
 # BENCH (default: all) is a space-separated list of bench names to run.
 # Each bench's whole output is kept in BUILD_DIR/bench/<name>.log.
 #
+# Each bench runs under scripts/quiet.py, which adds its RESULT lines on
+# the machine's load (foreign_cpu_share, steal_share, loadavg_before,
+# loadavg_after) and fails the bench with status 75 when other work ran
+# beside it; a bench that compares rounds fails with 75 too when they
+# disagree (APF_BENCH_KEEP_GOING=1 keeps such figures, marked).
+#
 # A bench fails when it exits non-zero or prints a RESULT line that is not
 # `RESULT <name> <metric> <number>`; the others still run, and the exit
 # status is 1 when any failed. A bench that exits 0 without any RESULT line
@@ -20,6 +26,12 @@
 # refuses what it measures).
 set -uo pipefail
 
+one=""
+if [ $# -eq 3 ] && [ "$1" = "--one" ]; then
+	# Internal: bench $2 alone, as scripts/quiet.py runs it.
+	one=$2
+	shift 2
+fi
 if [ $# -ne 1 ] || [ ! -d "$1" ]; then
 	echo "apf: bench: usage: scripts/bench.sh BUILD_DIR (a built tree)" >&2
 	exit 2
@@ -60,6 +72,11 @@ run_bench() {
 	return $status
 }
 
+if [ -n "$one" ]; then
+	run_bench "$one"
+	exit
+fi
+
 for dir in bench/*/; do
 	name=$(basename "$dir")
 	case " ${BENCH:-$name} " in *" $name "*) ;; *) continue ;; esac
@@ -67,12 +84,23 @@ for dir in bench/*/; do
 	log=$logs/$name.log
 	echo "bench: $name"
 	t0=$(date +%s)
-	run_bench "$name" 2>&1 | tee "$log"
+	python3 scripts/quiet.py "$name" -- bash "$root/scripts/bench.sh" \
+		--one "$name" "$build" 2>&1 | tee "$log"
 	rc=${PIPESTATUS[0]}
 	secs=$(($(date +%s) - t0))
 	why=""
-	[ "$rc" -ne 0 ] && why="exit status $rc"
+	if [ "$rc" -eq 75 ]; then
+		why="not to be believed: $(grep -E '^bench .*: NOT (QUIET|STEADY): ' "$log" |
+			head -n 1 | sed 's/^bench [^:]*: //')"
+	elif [ "$rc" -ne 0 ]; then
+		why="exit status $rc"
+	fi
+	# quiet.py's own lines (the load) do not make a bench's result: one
+	# that printed nothing else is a skip, its reason its last line.
+	mine="^(RESULT $name (foreign_cpu_share|steal_share|loadavg_before|loadavg_after) |bench $name: [0-9.]+ s; other work )"
 	lines=$(grep '^RESULT ' "$log" || true)
+	own=$(grep '^RESULT ' "$log" | grep -cvE "$mine" || true)
+	these=()
 	while read -r tag bench metric value extra; do
 		[ -n "$tag" ] || continue
 		if [ "$bench" != "$name" ] || [ -z "$metric" ] || [ -n "$extra" ] ||
@@ -80,13 +108,14 @@ for dir in bench/*/; do
 			why=${why:-"malformed line '$tag $bench $metric $value${extra:+ $extra}'"}
 			continue
 		fi
-		summary+=("RESULT $bench $metric $value")
+		these+=("RESULT $bench $metric $value")
 	done <<<"$lines"
+	[ "$own" -gt 0 ] && summary+=("${these[@]}")
 	if [ -n "$why" ]; then
 		failed+=("$name ($why; log: $log)")
 		echo "bench: $name FAILED after ${secs}s: $why" >&2
-	elif [ -z "$lines" ]; then
-		last=$(grep -v '^[[:space:]]*$' "$log" | tail -n 1)
+	elif [ "$own" -eq 0 ]; then
+		last=$(grep -v '^[[:space:]]*$' "$log" | grep -vE "$mine" | tail -n 1)
 		skipped+=("$name (${last:-no output}; log: $log)")
 		echo "bench: $name skipped: no RESULT line"
 	else

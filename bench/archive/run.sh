@@ -8,6 +8,7 @@
 #   extract  apf safe extraction vs zstd -dc | tar -x  (apf also syncs the
 #                                   tree to disk before renaming it in place)
 # Ratios are apf time / peer time (lower is better; 1 = as fast).
+# Each side's spread over its rounds: <op>_apf_spread, <op>_peer_spread.
 # Usage: bench/archive/run.sh BUILD_DIR   (prints RESULT lines)
 set -euo pipefail
 build=${1:-build}
@@ -54,16 +55,32 @@ time_cmd() {
 }
 fresh() { rm -rf "$dir/out" "$dir/e.apf" "$dir/peer.tar.zst"; }
 
-pack_t=$(for _ in $(seq "$reps"); do fresh; time_cmd "$drv" pack "$src" "$dir/e.apf"; done | best)
-peer_pack_t=$(for _ in $(seq "$reps"); do fresh; time_cmd bash -c \
-	"tar --sort=name --format=pax --mtime=@0 --owner=0 --group=0 --numeric-owner -C '$src' -cf - . | zstd -q -12 -T1 -o '$dir/peer.tar.zst'"; done | best)
-"$drv" pack "$src" "$dir/e.apf" # the peer loop removed it; its own output stays
-read_t=$(for _ in $(seq "$reps"); do time_cmd "$drv" read "$dir/e.apf"; done | best)
-peer_read_t=$(for _ in $(seq "$reps"); do time_cmd bash -c \
-	"zstd -qdc '$dir/peer.tar.zst' | tar -tf -"; done | best)
-extract_t=$(for _ in $(seq "$reps"); do rm -rf "$dir/out"; time_cmd "$drv" extract "$dir/e.apf" "$dir/out"; done | best)
-peer_extract_t=$(for _ in $(seq "$reps"); do rm -rf "$dir/out"; mkdir "$dir/out"; time_cmd bash -c \
-	"zstd -qdc '$dir/peer.tar.zst' | tar -xf - -C '$dir/out'"; done | best)
+# Each operation's two sides alternate, and every side's rounds are judged
+# for spread at the end.
+pack_ts=() peer_pack_ts=() read_ts=() peer_read_ts=() extract_ts=() peer_extract_ts=()
+for _ in $(seq "$reps"); do
+	fresh
+	pack_ts+=("$(time_cmd "$drv" pack "$src" "$dir/e.apf")")
+	peer_pack_ts+=("$(time_cmd bash -c \
+		"tar --sort=name --format=pax --mtime=@0 --owner=0 --group=0 --numeric-owner -C '$src' -cf - . | zstd -q -12 -T1 -o '$dir/peer.tar.zst'")")
+done
+for _ in $(seq "$reps"); do
+	read_ts+=("$(time_cmd "$drv" read "$dir/e.apf")")
+	peer_read_ts+=("$(time_cmd bash -c "zstd -qdc '$dir/peer.tar.zst' | tar -tf -")")
+done
+for _ in $(seq "$reps"); do
+	rm -rf "$dir/out"
+	extract_ts+=("$(time_cmd "$drv" extract "$dir/e.apf" "$dir/out")")
+	rm -rf "$dir/out.peer"
+	mkdir "$dir/out.peer"
+	peer_extract_ts+=("$(time_cmd bash -c "zstd -qdc '$dir/peer.tar.zst' | tar -xf - -C '$dir/out.peer'")")
+done
+bestof() { printf '%s\n' "$@" | best; }
+pack_t=$(bestof "${pack_ts[@]}") peer_pack_t=$(bestof "${peer_pack_ts[@]}")
+read_t=$(bestof "${read_ts[@]}") peer_read_t=$(bestof "${peer_read_ts[@]}")
+extract_t=$(bestof "${extract_ts[@]}") peer_extract_t=$(bestof "${peer_extract_ts[@]}")
+diff -r "$src" "$dir/out" > /dev/null
+diff -r "$src" "$dir/out.peer" > /dev/null
 diff -r "$src" "$dir/out" > /dev/null
 
 apf_size=$(stat -c %s "$dir/e.apf")
@@ -86,3 +103,8 @@ printf 'RESULT archive extract_ratio %.3f\n' "$(ratio "$extract_t" "$peer_extrac
 printf 'RESULT archive size_ratio %.4f\n' "$(ratio "$apf_size" "$peer_size")"
 printf 'RESULT archive pack_mbps %.1f\n' "$(mbps "$pack_t")"
 printf 'RESULT archive extract_mbps %.1f\n' "$(mbps "$extract_t")"
+csv() { local IFS=,; echo "$*"; }
+python3 "$(dirname "$0")/../../scripts/quiet.py" rounds archive \
+	"pack/apf=$(csv "${pack_ts[@]}")" "pack/peer=$(csv "${peer_pack_ts[@]}")" \
+	"read/apf=$(csv "${read_ts[@]}")" "read/peer=$(csv "${peer_read_ts[@]}")" \
+	"extract/apf=$(csv "${extract_ts[@]}")" "extract/peer=$(csv "${peer_extract_ts[@]}")"

@@ -2,7 +2,8 @@
 # bench/hash: tree digest of a generated ~1 GiB tree of ~2,000 files, apf vs
 # sha256sum over the same files, and vs two cores' `openssl speed -evp
 # sha256` rate, all measured in this run with a warm page cache.
-# Usage: bench/hash/run.sh BUILD_DIR   (prints RESULT lines)
+# Usage: bench/hash/run.sh BUILD_DIR   (prints RESULT lines; each side's
+# spread over its rounds as tree_apf_spread and tree_sha256sum_spread)
 set -euo pipefail
 build=${1:-build}
 apf=$build/apf
@@ -45,10 +46,16 @@ time_cmd() {
 	echo "$t1 - $t0" | bc -l
 }
 
-apf_t=$(for _ in $(seq "$reps"); do time_cmd "$apf" hash "$dir"; done | best)
-sum_t=$(for _ in $(seq "$reps"); do
-	time_cmd bash -c "cd '$dir' && find . -type f -print0 | sort -z | xargs -0 sha256sum"
-done | best)
+# The two sides alternate (a machine whose speed drifts moves both alike),
+# and each side's rounds are judged for spread at the end.
+apf_ts=()
+sum_ts=()
+for _ in $(seq "$reps"); do
+	apf_ts+=("$(time_cmd "$apf" hash "$dir")")
+	sum_ts+=("$(time_cmd bash -c "cd '$dir' && find . -type f -print0 | sort -z | xargs -0 sha256sum")")
+done
+apf_t=$(printf '%s\n' "${apf_ts[@]}" | best)
+sum_t=$(printf '%s\n' "${sum_ts[@]}" | best)
 # Two cores' OpenSSL rate on 16 KiB blocks (the last column), in kB/s.
 ossl_kbs=$(openssl speed -seconds 3 -multi "$(nproc)" -evp sha256 2>/dev/null |
 	awk '/^sha256/ {v=$NF} END {sub(/k$/, "", v); print v}')
@@ -64,3 +71,5 @@ printf 'RESULT hash sha256sum_gbps %.3f\n' "$sum_gbps"
 printf 'RESULT hash ratio_vs_sha256sum %.2f\n' "$(echo "$apf_gbps / $sum_gbps" | bc -l)"
 printf 'RESULT hash openssl_speed_%dcore_gbps %.3f\n' "$(nproc)" "$ossl_gbps"
 printf 'RESULT hash fraction_of_openssl_speed %.3f\n' "$(echo "$apf_gbps / $ossl_gbps" | bc -l)"
+python3 "$(dirname "$0")/../../scripts/quiet.py" rounds hash \
+	"tree/apf=$(IFS=,; echo "${apf_ts[*]}")" "tree/sha256sum=$(IFS=,; echo "${sum_ts[*]}")"

@@ -9,6 +9,8 @@
 # time-to-target loaded / quiet and of training steps per second of
 # submission time loaded / quiet (medians over the rounds; 1.00 is a clock
 # the load cannot move), and the share of step blocks short of cores.
+# The spread over rounds of the cpu clock's steps per second, quiet and
+# loaded: cpu_steps_per_s_quiet_spread, cpu_steps_per_s_loaded_spread.
 # Usage: bench/load/run.sh BUILD_DIR   (APF_BENCH_ROUNDS rounds, default 3)
 set -euo pipefail
 build=${1:-build}
@@ -82,8 +84,10 @@ for r in $(seq "$rounds"); do
 	done
 done
 
-python3 - "${res[wall-quiet]}" "${res[wall-loaded]}" "${res[cpu-quiet]}" "${res[cpu-loaded]}" <<'PY'
+python3 - "$root/scripts" "${res[wall-quiet]}" "${res[wall-loaded]}" "${res[cpu-quiet]}" "${res[cpu-loaded]}" <<'PY'
 import statistics, sys
+sys.path.insert(0, sys.argv.pop(1))
+import quiet
 def rows(s):
     return [list(map(float, x.split())) for x in s.split(";") if x.strip()]
 wq, wl, cq, cl = (rows(a) for a in sys.argv[1:5])
@@ -96,4 +100,11 @@ for name, q, l in (("wall", wq, wl), ("cpu", cq, cl)):
     print(f"RESULT load {name}_ttt_loaded_over_quiet {med(l, 0) / med(q, 0):.3f}")
     print(f"RESULT load {name}_steps_per_s_loaded_over_quiet {med(l, 1) / med(q, 1):.3f}")
 print(f"RESULT load cpu_use_quiet {med(wq, 3):.3f}")
+# The claim is the cpu clock's: its steps per submission-second, quiet and
+# loaded, must agree from round to round (the wall clock's loaded rounds
+# are the load's, and vary as it does).
+bad = quiet.steady("load", "cpu_steps_per_s", {"quiet": [r[1] for r in cq],
+                                               "loaded": [r[1] for r in cl]})
+sys.stdout.flush()
+quiet.finish("load", bad)
 PY

@@ -5,6 +5,8 @@
 # seconds of submission time per training step and time-to-target of each,
 # their ratios, and the median cost of one eval point (the evaluation while
 # the trial is frozen, and the checkpoint + log + signature after it).
+# The spread over rounds of each mode's step time and of the per-round
+# ratio: step_sealed_spread, step_unsealed_spread, step_ratio_spread.
 # Usage: bench/overhead/run.sh BUILD_DIR
 set -euo pipefail
 build=${1:-build}
@@ -58,8 +60,10 @@ for r in $(seq "$rounds"); do
 		if [ "$mode" = sealed ]; then sealed+=("$m"); else unsealed+=("$m"); fi
 	done
 done
-python3 - "${sealed[@]}" -- "${unsealed[@]}" <<'PY'
+python3 - "$root/scripts" "${sealed[@]}" -- "${unsealed[@]}" <<'PY'
 import statistics, sys
+sys.path.insert(0, sys.argv.pop(1))
+import quiet
 args = sys.argv[1:]
 cut = args.index("--")
 def rows(xs): return [list(map(float, x.split())) for x in xs]
@@ -73,4 +77,9 @@ print(f"RESULT overhead unsealed_time_to_target_s {med(u, 1):.2f}")
 print(f"RESULT overhead time_to_target_ratio_sealed_vs_unsealed {med(s, 1) / med(u, 1):.4f}")
 print(f"RESULT overhead eval_frozen_ms {med(s, 2):.1f}")
 print(f"RESULT overhead checkpoint_and_log_ms {med(s, 3):.1f}")
+bad = quiet.steady("overhead", "step", {"sealed": [r[0] for r in s],
+                                        "unsealed": [r[0] for r in u],
+                                        "ratio": [a[0] / b[0] for a, b in zip(s, u)]})
+sys.stdout.flush()
+quiet.finish("overhead", bad)
 PY

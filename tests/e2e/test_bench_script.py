@@ -3,14 +3,23 @@ a scratch copy of the tree: each of the three kinds of bench runs (run.sh,
 an executable `run`, programs built from the bench's C files), every bench
 runs even after one fails, the RESULT lines are repeated as a summary, a
 bench that fails or prints a malformed RESULT line is named and makes the
-whole command fail, and one that prints no RESULT line is a skip."""
+whole command fail, and one that prints no RESULT line is a skip. Each
+bench runs under scripts/quiet.py, whose verdicts on the machine's load
+and on the rounds' spread are tested here on given figures (a test cannot
+make a machine quiet or busy on demand)."""
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import unittest
 
 from apftest import ROOT
+
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+import quiet  # noqa: E402
+
+LOAD = ("foreign_cpu_share", "steal_share", "loadavg_before", "loadavg_after")
 
 # name -> {file: (mode, text)}; "build:" files go under build/bench/<name>/.
 BENCHES = {
@@ -26,6 +35,11 @@ BENCHES = {
     "script": {"run": (0o755, "test -d \"$1\" || exit 9\n"
                        "echo 'RESULT script build_dir_given 1'\n")},
     "sloppy": {"run.sh": (0o644, "echo 'RESULT sloppy ratio fast'\n")},
+    # A bench whose rounds disagree, judged as the Python benches judge
+    # theirs.
+    "wobbly": {"run": (0o755, "echo 'RESULT wobbly ratio 2.5'\n"
+                       "python3 scripts/quiet.py rounds wobbly "
+                       "step/apf=1.0,1.02,0.99 step/peer=1.0,1.5,0.8\n")},
 }
 
 
@@ -33,8 +47,8 @@ class BenchScript(unittest.TestCase):
     def setUp(self):
         self.tmp = tempfile.mkdtemp(prefix="apf-bench-")
         os.makedirs(os.path.join(self.tmp, "scripts"))
-        shutil.copy(os.path.join(ROOT, "scripts", "bench.sh"),
-                    os.path.join(self.tmp, "scripts", "bench.sh"))
+        for f in ("bench.sh", "quiet.py"):
+            shutil.copy(os.path.join(ROOT, "scripts", f), os.path.join(self.tmp, "scripts", f))
         for name, files in BENCHES.items():
             os.makedirs(os.path.join(self.tmp, "bench", name))
             for f, (mode, body) in files.items():
@@ -61,25 +75,52 @@ class BenchScript(unittest.TestCase):
         self.assertEqual(p.returncode, 1, p)
         out = p.stdout
         summary = out[out.index("bench summary:"):].splitlines()
-        self.assertEqual(summary[0], "bench summary: 3 passed, 3 failed, 1 skipped")
-        self.assertEqual(summary[1:7], [
+        self.assertEqual(summary[0], "bench summary: 3 passed, 4 failed, 1 skipped")
+        results = [l for l in summary if l.startswith("RESULT ")]
+        self.assertEqual([l for l in results if l.split()[2] not in LOAD], [
             "RESULT alpha speed_ratio 1.25", "RESULT alpha size_ratio 0.5",
             "RESULT broken half 3", "RESULT prog one_ms 2.5",
-            "RESULT prog two_ms 1e-3", "RESULT script build_dir_given 1"])
-        self.assertTrue(summary[7].startswith(
+            "RESULT prog two_ms 1e-3", "RESULT script build_dir_given 1",
+            "RESULT wobbly ratio 2.5", "RESULT wobbly step_apf_spread 0.030",
+            "RESULT wobbly step_peer_spread 0.700"])
+        # Every bench with results has the machine's load beside them; a
+        # skipped one's load lines do not make it a result.
+        for bench in ("alpha", "broken", "prog", "script", "wobbly"):
+            self.assertEqual([l.split()[2] for l in results
+                              if l.split()[1] == bench and l.split()[2] in LOAD],
+                             list(LOAD), bench)
+        self.assertFalse([l for l in results if l.split()[1] in ("mute", "empty")])
+        skipped = [l for l in summary if l.startswith("SKIPPED ")]
+        self.assertEqual(len(skipped), 1, out)
+        self.assertTrue(skipped[0].startswith(
             "SKIPPED mute (bench mute: skipped: no namespaces; log:"), summary)
         failed = [l for l in summary if l.startswith("FAILED ")]
-        self.assertEqual(len(failed), 3, out)
+        self.assertEqual(len(failed), 4, out)
         self.assertIn("FAILED broken (exit status 3;", failed[0])
         self.assertIn("FAILED empty (exit status 127;", failed[1])
         self.assertIn("FAILED sloppy (malformed line 'RESULT sloppy ratio fast'",
                       failed[2])
+        self.assertIn("FAILED wobbly (not to be believed: step: NOT STEADY: peer's 3 "
+                      "rounds spread 70% of their median (limit 10%);", failed[3])
         self.assertIn("bench: broken FAILED", p.stderr)
         # Each bench's whole output is kept, stderr included.
         with open(os.path.join(self.tmp, "build", "bench", "broken.log")) as f:
             self.assertIn("peer missing", f.read())
         with open(os.path.join(self.tmp, "build", "bench", "empty.log")) as f:
             self.assertIn("no run.sh, no executable run, and no program", f.read())
+
+    def test_figures_kept_when_asked_and_said_to_be_unsteady(self):
+        p = self.bench("build", env={"BENCH": "wobbly", "APF_BENCH_KEEP_GOING": "1"})
+        self.assertEqual(p.returncode, 0, p)
+        self.assertIn("bench summary: 1 passed, 0 failed, 0 skipped", p.stdout)
+        self.assertIn("bench wobbly: step: NOT STEADY: peer's 3 rounds spread 70% of "
+                      "their median (limit 10%) (kept: APF_BENCH_KEEP_GOING)", p.stdout)
+        p = self.bench("build", env={"BENCH": "wobbly", "APF_BENCH_MAX_SPREAD": "0.8"})
+        self.assertEqual(p.returncode, 0, p)
+        self.assertNotIn("NOT STEADY", p.stdout + p.stderr)
+        p = self.bench("build", env={"BENCH": "wobbly", "APF_BENCH_MAX_SPREAD": "ten"})
+        self.assertEqual(p.returncode, 1, p)
+        self.assertIn("apf: bench: APF_BENCH_MAX_SPREAD='ten': not a number", p.stdout)
 
     def test_selection_and_success(self):
         p = self.bench("build", env={"BENCH": "alpha script mute"})
@@ -96,3 +137,53 @@ class BenchScript(unittest.TestCase):
         self.assertTrue(p.stderr.startswith("apf: bench: usage"), p.stderr)
         p = self.bench(os.path.join(self.tmp, "absent"))
         self.assertEqual(p.returncode, 2)
+
+
+class QuietVerdicts(unittest.TestCase):
+    """scripts/quiet.py's verdicts, on given measurements."""
+
+    def test_other_work_and_steal_make_a_run_not_quiet(self):
+        # 10 s on 2 cores: 20 core-seconds. The bench's own 9.5 s of the
+        # 10 busy leave 0.5 s to others: 2.5%, quiet.
+        foreign, steal, why, judged = quiet.judge(10, 2, 10.0, 0.0, 9.5, 0.05, 0.05)
+        self.assertEqual((round(foreign, 3), steal, why, judged), (0.025, 0.0, None, True))
+        # A busy loop beside it: one core's 10 s more.
+        foreign, _, why, _ = quiet.judge(10, 2, 20.0, 0.0, 9.5, 0.05, 0.05)
+        self.assertAlmostEqual(foreign, 0.525)
+        self.assertEqual(why, "other work took 52% of the 2 cores' time (limit 5%)")
+        _, steal, why, _ = quiet.judge(10, 2, 9.5, 2.0, 9.5, 0.05, 0.05)
+        self.assertAlmostEqual(steal, 0.1)
+        self.assertEqual(why, "the hypervisor took 10% of it for other guests (limit 5%)")
+        # The bench's own time over the ticks counted (rounding) is not
+        # negative work by others.
+        self.assertEqual(quiet.judge(10, 2, 9.0, 0.0, 9.5, 0.05, 0.05)[0], 0.0)
+
+    def test_a_run_too_short_for_the_ticks_is_not_judged(self):
+        foreign, _, why, judged = quiet.judge(0.5, 2, 1.0, 0.0, 0.0, 0.05, 0.05)
+        self.assertEqual((foreign, why, judged), (1.0, None, False))
+
+    def test_spread(self):
+        self.assertAlmostEqual(quiet.spread([100, 110, 90]), 0.2)
+        self.assertEqual(quiet.spread([5.0]), 0.0)
+        self.assertIsNone(quiet.unsteady("b", "c", "apf", 0.1, 3))
+        self.assertEqual(quiet.unsteady("b", "c", "apf", 0.11, 3),
+                         "bench b: c: NOT STEADY: apf's 3 rounds spread 11% of their "
+                         "median (limit 10%)")
+
+    def test_command_line(self):
+        q = [sys.executable, os.path.join(ROOT, "scripts", "quiet.py")]
+        p = subprocess.run(q + ["x", "--", "sh", "-c", "echo hi; exit 3"],
+                           capture_output=True, text=True, timeout=60)
+        self.assertEqual(p.returncode, 3, p)
+        self.assertTrue(p.stdout.startswith("hi\nbench x: "), p.stdout)
+        self.assertIn("(too short to judge)", p.stdout)
+        self.assertEqual([l.split()[2] for l in p.stdout.splitlines()
+                          if l.startswith("RESULT x ")], list(LOAD))
+        for bad in ([], ["x", "sh"], ["", "--", "true"]):
+            p = subprocess.run(q + bad, capture_output=True, text=True, timeout=60)
+            self.assertEqual(p.returncode, 2, (bad, p))
+            self.assertIn("apf: bench: usage: scripts/quiet.py", p.stderr)
+        p = subprocess.run(q + ["x", "--", "/nonexistent/prog"], capture_output=True,
+                           text=True, timeout=60)
+        self.assertEqual(p.returncode, 127, p)
+        self.assertIn("apf: bench: /nonexistent/prog: No such file or directory", p.stderr)
