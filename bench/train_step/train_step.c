@@ -11,10 +11,21 @@
  *     gflops <model GEMM FLOPs per second at that rate>
  *     sgemm_peak_gflops <best of square 1024 and 2048 sgemm, same threads>
  *     peak_rss_mib <VmHWM of this process: data + model + optimizer>
+ *     step_bytes <bytes a step moves at the least, roofline model below>
+ *     step_flops <the FLOPs above, per step>
+ *     mem_gbps <best STREAM-style triad rate over arrays far beyond the
+ *               caches, same threads>
  *
  * FLOPs count the multiply-adds of convolutions and linear layers, times 2
  * (multiply and add), times 3 (forward, input gradient, weight gradient).
+ * Bytes: BATCH times apf_net_example_bytes (every stored tensor and its
+ * gradient written once and read once), plus the parameters read forward
+ * and backward and their gradient written, plus AdamW's read of
+ * parameters, gradients and both moments and write of three: 10 floats a
+ * parameter. The roofline bound of a step is the larger of its FLOPs at
+ * the sgemm peak and its bytes at the triad rate.
  */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,6 +63,68 @@ static double sgemm_peak(void)
 		free(b);
 		free(c);
 	}
+	return best;
+}
+
+/* The triad a[i] = b[i] + s c[i] over arrays of 2^25 floats (128 MiB
+ * each), each thread on its own slice (first touched by it), best of five
+ * after one warm-up; STREAM's count of 12 bytes an element. */
+enum { TRIAD_N = 1 << 25 };
+
+struct triad {
+	float *a, *b, *c;
+	size_t lo, hi;
+	int init;
+};
+
+static void *triad_slice(void *arg)
+{
+	struct triad *t = arg;
+	if (t->init)
+		for (size_t i = t->lo; i < t->hi; i++) {
+			t->a[i] = 0.0f;
+			t->b[i] = 1.0f;
+			t->c[i] = 2.0f;
+		}
+	else
+		for (size_t i = t->lo; i < t->hi; i++)
+			t->a[i] = t->b[i] + 3.0f * t->c[i];
+	return NULL;
+}
+
+static double triad_gbps(int threads)
+{
+	float *a = malloc(TRIAD_N * sizeof *a), *b = malloc(TRIAD_N * sizeof *b),
+	      *c = malloc(TRIAD_N * sizeof *c);
+	pthread_t *tid = calloc((size_t)threads, sizeof *tid);
+	struct triad *sl = calloc((size_t)threads, sizeof *sl);
+	if (!a || !b || !c || !tid || !sl)
+		exit(2);
+	double best = 0;
+	for (int r = -2; r < 5; r++) {
+		uint64_t t0 = apf_now_ns();
+		for (int k = 0; k < threads; k++) {
+			sl[k] = (struct triad){a, b, c,
+					       (size_t)TRIAD_N * k / threads,
+					       (size_t)TRIAD_N * (k + 1) / threads,
+					       r == -2};
+			if (pthread_create(&tid[k], NULL, triad_slice, &sl[k]))
+				exit(2);
+		}
+		for (int k = 0; k < threads; k++)
+			pthread_join(tid[k], NULL);
+		double g = 12.0 * TRIAD_N / (double)(apf_now_ns() - t0);
+		if (r >= 0 && g > best)
+			best = g;
+	}
+	/* Keeps the loop's stores observable. */
+	if (a[TRIAD_N / 2] != 7.0f)
+		exit(3);
+	free(a);
+	free(b);
+	free(c);
+	free(tid);
+	free(sl);
 	return best;
 }
 
@@ -135,7 +208,11 @@ int main(int argc, char **argv)
 	printf("samples_per_s %.1f\n", rate);
 	printf("gflops %.1f\n", rate * flops / 1e9);
 	printf("peak_rss_mib %.1f\n", peak_rss_kib() / 1024.0);
+	printf("step_flops %.0f\n", flops * B);
+	printf("step_bytes %.0f\n",
+	       B * apf_net_example_bytes(net) + 10.0 * sizeof(float) * np);
 	printf("sgemm_peak_gflops %.1f\n", sgemm_peak());
+	printf("mem_gbps %.2f\n", triad_gbps(threads));
 	free(rates);
 	be->free(be, arena);
 	be->free(be, grads);

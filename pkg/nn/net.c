@@ -1092,6 +1092,24 @@ double apf_net_forward_macs(const apf_net *net)
 	return macs;
 }
 
+double apf_net_example_bytes(const apf_net *net)
+{
+	/* Tensor 0 is the input: read once. Every other stored tensor is
+	 * written forward and read backward, and so is its gradient; a fused
+	 * tensor lives in registers. Attention keeps its probabilities. */
+	double floats = net->nt ? (double)tensor_numel(&net->t[0]) : 0;
+	for (size_t i = 1; i < net->nt; i++)
+		if (!net->t[i].fused)
+			floats += 4.0 * (double)tensor_numel(&net->t[i]);
+	for (size_t i = 0; i < net->nops; i++) {
+		const struct op *o = &net->ops[i];
+		if (o->type == OP_ATTENTION)
+			floats += 2.0 * o->heads * (double)net->t[o->out].W *
+				  net->t[o->out].W;
+	}
+	return floats * sizeof(float);
+}
+
 void apf_net_bind(apf_net *net, float *params, float *state)
 {
 	net->bound_params = params;

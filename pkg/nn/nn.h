@@ -550,6 +550,12 @@ int apf_net_output(const apf_net *net);
 int apf_net_out_positions(const apf_net *net);
 /* Multiply-adds of one example's forward pass (for FLOP figures). */
 double apf_net_forward_macs(const apf_net *net);
+/* Bytes one example's training step moves at the least, by the roofline
+ * model of bench/train_step: the input read once; every tensor the net
+ * stores written forward and read backward, and its gradient written and
+ * read; attention's probabilities written and read. The parameters'
+ * traffic (per step, not per example) is the caller's to add. */
+double apf_net_example_bytes(const apf_net *net);
 
 /* Binds the caller's parameter and model-state buffers (backend memory of
  * param_floats and state_floats floats); may be called again to rebind. */

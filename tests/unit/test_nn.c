@@ -1717,9 +1717,40 @@ static void init_depends_on_key_only(void **state)
 	apf_backend_free(be);
 }
 
+/* bench/train_step's roofline model: the input read once, every stored
+ * tensor and its gradient written and read once (4 passes), a tensor
+ * fused into a conv-bn-relu chain nothing. */
+static void example_bytes_count_what_the_step_stores(void **state)
+{
+	(void)state;
+	apf_backend *be;
+	assert_apf_ok(apf_backend_cpu_new(&be, 1));
+	apf_net *net;
+	assert_apf_ok(apf_net_new(&net, be, 1, 1, 8));
+	int t = apf_net_linear(net, 0, 4, 1, "fc1");
+	t = apf_net_activation(net, t, APF_ACT_RELU);
+	t = apf_net_linear(net, t, 2, 1, "fc2");
+	assert_apf_ok(apf_net_finish(net, t));
+	/* 8 + 4 x (4 + 4 + 2) floats */
+	assert_true(apf_net_example_bytes(net) == 48.0 * sizeof(float));
+	apf_net_free(net);
+	assert_apf_ok(apf_net_new(&net, be, 4, 4, 1));
+	t = apf_net_conv2d(net, 0, 2, 3, 1, 1, 0, "c");
+	t = apf_net_batchnorm(net, t, 0.1f, 1e-5f, "bn");
+	t = apf_net_activation(net, t, APF_ACT_RELU);
+	t = apf_net_global_avgpool(net, t);
+	t = apf_net_linear(net, t, 3, 1, "head");
+	assert_apf_ok(apf_net_finish(net, t));
+	/* 16 + 4 x (32 conv + 0 bn (fused) + 32 relu + 2 pool + 3 head) */
+	assert_true(apf_net_example_bytes(net) == 292.0 * sizeof(float));
+	apf_net_free(net);
+	apf_backend_free(be);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(example_bytes_count_what_the_step_stores),
 		cmocka_unit_test(linear_gradients_match_finite_differences),
 		cmocka_unit_test(conv2d_gradients_match_finite_differences),
 		cmocka_unit_test(batchnorm_gradients_match_finite_differences),
