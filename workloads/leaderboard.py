@@ -663,7 +663,8 @@ def cmd_run(args):
             if until is not None:
                 need = estimate_s(c, entry, run, drawn if args.heldout else None)
                 if time.time() + need > until:
-                    print(f"{kind} {n}: not begun: it would take about {need / 60:.0f} min, "
+                    what = "not continued" if os.path.exists(run) else "not begun"
+                    print(f"{kind} {n}: {what}: it would take about {need / 60:.0f} min, "
                           f"past --until {args.until}; the invocation stops here", flush=True)
                     break
             for k in studies:
