@@ -421,40 +421,6 @@ static int add_missing_units(struct apf_score_submission *s)
 	return rc;
 }
 
-/* run.json's "submission", when it is a string. */
-static int run_submission_name(const char *dir, char **name)
-{
-	*name = NULL;
-	char *path = apf_path_join(dir, "run.json");
-	if (!path)
-		return apf_error(APF_ENOMEM, dir, "out of memory");
-	/* As the verifier reads it: a regular file inside the run, capped. */
-	char *text = NULL;
-	size_t len = 0;
-	json_error_t err;
-	json_t *j = NULL;
-	int rc = apf_file_read_beneath(&text, &len, dir, "run.json",
-				       APF_MAX_RUN_JSON_BYTES, 0);
-	if (!rc && !(j = json_loadb(text, len, JSON_REJECT_DUPLICATES, &err)))
-		rc = apf_error(APF_EINPUT, path, "line %d: %s", err.line,
-			       err.text);
-	else if (!rc && !json_is_object(j))
-		rc = apf_error(APF_EINPUT, path, "not a JSON object");
-	else if (!rc) {
-		json_t *s = json_object_get(j, "submission");
-		if (json_is_string(s) && json_string_length(s) > 0) {
-			*name = apf_strdup(json_string_value(s));
-			if (!*name)
-				rc = apf_error(APF_ENOMEM, path,
-					       "out of memory");
-		}
-	}
-	json_decref(j);
-	free(text);
-	free(path);
-	return rc;
-}
-
 static int cmp_int(int a, int b)
 {
 	return (a > b) - (a < b);
@@ -476,10 +442,11 @@ static int add_submission(apf_score_logs *l, const char *dir,
 		rc = apf_error(APF_ENOMEM, dir, "out of memory");
 	if (!rc && label && !(s.name = apf_strdup(label)))
 		rc = apf_error(APF_ENOMEM, dir, "out of memory");
-	if (!rc && s.apf_run && !label)
-		rc = run_submission_name(real, &s.name);
 	if (!rc && s.apf_run)
 		rc = apf_score_read_run(&s.run, real);
+	if (!rc && s.apf_run && !label && s.run->submission &&
+	    !(s.name = apf_strdup(s.run->submission)))
+		rc = apf_error(APF_ENOMEM, dir, "out of memory");
 	if (!rc && !s.name) {
 		const char *base = strrchr(real, '/');
 		s.name = apf_strdup(base && base[1] ? base + 1 : real);

@@ -45,6 +45,7 @@ void apf_score_run_free(apf_score_run *r)
 	}
 	free(r->units);
 	free(r->log_error);
+	free(r->submission);
 	hw_free(&r->hw);
 	free(r);
 }
@@ -148,6 +149,10 @@ static int read_run_json(apf_score_run *r, const json_t *j)
 	if (digest && strlen(digest) == 64 &&
 	    strspn(digest, "0123456789abcdef") == 64)
 		memcpy(r->entry_manifest, digest, 65);
+	const json_t *sub = json_object_get(j, "submission");
+	if (json_is_string(sub) && json_string_length(sub) > 0 &&
+	    !(r->submission = apf_strdup(json_string_value(sub))))
+		return NOMEM("score");
 	hw->device = dup_string(json_object_get(j, "device"));
 	hw->threads = integer_or(json_object_get(j, "threads"), -1);
 	hw->cpu_model = dup_string(json_object_get(cpu, "model"));

@@ -285,6 +285,8 @@ typedef struct apf_score_run {
 	/* run.json's entry.manifest_sha256 (64 lowercase hex), else "": the
 	 * entry the run claims to run, checked by the verifier, not here. */
 	char entry_manifest[65];
+	char *submission; /* run.json's "submission" when a non-empty string,
+			   * else NULL */
 	/* run.json's clock (rundir.h enum apf_clock; -1: one apf does not
 	 * write) and budget scale (1: a result; 0: not one apf writes), and
 	 * the logs' step blocks, those short of cores among them
