@@ -118,9 +118,11 @@ static int verify_runs(struct cmd_scoring *s, const struct cmd_scoring_in *in,
 	return rc;
 }
 
-/* The entry each apf run given claims to run (run.json's digest), taken
- * before verification leaves any run out: one left out is still a run the
- * board names. */
+/* The entry each apf run scored runs (run.json's digest), taken after
+ * --verify has left out the runs that fail it: a run left out is not on
+ * the board, and counting its claim would let a made-up entry in a draw be
+ * "run" by a directory that only names it (the seed chosen, the fake run
+ * dropped with a note, the real one scored on the variants chosen). */
 struct run_entry {
 	char digest[65];
 	char *name;
@@ -334,12 +336,12 @@ int cmd_scoring_compute(struct cmd_scoring *s, const struct cmd_scoring_in *in)
 		rc = apf_error(APF_EUSAGE, in->cmd,
 			       "--reeval, --replay and --pruned are checks of "
 			       "--verify: give --verify too");
+	if (!rc && in->verify)
+		rc = verify_runs(s, in, &ao);
 	struct run_entry *re = NULL;
 	size_t nre = 0;
 	if (!rc)
 		rc = run_entries(s->logs, &re, &nre);
-	if (!rc && in->verify)
-		rc = verify_runs(s, in, &ao);
 	if (!rc)
 		rc = in->targets_path
 			     ? apf_score_targets_load_json(&s->targets,

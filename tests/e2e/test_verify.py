@@ -681,6 +681,37 @@ class VerifyScenarios(RunCase):
         self.assertEqual(json.loads(r.out)["heldout_binding"],
                          "a seed given with --seed: whoever chose it chose the variants")
 
+    def test_a_made_up_entry_is_not_run_by_a_directory_that_fails_verify(self):
+        """The next step of the same cheat: beside the real run, a directory
+        whose run.json names the made-up entry. It fails verification, so
+        score --verify leaves it out, and its claim must go with it: the
+        draw is then refused as if the directory were not there (the seed
+        was chosen; the real run would be scored on the chosen variants)."""
+        run = self.make_run(out="drawn", variant_units=[("wide", 0, 1)])
+        dummy = self.make_submission(name="dummy")
+        self.ok("pack", dummy, "-w", "tiny", "-o", self.path("dummy.apf"), "--no-build")
+        self.ok("heldout", "draw", run.file("entry.apf"), self.path("dummy.apf"),
+                "-o", run.file("heldout.json"))
+        draw = json.load(open(run.file("heldout.json")))
+        made_up = [e["manifest_sha256"] for e in draw["entries"]
+                   if e["submission"] == "dummy"]
+        self.assertEqual(len(made_up), 1, draw)
+        fake = self.path("fake")
+        shutil.copytree(run.path, fake)
+        rj = json.load(open(os.path.join(fake, "run.json")))
+        rj["entry"]["manifest_sha256"] = made_up[0]
+        json.dump(rj, open(os.path.join(fake, "run.json"), "w"))
+        self.fails(1, "verify", fake)
+        r = self.fails(2, "score", run.path, f"{fake}=dummy", "--verify")
+        self.assertIn(" (dummy), which no run here runs: a draw's entries are "
+                      "the runs scored with it", r.err)
+        # Said as what it is when the scorer asks for part of a board.
+        r = self.ok("score", run.path, f"{fake}=dummy", "--verify", "--heldout-subset",
+                    "--json")
+        self.assertEqual(json.loads(r.out)["heldout_binding"],
+                         "the seed of 2 entries, 1 of them run here (--heldout-subset: "
+                         "the others are the draw's word)")
+
     def test_edited_draw_is_recomputed_from_the_seed(self):
         # A runner that ran another variant than the seed draws, its
         # heldout.json, run.json and log all saying so (chained and signed):
