@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "hash/hash.h"
+#include "nn/mathf.h"
 #include "nn/nn.h"
 
 #define MAXIN 3
@@ -1375,6 +1376,191 @@ static void threaded_layers_agree_with_one_thread(void **state)
 	apf_backend_free(b2);
 }
 
+/* ---- the layers' e^x and tanh (mathf.h) ----------------------------------- */
+
+/* Distance in float ulps between y and the float nearest to the double d. */
+static double ulps(float y, double d)
+{
+	float w = (float)d;
+	int32_t a, b;
+	memcpy(&a, &y, 4), memcpy(&b, &w, 4);
+	a = a < 0 ? INT32_MIN - a : a; /* sign-magnitude to ordered */
+	b = b < 0 ? INT32_MIN - b : b;
+	return fabs((double)a - (double)b);
+}
+
+/* A loop the compiler vectorises (its AVX2 clone, on a CPU that has it) and
+ * the same function one call at a time (the barrier keeps it scalar). */
+__attribute__((optimize("O3"), target_clones("avx2", "default")))
+static void mf_loop(float *y, const float *x, size_t n, int tanh_)
+{
+	if (tanh_)
+		for (size_t i = 0; i < n; i++)
+			y[i] = apf_mf_tanh_f(x[i]);
+	else
+		for (size_t i = 0; i < n; i++)
+			y[i] = apf_mf_exp_f(x[i]);
+}
+
+static void mf_one_by_one(float *y, const float *x, size_t n, int tanh_)
+{
+	for (size_t i = 0; i < n; i++) {
+		y[i] = tanh_ ? apf_mf_tanh_f(x[i]) : apf_mf_exp_f(x[i]);
+		__asm__ volatile("" ::: "memory");
+	}
+}
+
+static void layer_exp_and_tanh_are_close_exact_at_the_edges_and_vectorise(
+	void **state)
+{
+	(void)state;
+	/* every float of [-20, 20] at a stride, and every one near 0 */
+	enum { N = 1 << 20 };
+	float *x = malloc(N * sizeof *x), *y = malloc(N * sizeof *y);
+	float *z = malloc(N * sizeof *z);
+	assert_non_null(x), assert_non_null(y), assert_non_null(z);
+	for (int i = 0; i < N / 2; i++)
+		x[i] = -20.0f + 40.0f * (float)i / (N / 2);
+	for (int i = N / 2; i < N; i++)
+		x[i] = ldexpf(1.0f + (float)(i % 977) / 977, -(i % 60)) *
+		       (i % 2 ? -1.0f : 1.0f);
+	double worst_exp = 0, worst_tanh = 0;
+	for (int i = 0; i < N; i++) {
+		if (fabsf(x[i]) <= 87.0f) {
+			double u = ulps(apf_mf_exp_f(x[i]), exp((double)x[i]));
+			worst_exp = u > worst_exp ? u : worst_exp;
+		}
+		double u = ulps(apf_mf_tanh_f(x[i]), tanh((double)x[i]));
+		worst_tanh = u > worst_tanh ? u : worst_tanh;
+	}
+	/* at most 1 and 2 ulps over every 97th float of the whole range (44 M
+	 * of them, a one-off sweep); the bounds leave one ulp of room, so a
+	 * wrong coefficient, reduction or clamp fails */
+	if (worst_exp > 2 || worst_tanh > 3)
+		fail_msg("exp_f %.0f ulps, tanh_f %.0f ulps from double's",
+			 worst_exp, worst_tanh);
+	/* tanh is odd bit for bit, keeps -0, saturates, and passes NaN */
+	for (int i = 0; i < N; i += 7) {
+		float a = apf_mf_tanh_f(x[i]), b = apf_mf_tanh_f(-x[i]);
+		assert_true(a == -b);
+	}
+	assert_true(signbit(apf_mf_tanh_f(-0.0f)) && apf_mf_tanh_f(-0.0f) == 0);
+	assert_true(apf_mf_tanh_f(9.5f) == 1.0f && apf_mf_tanh_f(-1e30f) == -1.0f);
+	assert_true(apf_mf_tanh_f(INFINITY) == 1.0f);
+	assert_true(isnan(apf_mf_tanh_f(NAN)) && isnan(apf_mf_exp_f(NAN)));
+	assert_true(apf_mf_exp_f(0.0f) == 1.0f && apf_mf_exp_f(-0.0f) == 1.0f);
+	/* clamped at +-87: finite and normal at both ends, as documented */
+	assert_true(apf_mf_exp_f(200.0f) == apf_mf_exp_f(87.0f));
+	assert_true(isnormal(apf_mf_exp_f(-INFINITY)));
+	assert_true(apf_mf_exp_f(-INFINITY) < 2e-38f);
+	/* the vectorised loop gives the one-at-a-time bits */
+	for (int f = 0; f < 2; f++) {
+		mf_loop(y, x, N, f);
+		mf_one_by_one(z, x, N, f);
+		if (memcmp(y, z, N * sizeof *y))
+			fail_msg("%s: the vector loop's bits differ",
+				 f ? "tanh_f" : "exp_f");
+	}
+	free(x), free(y), free(z);
+}
+
+/* ---- row layers: the same bits on any thread count --------------------- */
+
+/* Layer norm, the softmax loss and the dot interaction split rows (or, for
+ * layer norm's parameter gradients, columns) among the threads: 1, 2 and 3
+ * threads give the same bits, and the interaction's are the plain loop's
+ * (each dot summed in double in k order, as before it was vectorised). */
+static void row_layers_give_the_same_bits_on_any_thread_count(void **state)
+{
+	(void)state;
+	enum { N = 1500, C = 100, V = 96, B = 300, E = 26, D = 16 };
+	enum { F = E + 1, OC = D + F * (F - 1) / 2 };
+	apf_rng_key key = {21, 0, 0, APF_RNG_TEST};
+	apf_rng r;
+	apf_rng_init(&r, &key, 0);
+	size_t nx = (size_t)N * C;
+	float *x = malloc(nx * 4), *d = malloc(nx * 4), *sc = malloc(C * 4);
+	float *bi = malloc(C * 4), *lg = malloc((size_t)N * V * 4);
+	float *dense = malloc((size_t)B * D * 4);
+	float *emb = malloc((size_t)B * E * D * 4);
+	float *dint = malloc((size_t)B * OC * 4);
+	int32_t *lab = malloc(N * sizeof *lab);
+	for (size_t i = 0; i < nx; i++)
+		x[i] = apf_rng_normal(&r) * 2 + 0.3f, d[i] = apf_rng_normal(&r);
+	for (int c = 0; c < C; c++)
+		sc[c] = 1 + apf_rng_normal(&r) * 0.1f, bi[c] = apf_rng_normal(&r);
+	for (size_t i = 0; i < (size_t)N * V; i++)
+		lg[i] = apf_rng_normal(&r) * 3;
+	for (int i = 0; i < N; i++)
+		lab[i] = (int32_t)(apf_rng_uniform(&r) * V) % V;
+	for (size_t i = 0; i < (size_t)B * D; i++)
+		dense[i] = apf_rng_normal(&r);
+	for (size_t i = 0; i < (size_t)B * E * D; i++)
+		emb[i] = apf_rng_normal(&r) * 0.1f;
+	for (size_t i = 0; i < (size_t)B * OC; i++)
+		dint[i] = apf_rng_normal(&r);
+	/* per thread count: ln y, mean, rstd, dx (written, then added),
+	 * dscale, dbias; losses, probs; interaction out, ddense, demb */
+	size_t sz[11] = {nx, N, N, nx, C, C, N, (size_t)N * V,
+			 (size_t)B * OC, (size_t)B * D, (size_t)B * E * D};
+	float *got[3][11];
+	for (int t = 0; t < 3; t++) {
+		apf_backend *be;
+		assert_apf_ok(apf_backend_cpu_new(&be, t + 1));
+		for (int k = 0; k < 11; k++) {
+			got[t][k] = malloc(sz[k] * 4);
+			assert_non_null(got[t][k]);
+		}
+		float **g = got[t];
+		be->layernorm_forward(be, g[0], g[1], g[2], x, sc, bi, N, C, 1e-5f);
+		be->layernorm_backward(be, g[3], g[4], g[5], d, x, sc, g[1], g[2],
+				       N, C, 0);
+		be->layernorm_backward(be, g[3], g[4], g[5], d, x, sc, g[1], g[2],
+				       N, C, 1);
+		be->softmax_xent_forward(be, g[6], g[7], lg, lab, N, V, 0.1f);
+		be->interaction_forward(be, g[8], dense, emb, B, E, D);
+		for (size_t i = 0; i < (size_t)B * D; i++)
+			g[9][i] = 0.5f;
+		be->interaction_backward(be, g[9], g[10], dint, dense, emb, B, E,
+					 D, 1, 0);
+		assert_apf_ok(be->sync(be));
+		apf_backend_free(be);
+	}
+	for (int t = 1; t < 3; t++)
+		for (int k = 0; k < 11; k++)
+			if (memcmp(got[t][k], got[0][k], sz[k] * 4))
+				fail_msg("output %d on %d threads: not one "
+					 "thread's bits", k, t + 1);
+	/* the interaction's dots, summed in double in k order */
+	for (int b = 0; b < B; b++) {
+		const float *o = got[0][8] + (size_t)b * OC;
+		int p = D;
+		for (int i = 1; i < F; i++)
+			for (int j = 0; j < i; j++, p++) {
+				const float *vi = emb + ((size_t)b * E + i - 1) * D;
+				const float *vj = j ? emb + ((size_t)b * E + j - 1) * D
+						    : dense + (size_t)b * D;
+				double s = 0;
+				for (int k = 0; k < D; k++)
+					s += (double)vi[k] * vj[k];
+				assert_true(o[p] == (float)s);
+			}
+	}
+	/* the softmax's probabilities sum to 1 and its loss is -log p */
+	for (int n = 0; n < N; n += 97) {
+		const float *pr = got[0][7] + (size_t)n * V;
+		double s = 0;
+		for (int v = 0; v < V; v++)
+			s += pr[v];
+		assert_true(fabs(s - 1) < 1e-5);
+	}
+	for (int t = 0; t < 3; t++)
+		for (int k = 0; k < 11; k++)
+			free(got[t][k]);
+	free(x), free(d), free(sc), free(bi), free(lg), free(dense), free(emb);
+	free(dint), free(lab);
+}
+
 static void batchnorm_running_statistics_and_eval_mode(void **state)
 {
 	(void)state;
@@ -1766,6 +1952,8 @@ int main(void)
 		cmocka_unit_test(dropout_keeps_the_stated_share),
 		cmocka_unit_test(conv_over_many_chunks_matches_reference),
 		cmocka_unit_test(threaded_layers_agree_with_one_thread),
+		cmocka_unit_test(layer_exp_and_tanh_are_close_exact_at_the_edges_and_vectorise),
+		cmocka_unit_test(row_layers_give_the_same_bits_on_any_thread_count),
 		cmocka_unit_test(image_layers_give_the_same_bits_on_one_and_two_threads),
 		cmocka_unit_test(batchnorm_running_statistics_and_eval_mode),
 		cmocka_unit_test(vector_ops_compute_what_they_say),

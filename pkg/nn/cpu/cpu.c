@@ -1124,28 +1124,174 @@ static void batchnorm_relu_backward(apf_backend *be, float *dinp, float *dres,
 
 /* ---- layer norm ----------------------------------------------------------- */
 
+/* Sums of a row in double over ROW_LANES interleaved partials (element i
+ * to partial i mod ROW_LANES, the tail to the first ones), added in a
+ * fixed tree: a loop the compiler vectorises, with one order on every
+ * clone and thread count (a single running double sum is a chain of
+ * dependent adds, four cycles an element). */
+#define ROW_LANES 8
+
+static inline double row_lanes_total(const double *p)
+{
+	return ((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7]));
+}
+
+// sum of x (n) in double, in ROW_LANES partials
+static inline double row_sum_d(const float *restrict x, int n)
+{
+	double p[ROW_LANES] = {0};
+	int i = 0;
+	for (; i + ROW_LANES <= n; i += ROW_LANES)
+		for (int j = 0; j < ROW_LANES; j++)
+			p[j] += x[i + j];
+	for (int j = 0; i < n; i++, j++)
+		p[j] += x[i];
+	return row_lanes_total(p);
+}
+
+/* Rows are independent: the forward and the input gradient split them
+ * among the threads, each row's statistics summed in ROW_LANES partials
+ * (row_sum_d). The scale and bias gradients sum over rows: those split the
+ * columns instead and add the rows in order, in float. Either way a row's
+ * or a column's bits do not depend on the thread count. */
+struct ln_arg {
+	float *out, *mean, *rstd, *dinp, *dscale, *dbias;
+	const float *inp, *dout, *scale, *bias, *smean, *srstd;
+	int N, C, accum;
+	float eps;
+};
+
+// sum of (x - m)^2 over x (n) in double, in ROW_LANES partials
+static inline double row_sqdev_d(const float *restrict x, int n, double m)
+{
+	double p[ROW_LANES] = {0};
+	int i = 0;
+	for (; i + ROW_LANES <= n; i += ROW_LANES)
+		for (int j = 0; j < ROW_LANES; j++) {
+			double d = (double)x[i + j] - m;
+			p[j] += d * d;
+		}
+	for (int j = 0; i < n; i++, j++) {
+		double d = (double)x[i] - m;
+		p[j] += d * d;
+	}
+	return row_lanes_total(p);
+}
+
+HOT static void ln_fwd_rows(const struct ln_arg *a, size_t n0, size_t n1)
+{
+	int C = a->C;
+	for (size_t n = n0; n < n1; n++) {
+		const float *restrict x = a->inp + n * C;
+		float *restrict y = a->out + n * C;
+		double m = row_sum_d(x, C) / C;
+		double v = row_sqdev_d(x, C, m);
+		float r = (float)(1.0 / sqrt(v / C + a->eps));
+		float mf = (float)m;
+		for (int c = 0; c < C; c++)
+			y[c] = (x[c] - mf) * r * a->scale[c] + a->bias[c];
+		a->mean[n] = mf;
+		a->rstd[n] = r;
+	}
+}
+
+// the input gradient of rows [n0, n1)
+HOT static void ln_dx_rows(const struct ln_arg *a, size_t n0, size_t n1)
+{
+	int C = a->C;
+	const float *restrict scale = a->scale;
+	for (size_t n = n0; n < n1; n++) {
+		const float *restrict x = a->inp + n * C;
+		const float *restrict d = a->dout + n * C;
+		float m = a->smean[n], r = a->srstd[n];
+		double p0[ROW_LANES] = {0}, p1[ROW_LANES] = {0};
+		int c = 0;
+		for (; c + ROW_LANES <= C; c += ROW_LANES)
+			for (int j = 0; j < ROW_LANES; j++) {
+				float xhat = (x[c + j] - m) * r;
+				float dg = d[c + j] * scale[c + j];
+				p0[j] += dg;
+				p1[j] += (double)dg * xhat;
+			}
+		for (int j = 0; c < C; c++, j++) {
+			float xhat = (x[c] - m) * r;
+			float dg = d[c] * scale[c];
+			p0[j] += dg;
+			p1[j] += (double)dg * xhat;
+		}
+		float ga = (float)(row_lanes_total(p0) / C);
+		float gb = (float)(row_lanes_total(p1) / C);
+		float *restrict di = a->dinp + n * C;
+		if (a->accum)
+			for (c = 0; c < C; c++) {
+				float xhat = (x[c] - m) * r;
+				di[c] += r * (d[c] * scale[c] - ga - xhat * gb);
+			}
+		else
+			for (c = 0; c < C; c++) {
+				float xhat = (x[c] - m) * r;
+				di[c] = r * (d[c] * scale[c] - ga - xhat * gb);
+			}
+	}
+}
+
+// dscale, dbias for columns [c0, c1), the rows added in order
+HOT static void ln_dparam_cols(const struct ln_arg *a, int c0, int c1)
+{
+	int C = a->C;
+	float *restrict ds = a->dscale, *restrict db = a->dbias;
+	for (int c = c0; c < c1; c++)
+		ds[c] = db[c] = 0.0f;
+	for (size_t n = 0; n < (size_t)a->N; n++) {
+		const float *restrict x = a->inp + n * C;
+		const float *restrict d = a->dout + n * C;
+		float m = a->smean[n], r = a->srstd[n];
+		for (int c = c0; c < c1; c++) {
+			float xhat = (x[c] - m) * r;
+			db[c] += d[c];
+			ds[c] += d[c] * xhat;
+		}
+	}
+}
+
+static void ln_fwd_task(void *v, int t, int nt)
+{
+	struct ln_arg *a = v;
+	size_t n0, n1;
+	split((size_t)a->N, t, nt, 1, &n0, &n1);
+	ln_fwd_rows(a, n0, n1);
+}
+
+static void ln_bwd_task(void *v, int t, int nt)
+{
+	struct ln_arg *a = v;
+	size_t c0, c1, n0, n1;
+	/* columns in whole 16s, so each thread's run stays vectorised */
+	split((size_t)a->C, t, nt, 16, &c0, &c1);
+	ln_dparam_cols(a, (int)c0, (int)c1);
+	if (a->dinp) {
+		split((size_t)a->N, t, nt, 1, &n0, &n1);
+		ln_dx_rows(a, n0, n1);
+	}
+}
+
+static int ln_threads(const apf_backend *be, int N, int C)
+{
+	return (size_t)N * C < PAR_MIN ? 1 : nthreads(be);
+}
+
 // out, inp are (N,C); mean, rstd (N); scale, bias (C)
 static void layernorm_forward(apf_backend *be, float *out, float *mean,
 			      float *rstd, const float *inp, const float *scale,
 			      const float *bias, int N, int C, float eps)
 {
-	(void)be;
-	for (int n = 0; n < N; n++) {
-		const float *x = inp + (size_t)n * C;
-		float *y = out + (size_t)n * C;
-		double s = 0.0;
-		for (int c = 0; c < C; c++)
-			s += x[c];
-		double m = s / C, v = 0.0;
-		for (int c = 0; c < C; c++)
-			v += ((double)x[c] - m) * ((double)x[c] - m);
-		float r = (float)(1.0 / sqrt(v / C + eps));
-		float mf = (float)m;
-		for (int c = 0; c < C; c++)
-			y[c] = (x[c] - mf) * r * scale[c] + bias[c];
-		mean[n] = mf;
-		rstd[n] = r;
-	}
+	struct ln_arg a = {.out = out, .mean = mean, .rstd = rstd,
+			   .inp = inp, .scale = scale, .bias = bias, .N = N,
+			   .C = C, .eps = eps};
+	if (ln_threads(be, N, C) == 1)
+		ln_fwd_rows(&a, 0, (size_t)N);
+	else
+		parallel(be, ln_fwd_task, &a);
 }
 
 static void layernorm_backward(apf_backend *be, float *dinp, float *dscale,
@@ -1154,31 +1300,14 @@ static void layernorm_backward(apf_backend *be, float *dinp, float *dscale,
 			       const float *mean, const float *rstd, int N,
 			       int C, int accum)
 {
-	(void)be;
-	memset(dscale, 0, (size_t)C * sizeof *dscale);
-	memset(dbias, 0, (size_t)C * sizeof *dbias);
-	for (int n = 0; n < N; n++) {
-		const float *x = inp + (size_t)n * C, *d = dout + (size_t)n * C;
-		float m = mean[n], r = rstd[n];
-		double sdg = 0.0, sdgx = 0.0;
-		for (int c = 0; c < C; c++) {
-			float xhat = (x[c] - m) * r;
-			float dg = d[c] * scale[c];
-			dbias[c] += d[c];
-			dscale[c] += d[c] * xhat;
-			sdg += dg;
-			sdgx += (double)dg * xhat;
-		}
-		if (!dinp)
-			continue;
-		float a = (float)(sdg / C), bb = (float)(sdgx / C);
-		float *di = dinp + (size_t)n * C;
-		for (int c = 0; c < C; c++) {
-			float xhat = (x[c] - m) * r;
-			float g = r * (d[c] * scale[c] - a - xhat * bb);
-			di[c] = accum ? di[c] + g : g;
-		}
-	}
+	struct ln_arg a = {.dinp = dinp, .dscale = dscale, .dbias = dbias,
+			   .dout = dout, .inp = inp, .scale = scale,
+			   .smean = mean, .srstd = rstd, .N = N, .C = C,
+			   .accum = accum};
+	if (ln_threads(be, N, C) == 1)
+		ln_bwd_task(&a, 0, 1);
+	else
+		parallel(be, ln_bwd_task, &a);
 }
 
 /* ---- activations ---------------------------------------------------------- */
@@ -1197,7 +1326,7 @@ static inline float relu_f(float x)
 
 static inline float gelu_tanh(float x)
 {
-	return tanhf(GELU_K * (x + GELU_C * x * x * x));
+	return apf_mf_tanh_f(GELU_K * (x + GELU_C * x * x * x));
 }
 
 static inline float gelu_of(float x, float t)
@@ -1223,7 +1352,7 @@ static inline float silu_of(float x, float e) /* e = e^-x */
 
 static inline float silu_f(float x)
 {
-	return silu_of(x, expf(-x));
+	return silu_of(x, apf_mf_exp_f(-x));
 }
 
 static inline float silu_grad_of(float x, float e)
@@ -1251,7 +1380,7 @@ HOT static void activation_forward_s(apf_backend *be, int act, float *out,
 		break;
 	case APF_ACT_TANH:
 		for (size_t i = 0; i < n; i++)
-			out[i] = tanhf(inp[i]);
+			out[i] = apf_mf_tanh_f(inp[i]);
 		break;
 	}
 }
@@ -1275,7 +1404,7 @@ static inline float gelu_grad(float x)
 
 static inline float silu_grad(float x)
 {
-	return silu_grad_of(x, expf(-x));
+	return silu_grad_of(x, apf_mf_exp_f(-x));
 }
 
 HOT static void activation_backward_s(apf_backend *be, int act, float *dinp,
@@ -1490,33 +1619,60 @@ HOT static void accumulate_s(apf_backend *be, float *dst, const float *src, size
 
 /* ---- loss ----------------------------------------------------------------- */
 
-// losses (B), probs (B,V) from logits (B,V) and labels (B)
-static void softmax_xent_forward(apf_backend *be, float *losses, float *probs,
-				 const float *logits, const int32_t *labels,
-				 int B, int V, float smoothing)
+struct xent_arg {
+	float *losses, *probs;
+	const float *logits;
+	const int32_t *labels;
+	int B, V;
+	float smoothing;
+};
+
+// rows [b0, b1) of softmax_xent_forward
+HOT static void xent_rows(const struct xent_arg *a, size_t b0, size_t b1)
 {
-	(void)be;
-	for (int b = 0; b < B; b++) {
-		const float *z = logits + (size_t)b * V;
-		float *p = probs + (size_t)b * V;
+	int V = a->V;
+	for (size_t b = b0; b < b1; b++) {
+		const float *restrict z = a->logits + b * V;
+		float *restrict p = a->probs + b * V;
 		float mx = z[0];
 		for (int v = 1; v < V; v++)
 			mx = z[v] > mx ? z[v] : mx;
-		double s = 0.0, sz = 0.0;
-		for (int v = 0; v < V; v++) {
-			p[v] = expf(z[v] - mx);
-			s += p[v];
-			sz += z[v];
-		}
+		for (int v = 0; v < V; v++)
+			p[v] = apf_mf_exp_f(z[v] - mx);
+		double s = row_sum_d(p, V), sz = row_sum_d(z, V);
 		float inv = (float)(1.0 / s);
 		for (int v = 0; v < V; v++)
 			p[v] *= inv;
 		double lse = mx + log(s);
 		/* -sum_v t_v log p_v with t = (1-s) onehot + s/V */
-		double nll = lse - z[labels[b]];
+		double nll = lse - z[a->labels[b]];
 		double smooth = lse - sz / V;
-		losses[b] = (float)((1.0 - smoothing) * nll + smoothing * smooth);
+		a->losses[b] = (float)((1.0 - a->smoothing) * nll +
+				       a->smoothing * smooth);
 	}
+}
+
+static void xent_task(void *v, int t, int nt)
+{
+	struct xent_arg *a = v;
+	size_t b0, b1;
+	split((size_t)a->B, t, nt, 1, &b0, &b1);
+	xent_rows(a, b0, b1);
+}
+
+// losses (B), probs (B,V) from logits (B,V) and labels (B); rows are
+// independent, so any split of them gives the same bits
+static void softmax_xent_forward(apf_backend *be, float *losses, float *probs,
+				 const float *logits, const int32_t *labels,
+				 int B, int V, float smoothing)
+{
+	struct xent_arg a = {.losses = losses, .probs = probs,
+			     .logits = logits, .labels = labels, .B = B,
+			     .V = V, .smoothing = smoothing};
+	if ((size_t)B * V < PAR_MIN || nthreads(be) == 1)
+		xent_rows(&a, 0, (size_t)B);
+	else
+		parallel(be, xent_task, &a);
 }
 
 static void softmax_xent_backward(apf_backend *be, float *dlogits,
@@ -1625,78 +1781,154 @@ static const float *ivec(const float *dense, const float *emb, int b, int k,
 		      : emb + ((size_t)b * E + (k - 1)) * D;
 }
 
-// out (B, D + F(F-1)/2) from dense (B,D) and emb (B,E,D), F = E + 1
-static void interaction_forward(apf_backend *be, float *out,
-				const float *dense, const float *emb, int B,
-				int E, int D)
+/* The dot interaction works example by example, the examples split among
+ * the threads (each computed whole by one, so the bits do not depend on
+ * the thread count). The forward copies an example's F vectors transposed,
+ * (D,F), so that the dots of v_i with every v_j, j < i, run side by side
+ * along j, each still summed in double in k order. */
+struct inter_arg {
+	float *out, *ddense, *demb;
+	const float *dense, *emb, *dout;
+	int B, E, D, accum_dense, accum_emb;
+	char *scratch;
+	size_t slab; /* bytes per thread */
+};
+
+HOT static void inter_fwd_rows(const struct inter_arg *a, size_t b0,
+			       size_t b1, char *slab)
 {
-	(void)be;
-	int F = E + 1;
+	int E = a->E, D = a->D, F = E + 1;
 	size_t OC = (size_t)D + (size_t)F * (F - 1) / 2;
-	for (int b = 0; b < B; b++) {
-		float *o = out + b * OC;
-		memcpy(o, dense + (size_t)b * D, (size_t)D * sizeof *o);
+	double *restrict s = (double *)slab;
+	float *restrict vt = (float *)(s + F);
+	for (size_t b = b0; b < b1; b++) {
+		for (int j = 0; j < F; j++) {
+			const float *v = ivec(a->dense, a->emb, (int)b, j, E, D);
+			for (int k = 0; k < D; k++)
+				vt[(size_t)k * F + j] = v[k];
+		}
+		float *o = a->out + b * OC;
+		memcpy(o, a->dense + b * D, (size_t)D * sizeof *o);
 		size_t p = (size_t)D;
 		for (int i = 1; i < F; i++) {
-			const float *vi = ivec(dense, emb, b, i, E, D);
-			for (int j = 0; j < i; j++) {
-				const float *vj = ivec(dense, emb, b, j, E, D);
-				double s = 0.0;
-				for (int k = 0; k < D; k++)
-					s += (double)vi[k] * vj[k];
-				o[p++] = (float)s;
+			const float *vi = vt + i; /* stride F */
+			for (int j = 0; j < i; j++)
+				s[j] = 0.0;
+			for (int k = 0; k < D; k++) {
+				double x = vi[(size_t)k * F];
+				const float *restrict r = vt + (size_t)k * F;
+				for (int j = 0; j < i; j++)
+					s[j] += x * r[j];
 			}
+			for (int j = 0; j < i; j++)
+				o[p++] = (float)s[j];
 		}
 	}
 }
 
-/* Backward walks the pairs once in their output order: pair (i, j) adds
- * dout(pair) v_j to v_i's gradient and dout(pair) v_i to v_j's, summed in
- * double (F*D per example) and then written or added. */
-static void interaction_backward(apf_backend *be, float *ddense, float *demb,
-				 const float *dout, const float *dense,
-				 const float *emb, int B, int E, int D,
-				 int accum_dense, int accum_emb)
+/* The backward walks an example's pairs in their output order: pair (i, j)
+ * adds dout(pair) v_j to v_i's gradient and dout(pair) v_i to v_j's,
+ * summed in double (F*D per example), then written or added. */
+HOT static void inter_bwd_rows(const struct inter_arg *a, size_t b0,
+			       size_t b1, char *slab)
 {
-	int F = E + 1;
+	int E = a->E, D = a->D, F = E + 1;
 	size_t OC = (size_t)D + (size_t)F * (F - 1) / 2;
-	double *g = malloc((size_t)F * D * sizeof *g);
-	if (!g) {
-		cpu_fail(be, "interaction");
-		return;
-	}
-	for (int b = 0; b < B; b++) {
-		const float *d = dout + b * OC;
+	double *g = (double *)slab;
+	for (size_t b = b0; b < b1; b++) {
+		const float *d = a->dout + b * OC;
 		for (int x = 0; x < D; x++)
 			g[x] = d[x];
 		memset(g + D, 0, (size_t)E * D * sizeof *g);
 		size_t p = (size_t)D;
 		for (int i = 1; i < F; i++) {
-			const float *vi = ivec(dense, emb, b, i, E, D);
+			const float *restrict vi =
+				ivec(a->dense, a->emb, (int)b, i, E, D);
+			double *restrict gi = g + (size_t)i * D;
 			for (int j = 0; j < i; j++, p++) {
-				const float *vj = ivec(dense, emb, b, j, E, D);
+				const float *restrict vj =
+					ivec(a->dense, a->emb, (int)b, j, E, D);
 				double w = d[p];
-				double *gi = g + (size_t)i * D, *gj = g + (size_t)j * D;
+				double *restrict gj = g + (size_t)j * D;
 				for (int x = 0; x < D; x++) {
 					gi[x] += w * vj[x];
 					gj[x] += w * vi[x];
 				}
 			}
 		}
-		if (ddense) {
-			float *dst = ddense + (size_t)b * D;
+		if (a->ddense) {
+			float *dst = a->ddense + b * D;
 			for (int x = 0; x < D; x++)
-				dst[x] = accum_dense ? dst[x] + (float)g[x]
-						     : (float)g[x];
+				dst[x] = a->accum_dense ? dst[x] + (float)g[x]
+							: (float)g[x];
 		}
-		if (demb) {
-			float *dst = demb + (size_t)b * E * D;
+		if (a->demb) {
+			float *dst = a->demb + b * E * D;
 			for (size_t x = 0; x < (size_t)E * D; x++)
-				dst[x] = accum_emb ? dst[x] + (float)g[D + x]
-						   : (float)g[D + x];
+				dst[x] = a->accum_emb ? dst[x] + (float)g[D + x]
+						      : (float)g[D + x];
 		}
 	}
-	free(g);
+}
+
+static void inter_fwd_task(void *v, int t, int nt)
+{
+	struct inter_arg *a = v;
+	size_t b0, b1;
+	split((size_t)a->B, t, nt, 1, &b0, &b1);
+	inter_fwd_rows(a, b0, b1, a->scratch + (size_t)t * a->slab);
+}
+
+static void inter_bwd_task(void *v, int t, int nt)
+{
+	struct inter_arg *a = v;
+	size_t b0, b1;
+	split((size_t)a->B, t, nt, 1, &b0, &b1);
+	inter_bwd_rows(a, b0, b1, a->scratch + (size_t)t * a->slab);
+}
+
+/* Runs an interaction task with a slab of scratch per thread: the forward's
+ * F doubles and (D,F) floats, or the backward's F*D doubles. */
+static void inter_run(apf_backend *be, task_fn fn, struct inter_arg *a)
+{
+	size_t F = (size_t)a->E + 1, D = (size_t)a->D;
+	size_t need = F * sizeof(double) + F * D * sizeof(float);
+	if (F * D * sizeof(double) > need)
+		need = F * D * sizeof(double);
+	a->slab = (need + 63) / 64 * 64;
+	int nt = (size_t)a->B * F * D < PAR_MIN / 8 ? 1 : nthreads(be);
+	a->scratch = aligned_alloc(64, a->slab * (size_t)nt);
+	if (!a->scratch) {
+		cpu_fail(be, "interaction");
+		return;
+	}
+	if (nt == 1)
+		fn(a, 0, 1);
+	else
+		parallel(be, fn, a);
+	free(a->scratch);
+}
+
+// out (B, D + F(F-1)/2) from dense (B,D) and emb (B,E,D), F = E + 1
+static void interaction_forward(apf_backend *be, float *out,
+				const float *dense, const float *emb, int B,
+				int E, int D)
+{
+	struct inter_arg a = {.out = out, .dense = dense, .emb = emb, .B = B,
+			      .E = E, .D = D};
+	inter_run(be, inter_fwd_task, &a);
+}
+
+static void interaction_backward(apf_backend *be, float *ddense, float *demb,
+				 const float *dout, const float *dense,
+				 const float *emb, int B, int E, int D,
+				 int accum_dense, int accum_emb)
+{
+	struct inter_arg a = {.ddense = ddense, .demb = demb, .dout = dout,
+			      .dense = dense, .emb = emb, .B = B, .E = E,
+			      .D = D, .accum_dense = accum_dense,
+			      .accum_emb = accum_emb};
+	inter_run(be, inter_bwd_task, &a);
 }
 
 /* ---- vector operations ---------------------------------------------------- */
@@ -2342,45 +2574,6 @@ static inline void attn_wsum(float *restrict y, const float *restrict w,
 		attn_wsum_block(y + d, w, x + d, ld, n, 1);
 }
 
-/* e^x for the softmax, in plain float and integer arithmetic so that a
- * loop of it vectorises (float compares would not, being able to trap) and
- * every clone computes the same bits (libm's expf is one call per element):
- * |x| is clamped to 87 on its bits (e^-87 ~ 1.6e-38, still normal; NaN
- * stays NaN), x = n ln2 + r with |r| <= ln2/2, e^r by its Taylor series to
- * r^7 (truncation below 1e-8 relative), times 2^n built in the exponent
- * bits. */
-static inline float attn_exp(float x)
-{
-	const uint32_t lim = 0x42ae0000u; /* 87.0f */
-	uint32_t ux, ut, umagic;
-	memcpy(&ux, &x, sizeof ux);
-	uint32_t mag = ux & 0x7fffffffu;
-	mag = mag > lim && mag <= 0x7f800000u ? lim : mag;
-	ux = (ux & 0x80000000u) | mag;
-	memcpy(&x, &ux, sizeof x);
-	/* round x / ln2 to nearest by the 1.5 * 2^23 shift: n sits in the low
-	 * bits of t */
-	const float magic = 12582912.0f;
-	float t = x * 1.44269504f + magic;
-	float n = t - magic;
-	float r = x - n * 0.693359375f;  /* ln2's high bits: n * hi exact */
-	r = r - n * -2.12194440e-4f;     /* ln2 - hi */
-	float p = 1.0f / 5040.0f;
-	p = p * r + 1.0f / 720.0f;
-	p = p * r + 1.0f / 120.0f;
-	p = p * r + 1.0f / 24.0f;
-	p = p * r + 1.0f / 6.0f;
-	p = p * r + 0.5f;
-	p = p * r + 1.0f;
-	p = p * r + 1.0f;
-	memcpy(&ut, &t, sizeof ut);
-	memcpy(&umagic, &magic, sizeof umagic);
-	uint32_t bits = (ut - umagic + 127u) << 23;
-	float scale;
-	memcpy(&scale, &bits, sizeof scale);
-	return p * scale;
-}
-
 // y (n) += a x (n)
 static inline void attn_axpy(float *restrict y, float a,
 			     const float *restrict x, int n)
@@ -2430,7 +2623,7 @@ HOT static void attention_head_forward(float *out, float *att,
 				m = sr[t2] > m ? sr[t2] : m;
 			}
 			for (int t2 = 0; t2 < n; t2++)
-				a[t2] = attn_exp((float)(sr[t2] - m));
+				a[t2] = apf_mf_exp_f((float)(sr[t2] - m));
 			double sum = 0.0;
 			for (int t2 = 0; t2 < n; t2++)
 				sum += a[t2];
@@ -2607,7 +2800,7 @@ HOT static void glu_row_forward(int act, float *restrict out,
 		break;
 	case APF_ACT_TANH:
 		for (int i = 0; i < H; i++)
-			out[i] = tanhf(x[i]) * g[i];
+			out[i] = apf_mf_tanh_f(x[i]) * g[i];
 		break;
 	}
 }
@@ -2647,12 +2840,12 @@ HOT static void glu_row_backward(int act, float *restrict dx,
 			 dout[i] * gelu_of(x[i], t));
 		break;
 	case APF_ACT_SILU:
-		GLU_LOOP(float e = expf(-x[i]),
+		GLU_LOOP(float e = apf_mf_exp_f(-x[i]),
 			 dout[i] * g[i] * silu_grad_of(x[i], e),
 			 dout[i] * silu_of(x[i], e));
 		break;
 	case APF_ACT_TANH:
-		GLU_LOOP(float t = tanhf(x[i]),
+		GLU_LOOP(float t = apf_mf_tanh_f(x[i]),
 			 dout[i] * g[i] * (1.0f - t * t),
 			 dout[i] * t);
 		break;

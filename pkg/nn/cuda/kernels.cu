@@ -248,7 +248,7 @@ void cu_layernorm_backward(apf_backend *be, float *dinp, float *dscale,
 
 __device__ static inline float gelu_tanh(float x)
 {
-	return tanhf(GELU_K * (x + GELU_C * x * x * x));
+	return apf_mf_tanh_f(GELU_K * (x + GELU_C * x * x * x));
 }
 
 __device__ static inline float act_f(int act, float x)
@@ -259,9 +259,9 @@ __device__ static inline float act_f(int act, float x)
 	case APF_ACT_GELU:
 		return 0.5f * x * (1.0f + gelu_tanh(x));
 	case APF_ACT_SILU:
-		return x / (1.0f + expf(-x));
+		return x / (1.0f + apf_mf_exp_f(-x));
 	case APF_ACT_TANH:
-		return tanhf(x);
+		return apf_mf_tanh_f(x);
 	}
 	return x;
 }
@@ -278,7 +278,7 @@ __device__ static inline float act_b(int act, float dy, float x, float y)
 		return dy * (0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du);
 	}
 	case APF_ACT_SILU: {
-		float sg = 1.0f / (1.0f + expf(-x));
+		float sg = 1.0f / (1.0f + apf_mf_exp_f(-x));
 		return dy * (sg * (1.0f + x * (1.0f - sg)));
 	}
 	case APF_ACT_TANH:
@@ -713,7 +713,7 @@ __global__ static void k_softmax_xent_forward(float *losses, float *probs,
 	mx = block_max(mx, f);
 	double se = 0.0, sz = 0.0;
 	for (int v = threadIdx.x; v < V; v += blockDim.x) {
-		p[v] = expf(z[v] - mx);
+		p[v] = apf_mf_exp_f(z[v] - mx);
 		se += p[v];
 		sz += z[v];
 	}
@@ -1246,8 +1246,8 @@ void cu_concat_backward(apf_backend *be, float *da, float *db,
  * att. Every dot product sums in d order (the scores in double, dout.v in
  * float) and every weighted sum of rows adds them in row order, as the
  * CPU; the softmax's sum and the backward's sum of att * datt are block
- * trees in double. The exponential is the CPU's attn_exp, float arithmetic
- * only, so it gives the same bits. */
+ * trees in double. The exponential is mathf.h's apf_mf_exp_f, float
+ * arithmetic only, so it gives the CPU's bits. */
 
 __device__ static double block_max_d(double v, double *s)
 {
@@ -1262,33 +1262,6 @@ __device__ static double block_max_d(double v, double *s)
 	double r = s[0];
 	__syncthreads();
 	return r;
-}
-
-/* e^x: |x| clamped to 87 on its bits, x = n ln2 + r, e^r by its Taylor
- * series to r^7, times 2^n built in the exponent bits. */
-__device__ static inline float attn_exp(float x)
-{
-	const uint32_t lim = 0x42ae0000u; /* 87.0f */
-	uint32_t ux = __float_as_uint(x);
-	uint32_t mag = ux & 0x7fffffffu;
-	mag = mag > lim && mag <= 0x7f800000u ? lim : mag;
-	x = __uint_as_float((ux & 0x80000000u) | mag);
-	const float magic = 12582912.0f;
-	float t = x * 1.44269504f + magic;
-	float n = t - magic;
-	float r = x - n * 0.693359375f;
-	r = r - n * -2.12194440e-4f;
-	float p = 1.0f / 5040.0f;
-	p = p * r + 1.0f / 720.0f;
-	p = p * r + 1.0f / 120.0f;
-	p = p * r + 1.0f / 24.0f;
-	p = p * r + 1.0f / 6.0f;
-	p = p * r + 0.5f;
-	p = p * r + 1.0f;
-	p = p * r + 1.0f;
-	uint32_t bits = (__float_as_uint(t) - __float_as_uint(magic) + 127u)
-			<< 23;
-	return p * __uint_as_float(bits);
 }
 
 // q (hs) . k (hs) in double, d order, times scale
@@ -1324,7 +1297,7 @@ __global__ static void k_attention_forward(float *out, float *att,
 	double sum = 0.0;
 	for (int t2 = threadIdx.x; t2 < n; t2 += blockDim.x) {
 		double v = attn_score(q, base + C + (size_t)t2 * ld, hs, scale);
-		a[t2] = attn_exp((float)(v - m));
+		a[t2] = apf_mf_exp_f((float)(v - m));
 		sum += a[t2];
 	}
 	double inv = 1.0 / block_sum(sum, s);
@@ -1537,7 +1510,7 @@ __global__ static void k_glu_backward(int act, float *dinp, const float *dout,
 	size_t r = i / H, k = i % H;
 	const float *x = inp + r * 2 * H;
 	float a = x[k], g = x[H + k], d = dout[i];
-	float y = act == APF_ACT_TANH ? tanhf(a) : 0.0f;
+	float y = act == APF_ACT_TANH ? apf_mf_tanh_f(a) : 0.0f;
 	float da = act_b(act, d * g, a, y);
 	float dg = d * act_f(act, a);
 	float *dx = dinp + r * 2 * H;
