@@ -1,14 +1,19 @@
 /*
  * test_hash.c: SHA-256 against known vectors, and the tree digest of
  * docs/design.md 2.4: the exact listing, modes, symlinks never followed, .git left
- * out, refusals, and the same digest whatever the thread count.
+ * out, refusals, and the same digest whatever the thread count; a file
+ * of many read buffers hashed as its bytes, and a file cut and regrown
+ * while it is hashed an error or a digest, never a crash or a hang.
  */
 #include "testlib.h"
 
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "hash/hash.h"
@@ -166,6 +171,107 @@ static void empty_tree_digest_is_sha256_of_nothing(void **state)
 	testlib_tmpdir_free(dir);
 }
 
+/* Twelve of tree.c's 256 KiB read buffers and a bit: the digest is SHA-256
+ * of the bytes, streamed here in other pieces. */
+static void a_file_of_many_buffers_hashes_as_its_bytes(void **state)
+{
+	(void)state;
+	char *dir = testlib_tmpdir();
+	size_t n = ((size_t)3 << 20) + 4097;
+	unsigned char *b = malloc(n);
+	assert_non_null(b);
+	for (size_t i = 0; i < n; i++)
+		b[i] = (unsigned char)(i * 2654435761u >> 13);
+	testlib_write(dir, "big.bin", b, n, 0644);
+	apf_sha256 *h;
+	uint8_t want[32];
+	assert_apf_ok(apf_sha256_new(&h));
+	for (size_t off = 0; off < n; off += 100003)
+		assert_apf_ok(apf_sha256_update(h, b + off,
+						n - off < 100003 ? n - off
+								 : 100003));
+	assert_apf_ok(apf_sha256_final(h, want));
+	apf_sha256_free(h);
+	apf_tree *t;
+	assert_apf_ok(apf_tree_hash(&t, dir, NULL));
+	const apf_tree_entry *e = apf_tree_find(t, "big.bin");
+	assert_non_null(e);
+	assert_int_equal(e->size, n);
+	assert_memory_equal(e->sha256, want, 32);
+	apf_tree_free(t);
+	free(b);
+	testlib_tmpdir_free(dir);
+}
+
+struct shrinker {
+	char *path;
+	size_t size;
+	atomic_int stop, failed;
+};
+
+/* (no cmocka asserts off the test's thread: failures are counted) */
+static void *shrink_and_regrow(void *arg)
+{
+	struct shrinker *s = arg;
+	int fd = open(s->path, O_WRONLY);
+	if (fd < 0) {
+		atomic_store(&s->failed, 1);
+		return NULL;
+	}
+	/* cut and whole alike long (0.3 ms each), so that hashes begin on
+	 * either and meet cuts while they read */
+	struct timespec pause = {0, 300 * 1000};
+	while (!atomic_load(&s->stop)) {
+		if (ftruncate(fd, 4096))
+			atomic_store(&s->failed, 1);
+		nanosleep(&pause, NULL);
+		if (ftruncate(fd, (off_t)s->size))
+			atomic_store(&s->failed, 1);
+		nanosleep(&pause, NULL);
+	}
+	close(fd);
+	return NULL;
+}
+
+/* One thread hashes the tree while another cuts its file to a page and
+ * lets it grow back, again and again: each hash is the error a changed
+ * file gets or, when the size it read held throughout, a digest (of
+ * zeros either way); never a crash or a hang. */
+static void a_file_cut_while_hashed_is_an_error_never_a_crash(void **state)
+{
+	(void)state;
+	char *dir = testlib_tmpdir();
+	struct shrinker s = {.size = (size_t)16 << 20};
+	char *zeros = calloc(1, s.size);
+	assert_non_null(zeros);
+	testlib_write(dir, "moving.bin", zeros, s.size, 0644);
+	free(zeros);
+	s.path = apf_path_join(dir, "moving.bin");
+	pthread_t th;
+	assert_int_equal(pthread_create(&th, NULL, shrink_and_regrow, &s), 0);
+	int changed = 0, hashed = 0;
+	for (int i = 0; i < 60; i++) {
+		apf_tree *t = NULL;
+		int rc = apf_tree_hash(&t, dir, NULL);
+		if (rc == 0) {
+			hashed++;
+			apf_tree_free(t);
+			continue;
+		}
+		assert_int_equal(rc, APF_EINPUT);
+		assert_non_null(strstr(apf_error_message(),
+				       "'moving.bin' changed while it was hashed"));
+		changed++;
+	}
+	atomic_store(&s.stop, 1);
+	pthread_join(th, NULL);
+	assert_false(atomic_load(&s.failed));
+	assert_int_equal(changed + hashed, 60);
+	assert_true(changed > 0);
+	free(s.path);
+	testlib_tmpdir_free(dir);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -174,6 +280,8 @@ int main(void)
 		cmocka_unit_test(digest_ignores_mtimes_and_thread_count),
 		cmocka_unit_test(refuses_fifos_and_bad_names),
 		cmocka_unit_test(empty_tree_digest_is_sha256_of_nothing),
+		cmocka_unit_test(a_file_of_many_buffers_hashes_as_its_bytes),
+		cmocka_unit_test(a_file_cut_while_hashed_is_an_error_never_a_crash),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
