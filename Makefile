@@ -94,6 +94,13 @@ $(BUILD)/obj/%.o: %.c
 	@$(if $(Q),echo "  CC      $<")
 	$(Q)$(CC) $(CPPFLAGS_APF) $(CFLAGS_APF) $(CFLAGS) -c $< -o $@
 
+# The CPU backend without errno for the math functions: sqrtf may then be
+# the vector square root (the same correctly rounded result); with errno
+# to set for a negative argument each call kept a branch to libm that left
+# its loop scalar (the Adam direction, sqrt, rsqrt). GCC honours this only
+# on the command line, not in a pragma. Nothing in the file reads errno.
+$(BUILD)/obj/pkg/nn/cpu/cpu.o: CFLAGS_APF += -fno-math-errno
+
 # The plugin's objects: device code and its host side, both by nvcc.
 CU_HDR := $(wildcard pkg/nn/cuda/*.h) pkg/nn/nn.h pkg/nn/cuda_plugin.h \
           pkg/nn/mathf.h pkg/base/base.h pkg/rng/rng.h

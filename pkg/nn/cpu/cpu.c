@@ -18,7 +18,9 @@
  */
 
 /* The layer loops are the hot path outside BLAS; -O2's cheap vectoriser
- * leaves most of them scalar (possible aliasing, unknown trip counts). */
+ * leaves most of them scalar (possible aliasing, unknown trip counts).
+ * The Makefile builds this file with -fno-math-errno, so that loops of
+ * sqrtf vectorise too. */
 #pragma GCC optimize("O3")
 
 #include "nn/nn.h"
