@@ -22,10 +22,9 @@
  * below 1e-18).
  * pow: e^(p ln|x|) in double, with C's rules for the special cases.
  *
- * And, at the end, the layers' own e^x and tanh (apf_mf_exp_f,
- * apf_mf_tanh_f: softmaxes, SiLU, GELU, tanh): float operations only,
- * cheaper and 1 or 2 float ulps off rather than correctly rounded, and
- * written so that a CPU loop of them vectorises.
+ * And, at the end, the attention softmax's own e^x (apf_mf_exp_f): float
+ * operations only, cheaper and within 1 float ulp rather than correctly
+ * rounded, and written so that a CPU loop of it vectorises.
  */
 #ifndef APF_MATHF_H
 #define APF_MATHF_H
@@ -180,13 +179,14 @@ APF_MF float apf_mf_reduce_f(float x, float *scale)
 	return r;
 }
 
-/* The activations' and softmaxes' e^x and tanh, in float: plain float and
- * integer operations only, with no branch, so that a CPU loop of them
- * vectorises (libm's expf and tanhf are one call per element, and expf is
- * chosen per CPU) and every instruction-set path and the CUDA kernels
- * (built with --fmad=false, so nothing is contracted) compute the same
- * bits. Both clamp on the bits rather than by float compares, which could
- * trap and so would not vectorise.
+/* The attention softmax's e^x, in float: plain float and integer
+ * operations only, with no branch, so that a CPU loop of it vectorises
+ * (libm's expf is one call per element, and is chosen per CPU) and every
+ * instruction-set path and the CUDA kernels (built with --fmad=false, so
+ * nothing is contracted) compute the same bits. It clamps on the bits
+ * rather than by float compares, which could trap and so would not
+ * vectorise. Within 1 ulp of e^x over every 97th float of the whole range
+ * (44 M).
  *
  * e^x: |x| clamped to 87 (e^-87 ~ 1.6e-38, still normal; NaN stays NaN),
  * x = n ln2 + r (apf_mf_reduce_f), e^r by its Taylor series to r^7
@@ -211,49 +211,6 @@ APF_MF float apf_mf_exp_f(float x)
 	p = p * r + 1.0f;
 	p = p * r + 1.0f;
 	return p * scale;
-}
-
-/* tanh u, odd by construction: on a = |u| clamped to 9 (tanh 9 rounds to
- * 1 in float; a NaN is returned as it came), tanh a = E / (E + 2) with
- * E = e^(2a) - 1 = 2^n (e^r - 1) + (2^n - 1), 2a = n ln2 + r as in
- * apf_mf_exp_f, and e^r - 1 by its series to r^8 without the leading 1,
- * so that E keeps its relative accuracy near 0, where 1 - 2 / (e^(2a) + 1)
- * would cancel; then u's sign (tanh -0 is -0). Over every 97th float of
- * the whole range (44 M), it is within 2 ulps of tanh, and apf_mf_exp_f
- * within 1 ulp of e^x. */
-APF_MF float apf_mf_tanh_f(float u)
-{
-	const uint32_t lim = 0x41100000u; /* 9.0f */
-	uint32_t uu, ur;
-	memcpy(&uu, &u, sizeof uu);
-	/* a min, not a compare and branch: GCC would split off the clamped
-	 * path (its result is the constant 1) and leave a branch around
-	 * the division that keeps the loop scalar; NaN is put back at the
-	 * end instead */
-	uint32_t mag = uu & 0x7fffffffu;
-	uint32_t cl = mag < lim ? mag : lim;
-	float a;
-	memcpy(&a, &cl, sizeof a);
-	float scale;
-	float r = apf_mf_reduce_f(a + a, &scale);
-	float p = 1.0f / 40320.0f;
-	p = p * r + 1.0f / 5040.0f;
-	p = p * r + 1.0f / 720.0f;
-	p = p * r + 1.0f / 120.0f;
-	p = p * r + 1.0f / 24.0f;
-	p = p * r + 1.0f / 6.0f;
-	p = p * r + 0.5f;
-	p = p * r * r + r; /* e^r - 1 */
-	float e = scale * p + (scale - 1.0f);
-	float y = e / (e + 2.0f);
-	memcpy(&ur, &y, sizeof ur);
-	ur |= uu & 0x80000000u;
-	/* NaN in, NaN out, by a mask rather than a select (which GCC
-	 * would turn into a branch around the whole computation) */
-	uint32_t nan = 0u - (uint32_t)(mag > 0x7f800000u);
-	ur = (ur & ~nan) | (uu & nan);
-	memcpy(&y, &ur, sizeof y);
-	return y;
 }
 
 #endif

@@ -175,10 +175,8 @@ struct drift {
  * operations on every instruction-set path (nn/cpu/gemm.h, nn/cpu/fast.h;
  * OpenBLAS computes none of a trial's results), so the CPU's model, core
  * count, memory, kernel, the path and BLAS cannot; a CPU that gains or
- * loses AVX2 and FMA can, through the C library: glibc picks FMA
- * variants of exp and log there (the losses' log-sum-exp and the sigmoid
- * loss call them in double; the layers' own exp and tanh are mathf.h's),
- * and a submission's code may call libm itself. So can the
+ * loses AVX2 and FMA can, through the C library: glibc picks an FMA
+ * variant of expf there, which rounds two floats differently. So can the
  * compiler, the C library, apf itself, the OS and the image. Times still differ across machines:
  * apf score says so when it compares runs. */
 static int drift_harmless(const char *field, const char *expected,

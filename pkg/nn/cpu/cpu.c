@@ -1126,36 +1126,12 @@ static void batchnorm_relu_backward(apf_backend *be, float *dinp, float *dres,
 
 /* ---- layer norm ----------------------------------------------------------- */
 
-/* Sums of a row in double over ROW_LANES interleaved partials (element i
- * to partial i mod ROW_LANES, the tail to the first ones), added in a
- * fixed tree: a loop the compiler vectorises, with one order on every
- * clone and thread count (a single running double sum is a chain of
- * dependent adds, four cycles an element). */
-#define ROW_LANES 8
-
-static inline double row_lanes_total(const double *p)
-{
-	return ((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7]));
-}
-
-// sum of x (n) in double, in ROW_LANES partials
-static inline double row_sum_d(const float *restrict x, int n)
-{
-	double p[ROW_LANES] = {0};
-	int i = 0;
-	for (; i + ROW_LANES <= n; i += ROW_LANES)
-		for (int j = 0; j < ROW_LANES; j++)
-			p[j] += x[i + j];
-	for (int j = 0; i < n; i++, j++)
-		p[j] += x[i];
-	return row_lanes_total(p);
-}
-
 /* Rows are independent: the forward and the input gradient split them
- * among the threads, each row's statistics summed in ROW_LANES partials
- * (row_sum_d). The scale and bias gradients sum over rows: those split the
- * columns instead and add the rows in order, in float. Either way a row's
- * or a column's bits do not depend on the thread count. */
+ * among the threads, each row computed as it always was (its sums in
+ * double in column order). The scale and bias gradients sum over rows:
+ * those split the columns instead and add the rows in order, in float.
+ * Either way every bit is the one-thread loop's, at any thread count: a
+ * run recorded before this re-evaluates and replays bit for bit. */
 struct ln_arg {
 	float *out, *mean, *rstd, *dinp, *dscale, *dbias;
 	const float *inp, *dout, *scale, *bias, *smean, *srstd;
@@ -1163,31 +1139,18 @@ struct ln_arg {
 	float eps;
 };
 
-// sum of (x - m)^2 over x (n) in double, in ROW_LANES partials
-static inline double row_sqdev_d(const float *restrict x, int n, double m)
-{
-	double p[ROW_LANES] = {0};
-	int i = 0;
-	for (; i + ROW_LANES <= n; i += ROW_LANES)
-		for (int j = 0; j < ROW_LANES; j++) {
-			double d = (double)x[i + j] - m;
-			p[j] += d * d;
-		}
-	for (int j = 0; i < n; i++, j++) {
-		double d = (double)x[i] - m;
-		p[j] += d * d;
-	}
-	return row_lanes_total(p);
-}
-
 HOT static void ln_fwd_rows(const struct ln_arg *a, size_t n0, size_t n1)
 {
 	int C = a->C;
 	for (size_t n = n0; n < n1; n++) {
 		const float *restrict x = a->inp + n * C;
 		float *restrict y = a->out + n * C;
-		double m = row_sum_d(x, C) / C;
-		double v = row_sqdev_d(x, C, m);
+		double s = 0.0;
+		for (int c = 0; c < C; c++)
+			s += x[c];
+		double m = s / C, v = 0.0;
+		for (int c = 0; c < C; c++)
+			v += ((double)x[c] - m) * ((double)x[c] - m);
 		float r = (float)(1.0 / sqrt(v / C + a->eps));
 		float mf = (float)m;
 		for (int c = 0; c < C; c++)
@@ -1206,23 +1169,15 @@ HOT static void ln_dx_rows(const struct ln_arg *a, size_t n0, size_t n1)
 		const float *restrict x = a->inp + n * C;
 		const float *restrict d = a->dout + n * C;
 		float m = a->smean[n], r = a->srstd[n];
-		double p0[ROW_LANES] = {0}, p1[ROW_LANES] = {0};
-		int c = 0;
-		for (; c + ROW_LANES <= C; c += ROW_LANES)
-			for (int j = 0; j < ROW_LANES; j++) {
-				float xhat = (x[c + j] - m) * r;
-				float dg = d[c + j] * scale[c + j];
-				p0[j] += dg;
-				p1[j] += (double)dg * xhat;
-			}
-		for (int j = 0; c < C; c++, j++) {
+		double sdg = 0.0, sdgx = 0.0;
+		int c;
+		for (c = 0; c < C; c++) {
 			float xhat = (x[c] - m) * r;
 			float dg = d[c] * scale[c];
-			p0[j] += dg;
-			p1[j] += (double)dg * xhat;
+			sdg += dg;
+			sdgx += (double)dg * xhat;
 		}
-		float ga = (float)(row_lanes_total(p0) / C);
-		float gb = (float)(row_lanes_total(p1) / C);
+		float ga = (float)(sdg / C), gb = (float)(sdgx / C);
 		float *restrict di = a->dinp + n * C;
 		if (a->accum)
 			for (c = 0; c < C; c++) {
@@ -1328,7 +1283,7 @@ static inline float relu_f(float x)
 
 static inline float gelu_tanh(float x)
 {
-	return apf_mf_tanh_f(GELU_K * (x + GELU_C * x * x * x));
+	return tanhf(GELU_K * (x + GELU_C * x * x * x));
 }
 
 static inline float gelu_of(float x, float t)
@@ -1354,7 +1309,7 @@ static inline float silu_of(float x, float e) /* e = e^-x */
 
 static inline float silu_f(float x)
 {
-	return silu_of(x, apf_mf_exp_f(-x));
+	return silu_of(x, expf(-x));
 }
 
 static inline float silu_grad_of(float x, float e)
@@ -1382,7 +1337,7 @@ HOT static void activation_forward_s(apf_backend *be, int act, float *out,
 		break;
 	case APF_ACT_TANH:
 		for (size_t i = 0; i < n; i++)
-			out[i] = apf_mf_tanh_f(inp[i]);
+			out[i] = tanhf(inp[i]);
 		break;
 	}
 }
@@ -1406,7 +1361,7 @@ static inline float gelu_grad(float x)
 
 static inline float silu_grad(float x)
 {
-	return silu_grad_of(x, apf_mf_exp_f(-x));
+	return silu_grad_of(x, expf(-x));
 }
 
 HOT static void activation_backward_s(apf_backend *be, int act, float *dinp,
@@ -1639,9 +1594,12 @@ HOT static void xent_rows(const struct xent_arg *a, size_t b0, size_t b1)
 		float mx = z[0];
 		for (int v = 1; v < V; v++)
 			mx = z[v] > mx ? z[v] : mx;
-		for (int v = 0; v < V; v++)
-			p[v] = apf_mf_exp_f(z[v] - mx);
-		double s = row_sum_d(p, V), sz = row_sum_d(z, V);
+		double s = 0.0, sz = 0.0;
+		for (int v = 0; v < V; v++) {
+			p[v] = expf(z[v] - mx);
+			s += p[v];
+			sz += z[v];
+		}
 		float inv = (float)(1.0 / s);
 		for (int v = 0; v < V; v++)
 			p[v] *= inv;
@@ -2802,7 +2760,7 @@ HOT static void glu_row_forward(int act, float *restrict out,
 		break;
 	case APF_ACT_TANH:
 		for (int i = 0; i < H; i++)
-			out[i] = apf_mf_tanh_f(x[i]) * g[i];
+			out[i] = tanhf(x[i]) * g[i];
 		break;
 	}
 }
@@ -2842,12 +2800,12 @@ HOT static void glu_row_backward(int act, float *restrict dx,
 			 dout[i] * gelu_of(x[i], t));
 		break;
 	case APF_ACT_SILU:
-		GLU_LOOP(float e = apf_mf_exp_f(-x[i]),
+		GLU_LOOP(float e = expf(-x[i]),
 			 dout[i] * g[i] * silu_grad_of(x[i], e),
 			 dout[i] * silu_of(x[i], e));
 		break;
 	case APF_ACT_TANH:
-		GLU_LOOP(float t = apf_mf_tanh_f(x[i]),
+		GLU_LOOP(float t = tanhf(x[i]),
 			 dout[i] * g[i] * (1.0f - t * t),
 			 dout[i] * t);
 		break;

@@ -248,7 +248,7 @@ void cu_layernorm_backward(apf_backend *be, float *dinp, float *dscale,
 
 __device__ static inline float gelu_tanh(float x)
 {
-	return apf_mf_tanh_f(GELU_K * (x + GELU_C * x * x * x));
+	return tanhf(GELU_K * (x + GELU_C * x * x * x));
 }
 
 __device__ static inline float act_f(int act, float x)
@@ -259,9 +259,9 @@ __device__ static inline float act_f(int act, float x)
 	case APF_ACT_GELU:
 		return 0.5f * x * (1.0f + gelu_tanh(x));
 	case APF_ACT_SILU:
-		return x / (1.0f + apf_mf_exp_f(-x));
+		return x / (1.0f + expf(-x));
 	case APF_ACT_TANH:
-		return apf_mf_tanh_f(x);
+		return tanhf(x);
 	}
 	return x;
 }
@@ -278,7 +278,7 @@ __device__ static inline float act_b(int act, float dy, float x, float y)
 		return dy * (0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du);
 	}
 	case APF_ACT_SILU: {
-		float sg = 1.0f / (1.0f + apf_mf_exp_f(-x));
+		float sg = 1.0f / (1.0f + expf(-x));
 		return dy * (sg * (1.0f + x * (1.0f - sg)));
 	}
 	case APF_ACT_TANH:
@@ -713,7 +713,7 @@ __global__ static void k_softmax_xent_forward(float *losses, float *probs,
 	mx = block_max(mx, f);
 	double se = 0.0, sz = 0.0;
 	for (int v = threadIdx.x; v < V; v += blockDim.x) {
-		p[v] = apf_mf_exp_f(z[v] - mx);
+		p[v] = expf(z[v] - mx);
 		se += p[v];
 		sz += z[v];
 	}
@@ -1510,7 +1510,7 @@ __global__ static void k_glu_backward(int act, float *dinp, const float *dout,
 	size_t r = i / H, k = i % H;
 	const float *x = inp + r * 2 * H;
 	float a = x[k], g = x[H + k], d = dout[i];
-	float y = act == APF_ACT_TANH ? apf_mf_tanh_f(a) : 0.0f;
+	float y = act == APF_ACT_TANH ? tanhf(a) : 0.0f;
 	float da = act_b(act, d * g, a, y);
 	float dg = d * act_f(act, a);
 	float *dx = dinp + r * 2 * H;
