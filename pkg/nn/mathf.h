@@ -161,24 +161,6 @@ APF_MF float apf_mf_pow(float x, float p)
 	return neg && odd ? -mag : mag;
 }
 
-/* x = n ln2 + r with |r| <= ln2/2: n by the 1.5 * 2^23 rounding shift
- * (it sits in the low bits of t), ln2 split so that n ln2_hi is exact;
- * *scale = 2^n built in the exponent bits. For |x| <= 87. */
-APF_MF float apf_mf_reduce_f(float x, float *scale)
-{
-	const float magic = 12582912.0f;
-	float t = x * 1.44269504f + magic;
-	float n = t - magic;
-	float r = x - n * 0.693359375f; /* ln2's high bits: n * hi exact */
-	r = r - n * -2.12194440e-4f;    /* ln2 - hi */
-	uint32_t ut, umagic;
-	memcpy(&ut, &t, sizeof ut);
-	memcpy(&umagic, &magic, sizeof umagic);
-	uint32_t bits = (ut - umagic + 127u) << 23;
-	memcpy(scale, &bits, sizeof *scale);
-	return r;
-}
-
 /* The attention softmax's e^x, in float: plain float and integer
  * operations only, with no branch, so that a CPU loop of it vectorises
  * (libm's expf is one call per element, and is chosen per CPU) and every
@@ -189,8 +171,10 @@ APF_MF float apf_mf_reduce_f(float x, float *scale)
  * (44 M).
  *
  * e^x: |x| clamped to 87 (e^-87 ~ 1.6e-38, still normal; NaN stays NaN),
- * x = n ln2 + r (apf_mf_reduce_f), e^r by its Taylor series to r^7
- * (truncation below 1e-8 relative), times 2^n. */
+ * x = n ln2 + r with |r| <= ln2/2 (n by the 1.5 * 2^23 rounding shift,
+ * which leaves it in the low bits of t; ln2 split so that n ln2_hi is
+ * exact), e^r by its Taylor series to r^7 (truncation below 1e-8
+ * relative), times 2^n built in the exponent bits. */
 APF_MF float apf_mf_exp_f(float x)
 {
 	const uint32_t lim = 0x42ae0000u; /* 87.0f */
@@ -200,8 +184,11 @@ APF_MF float apf_mf_exp_f(float x)
 	mag = mag > lim && mag <= 0x7f800000u ? lim : mag;
 	ux = (ux & 0x80000000u) | mag;
 	memcpy(&x, &ux, sizeof x);
-	float scale;
-	float r = apf_mf_reduce_f(x, &scale);
+	const float magic = 12582912.0f;
+	float t = x * 1.44269504f + magic;
+	float n = t - magic;
+	float r = x - n * 0.693359375f; /* ln2's high bits: n * hi exact */
+	r = r - n * -2.12194440e-4f;    /* ln2 - hi */
 	float p = 1.0f / 5040.0f;
 	p = p * r + 1.0f / 720.0f;
 	p = p * r + 1.0f / 120.0f;
@@ -210,6 +197,12 @@ APF_MF float apf_mf_exp_f(float x)
 	p = p * r + 0.5f;
 	p = p * r + 1.0f;
 	p = p * r + 1.0f;
+	uint32_t ut, umagic;
+	memcpy(&ut, &t, sizeof ut);
+	memcpy(&umagic, &magic, sizeof umagic);
+	uint32_t bits = (ut - umagic + 127u) << 23;
+	float scale;
+	memcpy(&scale, &bits, sizeof scale);
 	return p * scale;
 }
 

@@ -993,9 +993,10 @@ static void bnf_dx_task(void *v, int t, int nt)
 	apf_cpu_bn_fast_dx(v, t, nt);
 }
 
-/* Runs a row-split task on the threads a layer of N x C deserves; returns
- * how many took part (each leaves one partial). */
-static int bnf_run(apf_backend *be, task_fn fn, void *arg, int N, int C)
+/* Runs a row-split task on the threads a layer of N x C deserves (batch
+ * norm, layer norm, the softmax loss); returns how many took part (each
+ * leaves one partial). */
+static int run_rows(apf_backend *be, task_fn fn, void *arg, int N, int C)
 {
 	if ((size_t)N * C < PAR_MIN || nthreads(be) == 1) {
 		fn(arg, 0, 1);
@@ -1037,7 +1038,7 @@ static void bn_fast_forward(apf_backend *be, float *out, float *save_mean,
 			       .relu = relu, .part = part};
 	if (train) {
 		memcpy(shift, inp, (size_t)C * sizeof *shift);
-		int nt = bnf_run(be, bnf_stats_task, &j, N, C);
+		int nt = run_rows(be, bnf_stats_task, &j, N, C);
 		for (int c = 0; c < C; c++) {
 			double m = bnf_total(part, nt, C, c) / N;
 			double sq = bnf_total(part, nt, C, C + c) / N;
@@ -1059,7 +1060,7 @@ static void bn_fast_forward(apf_backend *be, float *out, float *save_mean,
 			a[c] = scale[c] / sqrtf(run_var[c] + eps);
 		j.mean = run_mean;
 	}
-	bnf_run(be, bnf_apply_task, &j, N, C);
+	run_rows(be, bnf_apply_task, &j, N, C);
 	free(coef);
 	free(part);
 }
@@ -1087,7 +1088,7 @@ static void bn_fast_backward(apf_backend *be, float *dinp, float *dres,
 			       .k2 = k2, .dinp = dinp, .dres = dres,
 			       .relu = relu, .accum_inp = accum,
 			       .accum_res = accum_res, .part = part};
-	int nt = bnf_run(be, bnf_dsums_task, &j, N, C);
+	int nt = run_rows(be, bnf_dsums_task, &j, N, C);
 	for (int c = 0; c < C; c++) {
 		/* sum of g xhat = rstd * sum of g (x - mean) */
 		dbias[c] = (float)bnf_total(part, nt, C, c);
@@ -1097,7 +1098,7 @@ static void bn_fast_backward(apf_backend *be, float *dinp, float *dres,
 		k2[c] = rstd[c] * dscale[c] / N;
 	}
 	if (dinp || dres)
-		bnf_run(be, bnf_dx_task, &j, N, C);
+		run_rows(be, bnf_dx_task, &j, N, C);
 	free(coef);
 	free(part);
 }
@@ -1232,11 +1233,6 @@ static void ln_bwd_task(void *v, int t, int nt)
 	}
 }
 
-static int ln_threads(const apf_backend *be, int N, int C)
-{
-	return (size_t)N * C < PAR_MIN ? 1 : nthreads(be);
-}
-
 // out, inp are (N,C); mean, rstd (N); scale, bias (C)
 static void layernorm_forward(apf_backend *be, float *out, float *mean,
 			      float *rstd, const float *inp, const float *scale,
@@ -1245,10 +1241,7 @@ static void layernorm_forward(apf_backend *be, float *out, float *mean,
 	struct ln_arg a = {.out = out, .mean = mean, .rstd = rstd,
 			   .inp = inp, .scale = scale, .bias = bias, .N = N,
 			   .C = C, .eps = eps};
-	if (ln_threads(be, N, C) == 1)
-		ln_fwd_rows(&a, 0, (size_t)N);
-	else
-		parallel(be, ln_fwd_task, &a);
+	run_rows(be, ln_fwd_task, &a, N, C);
 }
 
 static void layernorm_backward(apf_backend *be, float *dinp, float *dscale,
@@ -1261,10 +1254,7 @@ static void layernorm_backward(apf_backend *be, float *dinp, float *dscale,
 			   .dout = dout, .inp = inp, .scale = scale,
 			   .smean = mean, .srstd = rstd, .N = N, .C = C,
 			   .accum = accum};
-	if (ln_threads(be, N, C) == 1)
-		ln_bwd_task(&a, 0, 1);
-	else
-		parallel(be, ln_bwd_task, &a);
+	run_rows(be, ln_bwd_task, &a, N, C);
 }
 
 /* ---- activations ---------------------------------------------------------- */
@@ -1629,10 +1619,7 @@ static void softmax_xent_forward(apf_backend *be, float *losses, float *probs,
 	struct xent_arg a = {.losses = losses, .probs = probs,
 			     .logits = logits, .labels = labels, .B = B,
 			     .V = V, .smoothing = smoothing};
-	if ((size_t)B * V < PAR_MIN || nthreads(be) == 1)
-		xent_rows(&a, 0, (size_t)B);
-	else
-		parallel(be, xent_task, &a);
+	run_rows(be, xent_task, &a, B, V);
 }
 
 static void softmax_xent_backward(apf_backend *be, float *dlogits,
