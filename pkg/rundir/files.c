@@ -153,7 +153,13 @@ int apf_rundir_write_csv(const char *path, const json_t *rows)
 				apf_buf_printf(&b, "%lld",
 					       (long long)json_integer_value(
 						       json_object_get(m, col)));
-			else
+			/* A metric the row lacks is one whose value was not
+			 * finite (a diverged loss, its perplexity), which the
+			 * log's JSON cannot hold: an empty cell, which the
+			 * verifier expects and readers take for NaN. Never
+			 * 0, which is no value the log has and would meet a
+			 * minimised target. */
+			else if (json_is_number(json_object_get(m, col)))
 				put_number(&b, json_number_value(
 						       json_object_get(m, col)),
 					   0);

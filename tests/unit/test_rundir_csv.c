@@ -10,8 +10,10 @@
 #include "testlib.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "rundir/rundir.h"
 #include "score/score.h"
@@ -231,6 +233,56 @@ static void nul_byte_is_refused(void **state)
 		     "d.csv: holds a NUL byte; not a CSV file");
 }
 
+/* The writer (apf_rundir_write_csv): a metric a row lacks, because its
+ * value was not finite and the log's JSON could not hold it, is an empty
+ * cell that the scorer reads as NaN, never 0 (which would meet a
+ * minimised target the trial never reached). */
+static void a_metric_the_log_lacks_is_an_empty_cell(void **state)
+{
+	(void)state;
+	json_error_t je;
+	json_t *rows = json_loads(
+		"[{\"global_step\": 1, \"preemption_count\": 0, "
+		"\"accumulated_eval_ns\": 1000000000, "
+		"\"accumulated_logging_ns\": 0, "
+		"\"accumulated_submission_ns\": 2000000000, "
+		"\"total_duration_ns\": 3000000000, \"metrics\": "
+		"{\"validation/cross_entropy\": 5.5, "
+		"\"validation/perplexity\": 244.69, "
+		"\"validation/num_examples\": 125}},"
+		" {\"global_step\": 75, \"preemption_count\": 0, "
+		"\"accumulated_eval_ns\": 2000000000, "
+		"\"accumulated_logging_ns\": 0, "
+		"\"accumulated_submission_ns\": 5000000000, "
+		"\"total_duration_ns\": 7000000000, \"metrics\": "
+		"{\"validation/num_examples\": 125}}]",
+		0, &je);
+	assert_non_null(rows);
+	char dir[] = "/tmp/apf-csv-XXXXXX";
+	assert_non_null(mkdtemp(dir));
+	char path[64];
+	snprintf(path, sizeof path, "%s/e.csv", dir);
+	assert_apf_ok(apf_rundir_write_csv(path, rows));
+	char *text = NULL;
+	size_t len = 0;
+	assert_apf_ok(apf_file_read(&text, &len, path, 1 << 20));
+	apf_rundir_csv *t = parse_ok(text);
+	assert_int_equal(t->nrows, 2);
+	long ce = apf_rundir_csv_column(t, "validation/cross_entropy");
+	long pp = apf_rundir_csv_column(t, "validation/perplexity");
+	long n = apf_rundir_csv_column(t, "validation/num_examples");
+	assert_true(ce >= 0 && pp >= 0 && n >= 0);
+	assert_string_equal(t->rows[0].cell[ce], "5.5");
+	assert_string_equal(t->rows[1].cell[ce], "");
+	assert_string_equal(t->rows[1].cell[pp], "");
+	assert_string_equal(t->rows[1].cell[n], "125");
+	apf_rundir_csv_free(t);
+	free(text);
+	unlink(path);
+	rmdir(dir);
+	json_decref(rows);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -241,6 +293,7 @@ int main(void)
 		cmocka_unit_test(column_named_twice_is_refused),
 		cmocka_unit_test(broken_quoting_is_refused_at_its_line),
 		cmocka_unit_test(nul_byte_is_refused),
+		cmocka_unit_test(a_metric_the_log_lacks_is_an_empty_cell),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
