@@ -199,6 +199,8 @@ static int host_open(struct audit *a, const struct apf_verify_kept *k,
 				   .study = (uint32_t)k->study,
 				   .trial = (uint32_t)k->trial,
 				   .threads = (int)a->r->threads,
+				   /* Computed as the run was (nn.h). */
+				   .numerics = a->r->numerics,
 				   .budget_multiplier = m->tuning.budget_multiplier,
 				   .budget_scale = a->r->budget_scale,
 				   /* Timed as the run was: a replay's time is
@@ -725,10 +727,10 @@ static int check4(struct audit *a)
 	snprintf(line, sizeof line,
 		 "%zu checkpoints' digests match; %zu initial state%s equal%s "
 		 "the workload's initialisation for the seed, and re-evaluated "
-		 "in a clean process the %zu others' metrics equal the log's bit "
-		 "for bit%s",
+		 "in a clean process (numerics %d) the %zu others' metrics "
+		 "equal the log's bit for bit%s",
 		 done, initial, initial == 1 ? "" : "s", initial == 1 ? "s" : "",
-		 done - initial,
+		 r->numerics, done - initial,
 		 r->npruned ? "; the pruned units' checkpoints are not here "
 			      "(--pruned) and were not re-evaluated"
 			    : "");

@@ -28,6 +28,7 @@
 
 #include "hash/hash.h"
 #include "heldout/heldout.h"
+#include "nn/nn.h"
 #include "rundir/rundir.h"
 #include "workload/workload.h"
 
@@ -216,7 +217,8 @@ static int run_json_form(json_t *rj, const char *file)
 		{"format", K_STR},	{"submission", K_STR}, {"entry", K_OBJ},
 		{"runner", K_OBJ},	{"device", K_STR},     {"sealed", K_BOOL},
 		{"threads", K_INT},	{"plan", K_OBJ},       {"environment", K_OBJ},
-		{"created", K_TIME},	{NULL, 0}};
+		{"created", K_TIME},	{"numerics", K_INT | K_OPTIONAL},
+		{NULL, 0}};
 	static const struct key entry[] = {{"file", K_STR},
 					   {"sha256", K_SHA},
 					   {"manifest_sha256", K_SHA},
@@ -283,6 +285,15 @@ static int run_json_form(json_t *rj, const char *file)
 	if (!(apf_budget_scale_of_run(rj) > 0))
 		return apf_error(APF_EINPUT, file,
 				 "plan.budget_scale: expected a number in (0, 1]");
+	int nx = apf_numerics_of_run(rj);
+	if (nx < 0)
+		return apf_error(APF_EINPUT, file,
+				 "numerics: expected a version number");
+	if (nx < APF_NUMERICS_OLDEST || nx > APF_NUMERICS_LATEST)
+		return apf_error(APF_EINPUT, file,
+				 "numerics %d: this apf computes numerics %d "
+				 "to %d (a later apf made the run?)",
+				 nx, APF_NUMERICS_OLDEST, APF_NUMERICS_LATEST);
 	if (apf_clock_of_run(rj) == APF_CLOCK_CPU &&
 	    strcmp(jstr(rj, "device", NULL), "cpu"))
 		return apf_error(APF_EINPUT, file,
@@ -565,6 +576,7 @@ static int load_run_json(struct vx *v)
 		v->budget_scale = apf_budget_scale_of_run(v->run_json);
 		v->rep->clock = v->clock;
 		v->rep->budget_scale = v->budget_scale;
+		v->rep->numerics = apf_numerics_of_run(v->run_json);
 		rc = bind_run_json(v, file);
 	}
 	if (!rc)

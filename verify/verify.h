@@ -228,6 +228,11 @@ typedef struct apf_verify_report {
 	 * (check 3). */
 	int clock;
 	double budget_scale;
+	/* run.json's numerics (nn.h; 1 when it has none): what checks 4 and 5
+	 * recompute with, so the metrics and steps of a run made with an
+	 * older version come out as they did. Not a claim that can weaken a
+	 * check: every version is exact, and a wrong one fails them. */
+	int numerics;
 	uint64_t blocks, short_blocks;
 	char *cpu_model;       /* run.json's environment.cpu.model, or NULL */
 	char device[8];        /* run.json's: "cpu" or "cuda" */

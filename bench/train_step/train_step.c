@@ -213,6 +213,7 @@ int main(int argc, char **argv)
 	       B * apf_net_example_bytes(net) + 10.0 * sizeof(float) * np);
 	printf("sgemm_peak_gflops %.1f\n", sgemm_peak());
 	printf("mem_gbps %.2f\n", triad_gbps(threads));
+	printf("numerics %d\n", apf_numerics_get());
 	free(rates);
 	be->free(be, arena);
 	be->free(be, grads);

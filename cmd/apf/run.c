@@ -15,10 +15,14 @@
 #include <jansson.h>
 
 #include "eval/eval.h"
+#include "nn/nn.h"
 #include "runner/runner.h"
 #include "rundir/rundir.h"
 #include "trial/trial.h"
 #include "wire/wire.h"
+
+#define STR_(x) #x
+#define STR(x) STR_(x)
 
 struct say {
 	int progress; /* a progress line may be on the terminal */
@@ -163,7 +167,7 @@ int cmd_run(int argc, char **argv)
 	/* LONG_MIN: not given (then all studies, all trials, the entry's
 	 * threads, the default memory limit). */
 	long study = LONG_MIN, trial = LONG_MIN, threads = LONG_MIN,
-	     memory_mib = LONG_MIN, jobs = LONG_MIN;
+	     memory_mib = LONG_MIN, jobs = LONG_MIN, numerics = LONG_MIN;
 	int resume = 0, unsealed = 0, drift = 0, quiet = 0, json = 0, slurm = 0;
 	long parallelism = LONG_MIN;
 	struct apf_slurm_opts so = {0};
@@ -215,6 +219,10 @@ int cmd_run(int argc, char **argv)
 		 "machine doing nothing else), or the trial's CPU time over 2 "
 		 "cores (the same under load; device cpu only). Default: "
 		 "wall, or a resumed run's"},
+		{"numerics", 0, OPT_INT, &numerics, "N",
+		 "the CPU layers' formulas (1 to " STR(APF_NUMERICS_LATEST)
+		 "), recorded in run.json; verify recomputes with the run's. "
+		 "Default: the latest, or a resumed run's"},
 		{"budget-scale", 0, OPT_STRING, &scale, "F",
 		 "scale every budget and eval period by F in (0, 1]: a quick "
 		 "look at a submission, marked unofficial by verify, score and "
@@ -242,7 +250,7 @@ int cmd_run(int argc, char **argv)
 		"[--heldout DRAW.json] "
 		"[--device cpu|cuda] [--threads N] [-j N] [--resume] [--unsealed] "
 		"[--allow-env-drift] [--memory-limit MiB] [--clock wall|cpu] "
-		"[--budget-scale F] [-q] [--json] "
+		"[--numerics N] [--budget-scale F] [-q] [--json] "
 		"[--slurm [--partition P] [--gres gpu:N] [--time T] "
 		"[--array-parallelism K] [-- SBATCH_OPTIONS...]]",
 		"Run an entry's trials in the sealed runner: the entry is "
@@ -291,6 +299,12 @@ int cmd_run(int argc, char **argv)
 				  ? "--memory-limit takes MiB >= 1"
 			  : clock && apf_clock_parse(clock) < 0
 				  ? "--clock takes wall or cpu"
+			  : numerics != LONG_MIN &&
+					  (numerics < APF_NUMERICS_OLDEST ||
+					   numerics > APF_NUMERICS_LATEST)
+				  ? "--numerics takes 1 to " STR(
+					    APF_NUMERICS_LATEST) ", the "
+					    "versions this apf computes"
 				  : NULL;
 	double bscale = 0;
 	if (!bad && scale && !(bscale = cmd_budget_scale(scale)))
@@ -316,6 +330,7 @@ int cmd_run(int argc, char **argv)
 	o.memory_limit = (uint64_t)memory_mib << 20;
 	o.clock = clock ? apf_clock_parse(clock) : -1;
 	o.budget_scale = bscale;
+	o.numerics = numerics == LONG_MIN ? 0 : (int)numerics;
 	struct say say = {.progress = !quiet && progress_enabled() && isatty(2),
 			  .units = json ? json_array() : NULL};
 	o.notice = on_notice;

@@ -73,7 +73,8 @@ int cmd_train(int argc, char **argv)
 {
 	const char *variant = "base", *lr_s = "1e-3", *wd_s = "1e-4",
 		   *warm_s = "0.05";
-	long steps = 1000, batch = 128, seed = 0, threads = 2, every = 0;
+	long steps = 1000, batch = 128, seed = 0, threads = 2, every = 0,
+	     numerics = APF_NUMERICS_LATEST;
 	int as_json = 0, no_eval = 0;
 	const struct apf_opt opts[] = {
 		{"variant", 'v', OPT_STRING, &variant, "NAME",
@@ -87,6 +88,9 @@ int cmd_train(int argc, char **argv)
 		 "share of steps in linear warmup before cosine decay (0.05)"},
 		{"seed", 's', OPT_INT, &seed, "S", "seed of the trial key (0)"},
 		{"threads", 't', OPT_INT, &threads, "T", "compute threads (2)"},
+		{"numerics", 0, OPT_INT, &numerics, "N",
+		 "the CPU layers' formulas, as apf run --numerics (default: "
+		 "the latest)"},
 		{"eval-every", 'e', OPT_INT, &every, "N",
 		 "evaluate every N steps (default: at the end only)"},
 		{"no-eval", 0, OPT_FLAG, &no_eval, NULL,
@@ -99,7 +103,8 @@ int cmd_train(int argc, char **argv)
 	const struct apf_usage usage = {
 		"train WORKLOAD [--variant V] [--steps N] [--batch B] [--lr LR] "
 		"[--weight-decay WD] [--warmup FRAC] [--seed S] "
-		"[--threads T] [--eval-every N | --no-eval] [--json]",
+		"[--threads T] [--numerics N] [--eval-every N | --no-eval] "
+		"[--json]",
 		"Train a workload with the built-in reference AdamW (linear "
 		"warmup, cosine decay)\nand print train, validation and test "
 		"loss / accuracy at each evaluation.",
@@ -130,6 +135,14 @@ int cmd_train(int argc, char **argv)
 	apf_workload_spec *spec = NULL;
 	apf_backend *be = NULL;
 	apf_workload *wl = NULL;
+	if (numerics < APF_NUMERICS_OLDEST || numerics > APF_NUMERICS_LATEST) {
+		apf_error(APF_EUSAGE, "train",
+			  "--numerics takes %d to %d, the versions this apf "
+			  "computes",
+			  APF_NUMERICS_OLDEST, APF_NUMERICS_LATEST);
+		return cmd_fail(APF_EUSAGE);
+	}
+	apf_numerics_set((int)numerics);
 	rc = apf_workload_spec_load(&spec, argv[1]);
 	if (!rc)
 		rc = apf_backend_cpu_new(&be, (int)threads);
@@ -159,14 +172,14 @@ int cmd_train(int argc, char **argv)
 		char hex[65];
 		apf_hex(hex, r.digest, sizeof r.digest);
 		json_t *doc = json_pack(
-			"{s:s, s:s, s:I, s:I, s:f, s:f, s:f, s:I, s:I, s:f,"
-			" s:f, s:f, s:s, s:o}",
+			"{s:s, s:s, s:I, s:I, s:f, s:f, s:f, s:I, s:I, s:I,"
+			" s:f, s:f, s:f, s:s, s:o}",
 			"workload", utf8_text(spec->name), "variant",
 			utf8_text(variant), "steps",
 			(json_int_t)steps, "batch", (json_int_t)batch, "lr", lr,
 			"weight_decay", wd, "warmup", warm, "seed",
 			(json_int_t)seed, "threads", (json_int_t)threads,
-			"train_seconds", r.train_seconds, "validation_target",
+			"numerics", (json_int_t)numerics, "train_seconds", r.train_seconds, "validation_target",
 			v->validation_target, "test_target", v->test_target,
 			"digest", hex, "evals", c.evals);
 		c.evals = NULL;

@@ -263,6 +263,8 @@ json_t *cmd_verify_run_json(const apf_verify_report *r, int rc,
 				    json_real(r->budget_scale));
 		json_object_set_new(o, "official",
 				    json_boolean(r->budget_scale == 1.0));
+		json_object_set_new(o, "numerics",
+				    json_integer(r->numerics));
 	}
 	return o;
 }

@@ -42,6 +42,10 @@ int apf_eval_main(int argc, char **argv)
 			rc = apf_error_errno(APF_EABORT, errno, "evaluator",
 					     "map the arena");
 	}
+	/* The run's numerics (nn.h): the metrics of a run made with an
+	 * older version are recomputed with it. */
+	if (!rc && a.numerics)
+		rc = apf_numerics_set(a.numerics);
 	if (!rc)
 		rc = apf_backend_cpu_new(&be, a.threads);
 	if (!rc) {

@@ -668,6 +668,7 @@ struct apf_unit_args apf_host_args(const apf_host *h)
 		.study = o->study,
 		.trial = o->trial,
 		.threads = o->threads,
+		.numerics = o->numerics,
 		.device = o->device,
 		.so = h->so,
 		.hparams = h->hparams,

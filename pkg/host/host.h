@@ -45,6 +45,9 @@ struct apf_host_opts {
 	uint64_t seed;
 	uint32_t study, trial;     /* trial 1-based */
 	int threads;
+	/* The CPU layers' numerics (nn.h) the trial and the evaluator
+	 * compute with: the run's (run.json); 0: this apf's latest. */
+	int numerics;
 	double budget_multiplier;
 	/* The run's budget scale (0 or 1: none; apf_workload_budget_ns) and
 	 * clock (rundir.h enum apf_clock): what the deadlines, the due watch

@@ -22,9 +22,11 @@
  * below 1e-18).
  * pow: e^(p ln|x|) in double, with C's rules for the special cases.
  *
- * And, at the end, the attention softmax's own e^x (apf_mf_exp_f): float
- * operations only, cheaper and within 1 float ulp rather than correctly
- * rounded, and written so that a CPU loop of it vectorises.
+ * And, at the end, the layers' own e^x and tanh (apf_mf_exp_f,
+ * apf_mf_tanh_f: the attention's softmax; GELU, SiLU, tanh and the
+ * softmax loss under numerics 2): float operations only, cheaper and 1 or
+ * 2 float ulps off rather than correctly rounded, and written so that a
+ * CPU loop of them vectorises.
  */
 #ifndef APF_MATHF_H
 #define APF_MATHF_H
@@ -161,20 +163,38 @@ APF_MF float apf_mf_pow(float x, float p)
 	return neg && odd ? -mag : mag;
 }
 
-/* The attention softmax's e^x, in float: plain float and integer
- * operations only, with no branch, so that a CPU loop of it vectorises
- * (libm's expf is one call per element, and is chosen per CPU) and every
- * instruction-set path and the CUDA kernels (built with --fmad=false, so
- * nothing is contracted) compute the same bits. It clamps on the bits
- * rather than by float compares, which could trap and so would not
- * vectorise. Within 1 ulp of e^x over every 97th float of the whole range
- * (44 M).
+/* x = n ln2 + r with |r| <= ln2/2: n by the 1.5 * 2^23 rounding shift
+ * (it sits in the low bits of t), ln2 split so that n ln2_hi is exact;
+ * *scale = 2^n built in the exponent bits. For |x| <= 87. */
+APF_MF float apf_mf_reduce_f(float x, float *scale)
+{
+	const float magic = 12582912.0f;
+	float t = x * 1.44269504f + magic;
+	float n = t - magic;
+	float r = x - n * 0.693359375f; /* ln2's high bits: n * hi exact */
+	r = r - n * -2.12194440e-4f;    /* ln2 - hi */
+	uint32_t ut, umagic;
+	memcpy(&ut, &t, sizeof ut);
+	memcpy(&umagic, &magic, sizeof umagic);
+	uint32_t bits = (ut - umagic + 127u) << 23;
+	memcpy(scale, &bits, sizeof *scale);
+	return r;
+}
+
+/* The layers' own e^x and tanh, in float: plain float and integer
+ * operations only, with no branch, so that a CPU loop of them vectorises
+ * (libm's expf and tanhf are one call per element, and expf is chosen per
+ * CPU) and every instruction-set path and the CUDA kernels (built with
+ * --fmad=false, so nothing is contracted) compute the same bits. Both
+ * clamp on the bits rather than by float compares, which could trap and
+ * so would not vectorise. The attention's softmax has used apf_mf_exp_f
+ * from the start; GELU, SiLU, tanh and the softmax loss use them under
+ * numerics 2 (nn.h), libm's under numerics 1.
  *
  * e^x: |x| clamped to 87 (e^-87 ~ 1.6e-38, still normal; NaN stays NaN),
- * x = n ln2 + r with |r| <= ln2/2 (n by the 1.5 * 2^23 rounding shift,
- * which leaves it in the low bits of t; ln2 split so that n ln2_hi is
- * exact), e^r by its Taylor series to r^7 (truncation below 1e-8
- * relative), times 2^n built in the exponent bits. */
+ * x = n ln2 + r (apf_mf_reduce_f), e^r by its Taylor series to r^7
+ * (truncation below 1e-8 relative), times 2^n. Within 1 ulp of e^x over
+ * every 97th float of the whole range (44 M). */
 APF_MF float apf_mf_exp_f(float x)
 {
 	const uint32_t lim = 0x42ae0000u; /* 87.0f */
@@ -184,11 +204,8 @@ APF_MF float apf_mf_exp_f(float x)
 	mag = mag > lim && mag <= 0x7f800000u ? lim : mag;
 	ux = (ux & 0x80000000u) | mag;
 	memcpy(&x, &ux, sizeof x);
-	const float magic = 12582912.0f;
-	float t = x * 1.44269504f + magic;
-	float n = t - magic;
-	float r = x - n * 0.693359375f; /* ln2's high bits: n * hi exact */
-	r = r - n * -2.12194440e-4f;    /* ln2 - hi */
+	float scale;
+	float r = apf_mf_reduce_f(x, &scale);
 	float p = 1.0f / 5040.0f;
 	p = p * r + 1.0f / 720.0f;
 	p = p * r + 1.0f / 120.0f;
@@ -197,13 +214,49 @@ APF_MF float apf_mf_exp_f(float x)
 	p = p * r + 0.5f;
 	p = p * r + 1.0f;
 	p = p * r + 1.0f;
-	uint32_t ut, umagic;
-	memcpy(&ut, &t, sizeof ut);
-	memcpy(&umagic, &magic, sizeof umagic);
-	uint32_t bits = (ut - umagic + 127u) << 23;
-	float scale;
-	memcpy(&scale, &bits, sizeof scale);
 	return p * scale;
+}
+
+/* tanh u, odd by construction: on a = |u| clamped to 9 (tanh 9 rounds to
+ * 1 in float; a NaN is returned as it came), tanh a = E / (E + 2) with
+ * E = e^(2a) - 1 = 2^n (e^r - 1) + (2^n - 1), 2a = n ln2 + r
+ * (apf_mf_reduce_f), and e^r - 1 by its series to r^8 without the leading
+ * 1, so that E keeps its relative accuracy near 0, where
+ * 1 - 2 / (e^(2a) + 1) would cancel; then u's sign (tanh -0 is -0).
+ * Within 2 ulps of tanh over every 97th float of the whole range (44 M). */
+APF_MF float apf_mf_tanh_f(float u)
+{
+	const uint32_t lim = 0x41100000u; /* 9.0f */
+	uint32_t uu, ur;
+	memcpy(&uu, &u, sizeof uu);
+	/* a min, not a compare and branch: GCC would split off the clamped
+	 * path (its result is the constant 1) and leave a branch around
+	 * the division that keeps the loop scalar; NaN is put back at the
+	 * end instead */
+	uint32_t mag = uu & 0x7fffffffu;
+	uint32_t cl = mag < lim ? mag : lim;
+	float a;
+	memcpy(&a, &cl, sizeof a);
+	float scale;
+	float r = apf_mf_reduce_f(a + a, &scale);
+	float p = 1.0f / 40320.0f;
+	p = p * r + 1.0f / 5040.0f;
+	p = p * r + 1.0f / 720.0f;
+	p = p * r + 1.0f / 120.0f;
+	p = p * r + 1.0f / 24.0f;
+	p = p * r + 1.0f / 6.0f;
+	p = p * r + 0.5f;
+	p = p * r * r + r; /* e^r - 1 */
+	float e = scale * p + (scale - 1.0f);
+	float y = e / (e + 2.0f);
+	memcpy(&ur, &y, sizeof ur);
+	ur |= uu & 0x80000000u;
+	/* NaN in, NaN out, by a mask rather than a select (which GCC
+	 * would turn into a branch around the whole computation) */
+	uint32_t nan = 0u - (uint32_t)(mag > 0x7f800000u);
+	ur = (ur & ~nan) | (uu & nan);
+	memcpy(&y, &ur, sizeof y);
+	return y;
 }
 
 #endif

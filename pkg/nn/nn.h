@@ -410,6 +410,26 @@ int apf_backend_cpu_new(apf_backend **out, int threads);
  * ones where the CPU has them; both are deterministic, but their bits
  * differ. */
 int apf_backend_cpu_plain_new(apf_backend **out, int threads);
+
+/* The CPU backend's numerics: the formulas its layers compute with. A
+ * recorded run means the bits its layers gave (re-evaluation and replay
+ * compare bit for bit), so a later apf keeps every version and computes a
+ * run with the one it was made with (run.json's "numerics"):
+ *   1  GELU, SiLU, tanh and the softmax loss's e^x through libm's tanhf
+ *      and expf: every run made before apf recorded its numerics
+ *      (run.json without the field);
+ *   2  the same through mathf.h's apf_mf_tanh_f and apf_mf_exp_f, within
+ *      2 and 1 ulps, which vectorise (GELU about 12x faster) and are the
+ *      same bits on every CPU (libm's expf is chosen per CPU).
+ * Every other layer is the same in every version. A new version is a new
+ * number here, never a change to an old one. */
+#define APF_NUMERICS_OLDEST 1
+#define APF_NUMERICS_LATEST 2
+/* Sets the numerics of the CPU backends made after it in this process
+ * (until then APF_NUMERICS_LATEST); a version this apf lacks is APF_EINPUT
+ * ("numerics 3: this apf computes numerics 1 to 2"). */
+int apf_numerics_set(int version);
+int apf_numerics_get(void);
 /* The CUDA backend, on device 0: loads the plugin (build/lib/apf-cuda.so,
  * or $APF_CUDA_PLUGIN) with dlopen, so apf itself links no CUDA; `threads`
  * is recorded as be->threads (the host side needs no pool). Fails with one

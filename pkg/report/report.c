@@ -1312,6 +1312,16 @@ static void provenance(struct w *w, const struct apf_score_submission *s,
 					 : ": their times are the machine's as "
 					   "much as the submission's");
 		kv(w, "clock", line);
+		int nx = apf_numerics_of_run(run_json);
+		if (nx > 0)
+			snprintf(line, sizeof line, "%d%s", nx,
+				 json_object_get(run_json, "numerics")
+					 ? ""
+					 : " (run.json has none: a run made "
+					   "before apf recorded it)");
+		else
+			snprintf(line, sizeof line, "- (not one apf writes)");
+		kv(w, "numerics", line);
 		double scale = apf_budget_scale_of_run(run_json);
 		if (scale != 1.0) {
 			snprintf(line, sizeof line,

@@ -56,3 +56,12 @@ double apf_budget_scale_of_run(const json_t *run_json)
 	double x = json_is_number(s) ? json_number_value(s) : NAN;
 	return x > 0 && x <= 1 ? x : 0;
 }
+
+int apf_numerics_of_run(const json_t *run_json)
+{
+	const json_t *n = json_object_get(run_json, "numerics");
+	if (!n)
+		return 1;
+	json_int_t v = json_is_integer(n) ? json_integer_value(n) : -1;
+	return v >= 1 && v <= 1000 ? (int)v : -1;
+}

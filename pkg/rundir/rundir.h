@@ -215,5 +215,10 @@ int apf_clock_short(uint64_t wall_ns, uint64_t wait_ns, long threads);
  * not a number in (0, 1]. A run at any other scale than 1 is a quick
  * look, not a result (`apf run --budget-scale`). */
 double apf_budget_scale_of_run(const json_t *run_json);
+/* run.json's numerics (nn.h's APF_NUMERICS: the CPU layers' formulas the
+ * run computed with): "numerics", 1 when absent (every run made before apf
+ * recorded it); -1 when it is not a positive integer. Whether this apf
+ * has that version is the caller's to check. */
+int apf_numerics_of_run(const json_t *run_json);
 
 #endif

@@ -41,6 +41,7 @@ struct run {
 	const char *device;
 	int clock;                /* enum apf_clock */
 	double budget_scale;      /* 1: none */
+	int numerics;             /* nn.h's APF_NUMERICS, run.json's */
 	struct apf_rundir_unit *states; /* one per plan unit (rundir/resume.h) */
 	int interrupted;          /* SIGINT/SIGTERM arrived */
 	char *heldout;            /* the held-out draw file in force, or NULL */

@@ -125,6 +125,11 @@ struct apf_run_opts {
 	 * directory must use its own. */
 	int clock;
 	double budget_scale;
+	/* The CPU layers' numerics (nn.h's APF_NUMERICS) the trials and the
+	 * evaluator compute with, into run.json; 0: not given, a run
+	 * directory's own or this apf's latest. Units added to a run
+	 * directory must use its own. */
+	int numerics;
 	struct apf_slurm_opts *slurm; /* non-NULL: submit, do not run */
 	/* What the run tells its user (the library prints nothing); each
 	 * may be NULL. notice: one line - the runner key created, a unit's

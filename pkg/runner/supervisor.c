@@ -263,6 +263,10 @@ static json_t *run_json(struct run *r)
 	if (plan && r->budget_scale != 1.0)
 		json_object_set_new(plan, "budget_scale",
 				    json_real(r->budget_scale));
+	/* Always written: a run.json without it is one made before apf
+	 * recorded its numerics, which computed with version 1. */
+	if (j)
+		json_object_set_new(j, "numerics", json_integer(r->numerics));
 	return j;
 }
 
@@ -430,6 +434,23 @@ static int open_run_dir(struct run *r)
 				       "give the same to add to it",
 				       apf_clock_name(apf_clock_of_run(j)),
 				       apf_budget_scale_of_run(j));
+		int nx = apf_numerics_of_run(j);
+		if (!rc && (nx < APF_NUMERICS_OLDEST ||
+			    nx > APF_NUMERICS_LATEST))
+			rc = nx < 0 ? apf_error(APF_EINPUT, rj,
+						"numerics: not one apf writes")
+				    : apf_error(APF_EINPUT, rj,
+						"numerics %d: this apf computes "
+						"numerics %d to %d",
+						nx, APF_NUMERICS_OLDEST,
+						APF_NUMERICS_LATEST);
+		else if (!rc && r->o->numerics && nx != r->o->numerics)
+			rc = apf_error(APF_EINPUT, r->run_dir,
+				       "computed with numerics %d: give "
+				       "--numerics %d, or none, to add to it",
+				       nx, nx);
+		else if (!rc)
+			r->numerics = nx; /* not given: the run directory's */
 		if (!rc) {
 			/* Not given: the run directory's own. */
 			r->clock = apf_clock_of_run(j);
@@ -869,6 +890,14 @@ static int prepare(struct run *r)
 	r->clock = o->clock < 0 ? APF_CLOCK_WALL : o->clock;
 	if (r->clock != APF_CLOCK_WALL && r->clock != APF_CLOCK_CPU)
 		return apf_error(APF_EUSAGE, "run", "--clock: wall or cpu");
+	r->numerics = o->numerics ? o->numerics : APF_NUMERICS_LATEST;
+	if (r->numerics < APF_NUMERICS_OLDEST ||
+	    r->numerics > APF_NUMERICS_LATEST)
+		return apf_error(APF_EUSAGE, "run",
+				 "--numerics %d: this apf computes numerics "
+				 "%d to %d",
+				 r->numerics, APF_NUMERICS_OLDEST,
+				 APF_NUMERICS_LATEST);
 	/* A GPU's work is no CPU time of the trial's: the cpu clock would
 	 * count its waits, not its work. */
 	if (r->clock == APF_CLOCK_CPU && !strcmp(r->device, "cuda"))

@@ -527,6 +527,7 @@ static int prepare(struct unit *u)
 		.study = (uint32_t)pu->study,
 		.trial = (uint32_t)pu->trial + 1,
 		.threads = r->threads,
+		.numerics = r->numerics,
 		.budget_multiplier = man->tuning.budget_multiplier,
 		.budget_scale = r->budget_scale,
 		.clock = r->clock,

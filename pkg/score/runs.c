@@ -390,6 +390,7 @@ int apf_score_read_run(apf_score_run **out, const char *dir)
 	if (!rc) {
 		r->clock = apf_clock_of_run(j);
 		r->budget_scale = apf_budget_scale_of_run(j);
+		r->numerics = apf_numerics_of_run(j);
 	}
 	json_decref(j);
 	free(path);

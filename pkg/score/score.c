@@ -740,6 +740,55 @@ nomem:
 	return apf_error(APF_ENOMEM, "score", "out of memory");
 }
 
+static void run_clock(const apf_score_run *run, char *out, size_t size)
+{
+	snprintf(out, size, "%s", apf_clock_name(run->clock));
+}
+
+static void run_numerics(const apf_score_run *run, char *out, size_t size)
+{
+	snprintf(out, size, "%d", run->numerics);
+}
+
+/* One problem when the apf runs differ in a field of run.json other than
+ * the hardware's: "runs differ in <field> (<name>: <value>; ...):
+ * time-to-target is comparable <only>". */
+static int runs_differ(apf_score_result *r, const apf_score_logs *logs,
+		       unsigned flags, const char *field,
+		       void (*value)(const apf_score_run *, char *, size_t),
+		       const char *only)
+{
+	char first[64] = "", v[64];
+	int differ = 0;
+	for (size_t i = 0; i < logs->n && !differ; i++) {
+		if (!logs->s[i].run)
+			continue;
+		value(logs->s[i].run, v, sizeof v);
+		differ = first[0] && strcmp(first, v);
+		if (!first[0])
+			memcpy(first, v, sizeof v);
+	}
+	if (!differ)
+		return 0;
+	apf_buf b = {0};
+	for (size_t k = 0; k < logs->n; k++) {
+		if (!logs->s[k].run)
+			continue;
+		value(logs->s[k].run, v, sizeof v);
+		if (apf_buf_printf(&b, "%s%s: %s", b.len ? "; " : "",
+				   logs->s[k].name, v)) {
+			apf_buf_free(&b);
+			return apf_error(APF_ENOMEM, "score", "out of memory");
+		}
+	}
+	int rc = problem(r, flags,
+			 "runs differ in %s (%s): time-to-target is "
+			 "comparable %s",
+			 field, b.data, only);
+	apf_buf_free(&b);
+	return rc;
+}
+
 /* Excluded runs, what could not be verified, each apf run's own account,
  * and the machines the apf runs ran on. */
 static int check_submissions(apf_score_result *r, const apf_score_logs *logs,
@@ -778,35 +827,14 @@ static int check_submissions(apf_score_result *r, const apf_score_logs *logs,
 	if (!rc)
 		rc = apf_score_hardware_compare(&diff, &ndiff, names, hw, nruns);
 	/* Times of two clocks estimate the same thing but are not the same
-	 * measurement. */
-	int clock0 = -2;
-	for (size_t i = 0; !rc && i < logs->n; i++) {
-		const apf_score_run *run = logs->s[i].run;
-		if (!run)
-			continue;
-		if (clock0 == -2) {
-			clock0 = run->clock;
-		} else if (run->clock != clock0) {
-			apf_buf b = {0};
-			for (size_t k = 0; k < logs->n && !rc; k++)
-				if (logs->s[k].run &&
-				    apf_buf_printf(&b, "%s%s: %s",
-						   b.len ? "; " : "",
-						   logs->s[k].name,
-						   apf_clock_name(
-							   logs->s[k].run->clock)))
-					rc = apf_error(APF_ENOMEM, "score",
-						       "out of memory");
-			if (!rc)
-				rc = problem(r, flags,
-					     "runs differ in clock (%s): "
-					     "time-to-target is comparable "
-					     "only under one clock",
-					     b.data);
-			apf_buf_free(&b);
-			break;
-		}
-	}
+	 * measurement; two numerics are two sets of kernels (nn.h), which
+	 * may differ in speed as two apf builds do. */
+	if (!rc)
+		rc = runs_differ(r, logs, flags, "clock", run_clock,
+				 "only under one clock");
+	if (!rc)
+		rc = runs_differ(r, logs, flags, "numerics", run_numerics,
+				 "only under one numerics version");
 	for (size_t i = 0; !rc && i < ndiff; i++)
 		rc = problem(r, flags, "%s", diff[i]);
 	for (size_t i = 0; i < ndiff; i++)

@@ -294,6 +294,9 @@ typedef struct apf_score_run {
 	int clock;
 	double budget_scale;
 	uint64_t blocks, short_blocks;
+	/* run.json's numerics (rundir.h apf_numerics_of_run: 1 when absent,
+	 * -1 when not a version number). */
+	int numerics;
 } apf_score_run;
 
 /* Reads run.json and log.jsonl of the run directory dir (the log with

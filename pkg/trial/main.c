@@ -162,7 +162,11 @@ static int setup(struct tp *t)
 	if (t->arena == MAP_FAILED || t->ctl == MAP_FAILED)
 		return apf_error_errno(APF_EABORT, errno, "trial",
 				       "map the arena");
-	int rc;
+	/* The run's numerics (nn.h), before the backend is made: a replay
+	 * of a run made with an older version computes with it. */
+	int rc = t->a.numerics ? apf_numerics_set(t->a.numerics) : 0;
+	if (rc)
+		return rc;
 	if (!strcmp(t->a.device, "cpu"))
 		rc = apf_backend_cpu_new(&t->be, t->a.threads);
 	else if (!strcmp(t->a.device, "cuda"))

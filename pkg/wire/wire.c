@@ -406,6 +406,12 @@ int apf_unit_args_parse(struct apf_unit_args *a, int argc, char **argv)
 			a->trial = (uint32_t)strtoul(v, NULL, 10);
 		else if (!strcmp(k, "threads"))
 			a->threads = atoi(v);
+		else if (!strcmp(k, "numerics")) {
+			a->numerics = atoi(v);
+			if (a->numerics < 1)
+				return apf_error(APF_EUSAGE, "runner",
+						 "--numerics N, not '%s'", v);
+		}
 		else if (!strcmp(k, "device"))
 			a->device = v;
 		else if (!strcmp(k, "so"))
@@ -463,6 +469,8 @@ int apf_unit_args_to_argv(const struct apf_unit_args *a, int trial, char **argv,
 	ADD("study", "%u", a->study);
 	ADD("trial", "%u", a->trial);
 	ADD("threads", "%d", a->threads);
+	if (a->numerics)
+		ADD("numerics", "%d", a->numerics);
 	ADD("device", "%s", a->device);
 	ADD("arena-bytes", "%llu", (unsigned long long)a->arena_bytes);
 	if (trial) {

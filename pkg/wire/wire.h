@@ -233,6 +233,7 @@ struct apf_unit_args {
 	uint64_t seed;
 	uint32_t study, trial;     /* trial 1-based */
 	int threads;
+	int numerics;              /* the CPU layers' (nn.h); 0: not given */
 	const char *device;
 	const char *so;            /* trial only */
 	const char *hparams;       /* trial only: path of hparams.json */

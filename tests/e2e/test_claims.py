@@ -40,6 +40,27 @@ def arena_params(data):
     return off, n
 
 
+def resign(case, run_dir, edit_run_json=None, edit_records=None, unit=UNIT):
+    """Rewrites run.json and the unit's log as a runner holding the key
+    would: run_start bound to the new run.json, the log re-chained, its
+    head and the run's index signed again."""
+    rd = runfake.RunDir(run_dir, os.path.join(case.home, "keys", "default.key.pem"),
+                        unit=unit)
+    if edit_run_json:
+        rj = json.loads(rd.run_json_bytes)
+        edit_run_json(rj)
+        rd.write_run_json(rj)
+    sha = runfake.sha256_hex(rd.run_json_bytes)
+    for r in rd.records:
+        if r["event"] == "run_start":
+            r["run_json_sha256"] = sha
+    if edit_records:
+        edit_records(rd.records)
+    case.assertEqual(rd.records[-1]["event"], "run_end")
+    rd.save()
+    return rd
+
+
 class Claims(RunCase):
     def setUp(self):
         super().setUp()
@@ -74,24 +95,7 @@ class Claims(RunCase):
     # ---- what the hostile operator does -------------------------------------
 
     def resign(self, edit_run_json=None, edit_records=None):
-        """Rewrites run.json and the unit's log as a runner holding the key
-        would: run_start bound to the new run.json, the log re-chained, its
-        head and the run's index signed again."""
-        rd = runfake.RunDir(self.run_dir, os.path.join(self.home, "keys", "default.key.pem"),
-                            unit=UNIT)
-        if edit_run_json:
-            rj = json.loads(rd.run_json_bytes)
-            edit_run_json(rj)
-            rd.write_run_json(rj)
-        sha = runfake.sha256_hex(rd.run_json_bytes)
-        for r in rd.records:
-            if r["event"] == "run_start":
-                r["run_json_sha256"] = sha
-        if edit_records:
-            edit_records(rd.records)
-        self.assertEqual(rd.records[-1]["event"], "run_end")
-        rd.save()
-        return rd
+        return resign(self, self.run_dir, edit_run_json, edit_records)
 
     def cut_submission_time(self, records, keep=0.2):
         """Books 1 - keep of every timed block after the first as logging

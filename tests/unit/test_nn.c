@@ -1376,7 +1376,7 @@ static void threaded_layers_agree_with_one_thread(void **state)
 	apf_backend_free(b2);
 }
 
-/* ---- the attention's e^x (mathf.h) --------------------------------------- */
+/* ---- the layers' e^x and tanh (mathf.h), and the numerics ------------------ */
 
 /* Distance in float ulps between y and the float nearest to the double d. */
 static double ulps(float y, double d)
@@ -1392,21 +1392,25 @@ static double ulps(float y, double d)
 /* A loop the compiler vectorises (its AVX2 clone, on a CPU that has it) and
  * the same function one call at a time (the barrier keeps it scalar). */
 __attribute__((optimize("O3"), target_clones("avx2", "default")))
-static void exp_loop(float *y, const float *x, size_t n)
+static void mf_loop(float *y, const float *x, size_t n, int tanh_)
 {
-	for (size_t i = 0; i < n; i++)
-		y[i] = apf_mf_exp_f(x[i]);
+	if (tanh_)
+		for (size_t i = 0; i < n; i++)
+			y[i] = apf_mf_tanh_f(x[i]);
+	else
+		for (size_t i = 0; i < n; i++)
+			y[i] = apf_mf_exp_f(x[i]);
 }
 
-static void exp_one_by_one(float *y, const float *x, size_t n)
+static void mf_one_by_one(float *y, const float *x, size_t n, int tanh_)
 {
 	for (size_t i = 0; i < n; i++) {
-		y[i] = apf_mf_exp_f(x[i]);
+		y[i] = tanh_ ? apf_mf_tanh_f(x[i]) : apf_mf_exp_f(x[i]);
 		__asm__ volatile("" ::: "memory");
 	}
 }
 
-static void attention_exp_is_close_exact_at_the_edges_and_vectorises(
+static void layer_exp_and_tanh_are_close_exact_at_the_edges_and_vectorise(
 	void **state)
 {
 	(void)state;
@@ -1420,28 +1424,181 @@ static void attention_exp_is_close_exact_at_the_edges_and_vectorises(
 	for (int i = N / 2; i < N; i++)
 		x[i] = ldexpf(1.0f + (float)(i % 977) / 977, -(i % 60)) *
 		       (i % 2 ? -1.0f : 1.0f);
-	double worst = 0;
+	double worst_exp = 0, worst_tanh = 0;
 	for (int i = 0; i < N; i++) {
 		double u = ulps(apf_mf_exp_f(x[i]), exp((double)x[i]));
-		worst = u > worst ? u : worst;
+		worst_exp = u > worst_exp ? u : worst_exp;
+		u = ulps(apf_mf_tanh_f(x[i]), tanh((double)x[i]));
+		worst_tanh = u > worst_tanh ? u : worst_tanh;
 	}
-	/* at most 1 ulp over every 97th float of the whole range (44 M of
-	 * them, a one-off sweep); the bound leaves one ulp of room, so a
+	/* at most 1 and 2 ulps over every 97th float of the whole range (44 M
+	 * of them, a one-off sweep); the bounds leave one ulp of room, so a
 	 * wrong coefficient, reduction or clamp fails */
-	if (worst > 2)
-		fail_msg("exp_f %.0f ulps from double's", worst);
-	assert_true(isnan(apf_mf_exp_f(NAN)));
+	if (worst_exp > 2 || worst_tanh > 3)
+		fail_msg("exp_f %.0f ulps, tanh_f %.0f ulps from double's",
+			 worst_exp, worst_tanh);
+	/* tanh is odd bit for bit, keeps -0, saturates, and passes NaN */
+	for (int i = 0; i < N; i += 7) {
+		float a = apf_mf_tanh_f(x[i]), b = apf_mf_tanh_f(-x[i]);
+		assert_true(a == -b);
+	}
+	assert_true(signbit(apf_mf_tanh_f(-0.0f)) && apf_mf_tanh_f(-0.0f) == 0);
+	assert_true(apf_mf_tanh_f(9.5f) == 1.0f && apf_mf_tanh_f(-1e30f) == -1.0f);
+	assert_true(apf_mf_tanh_f(INFINITY) == 1.0f);
+	assert_true(isnan(apf_mf_tanh_f(NAN)) && isnan(apf_mf_exp_f(NAN)));
 	assert_true(apf_mf_exp_f(0.0f) == 1.0f && apf_mf_exp_f(-0.0f) == 1.0f);
 	/* clamped at +-87: finite and normal at both ends, as documented */
 	assert_true(apf_mf_exp_f(200.0f) == apf_mf_exp_f(87.0f));
 	assert_true(isnormal(apf_mf_exp_f(-INFINITY)));
 	assert_true(apf_mf_exp_f(-INFINITY) < 2e-38f);
 	/* the vectorised loop gives the one-at-a-time bits */
-	exp_loop(y, x, N);
-	exp_one_by_one(z, x, N);
-	if (memcmp(y, z, N * sizeof *y))
-		fail_msg("exp_f: the vector loop's bits differ");
+	for (int f = 0; f < 2; f++) {
+		mf_loop(y, x, N, f);
+		mf_one_by_one(z, x, N, f);
+		if (memcmp(y, z, N * sizeof *y))
+			fail_msg("%s: the vector loop's bits differ",
+				 f ? "tanh_f" : "exp_f");
+	}
 	free(x), free(y), free(z);
+}
+
+/* What each numerics version computes, written out as nn.h says, one
+ * element at a time: version 1 libm's tanhf and expf, version 2 mathf.h's
+ * (the barrier keeps the compiler from fusing or vectorising it). */
+static float gelu_ref(float x, int v)
+{
+	const float k = 0.7978845608028654f, c = 0.044715f;
+	float u = k * (x + c * x * x * x);
+	float t = v == 1 ? tanhf(u) : apf_mf_tanh_f(u);
+	__asm__ volatile("" ::: "memory");
+	return 0.5f * x * (1.0f + t);
+}
+
+static float silu_ref(float x, int v)
+{
+	float e = v == 1 ? expf(-x) : apf_mf_exp_f(-x);
+	__asm__ volatile("" ::: "memory");
+	return x / (1.0f + e);
+}
+
+/* GELU, SiLU and tanh, plain and gated, on a backend made under each
+ * version give that version's formula bit for bit at 1 and 2 threads; the
+ * versions differ (so the choice reaches the layers); a backend keeps the
+ * version it was made under; a version apf lacks is refused. */
+static void each_numerics_version_computes_its_own_formulas(void **state)
+{
+	(void)state;
+	assert_int_equal(apf_numerics_get(), APF_NUMERICS_LATEST);
+	assert_int_equal(apf_numerics_set(0), APF_EINPUT);
+	assert_non_null(strstr(apf_error_message(), "this apf computes numerics"));
+	assert_int_equal(apf_numerics_set(APF_NUMERICS_LATEST + 1), APF_EINPUT);
+	apf_error_clear();
+	assert_int_equal(apf_numerics_get(), APF_NUMERICS_LATEST);
+	enum { N = 70001, H = 97, R = N / H };
+	float *x = malloc(N * sizeof *x), *y = malloc(N * sizeof *y);
+	float *g = malloc(2 * N * sizeof *g), *gy = malloc(N * sizeof *gy);
+	assert_non_null(x), assert_non_null(y), assert_non_null(g);
+	assert_non_null(gy);
+	for (int i = 0; i < N; i++)
+		x[i] = -9.0f + 18.0f * (float)((i * 7919) % N) / N;
+	/* GLU rows: the first half of each (2H) row the activation's input,
+	 * the second the gate */
+	for (int r = 0; r < R; r++)
+		for (int i = 0; i < H; i++) {
+			g[(size_t)r * 2 * H + i] = x[r * H + i];
+			g[(size_t)r * 2 * H + H + i] = 0.5f + x[(r * H + i + 1) % N];
+		}
+	static const int acts[] = {APF_ACT_GELU, APF_ACT_SILU, APF_ACT_TANH};
+	apf_backend *kept = NULL;
+	for (int v = APF_NUMERICS_OLDEST; v <= APF_NUMERICS_LATEST; v++)
+		for (int threads = 1; threads <= 2; threads++) {
+			assert_int_equal(apf_numerics_set(v), 0);
+			apf_backend *be = NULL;
+			assert_int_equal(apf_backend_cpu_new(&be, threads), 0);
+			if (v == APF_NUMERICS_OLDEST && threads == 1)
+				kept = be;
+			for (int a = 0; a < 3; a++) {
+				be->activation_forward(be, acts[a], y, x, N);
+				be->glu_forward(be, acts[a], gy, g, R, H);
+				assert_int_equal(be->sync(be), 0);
+				for (int i = 0; i < N; i++) {
+					float want =
+						acts[a] == APF_ACT_GELU ? gelu_ref(x[i], v)
+						: acts[a] == APF_ACT_SILU
+							? silu_ref(x[i], v)
+						: v == 1 ? tanhf(x[i])
+							 : apf_mf_tanh_f(x[i]);
+					if (memcmp(&y[i], &want, sizeof want))
+						fail_msg("numerics %d, act %d, %d "
+							 "threads: %a at %a, "
+							 "want %a",
+							 v, acts[a], threads,
+							 y[i], x[i], want);
+				}
+				for (int r = 0; r < R; r += 13)
+					for (int i = 0; i < H; i++) {
+						size_t k = (size_t)r * H + i;
+						float act = acts[a] == APF_ACT_GELU
+								    ? gelu_ref(x[k], v)
+							    : acts[a] == APF_ACT_SILU
+								    ? silu_ref(x[k], v)
+							    : v == 1 ? tanhf(x[k])
+								     : apf_mf_tanh_f(x[k]);
+						float want = act * g[(size_t)r * 2 * H + H + i];
+						assert_true(gy[k] == want);
+					}
+			}
+			if (be != kept)
+				apf_backend_free(be);
+		}
+	/* the softmax loss's probabilities: e^(z - max) by the version's
+	 * exp, summed in double in column order */
+	enum { B = 37, V = 301 };
+	float *probs = malloc((size_t)B * V * sizeof *probs), loss[B];
+	int32_t labels[B];
+	assert_non_null(probs);
+	for (int b = 0; b < B; b++)
+		labels[b] = (b * 31) % V;
+	for (int v = APF_NUMERICS_OLDEST; v <= APF_NUMERICS_LATEST; v++) {
+		assert_int_equal(apf_numerics_set(v), 0);
+		apf_backend *be = NULL;
+		assert_int_equal(apf_backend_cpu_new(&be, 2), 0);
+		be->softmax_xent_forward(be, loss, probs, x, labels, B, V, 0.1f);
+		assert_int_equal(be->sync(be), 0);
+		apf_backend_free(be);
+		for (int b = 0; b < B; b++) {
+			const float *z = x + (size_t)b * V;
+			float mx = z[0], e[V];
+			for (int k = 1; k < V; k++)
+				mx = z[k] > mx ? z[k] : mx;
+			double sum = 0;
+			for (int k = 0; k < V; k++) {
+				e[k] = v == 1 ? expf(z[k] - mx)
+					      : apf_mf_exp_f(z[k] - mx);
+				sum += e[k];
+			}
+			float inv = (float)(1.0 / sum);
+			for (int k = 0; k < V; k++)
+				if (probs[(size_t)b * V + k] != e[k] * inv)
+					fail_msg("numerics %d: softmax row %d "
+						 "column %d", v, b, k);
+		}
+	}
+	free(probs);
+	/* the two versions' GELU differ (which is why a run records its
+	 * version) */
+	size_t differ = 0;
+	for (int i = 0; i < N; i++)
+		differ += gelu_ref(x[i], 1) != gelu_ref(x[i], 2);
+	assert_true(differ > 0);
+	/* made under version 1, the backend still computes it under 2 */
+	assert_int_equal(apf_numerics_get(), APF_NUMERICS_LATEST);
+	kept->activation_forward(kept, APF_ACT_GELU, y, x, N);
+	assert_int_equal(kept->sync(kept), 0);
+	for (int i = 0; i < N; i += 101)
+		assert_true(y[i] == gelu_ref(x[i], 1));
+	apf_backend_free(kept);
+	free(x), free(y), free(g), free(gy);
 }
 
 /* ---- row layers: the same bits on any thread count --------------------- */
@@ -1941,7 +2098,8 @@ int main(void)
 		cmocka_unit_test(dropout_keeps_the_stated_share),
 		cmocka_unit_test(conv_over_many_chunks_matches_reference),
 		cmocka_unit_test(threaded_layers_agree_with_one_thread),
-		cmocka_unit_test(attention_exp_is_close_exact_at_the_edges_and_vectorises),
+		cmocka_unit_test(layer_exp_and_tanh_are_close_exact_at_the_edges_and_vectorise),
+		cmocka_unit_test(each_numerics_version_computes_its_own_formulas),
 		cmocka_unit_test(row_layers_give_the_same_bits_on_any_thread_count),
 		cmocka_unit_test(image_layers_give_the_same_bits_on_one_and_two_threads),
 		cmocka_unit_test(batchnorm_running_statistics_and_eval_mode),

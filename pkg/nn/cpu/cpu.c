@@ -74,6 +74,7 @@ struct pool {
 	int pending, stop;
 	int fast; /* route the shapes fast.c takes to it */
 	int isa;  /* the own kernels' path (isa.h): GEMM and fast.c */
+	int numerics; /* nn.h's APF_NUMERICS: the activations' formulas */
 	/* Each thread's packing room, reused GEMM after GEMM: thread t's in a
 	 * region, thread 0's (the caller's) for cpu_gemm outside them. */
 	struct apf_gemm_buf gemm_buf[MAX_THREADS];
@@ -1308,6 +1309,38 @@ static inline float silu_grad_of(float x, float e)
 	return sg * (1.0f + x * (1.0f - sg));
 }
 
+/* Numerics 2 (nn.h): the same formulas on mathf.h's tanh and e^x, which
+ * vectorise. The layers take nn.h's activation codes; under numerics 2
+ * the backend hands its loops these in their place (act_code), so each
+ * loop stays one formula without a branch. */
+enum { ACT_GELU2 = 16, ACT_SILU2, ACT_TANH2 };
+
+static inline float gelu2_tanh(float x)
+{
+	return apf_mf_tanh_f(GELU_K * (x + GELU_C * x * x * x));
+}
+
+static inline float gelu2_f(float x)
+{
+	return gelu_of(x, gelu2_tanh(x));
+}
+
+static inline float silu2_f(float x)
+{
+	return silu_of(x, apf_mf_exp_f(-x));
+}
+
+static int act_code(const apf_backend *be, int act)
+{
+	const struct pool *p = be->impl;
+	if (p->numerics < 2)
+		return act;
+	return act == APF_ACT_GELU   ? ACT_GELU2
+	       : act == APF_ACT_SILU ? ACT_SILU2
+	       : act == APF_ACT_TANH ? ACT_TANH2
+				     : act;
+}
+
 HOT static void activation_forward_s(apf_backend *be, int act, float *out,
 			       const float *inp, size_t n)
 {
@@ -1328,6 +1361,18 @@ HOT static void activation_forward_s(apf_backend *be, int act, float *out,
 	case APF_ACT_TANH:
 		for (size_t i = 0; i < n; i++)
 			out[i] = tanhf(inp[i]);
+		break;
+	case ACT_GELU2:
+		for (size_t i = 0; i < n; i++)
+			out[i] = gelu2_f(inp[i]);
+		break;
+	case ACT_SILU2:
+		for (size_t i = 0; i < n; i++)
+			out[i] = silu2_f(inp[i]);
+		break;
+	case ACT_TANH2:
+		for (size_t i = 0; i < n; i++)
+			out[i] = apf_mf_tanh_f(inp[i]);
 		break;
 	}
 }
@@ -1370,7 +1415,14 @@ HOT static void activation_backward_s(apf_backend *be, int act, float *dinp,
 		ACT_LOOP(dout[i] * silu_grad(inp[i]));
 		break;
 	case APF_ACT_TANH:
+	case ACT_TANH2:
 		ACT_LOOP(dout[i] * (1.0f - out[i] * out[i]));
+		break;
+	case ACT_GELU2:
+		ACT_LOOP(dout[i] * gelu_grad_of(inp[i], gelu2_tanh(inp[i])));
+		break;
+	case ACT_SILU2:
+		ACT_LOOP(dout[i] * silu_grad_of(inp[i], apf_mf_exp_f(-inp[i])));
 		break;
 	}
 }
@@ -1572,6 +1624,7 @@ struct xent_arg {
 	const int32_t *labels;
 	int B, V;
 	float smoothing;
+	int numerics; /* nn.h: 1 libm's expf, 2 apf_mf_exp_f */
 };
 
 // rows [b0, b1) of softmax_xent_forward
@@ -1584,9 +1637,16 @@ HOT static void xent_rows(const struct xent_arg *a, size_t b0, size_t b1)
 		float mx = z[0];
 		for (int v = 1; v < V; v++)
 			mx = z[v] > mx ? z[v] : mx;
+		/* e^(z - max) in a loop of its own, which vectorises under
+		 * numerics 2; the sums in double in column order either way */
+		if (a->numerics >= 2)
+			for (int v = 0; v < V; v++)
+				p[v] = apf_mf_exp_f(z[v] - mx);
+		else
+			for (int v = 0; v < V; v++)
+				p[v] = expf(z[v] - mx);
 		double s = 0.0, sz = 0.0;
 		for (int v = 0; v < V; v++) {
-			p[v] = expf(z[v] - mx);
 			s += p[v];
 			sz += z[v];
 		}
@@ -1616,9 +1676,11 @@ static void softmax_xent_forward(apf_backend *be, float *losses, float *probs,
 				 const float *logits, const int32_t *labels,
 				 int B, int V, float smoothing)
 {
+	const struct pool *p = be->impl;
 	struct xent_arg a = {.losses = losses, .probs = probs,
 			     .logits = logits, .labels = labels, .B = B,
-			     .V = V, .smoothing = smoothing};
+			     .V = V, .smoothing = smoothing,
+			     .numerics = p->numerics};
 	run_rows(be, xent_task, &a, B, V);
 }
 
@@ -2090,8 +2152,8 @@ static void ew_run(apf_backend *be, struct ew_arg *a)
 static void activation_forward(apf_backend *be, int act, float *out,
 			       const float *inp, size_t n)
 {
-	struct ew_arg a = {.op = EW_ACT_F, .act = act, .out = out, .a = inp,
-			   .n = n};
+	struct ew_arg a = {.op = EW_ACT_F, .act = act_code(be, act),
+			   .out = out, .a = inp, .n = n};
 	ew_run(be, &a);
 }
 
@@ -2099,8 +2161,9 @@ static void activation_backward(apf_backend *be, int act, float *dinp,
 				const float *dout, const float *inp,
 				const float *out, size_t n, int accum)
 {
-	struct ew_arg a = {.op = EW_ACT_B, .act = act, .out = dinp, .a = dout,
-			   .b = inp, .c = out, .n = n, .accum = accum};
+	struct ew_arg a = {.op = EW_ACT_B, .act = act_code(be, act),
+			   .out = dinp, .a = dout, .b = inp, .c = out, .n = n,
+			   .accum = accum};
 	ew_run(be, &a);
 }
 
@@ -2749,6 +2812,18 @@ HOT static void glu_row_forward(int act, float *restrict out,
 		for (int i = 0; i < H; i++)
 			out[i] = tanhf(x[i]) * g[i];
 		break;
+	case ACT_GELU2:
+		for (int i = 0; i < H; i++)
+			out[i] = gelu2_f(x[i]) * g[i];
+		break;
+	case ACT_SILU2:
+		for (int i = 0; i < H; i++)
+			out[i] = silu2_f(x[i]) * g[i];
+		break;
+	case ACT_TANH2:
+		for (int i = 0; i < H; i++)
+			out[i] = apf_mf_tanh_f(x[i]) * g[i];
+		break;
 	}
 }
 
@@ -2796,6 +2871,21 @@ HOT static void glu_row_backward(int act, float *restrict dx,
 			 dout[i] * g[i] * (1.0f - t * t),
 			 dout[i] * t);
 		break;
+	case ACT_GELU2:
+		GLU_LOOP(float t = gelu2_tanh(x[i]),
+			 dout[i] * g[i] * gelu_grad_of(x[i], t),
+			 dout[i] * gelu_of(x[i], t));
+		break;
+	case ACT_SILU2:
+		GLU_LOOP(float e = apf_mf_exp_f(-x[i]),
+			 dout[i] * g[i] * silu_grad_of(x[i], e),
+			 dout[i] * silu_of(x[i], e));
+		break;
+	case ACT_TANH2:
+		GLU_LOOP(float t = apf_mf_tanh_f(x[i]),
+			 dout[i] * g[i] * (1.0f - t * t),
+			 dout[i] * t);
+		break;
 	}
 }
 
@@ -2839,8 +2929,8 @@ static void glu_run(apf_backend *be, task_fn fn, struct glu_arg *a)
 static void glu_forward(apf_backend *be, int act, float *out, const float *inp,
 			int N, int H)
 {
-	struct glu_arg a = {.act = act, .N = N, .H = H, .out = out,
-			    .inp = inp};
+	struct glu_arg a = {.act = act_code(be, act), .N = N, .H = H,
+			    .out = out, .inp = inp};
 	glu_run(be, glu_fwd_task, &a);
 }
 
@@ -2849,8 +2939,9 @@ static void glu_backward(apf_backend *be, int act, float *dinp,
 			 const float *dout, const float *inp, int N, int H,
 			 int accum)
 {
-	struct glu_arg a = {.act = act, .N = N, .H = H, .accum = accum,
-			    .out = dinp, .inp = inp, .dout = dout};
+	struct glu_arg a = {.act = act_code(be, act), .N = N, .H = H,
+			    .accum = accum, .out = dinp, .inp = inp,
+			    .dout = dout};
 	glu_run(be, glu_bwd_task, &a);
 }
 
@@ -3353,6 +3444,7 @@ static int cpu_new(apf_backend **out, int threads, int fast)
 	p->n = be->threads;
 	p->fast = fast;
 	p->isa = isa;
+	p->numerics = apf_numerics_get();
 	if (fast) {
 		be->batchnorm_relu_forward = batchnorm_relu_forward;
 		be->batchnorm_relu_backward = batchnorm_relu_backward;
@@ -3373,6 +3465,26 @@ static int cpu_new(apf_backend **out, int threads, int fast)
 	}
 	*out = be;
 	return 0;
+}
+
+/* Set once, before the backends are made (a trial's, an evaluator's and a
+ * replay's main set it from --numerics); each backend keeps its own copy. */
+static int numerics = APF_NUMERICS_LATEST;
+
+int apf_numerics_set(int version)
+{
+	if (version < APF_NUMERICS_OLDEST || version > APF_NUMERICS_LATEST)
+		return apf_error(APF_EINPUT, "numerics",
+				 "%d: this apf computes numerics %d to %d",
+				 version, APF_NUMERICS_OLDEST,
+				 APF_NUMERICS_LATEST);
+	numerics = version;
+	return 0;
+}
+
+int apf_numerics_get(void)
+{
+	return numerics;
 }
 
 int apf_backend_cpu_new(apf_backend **out, int threads)
