@@ -61,20 +61,26 @@ def resign(case, run_dir, edit_run_json=None, edit_records=None, unit=UNIT):
     return rd
 
 
+def private_blobs(case, edit):
+    """A private copy of the blobs workload (its dataset where it is),
+    its workload.ini passed through edit, as the case's workloads."""
+    wl = case.path("workloads", BLOBS)
+    os.makedirs(wl)
+    with open(os.path.join(apftest.TEST_WORKLOADS, BLOBS, "workload.ini")) as f:
+        ini = f.read()
+    data = os.path.join(apftest.ROOT, "tests", "data", "datasets", "blobs")
+    ini = ini.replace("path = ../../datasets/blobs", f"path = {data}")
+    case.assertIn(data, ini)
+    with open(os.path.join(wl, "workload.ini"), "w") as f:
+        f.write(edit(ini))
+    case.env["APF_WORKLOADS_DIR"] = case.path("workloads")
+
+
 class Claims(RunCase):
     def setUp(self):
         super().setUp()
-        wl = self.path("workloads", BLOBS)
-        os.makedirs(wl)
-        with open(os.path.join(apftest.TEST_WORKLOADS, BLOBS, "workload.ini")) as f:
-            ini = f.read()
-        data = os.path.join(apftest.ROOT, "tests", "data", "datasets", "blobs")
-        ini = ini.replace("path = ../../datasets/blobs", f"path = {data}")
-        self.assertIn(data, ini)
-        ini += "\n[budget.gpu]\nmax_runtime_s = 6\neval_period_s = 1\n"
-        with open(os.path.join(wl, "workload.ini"), "w") as f:
-            f.write(ini)
-        self.env["APF_WORKLOADS_DIR"] = self.path("workloads")
+        private_blobs(self, lambda ini: ini + "\n[budget.gpu]\nmax_runtime_s = 6\n"
+                                              "eval_period_s = 1\n")
         self.run_dir = self.sealed_run()
 
     def sealed_run(self):

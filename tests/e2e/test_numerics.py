@@ -23,7 +23,7 @@ import shutil
 
 import apftest
 from apftest import BLOBS
-from test_claims import resign
+from test_claims import private_blobs, resign
 from test_run import RunCase
 
 UNIT0 = f"study_0/{BLOBS}/trial_1"
@@ -33,18 +33,13 @@ LATEST = 2  # pkg/nn/nn.h APF_NUMERICS_LATEST
 class Numerics(RunCase):
     def setUp(self):
         super().setUp()
-        wl = self.path("workloads", BLOBS)
-        os.makedirs(wl)
-        with open(os.path.join(apftest.TEST_WORKLOADS, BLOBS, "workload.ini")) as f:
-            ini = f.read()
-        data = os.path.join(apftest.ROOT, "tests", "data", "datasets", "blobs")
-        ini = ini.replace("path = ../../datasets/blobs", f"path = {data}")
-        ini = ini.replace("[model]\nhidden = 32\nactivation = relu\n",
-                          "[model]\nhidden = 32\nactivation = gelu\n")
-        self.assertIn("activation = gelu", ini.split("[variant")[0])
-        with open(os.path.join(wl, "workload.ini"), "w") as f:
-            f.write(ini)
-        self.env["APF_WORKLOADS_DIR"] = self.path("workloads")
+
+        def gelu(ini):
+            ini = ini.replace("[model]\nhidden = 32\nactivation = relu\n",
+                              "[model]\nhidden = 32\nactivation = gelu\n")
+            self.assertIn("activation = gelu", ini.split("[variant")[0])
+            return ini
+        private_blobs(self, gelu)
         src = self.path("nadamw")
         shutil.copytree(os.path.join(apftest.ROOT, "submissions", "baselines", "nadamw"),
                         src)
