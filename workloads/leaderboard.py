@@ -244,6 +244,7 @@ class Campaign:
         work directory: a run is made, verified and sealed within one
         checkout. Returns the record."""
         t = time.monotonic()
+        blanked = blank_unheld_cells(run)
         p = subprocess.run([TOOL["bin"], "verify", run, "--reeval", "--replay-top",
                             str(replay_top), "--json"], env=self.env, capture_output=True,
                            text=True)
@@ -275,6 +276,8 @@ class Campaign:
                "verify_sha256": sha256_file(vpath), "verify_s": round(verify_s, 1),
                "runner_key": os.path.relpath(key, self.ledger),
                "runner_keyid": verdict.get("runner_signer")}
+        if blanked:
+            rec["csv_cells_blanked"] = blanked
         self.state.setdefault("sealed", {}).setdefault(kind, {})[name] = rec
         self.save()
         # What was verified is kept; the bytes are not (hundreds of GB over
@@ -474,6 +477,58 @@ class Campaign:
         else:
             os.replace(fresh, entry)
         return entry, run
+
+
+def blank_unheld_cells(run):
+    """eval_measurements.csv's cells of metrics that their eval's log
+    record lacks, written as 0 by runners before b55c12b (a value that was
+    not finite, which the log's JSON cannot hold; e^loss of a diverged
+    text_lm trial), made empty as the verifier expects and the fixed
+    writer writes. Only such cells change: a unit whose CSV rows do not
+    pair one to one, step for step, with its log's eval records, or whose
+    cell is anything but 0, is left as it is for verification to judge;
+    every other byte stays. The CSV is derived from the log, and `apf
+    verify` holds every cell to it afterwards, so this can make no CSV
+    say what its log does not. Returns the number of cells blanked."""
+    import csv
+    import io
+    blanked = 0
+    for d, _, files in os.walk(run):
+        if "log.jsonl" not in files or "eval_measurements.csv" not in files:
+            continue
+        with open(os.path.join(d, "log.jsonl")) as f:
+            evals = [r for r in (json.loads(line) for line in f if line.strip())
+                     if r.get("event") == "eval"]
+        path = os.path.join(d, "eval_measurements.csv")
+        with open(path, newline="") as f:
+            text = f.read()
+        rows = list(csv.reader(io.StringIO(text)))
+        if len(rows) < 2 or len(rows) - 1 != len(evals):
+            continue
+        same = io.StringIO()
+        csv.writer(same, lineterminator="\n").writerows(rows)
+        head, body = rows[0], rows[1:]
+        if same.getvalue() != text or "global_step" not in head:
+            continue  # not as apf writes it: not this tool's to touch
+        step = head.index("global_step")
+        if any(r[step] != str(e.get("global_step")) or len(r) != len(head)
+               for r, e in zip(body, evals)):
+            continue
+        n = 0
+        for r, e in zip(body, evals):
+            for i, col in enumerate(head):
+                if "/" in col and col not in e.get("metrics", {}) and r[i] == "0":
+                    r[i] = ""
+                    n += 1
+        if n:
+            out = io.StringIO()
+            csv.writer(out, lineterminator="\n").writerows([head] + body)
+            write_file(path, out.getvalue())
+            print(f"leaderboard: {os.path.relpath(path, run)}: {n} cell(s) of metrics "
+                  "its log lacks (not finite) made empty, as apf writes them since "
+                  "b55c12b", flush=True)
+            blanked += n
+    return blanked
 
 
 def pack_run(run, archive):

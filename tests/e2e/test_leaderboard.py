@@ -78,6 +78,40 @@ class Pieces(unittest.TestCase):
         finally:
             shutil.rmtree(tmp)
 
+    def test_the_seal_blanks_only_the_zeros_of_metrics_the_log_lacks(self):
+        # An older runner wrote 0 for a metric its eval could not log (not
+        # finite); the seal makes exactly those cells empty and leaves a
+        # unit whose CSV does not pair with its log, or says anything but
+        # 0 there, for verification to judge.
+        d = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, d)
+        head = "global_step,score,v/loss,v/perplexity\n"
+
+        def unit(name, csv, metrics):
+            u = os.path.join(d, name)
+            os.makedirs(u)
+            with open(os.path.join(u, "log.jsonl"), "w") as f:
+                f.write(json.dumps({"event": "run_start"}) + "\n")
+                for step, m in metrics:
+                    f.write(json.dumps({"event": "eval", "global_step": step,
+                                        "metrics": m}) + "\n")
+            with open(os.path.join(u, "eval_measurements.csv"), "w") as f:
+                f.write(head + csv)
+            return os.path.join(u, "eval_measurements.csv")
+
+        good = unit("a", "1,0.5,5.5,244.7\n9,1.5,2e+09,0\n",
+                    [(1, {"v/loss": 5.5, "v/perplexity": 244.7}),
+                     (9, {"v/loss": 2e9})])
+        other = unit("b", "9,1.5,2e+09,7\n", [(9, {"v/loss": 2e9})])
+        short = unit("c", "9,1.5,2e+09,0\n", [])
+        self.assertEqual(self.lb.blank_unheld_cells(d), 1)
+        with open(good) as f:
+            self.assertEqual(f.read(), head + "1,0.5,5.5,244.7\n9,1.5,2e+09,\n")
+        for path, body in ((other, "9,1.5,2e+09,7\n"), (short, "9,1.5,2e+09,0\n")):
+            with open(path) as f:
+                self.assertEqual(f.read(), head + body)
+        self.assertEqual(self.lb.blank_unheld_cells(d), 0)
+
     def test_compare_computes_tau_over_the_algorithms_both_have(self):
         tmp = tempfile.mkdtemp(prefix="apf-lb-")
         try:
