@@ -1603,6 +1603,133 @@ static void each_numerics_version_computes_its_own_formulas(void **state)
 
 /* ---- row layers: the same bits on any thread count --------------------- */
 
+/* The dot interaction's gradients as every recorded run computed them:
+ * the pairs walked in output order, pair (i, j) adding w v_j to v_i's and
+ * w v_i to v_j's gradient in double; the dense part's from its own output
+ * gradient. ddense is added to, demb written. */
+static void interaction_backward_ref(float *ddense, float *demb,
+				     const float *dout, const float *dense,
+				     const float *emb, int B, int E, int D)
+{
+	int F = E + 1, OC = D + F * (F - 1) / 2;
+	double *g = malloc((size_t)F * D * sizeof *g);
+	assert_non_null(g);
+	for (int b = 0; b < B; b++) {
+		const float *d = dout + (size_t)b * OC;
+		for (int x = 0; x < D; x++)
+			g[x] = d[x];
+		for (int x = D; x < F * D; x++)
+			g[x] = 0;
+		int p = D;
+		for (int i = 1; i < F; i++)
+			for (int j = 0; j < i; j++, p++) {
+				const float *vi = emb + ((size_t)b * E + i - 1) * D;
+				const float *vj = j ? emb + ((size_t)b * E + j - 1) * D
+						    : dense + (size_t)b * D;
+				double w = d[p];
+				for (int x = 0; x < D; x++) {
+					g[i * D + x] += w * vj[x];
+					g[j * D + x] += w * vi[x];
+				}
+			}
+		for (int x = 0; x < D; x++)
+			ddense[(size_t)b * D + x] += (float)g[x];
+		for (int x = 0; x < E * D; x++)
+			demb[(size_t)b * E * D + x] = (float)g[D + x];
+	}
+	free(g);
+}
+
+/* The interaction, forward and backward, gives the bits of the plain
+ * loops every recorded run was made with, at 1 and 2 threads: the DLRM's
+ * shape and others (31 and 40 embeddings, width 4, none); signed zeros, a
+ * huge value, and cancellations that come out otherwise in any other
+ * order of the sums (a faster kernel must keep them). */
+static void interaction_gives_the_recorded_bits_on_every_path(void **state)
+{
+	(void)state;
+	static const int shapes[][3] = {{200, 26, 16}, {40, 31, 16},
+					{30, 40, 16}, {50, 5, 4}, {9, 0, 16}};
+	apf_rng_key key = {23, 0, 0, APF_RNG_TEST};
+	apf_rng r;
+	apf_rng_init(&r, &key, 0);
+	for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
+		int B = shapes[s][0], E = shapes[s][1], D = shapes[s][2];
+		int F = E + 1, OC = D + F * (F - 1) / 2;
+		size_t nd = (size_t)B * D, ne = (size_t)B * E * D,
+		       no = (size_t)B * OC;
+		float *dense = malloc(nd * 4), *emb = malloc(ne ? ne * 4 : 4);
+		float *dout = malloc(no * 4), *out = malloc(no * 4);
+		float *dd = malloc(nd * 4), *de = malloc(ne ? ne * 4 : 4);
+		float *rd = malloc(nd * 4), *re = malloc(ne ? ne * 4 : 4);
+		assert_true(dense && emb && dout && out && dd && de && rd && re);
+		for (size_t i = 0; i < nd; i++)
+			dense[i] = apf_rng_normal(&r);
+		for (size_t i = 0; i < ne; i++)
+			emb[i] = i % 97 == 3 ? -0.0f
+				 : i % 89 == 5 ? 3e30f
+					       : apf_rng_normal(&r) * 0.1f;
+		for (size_t i = 0; i < no; i++)
+			dout[i] = i % 83 == 1 ? -0.0f : apf_rng_normal(&r);
+		/* Example 0 cancels: v_0 = 1, v_1 = 1e17 = -v_2 and every
+		 * pair's gradient 1, so that a gradient summed in another
+		 * order than n ascending keeps or loses v_0's 1; and v_3 =
+		 * (1e17, 1, -1e17, 0, ...) against v_4 = 1, whose dot is 0
+		 * only in k order. */
+		if (E >= 4 && D >= 3) {
+			for (int x = 0; x < D; x++) {
+				dense[x] = 1.0f;
+				emb[x] = 1e17f;
+				emb[2 * D + x] = x == 0 ? 1e17f
+						 : x == 1 ? 1.0f
+						 : x == 2 ? -1e17f
+							  : 0.0f;
+				emb[3 * D + x] = 1.0f;
+			}
+			for (int i = 0; i < OC; i++)
+				dout[i] = 1.0f;
+		}
+		if (ne > 2 * (size_t)D)
+			for (int x = 0; x < D; x++)
+				emb[D + x] = -emb[x]; /* v_2 = -v_1 */
+		for (size_t i = 0; i < nd; i++)
+			dd[i] = rd[i] = 0.25f;
+		for (int t = 1; t <= 2; t++) {
+			apf_backend *be;
+			assert_apf_ok(apf_backend_cpu_new(&be, t));
+			be->interaction_forward(be, out, dense, emb, B, E, D);
+			be->interaction_backward(be, dd, de, dout, dense, emb, B,
+						 E, D, 1, 0);
+			assert_apf_ok(be->sync(be));
+			apf_backend_free(be);
+			for (int b = 0; b < B; b++) {
+				const float *o = out + (size_t)b * OC;
+				int p = D;
+				for (int i = 1; i < F; i++)
+					for (int j = 0; j < i; j++, p++) {
+						const float *vi = emb + ((size_t)b * E + i - 1) * D;
+						const float *vj = j ? emb + ((size_t)b * E + j - 1) * D
+								    : dense + (size_t)b * D;
+						double sum = 0;
+						for (int k = 0; k < D; k++)
+							sum += (double)vi[k] * vj[k];
+						float want = (float)sum;
+						if (memcmp(&o[p], &want, 4))
+							fail_msg("shape %zu, %d threads: "
+								 "dot %d of example %d",
+								 s, t, p, b);
+					}
+			}
+			interaction_backward_ref(rd, re, dout, dense, emb, B, E, D);
+			if (memcmp(dd, rd, nd * 4) || (ne && memcmp(de, re, ne * 4)))
+				fail_msg("shape %zu, %d threads: the gradients are "
+					 "not the pair walk's bits", s, t);
+		}
+		free(dense), free(emb), free(dout), free(out);
+		free(dd), free(de), free(rd), free(re);
+	}
+}
+
 /* Layer norm, the softmax loss and the dot interaction split rows (or, for
  * layer norm's parameter gradients, columns) among the threads: 1, 2 and 3
  * threads give the same bits, and those are the plain loops' that every
@@ -2101,6 +2228,7 @@ int main(void)
 		cmocka_unit_test(layer_exp_and_tanh_are_close_exact_at_the_edges_and_vectorise),
 		cmocka_unit_test(each_numerics_version_computes_its_own_formulas),
 		cmocka_unit_test(row_layers_give_the_same_bits_on_any_thread_count),
+		cmocka_unit_test(interaction_gives_the_recorded_bits_on_every_path),
 		cmocka_unit_test(image_layers_give_the_same_bits_on_one_and_two_threads),
 		cmocka_unit_test(batchnorm_running_statistics_and_eval_mode),
 		cmocka_unit_test(vector_ops_compute_what_they_say),
