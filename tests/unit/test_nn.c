@@ -1603,6 +1603,26 @@ static void each_numerics_version_computes_its_own_formulas(void **state)
 
 /* ---- row layers: the same bits on any thread count --------------------- */
 
+/* Vector k of example b: the dense one, then the embeddings. */
+static const float *ivec_ref(const float *dense, const float *emb, int b,
+			     int k, int E, int D)
+{
+	return k ? emb + ((size_t)b * E + k - 1) * D : dense + (size_t)b * D;
+}
+
+/* Dot (i, j) of example b as every recorded run computed it: summed in
+ * double in k order. */
+static float interaction_dot_ref(const float *dense, const float *emb, int b,
+				 int i, int j, int E, int D)
+{
+	const float *vi = ivec_ref(dense, emb, b, i, E, D),
+		    *vj = ivec_ref(dense, emb, b, j, E, D);
+	double s = 0;
+	for (int k = 0; k < D; k++)
+		s += (double)vi[k] * vj[k];
+	return (float)s;
+}
+
 /* The dot interaction's gradients as every recorded run computed them:
  * the pairs walked in output order, pair (i, j) adding w v_j to v_i's and
  * w v_i to v_j's gradient in double; the dense part's from its own output
@@ -1623,9 +1643,8 @@ static void interaction_backward_ref(float *ddense, float *demb,
 		int p = D;
 		for (int i = 1; i < F; i++)
 			for (int j = 0; j < i; j++, p++) {
-				const float *vi = emb + ((size_t)b * E + i - 1) * D;
-				const float *vj = j ? emb + ((size_t)b * E + j - 1) * D
-						    : dense + (size_t)b * D;
+				const float *vi = ivec_ref(dense, emb, b, i, E, D),
+					    *vj = ivec_ref(dense, emb, b, j, E, D);
 				double w = d[p];
 				for (int x = 0; x < D; x++) {
 					g[i * D + x] += w * vj[x];
@@ -1707,13 +1726,8 @@ static void interaction_gives_the_recorded_bits_on_every_path(void **state)
 				int p = D;
 				for (int i = 1; i < F; i++)
 					for (int j = 0; j < i; j++, p++) {
-						const float *vi = emb + ((size_t)b * E + i - 1) * D;
-						const float *vj = j ? emb + ((size_t)b * E + j - 1) * D
-								    : dense + (size_t)b * D;
-						double sum = 0;
-						for (int k = 0; k < D; k++)
-							sum += (double)vi[k] * vj[k];
-						float want = (float)sum;
+						float want = interaction_dot_ref(
+							dense, emb, b, i, j, E, D);
 						if (memcmp(&o[p], &want, 4))
 							fail_msg("shape %zu, %d threads: "
 								 "dot %d of example %d",
@@ -1802,15 +1816,9 @@ static void row_layers_give_the_same_bits_on_any_thread_count(void **state)
 		const float *o = got[0][8] + (size_t)b * OC;
 		int p = D;
 		for (int i = 1; i < F; i++)
-			for (int j = 0; j < i; j++, p++) {
-				const float *vi = emb + ((size_t)b * E + i - 1) * D;
-				const float *vj = j ? emb + ((size_t)b * E + j - 1) * D
-						    : dense + (size_t)b * D;
-				double s = 0;
-				for (int k = 0; k < D; k++)
-					s += (double)vi[k] * vj[k];
-				assert_true(o[p] == (float)s);
-			}
+			for (int j = 0; j < i; j++, p++)
+				assert_true(o[p] == interaction_dot_ref(dense, emb, b,
+									i, j, E, D));
 	}
 	/* layer norm's mean: the row's sum in double in column order */
 	for (int n = 0; n < N; n += 61) {
