@@ -6,14 +6,15 @@
  * leading dimensions past the minimum, NaN in a C that beta 0 must not
  * read, the MLP's shapes; the bits must be equal, not close. Then the same
  * bits whatever the thread count (shares run one by one, and the CPU
- * backend's gemm on 1, 2 and 3 threads), and the APF_CPU_ISA choice with
- * its refusals.
+ * backend's gemm on 1, 2 and 3 threads, and GEMM after GEMM through its
+ * pool's hand-offs), and the APF_CPU_ISA choice with its refusals.
  */
 #include "testlib.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "nn/cpu/gemm.h"
 #include "nn/cpu/isa.h"
@@ -325,6 +326,52 @@ static void backend_gemm_is_the_contract_on_any_thread_count(void **state)
 	problem_free(&p);
 }
 
+/* The pool's hand-offs: each GEMM packs every share, waits at a barrier
+ * and then computes, in one region. Back-to-back GEMMs on other data (a
+ * share computed before the other thread packed would multiply the last
+ * GEMM's panels), with pauses longer than the pool's polling so that its
+ * threads also fall asleep and are woken, on more threads than cores too
+ * (a thread preempted at the barrier). */
+static void pool_hand_offs_keep_every_gemm_whole(void **state)
+{
+	(void)state;
+	unsetenv("APF_CPU_ISA");
+	enum { NP = 6, ROUNDS = 240 };
+	struct problem p[NP];
+	float *want[NP];
+	for (int i = 0; i < NP; i++) {
+		/* two shapes, so that the panel counts change too */
+		if (i % 3 == 2)
+			problem_make(&p[i], 1, 0, 96, 72, 64, 1, 1.0f, 0.5f);
+		else
+			problem_make(&p[i], 0, 1, 72, 96, 64, 1, 1.0f, 0.0f);
+		want[i] = reference(&p[i]);
+	}
+	for (int threads = 2; threads <= 4; threads++) {
+		apf_backend *be;
+		assert_apf_ok(apf_backend_cpu_new(&be, threads));
+		for (int r = 0; r < ROUNDS; r++) {
+			const struct problem *q = &p[r % NP];
+			float *C = malloc(q->nc * sizeof *C);
+			assert_non_null(C);
+			memcpy(C, q->C, q->nc * sizeof *C);
+			be->gemm(be, q->ta, q->tb, q->M, q->N, q->K, q->alpha,
+				 q->A, q->lda, q->B, q->ldb, q->beta, C,
+				 q->ldc);
+			assert_apf_ok(be->sync(be));
+			assert_same_bits("hand-off", q, C, want[r % NP]);
+			free(C);
+			if (r % 16 == 15)
+				usleep(400);
+		}
+		apf_backend_free(be);
+	}
+	for (int i = 0; i < NP; i++) {
+		free(want[i]);
+		problem_free(&p[i]);
+	}
+}
+
 static void assert_refused(const char *value, unsigned available,
 			   const char *message)
 {
@@ -434,6 +481,7 @@ int main(void)
 		cmocka_unit_test(empty_sums_and_empty_outputs),
 		cmocka_unit_test(thread_shares_give_the_same_bits),
 		cmocka_unit_test(backend_gemm_is_the_contract_on_any_thread_count),
+		cmocka_unit_test(pool_hand_offs_keep_every_gemm_whole),
 		cmocka_unit_test(isa_choice_and_its_refusals),
 		cmocka_unit_test(backend_honours_and_refuses_apf_cpu_isa),
 		cmocka_unit_test(prepare_refuses_bad_arguments),

@@ -31,8 +31,11 @@
 
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* Hot loops get an AVX2 clone chosen at run time. Both clones compute the
  * same bits: C17 mode keeps floating-point contraction off and nothing is
@@ -70,8 +73,13 @@ struct pool {
 	pthread_cond_t work, done;
 	task_fn fn;
 	void *arg;
-	unsigned long generation;
-	int pending, stop;
+	/* Written under mu; read without it by the spinning waits below. */
+	atomic_ulong generation;
+	atomic_int pending, stop;
+	/* pool_barrier's: threads arrived, and the barriers passed so far */
+	atomic_int arrived;
+	atomic_uint passed;
+	pthread_cond_t barrier;
 	int fast; /* route the shapes fast.c takes to it */
 	int isa;  /* the own kernels' path (isa.h): GEMM and fast.c */
 	int numerics; /* nn.h's APF_NUMERICS: the activations' formulas */
@@ -84,12 +92,103 @@ struct pool {
 	const char *err_layer;
 };
 
+/* A hand-off between regions waits this long by polling before it sleeps
+ * on its condition variable. A step's regions follow each other within
+ * microseconds, and waking a sleeping thread costs tens of them on a
+ * virtual machine (the other core halts and its host must schedule it
+ * again); polling for longer would charge idle time to the cpu clock
+ * (design 3.4), which counts every thread's CPU time. */
+#define SPIN_NS 30000
+
+static uint64_t spin_clock_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static inline void spin_pause(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#endif
+}
+
+/* Polls for up to SPIN_NS until the generation moves from seen (or the
+ * pool stops); the caller then checks again under the lock. */
+static void spin_for_work(const struct pool *p, unsigned long seen)
+{
+	uint64_t until = 0;
+	for (unsigned i = 1;; i++) {
+		if (atomic_load_explicit(&p->generation, memory_order_acquire) !=
+			    seen ||
+		    atomic_load_explicit(&p->stop, memory_order_relaxed))
+			return;
+		spin_pause();
+		if (i % 64 == 0) {
+			uint64_t now = spin_clock_ns();
+			if (!until)
+				until = now + SPIN_NS;
+			else if (now >= until)
+				return;
+		}
+	}
+}
+
+/* Polls for up to SPIN_NS until every worker has finished its share. */
+static void spin_for_done(const struct pool *p)
+{
+	uint64_t until = 0;
+	for (unsigned i = 1;; i++) {
+		if (!atomic_load_explicit(&p->pending, memory_order_acquire))
+			return;
+		spin_pause();
+		if (i % 64 == 0) {
+			uint64_t now = spin_clock_ns();
+			if (!until)
+				until = now + SPIN_NS;
+			else if (now >= until)
+				return;
+		}
+	}
+}
+
+/* Every thread of a region waits here until all have arrived. */
+static void pool_barrier(struct pool *p)
+{
+	unsigned phase = atomic_load(&p->passed);
+	if (atomic_fetch_add(&p->arrived, 1) + 1 == p->n) {
+		atomic_store(&p->arrived, 0);
+		pthread_mutex_lock(&p->mu);
+		atomic_fetch_add(&p->passed, 1);
+		pthread_cond_broadcast(&p->barrier);
+		pthread_mutex_unlock(&p->mu);
+		return;
+	}
+	uint64_t until = 0;
+	for (unsigned i = 1; atomic_load(&p->passed) == phase; i++) {
+		spin_pause();
+		if (i % 64 == 0) {
+			uint64_t now = spin_clock_ns();
+			if (!until)
+				until = now + SPIN_NS;
+			else if (now >= until)
+				break;
+		}
+	}
+	pthread_mutex_lock(&p->mu);
+	while (atomic_load(&p->passed) == phase)
+		pthread_cond_wait(&p->barrier, &p->mu);
+	pthread_mutex_unlock(&p->mu);
+}
+
 static void *worker(void *v)
 {
 	struct worker_arg *wa = v;
 	struct pool *p = wa->p;
 	unsigned long seen = 0;
 	for (;;) {
+		spin_for_work(p, seen);
 		pthread_mutex_lock(&p->mu);
 		while (p->generation == seen && !p->stop)
 			pthread_cond_wait(&p->work, &p->mu);
@@ -137,6 +236,7 @@ static void parallel(apf_backend *be, task_fn fn, void *arg)
 	pthread_cond_broadcast(&p->work);
 	pthread_mutex_unlock(&p->mu);
 	fn(arg, 0, p->n);
+	spin_for_done(p);
 	pthread_mutex_lock(&p->mu);
 	while (p->pending)
 		pthread_cond_wait(&p->done, &p->mu);
@@ -230,14 +330,19 @@ static struct apf_gemm_buf *gemm_bufs(apf_backend *be)
 	return p->gemm_buf;
 }
 
-static void gemm_pack_task(void *v, int t, int nt)
-{
-	apf_gemm_pack(v, t, nt);
-}
+struct gemm_job {
+	struct apf_gemm *g;
+	struct pool *pool;
+};
 
-static void gemm_compute_task(void *v, int t, int nt)
+/* Every share is packed before any is computed: one region, a barrier
+ * between the two halves. */
+static void gemm_task(void *v, int t, int nt)
 {
-	apf_gemm_compute(v, t, nt);
+	struct gemm_job *j = v;
+	apf_gemm_pack(j->g, t, nt);
+	pool_barrier(j->pool);
+	apf_gemm_compute(j->g, t, nt);
 }
 
 static void cpu_gemm(apf_backend *be, int trans_a, int trans_b, int M, int N,
@@ -254,10 +359,9 @@ static void cpu_gemm(apf_backend *be, int trans_a, int trans_b, int M, int N,
 		cpu_fail(be, "gemm");
 		return;
 	}
-	/* every share packed before any is computed: two regions */
 	if (nthreads(be) > 1 && (size_t)M * N * K >= GEMM_PAR_MIN) {
-		parallel(be, gemm_pack_task, &g);
-		parallel(be, gemm_compute_task, &g);
+		struct gemm_job j = {&g, be->impl};
+		parallel(be, gemm_task, &j);
 	} else {
 		apf_gemm_pack(&g, 0, 1);
 		apf_gemm_compute(&g, 0, 1);
@@ -3418,6 +3522,7 @@ static void pool_stop(struct pool *p, int started)
 	pthread_mutex_destroy(&p->mu);
 	pthread_cond_destroy(&p->work);
 	pthread_cond_destroy(&p->done);
+	pthread_cond_destroy(&p->barrier);
 }
 
 static int cpu_new(apf_backend **out, int threads, int fast)
@@ -3452,6 +3557,7 @@ static int cpu_new(apf_backend **out, int threads, int fast)
 	pthread_mutex_init(&p->mu, NULL);
 	pthread_cond_init(&p->work, NULL);
 	pthread_cond_init(&p->done, NULL);
+	pthread_cond_init(&p->barrier, NULL);
 	for (int i = 1; i < p->n; i++) {
 		p->args[i] = (struct worker_arg){p, i};
 		int e = pthread_create(&p->th[i], NULL, worker, &p->args[i]);
