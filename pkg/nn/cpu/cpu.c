@@ -32,10 +32,10 @@
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 /* Hot loops get an AVX2 clone chosen at run time. Both clones compute the
  * same bits: C17 mode keeps floating-point contraction off and nothing is
@@ -100,57 +100,45 @@ struct pool {
  * (design 3.4), which counts every thread's CPU time. */
 #define SPIN_NS 30000
 
-static uint64_t spin_clock_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
+/* One pause of a bounded poll: false once SPIN_NS have passed since the
+ * poll began (the clock is read every 64 pauses). */
+struct spin {
+	unsigned n;
+	uint64_t until;
+};
 
-static inline void spin_pause(void)
+static bool spin_on(struct spin *sp)
 {
 #if defined(__x86_64__) || defined(__i386__)
 	__builtin_ia32_pause();
 #endif
+	if (++sp->n % 64)
+		return true;
+	uint64_t now = apf_now_ns();
+	if (!sp->until)
+		sp->until = now + SPIN_NS;
+	return now < sp->until;
 }
 
-/* Polls for up to SPIN_NS until the generation moves from seen (or the
- * pool stops); the caller then checks again under the lock. */
+/* Polls until the generation moves from seen or the pool stops, or the
+ * poll's time is up; the caller then checks again under the lock. */
 static void spin_for_work(const struct pool *p, unsigned long seen)
 {
-	uint64_t until = 0;
-	for (unsigned i = 1;; i++) {
-		if (atomic_load_explicit(&p->generation, memory_order_acquire) !=
-			    seen ||
-		    atomic_load_explicit(&p->stop, memory_order_relaxed))
-			return;
-		spin_pause();
-		if (i % 64 == 0) {
-			uint64_t now = spin_clock_ns();
-			if (!until)
-				until = now + SPIN_NS;
-			else if (now >= until)
-				return;
-		}
-	}
+	struct spin sp = {0};
+	while (atomic_load_explicit(&p->generation, memory_order_acquire) ==
+		       seen &&
+	       !atomic_load_explicit(&p->stop, memory_order_relaxed) &&
+	       spin_on(&sp))
+		;
 }
 
-/* Polls for up to SPIN_NS until every worker has finished its share. */
+/* Polls until every worker has finished its share, or the time is up. */
 static void spin_for_done(const struct pool *p)
 {
-	uint64_t until = 0;
-	for (unsigned i = 1;; i++) {
-		if (!atomic_load_explicit(&p->pending, memory_order_acquire))
-			return;
-		spin_pause();
-		if (i % 64 == 0) {
-			uint64_t now = spin_clock_ns();
-			if (!until)
-				until = now + SPIN_NS;
-			else if (now >= until)
-				return;
-		}
-	}
+	struct spin sp = {0};
+	while (atomic_load_explicit(&p->pending, memory_order_acquire) &&
+	       spin_on(&sp))
+		;
 }
 
 /* Every thread of a region waits here until all have arrived. */
@@ -165,17 +153,9 @@ static void pool_barrier(struct pool *p)
 		pthread_mutex_unlock(&p->mu);
 		return;
 	}
-	uint64_t until = 0;
-	for (unsigned i = 1; atomic_load(&p->passed) == phase; i++) {
-		spin_pause();
-		if (i % 64 == 0) {
-			uint64_t now = spin_clock_ns();
-			if (!until)
-				until = now + SPIN_NS;
-			else if (now >= until)
-				break;
-		}
-	}
+	struct spin sp = {0};
+	while (atomic_load(&p->passed) == phase && spin_on(&sp))
+		;
 	pthread_mutex_lock(&p->mu);
 	while (atomic_load(&p->passed) == phase)
 		pthread_cond_wait(&p->barrier, &p->mu);
