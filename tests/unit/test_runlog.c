@@ -259,6 +259,98 @@ static void log_longer_than_a_batch(void **state)
 	testlib_tmpdir_free(dir);
 }
 
+static void pad(apf_buf *b, char c, size_t n)
+{
+	char *p = malloc(n + 1);
+	assert_non_null(p);
+	memset(p, c, n);
+	assert_int_equal(apf_buf_append(b, p, n), 0);
+	free(p);
+}
+
+/* Appends record i, padded to exactly len bytes before its newline. */
+static void add_record(apf_buf *b, char prev[65], int i, size_t len)
+{
+	size_t start = b->len;
+	assert_int_equal(apf_buf_printf(b,
+					"{\"seq\":%d,\"prev\":\"%s\",\"t_ns\":%d,"
+					"\"event\":\"step_block\",\"step\":%d,"
+					"\"pad\":\"",
+					i, prev, 1000 + i, i),
+			 0);
+	size_t head = b->len - start;
+	assert_true(len >= head + 2);
+	pad(b, 'x', len - 2 - head);
+	assert_int_equal(apf_buf_puts(b, "\"}"), 0);
+	assert_int_equal(b->len - start, len);
+	assert_apf_ok(apf_sha256_hex(prev, b->data + start, len));
+	assert_int_equal(apf_buf_puts(b, "\n"), 0);
+}
+
+/* The reader takes the file a buffer (4 MiB) at a time: lines of every
+ * length up to the limit, across buffer ends, read back whole; a line of
+ * the limit's length is refused by number past the first buffer; a torn
+ * last line longer than a buffer is still known as torn and cut whole. */
+static void lines_of_any_length_across_buffers(void **state)
+{
+	(void)state;
+	enum { N = 90, LIMIT = 1 << 20 };
+	char *dir = testlib_tmpdir();
+	char *path = apf_path_join(dir, "log.jsonl");
+	apf_buf b = {0};
+	char prev[65] = APF_RUNLOG_ZERO_HEAD;
+	for (int i = 0; i < N; i++)
+		add_record(&b, prev, i,
+			   i == 20 ? LIMIT - 1
+				   : 200 + (size_t)i * 7919 % 300000);
+	assert_true(b.len > (12u << 20));
+	testlib_write(dir, "log.jsonl", b.data, b.len, 0644);
+	struct seen s = {0};
+	struct apf_runlog_summary sum;
+	assert_apf_ok(apf_runlog_read(&sum, path, count_cb, &s));
+	assert_int_equal(s.n, N);
+	assert_string_equal(sum.head, prev);
+	assert_int_equal(sum.torn_bytes, 0);
+
+	/* A line of the limit's length, the 91st, 12 MiB in. */
+	size_t good = b.len;
+	char head[65];
+	memcpy(head, prev, 65);
+	add_record(&b, prev, N, LIMIT);
+	add_record(&b, prev, N + 1, 300);
+	testlib_write(dir, "log.jsonl", b.data, b.len, 0644);
+	assert_int_equal(apf_runlog_read(&sum, path, NULL, NULL), APF_EVERIFY);
+	assert_non_null(strstr(apf_error_message(),
+			       "line 91: longer than 1048576 bytes"));
+	assert_int_equal(sum.torn_bytes, 0);
+
+	/* A torn last line of 5 MiB, longer than a buffer. */
+	b.len = good;
+	memcpy(prev, head, 65);
+	size_t torn = (size_t)5 << 20;
+	assert_int_equal(apf_buf_printf(&b, "{\"seq\":%d,\"prev\":\"", N), 0);
+	pad(&b, '0', good + torn - b.len);
+	testlib_write(dir, "log.jsonl", b.data, b.len, 0644);
+	assert_int_equal(apf_runlog_walk(&sum, path,
+					 &(struct apf_runlog_read_opts){0}),
+			 APF_EVERIFY);
+	assert_non_null(strstr(apf_error_message(), "line 91: torn"));
+	assert_int_equal(sum.torn_bytes, torn);
+	apf_runlog *l;
+	uint64_t cut;
+	assert_apf_ok(apf_runlog_open_append(&l, path, 1, &cut));
+	assert_int_equal(cut, torn);
+	assert_int_equal(apf_runlog_count(l), N);
+	assert_apf_ok(apf_runlog_close(l));
+	s = (struct seen){0};
+	assert_apf_ok(apf_runlog_read(&sum, path, count_cb, &s));
+	assert_int_equal(s.n, N);
+	assert_string_equal(sum.head, head);
+	apf_buf_free(&b);
+	free(path);
+	testlib_tmpdir_free(dir);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -267,6 +359,7 @@ int main(void)
 		cmocka_unit_test(torn_tail_is_cut_and_chain_continues),
 		cmocka_unit_test(reserved_keys_and_existing_logs_are_refused),
 		cmocka_unit_test(log_longer_than_a_batch),
+		cmocka_unit_test(lines_of_any_length_across_buffers),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
