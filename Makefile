@@ -27,7 +27,10 @@ SAN     ?=
 CPPFLAGS_APF := -D_GNU_SOURCE -Ipkg -Iinclude -I. -DAPF_SOURCE_DIR='"$(CURDIR)"'
 CFLAGS_APF   := -std=c17 $(OPT) -g -fPIC -pthread -Wall -Wextra -Werror -MMD -MP
 LDFLAGS_APF  := -pthread
-LIBS         := -larchive -lzstd -lcrypto -lgit2 -linih -ljansson -lopenblas \
+# No -lopenblas: apf computes nothing with OpenBLAS and opens it only to
+# describe it (pkg/sysinfo/env.c); the benches that time it against apf
+# link it (below).
+LIBS         := -larchive -lzstd -lcrypto -lgit2 -linih -ljansson \
                 -lseccomp -lelf -lz -lm -ldl
 
 ifeq ($(SAN),1)
@@ -170,6 +173,7 @@ $(BUILD)/tests/%: tests/unit/%.c $(UNIT_LIB_OBJ) $(BUILD)/libapf.a
 	$(Q)$(CC) $(CPPFLAGS_APF) -Itests/unit/lib $(CFLAGS_APF) $(CFLAGS) \
 	    $(LDFLAGS_APF) -o $@ $< $(UNIT_LIB_OBJ) $(BUILD)/libapf.a $(LIBS) -lcmocka
 
+$(BUILD)/bench/gemm/gemm $(BUILD)/bench/train_step/train_step: LIBS += -lopenblas
 $(BUILD)/bench/%: bench/%.c $(BUILD)/libapf.a
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(CPPFLAGS_APF) $(CFLAGS_APF) $(CFLAGS) $(LDFLAGS_APF) -o $@ $< \

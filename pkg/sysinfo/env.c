@@ -10,11 +10,11 @@
  */
 #include "sysinfo/sysinfo.h"
 
-#include <cblas.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <gnu/libc-version.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -125,26 +125,79 @@ static json_int_t memory_bytes(void)
 	return kb * 1024;
 }
 
+/* OpenBLAS's report, made in this process: {name, version, config, core,
+ * threads}, name "none" where it is not installed. */
+static json_t *blas_here(void)
+{
+	void *h = dlopen("libopenblas.so.0", RTLD_NOW | RTLD_LOCAL);
+	char *(*config)(void) = NULL, *(*core)(void) = NULL;
+	int (*threads)(void) = NULL;
+	if (h) {
+		*(void **)&config = dlsym(h, "openblas_get_config");
+		*(void **)&core = dlsym(h, "openblas_get_corename");
+		*(void **)&threads = dlsym(h, "openblas_get_num_threads");
+	}
+	if (!config || !core || !threads)
+		return json_pack("{s:s, s:s, s:s, s:s, s:i}", "name", "none",
+				 "version", "", "config", "", "core", "",
+				 "threads", 0);
+	const char *c = config();
+	char version[64] = "unknown";
+	if (c && !strncmp(c, "OpenBLAS ", 9))
+		sscanf(c + 9, "%63s", version);
+	return json_pack("{s:s, s:s, s:s, s:s, s:i}", "name", "OpenBLAS",
+			 "version", version, "config", c ? c : "", "core",
+			 core() ? core() : "", "threads", threads());
+}
+
+static json_t *json_apart(json_t *(*make)(void));
+
+static const struct apf_json_field blas_fields[] = {
+	{"name", APF_JSON_STRING}, {"version", APF_JSON_STRING},
+	{"config", APF_JSON_STRING}, {"core", APF_JSON_STRING},
+	{"threads", APF_JSON_COUNT}, {NULL, 0}};
+
+/* OpenBLAS: apf computes nothing with it and does not link it. Its report
+ * (the environment record's blas, the core type a trial is pinned to) is
+ * made once, in a child process, as the GPU records are: OpenBLAS starts a
+ * thread per core as it loads, each spinning on sched_yield for its first
+ * tenth of a second, which took a core from every apf process while it was
+ * linked (apf verify, apf score), and threads started just before a
+ * supervisor forks its sandbox are threads in the middle of starting. */
+static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
+static json_t *blas_report;
+
+static void blas_probe(void)
+{
+	json_t *j = json_apart(blas_here);
+	if (!json_is_object(j) ||
+	    apf_json_check_fields(j, "environment", "blas", blas_fields)) {
+		apf_error_clear();
+		json_decref(j);
+		j = json_pack("{s:s, s:s, s:s, s:s, s:i}", "name", "none",
+			      "version", "", "config", "", "core", "",
+			      "threads", 0);
+	}
+	blas_report = j;
+}
+
 int apf_blas_threads(void)
 {
-	return openblas_get_num_threads();
+	pthread_once(&blas_once, blas_probe);
+	return (int)json_integer_value(json_object_get(blas_report, "threads"));
 }
 
 const char *apf_blas_core(void)
 {
-	return openblas_get_corename();
+	pthread_once(&blas_once, blas_probe);
+	const char *c = json_string_value(json_object_get(blas_report, "core"));
+	return c && *c ? c : NULL;
 }
 
 static json_t *blas_record(void)
 {
-	const char *config = openblas_get_config();
-	char version[64] = "unknown";
-	if (config && !strncmp(config, "OpenBLAS ", 9))
-		sscanf(config + 9, "%63s", version);
-	return json_pack("{s:s, s:s, s:s, s:s, s:i}", "name", "OpenBLAS",
-			 "version", version, "config", config ? config : "",
-			 "core", openblas_get_corename(), "threads",
-			 (json_int_t)openblas_get_num_threads());
+	pthread_once(&blas_once, blas_probe);
+	return json_deep_copy(blas_report);
 }
 
 /* NVIDIA's management library, when a driver is installed. Loaded at run
@@ -305,26 +358,23 @@ static void gpu_records(json_t **gpus, json_t **cuda)
 	}
 }
 
-/* gpu_records in a child process, as apf_cuda_probe probes: NVIDIA's
- * management library, the CUDA runtime, cuBLAS and cuDNN are loaded there
- * and never into the process that asked (apf pack, a run's supervisor,
- * apf verify: trusted processes, and their sanitized builds would count
- * the vendors' pools as leaks). The child sends {"gpus", "cuda"} back as
- * one JSON document; what does not read as that is no GPU and no CUDA.
- * Only where the machine cannot fork are they probed here. */
-static void gpu_records_apart(json_t **gpus, json_t **cuda)
+/* make() in a child process, as apf_cuda_probe probes: NVIDIA's
+ * management library, the CUDA runtime, cuBLAS, cuDNN and OpenBLAS are
+ * loaded there and never into the process that asked (apf pack, a run's
+ * supervisor, apf verify: trusted processes, and their sanitized builds
+ * would count the vendors' pools as leaks). The child sends make()'s JSON
+ * back; NULL when none comes. Only where the machine cannot fork does
+ * make() run here. */
+static json_t *json_apart(json_t *(*make)(void))
 {
 	int fd[2];
-	if (pipe2(fd, O_CLOEXEC)) {
-		gpu_records(gpus, cuda);
-		return;
-	}
+	if (pipe2(fd, O_CLOEXEC))
+		return make();
 	pid_t pid = fork();
 	if (pid < 0) {
 		close(fd[0]);
 		close(fd[1]);
-		gpu_records(gpus, cuda);
-		return;
+		return make();
 	}
 	if (pid == 0) {
 		/* Nothing of the caller's stays open here but the pipe: a
@@ -334,11 +384,7 @@ static void gpu_records_apart(json_t **gpus, json_t **cuda)
 		if ((fd[1] > 3 && close_range(3, (unsigned)fd[1] - 1, 0) < 0) ||
 		    close_range((unsigned)fd[1] + 1, ~0u, 0) < 0)
 			_exit(1);
-		json_t *g, *c;
-		gpu_records(&g, &c);
-		char *text = json_dumps(json_pack("{s:o, s:o}", "gpus", g,
-						  "cuda", c),
-					JSON_COMPACT);
+		char *text = json_dumps(make(), JSON_COMPACT);
 		for (size_t len = text ? strlen(text) : 0, off = 0; off < len;) {
 			ssize_t k = write(fd[1], text + off, len - off);
 			if (k < 0 && errno == EINTR)
@@ -365,6 +411,20 @@ static void gpu_records_apart(json_t **gpus, json_t **cuda)
 		;
 	json_t *j = got.len ? json_loadb(got.data, got.len, 0, NULL) : NULL;
 	apf_buf_free(&got);
+	return j;
+}
+
+static json_t *gpu_json(void)
+{
+	json_t *g, *c;
+	gpu_records(&g, &c);
+	return json_pack("{s:o, s:o}", "gpus", g, "cuda", c);
+}
+
+/* What does not read as {"gpus", "cuda"} is no GPU and no CUDA. */
+static void gpu_records_apart(json_t **gpus, json_t **cuda)
+{
+	json_t *j = json_apart(gpu_json);
 	json_t *g = json_object_get(j, "gpus"), *c = json_object_get(j, "cuda");
 	*gpus = json_is_array(g) ? json_incref(g) : json_array();
 	*cuda = json_is_object(c) ? json_incref(c) : json_null();
@@ -486,10 +546,6 @@ int apf_env_validate(const json_t *env)
 		{"model", APF_JSON_STRING}, {"cores", APF_JSON_COUNT},
 		{"flags", APF_JSON_ARRAY},
 		{"isa", APF_JSON_STRING | APF_JSON_OPTIONAL}, {NULL, 0}};
-	static const struct apf_json_field blas[] = {
-		{"name", APF_JSON_STRING}, {"version", APF_JSON_STRING},
-		{"config", APF_JSON_STRING}, {"core", APF_JSON_STRING},
-		{"threads", APF_JSON_COUNT}, {NULL, 0}};
 	static const struct apf_json_field gpu[] = {
 		{"name", APF_JSON_STRING}, {"memory_bytes", APF_JSON_COUNT},
 		{"compute_capability",
@@ -509,7 +565,8 @@ int apf_env_validate(const json_t *env)
 	if (!rc)
 		rc = check_isa(json_object_get(env, "cpu"));
 	if (!rc)
-		rc = check_fields(json_object_get(env, "blas"), "blas", blas);
+		rc = check_fields(json_object_get(env, "blas"), "blas",
+				  blas_fields);
 	if (!rc && !json_is_null(json_object_get(env, "cuda")))
 		rc = check_fields(json_object_get(env, "cuda"), "cuda", cuda);
 	size_t i;

@@ -11,6 +11,7 @@
  */
 #include "trial/trial.h"
 
+#include <dlfcn.h>
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -188,6 +189,13 @@ static int setup(struct tp *t)
 		if (!rc)
 			rc = t->be->sync(t->be);
 	}
+	/* OpenBLAS: apf computes nothing with it and does not link it, but
+	 * a submission may (built with -lopenblas, or calling cblas_* as it
+	 * could when apf linked it); it starts its threads as it loads,
+	 * which the locked sandbox refuses, so it is loaded now, into the
+	 * global scope, where the submission finds it. Where it is not
+	 * installed, nothing is loaded. */
+	dlopen("libopenblas.so.0", RTLD_NOW | RTLD_GLOBAL | RTLD_NODELETE);
 	if (!rc) {
 		char *dir = apf_path_join(t->a.workloads_dir, t->a.workload);
 		rc = dir ? apf_workload_spec_load_dir(&t->spec, dir)

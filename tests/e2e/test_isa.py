@@ -108,7 +108,8 @@ class SameBits(RunCase):
 
 # A submission that reports, from inside its trial, what the trial's
 # kernels compute with: the instruction-set path in its environment (all
-# that nn/cpu/isa.c reads) and the core type its OpenBLAS dispatches to.
+# that nn/cpu/isa.c reads) and the core type the OpenBLAS the trial loads
+# for submissions (pkg/trial/main.c) dispatches to.
 TRIAL_ENV = r"""
 #include <apf/submission.h>
 #include <dlfcn.h>
@@ -158,8 +159,9 @@ class TrialEnvironment(RunCase):
         # run (run.json's environment, what verify and replay compare) says
         # what the trial itself runs, not what the supervisor would pick;
         # and the trial's OpenBLAS runs the core type the record names
-        # (the runner pins it; the trial's results use none of OpenBLAS,
-        # but a record must describe what the trial computed with).
+        # (the runner pins it; apf's results use none of OpenBLAS, but a
+        # submission may, and the record must describe what the trial
+        # computed with).
         self.ok("keygen")
         entry = self.pack_source("envprobe", TRIAL_ENV)
         for name in sorted({paths()[0], paths()[-1]}):
