@@ -125,8 +125,15 @@ static json_int_t memory_bytes(void)
 	return kb * 1024;
 }
 
+/* The report of a machine without OpenBLAS. */
+static json_t *blas_none(void)
+{
+	return json_pack("{s:s, s:s, s:s, s:s, s:i}", "name", "none", "version",
+			 "", "config", "", "core", "", "threads", 0);
+}
+
 /* OpenBLAS's report, made in this process: {name, version, config, core,
- * threads}, name "none" where it is not installed. */
+ * threads}, blas_none() where it is not installed. */
 static json_t *blas_here(void)
 {
 	void *h = dlopen("libopenblas.so.0", RTLD_NOW | RTLD_LOCAL);
@@ -138,16 +145,14 @@ static json_t *blas_here(void)
 		*(void **)&threads = dlsym(h, "openblas_get_num_threads");
 	}
 	if (!config || !core || !threads)
-		return json_pack("{s:s, s:s, s:s, s:s, s:i}", "name", "none",
-				 "version", "", "config", "", "core", "",
-				 "threads", 0);
-	const char *c = config();
+		return blas_none();
+	const char *c = config(), *k = core();
 	char version[64] = "unknown";
 	if (c && !strncmp(c, "OpenBLAS ", 9))
 		sscanf(c + 9, "%63s", version);
 	return json_pack("{s:s, s:s, s:s, s:s, s:i}", "name", "OpenBLAS",
 			 "version", version, "config", c ? c : "", "core",
-			 core() ? core() : "", "threads", threads());
+			 k ? k : "", "threads", threads());
 }
 
 static json_t *json_apart(json_t *(*make)(void));
@@ -174,9 +179,7 @@ static void blas_probe(void)
 	    apf_json_check_fields(j, "environment", "blas", blas_fields)) {
 		apf_error_clear();
 		json_decref(j);
-		j = json_pack("{s:s, s:s, s:s, s:s, s:i}", "name", "none",
-			      "version", "", "config", "", "core", "",
-			      "threads", 0);
+		j = blas_none();
 	}
 	blas_report = j;
 }
