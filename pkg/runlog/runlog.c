@@ -737,7 +737,9 @@ static int consume(struct walk_state *w, struct batch *b, uint64_t *valid_bytes)
 }
 
 /* Walks the log: two batches in flight, so the workers check the next
- * batch while the caller's thread runs the in-order half of this one. With
+ * batch while the caller's thread runs the in-order half of this one and
+ * then reads the batch after (the read and the line split are the
+ * caller's, and would leave the workers idle otherwise). With
  * `valid_bytes`, stops quietly at the first bad line and reports how many
  * leading bytes form a valid chain (for appending). */
 static int walk(const char *path, const struct apf_runlog_read_opts *o,
@@ -795,7 +797,7 @@ static int walk(const char *path, const struct apf_runlog_read_opts *o,
 	}
 	struct walk_state w = {.path = path, .o = o};
 	memcpy(w.head, APF_RUNLOG_ZERO_HEAD, 65);
-	int cur = 0;
+	int cur = 0, nxt = 1;
 	if (!rc && !rd.eof) {
 		rc = batch_fill(&bt[cur], &rd, o->slot_size);
 		if (!rc) {
@@ -803,21 +805,28 @@ static int walk(const char *path, const struct apf_runlog_read_opts *o,
 			finish(&pl, &bt[cur]);
 		}
 	}
+	/* From here bt[cur] is checked and bt[nxt] read, not handed out. */
+	if (!rc && bt[cur].n && (!rd.eof || rd.carry_len))
+		rc = batch_fill(&bt[nxt], &rd, o->slot_size);
 	while (!rc && bt[cur].n) {
-		int nxt = 1 - cur;
-		batch_reset(&bt[nxt], pl.nthreads);
-		if (!rd.eof || rd.carry_len) {
-			rc = batch_fill(&bt[nxt], &rd, o->slot_size);
-			if (rc)
-				break;
+		if (bt[nxt].n)
 			submit(&pl, &bt[nxt]);
-		}
 		rc = consume(&w, &bt[cur], valid_bytes);
+		/* cur is spent: it reads the lines after nxt's (the carry is
+		 * in nxt's buffer, past the lines the workers read) */
+		batch_reset(&bt[cur], pl.nthreads);
+		int fill_rc = 0;
+		if (!rc && !w.stop && (!rd.eof || rd.carry_len))
+			fill_rc = batch_fill(&bt[cur], &rd, o->slot_size);
 		if (bt[nxt].n)
 			finish(&pl, &bt[nxt]);
+		if (!rc)
+			rc = fill_rc;
 		if (w.stop)
 			break;
+		int spent = cur;
 		cur = nxt;
+		nxt = spent;
 	}
 	pthread_mutex_lock(&pl.lock);
 	pl.quit = 1;
