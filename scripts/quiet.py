@@ -33,7 +33,13 @@ from a shell bench, given each side's figure per round): each side's spread
 is (max - min) / median over its rounds, printed as `RESULT NAME
 <case>_<side>_spread`, and over APF_BENCH_MAX_SPREAD (0.10) the figure is
 not steady: a `NOT STEADY` line on stderr, and exit 75 unless
-APF_BENCH_KEEP_GOING=1.
+APF_BENCH_KEEP_GOING=1. A ratio between two sides measured in alternation
+is judged by its pairs instead (pairs() below): round i of one side over
+round i of the other, whose spread is `<case>_ratio_spread`; a side whose
+own rounds spread past the limit then only WANDERS (a line on stderr, the
+figure kept), since a VM's speed moving between rounds moves both sides
+of a pair alike and leaves the ratio as it was, which the pairs' spread
+checks.
 """
 import os
 import resource
@@ -138,9 +144,66 @@ def steady(bench, case, sides):
     return bad
 
 
-def finish(bench, unsteady):
-    """Ends a bench that judged its rounds: the NOT STEADY lines on stderr,
-    then exit 75 unless APF_BENCH_KEEP_GOING=1."""
+def pairs(bench, case, sides, name="ratio"):
+    """Judges the ratio of two sides measured in alternation by its pairs:
+    sides is {mine: [figure per round], peer: [figure per round]}, round i
+    of one measured right beside round i of the other. A VM whose speed
+    wanders from one round to the next (issue 36: an idle one's rounds
+    spread 12% to 85%) moves both sides of a pair alike, so a ratio can
+    hold while its sides wander; the pairs' spread says whether it did.
+    Prints each side's spread and the pairs' (`RESULT bench
+    <case>_<name>_spread`). Returns (the median of the pairs' ratios, the
+    lines saying that spread is past APF_BENCH_MAX_SPREAD, the lines
+    saying a side's own rounds are: its figure is the machine's of the
+    moment, not to be compared across runs, but the ratio stands or falls
+    by its pairs)."""
+    (mine, xs), (peer, ys) = sides.items()
+    ratios = paired(xs, ys, f"{case}: {mine} against {peer}")
+    wander = wanders(bench, case, sides, name)
+    bad = judged(bench, case, name, ratios, "pairs")
+    return statistics.median(ratios), bad, wander
+
+
+def paired(xs, ys, what):
+    """Round i of xs over round i of ys, for every round."""
+    if len(xs) != len(ys) or not xs:
+        raise ValueError(f"{what}: {len(xs)} rounds against {len(ys)}")
+    return [x / y if y else float("inf") for x, y in zip(xs, ys)]
+
+
+def wanders(bench, case, sides, name="ratio"):
+    """Prints each side's spread over its rounds (`RESULT bench
+    <case>_<side>_spread`) and returns the lines saying which are past
+    APF_BENCH_MAX_SPREAD, for a bench that judges its ratios by their pairs
+    (the name of what it judges so: name)."""
+    wander = []
+    for side, vs in sides.items():
+        s = spread(vs)
+        print(f"RESULT {bench} {case}_{side}_spread {s:.3f}")
+        line = unsteady(bench, case, side, s, len(vs))
+        if line:
+            wander.append(line.replace("NOT STEADY", "WANDERS", 1) +
+                          f": its figure is the machine's of the moment; the {name} "
+                          "is judged by its pairs")
+    return wander
+
+
+def judged(bench, case, name, xs, what="rounds"):
+    """Prints `RESULT bench <case>_<name>_spread` of a figure taken once
+    per round (or pair) and returns the lines saying it is past
+    APF_BENCH_MAX_SPREAD."""
+    s = spread(xs)
+    print(f"RESULT {bench} {case}_{name}_spread {s:.3f}")
+    line = unsteady(bench, case, name, s, len(xs))
+    return [line.replace(" rounds ", f" {what} ", 1)] if line else []
+
+
+def finish(bench, unsteady, wandering=()):
+    """Ends a bench that judged its rounds: the WANDERS lines (figures
+    kept) and the NOT STEADY lines on stderr, then exit 75 unless
+    APF_BENCH_KEEP_GOING=1."""
+    for line in wandering:
+        print(line, file=sys.stderr)
     for line in unsteady:
         print(line + (" (kept: APF_BENCH_KEEP_GOING)" if keep_going() else ""),
               file=sys.stderr)

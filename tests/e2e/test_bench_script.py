@@ -7,6 +7,8 @@ whole command fail, and one that prints no RESULT line is a skip. Each
 bench runs under scripts/quiet.py, whose verdicts on the machine's load
 and on the rounds' spread are tested here on given figures (a test cannot
 make a machine quiet or busy on demand)."""
+import contextlib
+import io
 import os
 import shutil
 import subprocess
@@ -169,6 +171,43 @@ class QuietVerdicts(unittest.TestCase):
         self.assertEqual(quiet.unsteady("b", "c", "apf", 0.11, 3),
                          "bench b: c: NOT STEADY: apf's 3 rounds spread 11% of their "
                          "median (limit 10%)")
+
+    def test_a_ratio_is_judged_by_its_pairs(self):
+        # The machine's speed halves and comes back between rounds: both
+        # sides wander 67%, each pair's ratio is 3.0 or near it.
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            ratio, bad, wander = quiet.pairs("b", "c", {"apf": [300, 150, 306],
+                                                        "torch": [100, 50, 100]})
+        self.assertAlmostEqual(ratio, 3.0)
+        self.assertEqual(bad, [])
+        self.assertEqual(wander, [
+            "bench b: c: WANDERS: apf's 3 rounds spread 52% of their median (limit "
+            "10%): its figure is the machine's of the moment; the ratio is judged by "
+            "its pairs",
+            "bench b: c: WANDERS: torch's 3 rounds spread 50% of their median (limit "
+            "10%): its figure is the machine's of the moment; the ratio is judged by "
+            "its pairs"])
+        self.assertEqual(out.getvalue().splitlines(), [
+            "RESULT b c_apf_spread 0.520", "RESULT b c_torch_spread 0.500",
+            "RESULT b c_ratio_spread 0.020"])
+        # The peer alone slowed in one round: apf steady, its pairs
+        # disagree. The ratio is not to be believed, however steady a
+        # side.
+        with contextlib.redirect_stdout(io.StringIO()):
+            ratio, bad, wander = quiet.pairs("b", "c", {"apf": [300, 300, 300],
+                                                        "torch": [100, 80, 100]})
+        self.assertEqual(ratio, 3.0)
+        self.assertEqual([w.split(":")[2] for w in wander], [" WANDERS"])
+        self.assertIn("torch's 3 rounds spread 20%", wander[0])
+        self.assertEqual(bad, ["bench b: c: NOT STEADY: ratio's 3 pairs spread 25% of "
+                               "their median (limit 10%)"])
+        with self.assertRaises(ValueError):
+            quiet.pairs("b", "c", {"apf": [1.0, 2.0], "torch": [1.0]})
+        with contextlib.redirect_stdout(io.StringIO()):
+            self.assertEqual(quiet.judged("b", "c", "roofline_fraction", [0.5, 0.7, 0.5]),
+                             ["bench b: c: NOT STEADY: roofline_fraction's 3 rounds "
+                              "spread 40% of their median (limit 10%)"])
 
     def test_command_line(self):
         q = [sys.executable, os.path.join(ROOT, "scripts", "quiet.py")]
