@@ -176,16 +176,9 @@ def wanders(bench, case, sides, name="ratio"):
     <case>_<side>_spread`) and returns the lines saying which are past
     APF_BENCH_MAX_SPREAD, for a bench that judges its ratios by their pairs
     (the name of what it judges so: name)."""
-    wander = []
-    for side, vs in sides.items():
-        s = spread(vs)
-        print(f"RESULT {bench} {case}_{side}_spread {s:.3f}")
-        line = unsteady(bench, case, side, s, len(vs))
-        if line:
-            wander.append(line.replace("NOT STEADY", "WANDERS", 1) +
-                          f": its figure is the machine's of the moment; the {name} "
-                          "is judged by its pairs")
-    return wander
+    return [line.replace("NOT STEADY", "WANDERS", 1) +
+            f": its figure is the machine's of the moment; the {name} is judged "
+            "by its pairs" for line in steady(bench, case, sides)]
 
 
 def judged(bench, case, name, xs, what="rounds"):
