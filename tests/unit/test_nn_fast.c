@@ -12,8 +12,10 @@
  * runs (APF_CPU_ISA forces each), at one and at two threads, on shapes
  * chosen to reach every kernel's edge cases: partial pixel tiles, 16 and
  * 48 channels (the AVX-512 tile's 32 + 16), channel counts its 16 lanes do
- * not divide (8, 24: the AVX2 kernels take over), batch-norm channels past
- * the last 16 and 8. Where the CPU has only the scalar path there is
+ * not divide (8, 24: the AVX2 kernels take over), inputs of fewer than 8
+ * channels (the weight gradient's lanes over output channels),
+ * kernel rows that leave one or two columns (the 8-row weight-gradient
+ * tiles), batch-norm channels past the last 16 and 8. Where the CPU has only the scalar path there is
  * nothing to compare, and those tests say so by skipping.
  */
 #include "testlib.h"
@@ -193,6 +195,12 @@ static void fast_conv_matches_plain_on_odd_shapes(void **state)
 		{1, 4, 4, 16, 16, 3, 1, 2, 0},  /* padding wider than needed */
 		{5, 3, 3, 8, 16, 3, 3, 1, 1},   /* stride 3, one pixel per row */
 		{1, 11, 13, 48, 48, 3, 1, 1, 0},/* several 16-channel blocks */
+		{3, 9, 7, 3, 24, 3, 1, 1, 1},   /* 3 channels: 16 + 8 lanes of OC */
+		{2, 6, 5, 12, 32, 3, 1, 1, 0},  /* 12 channels: 36 columns */
+		{2, 8, 8, 1, 8, 5, 1, 2, 1},    /* 5x5, 8 output channels */
+		{2, 7, 6, 2, 16, 3, 1, 1, 0},   /* 6 columns: 4 + 2 */
+		{2, 6, 5, 32, 64, 1, 2, 0, 0},  /* 1x1 of 32 channels */
+		{2, 6, 6, 16, 12, 1, 2, 0, 1},  /* 1x1, 12 output channels */
 	};
 	for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++)
 		for (int threads = 1; threads <= 2; threads++)
@@ -543,6 +551,12 @@ static void conv_gives_the_same_bits_on_every_path(void **state)
 		{3, 5, 4, 8, 16, 3, 1, 1, 1},     /* 8 channels, direct */
 		{2, 6, 5, 32, 20, 3, 1, 1, 1},    /* forward falls back */
 		{5, 3, 3, 8, 16, 3, 3, 1, 1},     /* stride 3, one pixel a row */
+		{3, 9, 7, 3, 24, 3, 2, 1, 1},     /* 3 channels, 24 outputs */
+		{2, 6, 5, 12, 32, 3, 1, 1, 0},    /* 12 channels */
+		{2, 8, 8, 1, 8, 5, 1, 2, 1},      /* 1 channel, 8 outputs */
+		{2, 7, 6, 2, 16, 3, 1, 1, 0},     /* 2 channels */
+		{2, 6, 5, 32, 64, 1, 2, 0, 0},    /* 1x1 of 32: 2 and 4 columns */
+		{2, 6, 6, 16, 12, 1, 2, 0, 1},    /* 12 outputs: no 8-row tiles */
 	};
 	for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++)
 		for (int threads = 1; threads <= 2; threads++)
@@ -727,6 +741,82 @@ static void resnet_gives_the_same_bits_on_every_path(void **state)
 	}
 }
 
+/* ---- the weight gradient of few input channels -------------------------- */
+
+/* One backward's weight gradient on be (no input gradient, as for a
+ * model's first layer). */
+static float *dweight_of(apf_backend *be, const struct conv_shape *s,
+			 const float *x, const float *w, const float *dy)
+{
+	size_t nw = (size_t)s->OC * s->K * s->K * s->C;
+	size_t work = be->conv2d_work(be, s->B, s->H, s->W, s->C, s->OC, s->K,
+				      s->S, s->P);
+	float *ws = floats(work, NAN), *dw = floats(nw, NAN);
+	be->conv2d_backward(be, NULL, dw, NULL, dy, x, w, s->B, s->H, s->W,
+			    s->C, s->OC, s->K, s->S, s->P, ws, 0);
+	assert_int_equal(be->sync(be), 0);
+	free(ws);
+	return dw;
+}
+
+static void few_channel_dweight_is_the_gemm_route_s_bits(void **state)
+{
+	(void)state;
+	/* A first layer's weight gradient over fewer channels than a vector
+	 * (the stems) through the direct kernel gives the bits of the im2col
+	 * + GEMM route (the plain backend's, and every recorded run's) on
+	 * every path: batches of several GEMM chunks a thread (the stem's
+	 * chunk is 148 images), chunks left to one thread, fewer images than
+	 * threads, and sums that cancel (inputs of one sign and its
+	 * opposite), where any other grouping of a sum gives other bits. */
+	static const struct conv_shape shapes[] = {
+		{300, 28, 28, 1, 16, 3, 1, 1, 0}, /* the stem, 3 chunks */
+		{1, 28, 28, 1, 16, 3, 1, 1, 0},   /* one image, two threads */
+		{40, 9, 7, 3, 24, 3, 2, 1, 0},
+		{30, 8, 8, 1, 8, 5, 1, 2, 0},
+		{25, 6, 5, 12, 32, 3, 1, 1, 0},
+	};
+	unsigned have = apf_cpu_isa_available();
+	for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
+		const struct conv_shape *s = &shapes[i];
+		int OH = (s->H + 2 * s->P - s->K) / s->S + 1;
+		int OW = (s->W + 2 * s->P - s->K) / s->S + 1;
+		size_t nx = (size_t)s->B * s->H * s->W * s->C;
+		size_t ny = (size_t)s->B * OH * OW * s->OC;
+		size_t nw = (size_t)s->OC * s->K * s->K * s->C;
+		apf_rng_key key = {17, (uint32_t)s->C, (uint32_t)s->OC, APF_RNG_TEST};
+		apf_rng r;
+		apf_rng_init(&r, &key, i);
+		float *x = rand_floats(&r, nx, 0, 1);
+		float *w = rand_floats(&r, nw, -0.5f, 0.5f);
+		float *dy = rand_floats(&r, ny, -1, 1);
+		/* large terms of both signs: sums that cancel */
+		for (size_t k = 0; k < ny; k++)
+			dy[k] = (k % 3 ? 1e4f : -2e4f) * dy[k];
+		for (int threads = 1; threads <= 2; threads++) {
+			apf_backend *plain;
+			assert_apf_ok(apf_backend_cpu_plain_new(&plain, threads));
+			float *want = dweight_of(plain, s, x, w, dy);
+			apf_backend_free(plain);
+			for (int isa = APF_CPU_ISA_SCALAR; isa <= APF_CPU_ISA_AVX512; isa++) {
+				if (!(have & (1u << isa)))
+					continue;
+				apf_backend *be = backend_on(isa, threads);
+				float *got = dweight_of(be, s, x, w, dy);
+				apf_backend_free(be);
+				if (memcmp(got, want, nw * sizeof *got))
+					fail_msg("B%d %dx%dx%d->%d K%d S%d, %d threads on "
+						 "%s: not the GEMM route's bits",
+						 s->B, s->H, s->W, s->C, s->OC, s->K,
+						 s->S, threads, apf_cpu_isa_name(isa));
+				free(got);
+			}
+			free(want);
+		}
+		free(x), free(w), free(dy);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -739,6 +829,7 @@ int main(void)
 		cmocka_unit_test(conv_kernels_compute_the_scalar_bits),
 		cmocka_unit_test(batchnorm_gives_the_same_bits_on_every_path),
 		cmocka_unit_test(resnet_gives_the_same_bits_on_every_path),
+		cmocka_unit_test(few_channel_dweight_is_the_gemm_route_s_bits),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -686,15 +686,23 @@ static void conv2d_backward(apf_backend *be, float *dinp, float *dweight,
 			.weight = weight, .dout = dout, .dinp = dinp,
 			.accum = accum, .work = work};
 		int fast_dinp = dinp && apf_cpu_conv_fast_dinp_ok(C, OC, K);
-		if (apf_cpu_conv_fast_dweight_ok(C, OC, K) && (!dinp || fast_dinp)) {
+		if (apf_cpu_conv_fast_dweight_ok(C, OC, K) &&
+		    (!dinp || fast_dinp)) {
+			int nt = nthreads(be), parts = nt;
+			if (C % 8) {
+				/* the GEMM route's chunks (below), and only the
+				 * threads that had one add their partial */
+				j.gemm_chunk = conv_chunk_for(be, B, OH, OW, C, K);
+				int nchunks = (B + j.gemm_chunk - 1) / j.gemm_chunk;
+				parts = nchunks < nt ? nchunks : nt;
+			}
 			apf_cpu_conv_fast_prepare_backward(&j);
 			parallel(be, fast_bwd_task, &j);
-			int nt = nthreads(be);
 			size_t nw = (size_t)OC * K * K * C;
 			memcpy(dweight, apf_cpu_conv_fast_dweight_part(&j, 0, nt),
 			       nw * sizeof *dweight);
 			/* partials added in thread order */
-			for (int t = 1; t < nt; t++) {
+			for (int t = 1; t < parts; t++) {
 				const float *part =
 					apf_cpu_conv_fast_dweight_part(&j, t, nt);
 				for (size_t i = 0; i < nw; i++)

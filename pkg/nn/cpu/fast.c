@@ -75,7 +75,11 @@ int apf_cpu_conv_fast_dinp_ok(int C, int OC, int K)
 
 int apf_cpu_conv_fast_dweight_ok(int C, int OC, int K)
 {
-	return C % 8 == 0 && OC % 4 == 0 && K >= 1;
+	if (K < 1 || C < 1)
+		return 0;
+	/* fewer channels than a vector (the stem's one): lanes over output
+	 * channels, the GEMM route's sums (fast.h) */
+	return C % 8 == 0 ? OC % 4 == 0 : OC % 8 == 0;
 }
 
 /* Geometry shared by the sizing and the kernels. A thread's work is
@@ -91,6 +95,7 @@ struct geo {
 	size_t w_img;          /* floats of one padded image, either side */
 	int nb_w, TG;          /* images per chunk, tiles per group */
 	size_t pad_floats, part_floats, v_floats, du_floats;
+	size_t acc_floats;     /* C % 8 != 0: one chunk's weight-gradient sums */
 	size_t thread_floats, wt_floats;
 };
 
@@ -157,8 +162,9 @@ static void geometry(struct geo *g, int B, int H, int W, int C, int OC, int K,
 		g->wt_floats = g->wt_floats > u ? g->wt_floats : u;
 	}
 	g->pad_floats = round16(g->pad_floats);
+	g->acc_floats = C % 8 ? g->part_floats : 0;
 	g->thread_floats = g->pad_floats + g->part_floats + 2 * g->v_floats +
-			   g->du_floats;
+			   g->du_floats + g->acc_floats;
 }
 
 size_t apf_cpu_conv_fast_work(int B, int H, int W, int C, int OC, int K,
@@ -345,12 +351,56 @@ void apf_cpu_conv_fast_dinp(struct apf_conv_job *j, int t, int nt)
 	}
 }
 
+/* The weight gradient of an input whose channels 8 does not divide, as
+ * the im2col + GEMM route sums it (fast.h): thread t's chunks of the
+ * route, t, t + nt, ..., each summed from zero over its pixels in order (in
+ * padded sub-chunks that fit the thread's buffer, the sums carried from
+ * one to the next), then added to the partial as the GEMM's epilogue adds
+ * with beta 1 (acc + partial; the first written). */
+static void dweight_gemm_chunks(struct apf_conv_job *j, const struct geo *g,
+				int t, int nt)
+{
+	int K = j->K, C = j->C, OC = j->OC, cb = j->gemm_chunk;
+	int nchunks = (j->B + cb - 1) / cb;
+	size_t nw = (size_t)OC * K * K * C;
+	float *pad = thread_pad(j, g, t);
+	float *part = pad + g->pad_floats;
+	float *acc = part + g->part_floats + 2 * g->v_floats + g->du_floats;
+	for (int ch = t; ch < nchunks; ch += nt) {
+		int c0 = ch * cb, c1 = c0 + cb < j->B ? c0 + cb : j->B;
+		memset(acc, 0, nw * sizeof *acc);
+		for (int b = c0; b < c1; b += g->nb_in) {
+			int nb = c1 - b < g->nb_in ? c1 - b : g->nb_in;
+			pad_images(pad, j->inp + (size_t)b * j->H * j->W * C, nb,
+				   j->H, j->W, C, j->P, j->P, j->P);
+			const float *dy = j->dout + (size_t)b * j->OH * j->OW * OC;
+			struct apf_fast_dw d = {.K = K, .C = C, .OC = OC,
+						.S = j->S, .OH = j->OH,
+						.OW = j->OW, .Wp = g->Wp,
+						.nb = nb, .in_img = g->in_img};
+			for (int kh = 0; kh < K; kh++)
+				ops(j->isa)->dweight_row(acc, dy,
+							 pad + (size_t)kh * g->Wp * C,
+							 kh, &d);
+		}
+		if (ch == t)
+			memcpy(part, acc, nw * sizeof *part);
+		else
+			for (size_t i = 0; i < nw; i++)
+				part[i] = acc[i] + part[i];
+	}
+}
+
 void apf_cpu_conv_fast_dweight(struct apf_conv_job *j, int t, int nt)
 {
 	struct geo g;
 	job_geometry(j, &g, nt);
 	if (g.wino) {
 		wino_dweight(j, &g, t, nt);
+		return;
+	}
+	if (j->C % 8) {
+		dweight_gemm_chunks(j, &g, t, nt);
 		return;
 	}
 	int b0, b1;

@@ -29,8 +29,20 @@
  * pixels x 16 output channels (AVX2; 6 x 32 on AVX-512). The input gradient
  * is the same kernel over the padded output gradient, one pass per residue
  * class of the stride. The weight gradient reduces over pixels with 4
- * output channels x 3 (tap, 8 or 16 channel) columns, into one partial per
+ * output channels x 3 (tap, 8 or 16 channel) columns into one partial per
  * thread that the caller adds in thread order.
+ *
+ * An input whose channels 8 does not divide (a stem's one) has its weight
+ * gradient computed as cpu.c's im2col + GEMM route computes it, bit for
+ * bit, since that route is what every run made before this kernel
+ * recorded: the route's chunks of gemm_chunk images, dealt to the threads
+ * in turn (chunk t, t + nt, ...), each element summed over a chunk's pixels
+ * in order from zero with FMA (the GEMM's k order, gemm.h), a chunk's sums
+ * added to the thread's partial as the GEMM's epilogue adds them (acc +
+ * partial), and the caller adding the partials of the threads that had a
+ * chunk, in thread order. Only the im2col copy (nine copies of the input)
+ * and the GEMM's packing go; the lanes run over output channels (8 or 16)
+ * and the columns are (tap, channel) pairs, four at a time.
  */
 struct apf_conv_job {
 	int isa; /* isa.h's path the kernels run on */
@@ -42,6 +54,8 @@ struct apf_conv_job {
 	float *out;          /* forward: (B,OH,OW,OC) */
 	float *dinp;         /* input gradient (B,H,W,C), or NULL */
 	int accum;           /* dinp: 0 write, 1 add */
+	int gemm_chunk;      /* C % 8 != 0, weight gradient: images per chunk
+			      * of the im2col + GEMM route (cpu.c) */
 	float *wt;           /* transformed weights; conv_fast_prepare* */
 	float *work;         /* apf_cpu_conv_fast_work floats */
 };
@@ -63,7 +77,8 @@ void apf_cpu_conv_fast_prepare_backward(struct apf_conv_job *j);
 void apf_cpu_conv_fast_forward(struct apf_conv_job *j, int t, int nt);
 void apf_cpu_conv_fast_dinp(struct apf_conv_job *j, int t, int nt);
 /* Thread t's weight gradient (OC,K,K,C) over its images, written to
- * apf_cpu_conv_fast_dweight_part(j, t, nt). */
+ * apf_cpu_conv_fast_dweight_part(j, t, nt); for C % 8 != 0 over its chunks
+ * (see above), the partial of a thread without one left unwritten. */
 void apf_cpu_conv_fast_dweight(struct apf_conv_job *j, int t, int nt);
 float *apf_cpu_conv_fast_dweight_part(const struct apf_conv_job *j, int t,
 				      int nt);

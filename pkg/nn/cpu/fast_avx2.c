@@ -181,27 +181,132 @@ TGT static void dweight_tile(float *part, const ptrdiff_t dwoff[3],
 			_mm256_storeu_ps(part + r * dw_ld + dwoff[k], res[r][k]);
 }
 
+/* Where the input's channels do not fill 8 lanes (the stem's one channel;
+ * fast.h), the lanes run over output channels instead: acc[k] (output
+ * channels o0 .. + 8, column k: one tap and one input channel) += over the
+ * chunk's pixels in order dy[pixel][o0 ..] * x[pixel][xoff[k]]; columns
+ * k >= ncol repeat column 0 and are not stored. The same sequence per
+ * element as the tile above. */
+TGT static void dweight_tile_oc(float *part, const ptrdiff_t dwoff[4],
+				ptrdiff_t dw_ld, int ncol, const float *dy,
+				const float *x, const ptrdiff_t xoff[4],
+				const struct apf_fast_dw *g)
+{
+	float t[4][8];
+	for (int k = 0; k < 4; k++)
+		for (int l = 0; l < 8; l++)
+			t[k][l] = k < ncol ? part[l * dw_ld + dwoff[k]] : 0.0f;
+	__m256 a0 = _mm256_loadu_ps(t[0]), a1 = _mm256_loadu_ps(t[1]);
+	__m256 a2 = _mm256_loadu_ps(t[2]), a3 = _mm256_loadu_ps(t[3]);
+	ptrdiff_t x0 = xoff[0], x1 = xoff[ncol > 1 ? 1 : 0],
+		  x2 = xoff[ncol > 2 ? 2 : 0], x3 = xoff[ncol > 3 ? 3 : 0];
+	int OC = g->OC, S = g->S, C = g->C, OW = g->OW;
+	for (int b = 0; b < g->nb; b++)
+		for (int oh = 0; oh < g->OH; oh++) {
+			const float *d = dy + ((size_t)b * g->OH + oh) * OW * OC;
+			const float *xr = x + (size_t)b * g->in_img +
+					  (size_t)oh * S * g->Wp * C;
+			for (int ow = 0; ow < OW; ow++, d += OC,
+				 xr += (ptrdiff_t)S * C) {
+				__m256 e = _mm256_loadu_ps(d);
+				a0 = _mm256_fmadd_ps(e, _mm256_broadcast_ss(xr + x0), a0);
+				a1 = _mm256_fmadd_ps(e, _mm256_broadcast_ss(xr + x1), a1);
+				a2 = _mm256_fmadd_ps(e, _mm256_broadcast_ss(xr + x2), a2);
+				a3 = _mm256_fmadd_ps(e, _mm256_broadcast_ss(xr + x3), a3);
+			}
+		}
+	_mm256_storeu_ps(t[0], a0), _mm256_storeu_ps(t[1], a1);
+	_mm256_storeu_ps(t[2], a2), _mm256_storeu_ps(t[3], a3);
+	for (int k = 0; k < ncol; k++)
+		for (int l = 0; l < 8; l++)
+			part[l * dw_ld + dwoff[k]] = t[k][l];
+}
+
+/* One kernel row's columns four at a time, 8 output channels at a time
+ * (fast.c takes this only with OC % 8 == 0). */
+static void dweight_row_oc(float *part, const float *dy, const float *x,
+			   int kh, const struct apf_fast_dw *d)
+{
+	ptrdiff_t dw_ld = (ptrdiff_t)d->K * d->K * d->C, xoff[4], dwoff[4];
+	for (int o0 = 0; o0 + 8 <= d->OC; o0 += 8)
+		for (int c0 = 0; c0 < d->K * d->C; c0 += 4) {
+			int n = apf_fast_dw_columns(kh, d->K, d->C, c0, xoff,
+						    dwoff);
+			dweight_tile_oc(part + o0 * dw_ld, dwoff, dw_ld, n,
+					dy + o0, x, xoff, d);
+		}
+}
+
+/* The columns a kernel row leaves after its groups of three (one for a
+ * 1x1 kernel of 8 or 32 channels, two for 16), each on its own: 8 output
+ * channels x 1 column in 8 accumulators, where the tile above would
+ * compute three columns for one or two. The same sequence per element:
+ * acc[r] = part; over the chunk's pixels in order, acc[r] =
+ * fma(dy[pixel][o0 + r], x[pixel][xoff .. + 8], acc[r]). */
+TGT static void dweight_rows8(float *part, ptrdiff_t dwoff, ptrdiff_t dw_ld,
+			      const float *dy, const float *x, ptrdiff_t xoff,
+			      const struct apf_fast_dw *g)
+{
+	__m256 acc[8];
+	for (int r = 0; r < 8; r++)
+		acc[r] = _mm256_loadu_ps(part + r * dw_ld + dwoff);
+	int OC = g->OC, S = g->S, C = g->C, OW = g->OW;
+	for (int b = 0; b < g->nb; b++)
+		for (int oh = 0; oh < g->OH; oh++) {
+			const float *d = dy + ((size_t)b * g->OH + oh) * OW * OC;
+			const float *xr = x + (size_t)b * g->in_img +
+					  (size_t)oh * S * g->Wp * C + xoff;
+			for (int ow = 0; ow < OW; ow++, d += OC,
+				 xr += (ptrdiff_t)S * C) {
+				__m256 v = _mm256_loadu_ps(xr);
+				for (int r = 0; r < 8; r++)
+					acc[r] = _mm256_fmadd_ps(_mm256_broadcast_ss(d + r),
+								 v, acc[r]);
+			}
+		}
+	for (int r = 0; r < 8; r++)
+		_mm256_storeu_ps(part + r * dw_ld + dwoff, acc[r]);
+}
+
+/* Column col of kernel row kh, (kw, 8 channels): its offset in a pixel's
+ * padded input row and in an output channel's weights. */
+static void column(int kh, int K, int C, int col, ptrdiff_t *xoff,
+		   ptrdiff_t *dwoff)
+{
+	int kw = col / (C / 8), c = col % (C / 8) * 8;
+	*xoff = (ptrdiff_t)kw * C + c;
+	*dwoff = (ptrdiff_t)(kh * K + kw) * C + c;
+}
+
 /* The columns of one kernel row, (kw, 8 channels), three at a time. */
 static void dweight_row(float *part, const float *dy, const float *x, int kh,
 			const struct apf_fast_dw *d)
 {
 	int K = d->K, C = d->C;
+	if (C % 8) {
+		dweight_row_oc(part, dy, x, kh, d);
+		return;
+	}
 	ptrdiff_t dw_ld = (ptrdiff_t)K * K * C;
 	int ncols = K * C / 8;
+	/* the last one or two columns 8 output channels at a time */
+	int rest = d->OC % 8 == 0 ? ncols % 3 : 0;
 	for (int o0 = 0; o0 < d->OC; o0 += 4)
-		for (int c0 = 0; c0 < ncols; c0 += 3) {
+		for (int c0 = 0; c0 < ncols - rest; c0 += 3) {
 			ptrdiff_t xoff[3], dwoff[3];
 			int n = ncols - c0 < 3 ? ncols - c0 : 3;
-			for (int k = 0; k < n; k++) {
-				int col = c0 + k;
-				int kw = col / (C / 8);
-				int c = col % (C / 8) * 8;
-				xoff[k] = (ptrdiff_t)kw * C + c;
-				dwoff[k] = (ptrdiff_t)(kh * K + kw) * C + c;
-			}
+			for (int k = 0; k < n; k++)
+				column(kh, K, C, c0 + k, &xoff[k], &dwoff[k]);
 			dweight_tile(part + o0 * dw_ld, dwoff, dw_ld, n, dy + o0,
 				     x, xoff, d);
 		}
+	for (int col = ncols - rest; col < ncols; col++) {
+		ptrdiff_t xoff, dwoff;
+		column(kh, K, C, col, &xoff, &dwoff);
+		for (int o0 = 0; o0 < d->OC; o0 += 8)
+			dweight_rows8(part + o0 * dw_ld, dwoff, dw_ld, dy + o0,
+				      x, xoff, d);
+	}
 }
 
 /* ---- Winograd ------------------------------------------------------------ */

@@ -171,30 +171,151 @@ TGT static void dweight_tile(float *part, const ptrdiff_t dwoff[3],
 			_mm512_storeu_ps(part + r * dw_ld + dwoff[k], acc[r][k]);
 }
 
+/* The columns a kernel row leaves after its groups of three (one for a 1x1
+ * kernel of 16 channels, two for 32): 8 output channels x ncol columns in
+ * 8 or 16 accumulators, where the tile above would compute three columns
+ * for one or two, in 4 or 8 dependent chains. The same sequence per
+ * element: acc[r][k] = part; over the chunk's pixels in order, acc[r][k]
+ * = fma(dy[pixel][o0 + r], x[pixel][xoff[k] .. + 16], acc[r][k]). */
+TGT INLINE void dweight_rows8_body(float *part, const ptrdiff_t *dwoff,
+				   ptrdiff_t dw_ld, const int ncol,
+				   const float *dy, const float *x,
+				   const ptrdiff_t *xoff,
+				   const struct apf_fast_dw *g)
+{
+	__m512 acc[8][2];
+	for (int r = 0; r < 8; r++)
+		for (int k = 0; k < ncol; k++)
+			acc[r][k] = _mm512_loadu_ps(part + r * dw_ld + dwoff[k]);
+	int OC = g->OC, S = g->S, C = g->C, OW = g->OW;
+	for (int b = 0; b < g->nb; b++)
+		for (int oh = 0; oh < g->OH; oh++) {
+			const float *d = dy + ((size_t)b * g->OH + oh) * OW * OC;
+			const float *xr = x + (size_t)b * g->in_img +
+					  (size_t)oh * S * g->Wp * C;
+			for (int ow = 0; ow < OW; ow++, d += OC,
+				 xr += (ptrdiff_t)S * C) {
+				__m512 v[2];
+				for (int k = 0; k < ncol; k++)
+					v[k] = _mm512_loadu_ps(xr + xoff[k]);
+				for (int r = 0; r < 8; r++) {
+					__m512 e = _mm512_set1_ps(d[r]);
+					for (int k = 0; k < ncol; k++)
+						acc[r][k] = _mm512_fmadd_ps(e, v[k], acc[r][k]);
+				}
+			}
+		}
+	for (int r = 0; r < 8; r++)
+		for (int k = 0; k < ncol; k++)
+			_mm512_storeu_ps(part + r * dw_ld + dwoff[k], acc[r][k]);
+}
+
+TGT static void dweight_rows8_1(float *part, const ptrdiff_t *dwoff,
+				ptrdiff_t dw_ld, const float *dy, const float *x,
+				const ptrdiff_t *xoff, const struct apf_fast_dw *g)
+{
+	dweight_rows8_body(part, dwoff, dw_ld, 1, dy, x, xoff, g);
+}
+
+TGT static void dweight_rows8_2(float *part, const ptrdiff_t *dwoff,
+				ptrdiff_t dw_ld, const float *dy, const float *x,
+				const ptrdiff_t *xoff, const struct apf_fast_dw *g)
+{
+	dweight_rows8_body(part, dwoff, dw_ld, 2, dy, x, xoff, g);
+}
+
+/* As the AVX2 path's dweight_tile_oc, 16 output channels at a time: where
+ * the input's channels do not fill the lanes (the stem's one channel;
+ * fast.h), acc[k] (output channels o0 .. + 16, column k: one tap and one
+ * input channel) += over the chunk's pixels in order dy[pixel][o0 ..] *
+ * x[pixel][xoff[k]]; columns k >= ncol repeat column 0 and are not
+ * stored. */
+TGT static void dweight_tile_oc(float *part, const ptrdiff_t dwoff[4],
+				ptrdiff_t dw_ld, int ncol, const float *dy,
+				const float *x, const ptrdiff_t xoff[4],
+				const struct apf_fast_dw *g)
+{
+	float t[4][16];
+	for (int k = 0; k < 4; k++)
+		for (int l = 0; l < 16; l++)
+			t[k][l] = k < ncol ? part[l * dw_ld + dwoff[k]] : 0.0f;
+	__m512 a0 = _mm512_loadu_ps(t[0]), a1 = _mm512_loadu_ps(t[1]);
+	__m512 a2 = _mm512_loadu_ps(t[2]), a3 = _mm512_loadu_ps(t[3]);
+	ptrdiff_t x0 = xoff[0], x1 = xoff[ncol > 1 ? 1 : 0],
+		  x2 = xoff[ncol > 2 ? 2 : 0], x3 = xoff[ncol > 3 ? 3 : 0];
+	int OC = g->OC, S = g->S, C = g->C, OW = g->OW;
+	for (int b = 0; b < g->nb; b++)
+		for (int oh = 0; oh < g->OH; oh++) {
+			const float *d = dy + ((size_t)b * g->OH + oh) * OW * OC;
+			const float *xr = x + (size_t)b * g->in_img +
+					  (size_t)oh * S * g->Wp * C;
+			for (int ow = 0; ow < OW; ow++, d += OC,
+				 xr += (ptrdiff_t)S * C) {
+				__m512 e = _mm512_loadu_ps(d);
+				a0 = _mm512_fmadd_ps(e, _mm512_set1_ps(xr[x0]), a0);
+				a1 = _mm512_fmadd_ps(e, _mm512_set1_ps(xr[x1]), a1);
+				a2 = _mm512_fmadd_ps(e, _mm512_set1_ps(xr[x2]), a2);
+				a3 = _mm512_fmadd_ps(e, _mm512_set1_ps(xr[x3]), a3);
+			}
+		}
+	_mm512_storeu_ps(t[0], a0), _mm512_storeu_ps(t[1], a1);
+	_mm512_storeu_ps(t[2], a2), _mm512_storeu_ps(t[3], a3);
+	for (int k = 0; k < ncol; k++)
+		for (int l = 0; l < 16; l++)
+			part[l * dw_ld + dwoff[k]] = t[k][l];
+}
+
+/* Column col of kernel row kh, (kw, 16 channels): its offset in a pixel's
+ * padded input row and in an output channel's weights. */
+static void column(int kh, int K, int C, int col, ptrdiff_t *xoff,
+		   ptrdiff_t *dwoff)
+{
+	int kw = col / (C / 16), c = col % (C / 16) * 16;
+	*xoff = (ptrdiff_t)kw * C + c;
+	*dwoff = (ptrdiff_t)(kh * K + kw) * C + c;
+}
+
 static void dweight_row(float *part, const float *dy, const float *x, int kh,
 			const struct apf_fast_dw *d)
 {
 	int K = d->K, C = d->C;
+	if (C % 8 && d->OC % 16 == 0) {
+		/* lanes over output channels, 16 at a time */
+		ptrdiff_t dw_ld = (ptrdiff_t)K * K * C, xoff[4], dwoff[4];
+		for (int o0 = 0; o0 < d->OC; o0 += 16)
+			for (int c0 = 0; c0 < K * C; c0 += 4) {
+				int n = apf_fast_dw_columns(kh, K, C, c0, xoff,
+							    dwoff);
+				dweight_tile_oc(part + o0 * dw_ld, dwoff, dw_ld,
+						n, dy + o0, x, xoff, d);
+			}
+		return;
+	}
 	if (C % 16) {
 		apf_fast_avx2_ops.dweight_row(part, dy, x, kh, d);
 		return;
 	}
 	ptrdiff_t dw_ld = (ptrdiff_t)K * K * C;
 	int ncols = K * C / 16;
+	/* the last one or two columns 8 output channels at a time */
+	int rest = d->OC % 8 == 0 ? ncols % 3 : 0;
 	for (int o0 = 0; o0 < d->OC; o0 += 4)
-		for (int c0 = 0; c0 < ncols; c0 += 3) {
+		for (int c0 = 0; c0 < ncols - rest; c0 += 3) {
 			ptrdiff_t xoff[3], dwoff[3];
 			int n = ncols - c0 < 3 ? ncols - c0 : 3;
-			for (int k = 0; k < n; k++) {
-				int col = c0 + k;
-				int kw = col / (C / 16);
-				int c = col % (C / 16) * 16;
-				xoff[k] = (ptrdiff_t)kw * C + c;
-				dwoff[k] = (ptrdiff_t)(kh * K + kw) * C + c;
-			}
+			for (int k = 0; k < n; k++)
+				column(kh, K, C, c0 + k, &xoff[k], &dwoff[k]);
 			dweight_tile(part + o0 * dw_ld, dwoff, dw_ld, n, dy + o0,
 				     x, xoff, d);
 		}
+	if (!rest)
+		return;
+	ptrdiff_t xoff[2], dwoff[2];
+	for (int k = 0; k < rest; k++)
+		column(kh, K, C, ncols - rest + k, &xoff[k], &dwoff[k]);
+	for (int o0 = 0; o0 < d->OC; o0 += 8)
+		(rest == 1 ? dweight_rows8_1 : dweight_rows8_2)(
+			part + o0 * dw_ld, dwoff, dw_ld, dy + o0, x, xoff, d);
 }
 
 /* ---- Winograd ------------------------------------------------------------

@@ -51,7 +51,10 @@ struct apf_fast_ops {
 	/* Kernel row kh of a chunk's weight gradient: for every o < OC, kw,
 	 * c < C: acc = part[o][kh][kw][c]; for images, output rows, output
 	 * columns in order: acc = fma(dy[pixel][o], x[pixel][kw][c], acc);
-	 * stored back. x is the padded chunk from row kh. */
+	 * stored back. x is the padded chunk from row kh. With C % 8 == 0
+	 * (OC % 4 == 0) the lanes run over input channels, otherwise
+	 * (OC % 8 == 0) over output channels: the same sequence per element
+	 * either way. */
 	void (*dweight_row)(float *part, const float *dy, const float *x,
 			    int kh, const struct apf_fast_dw *d);
 	/* Winograd transforms of one tile, channel by channel (fast.c says
@@ -75,6 +78,24 @@ struct apf_fast_ops {
 			 double *s, double *q);
 	void (*bn_dx)(const struct apf_bn_job *j, int r0, int r1, int c0);
 };
+
+/* The weight gradient's columns where the input's channels do not fill a
+ * vector (the stem's one channel; fast.h), whose lanes run over
+ * output channels instead: up to 4 columns of kernel row kh from column c0
+ * on, column k being tap (kh, kw) and input channel c with k = kw C + c:
+ * its offset in a pixel's padded input row (xoff) and in an output
+ * channel's weights (dwoff). Returns how many. */
+static inline int apf_fast_dw_columns(int kh, int K, int C, int c0,
+				      ptrdiff_t xoff[4], ptrdiff_t dwoff[4])
+{
+	int n = K * C - c0 < 4 ? K * C - c0 : 4;
+	for (int k = 0; k < n; k++) {
+		int kw = (c0 + k) / C, c = (c0 + k) % C;
+		xoff[k] = (ptrdiff_t)kw * C + c;
+		dwoff[k] = (ptrdiff_t)(kh * K + kw) * C + c;
+	}
+	return n;
+}
 
 extern const struct apf_fast_ops apf_fast_scalar_ops;
 extern const struct apf_fast_ops apf_fast_avx2_ops;

@@ -80,6 +80,34 @@ static void tiles(const struct apf_fast_grid *g, const ptrdiff_t *toff,
 
 /* ---- the direct weight gradient --------------------------------------- */
 
+/* Where the input's channels do not fill 8 lanes (fast.h): each
+ * element (o, kh, kw, c) of one kernel row on its own, its sum over the
+ * chunk's pixels in order. */
+static void dweight_row_each(float *part, const float *dy, const float *x,
+			     int kh, const struct apf_fast_dw *d)
+{
+	int K = d->K, C = d->C, OC = d->OC, S = d->S, OW = d->OW;
+	size_t dw_ld = (size_t)K * K * C;
+	for (int o = 0; o < OC; o++)
+		for (int kw = 0; kw < K; kw++)
+			for (int c = 0; c < C; c++) {
+				float *dst = part + (size_t)o * dw_ld +
+					     (size_t)(kh * K + kw) * C + c;
+				float acc = *dst;
+				for (int b = 0; b < d->nb; b++)
+					for (int oh = 0; oh < d->OH; oh++) {
+						const float *dd = dy + ((size_t)b * d->OH + oh) * OW * OC + o;
+						const float *xr = x + (size_t)b * d->in_img +
+								  (size_t)oh * S * d->Wp * C +
+								  (size_t)kw * C + c;
+						for (int ow = 0; ow < OW; ow++, dd += OC,
+							 xr += (ptrdiff_t)S * C)
+							acc = fmaf(*dd, *xr, acc);
+					}
+				*dst = acc;
+			}
+}
+
 /* For each 4 output channels and 8 channels of one tap (kh, kw): the
  * element's sum over the chunk's pixels in order. */
 static void dweight_row(float *part, const float *dy, const float *x, int kh,
@@ -87,6 +115,10 @@ static void dweight_row(float *part, const float *dy, const float *x, int kh,
 {
 	int K = d->K, C = d->C, OC = d->OC, S = d->S, OW = d->OW;
 	size_t dw_ld = (size_t)K * K * C;
+	if (C % 8) {
+		dweight_row_each(part, dy, x, kh, d);
+		return;
+	}
 	for (int o0 = 0; o0 < OC; o0 += 4)
 		for (int kw = 0; kw < K; kw++)
 			for (int c0 = 0; c0 < C; c0 += 8) {
