@@ -1568,17 +1568,29 @@ static void maxpool2d_backward(apf_backend *be, float *dinp, const float *dout,
 		dinp[argmax[i]] += dout[i];
 }
 
-static void avgpool2d_forward(apf_backend *be, float *out, const float *inp,
-			      int B, int H, int W, int C, int K, int S, int P)
+/* Average pooling: images split across the pool when the tensor pays for
+ * the hand-off. An output (or, backward, an input gradient) belongs to one
+ * image and is summed in tap order whatever the split. */
+struct avgpool_arg {
+	float *out;
+	const float *inp;
+	int B, H, W, C, K, S, P, accum;
+};
+
+HOT static void avgpool_fwd_task(void *v, int t, int nt)
 {
-	(void)be;
+	struct avgpool_arg *a = v;
+	int H = a->H, W = a->W, C = a->C, K = a->K, S = a->S, P = a->P;
 	int OH = conv_out(H, K, S, P), OW = conv_out(W, K, S, P);
 	float inv = 1.0f / (float)(K * K);
-	for (int b = 0; b < B; b++)
+	size_t b0, b1;
+	split((size_t)a->B, t, nt, 1, &b0, &b1);
+	for (size_t b = b0; b < b1; b++)
 		for (int oh = 0; oh < OH; oh++)
 			for (int ow = 0; ow < OW; ow++) {
-				float *o = out + (((size_t)b * OH + oh) * OW + ow) * C;
-				memset(o, 0, (size_t)C * sizeof *o);
+				float *o = a->out + ((b * OH + oh) * OW + ow) * C;
+				for (int c = 0; c < C; c++)
+					o[c] = 0.0f;
 				for (int kh = 0; kh < K; kh++) {
 					int ih = oh * S - P + kh;
 					if (ih < 0 || ih >= H)
@@ -1587,7 +1599,7 @@ static void avgpool2d_forward(apf_backend *be, float *out, const float *inp,
 						int iw = ow * S - P + kw;
 						if (iw < 0 || iw >= W)
 							continue;
-						const float *x = inp + (((size_t)b * H + ih) * W + iw) * C;
+						const float *x = a->inp + ((b * H + ih) * W + iw) * C;
 						for (int c = 0; c < C; c++)
 							o[c] += x[c];
 					}
@@ -1597,19 +1609,22 @@ static void avgpool2d_forward(apf_backend *be, float *out, const float *inp,
 			}
 }
 
-static void avgpool2d_backward(apf_backend *be, float *dinp, const float *dout,
-			       int B, int H, int W, int C, int K, int S, int P,
-			       int accum)
+// here out is dinp (B,H,W,C) and inp dout (B,OH,OW,C)
+HOT static void avgpool_bwd_task(void *v, int t, int nt)
 {
-	(void)be;
+	struct avgpool_arg *a = v;
+	int H = a->H, W = a->W, C = a->C, K = a->K, S = a->S, P = a->P;
 	int OH = conv_out(H, K, S, P), OW = conv_out(W, K, S, P);
 	float inv = 1.0f / (float)(K * K);
-	if (!accum)
-		memset(dinp, 0, (size_t)B * H * W * C * sizeof *dinp);
-	for (int b = 0; b < B; b++)
+	size_t b0, b1;
+	split((size_t)a->B, t, nt, 1, &b0, &b1);
+	if (!a->accum && b1 > b0)
+		memset(a->out + b0 * H * W * C, 0,
+		       (b1 - b0) * H * W * C * sizeof *a->out);
+	for (size_t b = b0; b < b1; b++)
 		for (int oh = 0; oh < OH; oh++)
 			for (int ow = 0; ow < OW; ow++) {
-				const float *d = dout + (((size_t)b * OH + oh) * OW + ow) * C;
+				const float *d = a->inp + ((b * OH + oh) * OW + ow) * C;
 				for (int kh = 0; kh < K; kh++) {
 					int ih = oh * S - P + kh;
 					if (ih < 0 || ih >= H)
@@ -1618,12 +1633,38 @@ static void avgpool2d_backward(apf_backend *be, float *dinp, const float *dout,
 						int iw = ow * S - P + kw;
 						if (iw < 0 || iw >= W)
 							continue;
-						float *x = dinp + (((size_t)b * H + ih) * W + iw) * C;
+						float *x = a->out + ((b * H + ih) * W + iw) * C;
 						for (int c = 0; c < C; c++)
 							x[c] += d[c] * inv;
 					}
 				}
 			}
+}
+
+static void avgpool_run(apf_backend *be, task_fn fn, struct avgpool_arg *a)
+{
+	if ((size_t)a->B * a->H * a->W * a->C < PAR_MIN || nthreads(be) == 1)
+		fn(a, 0, 1);
+	else
+		parallel(be, fn, a);
+}
+
+static void avgpool2d_forward(apf_backend *be, float *out, const float *inp,
+			      int B, int H, int W, int C, int K, int S, int P)
+{
+	struct avgpool_arg a = {.out = out, .inp = inp, .B = B, .H = H,
+				.W = W, .C = C, .K = K, .S = S, .P = P};
+	avgpool_run(be, avgpool_fwd_task, &a);
+}
+
+static void avgpool2d_backward(apf_backend *be, float *dinp, const float *dout,
+			       int B, int H, int W, int C, int K, int S, int P,
+			       int accum)
+{
+	struct avgpool_arg a = {.out = dinp, .inp = dout, .B = B, .H = H,
+				.W = W, .C = C, .K = K, .S = S, .P = P,
+				.accum = accum};
+	avgpool_run(be, avgpool_bwd_task, &a);
 }
 
 // out (B,C) = mean over HW of inp (B,HW,C)
@@ -3172,31 +3213,84 @@ static void upconv2x2_backward(apf_backend *be, float *dinp, float *dweight,
 	free(g);
 }
 
-// out (N,Ca+Cb) = rows of a (N,Ca) followed by rows of b (N,Cb)
-static void concat_forward(apf_backend *be, float *out, const float *a,
-			   const float *b, int N, int Ca, int Cb)
+/* Concatenation along channels: row by row, rows split across the pool
+ * when the tensor pays for the hand-off. Copies and, in accumulate mode,
+ * one add per element: the same bits however the rows are split. */
+struct concat_arg {
+	float *out, *da, *db;
+	const float *a, *b, *dout;
+	int N, Ca, Cb, accum_a, accum_b;
+};
+
+// rows [n0,n1) of out (N,Ca+Cb) = a (N,Ca) then b (N,Cb)
+HOT static void concat_rows(float *out, const float *a, const float *b,
+			    size_t n0, size_t n1, int Ca, int Cb)
 {
-	(void)be;
 	size_t Co = (size_t)Ca + Cb;
-	for (size_t n = 0; n < (size_t)N; n++) {
-		memcpy(out + n * Co, a + n * Ca, (size_t)Ca * sizeof *out);
-		memcpy(out + n * Co + Ca, b + n * Cb, (size_t)Cb * sizeof *out);
+	for (size_t n = n0; n < n1; n++) {
+		float *o = out + n * Co;
+		const float *x = a + n * Ca, *y = b + n * Cb;
+		for (int c = 0; c < Ca; c++)
+			o[c] = x[c];
+		for (int c = 0; c < Cb; c++)
+			o[Ca + c] = y[c];
 	}
 }
 
-// dst (N,Cd) = or += columns [c0, c0+Cd) of dout (N,Co)
-static void concat_part_backward(float *dst, const float *dout, int N, int Cd,
-				 size_t Co, int c0, int accum)
+// rows [n0,n1) of dst (N,Cd) = or += columns [c0, c0+Cd) of dout (N,Co)
+HOT static void concat_part_backward(float *dst, const float *dout, size_t n0,
+				     size_t n1, int Cd, size_t Co, int c0,
+				     int accum)
 {
-	for (size_t n = 0; n < (size_t)N; n++) {
+	for (size_t n = n0; n < n1; n++) {
 		const float *s = dout + n * Co + c0;
 		float *d = dst + n * Cd;
 		if (accum)
 			for (int c = 0; c < Cd; c++)
 				d[c] += s[c];
 		else
-			memcpy(d, s, (size_t)Cd * sizeof *d);
+			for (int c = 0; c < Cd; c++)
+				d[c] = s[c];
 	}
+}
+
+static void concat_fwd_task(void *v, int t, int nt)
+{
+	struct concat_arg *a = v;
+	size_t n0, n1;
+	split((size_t)a->N, t, nt, 1, &n0, &n1);
+	concat_rows(a->out, a->a, a->b, n0, n1, a->Ca, a->Cb);
+}
+
+static void concat_bwd_task(void *v, int t, int nt)
+{
+	struct concat_arg *a = v;
+	size_t n0, n1, Co = (size_t)a->Ca + a->Cb;
+	split((size_t)a->N, t, nt, 1, &n0, &n1);
+	if (a->da)
+		concat_part_backward(a->da, a->dout, n0, n1, a->Ca, Co, 0,
+				     a->accum_a);
+	if (a->db)
+		concat_part_backward(a->db, a->dout, n0, n1, a->Cb, Co, a->Ca,
+				     a->accum_b);
+}
+
+static void concat_run(apf_backend *be, task_fn fn, struct concat_arg *a)
+{
+	if ((size_t)a->N * ((size_t)a->Ca + a->Cb) < PAR_MIN ||
+	    nthreads(be) == 1)
+		fn(a, 0, 1);
+	else
+		parallel(be, fn, a);
+}
+
+// out (N,Ca+Cb) = rows of a (N,Ca) followed by rows of b (N,Cb)
+static void concat_forward(apf_backend *be, float *out, const float *a,
+			   const float *b, int N, int Ca, int Cb)
+{
+	struct concat_arg c = {.out = out, .a = a, .b = b, .N = N, .Ca = Ca,
+			       .Cb = Cb};
+	concat_run(be, concat_fwd_task, &c);
 }
 
 // dout (N,Ca+Cb); da (N,Ca), db (N,Cb), either NULL
@@ -3204,12 +3298,10 @@ static void concat_backward(apf_backend *be, float *da, float *db,
 			    const float *dout, int N, int Ca, int Cb,
 			    int accum_a, int accum_b)
 {
-	(void)be;
-	size_t Co = (size_t)Ca + Cb;
-	if (da)
-		concat_part_backward(da, dout, N, Ca, Co, 0, accum_a);
-	if (db)
-		concat_part_backward(db, dout, N, Cb, Co, Ca, accum_b);
+	struct concat_arg c = {.da = da, .db = db, .dout = dout, .N = N,
+			       .Ca = Ca, .Cb = Cb, .accum_a = accum_a,
+			       .accum_b = accum_b};
+	concat_run(be, concat_bwd_task, &c);
 }
 
 /* Instance norm. The work items are (image, block of IN_BLOCK channels):
