@@ -37,11 +37,14 @@ struct gemm_case {
 };
 
 /* fmnist_mlp (784-1024-1024-10, batch 256): each layer's forward (N,T),
- * input gradient (N,N) and weight gradient (T,N); fmnist_cnn (batch 128 on
- * two threads, so 64 images per chunk): the stem's weight gradient, the
- * im2col GEMM its fast kernels leave (C = 1), and a 3x3 16->16 forward as
- * im2col would run it; the square peak shape; and the submission ABI's
- * matrix product at 512. */
+ * input gradient (N,N) and weight gradient (T,N); clicks_dlrm (batch 256):
+ * the top MLP's first layer, 367 interaction features to 256, the same
+ * three (its K and N are no multiple of a tile); fmnist_cnn (batch 128 on
+ * two threads, so 64 images per chunk): the stem's weight gradient as the
+ * im2col route would run it (C = 1: training takes the direct kernel,
+ * which gives its bits), and a 3x3 16->16 forward as im2col would run
+ * it; the square peak shape; and the submission ABI's matrix product at
+ * 512. */
 static const struct gemm_case cases[] = {
 	{"mlp_fc1_fwd", 0, 1, 256, 1024, 784, 0},
 	{"mlp_fc1_dw", 1, 0, 1024, 784, 256, 0},
@@ -49,6 +52,9 @@ static const struct gemm_case cases[] = {
 	{"mlp_fc2_dinp", 0, 0, 256, 1024, 1024, 0},
 	{"mlp_fc2_dw", 1, 0, 1024, 1024, 256, 0},
 	{"mlp_fc3_fwd", 0, 1, 256, 10, 1024, 0},
+	{"dlrm_top1_fwd", 0, 1, 256, 256, 367, 0},
+	{"dlrm_top1_dinp", 0, 0, 256, 367, 256, 0},
+	{"dlrm_top1_dw", 1, 0, 256, 367, 256, 0},
 	{"cnn_stem_dw", 1, 0, 16, 9, 50176, 1},
 	{"cnn_conv16_fwd", 0, 1, 12544, 16, 144, 1},
 	{"square_1024", 0, 0, 1024, 1024, 1024, 0},
