@@ -3,7 +3,7 @@
 thread count as apf's, timed the same way (warm-up, then the median of
 several repetitions of a fixed number of steps).
 
-    peer_torch.py {mlp|cnn|dlrm|lm|unet} BATCH THREADS STEPS REPS
+    peer_torch.py {mlp|cnn|dlrm|lm|unet} BATCH THREADS STEPS REPS [THREADING]
 
 Prints `samples_per_s <median>` and `peak_rss_mib <this process's peak>`. The models mirror
 workloads/fmnist_mlp (784-1024-1024-10, ReLU) and workloads/fmnist_cnn (the
@@ -22,16 +22,50 @@ workloads/fmnist_unet (the U-Net: blocks of two 3x3 convolutions without
 bias, instance norm and ReLU at 16-32-64 channels over 28-14-7, average-pool
 down-sampling, 2x2 stride-2 transposed convolutions, skip concatenation,
 1x1 output, L1 loss), in NCHW, PyTorch's faster layout for it.
-"""
-import math
-import resource
-import statistics
-import sys
-import time
 
-import torch
-import torch.nn as nn
-import torch.nn.functional as F
+THREADING is how Debian's PyTorch shares the cores between its two thread
+pools, OpenMP's (ATen's parallel loops, oneDNN's convolutions) and
+OpenBLAS's (its GEMMs), each THREADS wide: `spin` (the default: libgomp's
+threads spin a while after each parallel loop), `passive` (they sleep at
+once, OMP_WAIT_POLICY=PASSIVE) or `blas1` (OpenBLAS runs each GEMM on the
+calling thread, OPENBLAS_NUM_THREADS=1). On two cores the default has the
+two pools' spinning threads take the cores from one another: a DLRM step's
+rate moved between 6,000 and 50,000 samples/s from one repetition to the
+next, where `passive` held it at 45,000-53,000 (issue 36). Which one is
+fastest depends on the model, so bench/train_step/run tries each and times
+PyTorch with its best. Set here, before torch loads the libraries that read
+them.
+"""
+import os
+import sys
+
+THREADING = {"spin": {}, "passive": {"OMP_WAIT_POLICY": "PASSIVE"},
+             "blas1": {"OPENBLAS_NUM_THREADS": "1"}}
+
+
+def threading_env(name):
+    """The environment of threading `name`: what it sets, and none of the
+    variables it could have inherited that would change it."""
+    if name not in THREADING:
+        sys.exit(f"apf: peer_torch: threading {name!r}: not one of "
+                 f"{', '.join(THREADING)}")
+    for k in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "OMP_NUM_THREADS",
+              "OPENBLAS_NUM_THREADS"):
+        os.environ.pop(k, None)
+    os.environ.update(THREADING[name])
+
+
+if __name__ == "__main__":
+    threading_env(sys.argv[6] if len(sys.argv) > 6 else "spin")
+
+import math  # noqa: E402
+import resource  # noqa: E402
+import statistics  # noqa: E402
+import time  # noqa: E402
+
+import torch  # noqa: E402
+import torch.nn as nn  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
 
 
 class Block(nn.Module):
@@ -157,6 +191,9 @@ class UNet(nn.Module):
 
 
 def main():
+    if len(sys.argv) not in (6, 7):
+        sys.exit("usage: peer_torch.py {mlp|cnn|dlrm|lm|unet} BATCH THREADS STEPS "
+                 "REPS [THREADING]")
     kind, batch, threads, steps, reps = sys.argv[1], *map(int, sys.argv[2:6])
     torch.set_num_threads(threads)
     torch.manual_seed(0)
