@@ -30,9 +30,12 @@ ticks to judge, and is said to be so, not judged.
 The benches that compare with a peer in rounds judge the rounds with
 spread() and steady() below (imported from this file, or `quiet.py rounds`
 from a shell bench, given each side's figure per round): each side's spread
-is (max - min) / median over its rounds, printed as `RESULT NAME
-<case>_<side>_spread`, and over APF_BENCH_MAX_SPREAD (0.10) the figure is
-not steady: a `NOT STEADY` line on stderr, and exit 75 unless
+is the width of the 95% confidence interval of its rounds' median, over
+that median (median_interval(): for up to 8 rounds the interval is all of
+them, so the spread is (max - min) / median; from 9 rounds on it leaves
+out the extremes that cannot move the median, one on each side for 9 to
+11 rounds), printed as `RESULT NAME <case>_<side>_spread`, and over
+APF_BENCH_MAX_SPREAD (0.10) the figure is not steady: a `NOT STEADY` line on stderr, and exit 75 unless
 APF_BENCH_KEEP_GOING=1. A ratio between two sides measured in alternation
 is judged by its pairs instead (pairs() below): round i of one side over
 round i of the other, whose spread is `<case>_ratio_spread`; a side whose
@@ -41,6 +44,7 @@ figure kept), since a VM's speed moving between rounds moves both sides
 of a pair alike and leaves the ratio as it was, which the pairs' spread
 checks.
 """
+import math
 import os
 import resource
 import statistics
@@ -111,13 +115,53 @@ def judge(wall_s, cores, busy_s, steal_s, own_s, max_foreign, max_steal):
     return foreign, steal, "; ".join(why) or None, True
 
 
+def interval_rank(n, level=0.95):
+    """k such that the k-th smallest and the k-th largest of n rounds hold
+    their distribution's median with probability at least `level`, whatever
+    the distribution (each round falls below the median with probability
+    1/2, so the count that does is Binomial(n, 1/2)): the largest k with
+    P(count < k) <= (1 - level) / 2, and 1 (the whole range) where even k
+    = 1 cannot reach the level (fewer than 6 rounds at 95%)."""
+    k, below = 0, 0.0
+    while k < n // 2:
+        below += math.comb(n, k) / 2 ** n  # P(count <= k)
+        if below > (1 - level) / 2:
+            break
+        k += 1
+    return max(k, 1)
+
+
+def median_interval(xs, level=0.95):
+    """(lo, hi): the distribution-free `level` confidence interval of the
+    median of xs (interval_rank())."""
+    ys = sorted(xs)
+    k = interval_rank(len(ys), level)
+    return ys[k - 1], ys[len(ys) - k]
+
+
 def spread(xs):
-    """(max - min) / median of a side's rounds; 0 for fewer than two."""
+    """The width of the 95% interval of a side's rounds' median, over the
+    median: (max - min) / median for up to 8 rounds; 0 for fewer than
+    two. A round that stalls (a VM's neighbour, a page-cache flush) moves
+    max - min as far as it likes but the median not at all; from 9 rounds
+    on it is left out, as the median leaves it out."""
     xs = list(xs)
     if len(xs) < 2:
         return 0.0
     m = statistics.median(xs)
-    return (max(xs) - min(xs)) / m if m else float("inf")
+    lo, hi = median_interval(xs)
+    return (hi - lo) / m if m else float("inf")
+
+
+def spread_words(rounds):
+    """What a spread over that many rounds left out, for a NOT STEADY
+    line: nothing below 9 rounds."""
+    k = interval_rank(rounds) - 1
+    if not k:
+        return ""
+    if k == 1:
+        return " (the median's 95% interval: all but the highest and the lowest)"
+    return f" (the median's 95% interval: all but the {k} highest and the {k} lowest)"
 
 
 def unsteady(bench, case, side, s, rounds):
@@ -127,7 +171,8 @@ def unsteady(bench, case, side, s, rounds):
     if s <= most:
         return None
     return (f"bench {bench}: {case}: NOT STEADY: {side}'s {rounds} rounds "
-            f"spread {s:.0%} of their median (limit {most:.0%})")
+            f"spread {s:.0%} of their median{spread_words(rounds)} "
+            f"(limit {most:.0%})")
 
 
 def steady(bench, case, sides):

@@ -15,7 +15,7 @@ build=${1:-build}
 drv=$build/bench/archive/archive
 files=${APF_BENCH_ARCHIVE_FILES:-2000}
 total_mib=${APF_BENCH_ARCHIVE_MIB:-64}
-reps=${APF_BENCH_REPS:-3}
+reps=${APF_BENCH_REPS:-9}
 dir=$(mktemp -d "${TMPDIR:-/tmp}/apf-bench-archive.XXXXXX")
 trap 'rm -rf "$dir"' EXIT
 src=$dir/src

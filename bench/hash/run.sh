@@ -9,7 +9,7 @@ build=${1:-build}
 apf=$build/apf
 files=${APF_BENCH_HASH_FILES:-2000}
 total_mib=${APF_BENCH_HASH_MIB:-1024}
-reps=${APF_BENCH_REPS:-3}
+reps=${APF_BENCH_REPS:-9}
 dir=$(mktemp -d "${TMPDIR:-/tmp}/apf-bench-hash.XXXXXX")
 trap 'rm -rf "$dir"' EXIT
 

@@ -11,12 +11,12 @@
 # the load cannot move), and the share of step blocks short of cores.
 # The spread over rounds of the cpu clock's steps per second, quiet and
 # loaded: cpu_steps_per_s_quiet_spread, cpu_steps_per_s_loaded_spread.
-# Usage: bench/load/run.sh BUILD_DIR   (APF_BENCH_ROUNDS rounds, default 3)
+# Usage: bench/load/run.sh BUILD_DIR   (APF_BENCH_ROUNDS rounds, default 9)
 set -euo pipefail
 build=${1:-build}
 apf=$(realpath "$build/apf")
 root=$(cd "$(dirname "$0")/../.." && pwd)
-rounds=${APF_BENCH_ROUNDS:-3}
+rounds=${APF_BENCH_ROUNDS:-9}
 work=$(mktemp -d "${TMPDIR:-/tmp}/apf-bench-load.XXXXXX")
 loaders=()
 stop_load() {

@@ -16,7 +16,7 @@ apf=$(realpath "$build/apf")
 root=$(cd "$(dirname "$0")/../.." && pwd)
 # Step times on a shared VM vary by +-10% from run to run; medians of five
 # alternating rounds resolve a few percent.
-rounds=${APF_BENCH_ROUNDS:-5}
+rounds=${APF_BENCH_ROUNDS:-9}
 work=$(mktemp -d "${TMPDIR:-/tmp}/apf-bench-overhead.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 export APF_HOME="$work/home"

@@ -9,6 +9,7 @@ and on the rounds' spread are tested here on given figures (a test cannot
 make a machine quiet or busy on demand)."""
 import contextlib
 import io
+import math
 import os
 import shutil
 import subprocess
@@ -171,6 +172,36 @@ class QuietVerdicts(unittest.TestCase):
         self.assertEqual(quiet.unsteady("b", "c", "apf", 0.11, 3),
                          "bench b: c: NOT STEADY: apf's 3 rounds spread 11% of their "
                          "median (limit 10%)")
+
+    def test_the_spread_is_the_median_s_95_percent_interval(self):
+        # The ranks of the distribution-free interval: P(Binomial(n, 1/2)
+        # < k) <= 2.5%, whole range below 9 rounds.
+        self.assertEqual([quiet.interval_rank(n) for n in range(2, 16)],
+                         [1] * 7 + [2, 2, 2, 3, 3, 3, 4])
+        for n, k in ((9, 2), (12, 3), (15, 4)):
+            miss = sum(math.comb(n, i) for i in range(k)) / 2 ** n
+            self.assertLessEqual(miss, 0.025)
+            self.assertGreater(miss + math.comb(n, k) / 2 ** n, 0.025)
+        # One stalled round in nine cannot move the median, and is left
+        # out as the median leaves it out ...
+        stalled = [100, 101, 99, 100, 102, 98, 100, 101, 40]
+        self.assertEqual(quiet.median_interval(stalled), (98, 101))
+        self.assertAlmostEqual(quiet.spread(stalled), 0.03)
+        # ... but below nine rounds it counts, as before.
+        self.assertAlmostEqual(quiet.spread(stalled[1:]), (102 - 40) / 100)
+        # A side that is two things at once (a thread pool that spins
+        # against another: PyTorch's default threading, issue 36) is not
+        # steady however many rounds it has.
+        bimodal = [50, 100] * 6 + [100]
+        self.assertGreater(quiet.spread(bimodal), 0.4)
+        # Two stalls on the same side are more than one interval of nine
+        # leaves out.
+        self.assertGreater(quiet.spread([100] * 7 + [40, 45]), 0.5)
+        self.assertEqual(
+            quiet.unsteady("b", "c", "apf", 0.5, 9),
+            "bench b: c: NOT STEADY: apf's 9 rounds spread 50% of their median "
+            "(the median's 95% interval: all but the highest and the lowest) "
+            "(limit 10%)")
 
     def test_a_ratio_is_judged_by_its_pairs(self):
         # The machine's speed halves and comes back between rounds: both
