@@ -185,7 +185,14 @@ struct apf_ops {
 	 * each is one IEEE operation rounded once, or (exp, ln, pow) computed
 	 * in double by apf's own fixed sequence of operations and rounded
 	 * once to float, within one float ulp of the true value. IEEE
-	 * special values propagate as stated; nothing is refused. */
+	 * special values propagate as stated; nothing is refused.
+	 * Subnormals: under the CPU backend's numerics 3 (the default since
+	 * 2026-12-06; run.json's "numerics") a subnormal input reads as a
+	 * zero of its sign and a subnormal result is written as one, in
+	 * these operations and in the submission's own float arithmetic
+	 * alike (x86's DAZ and FTZ: each subnormal result costs a core about
+	 * a hundred cycles otherwise). Under 1 and 2 they are IEEE's. The
+	 * CUDA plugin keeps IEEE subnormals. */
 	void (*sub)(apf_ctx *ctx, apf_vec z, apf_vec x, apf_vec y);  /* z = x - y */
 	/* z = x < y ? x : y (as max: a NaN in y is kept, one in x is not) */
 	void (*min)(apf_ctx *ctx, apf_vec z, apf_vec x, apf_vec y);

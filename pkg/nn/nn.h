@@ -420,14 +420,20 @@ int apf_backend_cpu_plain_new(apf_backend **out, int threads);
  *      (run.json without the field);
  *   2  the same through mathf.h's apf_mf_tanh_f and apf_mf_exp_f, within
  *      2 and 1 ulps, which vectorise (GELU about 12x faster) and are the
- *      same bits on every CPU (libm's expf is chosen per CPU).
+ *      same bits on every CPU (libm's expf is chosen per CPU);
+ *   3  version 2 with subnormal floats flushed to zero (MXCSR's FTZ and
+ *      DAZ) on every thread that computes for the backend, its maker's
+ *      included: x86 charges ~100 cycles for each subnormal result, which
+ *      made an Adam-family trial 2.5x slower per step once its state
+ *      decayed below 2^-126 (cpu.c).
  * Every other layer is the same in every version. A new version is a new
  * number here, never a change to an old one. */
 #define APF_NUMERICS_OLDEST 1
-#define APF_NUMERICS_LATEST 2
+#define APF_NUMERICS_LATEST 3
 /* Sets the numerics of the CPU backends made after it in this process
- * (until then APF_NUMERICS_LATEST); a version this apf lacks is APF_EINPUT
- * ("numerics 3: this apf computes numerics 1 to 2"). */
+ * (until then APF_NUMERICS_LATEST), and the calling thread's subnormal
+ * mode to the version's; a version this apf lacks is APF_EINPUT
+ * ("numerics 4: this apf computes numerics 1 to 3"). */
 int apf_numerics_set(int version);
 int apf_numerics_get(void);
 /* The CUDA backend, on device 0: loads the plugin (build/lib/apf-cuda.so,

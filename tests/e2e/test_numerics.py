@@ -27,7 +27,7 @@ from test_claims import private_blobs, resign
 from test_run import RunCase
 
 UNIT0 = f"study_0/{BLOBS}/trial_1"
-LATEST = 2  # pkg/nn/nn.h APF_NUMERICS_LATEST
+LATEST = 3  # pkg/nn/nn.h APF_NUMERICS_LATEST
 
 
 class Numerics(RunCase):

@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <xmmintrin.h>
 
 #include "hash/hash.h"
 #include "nn/mathf.h"
@@ -1485,6 +1486,89 @@ static float silu_ref(float x, int v)
  * version give that version's formula bit for bit at 1 and 2 threads; the
  * versions differ (so the choice reaches the layers); a backend keeps the
  * version it was made under; a version apf lacks is refused. */
+/* Numerics 3 flushes subnormals (results: FTZ; inputs: DAZ) on every
+ * thread that computes for the backend - the pool's workers, the caller's
+ * share of a region, the caller's own arithmetic once it made the
+ * backend - and versions 1 and 2 keep IEEE subnormals, so their runs
+ * replay. The moments are m = b1 m + (1 - b1) g, v = b2 v + (1 - b2) g^2
+ * (the ABI's, each element alone). */
+static void numerics_3_flushes_subnormals_on_every_thread(void **state)
+{
+	(void)state;
+	enum { N = 1 << 18 };
+	float *m = malloc(N * sizeof *m), *v = malloc(N * sizeof *v);
+	float *g = calloc(N, sizeof *g);
+	assert_non_null(m), assert_non_null(v), assert_non_null(g);
+	for (int ver = 2; ver <= 3; ver++)
+		for (int threads = 1; threads <= 2; threads++) {
+			assert_int_equal(apf_numerics_set(ver), 0);
+			apf_backend *be = NULL;
+			assert_int_equal(apf_backend_cpu_new(&be, threads), 0);
+			/* m: 2^-120 times b1 = 2^-10 is 2^-130, a subnormal
+			 * result; v: an input already subnormal (2^-140),
+			 * times b2 = 1 */
+			for (int i = 0; i < N; i++) {
+				m[i] = 0x1p-120f;
+				v[i] = 0x1p-140f;
+			}
+			be->moments(be, m, v, g, 0x1p-10f, 1.0f, N);
+			assert_int_equal(be->sync(be), 0);
+			float wm = ver >= 3 ? 0.0f : 0x1p-130f;
+			float wv = ver >= 3 ? 0.0f : 0x1p-140f;
+			for (int i = 0; i < N; i++)
+				if (m[i] != wm || v[i] != wv)
+					fail_msg("numerics %d, %d threads, "
+						 "element %d of %d: m %a v %a, "
+						 "want %a %a",
+						 ver, threads, i, N, m[i], v[i],
+						 wm, wv);
+			/* the maker's own arithmetic (a submission's loops) */
+			volatile float a = 0x1p-120f, b = 0x1p-10f;
+			float c = a * b;
+			assert_true(c == (ver >= 3 ? 0.0f : 0x1p-130f));
+			apf_backend_free(be);
+		}
+	/* A backend made under 3 sets its maker's mode, whatever the
+	 * thread's was, and its workers inherit it. */
+	assert_int_equal(apf_numerics_set(3), 0);
+	_mm_setcsr(_mm_getcsr() & ~0x8040u);
+	for (int threads = 1; threads <= 2; threads++) {
+		apf_backend *be = NULL;
+		assert_int_equal(apf_backend_cpu_new(&be, threads), 0);
+		volatile float a = 0x1p-120f, b = 0x1p-10f;
+		float c = a * b;
+		assert_true(c == 0.0f);
+		for (int i = 0; i < N; i++)
+			m[i] = 0x1p-120f, v[i] = 1.0f;
+		/* a region (two threads) sets it for the caller's share
+		 * whatever the thread's mode is by then */
+		if (threads == 2)
+			_mm_setcsr(_mm_getcsr() & ~0x8040u);
+		be->moments(be, m, v, g, 0x1p-10f, 1.0f, N);
+		assert_int_equal(be->sync(be), 0);
+		for (int i = 0; i < N; i++)
+			assert_true(m[i] == 0.0f);
+		apf_backend_free(be);
+	}
+	/* A version-3 backend's regions flush on its caller's thread even
+	 * after a version-2 backend was made there. */
+	assert_int_equal(apf_numerics_set(3), 0);
+	apf_backend *three = NULL, *two = NULL;
+	assert_int_equal(apf_backend_cpu_new(&three, 2), 0);
+	assert_int_equal(apf_numerics_set(2), 0);
+	assert_int_equal(apf_backend_cpu_new(&two, 2), 0);
+	for (int i = 0; i < N; i++)
+		m[i] = 0x1p-120f, v[i] = 1.0f;
+	three->moments(three, m, v, g, 0x1p-10f, 1.0f, N);
+	assert_int_equal(three->sync(three), 0);
+	for (int i = 0; i < N; i++)
+		assert_true(m[i] == 0.0f);
+	apf_backend_free(three);
+	apf_backend_free(two);
+	assert_int_equal(apf_numerics_set(APF_NUMERICS_LATEST), 0);
+	free(m), free(v), free(g);
+}
+
 static void each_numerics_version_computes_its_own_formulas(void **state)
 {
 	(void)state;
@@ -2235,6 +2319,7 @@ int main(void)
 		cmocka_unit_test(threaded_layers_agree_with_one_thread),
 		cmocka_unit_test(layer_exp_and_tanh_are_close_exact_at_the_edges_and_vectorise),
 		cmocka_unit_test(each_numerics_version_computes_its_own_formulas),
+		cmocka_unit_test(numerics_3_flushes_subnormals_on_every_thread),
 		cmocka_unit_test(row_layers_give_the_same_bits_on_any_thread_count),
 		cmocka_unit_test(interaction_gives_the_recorded_bits_on_every_path),
 		cmocka_unit_test(image_layers_give_the_same_bits_on_one_and_two_threads),

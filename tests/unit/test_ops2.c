@@ -226,11 +226,13 @@ static void exp_ln_pow_match_double_references(void **state)
 	transcendental(F_POW, -10.0f, 10.0f, -3.0f);
 }
 
-/* The special values ops.h promises, one op at a time. */
+/* The special values ops.h promises, one op at a time, with IEEE
+ * subnormals (numerics 1 and 2; numerics 3 flushes them, below). */
 static void special_values_are_as_documented(void **state)
 {
 	(void)state;
 	struct env e;
+	assert_int_equal(apf_numerics_set(2), 0);
 	env_start(&e, 1);
 	const float inf = INFINITY, nan = NAN, den = 1e-40f;
 	const float in[] = {0.0f, -0.0f, 1.0f, -2.0f, inf, -inf, nan, den, -den};
@@ -320,6 +322,81 @@ static void special_values_are_as_documented(void **state)
 		assert_true(same_float(x.p[i], u[i] - v[i]));
 	assert_int_equal(step(&e), 0);
 	env_finish(&e);
+	assert_int_equal(apf_numerics_set(APF_NUMERICS_LATEST), 0);
+}
+
+/* Numerics 3 (ops.h): a subnormal input reads as a zero of its sign and a
+ * subnormal result is written as one, on every thread count; the values
+ * that are not subnormal are as above. Set out element by element, each
+ * against its IEEE value (numerics 2), so the two are seen to differ. */
+static void subnormals_are_zeros_under_numerics_3(void **state)
+{
+	(void)state;
+	const float den = 0x1p-133f; /* subnormal: below 2^-126 */
+	const float in[] = {den, -den, 1.0f, -100.0f, 0x1p-63f, 0x1p-70f};
+	enum { K = sizeof in / sizeof in[0] };
+	/* what each op gives under 2, then under 3 */
+	struct {
+		const char *op;
+		float ieee[K], flushed[K];
+	} cases[] = {
+		/* 1 / den overflows either way; 1 / 0 is inf */
+		{"reciprocal", {INFINITY, -INFINITY, 1, -0.01f, 0x1p63f, 0x1p70f},
+		 {INFINITY, -INFINITY, 1, -0.01f, 0x1p63f, 0x1p70f}},
+		/* ln of a zero is -inf; ln 2^-133 is -92.19 */
+		{"ln", {-92.1887302f, NAN, 0, NAN, -43.6682358f, -48.5203026f},
+		 {-INFINITY, -INFINITY, 0, NAN, -43.6682358f, -48.5203026f}},
+		/* e^-100 is subnormal (3.7e-44) */
+		{"exp", {1, 1, 2.71828183f, 0x1.bp-145f, 1, 1},
+		 {1, 1, 2.71828183f, 0, 1, 1}},
+		/* squares: (2^-63)^2 = 2^-126 is normal, (2^-70)^2 is not */
+		{"square", {0, 0, 1, 1e4f, 0x1p-126f, 0x1p-140f},
+		 {0, 0, 1, 1e4f, 0x1p-126f, 0}},
+	};
+	for (int ver = 2; ver <= 3; ver++)
+		for (int threads = 1; threads <= 2; threads++) {
+			assert_int_equal(apf_numerics_set(ver), 0);
+			struct env e;
+			env_start(&e, threads);
+			apf_vec x = apf_slice(e.c, slot(&e, "a"), 0, K);
+			apf_vec y = apf_slice(e.c, slot(&e, "b"), 0, K);
+			for (size_t k = 0; k < sizeof cases / sizeof cases[0];
+			     k++) {
+				const char *op = cases[k].op;
+				memcpy(x.p, in, sizeof in);
+				if (!strcmp(op, "reciprocal"))
+					apf_reciprocal(e.c, y, x);
+				else if (!strcmp(op, "ln"))
+					apf_ln(e.c, y, x);
+				else if (!strcmp(op, "exp"))
+					apf_exp(e.c, y, x);
+				else
+					apf_mul(e.c, y, x, x);
+				const float *want = ver >= 3 ? cases[k].flushed
+							     : cases[k].ieee;
+				for (int i = 0; i < K; i++) {
+					float w = want[i], got = y.p[i];
+					int ok = isnan(w) ? isnan(got)
+						 : isinf(w) || w == 0
+							 ? same_float(got, w)
+							 : fabsf(got - w) <=
+								   1e-5f * fabsf(w);
+					/* the flushed result is a zero of
+					 * the right sign, bit for bit */
+					if (!ok)
+						fail_msg("numerics %d, %d "
+							 "threads: %s(%a) = "
+							 "%a, want %a",
+							 ver, threads, op,
+							 (double)in[i],
+							 (double)got,
+							 (double)w);
+				}
+			}
+			assert_int_equal(step(&e), 0);
+			env_finish(&e);
+		}
+	assert_int_equal(apf_numerics_set(APF_NUMERICS_LATEST), 0);
 }
 
 /* ---- the same bits at any thread count -------------------------------------- */
@@ -735,6 +812,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(exp_ln_pow_match_double_references),
 		cmocka_unit_test(special_values_are_as_documented),
+		cmocka_unit_test(subnormals_are_zeros_under_numerics_3),
 		cmocka_unit_test(same_bits_at_any_thread_count),
 		cmocka_unit_test(parameters_have_their_documented_views),
 		cmocka_unit_test(matmul_matches_double_reference_on_blocks),

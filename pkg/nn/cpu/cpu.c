@@ -32,6 +32,9 @@
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#if defined(__SSE__)
+#include <xmmintrin.h>
+#endif
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -82,7 +85,8 @@ struct pool {
 	pthread_cond_t barrier;
 	int fast; /* route the shapes fast.c takes to it */
 	int isa;  /* the own kernels' path (isa.h): GEMM and fast.c */
-	int numerics; /* nn.h's APF_NUMERICS: the activations' formulas */
+	int numerics; /* nn.h's APF_NUMERICS: the activations' formulas,
+		       * and from 3 subnormals flushed to zero */
 	/* Each thread's packing room, reused GEMM after GEMM: thread t's in a
 	 * region, thread 0's (the caller's) for cpu_gemm outside them. */
 	struct apf_gemm_buf gemm_buf[MAX_THREADS];
@@ -162,6 +166,44 @@ static void pool_barrier(struct pool *p)
 	pthread_mutex_unlock(&p->mu);
 }
 
+/* ---- subnormals ---------------------------------------------------------
+ *
+ * Numerics 3 computes with subnormal floats flushed to zero: MXCSR's
+ * flush-to-zero (a result too small for a normal float is 0) and
+ * denormals-are-zero (so is such an input), on every thread that computes
+ * for a backend. x86 cores take a microcode assist, about a hundred
+ * cycles, for each subnormal result: an optimizer's state that decays
+ * geometrically (Adam's first moment where a ReLU unit died and its
+ * gradient is exactly 0: b1^t falls under 2^-126 within ~150 steps at b1
+ * = 0.58) made a sealed NAdamW trial on fmnist_mlp 2.5x slower per step
+ * from there on (issue 36), a cost GPUs do not charge, that fell on some
+ * algorithms and not others. TensorFlow's and XLA's CPU thread pools run
+ * so too. Every path obeys MXCSR alike, so the paths still give the same
+ * bits; versions 1 and 2 keep IEEE subnormals, so their runs replay. */
+
+#if defined(__SSE__)
+#define MXCSR_FTZ_DAZ 0x8040u /* bit 15 flush-to-zero, bit 6 denormals-are-zero */
+
+/* Sets the calling thread's mode for numerics version v; returns the mode
+ * it had, for fp_restore. */
+static unsigned fp_mode(int v)
+{
+	unsigned was = _mm_getcsr();
+	unsigned want = v >= 3 ? was | MXCSR_FTZ_DAZ : was & ~MXCSR_FTZ_DAZ;
+	if (want != was)
+		_mm_setcsr(want);
+	return was;
+}
+
+static void fp_restore(unsigned was)
+{
+	if (_mm_getcsr() != was)
+		_mm_setcsr(was);
+}
+#else
+#error "numerics 3 flushes subnormals through MXCSR: an x86-64 build"
+#endif
+
 static void *worker(void *v)
 {
 	struct worker_arg *wa = v;
@@ -204,8 +246,12 @@ static int use_fast(const apf_backend *be)
 static void parallel(apf_backend *be, task_fn fn, void *arg)
 {
 	struct pool *p = be->impl;
+	/* The caller computes its share in the backend's mode, whichever
+	 * backend its thread was made for. */
+	unsigned was = fp_mode(p->numerics);
 	if (p->n == 1) {
 		fn(arg, 0, 1);
+		fp_restore(was);
 		return;
 	}
 	pthread_mutex_lock(&p->mu);
@@ -221,6 +267,7 @@ static void parallel(apf_backend *be, task_fn fn, void *arg)
 	while (p->pending)
 		pthread_cond_wait(&p->done, &p->mu);
 	pthread_mutex_unlock(&p->mu);
+	fp_restore(was);
 }
 
 /* Thread t's share [*b, *e) of n items, boundaries on multiples of align. */
@@ -3630,6 +3677,12 @@ static int cpu_new(apf_backend **out, int threads, int fast)
 	p->fast = fast;
 	p->isa = isa;
 	p->numerics = apf_numerics_get();
+	/* The thread that makes a backend is the one that calls it: what it
+	 * computes between the backend's regions (a submission's own loops)
+	 * takes the backend's mode too, and the workers started below inherit
+	 * it (a new thread starts with its creator's floating-point
+	 * environment). */
+	fp_mode(p->numerics);
 	if (fast) {
 		be->batchnorm_relu_forward = batchnorm_relu_forward;
 		be->batchnorm_relu_backward = batchnorm_relu_backward;
@@ -3654,7 +3707,8 @@ static int cpu_new(apf_backend **out, int threads, int fast)
 }
 
 /* Set once, before the backends are made (a trial's, an evaluator's and a
- * replay's main set it from --numerics); each backend keeps its own copy. */
+ * replay's main set it from --numerics); each backend keeps its own copy.
+ * It sets the calling thread's subnormal mode too. */
 static int numerics = APF_NUMERICS_LATEST;
 
 int apf_numerics_set(int version)
@@ -3665,6 +3719,7 @@ int apf_numerics_set(int version)
 				 version, APF_NUMERICS_OLDEST,
 				 APF_NUMERICS_LATEST);
 	numerics = version;
+	fp_mode(version);
 	return 0;
 }
 
