@@ -190,8 +190,8 @@ struct apf_ops {
 	 * 2026-12-06; run.json's "numerics") a subnormal input reads as a
 	 * zero of its sign and a subnormal result is written as one, in
 	 * these operations and in the submission's own float arithmetic
-	 * alike (x86's DAZ and FTZ: each subnormal result costs a core about
-	 * a hundred cycles otherwise). Under 1 and 2 they are IEEE's. The
+	 * alike (x86's DAZ and FTZ: each subnormal result costs an Intel
+	 * core a microcode assist otherwise). Under 1 and 2 they are IEEE's. The
 	 * CUDA plugin keeps IEEE subnormals. */
 	void (*sub)(apf_ctx *ctx, apf_vec z, apf_vec x, apf_vec y);  /* z = x - y */
 	/* z = x < y ? x : y (as max: a NaN in y is kept, one in x is not) */

@@ -423,9 +423,9 @@ int apf_backend_cpu_plain_new(apf_backend **out, int threads);
  *      same bits on every CPU (libm's expf is chosen per CPU);
  *   3  version 2 with subnormal floats flushed to zero (MXCSR's FTZ and
  *      DAZ) on every thread that computes for the backend, its maker's
- *      included: x86 charges ~100 cycles for each subnormal result, which
- *      made an Adam-family trial 2.5x slower per step once its state
- *      decayed below 2^-126 (cpu.c).
+ *      included: Intel cores take a microcode assist for each subnormal
+ *      result, which made an Adam-family trial on a Xeon 2.5x slower per
+ *      step once its state decayed below 2^-126 (cpu.c).
  * Every other layer is the same in every version. A new version is a new
  * number here, never a change to an old one. */
 #define APF_NUMERICS_OLDEST 1
