@@ -32,13 +32,11 @@
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
-#if defined(__SSE__)
-#include <xmmintrin.h>
-#endif
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <xmmintrin.h>
 
 /* Hot loops get an AVX2 clone chosen at run time. Both clones compute the
  * same bits: C17 mode keeps floating-point contraction off and nothing is
@@ -172,15 +170,16 @@ static void pool_barrier(struct pool *p)
  * flush-to-zero (a result too small for a normal float is 0) and
  * denormals-are-zero (so is such an input), on every thread that computes
  * for a backend. Intel cores take a microcode assist, on the order of a
- * hundred cycles, for each subnormal result: an optimizer's state that decays
- * geometrically (Adam's first moment where a ReLU unit died and its
+ * hundred cycles, for each subnormal result: an optimizer's state that
+ * decays geometrically (Adam's first moment where a ReLU unit died and its
  * gradient is exactly 0: b1^t falls under 2^-126 within ~150 steps at b1
  * = 0.58) made a sealed NAdamW trial on fmnist_mlp 2.5x slower per step
  * from there on on a Xeon (issue 36), a cost GPUs do not charge, that fell
  * on some algorithms and not others (the AMD EPYC the leaderboard ran on
- * showed none: its cores charge little for them). TensorFlow's and XLA's CPU thread pools run
- * so too. Every path obeys MXCSR alike, so the paths still give the same
- * bits; versions 1 and 2 keep IEEE subnormals, so their runs replay. */
+ * showed none: its cores charge little for them). TensorFlow's and XLA's
+ * CPU thread pools run so too. Every path obeys MXCSR alike, so the paths
+ * still give the same bits; versions 1 and 2 keep IEEE subnormals, so
+ * their runs replay. */
 
 #if defined(__SSE__)
 #define MXCSR_FTZ_DAZ 0x8040u /* bit 15 flush-to-zero, bit 6 denormals-are-zero */
