@@ -25,6 +25,8 @@ void apf_rundir_unit_apply(struct apf_rundir_unit *s, const char *ev,
 {
 	if (!strcmp(ev, "trial_start")) {
 		s->started = 1;
+		if (I("budget_ns") > 0)
+			s->budget_ns = (uint64_t)I("budget_ns");
 	} else if (!strcmp(ev, "clock_start")) {
 		if (I("batch_size") > s->batch_size)
 			s->batch_size = I("batch_size");

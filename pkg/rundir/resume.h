@@ -22,6 +22,7 @@ struct apf_rundir_unit {
 	json_t *rows;             /* the kept eval records (NULL: none) */
 	int64_t time_to_target_ns; /* -1: not met */
 	int64_t batch_size;       /* the largest clock_start's; 0: none */
+	uint64_t budget_ns;       /* the last trial_start's; 0: none */
 };
 
 void apf_rundir_unit_init(struct apf_rundir_unit *s);

@@ -60,7 +60,8 @@ int apf_rundir_index_update(const char *run_dir, const struct apf_key *key,
 /* Where each unit of run.json's plan stands (status.c, `apf status`):
  * {"run_dir", "layout": "per-unit"|"single-log", "units_planned", "counts":
  * {state: n}, "units": [{"unit", "state", "evals", "submission_s",
- * "budget_s", "preemptions", "indexed", ["time_to_target_s"],
+ * "budget_s", "preemptions", "indexed", ["time_to_target_s": under the
+ * budget only, as apf score counts it],
  * ["problem"]}]}; state is pending (never started), running (another
  * process holds the unit's lock), done, failed, or preempted (started,
  * not ended, not running: stopped by a signal, a crash or a preemption;

@@ -117,6 +117,11 @@ static int end_trial(struct unit *u, const char *reason, int failed,
 		u->r->failed++;
 	else
 		u->r->completed++;
+	/* A target met only at the eval at or past the budget is logged (the
+	 * log says what happened) but counts for nothing: AlgoPerf makes no
+	 * eval once the budget is spent, and apf score skips that one. */
+	int counted = u->time_to_target_ns >= 0 &&
+		      (uint64_t)u->time_to_target_ns < u->hu->budget_ns;
 	const struct apf_run_opts *o = u->r->o;
 	if (o->unit_end) {
 		struct apf_run_unit_end e = {
@@ -124,7 +129,7 @@ static int end_trial(struct unit *u, const char *reason, int failed,
 			.failed = failed,
 			.reason = reason,
 			.detail = failed ? detail : NULL,
-			.time_to_target_s = u->time_to_target_ns >= 0
+			.time_to_target_s = counted
 						    ? (double)u->time_to_target_ns / 1e9
 						    : -1,
 			.submission_s = (double)u->sub_ns / 1e9,
@@ -137,6 +142,17 @@ static int end_trial(struct unit *u, const char *reason, int failed,
 	}
 	if (failed)
 		apf_runner_notice(u->r, "%s: failed: %s", u->name, reason);
+	else if (u->time_to_target_ns >= 0 && !counted)
+		apf_runner_notice(u->r,
+				  "%s: %s: validation target met only at the "
+				  "eval at %.4g s, past the budget of %.4g s: "
+				  "not counted (%s %.4f, target %.4f), %lld "
+				  "evals",
+				  u->name, reason,
+				  (double)u->time_to_target_ns / 1e9,
+				  (double)u->hu->budget_ns / 1e9,
+				  u->hu->spec->metric, u->best_val,
+				  u->hu->validation_target, (long long)u->evals);
 	else if (u->time_to_target_ns >= 0)
 		apf_runner_notice(u->r,
 				  "%s: %s: validation target met at %.4g s of "

@@ -315,13 +315,32 @@ static int read_row(struct csv *c, apf_buf *f, struct slot *slots,
 	return check_order(c, slots);
 }
 
+/* The byte offset where physical line `line` (1-based) of text begins. */
+static size_t line_offset(const char *text, size_t len, long line)
+{
+	size_t off = 0;
+	for (long l = 1; l < line && off < len; l++) {
+		const char *nl = memchr(text + off, '\n', len - off);
+		off = nl ? (size_t)(nl - text) + 1 : len;
+	}
+	return off;
+}
+
+/* budget > 0: rows timed at or past it are read (their values checked)
+ * but are no evals: AlgoPerf evaluates only while budget remains, so the
+ * eval that ends a unit at its budget meets no target. *late: such a row
+ * met the target and none before it did; *cut: the offset where the first
+ * such row begins (len when none). */
 static int parse_trial(const char *text, size_t len, const char *name,
-		       const struct apf_score_target *target, long *evals,
-		       long *hit, double *time, char **refused)
+		       const struct apf_score_target *target, double budget,
+		       long *evals, long *hit, double *time, int *late,
+		       size_t *cut, char **refused)
 {
 	*evals = 0;
 	*hit = -1;
 	*time = INFINITY;
+	*late = 0;
+	*cut = len;
 	*refused = NULL;
 	struct csv c = {name, 1, NULL};
 	apf_buf col = {0}, f = {0};
@@ -361,8 +380,16 @@ static int parse_trial(const char *text, size_t len, const char *name,
 		if (rc)
 			break;
 		double mv = slots[METRIC_SLOT].v;
-		if (*hit < 0 && apf_score_first_hit(&mv, 1, target->direction,
-						    target->validation) == 0) {
+		int meets = apf_score_first_hit(&mv, 1, target->direction,
+						target->validation) == 0;
+		if (budget > 0 && !(tslot->v < budget)) {
+			if (*cut == len)
+				*cut = line_offset(text, len, t->rows[r].line);
+			if (meets && *hit < 0)
+				*late = 1;
+			continue;
+		}
+		if (*hit < 0 && meets) {
 			*hit = *evals;
 			*time = tslot->v;
 		}
@@ -371,6 +398,8 @@ static int parse_trial(const char *text, size_t len, const char *name,
 	if (rc) {
 		*hit = -1;
 		*time = INFINITY;
+		*late = 0;
+		*cut = len;
 		*refused = c.refused;
 	} else {
 		free(c.refused);
@@ -385,9 +414,21 @@ int apf_score_parse_trial(const char *text, size_t len, const char *name,
 			  const struct apf_score_target *target, long *evals,
 			  long *hit, double *time)
 {
+	int late;
+	size_t cut;
+	return apf_score_parse_trial_within(text, len, name, target, 0, evals,
+					    hit, time, &late, &cut);
+}
+
+int apf_score_parse_trial_within(const char *text, size_t len,
+				 const char *name,
+				 const struct apf_score_target *target,
+				 double budget, long *evals, long *hit,
+				 double *time, int *late, size_t *cut)
+{
 	char *refused;
-	int rc = parse_trial(text, len, name, target, evals, hit, time,
-			     &refused);
+	int rc = parse_trial(text, len, name, target, budget, evals, hit, time,
+			     late, cut, &refused);
 	free(refused);
 	return rc;
 }
@@ -399,6 +440,7 @@ int apf_score_read_trial(struct apf_score_trial *trial,
 	size_t len;
 	free(trial->refused);
 	trial->refused = NULL;
+	trial->late = 0;
 	if (trial->missing) {
 		trial->evals = 0;
 		trial->hit = -1;
@@ -408,8 +450,10 @@ int apf_score_read_trial(struct apf_score_trial *trial,
 	int rc = apf_file_read(&text, &len, trial->csv, MAX_CSV_BYTES);
 	if (rc)
 		return rc;
-	rc = parse_trial(text, len, trial->csv, target, &trial->evals,
-			 &trial->hit, &trial->time, &trial->refused);
+	size_t cut;
+	rc = parse_trial(text, len, trial->csv, target, trial->budget,
+			 &trial->evals, &trial->hit, &trial->time, &trial->late,
+			 &cut, &trial->refused);
 	free(text);
 	if (rc && trial->refused) {
 		/* Refused, not unreadable: the caller weighs it. */

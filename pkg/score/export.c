@@ -16,8 +16,10 @@
  * a study's trial by the earliest eval, apf's rules by the fastest time),
  * only the submissions ranked (a run that failed --verify is not), only
  * the base workloads and held-out variants scored, each CSV byte for byte
- * and re-read from the bytes written, which must give the eval and time
- * apf scored (a file changed in between is an error, not a different
+ * but for the row of an apf unit's eval at or past its budget (AlgoPerf's
+ * runner makes none, so its scorer would count a target met there), and
+ * re-read from the bytes written, which must give the eval and time apf
+ * scored (a file changed in between is an error, not a different
  * export). A trial apf refused (malformed numbers) stops the export:
  * AlgoPerf's scorer would read it some other way. A target metric that
  * scorer has no direction for (text_lm's cross_entropy, clicks_dlrm's
@@ -391,12 +393,19 @@ static int export_trial(struct export *x, size_t c,
 	size_t len = 0;
 	if (!rc)
 		rc = apf_file_read_regular(&text, &len, csv, APF_MAX_CSV_BYTES);
-	/* The bytes written must be the ones scored. */
+	/* The bytes written must be the ones scored: up to the row of the
+	 * eval at or past the budget, which AlgoPerf's runner never makes
+	 * (its scorer would count a target met there). */
 	long evals, hit = -1;
 	double time = INFINITY;
+	int late = 0;
+	size_t cut = len;
 	if (!rc)
-		rc = apf_score_parse_trial(text, len, csv, &x->tg[c], &evals,
-					   &hit, &time);
+		rc = apf_score_parse_trial_within(text, len, csv, &x->tg[c],
+						  tr->budget, &evals, &hit,
+						  &time, &late, &cut);
+	if (!rc)
+		len = cut;
 	if (!rc && (hit != tr->hit ||
 		    !(time == tr->time || (isinf(time) && isinf(tr->time)))))
 		rc = apf_error(APF_EINPUT, csv,

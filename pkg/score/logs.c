@@ -421,6 +421,35 @@ static int add_missing_units(struct apf_score_submission *s)
 	return rc;
 }
 
+/* Each trial of an apf run gets its unit's budget from the unit's log
+ * (trial_start's budget_ns, which verify binds to the workload's budget,
+ * the rules' multiplier and the run's scale): the scorer counts no eval at
+ * or past it. */
+static void set_budgets(struct apf_score_submission *s)
+{
+	const apf_score_run *run = s->run;
+	for (size_t i = 0; run && i < run->nunits; i++) {
+		const struct apf_score_unit *u = &run->units[i];
+		if (!u->budget_ns || !u->dir_name)
+			continue;
+		for (size_t j = 0; j < s->nw; j++) {
+			const struct apf_score_workload *w = &s->w[j];
+			if (strcmp(w->dir_name, u->dir_name))
+				continue;
+			for (size_t k = 0; k < w->nstudies; k++) {
+				struct apf_score_study *st = &w->studies[k];
+				if (st->number != u->study)
+					continue;
+				for (size_t t = 0; t < st->ntrials; t++)
+					if (st->trials[t].number == u->trial)
+						st->trials[t].budget =
+							(double)u->budget_ns /
+							1e9;
+			}
+		}
+	}
+}
+
 static int cmp_int(int a, int b)
 {
 	return (a > b) - (a < b);
@@ -517,6 +546,8 @@ static int add_submission(apf_score_logs *l, const char *dir,
 	free_list(studies, ns);
 	if (!rc && s.apf_run)
 		rc = add_missing_units(&s);
+	if (!rc && s.apf_run)
+		set_budgets(&s);
 	if (!rc) {
 		/* Workloads by name. */
 		for (size_t i = 1; i < s.nw; i++)

@@ -349,6 +349,7 @@ static int read_log(apf_score_run *r, const char *dir)
 					    : APF_SCORE_UNIT_ENDED;
 			r->units[i].evals = json_incref(s->rows);
 			r->units[i].batch_size = s->batch_size;
+			r->units[i].budget_ns = s->budget_ns;
 		}
 	}
 	for (size_t i = 0; i < w.nstory; i++)

@@ -913,6 +913,40 @@ static int check_first_evals(apf_score_result *r,
 		       sub->name, w->name, met);
 }
 
+/* Trials that met the target only at the eval that ended them at or past
+ * their budget: the rules give them nothing (AlgoPerf's runner makes no
+ * eval once the budget is spent; apf's unit makes that one for the
+ * record), and the warning says so, so that a log read beside the score
+ * does not look like a miscount. */
+static int check_late(apf_score_result *r,
+		      const struct apf_score_submission *sub,
+		      const struct apf_score_workload *w)
+{
+	size_t late = 0;
+	const struct apf_score_trial *first = NULL;
+	int study = 0;
+	for (size_t k = 0; k < w->nstudies; k++)
+		for (size_t t = 0; t < w->studies[k].ntrials; t++) {
+			const struct apf_score_trial *tr =
+				&w->studies[k].trials[t];
+			if (!tr->late)
+				continue;
+			if (!late++) {
+				first = tr;
+				study = w->studies[k].number;
+			}
+		}
+	if (!late)
+		return 0;
+	return warn(r,
+		    "%s: %s: %zu trial%s met the validation target only at "
+		    "the eval at or past the budget (the first, study_%d "
+		    "trial_%d, past %.4g s): not counted, as AlgoPerf makes "
+		    "no eval once the budget is spent",
+		    sub->name, w->name, late, late == 1 ? "" : "s", study,
+		    first->number, first->budget);
+}
+
 int apf_score_compute(apf_score_result **out, apf_score_logs *logs,
 		      apf_score_targets *targets,
 		      const apf_score_heldout *heldout,
@@ -997,8 +1031,11 @@ int apf_score_compute(apf_score_result **out, apf_score_logs *logs,
 			struct apf_score_target tg;
 			rc = apf_score_targets_find(&tg, NULL, targets,
 						    rules, w->name);
-			if (!rc && !w->read)
+			if (!rc && !w->read) {
 				rc = time_workload(r, w, &tg, rules, flags);
+				if (!rc)
+					rc = check_late(r, sub, w);
+			}
 			if (!rc)
 				rc = check_counts(r, sub, w, rules, flags);
 			if (!rc)

@@ -203,6 +203,12 @@ struct apf_score_trial {
 	/* A unit of an apf run's plan without eval_measurements.csv (csv is
 	 * NULL): it never meets its target. */
 	int missing;
+	/* Its budget in seconds of submission time, from its log's
+	 * trial_start (an apf run's; 0: unknown, as in AlgoPerf's logs, whose
+	 * runner evaluates only while budget remains). Rows at or past it
+	 * are no evals; late: one of them met the target, none before. */
+	double budget;
+	int late;
 };
 
 struct apf_score_study {
@@ -257,6 +263,7 @@ struct apf_score_unit {
 	 * records (0: none). */
 	json_t *evals;
 	int64_t batch_size;
+	uint64_t budget_ns; /* its trial_start's budget; 0: none */
 };
 
 /* The machine of a run, from run.json: device, threads, environment's
@@ -385,6 +392,18 @@ int apf_score_read_trial(struct apf_score_trial *trial,
 int apf_score_parse_trial(const char *text, size_t len, const char *name,
 			  const struct apf_score_target *target, long *evals,
 			  long *hit, double *time);
+/* The same with the trial's budget (seconds of submission time; 0: none):
+ * rows timed at or past it are checked but are no evals and meet no
+ * target (AlgoPerf evaluates only while budget remains; apf's unit makes
+ * one last eval there, for the record). *late: one of them met the target
+ * and no eval before did; *cut: the byte offset where the first of them
+ * begins (len when none), so text[0, *cut) is the CSV AlgoPerf's runner
+ * would have written. */
+int apf_score_parse_trial_within(const char *text, size_t len,
+				 const char *name,
+				 const struct apf_score_target *target,
+				 double budget, long *evals, long *hit,
+				 double *time, int *late, size_t *cut);
 
 /* ---- the steps ------------------------------------------------------------ */
 

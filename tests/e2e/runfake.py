@@ -294,7 +294,8 @@ class UnitScript:
     fault. crash: (c, j): the process dies after eval c and part of block
     c + 1, and the unit resumes from eval j <= c (evals j+1..c discarded).
     val_at / test_at: the eval at which the validation / test metric first
-    meets its target (None: never)."""
+    meets its target (None: never; "budget": the eval at or past the
+    budget, which ends the unit)."""
 
     def __init__(self, end="budget", crash=None, val_at=None, test_at=None,
                  evals=None, step_ns=None):
@@ -421,6 +422,8 @@ class FakeRun:
 
         def metric_value(k, at, target):
             """Crosses the target at eval `at` (never when None)."""
+            if at == "budget":
+                at = k if st["sub"] >= budget_ns else None
             if at is None:
                 return f32(target - sign * (0.2 + 0.01 / k))
             return f32(target + sign * 0.01 * (k - at + 0.5))

@@ -1217,3 +1217,108 @@ class VerifyAlgoPerfLogs(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class TargetPastTheBudget(ApfCase):
+    """A unit's last eval comes at or past its budget (the unit trains on
+    to its next due eval, then stops for `budget`). AlgoPerf's runner makes
+    no eval once the budget is spent, so a target met there must count for
+    nothing: apf score skips that row and says so, apf status and apf run
+    give no time to target for it, and the AlgoPerf export leaves the row
+    out so that AlgoPerf's own scorer agrees. The log keeps the eval (what
+    happened), and verify passes it as it is."""
+
+    def setUp(self):
+        super().setUp()
+        from runfake import FakeRun, UnitScript
+        self.late = "study_0/tiny/trial_1"
+        # study_0: trial_1 meets the target only at its budget-ending
+        # eval, the others never; study_1: trial_2 meets both targets at
+        # eval 2 and stops there.
+        self.run = FakeRun(self, scripts={
+            self.late: UnitScript(val_at="budget"),
+            "study_1/tiny/trial_2": UnitScript(val_at=2, test_at=2),
+        }).write(self.path("run"))
+
+    def log_of(self, unit):
+        return [self.run.records[i] for i in self.run.unit_records(unit)]
+
+    def test_the_late_target_is_logged_and_verifies(self):
+        recs = self.log_of(self.late)
+        start = next(r for r in recs if r["event"] == "trial_start")
+        end = next(r for r in recs if r["event"] == "trial_end")
+        evals = [r for r in recs if r["event"] == "eval"]
+        self.assertEqual(end["reason"], "budget")
+        # Only the last eval meets it, and it is past the budget.
+        self.assertEqual([e["validation_target_met"] for e in evals],
+                         [False] * (len(evals) - 1) + [True])
+        self.assertGreaterEqual(evals[-1]["accumulated_submission_ns"],
+                                start["budget_ns"])
+        self.assertEqual(end["time_to_target_ns"],
+                         evals[-1]["accumulated_submission_ns"])
+        self.ok("verify", self.run.path)
+
+    def test_score_counts_no_target_met_past_the_budget(self):
+        r = self.ok("score", self.run.path, "--json")
+        j = json.loads(r.out)
+        sub = j["submissions"][0]
+        # study_0 missed, study_1 met: the median of the two is a miss.
+        self.assertEqual(sub["times"]["tiny"], "inf")
+        late = [w for w in j["warnings"] if "past the budget" in w]
+        self.assertEqual(len(late), 1, j["warnings"])
+        self.assertIn("tiny: 1 trial met the validation target only at the "
+                      "eval at or past the budget (the first, study_0 "
+                      "trial_1", late[0])
+        self.assertIn("not counted", late[0])
+        text = self.ok("score", self.run.path).out
+        self.assertIn("not counted, as AlgoPerf makes no eval once the "
+                      "budget is spent", text)
+
+    def test_a_target_met_before_the_budget_still_counts(self):
+        # The control: the same unit meeting it one eval earlier counts.
+        from runfake import FakeRun, UnitScript
+        recs = self.log_of(self.late)
+        n = sum(r["event"] == "eval" for r in recs)
+        run = FakeRun(self, scripts={
+            self.late: UnitScript(val_at=n - 1),
+            "study_1/tiny/trial_2": UnitScript(val_at=2),
+        }).write(self.path("early"))
+        j = json.loads(self.ok("score", run.path, "--json").out)
+        self.assertIsInstance(j["submissions"][0]["times"]["tiny"], float)
+        self.assertFalse([w for w in j["warnings"] if "past the budget" in w])
+
+    def test_status_gives_no_time_to_target_past_the_budget(self):
+        st = json.loads(self.ok("status", self.run.path, "--json").out)
+        units = {u["unit"]: u for u in st["units"]}
+        self.assertNotIn("time_to_target_s", units[self.late])
+        self.assertIn("time_to_target_s", units["study_1/tiny/trial_2"])
+
+    def test_the_algoperf_export_leaves_the_late_row_out(self):
+        out = self.path("algoperf")
+        r = self.ok("score", self.run.path, "--verify", "--rules",
+                    "algoperf-0.6", "--export-algoperf", out, "--json")
+        scored = json.loads(r.out)["submissions"][0]
+        name = scored["name"] if "name" in scored else "fakesub"
+        csv_of = os.path.join("study_0", "tiny", "trial_1",
+                              "eval_measurements.csv")
+        with open(os.path.join(self.run.path, csv_of)) as f:
+            ran = f.read().splitlines()
+        with open(os.path.join(out, "submissions", name, csv_of)) as f:
+            exported = f.read().splitlines()
+        # The same bytes but for the last row, the eval past the budget
+        # (every unit that stopped for its budget loses that row; one that
+        # stopped for its targets keeps all of them).
+        self.assertEqual(exported, ran[:-1])
+        other = os.path.join("study_1", "tiny", "trial_2",
+                             "eval_measurements.csv")
+        with open(os.path.join(self.run.path, other), "rb") as f, \
+                open(os.path.join(out, "submissions", name, other),
+                     "rb") as g:
+            self.assertEqual(f.read(), g.read())
+        # Scored as AlgoPerf's logs, without budgets: the same times.
+        again = self.ok("score", os.path.join(out, "submissions"),
+                        "--targets", os.path.join(out,
+                                                  "workload_targets.json"),
+                        "--json")
+        self.assertEqual(json.loads(again.out)["submissions"][0]["times"],
+                         scored["times"])

@@ -322,6 +322,64 @@ static void csv_reads_quotes_crlf_bom_and_nan(void **state)
 	assert_true(isinf(time));
 }
 
+/* Rows at or past the budget are no evals: a target met there is late,
+ * and the cut ends the text before the first of them. */
+static void csv_rows_past_the_budget_are_no_evals(void **state)
+{
+	(void)state;
+	const char *text = "accumulated_submission_time,validation/accuracy\n"
+			   "10,0.5\n20,0.7\n40.000000001,0.85\n";
+	const size_t before = strlen("accumulated_submission_time,"
+				     "validation/accuracy\n10,0.5\n20,0.7\n");
+	long evals, hit;
+	double time;
+	int late;
+	size_t cut;
+	assert_apf_ok(apf_score_parse_trial_within(text, strlen(text), "b.csv",
+						   &acc80, 40, &evals, &hit,
+						   &time, &late, &cut));
+	assert_int_equal(evals, 2);
+	assert_int_equal(hit, -1);
+	assert_true(isinf(time));
+	assert_int_equal(late, 1);
+	assert_int_equal(cut, before);
+	/* Exactly at the budget is past it: AlgoPerf evaluates only while
+	 * submission time < budget. */
+	const char *at = "accumulated_submission_time,validation/accuracy\n"
+			 "10,0.5\n40,0.85\n";
+	assert_apf_ok(apf_score_parse_trial_within(at, strlen(at), "a.csv",
+						   &acc80, 40, &evals, &hit,
+						   &time, &late, &cut));
+	assert_int_equal(hit, -1);
+	assert_int_equal(late, 1);
+	/* Met before the budget: counted, and the late row is not late. */
+	const char *early = "accumulated_submission_time,validation/accuracy\n"
+			    "10,0.81\n41,0.9\n";
+	assert_apf_ok(apf_score_parse_trial_within(early, strlen(early), "e.csv",
+						   &acc80, 40, &evals, &hit,
+						   &time, &late, &cut));
+	assert_int_equal(hit, 0);
+	assert_true(time == 10);
+	assert_int_equal(late, 0);
+	assert_int_equal(evals, 1);
+	/* No budget (AlgoPerf's logs): every row counts, nothing is cut. */
+	assert_apf_ok(apf_score_parse_trial_within(text, strlen(text), "b.csv",
+						   &acc80, 0, &evals, &hit,
+						   &time, &late, &cut));
+	assert_int_equal(hit, 2);
+	assert_int_equal(late, 0);
+	assert_int_equal(cut, strlen(text));
+	/* A quoted cell spanning lines: the cut is at the row's first line. */
+	const char *q = "accumulated_submission_time,note,validation/accuracy\n"
+			"10,\"a\nb\",0.5\n50,\"c\nd\",0.9\n";
+	assert_apf_ok(apf_score_parse_trial_within(q, strlen(q), "q.csv",
+						   &acc80, 40, &evals, &hit,
+						   &time, &late, &cut));
+	assert_int_equal(cut, strlen("accumulated_submission_time,note,"
+				     "validation/accuracy\n10,\"a\nb\",0.5\n"));
+	assert_int_equal(late, 1);
+}
+
 static void expect_csv_error(const char *text, const char *message)
 {
 	long evals, hit;
@@ -1620,6 +1678,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(median_takes_infinite_studies_in),
+		cmocka_unit_test(csv_rows_past_the_budget_are_no_evals),
 		cmocka_unit_test(first_hit_follows_metric_direction),
 		cmocka_unit_test(rules_know_metric_directions),
 		cmocka_unit_test(best_trial_depends_on_the_rules),
