@@ -89,6 +89,41 @@ static void w_batchnorm_forward(apf_backend *be, float *out, float *save_mean,
 	record(key, t0);
 }
 
+static void w_batchnorm_relu_forward(apf_backend *be, float *out,
+				     float *save_mean, float *save_rstd,
+				     const float *inp, const float *res,
+				     const float *scale, const float *bias,
+				     float *run_mean, float *run_var, int N,
+				     int C, float momentum, float eps, int train)
+{
+	char key[96];
+	snprintf(key, sizeof key, "bn+relu fwd  %7d x %d%s", N, C,
+		 res ? " +res" : "");
+	uint64_t t0 = apf_now_ns();
+	orig.batchnorm_relu_forward(be, out, save_mean, save_rstd, inp, res,
+				    scale, bias, run_mean, run_var, N, C,
+				    momentum, eps, train);
+	record(key, t0);
+}
+
+static void w_batchnorm_relu_backward(apf_backend *be, float *dinp,
+				      float *dres, float *dscale, float *dbias,
+				      const float *dout, const float *out,
+				      const float *inp, const float *scale,
+				      const float *save_mean,
+				      const float *save_rstd, int N, int C,
+				      int accum, int accum_res)
+{
+	char key[96];
+	snprintf(key, sizeof key, "bn+relu bwd  %7d x %d%s", N, C,
+		 dres ? " +res" : "");
+	uint64_t t0 = apf_now_ns();
+	orig.batchnorm_relu_backward(be, dinp, dres, dscale, dbias, dout, out,
+				     inp, scale, save_mean, save_rstd, N, C,
+				     accum, accum_res);
+	record(key, t0);
+}
+
 static void w_batchnorm_backward(apf_backend *be, float *dinp, float *dscale,
 				 float *dbias, const float *dout,
 				 const float *inp, const float *scale,
@@ -344,6 +379,10 @@ int main(int argc, char **argv)
 	prof.conv2d_backward = w_conv2d_backward;
 	prof.batchnorm_forward = w_batchnorm_forward;
 	prof.batchnorm_backward = w_batchnorm_backward;
+	if (real->batchnorm_relu_forward && real->batchnorm_relu_backward) {
+		prof.batchnorm_relu_forward = w_batchnorm_relu_forward;
+		prof.batchnorm_relu_backward = w_batchnorm_relu_backward;
+	}
 	prof.activation_forward = w_activation_forward;
 	prof.activation_backward = w_activation_backward;
 	prof.add_forward = w_add_forward;

@@ -1962,19 +1962,21 @@ static void embedding_backward(apf_backend *be, float *dtable,
 		}
 }
 
-/* Vector k of example b: the dense vector, then the embeddings. */
-static const float *ivec(const float *dense, const float *emb, int b, int k,
-			 int E, int D)
-{
-	return k == 0 ? dense + (size_t)b * D
-		      : emb + ((size_t)b * E + (k - 1)) * D;
-}
+/* The dot interaction works on lanes of INTER_L examples, the examples
+ * split among the threads in whole lanes. Each example's arithmetic is the
+ * same as when it was done alone - every dot summed in double in k order,
+ * every gradient summed in double in pair order - with the examples of a
+ * lane side by side in one vector of doubles (GCC's vector extension: one
+ * AVX-512 register, two AVX2 or four SSE2 ones), so the bits depend on
+ * neither the thread count nor the vector width. A product of two floats
+ * is exact in double, so a fused multiply-add rounds it as the separate
+ * multiply and add do. A lane holds an example's F vectors as
+ * P[j * D + k][lane] = v_j[k] in double; a short lane is padded with
+ * zeros whose results are dropped. */
+#define INTER_L 8
+typedef double inter_v __attribute__((vector_size(INTER_L * sizeof(double))));
+#define INTER_HOT __attribute__((target_clones("avx512f", "avx2", "default")))
 
-/* The dot interaction works example by example, the examples split among
- * the threads (each computed whole by one, so the bits do not depend on
- * the thread count). The forward copies an example's F vectors transposed,
- * (D,F), so that the dots of v_i with every v_j, j < i, run side by side
- * along j, each still summed in double in k order. */
 struct inter_arg {
 	float *out, *ddense, *demb;
 	const float *dense, *emb, *dout;
@@ -1983,79 +1985,162 @@ struct inter_arg {
 	size_t slab; /* bytes per thread */
 };
 
-HOT static void inter_fwd_rows(const struct inter_arg *a, size_t b0,
-			       size_t b1, char *slab)
+/* Vector k of example b: the dense vector, then the embeddings. */
+static const float *ivec(const float *dense, const float *emb, size_t b,
+			 int k, int E, int D)
+{
+	return k == 0 ? dense + b * (size_t)D
+		      : emb + (b * (size_t)E + (size_t)(k - 1)) * (size_t)D;
+}
+
+/* The lane of examples [b, b + n) into P. */
+static void inter_pack(inter_v *restrict P, const struct inter_arg *a,
+		       size_t b, int n)
+{
+	int F = a->E + 1, D = a->D;
+	memset(P, 0, (size_t)F * (size_t)D * sizeof *P);
+	for (int l = 0; l < n; l++)
+		for (int j = 0; j < F; j++) {
+			const float *v = ivec(a->dense, a->emb, b + (size_t)l,
+					      j, a->E, D);
+			for (int k = 0; k < D; k++)
+				P[(size_t)j * D + (size_t)k][l] = v[k];
+		}
+}
+
+/* The dots of v_i with v_j, j < i, for a lane: four j at a time, so that
+ * four sums in k order run side by side. */
+INTER_HOT static void inter_fwd_rows(const struct inter_arg *a, size_t b0,
+				     size_t b1, char *slab)
 {
 	int E = a->E, D = a->D, F = E + 1;
 	size_t OC = (size_t)D + (size_t)F * (F - 1) / 2;
-	double *restrict s = (double *)slab;
-	float *restrict vt = (float *)(s + F);
-	for (size_t b = b0; b < b1; b++) {
-		for (int j = 0; j < F; j++) {
-			const float *v = ivec(a->dense, a->emb, (int)b, j, E, D);
-			for (int k = 0; k < D; k++)
-				vt[(size_t)k * F + j] = v[k];
-		}
-		float *o = a->out + b * OC;
-		memcpy(o, a->dense + b * D, (size_t)D * sizeof *o);
-		size_t p = (size_t)D;
+	size_t npairs = OC - (size_t)D;
+	inter_v *restrict P = (inter_v *)slab;
+	inter_v *restrict S = P + (size_t)F * D;
+	for (size_t b = b0; b < b1; b += INTER_L) {
+		int n = b1 - b < INTER_L ? (int)(b1 - b) : INTER_L;
+		inter_pack(P, a, b, n);
+		size_t p = 0;
 		for (int i = 1; i < F; i++) {
-			const float *vi = vt + i; /* stride F */
-			for (int j = 0; j < i; j++)
-				s[j] = 0.0;
-			for (int k = 0; k < D; k++) {
-				double x = vi[(size_t)k * F];
-				const float *restrict r = vt + (size_t)k * F;
-				for (int j = 0; j < i; j++)
-					s[j] += x * r[j];
+			const inter_v *vi = P + (size_t)i * D;
+			int j = 0;
+			for (; j + 4 <= i; j += 4) {
+				const inter_v *v0 = P + (size_t)j * D,
+					      *v1 = v0 + D, *v2 = v1 + D,
+					      *v3 = v2 + D;
+				inter_v s0 = {0}, s1 = {0}, s2 = {0}, s3 = {0};
+				for (int k = 0; k < D; k++) {
+					inter_v x = vi[k];
+					s0 += x * v0[k];
+					s1 += x * v1[k];
+					s2 += x * v2[k];
+					s3 += x * v3[k];
+				}
+				S[p++] = s0;
+				S[p++] = s1;
+				S[p++] = s2;
+				S[p++] = s3;
 			}
-			for (int j = 0; j < i; j++)
-				o[p++] = (float)s[j];
+			for (; j < i; j++) {
+				const inter_v *vj = P + (size_t)j * D;
+				inter_v s0 = {0};
+				for (int k = 0; k < D; k++)
+					s0 += vi[k] * vj[k];
+				S[p++] = s0;
+			}
+		}
+		for (int l = 0; l < n; l++) {
+			float *o = a->out + (b + (size_t)l) * OC;
+			memcpy(o, a->dense + (b + (size_t)l) * (size_t)D,
+			       (size_t)D * sizeof *o);
+			for (size_t q = 0; q < npairs; q++)
+				o[(size_t)D + q] = (float)S[q][l];
 		}
 	}
 }
 
-/* The backward walks an example's pairs in their output order: pair (i, j)
+/* The backward walks a lane's pairs in their output order: pair (i, j)
  * adds dout(pair) v_j to v_i's gradient and dout(pair) v_i to v_j's,
- * summed in double (F*D per example), then written or added. */
-HOT static void inter_bwd_rows(const struct inter_arg *a, size_t b0,
-			       size_t b1, char *slab)
+ * summed in double (G, F*D per example, the dense part starting from its
+ * own output gradient), then written or added. */
+INTER_HOT static void inter_bwd_rows(const struct inter_arg *a, size_t b0,
+				     size_t b1, char *slab)
 {
 	int E = a->E, D = a->D, F = E + 1;
 	size_t OC = (size_t)D + (size_t)F * (F - 1) / 2;
-	double *g = (double *)slab;
-	for (size_t b = b0; b < b1; b++) {
-		const float *d = a->dout + b * OC;
-		for (int x = 0; x < D; x++)
-			g[x] = d[x];
-		memset(g + D, 0, (size_t)E * D * sizeof *g);
-		size_t p = (size_t)D;
-		for (int i = 1; i < F; i++) {
-			const float *restrict vi =
-				ivec(a->dense, a->emb, (int)b, i, E, D);
-			double *restrict gi = g + (size_t)i * D;
-			for (int j = 0; j < i; j++, p++) {
-				const float *restrict vj =
-					ivec(a->dense, a->emb, (int)b, j, E, D);
-				double w = d[p];
-				double *restrict gj = g + (size_t)j * D;
-				for (int x = 0; x < D; x++) {
-					gi[x] += w * vj[x];
-					gj[x] += w * vi[x];
-				}
-			}
-		}
-		if (a->ddense) {
-			float *dst = a->ddense + b * D;
+	size_t npairs = OC - (size_t)D;
+	inter_v *restrict P = (inter_v *)slab;
+	inter_v *restrict G = P + (size_t)F * D;
+	inter_v *restrict W = G + (size_t)F * D;
+	for (size_t b = b0; b < b1; b += INTER_L) {
+		int n = b1 - b < INTER_L ? (int)(b1 - b) : INTER_L;
+		inter_pack(P, a, b, n);
+		memset(G, 0, (size_t)F * (size_t)D * sizeof *G);
+		memset(W, 0, npairs * sizeof *W);
+		for (int l = 0; l < n; l++) {
+			const float *d = a->dout + (b + (size_t)l) * OC;
 			for (int x = 0; x < D; x++)
-				dst[x] = a->accum_dense ? dst[x] + (float)g[x]
-							: (float)g[x];
+				G[x][l] = d[x];
+			for (size_t q = 0; q < npairs; q++)
+				W[q][l] = d[(size_t)D + q];
 		}
-		if (a->demb) {
-			float *dst = a->demb + b * E * D;
-			for (size_t x = 0; x < (size_t)E * D; x++)
-				dst[x] = a->accum_emb ? dst[x] + (float)g[D + x]
-						      : (float)g[D + x];
+		size_t p = 0;
+		for (int i = 1; i < F; i++) {
+			const inter_v *vi = P + (size_t)i * D;
+			inter_v *gi = G + (size_t)i * D;
+			if (D % 8) {
+				for (int j = 0; j < i; j++, p++) {
+					const inter_v *vj = P + (size_t)j * D;
+					inter_v *gj = G + (size_t)j * D;
+					inter_v w = W[p];
+					for (int x = 0; x < D; x++) {
+						gi[x] += w * vj[x];
+						gj[x] += w * vi[x];
+					}
+				}
+				continue;
+			}
+			/* Eight of v_i's gradients at a time held in
+			 * registers over the pairs of row i (each still summed
+			 * in pair order). */
+			for (int x0 = 0; x0 < D; x0 += 8) {
+				inter_v acc[8], wi[8];
+				for (int x = 0; x < 8; x++) {
+					acc[x] = gi[x0 + x];
+					wi[x] = vi[x0 + x];
+				}
+				for (int j = 0; j < i; j++) {
+					const inter_v *vj = P + (size_t)j * D + x0;
+					inter_v *gj = G + (size_t)j * D + x0;
+					inter_v w = W[p + (size_t)j];
+					for (int x = 0; x < 8; x++) {
+						acc[x] += w * vj[x];
+						gj[x] += w * wi[x];
+					}
+				}
+				for (int x = 0; x < 8; x++)
+					gi[x0 + x] = acc[x];
+			}
+			p += (size_t)i;
+		}
+		for (int l = 0; l < n; l++) {
+			size_t e = b + (size_t)l;
+			if (a->ddense) {
+				float *dst = a->ddense + e * (size_t)D;
+				for (int x = 0; x < D; x++)
+					dst[x] = a->accum_dense
+							 ? dst[x] + (float)G[x][l]
+							 : (float)G[x][l];
+			}
+			if (a->demb) {
+				float *dst = a->demb + e * (size_t)E * (size_t)D;
+				for (size_t x = 0; x < (size_t)E * D; x++)
+					dst[x] = a->accum_emb
+							 ? dst[x] +
+								   (float)G[(size_t)D + x][l]
+							 : (float)G[(size_t)D + x][l];
+			}
 		}
 	}
 }
@@ -2064,7 +2149,7 @@ static void inter_fwd_task(void *v, int t, int nt)
 {
 	struct inter_arg *a = v;
 	size_t b0, b1;
-	split((size_t)a->B, t, nt, 1, &b0, &b1);
+	split((size_t)a->B, t, nt, INTER_L, &b0, &b1);
 	inter_fwd_rows(a, b0, b1, a->scratch + (size_t)t * a->slab);
 }
 
@@ -2072,18 +2157,17 @@ static void inter_bwd_task(void *v, int t, int nt)
 {
 	struct inter_arg *a = v;
 	size_t b0, b1;
-	split((size_t)a->B, t, nt, 1, &b0, &b1);
+	split((size_t)a->B, t, nt, INTER_L, &b0, &b1);
 	inter_bwd_rows(a, b0, b1, a->scratch + (size_t)t * a->slab);
 }
 
-/* Runs an interaction task with a slab of scratch per thread: the forward's
- * F doubles and (D,F) floats, or the backward's F*D doubles. */
+/* Runs an interaction task with a slab of scratch per thread: a lane's
+ * vectors (F*D lanes of doubles) and the forward's dots (one lane a pair)
+ * or the backward's gradients (F*D) and pair gradients (one a pair). */
 static void inter_run(apf_backend *be, task_fn fn, struct inter_arg *a)
 {
 	size_t F = (size_t)a->E + 1, D = (size_t)a->D;
-	size_t need = F * sizeof(double) + F * D * sizeof(float);
-	if (F * D * sizeof(double) > need)
-		need = F * D * sizeof(double);
+	size_t need = (2 * F * D + F * (F - 1) / 2) * sizeof(inter_v);
 	a->slab = (need + 63) / 64 * 64;
 	int nt = (size_t)a->B * F * D < PAR_MIN / 8 ? 1 : nthreads(be);
 	a->scratch = aligned_alloc(64, a->slab * (size_t)nt);
