@@ -124,6 +124,122 @@ static void w_batchnorm_relu_backward(apf_backend *be, float *dinp,
 	record(key, t0);
 }
 
+static void w_maxpool2d_forward(apf_backend *be, float *out, int32_t *argmax,
+				const float *inp, int B, int H, int W, int C,
+				int K, int S, int P)
+{
+	char key[96];
+	snprintf(key, sizeof key, "maxpool fwd  %2dx%-2d %d k%d s%d", H, W, C,
+		 K, S);
+	uint64_t t0 = apf_now_ns();
+	orig.maxpool2d_forward(be, out, argmax, inp, B, H, W, C, K, S, P);
+	record(key, t0);
+}
+
+static void w_maxpool2d_backward(apf_backend *be, float *dinp,
+				 const float *dout, const int32_t *argmax,
+				 int B, int H, int W, int C, int K, int S,
+				 int P, int accum)
+{
+	char key[96];
+	snprintf(key, sizeof key, "maxpool bwd  %2dx%-2d %d k%d s%d", H, W, C,
+		 K, S);
+	uint64_t t0 = apf_now_ns();
+	orig.maxpool2d_backward(be, dinp, dout, argmax, B, H, W, C, K, S, P,
+				accum);
+	record(key, t0);
+}
+
+static void w_upconv2x2_forward(apf_backend *be, float *out, const float *inp,
+				const float *weight, const float *bias, int B,
+				int H, int W, int C, int OC)
+{
+	char key[96];
+	snprintf(key, sizeof key, "upconv fwd   %2dx%-2d %2d->%-2d", H, W, C,
+		 OC);
+	uint64_t t0 = apf_now_ns();
+	orig.upconv2x2_forward(be, out, inp, weight, bias, B, H, W, C, OC);
+	record(key, t0);
+}
+
+static void w_upconv2x2_backward(apf_backend *be, float *dinp, float *dweight,
+				 float *dbias, const float *dout,
+				 const float *inp, const float *weight, int B,
+				 int H, int W, int C, int OC, int accum)
+{
+	char key[96];
+	snprintf(key, sizeof key, "upconv bwd   %2dx%-2d %2d->%-2d", H, W, C,
+		 OC);
+	uint64_t t0 = apf_now_ns();
+	orig.upconv2x2_backward(be, dinp, dweight, dbias, dout, inp, weight, B,
+				H, W, C, OC, accum);
+	record(key, t0);
+}
+
+static void w_concat_forward(apf_backend *be, float *out, const float *a,
+			     const float *b, int N, int Ca, int Cb)
+{
+	char key[96];
+	snprintf(key, sizeof key, "concat fwd   %7d x %d+%d", N, Ca, Cb);
+	uint64_t t0 = apf_now_ns();
+	orig.concat_forward(be, out, a, b, N, Ca, Cb);
+	record(key, t0);
+}
+
+static void w_concat_backward(apf_backend *be, float *da, float *db,
+			      const float *dout, int N, int Ca, int Cb,
+			      int accum_a, int accum_b)
+{
+	char key[96];
+	snprintf(key, sizeof key, "concat bwd   %7d x %d+%d", N, Ca, Cb);
+	uint64_t t0 = apf_now_ns();
+	orig.concat_backward(be, da, db, dout, N, Ca, Cb, accum_a, accum_b);
+	record(key, t0);
+}
+
+static void w_instnorm_forward(apf_backend *be, float *out, float *mean,
+			       float *rstd, const float *inp,
+			       const float *scale, const float *bias, int B,
+			       int HW, int C, float eps)
+{
+	char key[96];
+	snprintf(key, sizeof key, "in fwd       %4d x %d x %d", B, HW, C);
+	uint64_t t0 = apf_now_ns();
+	orig.instnorm_forward(be, out, mean, rstd, inp, scale, bias, B, HW, C,
+			      eps);
+	record(key, t0);
+}
+
+static void w_instnorm_backward(apf_backend *be, float *dinp, float *dscale,
+				float *dbias, const float *dout,
+				const float *inp, const float *scale,
+				const float *mean, const float *rstd, int B,
+				int HW, int C, int accum)
+{
+	char key[96];
+	snprintf(key, sizeof key, "in bwd       %4d x %d x %d", B, HW, C);
+	uint64_t t0 = apf_now_ns();
+	orig.instnorm_backward(be, dinp, dscale, dbias, dout, inp, scale, mean,
+			       rstd, B, HW, C, accum);
+	record(key, t0);
+}
+
+static void w_l1_forward(apf_backend *be, float *losses, const float *pred,
+			 const float *target, int B, int n)
+{
+	uint64_t t0 = apf_now_ns();
+	orig.l1_forward(be, losses, pred, target, B, n);
+	record("l1 loss fwd", t0);
+}
+
+static void w_l1_backward(apf_backend *be, float *dpred, const float *pred,
+			  const float *target, int B, int n, float dloss)
+{
+	uint64_t t0 = apf_now_ns();
+	orig.l1_backward(be, dpred, pred, target, B, n, dloss);
+	record("l1 loss bwd", t0);
+}
+
 static void w_batchnorm_backward(apf_backend *be, float *dinp, float *dscale,
 				 float *dbias, const float *dout,
 				 const float *inp, const float *scale,
@@ -401,6 +517,16 @@ int main(int argc, char **argv)
 	prof.interaction_backward = w_interaction_backward;
 	prof.attention_forward = w_attention_forward;
 	prof.attention_backward = w_attention_backward;
+	prof.maxpool2d_forward = w_maxpool2d_forward;
+	prof.maxpool2d_backward = w_maxpool2d_backward;
+	prof.upconv2x2_forward = w_upconv2x2_forward;
+	prof.upconv2x2_backward = w_upconv2x2_backward;
+	prof.concat_forward = w_concat_forward;
+	prof.concat_backward = w_concat_backward;
+	prof.instnorm_forward = w_instnorm_forward;
+	prof.instnorm_backward = w_instnorm_backward;
+	prof.l1_forward = w_l1_forward;
+	prof.l1_backward = w_l1_backward;
 	apf_workload *wl;
 	apf_trial_key key = {1, 0, 0};
 	if (apf_workload_open(&wl, spec, "base", be, &key, 0))
