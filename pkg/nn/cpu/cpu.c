@@ -1967,15 +1967,14 @@ static void embedding_backward(apf_backend *be, float *dtable,
  * same as when it was done alone - every dot summed in double in k order,
  * every gradient summed in double in pair order - with the examples of a
  * lane side by side in one vector of doubles (GCC's vector extension: one
- * AVX-512 register, two AVX2 or four SSE2 ones), so the bits depend on
- * neither the thread count nor the vector width. A product of two floats
- * is exact in double, so a fused multiply-add rounds it as the separate
- * multiply and add do. A lane holds an example's F vectors as
- * P[j * D + k][lane] = v_j[k] in double; a short lane is padded with
- * zeros whose results are dropped. */
-#define INTER_L 8
+ * AVX2 register; a wider type would have no register mode in the AVX2
+ * clone and live in memory), so the bits depend on neither the thread
+ * count nor the vector width. A product of two floats is exact in double,
+ * so a fused multiply-add rounds it as the separate multiply and add do.
+ * A lane holds an example's F vectors as P[j * D + k][lane] = v_j[k] in
+ * double; a short lane is padded with zeros whose results are dropped. */
+#define INTER_L 4
 typedef double inter_v __attribute__((vector_size(INTER_L * sizeof(double))));
-#define INTER_HOT __attribute__((target_clones("avx512f", "avx2", "default")))
 
 struct inter_arg {
 	float *out, *ddense, *demb;
@@ -2010,7 +2009,7 @@ static void inter_pack(inter_v *restrict P, const struct inter_arg *a,
 
 /* The dots of v_i with v_j, j < i, for a lane: four j at a time, so that
  * four sums in k order run side by side. */
-INTER_HOT static void inter_fwd_rows(const struct inter_arg *a, size_t b0,
+HOT static void inter_fwd_rows(const struct inter_arg *a, size_t b0,
 				     size_t b1, char *slab)
 {
 	int E = a->E, D = a->D, F = E + 1;
@@ -2064,7 +2063,7 @@ INTER_HOT static void inter_fwd_rows(const struct inter_arg *a, size_t b0,
  * adds dout(pair) v_j to v_i's gradient and dout(pair) v_i to v_j's,
  * summed in double (G, F*D per example, the dense part starting from its
  * own output gradient), then written or added. */
-INTER_HOT static void inter_bwd_rows(const struct inter_arg *a, size_t b0,
+HOT static void inter_bwd_rows(const struct inter_arg *a, size_t b0,
 				     size_t b1, char *slab)
 {
 	int E = a->E, D = a->D, F = E + 1;
