@@ -2010,7 +2010,7 @@ static void inter_pack(inter_v *restrict P, const struct inter_arg *a,
 /* The dots of v_i with v_j, j < i, for a lane: four j at a time, so that
  * four sums in k order run side by side. */
 HOT static void inter_fwd_rows(const struct inter_arg *a, size_t b0,
-				     size_t b1, char *slab)
+			       size_t b1, char *slab)
 {
 	int E = a->E, D = a->D, F = E + 1;
 	size_t OC = (size_t)D + (size_t)F * (F - 1) / 2;
@@ -2064,7 +2064,7 @@ HOT static void inter_fwd_rows(const struct inter_arg *a, size_t b0,
  * summed in double (G, F*D per example, the dense part starting from its
  * own output gradient), then written or added. */
 HOT static void inter_bwd_rows(const struct inter_arg *a, size_t b0,
-				     size_t b1, char *slab)
+			       size_t b1, char *slab)
 {
 	int E = a->E, D = a->D, F = E + 1;
 	size_t OC = (size_t)D + (size_t)F * (F - 1) / 2;
