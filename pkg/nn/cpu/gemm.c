@@ -372,17 +372,118 @@ TGT_AVX512 static void kernel_avx512(const struct apf_gemm *g, size_t p,
 	}
 }
 
+/* ---- one column: up to 8 vectors of rows x 1 ---------------------------
+ *
+ * A C of one column (a layer with one output: the U-Net's last 1x1
+ * convolution, the DLRM's logit; or one row, transposed in
+ * apf_gemm_prepare) would fill one of NR columns of every tile, and every
+ * tile would be an edge tile. These kernels keep the rows in the vector
+ * instead: a panel of mr rows of op(A) (a multiple of the vector width, at
+ * most 8 vectors, no more than M needs), k-major as every A panel is,
+ * against the column broadcast one k at a time, so each row's sum is still
+ * acc = fma(op(A)[i][k], op(B)[k][0], acc) over k in order; up to eight
+ * sums run side by side. The epilogue is the scalar one (store_tile). */
+#define COL_VECTORS 8
+enum { KERNEL_AVX2_COL = 16, KERNEL_AVX512_COL };
+
+/* The panel's rows for a C of M rows on a path of w floats a vector. */
+static int col_rows(int M, int w)
+{
+	int v = (M + w - 1) / w;
+	return (v < COL_VECTORS ? (v > 0 ? v : 1) : COL_VECTORS) * w;
+}
+
+static inline __attribute__((always_inline)) TGT_AVX2 void
+col_avx2(const struct apf_gemm *g, size_t p, const int nv)
+{
+	size_t K = (size_t)g->K, mr = (size_t)nv * 8;
+	const float *a = g->pa + p * mr * K;
+	const float *b = g->pb;
+	__m256 c[COL_VECTORS];
+	for (int v = 0; v < nv; v++)
+		c[v] = _mm256_setzero_ps();
+	for (size_t k = 0; k < K; k++) {
+		__m256 bk = _mm256_broadcast_ss(b + k);
+		for (int v = 0; v < nv; v++)
+			c[v] = _mm256_fmadd_ps(_mm256_loadu_ps(a + 8 * v), bk,
+					       c[v]);
+		a += mr;
+	}
+	float t[COL_VECTORS * 8];
+	for (int v = 0; v < nv; v++)
+		_mm256_storeu_ps(t + 8 * v, c[v]);
+	store_tile(g, t, 1, p * mr, 0, tile_rows(g, p), 1);
+}
+
+TGT_AVX2 static void kernel_avx2_col(const struct apf_gemm *g, size_t p,
+				     size_t q)
+{
+	(void)q;
+	switch (g->mr / 8) {
+	case 1: col_avx2(g, p, 1); break;
+	case 2: col_avx2(g, p, 2); break;
+	case 3: col_avx2(g, p, 3); break;
+	case 4: col_avx2(g, p, 4); break;
+	case 5: col_avx2(g, p, 5); break;
+	case 6: col_avx2(g, p, 6); break;
+	case 7: col_avx2(g, p, 7); break;
+	default: col_avx2(g, p, 8); break;
+	}
+}
+
+static inline __attribute__((always_inline)) TGT_AVX512 void
+col_avx512(const struct apf_gemm *g, size_t p, const int nv)
+{
+	size_t K = (size_t)g->K, mr = (size_t)nv * 16;
+	const float *a = g->pa + p * mr * K;
+	const float *b = g->pb;
+	__m512 c[COL_VECTORS];
+	for (int v = 0; v < nv; v++)
+		c[v] = _mm512_setzero_ps();
+	for (size_t k = 0; k < K; k++) {
+		__m512 bk = _mm512_set1_ps(b[k]);
+		for (int v = 0; v < nv; v++)
+			c[v] = _mm512_fmadd_ps(_mm512_loadu_ps(a + 16 * v), bk,
+					       c[v]);
+		a += mr;
+	}
+	float t[COL_VECTORS * 16];
+	for (int v = 0; v < nv; v++)
+		_mm512_storeu_ps(t + 16 * v, c[v]);
+	store_tile(g, t, 1, p * mr, 0, tile_rows(g, p), 1);
+}
+
+TGT_AVX512 static void kernel_avx512_col(const struct apf_gemm *g, size_t p,
+					 size_t q)
+{
+	(void)q;
+	switch (g->mr / 16) {
+	case 1: col_avx512(g, p, 1); break;
+	case 2: col_avx512(g, p, 2); break;
+	case 3: col_avx512(g, p, 3); break;
+	case 4: col_avx512(g, p, 4); break;
+	case 5: col_avx512(g, p, 5); break;
+	case 6: col_avx512(g, p, 6); break;
+	case 7: col_avx512(g, p, 7); break;
+	default: col_avx512(g, p, 8); break;
+	}
+}
+
 /* ---- driver ------------------------------------------------------------ */
 
 typedef void (*kernel_fn)(const struct apf_gemm *g, size_t p, size_t q);
 
-static kernel_fn kernel_of(int isa)
+static kernel_fn kernel_of(int kernel)
 {
-	switch (isa) {
+	switch (kernel) {
 	case APF_CPU_ISA_AVX2:
 		return kernel_avx2;
 	case APF_CPU_ISA_AVX512:
 		return kernel_avx512;
+	case KERNEL_AVX2_COL:
+		return kernel_avx2_col;
+	case KERNEL_AVX512_COL:
+		return kernel_avx512_col;
 	default:
 		return kernel_scalar;
 	}
@@ -414,20 +515,31 @@ void apf_gemm_compute(const struct apf_gemm *g, int t, int nt)
 
 /* The micro-tile of path isa for a C of N columns: the AVX-512 path runs
  * the AVX2 kernel (every AVX-512 CPU it runs on has AVX2 and FMA, isa.c)
- * where 32 columns would be mostly padding. */
-static int micro_tile(int isa, int N, int *kernel, int *mr, int *nr)
+ * where 32 columns would be mostly padding, and a vector path its column
+ * kernel where C has one. */
+static int micro_tile(int isa, int M, int N, int *kernel, int *mr, int *nr)
 {
 	switch (isa) {
 	case APF_CPU_ISA_SCALAR:
 		*kernel = isa, *mr = SCALAR_MR, *nr = SCALAR_NR;
 		return 0;
 	case APF_CPU_ISA_AVX512:
+		if (N == 1) {
+			*kernel = KERNEL_AVX512_COL, *mr = col_rows(M, 16),
+			*nr = 1;
+			return 0;
+		}
 		if (N > AVX2_NR) {
 			*kernel = isa, *mr = AVX512_MR, *nr = AVX512_NR;
 			return 0;
 		}
 		/* fall through */
 	case APF_CPU_ISA_AVX2:
+		if (N == 1) {
+			*kernel = KERNEL_AVX2_COL, *mr = col_rows(M, 8),
+			*nr = 1;
+			return 0;
+		}
 		*kernel = APF_CPU_ISA_AVX2, *mr = AVX2_MR, *nr = AVX2_NR;
 		return 0;
 	}
@@ -461,7 +573,7 @@ int apf_gemm_prepare(struct apf_gemm *g, struct apf_gemm_buf *buf)
 {
 	g->pa = g->pb = g->owned = NULL;
 	g->mp = g->np = 0;
-	int rc = micro_tile(g->isa, g->N, &g->kernel, &g->mr, &g->nr);
+	int rc = micro_tile(g->isa, g->M, g->N, &g->kernel, &g->mr, &g->nr);
 	if (rc)
 		return rc;
 	if (g->M < 0 || g->N < 0 || g->K < 0)
@@ -476,6 +588,21 @@ int apf_gemm_prepare(struct apf_gemm *g, struct apf_gemm_buf *buf)
 				 g->K);
 	if (!g->M || !g->N)
 		return 0;
+	if (g->M == 1 && g->N > 1 && g->isa != APF_CPU_ISA_SCALAR) {
+		/* One row: C^T (N,1) = op(B)^T op(A)^T, one column, whose
+		 * sums are the same fmas (the two factors swapped, which an
+		 * fma does not see) in the same k order. C's row is the
+		 * column, ldc 1. */
+		const float *A = g->A;
+		int lda = g->lda, ta = g->trans_a;
+		g->A = g->B, g->lda = g->ldb, g->trans_a = !g->trans_b;
+		g->B = A, g->ldb = lda, g->trans_b = !ta;
+		g->M = g->N, g->N = 1, g->ldc = 1;
+		rc = micro_tile(g->isa, g->M, g->N, &g->kernel, &g->mr,
+				&g->nr);
+		if (rc)
+			return rc;
+	}
 	size_t mp = ((size_t)g->M + (size_t)g->mr - 1) / (size_t)g->mr;
 	size_t np = ((size_t)g->N + (size_t)g->nr - 1) / (size_t)g->nr;
 	size_t na = mp * (size_t)g->mr * (size_t)g->K;

@@ -23,7 +23,11 @@
  * NR columns of B, k-major), and a register-blocked micro-kernel computes
  * one MR x NR tile of C over the whole of K: scalar 4x8, AVX2 6x16,
  * AVX-512 12x32 (6x16 where N <= 16, so a narrow C is not padded to 32
- * columns). Padding rows and columns are computed and dropped.
+ * columns). A C of one column runs the vector paths' column kernels, up to
+ * 8 vectors of rows x 1 (64 rows on AVX2, 128 on AVX-512), and a C of one
+ * row is computed as its transpose, one column (op(B)^T op(A)^T: the same
+ * fmas with their two factors swapped, which an fma does not see, in the
+ * same k order). Padding rows and columns are computed and dropped.
  *
  * Threads. A prepared GEMM (struct apf_gemm) is run in two phases, each a
  * share (t of nt) that the caller's thread pool runs on every thread:
@@ -37,7 +41,9 @@
 #include <stddef.h>
 
 struct apf_gemm {
-	/* the problem, as cblas_sgemm's row-major arguments */
+	/* the problem, as cblas_sgemm's row-major arguments (a one-row
+	 * problem is restated by apf_gemm_prepare as its one-column
+	 * transpose: read C, not these, after it) */
 	int isa; /* isa.h's APF_CPU_ISA_* path */
 	int trans_a, trans_b, M, N, K;
 	float alpha;
