@@ -7,8 +7,8 @@
  * mask: centre rows always kept, the others at p_keep over 2000 examples,
  * a pure function of (key, index). The corruption: the identity (as a
  * magnitude) with every row kept, a single pixel's closed form, the column
- * mean when only the DC row survives, and Parseval against a direct 2-D
- * DFT of the kept rows.
+ * mean when only the DC row survives, Parseval against a direct 2-D
+ * DFT of the kept rows, and the bits of a cos and sin per term.
  */
 #include "testlib.h"
 
@@ -434,6 +434,65 @@ static void corrupt_keeps_parsevals_energy_of_the_kept_rows(void **state)
 	}
 }
 
+/* The corruption as every recorded run computed it: cos and sin called
+ * for each (row, frequency) term. */
+static void corrupt_ref(float *out, const float *x, int H, int W,
+			const uint8_t *mask)
+{
+	double pr[APF_RECON_MAX], pi[APF_RECON_MAX];
+	for (int d = 0; d < H; d++) {
+		double a = 0, b = 0;
+		for (int k = 0; k < H; k++) {
+			if (!mask[k])
+				continue;
+			int t = (int)(((long)k * d) % H);
+			double th = 2.0 * M_PI * (double)t / (double)H;
+			a += cos(th);
+			b += sin(th);
+		}
+		pr[d] = a / H;
+		pi[d] = b / H;
+	}
+	for (int r = 0; r < H; r++) {
+		double zr[APF_RECON_MAX] = {0}, zi[APF_RECON_MAX] = {0};
+		for (int m = 0; m < H; m++) {
+			int d = (r - m + H) % H;
+			for (int c = 0; c < W; c++) {
+				zr[c] += pr[d] * x[m * W + c];
+				zi[c] += pi[d] * x[m * W + c];
+			}
+		}
+		for (int c = 0; c < W; c++)
+			out[r * W + c] =
+				(float)sqrt(zr[c] * zr[c] + zi[c] * zi[c]);
+	}
+}
+
+/* The angles are computed once an image now (a table of H): the bits are
+ * those of a cos and a sin per term, on every size up to the largest,
+ * with many masks. */
+static void corrupt_gives_the_recorded_bits(void **state)
+{
+	(void)state;
+	float x[APF_RECON_MAX * APF_RECON_MAX];
+	float out[APF_RECON_MAX * APF_RECON_MAX];
+	float want[APF_RECON_MAX * APF_RECON_MAX];
+	uint8_t m[APF_RECON_MAX];
+	for (int H = 1; H <= APF_RECON_MAX; H += 3)
+		for (int i = 0; i < 8; i++) {
+			int W = 1 + (H * 7 + i * 5) % APF_RECON_MAX;
+			test_image(x, H, W, 100 + (uint64_t)(H * 8 + i), 0.5f);
+			apf_kspace_mask(m, H, H < 4 ? 1 : 4, 0.3, mask_key,
+					(uint64_t)(H * 8 + i));
+			apf_kspace_corrupt(out, x, H, W, m);
+			corrupt_ref(want, x, H, W, m);
+			if (memcmp(out, want, (size_t)H * W * sizeof *out))
+				fail_msg("%dx%d, image %d: not the bits of a "
+					 "cos and sin per term",
+					 H, W, i);
+		}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -448,6 +507,7 @@ int main(void)
 		cmocka_unit_test(corrupt_of_a_single_pixel_has_its_closed_form),
 		cmocka_unit_test(corrupt_with_the_dc_row_alone_is_the_column_mean),
 		cmocka_unit_test(corrupt_keeps_parsevals_energy_of_the_kept_rows),
+		cmocka_unit_test(corrupt_gives_the_recorded_bits),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
