@@ -1274,6 +1274,29 @@ class TargetPastTheBudget(ApfCase):
         self.assertIn("not counted, as AlgoPerf makes no eval once the "
                       "budget is spent", text)
 
+    def test_an_operator_who_widens_the_budget_fails_verify(self):
+        # The runner key in hand: trial_start's budget raised past the
+        # late eval, the log re-chained and its head re-signed, so that
+        # the scorer would count the late target. verify recomputes the
+        # budget from the workload and the rules, and score --verify
+        # ranks nothing it refused.
+        i = self.run.find("trial_start", self.late)[0]
+        last = self.run.records[self.run.kept_evals(self.late)[-1]]
+        self.run.records[i]["budget_ns"] = last["accumulated_submission_ns"] + 1
+        self.run.save()
+        r = self.apf("verify", self.run.path)
+        self.assertNotEqual(r.rc, 0, r.out)
+        self.assertIn("budget_ns is", r.out + r.err)
+        # Unverified, the scorer takes the log's word (and says the run
+        # is unverified): only verify stands between it and the score.
+        j = json.loads(self.ok("score", self.run.path, "--json").out)
+        self.assertIsInstance(j["submissions"][0]["times"]["tiny"], float)
+        self.assertIn("verified: no", self.ok("score", self.run.path).out)
+        v = self.apf("score", self.run.path, "--verify", "--json")
+        self.assertNotEqual(v.rc, 0, v.out)
+        self.assertIn("1 failed verification", v.err)
+        self.assertIn("budget_ns is", v.err)
+
     def test_a_target_met_before_the_budget_still_counts(self):
         # The control: the same unit meeting it one eval earlier counts.
         from runfake import FakeRun, UnitScript
