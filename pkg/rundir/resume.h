@@ -25,6 +25,14 @@ struct apf_rundir_unit {
 	uint64_t budget_ns;       /* the last trial_start's; 0: none */
 };
 
+/* Whether a time-to-target counts for a score: met (>= 0) and under the
+ * budget. A unit's last eval, at or past its budget, is logged but meets
+ * no target (docs/design.md 3.5: AlgoPerf makes no eval there). */
+static inline int apf_rundir_ttt_counts(int64_t ttt_ns, uint64_t budget_ns)
+{
+	return ttt_ns >= 0 && (uint64_t)ttt_ns < budget_ns;
+}
+
 void apf_rundir_unit_init(struct apf_rundir_unit *s);
 /* Applies one of the unit's records (its event and its object). */
 void apf_rundir_unit_apply(struct apf_rundir_unit *s, const char *event,

@@ -173,8 +173,8 @@ int apf_rundir_status(json_t **out, const char *run_dir)
 			(json_int_t)uw.st.preemptions, "indexed",
 			!is_single && json_object_get(index, name) != NULL);
 		/* As the scorer counts it: under the budget only. */
-		if (u && uw.st.time_to_target_ns >= 0 &&
-		    uw.st.time_to_target_ns < uw.budget_ns)
+		if (u && apf_rundir_ttt_counts(uw.st.time_to_target_ns,
+					       uw.st.budget_ns))
 			json_object_set_new(u, "time_to_target_s",
 					    number_or_null(uw.st.time_to_target_ns));
 		if (u && problem)

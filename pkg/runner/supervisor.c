@@ -1454,11 +1454,9 @@ static int run_units(struct run *r, size_t nsel)
 				.unit = name,
 				.already = 1,
 				.failed = st->failed,
-				/* Counted only under the budget (unit.c). */
 				.time_to_target_s =
-					st->time_to_target_ns >= 0 &&
-							(uint64_t)st->time_to_target_ns <
-								st->budget_ns
+					apf_rundir_ttt_counts(st->time_to_target_ns,
+							      st->budget_ns)
 						? (double)st->time_to_target_ns / 1e9
 						: -1,
 				.submission_s = (double)st->sub_ns / 1e9,

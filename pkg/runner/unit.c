@@ -118,10 +118,9 @@ static int end_trial(struct unit *u, const char *reason, int failed,
 	else
 		u->r->completed++;
 	/* A target met only at the eval at or past the budget is logged (the
-	 * log says what happened) but counts for nothing: AlgoPerf makes no
-	 * eval once the budget is spent, and apf score skips that one. */
-	int counted = u->time_to_target_ns >= 0 &&
-		      (uint64_t)u->time_to_target_ns < u->hu->budget_ns;
+	 * log says what happened) but counts for nothing. */
+	int counted = apf_rundir_ttt_counts(u->time_to_target_ns,
+					    u->hu->budget_ns);
 	const struct apf_run_opts *o = u->r->o;
 	if (o->unit_end) {
 		struct apf_run_unit_end e = {

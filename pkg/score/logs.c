@@ -421,32 +421,39 @@ static int add_missing_units(struct apf_score_submission *s)
 	return rc;
 }
 
+/* Trial n of study k of the workload logged as dir_name, or NULL. */
+static struct apf_score_trial *
+logged_trial(struct apf_score_submission *s, const char *dir_name, long k,
+	     long n)
+{
+	for (size_t j = 0; j < s->nw; j++) {
+		if (strcmp(s->w[j].dir_name, dir_name))
+			continue;
+		for (size_t i = 0; i < s->w[j].nstudies; i++) {
+			struct apf_score_study *st = &s->w[j].studies[i];
+			for (size_t t = 0; st->number == k && t < st->ntrials;
+			     t++)
+				if (st->trials[t].number == n)
+					return &st->trials[t];
+		}
+	}
+	return NULL;
+}
+
 /* Each trial of an apf run gets its unit's budget from the unit's log
  * (trial_start's budget_ns, which verify binds to the workload's budget,
  * the rules' multiplier and the run's scale): the scorer counts no eval at
  * or past it. */
 static void set_budgets(struct apf_score_submission *s)
 {
-	const apf_score_run *run = s->run;
-	for (size_t i = 0; run && i < run->nunits; i++) {
-		const struct apf_score_unit *u = &run->units[i];
-		if (!u->budget_ns || !u->dir_name)
-			continue;
-		for (size_t j = 0; j < s->nw; j++) {
-			const struct apf_score_workload *w = &s->w[j];
-			if (strcmp(w->dir_name, u->dir_name))
-				continue;
-			for (size_t k = 0; k < w->nstudies; k++) {
-				struct apf_score_study *st = &w->studies[k];
-				if (st->number != u->study)
-					continue;
-				for (size_t t = 0; t < st->ntrials; t++)
-					if (st->trials[t].number == u->trial)
-						st->trials[t].budget =
-							(double)u->budget_ns /
-							1e9;
-			}
-		}
+	for (size_t i = 0; s->run && i < s->run->nunits; i++) {
+		const struct apf_score_unit *u = &s->run->units[i];
+		struct apf_score_trial *t =
+			u->budget_ns && u->dir_name
+				? logged_trial(s, u->dir_name, u->study, u->trial)
+				: NULL;
+		if (t)
+			t->budget = (double)u->budget_ns / 1e9;
 	}
 }
 

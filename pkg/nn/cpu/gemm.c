@@ -386,6 +386,22 @@ TGT_AVX512 static void kernel_avx512(const struct apf_gemm *g, size_t p,
 #define COL_VECTORS 8
 enum { KERNEL_AVX2_COL = 16, KERNEL_AVX512_COL };
 
+/* fn(g, p, nv) with nv (1 to COL_VECTORS) a constant in each call, so
+ * that each inlined body keeps its accumulators in registers. */
+#define COL_DISPATCH(fn, g, p, nv)                                            \
+	do {                                                                  \
+		switch (nv) {                                                 \
+		case 1: fn(g, p, 1); break;                                   \
+		case 2: fn(g, p, 2); break;                                   \
+		case 3: fn(g, p, 3); break;                                   \
+		case 4: fn(g, p, 4); break;                                   \
+		case 5: fn(g, p, 5); break;                                   \
+		case 6: fn(g, p, 6); break;                                   \
+		case 7: fn(g, p, 7); break;                                   \
+		default: fn(g, p, COL_VECTORS); break;                        \
+		}                                                             \
+	} while (0)
+
 /* The panel's rows for a C of M rows on a path of w floats a vector. */
 static int col_rows(int M, int w)
 {
@@ -419,16 +435,7 @@ TGT_AVX2 static void kernel_avx2_col(const struct apf_gemm *g, size_t p,
 				     size_t q)
 {
 	(void)q;
-	switch (g->mr / 8) {
-	case 1: col_avx2(g, p, 1); break;
-	case 2: col_avx2(g, p, 2); break;
-	case 3: col_avx2(g, p, 3); break;
-	case 4: col_avx2(g, p, 4); break;
-	case 5: col_avx2(g, p, 5); break;
-	case 6: col_avx2(g, p, 6); break;
-	case 7: col_avx2(g, p, 7); break;
-	default: col_avx2(g, p, 8); break;
-	}
+	COL_DISPATCH(col_avx2, g, p, g->mr / 8);
 }
 
 static inline __attribute__((always_inline)) TGT_AVX512 void
@@ -457,16 +464,7 @@ TGT_AVX512 static void kernel_avx512_col(const struct apf_gemm *g, size_t p,
 					 size_t q)
 {
 	(void)q;
-	switch (g->mr / 16) {
-	case 1: col_avx512(g, p, 1); break;
-	case 2: col_avx512(g, p, 2); break;
-	case 3: col_avx512(g, p, 3); break;
-	case 4: col_avx512(g, p, 4); break;
-	case 5: col_avx512(g, p, 5); break;
-	case 6: col_avx512(g, p, 6); break;
-	case 7: col_avx512(g, p, 7); break;
-	default: col_avx512(g, p, 8); break;
-	}
+	COL_DISPATCH(col_avx512, g, p, g->mr / 16);
 }
 
 /* ---- driver ------------------------------------------------------------ */
