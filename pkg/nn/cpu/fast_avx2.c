@@ -24,20 +24,22 @@
 
 /* ---- the forward / input-gradient tile -------------------------------- */
 
-/* For pixels i < np, out[i][0..15] (=, or += when accum) sum over taps t
- * and channels c < cin of px[i][toff[t] + c] * tw[t][c * ldw + 0..15], plus
- * bias[0..15] if given. Pixels np..5 repeat pixel 0 and are not stored. */
+/* For pixels i < np, out[i][o0 .. o0 + 15] (=, or += when accum) sum over
+ * taps t and channels c < cin of px[i][toff[t] + c] * tw[t][c * ldw + o0
+ * ..], plus bias[o0 ..] if given. Pixels np..5 repeat pixel 0 and are not
+ * stored. The offset is added here, not to copies of the pointer arrays
+ * (see fast_avx512.c's tile_body). */
 TGT static void tile_6x16(const float *const px[TILE_PX],
 			  float *const out[TILE_PX], int np,
 			  const ptrdiff_t *toff, const float *const *tw,
 			  int ntaps, int cin, int ldw, const float *bias,
-			  int accum)
+			  int accum, int o0)
 {
 	__m256 a0 = _mm256_setzero_ps(), b0 = a0, a1 = a0, b1 = a0;
 	__m256 a2 = a0, b2 = a0, a3 = a0, b3 = a0, a4 = a0, b4 = a0;
 	__m256 a5 = a0, b5 = a0;
 	for (int t = 0; t < ntaps; t++) {
-		const float *w = tw[t];
+		const float *w = tw[t] + o0;
 		ptrdiff_t o = toff[t];
 		const float *p0 = px[0] + o, *p1 = px[1] + o, *p2 = px[2] + o;
 		const float *p3 = px[3] + o, *p4 = px[4] + o, *p5 = px[5] + o;
@@ -69,11 +71,11 @@ TGT static void tile_6x16(const float *const px[TILE_PX],
 	__m256 hi[TILE_PX] = {b0, b1, b2, b3, b4, b5};
 	__m256 blo = _mm256_setzero_ps(), bhi = blo;
 	if (bias) {
-		blo = _mm256_loadu_ps(bias);
-		bhi = _mm256_loadu_ps(bias + 8);
+		blo = _mm256_loadu_ps(bias + o0);
+		bhi = _mm256_loadu_ps(bias + o0 + 8);
 	}
 	for (int i = 0; i < np; i++) {
-		float *d = out[i];
+		float *d = out[i] + o0;
 		__m256 l = lo[i], h = hi[i];
 		if (accum) {
 			l = _mm256_add_ps(_mm256_loadu_ps(d), l);
@@ -92,7 +94,6 @@ TGT static void tiles(const struct apf_fast_grid *g, const ptrdiff_t *toff,
 		      int cout, const float *bias, int accum)
 {
 	int n = g->nimg * g->rows * g->cols;
-	const float *twc[APF_FAST_MAX_TAPS];
 	int img = 0, r = 0, c = 0; /* the next pixel */
 	for (int p = 0; p < n; p += TILE_PX) {
 		const float *px[TILE_PX];
@@ -111,15 +112,9 @@ TGT static void tiles(const struct apf_fast_grid *g, const ptrdiff_t *toff,
 		}
 		for (int i = np; i < TILE_PX; i++)
 			px[i] = px[0], out[i] = out[0];
-		for (int o0 = 0; o0 < cout; o0 += 16) {
-			float *oo[TILE_PX];
-			for (int i = 0; i < TILE_PX; i++)
-				oo[i] = out[i] + o0;
-			for (int t = 0; t < ntaps; t++)
-				twc[t] = tw[t] + o0;
-			tile_6x16(px, oo, np, toff, twc, ntaps, cin, ldw,
-				  bias ? bias + o0 : NULL, accum);
-		}
+		for (int o0 = 0; o0 < cout; o0 += 16)
+			tile_6x16(px, out, np, toff, tw, ntaps, cin, ldw, bias,
+				  accum, o0);
 	}
 }
 
