@@ -546,6 +546,8 @@ static void conv_gives_the_same_bits_on_every_path(void **state)
 		{2, 7, 7, 64, 64, 3, 1, 1, 1},    /* Winograd 64, bias */
 		{2, 9, 7, 16, 16, 5, 2, 2, 1},    /* 5x5, stride 2, odd sizes */
 		{2, 5, 7, 48, 48, 3, 1, 1, 1},    /* 32 + 16 channels, odd map */
+		{2, 6, 9, 32, 16, 3, 1, 1, 1},    /* Winograd 32 -> 16 */
+		{3, 10, 10, 16, 32, 3, 1, 1, 0},  /* Winograd 16 -> 32 */
 		{2, 6, 5, 48, 16, 3, 2, 1, 0},    /* direct, 48 -> 16 */
 		{2, 6, 5, 24, 48, 3, 2, 1, 0},    /* 24 channels: 16 + 8 */
 		{3, 5, 4, 8, 16, 3, 1, 1, 1},     /* 8 channels, direct */

@@ -430,8 +430,9 @@ void apf_cpu_conv_fast_dweight(struct apf_conv_job *j, int t, int nt)
  * For 3x3 convolutions of stride 1 and padding 1 (Lavin and Gray, 2016): a
  * 2x2 output tile is A^T [(G g G^T) . (B^T d B)] A over its 4x4 input tile
  * d, 16 multiplies per channel pair instead of 36. Tiles go in groups of TG:
- * their inputs transformed into V (16 x TG x cin), 16 GEMMs (the 6x16
- * register tile) give M (16 x TG x cout), which is transformed out. The
+ * their inputs transformed into V (16 x TG x cin), 16 GEMMs (the path's
+ * wino_gemm, or its tiles) give M (16 x TG x cout), which is transformed
+ * out. The
  * input gradient is the same convolution of the output gradient with the
  * flipped, transposed kernel; the weight gradient sums (A dY A^T) . V over
  * tiles into dU (16 x OC x C) and maps that back with G^T dU G. The
@@ -504,11 +505,16 @@ static void wino_conv(const struct apf_fast_ops *k, const struct geo *g,
 					row, cin);
 			}
 			for (int xi = 0; xi < 16; xi++) {
+				const float *u = U + (size_t)xi * cin * cout;
+				if (k->wino_gemm) {
+					k->wino_gemm(M + xi * ms, V + xi * vs, u,
+						     nq, cin, cout);
+					continue;
+				}
 				struct apf_fast_grid gr = {
 					.in = V + xi * vs, .in_col = cin,
 					.out = M + xi * ms, .out_col = cout,
 					.rows = 1, .cols = nq, .nimg = 1};
-				const float *u = U + (size_t)xi * cin * cout;
 				k->tiles(&gr, toff0, &u, 1, cin, cout, cout, NULL,
 					 0);
 			}

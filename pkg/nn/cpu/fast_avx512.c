@@ -3,7 +3,8 @@
  * lanes: the forward / input-gradient tile of 6 pixels x 32 output channels
  * (6 x 16 where 16 remain) in zmm accumulators, the weight-gradient tile of
  * 4 output channels x 3 columns of 16 channels, the Winograd transforms 16
- * channels at a time and the reduction tile of 6 x 32 (or 6 x 16), batch
+ * channels at a time, its GEMM tile of 12 x 16 or 6 x 32 and its reduction
+ * tile of 16 x 16 or 6 x 32 (or 6 x 16 for fewer than 16 rows), batch
  * norm 16 channels at a time. Where a shape leaves fewer than 16 channels
  * (a weight gradient of 8 or 24 channels, batch norm's last channels) the
  * AVX2 kernels take over; they compute the same bits, and isa.c offers this
@@ -414,6 +415,82 @@ TGT static void wino_dy(float *Z, size_t zs, const float *y, size_t yrow,
 	}
 }
 
+/* Rows [0, nr) of m (cout apart), columns o0 .. o0 + 16 NV: acc = 0, then
+ * over c < cin in order acc = fma(v[row][c], u[c][col], acc). R and NV
+ * are constants in each caller: 12 x 16 or 6 x 32, twelve accumulators
+ * either way, enough to keep both FMA ports busy past their latency
+ * (tiles' 6 x 16 has six). A whole block (nr == R) addresses its rows
+ * from one pointer, with CIN, when not 0, the constant cin; a last,
+ * partial block points rows nr .. R-1 at row 0 and does not store them. */
+TGT INLINE void wgemm_body(float *m, const float *v, const float *u, int nr,
+			   int cin, int cout, int o0, const int R,
+			   const int NV, const int CIN)
+{
+	__m512 acc[12][2];
+	for (int r = 0; r < 12; r++)
+		acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+	const float *w = u + o0;
+	if (nr == R) {
+		size_t ld = CIN ? (size_t)CIN : (size_t)cin;
+		for (int c = 0; c < (CIN ? CIN : cin); c++, w += cout) {
+			__m512 w0 = _mm512_loadu_ps(w);
+			__m512 w1 = NV > 1 ? _mm512_loadu_ps(w + 16) : w0;
+			for (int r = 0; r < R; r++) {
+				__m512 x = _mm512_set1_ps(v[r * ld + c]);
+				acc[r][0] = _mm512_fmadd_ps(x, w0, acc[r][0]);
+				if (NV > 1)
+					acc[r][1] = _mm512_fmadd_ps(x, w1, acc[r][1]);
+			}
+		}
+	} else {
+		const float *row[12];
+		for (int r = 0; r < R; r++)
+			row[r] = v + (size_t)(r < nr ? r : 0) * cin;
+		for (int c = 0; c < cin; c++, w += cout) {
+			__m512 w0 = _mm512_loadu_ps(w);
+			__m512 w1 = NV > 1 ? _mm512_loadu_ps(w + 16) : w0;
+			for (int r = 0; r < R; r++) {
+				__m512 x = _mm512_set1_ps(row[r][c]);
+				acc[r][0] = _mm512_fmadd_ps(x, w0, acc[r][0]);
+				if (NV > 1)
+					acc[r][1] = _mm512_fmadd_ps(x, w1, acc[r][1]);
+			}
+		}
+	}
+	for (int r = 0; r < nr; r++)
+		for (int k = 0; k < NV; k++)
+			_mm512_storeu_ps(m + (size_t)r * cout + o0 + 16 * k,
+					 acc[r][k]);
+}
+
+TGT static void wgemm_12x16(float *m, const float *v, const float *u, int nr,
+			    int cin, int cout, int o0)
+{
+	if (cin == 16)
+		wgemm_body(m, v, u, nr, cin, cout, o0, 12, 1, 16);
+	else
+		wgemm_body(m, v, u, nr, cin, cout, o0, 12, 1, 0);
+}
+
+TGT static void wgemm_6x32(float *m, const float *v, const float *u, int nr,
+			   int cin, int cout, int o0)
+{
+	wgemm_body(m, v, u, nr, cin, cout, o0, 6, 2, 0);
+}
+
+static void wino_gemm(float *m, const float *v, const float *u, int n,
+		      int cin, int cout)
+{
+	for (int o0 = 0; o0 < cout;) {
+		int w = cout - o0 >= 32 ? 32 : 16, R = w == 32 ? 6 : 12;
+		for (int s = 0; s < n; s += R)
+			(w == 32 ? wgemm_6x32 : wgemm_12x16)(
+				m + (size_t)s * cout, v + (size_t)s * cin, u,
+				n - s < R ? n - s : R, cin, cout, o0);
+		o0 += w;
+	}
+}
+
 /* du rows r < nr (ldu apart), 16 NV columns: += over n slots s in order
  * z[s * zs + r] * v[s * vsl + ..]. Rows nr..5 repeat row 0, unstored. */
 TGT INLINE void reduce_body(float *du, size_t ldu, int nr, const float *z,
@@ -455,6 +532,24 @@ TGT static void reduce_6x16(float *du, size_t ldu, int nr, const float *z,
 	reduce_body(du, ldu, nr, z, zs, v, vsl, n, 1);
 }
 
+/* reduce_body's sums for 16 whole rows of 16 columns: sixteen
+ * accumulators where a 6 x 16 tile has six, too few to cover the FMA's
+ * latency, and the rows' factors at fixed offsets from z. */
+TGT static void reduce_16x16(float *du, size_t ldu, const float *z, size_t zs,
+			     const float *v, size_t vsl, int n)
+{
+	__m512 a[16];
+	for (int r = 0; r < 16; r++)
+		a[r] = _mm512_loadu_ps(du + r * ldu);
+	for (int s = 0; s < n; s++, z += zs, v += vsl) {
+		__m512 v0 = _mm512_loadu_ps(v);
+		for (int r = 0; r < 16; r++)
+			a[r] = _mm512_fmadd_ps(_mm512_set1_ps(z[r]), v0, a[r]);
+	}
+	for (int r = 0; r < 16; r++)
+		_mm512_storeu_ps(du + r * ldu, a[r]);
+}
+
 static void wino_reduce(float *du, const float *z, const float *v, int OC,
 			int C, int n)
 {
@@ -462,15 +557,20 @@ static void wino_reduce(float *du, const float *z, const float *v, int OC,
 		apf_fast_avx2_ops.wino_reduce(du, z, v, OC, C, n);
 		return;
 	}
-	for (int o0 = 0; o0 < OC; o0 += 6)
-		for (int c0 = 0; c0 < C;) {
-			int w = C - c0 >= 32 ? 32 : 16;
+	for (int c0 = 0; c0 < C;) {
+		int w = C - c0 >= 32 ? 32 : 16, o0 = 0;
+		if (w == 16)
+			for (; o0 + 16 <= OC; o0 += 16)
+				reduce_16x16(du + (size_t)o0 * C + c0, (size_t)C,
+					     z + o0, (size_t)OC, v + c0,
+					     (size_t)C, n);
+		for (; o0 < OC; o0 += 6)
 			(w == 32 ? reduce_6x32 : reduce_6x16)(
 				du + (size_t)o0 * C + c0, (size_t)C,
 				OC - o0 < 6 ? OC - o0 : 6, z + o0, (size_t)OC,
 				v + c0, (size_t)C, n);
-			c0 += w;
-		}
+		c0 += w;
+	}
 }
 
 /* ---- batch norm ----------------------------------------------------------- */
@@ -591,6 +691,7 @@ TGT static void bn_dx(const struct apf_bn_job *j, int r0, int r1, int c0)
 const struct apf_fast_ops apf_fast_avx512_ops = {
 	.tiles = tiles,
 	.dweight_row = dweight_row,
+	.wino_gemm = wino_gemm,
 	.wino_in = wino_in,
 	.wino_out = wino_out,
 	.wino_dy = wino_dy,

@@ -57,6 +57,13 @@ struct apf_fast_ops {
 	 * either way. */
 	void (*dweight_row)(float *part, const float *dy, const float *x,
 			    int kh, const struct apf_fast_dw *d);
+	/* One of a Winograd group's 16 GEMMs, the sums tiles computes with
+	 * one tap, no bias and no accum: for rows s < n and o < cout (a
+	 * multiple of 16): acc = 0; for c < cin in order: acc = fma(v[s cin +
+	 * c], u[c cout + o], acc); m[s cout + o] = acc. NULL on a path whose
+	 * tiles already fill its registers (fast.c then calls tiles). */
+	void (*wino_gemm)(float *m, const float *v, const float *u, int n,
+			  int cin, int cout);
 	/* Winograd transforms of one tile, channel by channel (fast.c says
 	 * which sums; each is the same per channel on every path). */
 	void (*wino_in)(float *V, size_t vs, const float *d, size_t row,
