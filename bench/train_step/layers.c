@@ -224,6 +224,34 @@ static void w_instnorm_backward(apf_backend *be, float *dinp, float *dscale,
 	record(key, t0);
 }
 
+static void w_instnorm_relu_forward(apf_backend *be, float *out, float *mean,
+				    float *rstd, const float *inp,
+				    const float *scale, const float *bias,
+				    int B, int HW, int C, float eps)
+{
+	char key[96];
+	snprintf(key, sizeof key, "in+relu fwd  %4d x %d x %d", B, HW, C);
+	uint64_t t0 = apf_now_ns();
+	orig.instnorm_relu_forward(be, out, mean, rstd, inp, scale, bias, B,
+				   HW, C, eps);
+	record(key, t0);
+}
+
+static void w_instnorm_relu_backward(apf_backend *be, float *dinp,
+				     float *dscale, float *dbias,
+				     const float *dout, const float *out,
+				     const float *inp, const float *scale,
+				     const float *mean, const float *rstd,
+				     int B, int HW, int C, int accum)
+{
+	char key[96];
+	snprintf(key, sizeof key, "in+relu bwd  %4d x %d x %d", B, HW, C);
+	uint64_t t0 = apf_now_ns();
+	orig.instnorm_relu_backward(be, dinp, dscale, dbias, dout, out, inp,
+				    scale, mean, rstd, B, HW, C, accum);
+	record(key, t0);
+}
+
 static void w_l1_forward(apf_backend *be, float *losses, const float *pred,
 			 const float *target, int B, int n)
 {
@@ -525,6 +553,10 @@ int main(int argc, char **argv)
 	prof.concat_backward = w_concat_backward;
 	prof.instnorm_forward = w_instnorm_forward;
 	prof.instnorm_backward = w_instnorm_backward;
+	if (real->instnorm_relu_forward && real->instnorm_relu_backward) {
+		prof.instnorm_relu_forward = w_instnorm_relu_forward;
+		prof.instnorm_relu_backward = w_instnorm_relu_backward;
+	}
 	prof.l1_forward = w_l1_forward;
 	prof.l1_backward = w_l1_backward;
 	apf_workload *wl;

@@ -15,8 +15,9 @@
  * Fusion. Where the backend has batchnorm_relu_*, finishing the net finds
  * batch norm -> ReLU and batch norm -> add -> ReLU chains whose inner
  * tensors nothing else reads, and runs each as one layer at the ReLU's
- * place: the inner tensors are never stored (nor allocated). A chain is
- * fused only when no other layer between its batch norm and its ReLU reads
+ * place: the inner tensors are never stored (nor allocated). Where it has
+ * instnorm_relu_*, instance norm -> ReLU chains likewise. A chain is
+ * fused only when no other layer between its norm and its ReLU reads
  * the chain's inputs, so every gradient is still written or accumulated in
  * the order the flags above assume.
  */
@@ -70,7 +71,7 @@ struct op {
 	float *save_a, *save_b; /* bn: mean/rstd (C); ln: mean/rstd (rows) */
 	int32_t *argmax;
 	int fused_into;         /* runs inside the chain ending at this op */
-	int fbn, fadd;          /* a fused chain's tail: its bn and add ops */
+	int fnorm, fadd;        /* a fused chain's tail: its norm and add ops */
 	int fres, fres_accum;   /* the add's other input and its accum flag */
 	int first, nfields;     /* embedding: its index columns */
 	int32_t *offset;        /* embedding: field row offsets (backend) */
@@ -279,7 +280,7 @@ static int new_op(struct op **out, apf_net *net, int type, int in0, int in1)
 	o->nin = in1 >= 0 ? 2 : 1;
 	o->param[0] = o->param[1] = -1;
 	o->state[0] = o->state[1] = -1;
-	o->fused_into = o->fbn = o->fadd = o->fres = -1;
+	o->fused_into = o->fnorm = o->fadd = o->fres = -1;
 	*out = o;
 	return 0;
 }
@@ -843,8 +844,9 @@ static int read_between(const apf_net *net, size_t lo, size_t hi, size_t skip,
 	return 0;
 }
 
-/* Marks the batch norm (-> add) -> ReLU chains to run fused (see the top of
- * this file). */
+/* Marks the batch norm (-> add) -> ReLU and instance norm -> ReLU chains to
+ * run fused, each where the backend has its kernels (see the top of this
+ * file). */
 static int fuse_chains(apf_net *net)
 {
 	int *prod = malloc(net->nt * sizeof *prod);
@@ -868,9 +870,14 @@ static int fuse_chains(apf_net *net)
 		    uses[tin] != 1 || tin == net->out)
 			continue;
 		int p = prod[tin], bn = -1, add = -1, res = -1, rk = 0;
-		if (net->ops[p].type == OP_BATCHNORM) {
+		int bn_ok = net->be->batchnorm_relu_forward &&
+			    net->be->batchnorm_relu_backward;
+		int in_ok = net->be->instnorm_relu_forward &&
+			    net->be->instnorm_relu_backward;
+		if ((net->ops[p].type == OP_BATCHNORM && bn_ok) ||
+		    (net->ops[p].type == OP_INSTNORM && in_ok)) {
 			bn = p;
-		} else if (net->ops[p].type == OP_ADD) {
+		} else if (net->ops[p].type == OP_ADD && bn_ok) {
 			for (int k = 0; k < 2 && bn < 0; k++) {
 				int x = net->ops[p].in[k], q = prod[x];
 				if (x != 0 && q >= 0 && uses[x] == 1 &&
@@ -896,7 +903,7 @@ static int fuse_chains(apf_net *net)
 			a->fres = res;
 			a->fres_accum = net->ops[add].accum[rk];
 		}
-		a->fbn = bn;
+		a->fnorm = bn;
 		a->fadd = add;
 	}
 	free(prod);
@@ -1017,9 +1024,7 @@ int apf_net_finish(apf_net *net, int out)
 	free(written);
 	net->out = out;
 	net->finished = 1;
-	if (net->be->batchnorm_relu_forward && net->be->batchnorm_relu_backward)
-		return fuse_chains(net);
-	return 0;
+	return fuse_chains(net);
 }
 
 /* ---- layout --------------------------------------------------------------- */
@@ -1271,11 +1276,20 @@ static void dropout_key(const uint32_t key[2], int index, uint32_t out[2])
 	out[0] = w[0], out[1] = w[1];
 }
 
-/* A fused chain (tail: its ReLU op o): relu(bn(x) [+ res]). */
+/* A fused chain (tail: its ReLU op o): relu(bn(x) [+ res]) or
+ * relu(instnorm(x)). */
 static void fused_forward(apf_net *net, const struct op *o, int B, int train)
 {
-	const struct op *bn = &net->ops[o->fbn];
+	const struct op *bn = &net->ops[o->fnorm];
 	const struct tensor *x = &net->t[bn->in[0]];
+	if (bn->type == OP_INSTNORM) {
+		net->be->instnorm_relu_forward(
+			net->be, net->t[o->out].data, bn->save_a, bn->save_b,
+			x->data, param_ptr(net, bn->param[0]),
+			param_ptr(net, bn->param[1]), B, x->H * x->W, x->C,
+			bn->eps);
+		return;
+	}
 	net->be->batchnorm_relu_forward(
 		net->be, net->t[o->out].data, bn->save_a, bn->save_b, x->data,
 		o->fres >= 0 ? net->t[o->fres].data : NULL,
@@ -1287,8 +1301,18 @@ static void fused_forward(apf_net *net, const struct op *o, int B, int train)
 static void fused_backward(apf_net *net, const struct op *o, float *grads,
 			   int B)
 {
-	const struct op *bn = &net->ops[o->fbn];
+	const struct op *bn = &net->ops[o->fnorm];
 	const struct tensor *x = &net->t[bn->in[0]];
+	if (bn->type == OP_INSTNORM) {
+		net->be->instnorm_relu_backward(
+			net->be, bn->in[0] == 0 ? NULL : x->grad,
+			grads + net->params[bn->param[0]].offset,
+			grads + net->params[bn->param[1]].offset,
+			net->t[o->out].grad, net->t[o->out].data, x->data,
+			param_ptr(net, bn->param[0]), bn->save_a, bn->save_b, B,
+			x->H * x->W, x->C, bn->accum[0]);
+		return;
+	}
 	float *dres = o->fres > 0 ? net->t[o->fres].grad : NULL;
 	net->be->batchnorm_relu_backward(
 		net->be, bn->in[0] == 0 ? NULL : x->grad, dres,
@@ -1364,7 +1388,7 @@ int apf_net_forward_idx(apf_net *net, const float **logits, const float *x,
 		int rows = B * in->H * in->W;
 		if (o->fused_into >= 0)
 			continue; /* runs at its chain's ReLU */
-		if (o->fbn >= 0) {
+		if (o->fnorm >= 0) {
 			fused_forward(net, o, B, train);
 			continue;
 		}
@@ -1513,7 +1537,7 @@ int apf_net_backward(apf_net *net, float *grads, const float *dlogits)
 		int acc = o->accum[0];
 		if (o->fused_into >= 0)
 			continue; /* done at its chain's ReLU */
-		if (o->fbn >= 0) {
+		if (o->fnorm >= 0) {
 			fused_backward(net, o, grads, B);
 			continue;
 		}

@@ -322,6 +322,23 @@ struct apf_backend {
 				  float *dbias, const float *dout, const float *inp,
 				  const float *scale, const float *mean,
 				  const float *rstd, int B, int HW, int C, int accum);
+	/* Instance norm and ReLU in one layer: out = relu(instnorm(inp)),
+	 * the bits of instnorm_forward then activation_forward's ReLU, the
+	 * norm's output never stored. Optional: NULL where a backend has no
+	 * fused kernel; nets then run the two layers. */
+	void (*instnorm_relu_forward)(apf_backend *be, float *out, float *mean,
+				      float *rstd, const float *inp,
+				      const float *scale, const float *bias,
+				      int B, int HW, int C, float eps);
+	/* Its backward, from its output `out` and dout: the bits of
+	 * activation_backward's ReLU (g = out > 0 ? dout : 0, as the norm's
+	 * output is > 0 just where out is) then instnorm_backward of g. */
+	void (*instnorm_relu_backward)(apf_backend *be, float *dinp,
+				       float *dscale, float *dbias,
+				       const float *dout, const float *out,
+				       const float *inp, const float *scale,
+				       const float *mean, const float *rstd,
+				       int B, int HW, int C, int accum);
 	/* L1 loss of pred against target, n values per example, B examples:
 	 * losses (B) = mean over the n of |pred - target| (summed in double). */
 	void (*l1_forward)(apf_backend *be, float *losses, const float *pred,

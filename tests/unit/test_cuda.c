@@ -170,9 +170,10 @@ static void on_a_gpu_memory_round_trips_and_errors_are_sticky(void **state)
 	assert_apf_ok(apf_backend_cuda_new(&be, 3));
 	assert_string_equal(be->name, "cuda");
 	assert_int_equal(be->threads, 3);
-	/* its one optional entry left NULL: nets run batch norm, add and ReLU
-	 * as three layers */
+	/* its optional entries left NULL: nets run batch norm, add and ReLU
+	 * as three layers, instance norm and ReLU as two */
 	assert_null(be->batchnorm_relu_forward);
+	assert_null(be->instnorm_relu_forward);
 	assert_non_null(be->conv2d_forward);
 	enum { N = 1000 };
 	float host[N], back[N];

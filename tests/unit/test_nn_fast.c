@@ -394,6 +394,155 @@ static void fast_batchnorm_matches_plain(void **state)
 	}
 }
 
+/* ---- instance norm + ReLU ------------------------------------------------ */
+
+/* The fused layer against the same backend's instance norm and ReLU, one
+ * after the other, bit for bit: forward (output, mean, rstd) and backward
+ * in write and accumulate modes and without an input gradient. Image 0's
+ * channel 0 is constant and its bias 0, so its norm output is exactly 0
+ * and the ReLU passes no gradient there; channel 1's bias pushes most of
+ * its outputs below 0. */
+static void in_relu_compare(int B, int HW, int C, int threads)
+{
+	apf_backend *be;
+	assert_apf_ok(apf_backend_cpu_new(&be, threads));
+	assert_non_null(be->instnorm_relu_forward);
+	assert_non_null(be->instnorm_relu_backward);
+	size_t n = (size_t)B * HW * C, bc = (size_t)B * C;
+	apf_rng_key key = {17, (uint32_t)C, (uint32_t)HW, APF_RNG_TEST};
+	apf_rng r;
+	apf_rng_init(&r, &key, (uint64_t)B);
+	float *x = rand_floats(&r, n, -1, 2), *dy = rand_floats(&r, n, -1, 1);
+	float *sc = rand_floats(&r, (size_t)C, 0.5f, 1.5f);
+	float *bi = rand_floats(&r, (size_t)C, -0.5f, 0.5f);
+	for (int p = 0; p < HW; p++)
+		x[(size_t)p * C] = 0.25f;
+	bi[0] = 0.0f;
+	if (C > 1)
+		bi[1] = -1.5f;
+	char what[96];
+	snprintf(what, sizeof what, "in+relu B%d HW%d C%d t%d", B, HW, C,
+		 threads);
+	/* forward: the two layers, then the fused one */
+	float *z = floats(n, NAN), *y2 = floats(n, NAN), *y1 = floats(n, NAN);
+	float *st2 = floats(2 * bc, NAN), *st1 = floats(2 * bc, NAN);
+	be->instnorm_forward(be, z, st2, st2 + bc, x, sc, bi, B, HW, C, 1e-5f);
+	be->activation_forward(be, APF_ACT_RELU, y2, z, n);
+	be->instnorm_relu_forward(be, y1, st1, st1 + bc, x, sc, bi, B, HW, C,
+				  1e-5f);
+	if (memcmp(y1, y2, n * 4) || memcmp(st1, st2, 2 * bc * 4))
+		fail_msg("%s: forward not the two layers' bits", what);
+	size_t zeros = 0;
+	for (size_t i = 0; i < n; i++)
+		zeros += y1[i] == 0.0f;
+	assert_true(zeros > (size_t)HW); /* the mask is exercised */
+	/* backward, written, accumulated and without dinp */
+	float *dz = floats(n, NAN);
+	for (int accum = 0; accum <= 2; accum++) {
+		float *dx2 = floats(n, 0.5f), *dx1 = floats(n, 0.5f);
+		float *g2 = floats(2 * (size_t)C, NAN), *g1 = floats(2 * (size_t)C, NAN);
+		int acc = accum == 1;
+		be->activation_backward(be, APF_ACT_RELU, dz, dy, z, y2, n, 0);
+		be->instnorm_backward(be, accum == 2 ? NULL : dx2, g2, g2 + C, dz,
+				      x, sc, st2, st2 + bc, B, HW, C, acc);
+		be->instnorm_relu_backward(be, accum == 2 ? NULL : dx1, g1,
+					   g1 + C, dy, y1, x, sc, st1,
+					   st1 + bc, B, HW, C, acc);
+		if (memcmp(dx1, dx2, n * 4) || memcmp(g1, g2, 2 * (size_t)C * 4))
+			fail_msg("%s: backward (mode %d) not the two layers' "
+				 "bits", what, accum);
+		free(dx2), free(dx1), free(g2), free(g1);
+	}
+	free(x), free(dy), free(sc), free(bi), free(z), free(y2), free(y1);
+	free(st2), free(st1), free(dz);
+	apf_backend_free(be);
+}
+
+static void fused_instnorm_relu_gives_the_two_layers_bits(void **state)
+{
+	(void)state;
+	for (int threads = 1; threads <= 2; threads++) {
+		in_relu_compare(3, 49, 16, threads);
+		in_relu_compare(2, 30, 48, threads); /* two channel blocks */
+		in_relu_compare(2, 9, 5, threads);
+		in_relu_compare(32, 784, 16, threads); /* the U-Net's, pooled */
+	}
+}
+
+/* A net of instance norm -> ReLU chains (the first on the input, which has
+ * no gradient): fused on the fast backend, two layers on the plain one,
+ * and the same logits and gradients bit for bit; the fused net stores
+ * neither norm's output. */
+static apf_net *in_net(apf_backend *be)
+{
+	apf_net *net;
+	assert_apf_ok(apf_net_new(&net, be, 6, 5, 16));
+	int t = apf_net_instnorm(net, 0, 1e-5f, "in1");
+	t = apf_net_activation(net, t, APF_ACT_RELU);
+	t = apf_net_instnorm(net, t, 1e-5f, "in2");
+	t = apf_net_activation(net, t, APF_ACT_RELU);
+	t = apf_net_global_avgpool(net, t);
+	t = apf_net_linear(net, t, 4, 1, "head");
+	assert_true(t > 0);
+	assert_apf_ok(apf_net_finish(net, t));
+	return net;
+}
+
+static void in_net_run(apf_backend *be, float *logits, float **grads,
+		       size_t *np, double *bytes)
+{
+	apf_net *net = in_net(be);
+	*np = apf_net_param_floats(net);
+	*bytes = apf_net_example_bytes(net);
+	float *params = calloc(*np, 4);
+	*grads = calloc(*np, 4);
+	apf_net_bind(net, params, NULL);
+	apf_rng_key key = {18, 0, 0, APF_RNG_INIT};
+	assert_apf_ok(apf_net_init(net, &key, "kaiming_uniform"));
+	for (size_t i = 0; i < apf_net_nparams(net); i++) {
+		const apf_param *p = apf_net_param(net, i);
+		if (!strcmp(p->name, "in2.bias")) /* some channels dead */
+			for (size_t k = 0; k < p->numel; k += 3)
+				params[p->offset + k] = -0.8f;
+	}
+	enum { B = 3 };
+	apf_rng r;
+	apf_rng_init(&r, &key, 1);
+	float *x = rand_floats(&r, (size_t)B * 30 * 16, -1, 2);
+	float *dl = rand_floats(&r, (size_t)B * 4, -0.1f, 0.1f);
+	const float *out;
+	assert_apf_ok(apf_net_forward(net, &out, x, B, 1, NULL, 0));
+	memcpy(logits, out, B * 4 * sizeof *logits);
+	assert_apf_ok(apf_net_backward(net, *grads, dl));
+	free(params), free(x), free(dl);
+	apf_net_free(net);
+}
+
+static void instnorm_relu_net_fused_matches_unfused_bit_for_bit(void **state)
+{
+	(void)state;
+	apf_backend *plain;
+	assert_apf_ok(apf_backend_cpu_plain_new(&plain, 1));
+	assert_null(plain->instnorm_relu_forward);
+	float lp[12], lf[12], *gp, *gf;
+	size_t np;
+	double bp, bf;
+	in_net_run(plain, lp, &gp, &np, &bp);
+	for (int threads = 1; threads <= 2; threads++) {
+		apf_backend *fast;
+		assert_apf_ok(apf_backend_cpu_new(&fast, threads));
+		in_net_run(fast, lf, &gf, &np, &bf);
+		assert_memory_equal(lf, lp, sizeof lf);
+		assert_memory_equal(gf, gp, np * sizeof *gf);
+		/* two 6x5x16 norm outputs and their gradients not stored */
+		assert_true(bp - bf == 4.0 * 2 * 30 * 16 * sizeof(float));
+		free(gf);
+		apf_backend_free(fast);
+	}
+	free(gp);
+	apf_backend_free(plain);
+}
+
 /* ---- a whole ResNet ------------------------------------------------------ */
 
 /* The fmnist_cnn shape at small size: stem, an identity block, a strided
@@ -825,6 +974,8 @@ int main(void)
 		cmocka_unit_test(fast_conv_matches_plain_on_fmnist_cnn_shapes),
 		cmocka_unit_test(fast_conv_matches_plain_on_odd_shapes),
 		cmocka_unit_test(fused_batchnorm_relu_matches_the_three_layers),
+		cmocka_unit_test(fused_instnorm_relu_gives_the_two_layers_bits),
+		cmocka_unit_test(instnorm_relu_net_fused_matches_unfused_bit_for_bit),
 		cmocka_unit_test(fast_batchnorm_matches_plain),
 		cmocka_unit_test(fast_resnet_matches_plain_and_repeats_bit_for_bit),
 		cmocka_unit_test(conv_gives_the_same_bits_on_every_path),

@@ -3446,10 +3446,29 @@ struct in_arg {
 	float *out, *dinp, *mean, *rstd;
 	const float *inp, *dout, *scale, *bias;
 	const float *smean, *srstd; /* backward: the saved statistics */
+	const float *y;             /* fused backward: the ReLU's output */
 	double *sum_d, *sum_dx;     /* backward: (B,C) sums of d, d xhat */
 	int B, HW, C, nblk, accum;
+	int relu;                   /* fused with a ReLU after it */
 	float eps;
 };
+
+/* The gradient reaching the norm's output: dout itself, or through the
+ * fused ReLU as activation_backward has it, out > 0 ? dout : +0 (out > 0
+ * where the norm's output is). The select is written as a mask of the
+ * bits, which are the same (+0 is all zeros): written as a select, GCC
+ * turned it into a conditional sum and left the loop scalar. */
+static inline float in_grad(const float *d, const float *y, int c, int relu)
+{
+	float dv = d[c];
+	if (!relu)
+		return dv;
+	uint32_t u;
+	memcpy(&u, &dv, sizeof u);
+	u &= -(uint32_t)(y[c] > 0.0f);
+	memcpy(&dv, &u, sizeof dv);
+	return dv;
+}
 
 HOT static void in_fwd_task(void *v, int t, int nt)
 {
@@ -3490,15 +3509,23 @@ HOT static void in_fwd_task(void *v, int t, int nt)
 		for (int p = 0; p < HW; p++) {
 			const float *x = x0 + (size_t)p * C;
 			float *y = y0 + (size_t)p * C;
-			for (int c = 0; c < nc; c++)
-				y[c] = (x[c] - mf[c]) * r[c] * sc[c] + bi[c];
+			if (a->relu)
+				for (int c = 0; c < nc; c++)
+					y[c] = relu_f((x[c] - mf[c]) * r[c] *
+						      sc[c] + bi[c]);
+			else
+				for (int c = 0; c < nc; c++)
+					y[c] = (x[c] - mf[c]) * r[c] * sc[c] +
+					       bi[c];
 		}
 	}
 }
 
-HOT static void in_bwd_task(void *v, int t, int nt)
+/* in_bwd_task's body, relu a constant in each of its two calls so that
+ * each loop vectorises without a test inside. */
+static inline __attribute__((always_inline)) void
+in_bwd_body(struct in_arg *a, int t, int nt, const int relu)
 {
-	struct in_arg *a = v;
 	size_t lo, hi;
 	split((size_t)a->B * a->nblk, t, nt, 1, &lo, &hi);
 	int C = a->C, HW = a->HW;
@@ -3508,6 +3535,7 @@ HOT static void in_bwd_task(void *v, int t, int nt)
 		int nc = C - c0 < IN_BLOCK ? C - c0 : IN_BLOCK;
 		size_t off = b * HW * C + c0;
 		const float *x0 = a->inp + off, *d0 = a->dout + off;
+		const float *o0 = relu ? a->y + off : d0;
 		float m[IN_BLOCK], r[IN_BLOCK], sc[IN_BLOCK];
 		for (int c = 0; c < nc; c++) {
 			m[c] = a->smean[b * C + c0 + c];
@@ -3518,10 +3546,12 @@ HOT static void in_bwd_task(void *v, int t, int nt)
 		for (int p = 0; p < HW; p++) {
 			const float *x = x0 + (size_t)p * C;
 			const float *d = d0 + (size_t)p * C;
+			const float *o = o0 + (size_t)p * C;
 			for (int c = 0; c < nc; c++) {
 				float xhat = (x[c] - m[c]) * r[c];
-				sd[c] += d[c];
-				sdx[c] += (double)d[c] * xhat;
+				float g = in_grad(d, o, c, relu);
+				sd[c] += g;
+				sdx[c] += (double)g * xhat;
 			}
 		}
 		for (int c = 0; c < nc; c++) {
@@ -3540,15 +3570,25 @@ HOT static void in_bwd_task(void *v, int t, int nt)
 		for (int p = 0; p < HW; p++) {
 			const float *x = x0 + (size_t)p * C;
 			const float *d = d0 + (size_t)p * C;
+			const float *o = o0 + (size_t)p * C;
 			float *di = di0 + (size_t)p * C;
 			for (int c = 0; c < nc; c++) {
 				float xhat = (x[c] - m[c]) * r[c];
-				float g = r[c] * (d[c] * sc[c] - mdy[c] -
-						  xhat * mdyx[c]);
+				float g = r[c] * (in_grad(d, o, c, relu) * sc[c] -
+						  mdy[c] - xhat * mdyx[c]);
 				di[c] = a->accum ? di[c] + g : g;
 			}
 		}
 	}
+}
+
+HOT static void in_bwd_task(void *v, int t, int nt)
+{
+	struct in_arg *a = v;
+	if (a->relu)
+		in_bwd_body(a, t, nt, 1);
+	else
+		in_bwd_body(a, t, nt, 0);
 }
 
 /* Items on the pool when the tensor is large enough to pay for it. */
@@ -3560,24 +3600,39 @@ static void in_run(apf_backend *be, task_fn fn, struct in_arg *a)
 		parallel(be, fn, a);
 }
 
+static void in_forward(apf_backend *be, float *out, float *mean, float *rstd,
+		       const float *inp, const float *scale, const float *bias,
+		       int B, int HW, int C, float eps, int relu)
+{
+	struct in_arg a = {.out = out, .mean = mean, .rstd = rstd, .inp = inp,
+			   .scale = scale, .bias = bias, .B = B, .HW = HW,
+			   .C = C, .nblk = (C + IN_BLOCK - 1) / IN_BLOCK,
+			   .relu = relu, .eps = eps};
+	in_run(be, in_fwd_task, &a);
+}
+
 // out, inp (B,HW,C); mean, rstd (B,C); scale, bias (C)
 static void instnorm_forward(apf_backend *be, float *out, float *mean,
 			     float *rstd, const float *inp, const float *scale,
 			     const float *bias, int B, int HW, int C, float eps)
 {
-	struct in_arg a = {.out = out, .mean = mean, .rstd = rstd, .inp = inp,
-			   .scale = scale, .bias = bias, .B = B, .HW = HW,
-			   .C = C, .nblk = (C + IN_BLOCK - 1) / IN_BLOCK,
-			   .eps = eps};
-	in_run(be, in_fwd_task, &a);
+	in_forward(be, out, mean, rstd, inp, scale, bias, B, HW, C, eps, 0);
 }
 
-// dout, inp (B,HW,C); dinp (B,HW,C) or NULL; dscale, dbias (C) written
-static void instnorm_backward(apf_backend *be, float *dinp, float *dscale,
-			      float *dbias, const float *dout,
-			      const float *inp, const float *scale,
-			      const float *mean, const float *rstd, int B,
-			      int HW, int C, int accum)
+static void instnorm_relu_forward(apf_backend *be, float *out, float *mean,
+				  float *rstd, const float *inp,
+				  const float *scale, const float *bias, int B,
+				  int HW, int C, float eps)
+{
+	in_forward(be, out, mean, rstd, inp, scale, bias, B, HW, C, eps, 1);
+}
+
+/* y: the fused ReLU's output, or NULL for the norm alone. */
+static void in_backward(apf_backend *be, float *dinp, float *dscale,
+			float *dbias, const float *dout, const float *y,
+			const float *inp, const float *scale,
+			const float *mean, const float *rstd, int B, int HW,
+			int C, int accum)
 {
 	size_t BC = (size_t)B * C;
 	double *sums = malloc((BC ? 2 * BC : 1) * sizeof *sums);
@@ -3586,10 +3641,10 @@ static void instnorm_backward(apf_backend *be, float *dinp, float *dscale,
 		return;
 	}
 	struct in_arg a = {.dinp = dinp, .inp = inp, .dout = dout,
-			   .scale = scale, .smean = mean, .srstd = rstd,
+			   .scale = scale, .smean = mean, .srstd = rstd, .y = y,
 			   .sum_d = sums, .sum_dx = sums + BC, .B = B, .HW = HW,
 			   .C = C, .nblk = (C + IN_BLOCK - 1) / IN_BLOCK,
-			   .accum = accum};
+			   .accum = accum, .relu = y != NULL};
 	in_run(be, in_bwd_task, &a);
 	/* over the images in order */
 	for (int c = 0; c < C; c++) {
@@ -3602,6 +3657,28 @@ static void instnorm_backward(apf_backend *be, float *dinp, float *dscale,
 		dscale[c] = (float)sx;
 	}
 	free(sums);
+}
+
+// dout, inp (B,HW,C); dinp (B,HW,C) or NULL; dscale, dbias (C) written
+static void instnorm_backward(apf_backend *be, float *dinp, float *dscale,
+			      float *dbias, const float *dout,
+			      const float *inp, const float *scale,
+			      const float *mean, const float *rstd, int B,
+			      int HW, int C, int accum)
+{
+	in_backward(be, dinp, dscale, dbias, dout, NULL, inp, scale, mean,
+		    rstd, B, HW, C, accum);
+}
+
+static void instnorm_relu_backward(apf_backend *be, float *dinp,
+				   float *dscale, float *dbias,
+				   const float *dout, const float *out,
+				   const float *inp, const float *scale,
+				   const float *mean, const float *rstd, int B,
+				   int HW, int C, int accum)
+{
+	in_backward(be, dinp, dscale, dbias, dout, out, inp, scale, mean,
+		    rstd, B, HW, C, accum);
 }
 
 // losses (B) = mean over n of |pred - target|, pred and target (B,n)
@@ -3769,6 +3846,8 @@ static int cpu_new(apf_backend **out, int threads, int fast)
 	if (fast) {
 		be->batchnorm_relu_forward = batchnorm_relu_forward;
 		be->batchnorm_relu_backward = batchnorm_relu_backward;
+		be->instnorm_relu_forward = instnorm_relu_forward;
+		be->instnorm_relu_backward = instnorm_relu_backward;
 	}
 	pthread_mutex_init(&p->mu, NULL);
 	pthread_cond_init(&p->work, NULL);

@@ -314,7 +314,8 @@ static int setup_failed(struct cuda_impl *c, char *err, size_t errlen,
  * operation (ABI 2's included) and the matrix views' sums of squares and
  * copy. These entries stay NULL: batchnorm_relu_forward and
  * batchnorm_relu_backward (optional: nets then run batch norm, add and
- * ReLU as three layers).
+ * ReLU as three layers), instnorm_relu_forward and instnorm_relu_backward
+ * (likewise: instance norm and ReLU as two).
  */
 extern "C" __attribute__((visibility("default"))) int
 apf_cuda_plugin_new(apf_backend **out, char *err, size_t errlen)
