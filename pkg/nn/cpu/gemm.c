@@ -386,6 +386,16 @@ TGT_AVX512 static void kernel_avx512(const struct apf_gemm *g, size_t p,
 #define COL_VECTORS 8
 enum { KERNEL_AVX2_COL = 16, KERNEL_AVX512_COL };
 
+/* col_zeroupper: the column kernels hand their sums to store_tile, a
+ * plain (SSE) function. GCC puts no VZEROUPPER before that call (it keeps
+ * the call's registers by what it knows store_tile clobbers) nor before
+ * the kernel's return, so store_tile and whatever ran after the GEMM ran
+ * with the upper halves dirty, and every SSE instruction paid for a
+ * merge: apf's own scalar loops, and libm called from them (the DLRM's
+ * sigmoid loss after its one-column logit layer took 0.12 ms a step more,
+ * whenever no glibc memcpy, which ends in VZEROUPPER, came between). The
+ * kernels clear the upper halves themselves. */
+
 /* fn(g, p, nv) with nv (1 to COL_VECTORS) a constant in each call, so
  * that each inlined body keeps its accumulators in registers. */
 #define COL_DISPATCH(fn, g, p, nv)                                            \
@@ -428,6 +438,9 @@ col_avx2(const struct apf_gemm *g, size_t p, const int nv)
 	float t[COL_VECTORS * 8];
 	for (int v = 0; v < nv; v++)
 		_mm256_storeu_ps(t + 8 * v, c[v]);
+	/* store_tile is SSE code, and GCC leaves the vector registers' upper
+	 * halves dirty across this call (col_zeroupper) */
+	_mm256_zeroupper();
 	store_tile(g, t, 1, p * mr, 0, tile_rows(g, p), 1);
 }
 
@@ -457,6 +470,7 @@ col_avx512(const struct apf_gemm *g, size_t p, const int nv)
 	float t[COL_VECTORS * 16];
 	for (int v = 0; v < nv; v++)
 		_mm512_storeu_ps(t + 16 * v, c[v]);
+	_mm256_zeroupper(); /* as in col_avx2 */
 	store_tile(g, t, 1, p * mr, 0, tile_rows(g, p), 1);
 }
 
