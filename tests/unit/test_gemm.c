@@ -65,6 +65,7 @@ struct problem {
 	float alpha, beta;
 	float *A, *B, *C; /* C: the initial contents */
 	size_t nc;        /* floats of C, ldc included */
+	float *crow;      /* beta's row for every row of C, or NULL */
 };
 
 static void problem_make(struct problem *p, int ta, int tb, int M, int N,
@@ -72,6 +73,7 @@ static void problem_make(struct problem *p, int ta, int tb, int M, int N,
 {
 	p->ta = ta, p->tb = tb, p->M = M, p->N = N, p->K = K;
 	p->alpha = alpha, p->beta = beta;
+	p->crow = NULL;
 	p->lda = (ta ? M : K) + (pad ? below(4) : 0);
 	p->ldb = (tb ? K : N) + (pad ? below(4) : 0);
 	p->ldc = N + (pad ? below(4) : 0);
@@ -91,7 +93,16 @@ static void problem_make(struct problem *p, int ta, int tb, int M, int N,
 
 static void problem_free(struct problem *p)
 {
-	free(p->A), free(p->B), free(p->C);
+	free(p->A), free(p->B), free(p->C), free(p->crow);
+}
+
+/* beta's term from one row (a bias) instead of C, which is then NaN where
+ * the GEMM must not read it. */
+static void problem_crow(struct problem *p)
+{
+	p->crow = random_floats((size_t)p->N);
+	for (size_t i = 0; i < p->nc; i += 2)
+		p->C[i] = NAN;
 }
 
 /* The contract, element by element. Columns past N in each row of C are
@@ -112,10 +123,11 @@ static float *reference(const struct problem *p)
 				acc = fmaf(a, b, acc);
 			}
 			float *c = C + (size_t)i * p->ldc + j;
+			float old = p->crow ? p->crow[j] : *c;
 			if (p->beta == 0.0f)
 				*c = p->alpha * acc;
 			else
-				*c = p->alpha * acc + p->beta * *c;
+				*c = p->alpha * acc + p->beta * old;
 		}
 	return C;
 }
@@ -130,8 +142,21 @@ static float *run_path(const struct problem *p, int isa)
 	float *C = malloc((p->nc ? p->nc : 1) * sizeof *C);
 	assert_non_null(C);
 	memcpy(C, p->C, p->nc * sizeof *C);
-	assert_apf_ok(apf_gemm(&lent, isa, p->ta, p->tb, p->M, p->N, p->K, p->alpha,
-			       p->A, p->lda, p->B, p->ldb, p->beta, C, p->ldc));
+	struct apf_gemm g = {.isa = isa, .trans_a = p->ta, .trans_b = p->tb,
+			     .M = p->M, .N = p->N, .K = p->K,
+			     .alpha = p->alpha, .A = p->A, .lda = p->lda,
+			     .B = p->B, .ldb = p->ldb, .beta = p->beta, .C = C,
+			     .ldc = p->ldc, .crow = p->crow};
+	if (!p->crow) {
+		assert_apf_ok(apf_gemm(&lent, isa, p->ta, p->tb, p->M, p->N,
+				       p->K, p->alpha, p->A, p->lda, p->B,
+				       p->ldb, p->beta, C, p->ldc));
+		return C;
+	}
+	assert_apf_ok(apf_gemm_prepare(&g, &lent));
+	apf_gemm_pack(&g, 0, 1);
+	apf_gemm_compute(&g, 0, 1);
+	apf_gemm_release(&g);
 	return C;
 }
 
@@ -176,6 +201,8 @@ static void every_path_computes_the_fma_loop_on_random_shapes(void **state)
 		problem_make(&p, below(2), below(2), 1 + below(70),
 			     1 + below(70), 1 + below(70), below(2),
 			     alphas[below(4)], betas[below(4)]);
+		if (n % 3 == 0)
+			problem_crow(&p);
 		check_every_path(&p);
 		problem_free(&p);
 	}
@@ -213,6 +240,32 @@ static void every_path_computes_the_fma_loop_on_the_mlp_shapes(void **state)
 	check_every_path(&p);
 	problem_free(&p);
 	problem_make(&p, 1, 0, 1024, 784, 256, 0, 1.0f, 0.0f);
+	check_every_path(&p);
+	problem_free(&p);
+}
+
+/* A row for beta's term (a layer's bias): one row of C (restated as a
+ * column on the vector paths, the row copied into C first), tile edges
+ * and whole tiles, beta 0 (the row unread too), and the linear layer's
+ * forward at batch 256. */
+static void every_path_takes_beta_s_term_from_a_row(void **state)
+{
+	(void)state;
+	static const int sizes[] = {1, 2, 5, 12, 13, 16, 17, 32, 33, 45};
+	int n = (int)(sizeof sizes / sizeof *sizes);
+	for (int i = 0; i < n; i++)
+		for (int j = 0; j < n; j++) {
+			struct problem p;
+			problem_make(&p, 0, 1, i % 3 ? sizes[i] : 1, sizes[j],
+				     sizes[(i + j) % n], j % 2, 1.0f,
+				     (i + j) % 4 ? 1.0f : 0.0f);
+			problem_crow(&p);
+			check_every_path(&p);
+			problem_free(&p);
+		}
+	struct problem p;
+	problem_make(&p, 0, 1, 256, 1024, 784, 0, 1.0f, 1.0f);
+	problem_crow(&p);
 	check_every_path(&p);
 	problem_free(&p);
 }
@@ -477,6 +530,7 @@ int main(void)
 		cmocka_unit_test(every_path_computes_the_fma_loop_on_random_shapes),
 		cmocka_unit_test(every_path_computes_the_fma_loop_at_tile_edges),
 		cmocka_unit_test(every_path_computes_the_fma_loop_on_the_mlp_shapes),
+		cmocka_unit_test(every_path_takes_beta_s_term_from_a_row),
 		cmocka_unit_test(every_path_agrees_on_infinities_and_nans),
 		cmocka_unit_test(empty_sums_and_empty_outputs),
 		cmocka_unit_test(thread_shares_give_the_same_bits),

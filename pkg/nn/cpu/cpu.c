@@ -372,16 +372,19 @@ static void gemm_task(void *v, int t, int nt)
 	apf_gemm_compute(j->g, t, nt);
 }
 
-static void cpu_gemm(apf_backend *be, int trans_a, int trans_b, int M, int N,
-		     int K, float alpha, const float *A, int lda,
-		     const float *B, int ldb, float beta, float *C, int ldc)
+/* cpu_gemm with crow (gemm.h): beta's term from that one row, not C. */
+static void cpu_gemm_crow(apf_backend *be, int trans_a, int trans_b, int M,
+			  int N, int K, float alpha, const float *A, int lda,
+			  const float *B, int ldb, float beta,
+			  const float *crow, float *C, int ldc)
 {
 	if (M == 0 || N == 0)
 		return;
 	struct apf_gemm g = {.isa = gemm_isa(be), .trans_a = trans_a,
 			     .trans_b = trans_b, .M = M, .N = N, .K = K,
 			     .alpha = alpha, .A = A, .lda = lda, .B = B,
-			     .ldb = ldb, .beta = beta, .C = C, .ldc = ldc};
+			     .ldb = ldb, .beta = beta, .C = C, .ldc = ldc,
+			     .crow = crow};
 	if (apf_gemm_prepare(&g, &gemm_bufs(be)[0])) {
 		cpu_fail(be, "gemm");
 		return;
@@ -394,6 +397,14 @@ static void cpu_gemm(apf_backend *be, int trans_a, int trans_b, int M, int N,
 		apf_gemm_compute(&g, 0, 1);
 	}
 	apf_gemm_release(&g);
+}
+
+static void cpu_gemm(apf_backend *be, int trans_a, int trans_b, int M, int N,
+		     int K, float alpha, const float *A, int lda,
+		     const float *B, int ldb, float beta, float *C, int ldc)
+{
+	cpu_gemm_crow(be, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb,
+		      beta, NULL, C, ldc);
 }
 
 /* dbias (OC) = column sums of dout (R,OC), rows in order. */
@@ -414,13 +425,10 @@ static void linear_forward(apf_backend *be, float *out, const float *inp,
 			   const float *weight, const float *bias, int B, int C,
 			   int OC)
 {
-	float beta = 0.0f;
-	if (bias) {
-		for (int b = 0; b < B; b++)
-			memcpy(out + (size_t)b * OC, bias, (size_t)OC * sizeof *out);
-		beta = 1.0f;
-	}
-	cpu_gemm(be, 0, 1, B, OC, C, 1.0f, inp, C, weight, C, beta, out, OC);
+	/* out = acc + bias: the bits of out filled with the bias and then
+	 * beta 1, without that pass over out */
+	cpu_gemm_crow(be, 0, 1, B, OC, C, 1.0f, inp, C, weight, C,
+		      bias ? 1.0f : 0.0f, bias, out, OC);
 }
 
 // dout is (B,OC); dinp (B,C), dweight (OC,C), dbias (OC)

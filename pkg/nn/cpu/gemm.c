@@ -37,6 +37,7 @@
 #include <immintrin.h>
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "base/base.h"
 #include "nn/cpu/isa.h"
@@ -204,13 +205,14 @@ static void store_tile(const struct apf_gemm *g, const float *acc,
 	float alpha = g->alpha, beta = g->beta;
 	for (size_t r = 0; r < rows; r++) {
 		float *c = g->C + (i0 + r) * (size_t)g->ldc + j0;
+		const float *s = g->crow ? g->crow + j0 : c;
 		const float *a = acc + r * ldacc;
 		if (beta == 0.0f)
 			for (size_t j = 0; j < cols; j++)
 				c[j] = alpha * a[j];
 		else
 			for (size_t j = 0; j < cols; j++)
-				c[j] = alpha * a[j] + beta * c[j];
+				c[j] = alpha * a[j] + beta * s[j];
 	}
 }
 
@@ -293,11 +295,12 @@ TGT_AVX2 static void kernel_avx2(const struct apf_gemm *g, size_t p, size_t q)
 	__m256 va = _mm256_set1_ps(g->alpha), vb = _mm256_set1_ps(g->beta);
 	for (int r = 0; r < AVX2_MR; r++) {
 		float *c = g->C + (i0 + (size_t)r) * (size_t)g->ldc + j0;
+		const float *s = g->crow ? g->crow + j0 : c;
 		__m256 v0 = _mm256_mul_ps(va, acc[r][0]);
 		__m256 v1 = _mm256_mul_ps(va, acc[r][1]);
 		if (g->beta != 0.0f) {
-			v0 = _mm256_add_ps(v0, _mm256_mul_ps(vb, _mm256_loadu_ps(c)));
-			v1 = _mm256_add_ps(v1, _mm256_mul_ps(vb, _mm256_loadu_ps(c + 8)));
+			v0 = _mm256_add_ps(v0, _mm256_mul_ps(vb, _mm256_loadu_ps(s)));
+			v1 = _mm256_add_ps(v1, _mm256_mul_ps(vb, _mm256_loadu_ps(s + 8)));
 		}
 		_mm256_storeu_ps(c, v0);
 		_mm256_storeu_ps(c + 8, v1);
@@ -361,11 +364,12 @@ TGT_AVX512 static void kernel_avx512(const struct apf_gemm *g, size_t p,
 	__m512 va = _mm512_set1_ps(g->alpha), vb = _mm512_set1_ps(g->beta);
 	for (int r = 0; r < AVX512_MR; r++) {
 		float *c = g->C + (i0 + (size_t)r) * (size_t)g->ldc + j0;
+		const float *s = g->crow ? g->crow + j0 : c;
 		__m512 v0 = _mm512_mul_ps(va, acc[r][0]);
 		__m512 v1 = _mm512_mul_ps(va, acc[r][1]);
 		if (g->beta != 0.0f) {
-			v0 = _mm512_add_ps(v0, _mm512_mul_ps(vb, _mm512_loadu_ps(c)));
-			v1 = _mm512_add_ps(v1, _mm512_mul_ps(vb, _mm512_loadu_ps(c + 16)));
+			v0 = _mm512_add_ps(v0, _mm512_mul_ps(vb, _mm512_loadu_ps(s)));
+			v1 = _mm512_add_ps(v1, _mm512_mul_ps(vb, _mm512_loadu_ps(s + 16)));
 		}
 		_mm512_storeu_ps(c, v0);
 		_mm512_storeu_ps(c + 16, v1);
@@ -604,7 +608,11 @@ int apf_gemm_prepare(struct apf_gemm *g, struct apf_gemm_buf *buf)
 		/* One row: C^T (N,1) = op(B)^T op(A)^T, one column, whose
 		 * sums are the same fmas (the two factors swapped, which an
 		 * fma does not see) in the same k order. C's row is the
-		 * column, ldc 1. */
+		 * column, ldc 1; a crow is that row, so it is copied there
+		 * and beta reads C as usual. */
+		if (g->crow && g->beta != 0.0f)
+			memmove(g->C, g->crow, (size_t)g->N * sizeof *g->C);
+		g->crow = NULL;
 		const float *A = g->A;
 		int lda = g->lda, ta = g->trans_a;
 		g->A = g->B, g->lda = g->ldb, g->trans_a = !g->trans_b;

@@ -11,7 +11,8 @@
  *     C[i][j] = alpha * acc + beta * C[i][j]      (two products, one sum)
  *
  * and with beta == 0, C[i][j] = alpha * acc: C is not read, so whatever it
- * held (NaN included) does not leak. Every path runs exactly that sequence:
+ * held (NaN included) does not leak. A row crow (struct apf_gemm) may stand
+ * for every row of C in beta's term. Every path runs exactly that sequence:
  * scalar with fmaf() (correctly rounded, so equal to a hardware FMA), AVX2
  * with _mm256_fmadd_ps, AVX-512 with _mm512_fmadd_ps. The vector width
  * decides which outputs are computed together, never the order of a sum:
@@ -54,6 +55,11 @@ struct apf_gemm {
 	float beta;
 	float *C;
 	int ldc;
+	/* When not NULL (and beta not 0): beta's term is crow[j], one row
+	 * of N floats for every row of C, in place of C[i][j], and C is not
+	 * read: C = alpha acc + beta crow[j], the bits of C filled with crow
+	 * row by row first (a layer's bias, without that pass over C). */
+	const float *crow;
 	/* set by apf_gemm_prepare */
 	int kernel;     /* the micro-kernel's path (see micro_tile) */
 	int mr, nr;     /* its micro-tile */
