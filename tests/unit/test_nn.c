@@ -1308,6 +1308,47 @@ static void conv_over_many_chunks_matches_reference(void **state)
 	apf_backend_free(be);
 }
 
+/* A bias gradient's column sums are shared among the threads by columns
+ * (cache lines of them), never by rows, so every sum runs over the rows in
+ * order at any thread count: the same bits on one and two threads, for
+ * widths that split unevenly and ones too narrow to split. */
+static void bias_gradients_are_thread_count_invariant(void **state)
+{
+	(void)state;
+	static const int shapes[][2] = {{700, 100}, {4096, 40}, {3000, 16},
+					{64, 512}};
+	apf_backend *b1, *b2;
+	assert_apf_ok(apf_backend_cpu_new(&b1, 1));
+	assert_apf_ok(apf_backend_cpu_new(&b2, 2));
+	for (size_t k = 0; k < sizeof shapes / sizeof *shapes; k++) {
+		int B = shapes[k][0], OC = shapes[k][1], C = 3;
+		apf_rng_key key = {9, (uint32_t)B, (uint32_t)OC, APF_RNG_TEST};
+		apf_rng r;
+		apf_rng_init(&r, &key, 0);
+		float *x = malloc((size_t)B * C * 4), *w = malloc((size_t)OC * C * 4);
+		float *dy = malloc((size_t)B * OC * 4);
+		float *dw1 = malloc((size_t)OC * C * 4), *dw2 = malloc((size_t)OC * C * 4);
+		float *db1 = malloc((size_t)OC * 4), *db2 = malloc((size_t)OC * 4);
+		for (size_t i = 0; i < (size_t)B * C; i++)
+			x[i] = apf_rng_normal(&r);
+		for (size_t i = 0; i < (size_t)OC * C; i++)
+			w[i] = apf_rng_normal(&r);
+		for (size_t i = 0; i < (size_t)B * OC; i++)
+			dy[i] = apf_rng_normal(&r) * 100.0f; /* rounding shows */
+		b1->linear_backward(b1, NULL, dw1, db1, dy, x, w, B, C, OC, 0);
+		b2->linear_backward(b2, NULL, dw2, db2, dy, x, w, B, C, OC, 0);
+		assert_memory_equal(db1, db2, (size_t)OC * 4);
+		double s = 0; /* and they are the sums, rows in order */
+		for (int b = 0; b < B; b++)
+			s = (float)(s + dy[(size_t)b * OC + OC - 1]);
+		assert_true(db1[OC - 1] == (float)s);
+		free(x), free(w), free(dy), free(dw1), free(dw2), free(db1);
+		free(db2);
+	}
+	apf_backend_free(b1);
+	apf_backend_free(b2);
+}
+
 /* The threaded paths (taken above 32k elements with more than one thread)
  * against the same layers on one thread: elementwise work is bit-identical,
  * sums split across threads agree to rounding. */
@@ -2317,6 +2358,7 @@ int main(void)
 		cmocka_unit_test(dropout_keeps_the_stated_share),
 		cmocka_unit_test(conv_over_many_chunks_matches_reference),
 		cmocka_unit_test(threaded_layers_agree_with_one_thread),
+		cmocka_unit_test(bias_gradients_are_thread_count_invariant),
 		cmocka_unit_test(layer_exp_and_tanh_are_close_exact_at_the_edges_and_vectorise),
 		cmocka_unit_test(each_numerics_version_computes_its_own_formulas),
 		cmocka_unit_test(numerics_3_flushes_subnormals_on_every_thread),

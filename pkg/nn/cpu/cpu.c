@@ -407,15 +407,38 @@ static void cpu_gemm(apf_backend *be, int trans_a, int trans_b, int M, int N,
 		      beta, NULL, C, ldc);
 }
 
-/* dbias (OC) = column sums of dout (R,OC), rows in order. */
-static void column_sums(float *dbias, const float *dout, size_t R, int OC)
+struct colsum_arg {
+	float *dbias;
+	const float *dout;
+	size_t R;
+	int OC;
+};
+
+/* Thread t's columns (whole cache lines of them), every row in order. */
+HOT static void colsum_task(void *v, int t, int nt)
 {
-	memset(dbias, 0, (size_t)OC * sizeof *dbias);
-	for (size_t r = 0; r < R; r++) {
-		const float *row = dout + r * OC;
-		for (int o = 0; o < OC; o++)
-			dbias[o] += row[o];
+	struct colsum_arg *a = v;
+	size_t o0, o1;
+	split((size_t)a->OC, t, nt, 16, &o0, &o1);
+	float *d = a->dbias;
+	memset(d + o0, 0, (o1 - o0) * sizeof *d);
+	for (size_t r = 0; r < a->R; r++) {
+		const float *row = a->dout + r * (size_t)a->OC;
+		for (size_t o = o0; o < o1; o++)
+			d[o] += row[o];
 	}
+}
+
+/* dbias (OC) = column sums of dout (R,OC), rows in order; the threads
+ * share the columns, never the rows, so every sum is the one-thread one. */
+static void column_sums(apf_backend *be, float *dbias, const float *dout,
+			size_t R, int OC)
+{
+	struct colsum_arg a = {dbias, dout, R, OC};
+	if (R * (size_t)OC < PAR_MIN || OC < 32 || nthreads(be) == 1)
+		colsum_task(&a, 0, 1);
+	else
+		parallel(be, colsum_task, &a);
 }
 
 /* ---- linear --------------------------------------------------------------- */
@@ -442,7 +465,7 @@ static void linear_backward(apf_backend *be, float *dinp, float *dweight,
 			 accum ? 1.0f : 0.0f, dinp, C);
 	cpu_gemm(be, 1, 0, OC, C, B, 1.0f, dout, OC, inp, C, 0.0f, dweight, C);
 	if (dbias)
-		column_sums(dbias, dout, (size_t)B, OC);
+		column_sums(be, dbias, dout, (size_t)B, OC);
 }
 
 /* ---- conv2d (NHWC, im2col + GEMM) ----------------------------------------- */
@@ -764,7 +787,7 @@ static void conv2d_backward(apf_backend *be, float *dinp, float *dweight,
 					dweight[i] += part[i];
 			}
 			if (dbias)
-				column_sums(dbias, dout, (size_t)B * OH * OW,
+				column_sums(be, dbias, dout, (size_t)B * OH * OW,
 					    OC);
 			return;
 		}
@@ -807,7 +830,7 @@ static void conv2d_backward(apf_backend *be, float *dinp, float *dweight,
 			dweight[i] += part[i];
 	}
 	if (dbias)
-		column_sums(dbias, dout, (size_t)B * OH * OW, OC);
+		column_sums(be, dbias, dout, (size_t)B * OH * OW, OC);
 }
 
 /* ---- batch norm (N rows of C channels) ----------------------------------- */
@@ -3347,7 +3370,7 @@ static void upconv2x2_backward(apf_backend *be, float *dinp, float *dweight,
 	cpu_gemm(be, 1, 0, 4 * OC, C, (int)P, 1.0f, g, 4 * OC, inp, C, 0.0f,
 		 dweight, C);
 	if (dbias)
-		column_sums(dbias, dout, 4 * P, OC);
+		column_sums(be, dbias, dout, 4 * P, OC);
 	free(g);
 }
 
