@@ -863,36 +863,36 @@ static int fuse_chains(apf_net *net)
 		for (int k = 0; k < net->ops[i].nin; k++)
 			uses[net->ops[i].in[k]]++;
 	}
+	int bn_ok = net->be->batchnorm_relu_forward &&
+		    net->be->batchnorm_relu_backward;
+	int in_ok = net->be->instnorm_relu_forward &&
+		    net->be->instnorm_relu_backward;
 	for (size_t i = 0; i < net->nops; i++) {
 		struct op *a = &net->ops[i];
 		int tin = a->in[0];
 		if (a->type != OP_ACT || a->act != APF_ACT_RELU || tin == 0 ||
 		    uses[tin] != 1 || tin == net->out)
 			continue;
-		int p = prod[tin], bn = -1, add = -1, res = -1, rk = 0;
-		int bn_ok = net->be->batchnorm_relu_forward &&
-			    net->be->batchnorm_relu_backward;
-		int in_ok = net->be->instnorm_relu_forward &&
-			    net->be->instnorm_relu_backward;
+		int p = prod[tin], norm = -1, add = -1, res = -1, rk = 0;
 		if ((net->ops[p].type == OP_BATCHNORM && bn_ok) ||
 		    (net->ops[p].type == OP_INSTNORM && in_ok)) {
-			bn = p;
+			norm = p;
 		} else if (net->ops[p].type == OP_ADD && bn_ok) {
-			for (int k = 0; k < 2 && bn < 0; k++) {
+			for (int k = 0; k < 2 && norm < 0; k++) {
 				int x = net->ops[p].in[k], q = prod[x];
 				if (x != 0 && q >= 0 && uses[x] == 1 &&
 				    x != net->out &&
 				    net->ops[q].type == OP_BATCHNORM) {
-					bn = q, add = p;
+					norm = q, add = p;
 					res = net->ops[p].in[1 - k], rk = 1 - k;
 				}
 			}
 		}
-		if (bn < 0)
+		if (norm < 0)
 			continue;
-		struct op *b = &net->ops[bn];
-		if (read_between(net, (size_t)bn, i, add < 0 ? i : (size_t)add,
-				 b->in[0]) ||
+		struct op *b = &net->ops[norm];
+		if (read_between(net, (size_t)norm, i,
+				 add < 0 ? i : (size_t)add, b->in[0]) ||
 		    (add >= 0 && read_between(net, (size_t)add, i, i, res)))
 			continue;
 		b->fused_into = (int)i;
@@ -903,7 +903,7 @@ static int fuse_chains(apf_net *net)
 			a->fres = res;
 			a->fres_accum = net->ops[add].accum[rk];
 		}
-		a->fnorm = bn;
+		a->fnorm = norm;
 		a->fadd = add;
 	}
 	free(prod);
@@ -1276,50 +1276,50 @@ static void dropout_key(const uint32_t key[2], int index, uint32_t out[2])
 	out[0] = w[0], out[1] = w[1];
 }
 
-/* A fused chain (tail: its ReLU op o): relu(bn(x) [+ res]) or
+/* A fused chain (tail: its ReLU op o, its norm n): relu(bn(x) [+ res]) or
  * relu(instnorm(x)). */
 static void fused_forward(apf_net *net, const struct op *o, int B, int train)
 {
-	const struct op *bn = &net->ops[o->fnorm];
-	const struct tensor *x = &net->t[bn->in[0]];
-	if (bn->type == OP_INSTNORM) {
+	const struct op *n = &net->ops[o->fnorm];
+	const struct tensor *x = &net->t[n->in[0]];
+	if (n->type == OP_INSTNORM) {
 		net->be->instnorm_relu_forward(
-			net->be, net->t[o->out].data, bn->save_a, bn->save_b,
-			x->data, param_ptr(net, bn->param[0]),
-			param_ptr(net, bn->param[1]), B, x->H * x->W, x->C,
-			bn->eps);
+			net->be, net->t[o->out].data, n->save_a, n->save_b,
+			x->data, param_ptr(net, n->param[0]),
+			param_ptr(net, n->param[1]), B, x->H * x->W, x->C,
+			n->eps);
 		return;
 	}
 	net->be->batchnorm_relu_forward(
-		net->be, net->t[o->out].data, bn->save_a, bn->save_b, x->data,
+		net->be, net->t[o->out].data, n->save_a, n->save_b, x->data,
 		o->fres >= 0 ? net->t[o->fres].data : NULL,
-		param_ptr(net, bn->param[0]), param_ptr(net, bn->param[1]),
-		state_ptr(net, bn->state[0]), state_ptr(net, bn->state[1]),
-		B * x->H * x->W, x->C, bn->momentum, bn->eps, train);
+		param_ptr(net, n->param[0]), param_ptr(net, n->param[1]),
+		state_ptr(net, n->state[0]), state_ptr(net, n->state[1]),
+		B * x->H * x->W, x->C, n->momentum, n->eps, train);
 }
 
 static void fused_backward(apf_net *net, const struct op *o, float *grads,
 			   int B)
 {
-	const struct op *bn = &net->ops[o->fnorm];
-	const struct tensor *x = &net->t[bn->in[0]];
-	if (bn->type == OP_INSTNORM) {
+	const struct op *n = &net->ops[o->fnorm];
+	const struct tensor *x = &net->t[n->in[0]];
+	if (n->type == OP_INSTNORM) {
 		net->be->instnorm_relu_backward(
-			net->be, bn->in[0] == 0 ? NULL : x->grad,
-			grads + net->params[bn->param[0]].offset,
-			grads + net->params[bn->param[1]].offset,
+			net->be, n->in[0] == 0 ? NULL : x->grad,
+			grads + net->params[n->param[0]].offset,
+			grads + net->params[n->param[1]].offset,
 			net->t[o->out].grad, net->t[o->out].data, x->data,
-			param_ptr(net, bn->param[0]), bn->save_a, bn->save_b, B,
-			x->H * x->W, x->C, bn->accum[0]);
+			param_ptr(net, n->param[0]), n->save_a, n->save_b, B,
+			x->H * x->W, x->C, n->accum[0]);
 		return;
 	}
 	float *dres = o->fres > 0 ? net->t[o->fres].grad : NULL;
 	net->be->batchnorm_relu_backward(
-		net->be, bn->in[0] == 0 ? NULL : x->grad, dres,
-		grads + net->params[bn->param[0]].offset,
-		grads + net->params[bn->param[1]].offset, net->t[o->out].grad,
-		net->t[o->out].data, x->data, param_ptr(net, bn->param[0]),
-		bn->save_a, bn->save_b, B * x->H * x->W, x->C, bn->accum[0],
+		net->be, n->in[0] == 0 ? NULL : x->grad, dres,
+		grads + net->params[n->param[0]].offset,
+		grads + net->params[n->param[1]].offset, net->t[o->out].grad,
+		net->t[o->out].data, x->data, param_ptr(net, n->param[0]),
+		n->save_a, n->save_b, B * x->H * x->W, x->C, n->accum[0],
 		o->fres_accum);
 }
 
