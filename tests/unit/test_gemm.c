@@ -522,6 +522,91 @@ static void prepare_refuses_bad_arguments(void **state)
 	g.isa = APF_CPU_ISA_SCALAR;
 	assert_apf_ok(apf_gemm_prepare(&g, NULL));
 	apf_gemm_release(&g);
+	float sums[4];
+	g.asum = sums; /* op(A)'s row sums are A's column sums: A^T only */
+	assert_int_equal(apf_gemm_prepare(&g, NULL), APF_EINPUT);
+	assert_non_null(strstr(apf_error_message(), "A^T"));
+}
+
+/* asum: op(A)'s row sums (A's column sums, op(A) = A^T), each over k in
+ * order from 0, as a bias gradient's column sums are, taken while A is
+ * packed: on every path, for 1 to 3 threads' shares, beside a GEMM whose
+ * C is still the contract's. Shapes with one row (restated as a column),
+ * one column, no columns and K 0 included; a column of -0 sums to +0, as
+ * 0 + -0 does. */
+static void every_path_sums_op_a_rows_while_packing(void **state)
+{
+	(void)state;
+	static const int shapes[][3] = {
+		/* M, N, K */
+		{512, 128, 70}, {37, 300, 64}, {13, 5, 17}, {1, 40, 33},
+		{29, 1, 50},	{7, 0, 9},     {9, 12, 0},  {12, 32, 16},
+	};
+	for (size_t s = 0; s < sizeof shapes / sizeof *shapes + 20; s++) {
+		struct problem p;
+		int M, N, K;
+		if (s < sizeof shapes / sizeof *shapes)
+			M = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
+		else
+			M = 1 + below(70), N = 1 + below(70), K = below(70);
+		problem_make(&p, 1, below(2), M, N, K, 1, 1.0f, 0.0f);
+		if (p.ldc < 1) /* N 0: C holds nothing, ldc must be >= 1 */
+			p.ldc = 1;
+		for (int k = 0; k < K; k++) /* column 0: -0 in every row */
+			p.A[(size_t)k * p.lda] = -0.0f;
+		float *want_sum = malloc((size_t)M * sizeof *want_sum);
+		assert_non_null(want_sum);
+		for (int i = 0; i < M; i++) {
+			float acc = 0.0f;
+			for (int k = 0; k < K; k++)
+				acc += p.A[(size_t)k * p.lda + i];
+			want_sum[i] = acc;
+		}
+		float *want = reference(&p);
+		for (size_t i = 0; i < sizeof all_paths / sizeof *all_paths; i++) {
+			if (!path_runs_here(all_paths[i]))
+				continue;
+			for (int nt = 1; nt <= 3; nt++) {
+				float *C = malloc((p.nc ? p.nc : 1) * sizeof *C);
+				float *sum = malloc((size_t)M * sizeof *sum);
+				assert_non_null(C);
+				assert_non_null(sum);
+				memcpy(C, p.C, p.nc * sizeof *C);
+				for (int m = 0; m < M; m++)
+					sum[m] = NAN; /* must all be written */
+				struct apf_gemm g = {
+					.isa = all_paths[i], .trans_a = 1,
+					.trans_b = p.tb, .M = M, .N = N, .K = K,
+					.alpha = p.alpha, .A = p.A,
+					.lda = p.lda, .B = p.B, .ldb = p.ldb,
+					.beta = p.beta, .C = C, .ldc = p.ldc,
+					.asum = sum};
+				assert_apf_ok(apf_gemm_prepare(&g, &lent));
+				for (int t = nt - 1; t >= 0; t--)
+					apf_gemm_pack(&g, t, nt);
+				for (int t = 0; t < nt; t++)
+					apf_gemm_compute(&g, t, nt);
+				apf_gemm_release(&g);
+				assert_same_bits(apf_cpu_isa_name(all_paths[i]),
+						 &p, C, want);
+				for (int m = 0; m < M; m++)
+					if (memcmp(sum + m, want_sum + m,
+						   sizeof *sum))
+						fail_msg("%s, %d threads: %dx%dx%d: "
+							 "asum[%d] = %.9g, want "
+							 "%.9g",
+							 apf_cpu_isa_name(
+								 all_paths[i]),
+							 nt, M, N, K, m, sum[m],
+							 want_sum[m]);
+				free(C);
+				free(sum);
+			}
+		}
+		free(want);
+		free(want_sum);
+		problem_free(&p);
+	}
 }
 
 int main(void)
@@ -539,6 +624,7 @@ int main(void)
 		cmocka_unit_test(isa_choice_and_its_refusals),
 		cmocka_unit_test(backend_honours_and_refuses_apf_cpu_isa),
 		cmocka_unit_test(prepare_refuses_bad_arguments),
+		cmocka_unit_test(every_path_sums_op_a_rows_while_packing),
 	};
 	int failed = cmocka_run_group_tests(tests, NULL, NULL);
 	apf_gemm_buf_free(&lent);

@@ -372,11 +372,12 @@ static void gemm_task(void *v, int t, int nt)
 	apf_gemm_compute(j->g, t, nt);
 }
 
-/* cpu_gemm with crow (gemm.h): beta's term from that one row, not C. */
-static void cpu_gemm_crow(apf_backend *be, int trans_a, int trans_b, int M,
-			  int N, int K, float alpha, const float *A, int lda,
-			  const float *B, int ldb, float beta,
-			  const float *crow, float *C, int ldc)
+/* cpu_gemm with crow and asum (gemm.h): beta's term from that one row,
+ * not C; op(A)'s row sums (op(A) = A^T) in asum. */
+static void cpu_gemm_x(apf_backend *be, int trans_a, int trans_b, int M,
+		       int N, int K, float alpha, const float *A, int lda,
+		       const float *B, int ldb, float beta, const float *crow,
+		       float *C, int ldc, float *asum)
 {
 	if (M == 0 || N == 0)
 		return;
@@ -384,7 +385,7 @@ static void cpu_gemm_crow(apf_backend *be, int trans_a, int trans_b, int M,
 			     .trans_b = trans_b, .M = M, .N = N, .K = K,
 			     .alpha = alpha, .A = A, .lda = lda, .B = B,
 			     .ldb = ldb, .beta = beta, .C = C, .ldc = ldc,
-			     .crow = crow};
+			     .crow = crow, .asum = asum};
 	if (apf_gemm_prepare(&g, &gemm_bufs(be)[0])) {
 		cpu_fail(be, "gemm");
 		return;
@@ -403,8 +404,8 @@ static void cpu_gemm(apf_backend *be, int trans_a, int trans_b, int M, int N,
 		     int K, float alpha, const float *A, int lda,
 		     const float *B, int ldb, float beta, float *C, int ldc)
 {
-	cpu_gemm_crow(be, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb,
-		      beta, NULL, C, ldc);
+	cpu_gemm_x(be, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta,
+		   NULL, C, ldc, NULL);
 }
 
 struct colsum_arg {
@@ -450,8 +451,8 @@ static void linear_forward(apf_backend *be, float *out, const float *inp,
 {
 	/* out = acc + bias: the bits of out filled with the bias and then
 	 * beta 1, without that pass over out */
-	cpu_gemm_crow(be, 0, 1, B, OC, C, 1.0f, inp, C, weight, C,
-		      bias ? 1.0f : 0.0f, bias, out, OC);
+	cpu_gemm_x(be, 0, 1, B, OC, C, 1.0f, inp, C, weight, C,
+		   bias ? 1.0f : 0.0f, bias, out, OC, NULL);
 }
 
 // dout is (B,OC); dinp (B,C), dweight (OC,C), dbias (OC)
@@ -463,8 +464,12 @@ static void linear_backward(apf_backend *be, float *dinp, float *dweight,
 	if (dinp)
 		cpu_gemm(be, 0, 0, B, C, OC, 1.0f, dout, OC, weight, C,
 			 accum ? 1.0f : 0.0f, dinp, C);
-	cpu_gemm(be, 1, 0, OC, C, B, 1.0f, dout, OC, inp, C, 0.0f, dweight, C);
-	if (dbias)
+	/* dbias: dout's column sums, taken while the weight gradient's GEMM
+	 * packs dout^T (the bits of column_sums: each column's rows in
+	 * order from 0), so dout is read once for both */
+	cpu_gemm_x(be, 1, 0, OC, C, B, 1.0f, dout, OC, inp, C, 0.0f, NULL,
+		   dweight, C, dbias);
+	if (dbias && C == 0) /* no GEMM ran */
 		column_sums(be, dbias, dout, (size_t)B, OC);
 }
 

@@ -203,9 +203,12 @@ copy_rows(float *dst, size_t w, const float *src, size_t ld, size_t k0,
  * A of 4 MiB passed for every panel (the Transformer's weight gradients
  * spent a quarter of their time here). Moves bits only. */
 static void pack_rows(float *base, size_t w, size_t K, const float *src,
-		      size_t ld, size_t n, size_t p0, size_t p1)
+		      size_t ld, size_t n, size_t p0, size_t p1, float *sum)
 {
 	enum { K_ROWS = 16 };
+	size_t x1 = p1 * w < n ? p1 * w : n;
+	if (sum && p0 * w < x1)
+		memset(sum + p0 * w, 0, (x1 - p0 * w) * sizeof *sum);
 	for (size_t k0 = 0; k0 < K; k0 += K_ROWS) {
 		size_t k1 = K - k0 < K_ROWS ? K : k0 + K_ROWS;
 		for (size_t p = p0; p < p1; p++) {
@@ -219,18 +222,24 @@ static void pack_rows(float *base, size_t w, size_t K, const float *src,
 					memset(d + k * w + cols, 0,
 					       (w - cols) * sizeof *d);
 				}
-				continue;
+			} else {
+				/* the micro-tiles' widths as constants */
+				switch (w) {
+				case 4: copy_rows(d, 4, s, ld, k0, k1); break;
+				case 6: copy_rows(d, 6, s, ld, k0, k1); break;
+				case 8: copy_rows(d, 8, s, ld, k0, k1); break;
+				case 12: copy_rows(d, 12, s, ld, k0, k1); break;
+				case 16: copy_rows(d, 16, s, ld, k0, k1); break;
+				case 32: copy_rows(d, 32, s, ld, k0, k1); break;
+				default: copy_rows(d, w, s, ld, k0, k1); break;
+				}
 			}
-			/* the micro-tiles' widths as constants */
-			switch (w) {
-			case 4: copy_rows(d, 4, s, ld, k0, k1); break;
-			case 6: copy_rows(d, 6, s, ld, k0, k1); break;
-			case 8: copy_rows(d, 8, s, ld, k0, k1); break;
-			case 12: copy_rows(d, 12, s, ld, k0, k1); break;
-			case 16: copy_rows(d, 16, s, ld, k0, k1); break;
-			case 32: copy_rows(d, 32, s, ld, k0, k1); break;
-			default: copy_rows(d, w, s, ld, k0, k1); break;
-			}
+			/* the panel's columns' sums, the rows just copied
+			 * added in order (from L1) */
+			if (sum)
+				for (size_t k = k0; k < k1; k++)
+					for (size_t c = 0; c < cols; c++)
+						sum[p * w + c] += d[k * w + c];
 		}
 	}
 }
@@ -242,7 +251,7 @@ void apf_gemm_pack(struct apf_gemm *g, int t, int nt)
 	size_t mr = (size_t)g->mr, nr = (size_t)g->nr, K = (size_t)g->K;
 	if (g->trans_a) /* op(A)[i][k] = A[k lda + i] */
 		pack_rows(g->pa, mr, K, g->A, (size_t)g->lda, (size_t)g->M, b,
-			  e);
+			  e, g->asum);
 	else
 		for (size_t p = b; p < e; p++)
 			pack_panel_transposed(
@@ -252,7 +261,7 @@ void apf_gemm_pack(struct apf_gemm *g, int t, int nt)
 	share(g->np, t, nt, &b, &e);
 	if (!g->trans_b) /* op(B)[k][j] = B[k ldb + j] */
 		pack_rows(g->pb, nr, K, g->B, (size_t)g->ldb, (size_t)g->N, b,
-			  e);
+			  e, NULL);
 	else
 		for (size_t q = b; q < e; q++)
 			pack_panel_transposed(
@@ -634,6 +643,16 @@ static float *room_for(struct apf_gemm_buf *buf, size_t n)
 	return p;
 }
 
+/* sum[x] = the sum of src[k ld + x] over k in order, from 0, for x < n. */
+static void sum_columns(float *sum, const float *src, size_t ld, size_t n,
+			size_t K)
+{
+	memset(sum, 0, n * sizeof *sum);
+	for (size_t k = 0; k < K; k++)
+		for (size_t x = 0; x < n; x++)
+			sum[x] += src[k * ld + x];
+}
+
 static int at_least_1(int n)
 {
 	return n > 1 ? n : 1;
@@ -656,6 +675,16 @@ int apf_gemm_prepare(struct apf_gemm *g, struct apf_gemm_buf *buf)
 				 "leading dimensions %d, %d, %d too small for "
 				 "%dx%dx%d", g->lda, g->ldb, g->ldc, g->M, g->N,
 				 g->K);
+	if (g->asum && !g->trans_a)
+		return apf_error(APF_EINPUT, "gemm",
+				 "op(A)'s row sums need op(A) = A^T");
+	if (g->asum && (!g->N || g->M == 1)) {
+		/* no packing of A to ride on (nothing to compute, or the
+		 * one-row restatement below packs A as B): the same sums */
+		sum_columns(g->asum, g->A, (size_t)g->lda, (size_t)g->M,
+			    (size_t)g->K);
+		g->asum = NULL;
+	}
 	if (!g->M || !g->N)
 		return 0;
 	if (g->M == 1 && g->N > 1 && g->isa != APF_CPU_ISA_SCALAR) {

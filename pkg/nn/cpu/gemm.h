@@ -60,6 +60,12 @@ struct apf_gemm {
 	 * read: C = alpha acc + beta crow[j], the bits of C filled with crow
 	 * row by row first (a layer's bias, without that pass over C). */
 	const float *crow;
+	/* When not NULL (op(A) = A^T only): asum[i] = the sum over k in
+	 * order, from 0, of op(A)[i][k], for i < M: A's column sums (a
+	 * layer's bias gradient beside its weight gradient), added while A
+	 * is packed, so A is read once for both. Written by apf_gemm_pack's
+	 * shares (or by apf_gemm_prepare where A is not packed as A). */
+	float *asum;
 	/* set by apf_gemm_prepare */
 	int kernel;     /* the micro-kernel's path (see micro_tile) */
 	int mr, nr;     /* its micro-tile */
