@@ -528,6 +528,33 @@ static void prepare_refuses_bad_arguments(void **state)
 	assert_non_null(strstr(apf_error_message(), "A^T"));
 }
 
+/* An operand that is already its one panel (op(A) = A^T of M rows, or
+ * op(B) = B of N columns, the panel's width, at a leading dimension of
+ * that width) is read in place rather than packed: the contract still,
+ * with the leading dimension exact and padded, against the other operand
+ * packed, for every path's widths (1 for the column kernels). */
+static void every_path_reads_one_panel_operands_in_place(void **state)
+{
+	(void)state;
+	static const int widths[] = {1, 4, 6, 8, 12, 16, 32, 48};
+	int n = (int)(sizeof widths / sizeof *widths);
+	for (int i = 0; i < n; i++)
+		for (int j = 0; j < n; j++)
+			for (int v = 0; v < 8; v++) {
+				/* v: the transposes (the other ones are not
+				 * k-major, and their look-alikes must still
+				 * be packed: K = M or N makes them so),
+				 * K, padding */
+				int ta = v & 1, tb = v >> 1 & 1, pad = v >> 2;
+				int K = pad ? 37 : ta ? widths[j] : widths[i];
+				struct problem p;
+				problem_make(&p, ta, tb, widths[i], widths[j], K,
+					     pad, 1.0f, j % 2 ? 0.0f : 0.5f);
+				check_every_path(&p);
+				problem_free(&p);
+			}
+}
+
 /* asum: op(A)'s row sums (A's column sums, op(A) = A^T), each over k in
  * order from 0, as a bias gradient's column sums are, taken while A is
  * packed: on every path, for 1 to 3 threads' shares, beside a GEMM whose
@@ -538,9 +565,10 @@ static void every_path_sums_op_a_rows_while_packing(void **state)
 {
 	(void)state;
 	static const int shapes[][3] = {
-		/* M, N, K */
+		/* M, N, K (the last three with A one panel on some path) */
 		{512, 128, 70}, {37, 300, 64}, {13, 5, 17}, {1, 40, 33},
 		{29, 1, 50},	{7, 0, 9},     {9, 12, 0},  {12, 32, 16},
+		{16, 1, 300},	{1, 16, 500},  {4, 8, 21},
 	};
 	for (size_t s = 0; s < sizeof shapes / sizeof *shapes + 20; s++) {
 		struct problem p;
@@ -549,7 +577,8 @@ static void every_path_sums_op_a_rows_while_packing(void **state)
 			M = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
 		else
 			M = 1 + below(70), N = 1 + below(70), K = below(70);
-		problem_make(&p, 1, below(2), M, N, K, 1, 1.0f, 0.0f);
+		problem_make(&p, 1, below(2), M, N, K,
+			     s >= sizeof shapes / sizeof *shapes, 1.0f, 0.0f);
 		if (p.ldc < 1) /* N 0: C holds nothing, ldc must be >= 1 */
 			p.ldc = 1;
 		for (int k = 0; k < K; k++) /* column 0: -0 in every row */
@@ -624,6 +653,7 @@ int main(void)
 		cmocka_unit_test(isa_choice_and_its_refusals),
 		cmocka_unit_test(backend_honours_and_refuses_apf_cpu_isa),
 		cmocka_unit_test(prepare_refuses_bad_arguments),
+		cmocka_unit_test(every_path_reads_one_panel_operands_in_place),
 		cmocka_unit_test(every_path_sums_op_a_rows_while_packing),
 	};
 	int failed = cmocka_run_group_tests(tests, NULL, NULL);

@@ -223,8 +223,10 @@ static void pack_rows(float *base, size_t w, size_t K, const float *src,
 					       (w - cols) * sizeof *d);
 				}
 			} else {
-				/* the micro-tiles' widths as constants */
+				/* the micro-tiles' widths as constants (1: a
+				 * column kernel's B) */
 				switch (w) {
+				case 1: copy_rows(d, 1, s, ld, k0, k1); break;
 				case 4: copy_rows(d, 4, s, ld, k0, k1); break;
 				case 6: copy_rows(d, 6, s, ld, k0, k1); break;
 				case 8: copy_rows(d, 8, s, ld, k0, k1); break;
@@ -249,23 +251,27 @@ void apf_gemm_pack(struct apf_gemm *g, int t, int nt)
 	size_t b, e;
 	share(g->mp, t, nt, &b, &e);
 	size_t mr = (size_t)g->mr, nr = (size_t)g->nr, K = (size_t)g->K;
-	if (g->trans_a) /* op(A)[i][k] = A[k lda + i] */
-		pack_rows(g->pa, mr, K, g->A, (size_t)g->lda, (size_t)g->M, b,
-			  e, g->asum);
+	if (!g->pack_a)
+		;
+	else if (g->trans_a) /* op(A)[i][k] = A[k lda + i] */
+		pack_rows(g->pack_a, mr, K, g->A, (size_t)g->lda,
+			  (size_t)g->M, b, e, g->asum);
 	else
 		for (size_t p = b; p < e; p++)
 			pack_panel_transposed(
-				g, g->pa + p * mr * K, mr,
+				g, g->pack_a + p * mr * K, mr,
 				g->A + p * mr * (size_t)g->lda, (size_t)g->lda,
 				tile_rows(g, p));
 	share(g->np, t, nt, &b, &e);
-	if (!g->trans_b) /* op(B)[k][j] = B[k ldb + j] */
-		pack_rows(g->pb, nr, K, g->B, (size_t)g->ldb, (size_t)g->N, b,
-			  e, NULL);
+	if (!g->pack_b)
+		;
+	else if (!g->trans_b) /* op(B)[k][j] = B[k ldb + j] */
+		pack_rows(g->pack_b, nr, K, g->B, (size_t)g->ldb,
+			  (size_t)g->N, b, e, NULL);
 	else
 		for (size_t q = b; q < e; q++)
 			pack_panel_transposed(
-				g, g->pb + q * nr * K, nr,
+				g, g->pack_b + q * nr * K, nr,
 				g->B + q * nr * (size_t)g->ldb, (size_t)g->ldb,
 				tile_cols(g, q));
 }
@@ -658,9 +664,17 @@ static int at_least_1(int n)
 	return n > 1 ? n : 1;
 }
 
+/* op(X) with op(X)[k][x] = X[k ld + x] (x < n) is already its one panel
+ * of width w when n fills it and ld is w. */
+static int one_panel(int k_major, int n, int ld, int w)
+{
+	return k_major && n == w && ld == w;
+}
+
 int apf_gemm_prepare(struct apf_gemm *g, struct apf_gemm_buf *buf)
 {
 	g->pa = g->pb = g->owned = NULL;
+	g->pack_a = g->pack_b = NULL;
 	g->mp = g->np = 0;
 	int rc = micro_tile(g->isa, g->M, g->N, &g->kernel, &g->mr, &g->nr);
 	if (rc)
@@ -708,8 +722,16 @@ int apf_gemm_prepare(struct apf_gemm *g, struct apf_gemm_buf *buf)
 	}
 	size_t mp = ((size_t)g->M + (size_t)g->mr - 1) / (size_t)g->mr;
 	size_t np = ((size_t)g->N + (size_t)g->nr - 1) / (size_t)g->nr;
-	size_t na = mp * (size_t)g->mr * (size_t)g->K;
-	size_t nb = np * (size_t)g->nr * (size_t)g->K;
+	int view_a = one_panel(g->trans_a, g->M, g->lda, g->mr);
+	int view_b = one_panel(!g->trans_b, g->N, g->ldb, g->nr);
+	if (view_a && g->asum) {
+		/* no pack to take them in */
+		sum_columns(g->asum, g->A, (size_t)g->lda, (size_t)g->M,
+			    (size_t)g->K);
+		g->asum = NULL;
+	}
+	size_t na = view_a ? 0 : mp * (size_t)g->mr * (size_t)g->K;
+	size_t nb = view_b ? 0 : np * (size_t)g->nr * (size_t)g->K;
 	struct apf_gemm_buf own = {0};
 	float *room = room_for(buf ? buf : &own, na + nb);
 	if (!room)
@@ -717,8 +739,10 @@ int apf_gemm_prepare(struct apf_gemm *g, struct apf_gemm_buf *buf)
 				 "out of memory packing %dx%dx%d", g->M, g->N,
 				 g->K);
 	g->owned = buf ? NULL : room;
-	g->pa = room;
-	g->pb = room + na;
+	g->pack_a = view_a ? NULL : room;
+	g->pack_b = view_b ? NULL : room + na;
+	g->pa = view_a ? g->A : g->pack_a;
+	g->pb = view_b ? g->B : g->pack_b;
 	g->mp = mp;
 	g->np = np;
 	return 0;
@@ -728,6 +752,7 @@ void apf_gemm_release(struct apf_gemm *g)
 {
 	free(g->owned);
 	g->pa = g->pb = g->owned = NULL;
+	g->pack_a = g->pack_b = NULL;
 	g->mp = g->np = 0;
 }
 

@@ -70,8 +70,13 @@ struct apf_gemm {
 	int kernel;     /* the micro-kernel's path (see micro_tile) */
 	int mr, nr;     /* its micro-tile */
 	size_t mp, np;  /* panels of A (MR rows) and of B (NR columns) */
-	float *pa, *pb; /* the packed panels */
-	float *owned;   /* what release frees: pa when no buffer was lent */
+	/* The panels the kernels read: packed into room by apf_gemm_pack,
+	 * or op(X) itself where it is one whole panel stored as one (k-major,
+	 * its leading dimension the panel's width: a one-column GEMM's
+	 * operands, such as a layer with one output's weight gradient) */
+	const float *pa, *pb;
+	float *pack_a, *pack_b; /* where apf_gemm_pack writes; NULL: op(X) */
+	float *owned;   /* what release frees: the room when none was lent */
 };
 
 /* Room for packed panels that one thread's GEMMs reuse, so a training step
