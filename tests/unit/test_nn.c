@@ -22,6 +22,7 @@
 #include <xmmintrin.h>
 
 #include "hash/hash.h"
+#include "nn/cpu/isa.h"
 #include "nn/mathf.h"
 #include "nn/nn.h"
 
@@ -1785,7 +1786,8 @@ static void interaction_backward_ref(float *ddense, float *demb,
 }
 
 /* The interaction, forward and backward, gives the bits of the plain
- * loops every recorded run was made with, at 1 and 2 threads: the DLRM's
+ * loops every recorded run was made with, on every path this CPU runs
+ * (each vector path has kernels of its own) at 1 and 2 threads: the DLRM's
  * shape and others (31 and 40 embeddings, width 4, none); signed zeros, a
  * huge value, and cancellations that come out otherwise in any other
  * order of the sums (a faster kernel must keep them). */
@@ -1836,11 +1838,34 @@ static void interaction_gives_the_recorded_bits_on_every_path(void **state)
 		if (ne > 2 * (size_t)D)
 			for (int x = 0; x < D; x++)
 				emb[D + x] = -emb[x]; /* v_2 = -v_1 */
+		/* Example 1: v_1 = (1, 1e17, -1e17, 0, ...) against v_2 = v_5
+		 * = 1, whose dots are 0 in k order and 1 in the reverse one
+		 * (pair (2, 1) alone, pair (5, 1) in a block of four). */
+		if (B > 1 && E >= 5 && D >= 3)
+			for (int x = 0; x < D; x++) {
+				float *v1 = emb + (size_t)E * D;
+				v1[x] = x == 0	 ? 1.0f
+					: x == 1 ? 1e17f
+					: x == 2 ? -1e17f
+						 : 0.0f;
+				v1[D + x] = v1[4 * D + x] = 1.0f;
+			}
 		for (size_t i = 0; i < nd; i++)
 			dd[i] = rd[i] = 0.25f;
-		for (int t = 1; t <= 2; t++) {
+		for (int run = 0; run < 2 * (APF_CPU_ISA_AVX512 + 1); run++) {
+			/* 1 and 2 threads on every path this CPU runs (the
+			 * vector paths have their own kernels: fma, and 8
+			 * examples a vector on AVX-512) */
+			int t = 1 + run % 2, isa = run / 2;
+			if (!(apf_cpu_isa_available() & (1u << isa)))
+				continue;
 			apf_backend *be;
+			assert_int_equal(
+				setenv("APF_CPU_ISA", apf_cpu_isa_name(isa), 1), 0);
 			assert_apf_ok(apf_backend_cpu_new(&be, t));
+			unsetenv("APF_CPU_ISA");
+			for (size_t i = 0; i < nd; i++)
+				dd[i] = rd[i] = 0.25f;
 			be->interaction_forward(be, out, dense, emb, B, E, D);
 			be->interaction_backward(be, dd, de, dout, dense, emb, B,
 						 E, D, 1, 0);
@@ -1854,15 +1879,18 @@ static void interaction_gives_the_recorded_bits_on_every_path(void **state)
 						float want = interaction_dot_ref(
 							dense, emb, b, i, j, E, D);
 						if (memcmp(&o[p], &want, 4))
-							fail_msg("shape %zu, %d threads: "
-								 "dot %d of example %d",
-								 s, t, p, b);
+							fail_msg("shape %zu, %s, %d "
+								 "threads: dot %d of "
+								 "example %d",
+								 s, apf_cpu_isa_name(isa),
+								 t, p, b);
 					}
 			}
 			interaction_backward_ref(rd, re, dout, dense, emb, B, E, D);
 			if (memcmp(dd, rd, nd * 4) || (ne && memcmp(de, re, ne * 4)))
-				fail_msg("shape %zu, %d threads: the gradients are "
-					 "not the pair walk's bits", s, t);
+				fail_msg("shape %zu, %s, %d threads: the gradients "
+					 "are not the pair walk's bits",
+					 s, apf_cpu_isa_name(isa), t);
 		}
 		free(dense), free(emb), free(dout), free(out);
 		free(dd), free(de), free(rd), free(re);

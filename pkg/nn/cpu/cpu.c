@@ -1998,211 +1998,59 @@ static void embedding_backward(apf_backend *be, float *dtable,
 		}
 }
 
-/* The dot interaction works on lanes of INTER_L examples, the examples
- * split among the threads in whole lanes. Each example's arithmetic is the
- * same as when it was done alone - every dot summed in double in k order,
- * every gradient summed in double in pair order - with the examples of a
- * lane side by side in one vector of doubles (GCC's vector extension: one
- * AVX2 register; a wider type would have no register mode in the AVX2
- * clone and live in memory), so the bits depend on neither the thread
- * count nor the vector width. A product of two floats is exact in double,
- * so a fused multiply-add rounds it as the separate multiply and add do.
- * A lane holds an example's F vectors as P[j * D + k][lane] = v_j[k] in
- * double; a short lane is padded with zeros whose results are dropped. */
-#define INTER_L 4
-typedef double inter_v __attribute__((vector_size(INTER_L * sizeof(double))));
+/* The dot interaction works on lanes of examples (inter_body.h), the
+ * examples split among the threads in whole lanes. Each example's
+ * arithmetic is the same as when it was done alone - every dot summed in
+ * double in k order, every gradient summed in double in pair order - with
+ * the examples of a lane side by side in one vector of doubles, so the bits
+ * depend on neither the thread count nor the path. Here: four examples in
+ * GCC's generic vector (one AVX2 register in the AVX2 clone; a wider type
+ * would have no register mode there and live in memory), for the plain
+ * backend and the scalar path; the fast backend's AVX2 and AVX-512 paths
+ * run their own (fast_avx2.c, fast_avx512.c: fused multiply-adds, exact
+ * here, and 8 examples a vector on AVX-512). */
+typedef double inter_v __attribute__((vector_size(4 * sizeof(double))));
+#define IB_V inter_v
+#define IB_L 4
+#define IB_MADD(s, x, y) ((s) + (x) * (y))
+#define IB_FN HOT static
+#define IB_SUFFIX generic
+#include "nn/cpu/inter_body.h"
 
 struct inter_arg {
-	float *out, *ddense, *demb;
-	const float *dense, *emb, *dout;
-	int B, E, D, accum_dense, accum_emb;
+	struct apf_inter_job job;
+	int B, lanes;
+	apf_inter_fn fn;
 	char *scratch;
 	size_t slab; /* bytes per thread */
 };
 
-/* Vector k of example b: the dense vector, then the embeddings. */
-static const float *ivec(const float *dense, const float *emb, size_t b,
-			 int k, int E, int D)
-{
-	return k == 0 ? dense + b * (size_t)D
-		      : emb + (b * (size_t)E + (size_t)(k - 1)) * (size_t)D;
-}
-
-/* The lane of examples [b, b + n) into P. */
-static void inter_pack(inter_v *restrict P, const struct inter_arg *a,
-		       size_t b, int n)
-{
-	int F = a->E + 1, D = a->D;
-	memset(P, 0, (size_t)F * (size_t)D * sizeof *P);
-	for (int l = 0; l < n; l++)
-		for (int j = 0; j < F; j++) {
-			const float *v = ivec(a->dense, a->emb, b + (size_t)l,
-					      j, a->E, D);
-			for (int k = 0; k < D; k++)
-				P[(size_t)j * D + (size_t)k][l] = v[k];
-		}
-}
-
-/* The dots of v_i with v_j, j < i, for a lane: four j at a time, so that
- * four sums in k order run side by side. */
-HOT static void inter_fwd_rows(const struct inter_arg *a, size_t b0,
-			       size_t b1, char *slab)
-{
-	int E = a->E, D = a->D, F = E + 1;
-	size_t OC = (size_t)D + (size_t)F * (F - 1) / 2;
-	size_t npairs = OC - (size_t)D;
-	inter_v *restrict P = (inter_v *)slab;
-	inter_v *restrict S = P + (size_t)F * D;
-	for (size_t b = b0; b < b1; b += INTER_L) {
-		int n = b1 - b < INTER_L ? (int)(b1 - b) : INTER_L;
-		inter_pack(P, a, b, n);
-		size_t p = 0;
-		for (int i = 1; i < F; i++) {
-			const inter_v *vi = P + (size_t)i * D;
-			int j = 0;
-			for (; j + 4 <= i; j += 4) {
-				const inter_v *v0 = P + (size_t)j * D,
-					      *v1 = v0 + D, *v2 = v1 + D,
-					      *v3 = v2 + D;
-				inter_v s0 = {0}, s1 = {0}, s2 = {0}, s3 = {0};
-				for (int k = 0; k < D; k++) {
-					inter_v x = vi[k];
-					s0 += x * v0[k];
-					s1 += x * v1[k];
-					s2 += x * v2[k];
-					s3 += x * v3[k];
-				}
-				S[p++] = s0;
-				S[p++] = s1;
-				S[p++] = s2;
-				S[p++] = s3;
-			}
-			for (; j < i; j++) {
-				const inter_v *vj = P + (size_t)j * D;
-				inter_v s0 = {0};
-				for (int k = 0; k < D; k++)
-					s0 += vi[k] * vj[k];
-				S[p++] = s0;
-			}
-		}
-		for (int l = 0; l < n; l++) {
-			float *o = a->out + (b + (size_t)l) * OC;
-			memcpy(o, a->dense + (b + (size_t)l) * (size_t)D,
-			       (size_t)D * sizeof *o);
-			for (size_t q = 0; q < npairs; q++)
-				o[(size_t)D + q] = (float)S[q][l];
-		}
-	}
-}
-
-/* The backward walks a lane's pairs in their output order: pair (i, j)
- * adds dout(pair) v_j to v_i's gradient and dout(pair) v_i to v_j's,
- * summed in double (G, F*D per example, the dense part starting from its
- * own output gradient), then written or added. */
-HOT static void inter_bwd_rows(const struct inter_arg *a, size_t b0,
-			       size_t b1, char *slab)
-{
-	int E = a->E, D = a->D, F = E + 1;
-	size_t OC = (size_t)D + (size_t)F * (F - 1) / 2;
-	size_t npairs = OC - (size_t)D;
-	inter_v *restrict P = (inter_v *)slab;
-	inter_v *restrict G = P + (size_t)F * D;
-	inter_v *restrict W = G + (size_t)F * D;
-	for (size_t b = b0; b < b1; b += INTER_L) {
-		int n = b1 - b < INTER_L ? (int)(b1 - b) : INTER_L;
-		inter_pack(P, a, b, n);
-		memset(G, 0, (size_t)F * (size_t)D * sizeof *G);
-		memset(W, 0, npairs * sizeof *W);
-		for (int l = 0; l < n; l++) {
-			const float *d = a->dout + (b + (size_t)l) * OC;
-			for (int x = 0; x < D; x++)
-				G[x][l] = d[x];
-			for (size_t q = 0; q < npairs; q++)
-				W[q][l] = d[(size_t)D + q];
-		}
-		size_t p = 0;
-		for (int i = 1; i < F; i++) {
-			const inter_v *vi = P + (size_t)i * D;
-			inter_v *gi = G + (size_t)i * D;
-			if (D % 8) {
-				for (int j = 0; j < i; j++, p++) {
-					const inter_v *vj = P + (size_t)j * D;
-					inter_v *gj = G + (size_t)j * D;
-					inter_v w = W[p];
-					for (int x = 0; x < D; x++) {
-						gi[x] += w * vj[x];
-						gj[x] += w * vi[x];
-					}
-				}
-				continue;
-			}
-			/* Eight of v_i's gradients at a time held in
-			 * registers over the pairs of row i (each still summed
-			 * in pair order). */
-			for (int x0 = 0; x0 < D; x0 += 8) {
-				inter_v acc[8], wi[8];
-				for (int x = 0; x < 8; x++) {
-					acc[x] = gi[x0 + x];
-					wi[x] = vi[x0 + x];
-				}
-				for (int j = 0; j < i; j++) {
-					const inter_v *vj = P + (size_t)j * D + x0;
-					inter_v *gj = G + (size_t)j * D + x0;
-					inter_v w = W[p + (size_t)j];
-					for (int x = 0; x < 8; x++) {
-						acc[x] += w * vj[x];
-						gj[x] += w * wi[x];
-					}
-				}
-				for (int x = 0; x < 8; x++)
-					gi[x0 + x] = acc[x];
-			}
-			p += (size_t)i;
-		}
-		for (int l = 0; l < n; l++) {
-			size_t e = b + (size_t)l;
-			if (a->ddense) {
-				float *dst = a->ddense + e * (size_t)D;
-				for (int x = 0; x < D; x++)
-					dst[x] = a->accum_dense
-							 ? dst[x] + (float)G[x][l]
-							 : (float)G[x][l];
-			}
-			if (a->demb) {
-				float *dst = a->demb + e * (size_t)E * (size_t)D;
-				for (size_t x = 0; x < (size_t)E * D; x++)
-					dst[x] = a->accum_emb
-							 ? dst[x] +
-								   (float)G[(size_t)D + x][l]
-							 : (float)G[(size_t)D + x][l];
-			}
-		}
-	}
-}
-
-static void inter_fwd_task(void *v, int t, int nt)
+static void inter_task(void *v, int t, int nt)
 {
 	struct inter_arg *a = v;
 	size_t b0, b1;
-	split((size_t)a->B, t, nt, INTER_L, &b0, &b1);
-	inter_fwd_rows(a, b0, b1, a->scratch + (size_t)t * a->slab);
+	split((size_t)a->B, t, nt, (size_t)a->lanes, &b0, &b1);
+	a->fn(&a->job, b0, b1, a->scratch + (size_t)t * a->slab);
 }
 
-static void inter_bwd_task(void *v, int t, int nt)
+/* Runs the forward or the backward with a slab of scratch per thread: a
+ * lane's vectors (F*D lanes of doubles) and the forward's dots (one lane
+ * a pair) or the backward's gradients (F*D) and pair gradients (one a
+ * pair). */
+static void inter_run(apf_backend *be, struct inter_arg *a, int backward)
 {
-	struct inter_arg *a = v;
-	size_t b0, b1;
-	split((size_t)a->B, t, nt, INTER_L, &b0, &b1);
-	inter_bwd_rows(a, b0, b1, a->scratch + (size_t)t * a->slab);
-}
-
-/* Runs an interaction task with a slab of scratch per thread: a lane's
- * vectors (F*D lanes of doubles) and the forward's dots (one lane a pair)
- * or the backward's gradients (F*D) and pair gradients (one a pair). */
-static void inter_run(apf_backend *be, task_fn fn, struct inter_arg *a)
-{
-	size_t F = (size_t)a->E + 1, D = (size_t)a->D;
-	size_t need = (2 * F * D + F * (F - 1) / 2) * sizeof(inter_v);
+	apf_inter_fn fwd = inter_fwd_rows_generic, bwd = inter_bwd_rows_generic;
+	a->lanes = 4;
+	if (use_fast(be)) {
+		apf_inter_fn f, b;
+		int lanes = apf_cpu_inter_kernels(gemm_isa(be), &f, &b);
+		if (lanes)
+			fwd = f, bwd = b, a->lanes = lanes;
+	}
+	a->fn = backward ? bwd : fwd;
+	size_t F = (size_t)a->job.E + 1, D = (size_t)a->job.D;
+	size_t need = (2 * F * D + F * (F - 1) / 2) * (size_t)a->lanes *
+		      sizeof(double);
 	a->slab = (need + 63) / 64 * 64;
 	int nt = (size_t)a->B * F * D < PAR_MIN / 8 ? 1 : nthreads(be);
 	a->scratch = aligned_alloc(64, a->slab * (size_t)nt);
@@ -2211,9 +2059,9 @@ static void inter_run(apf_backend *be, task_fn fn, struct inter_arg *a)
 		return;
 	}
 	if (nt == 1)
-		fn(a, 0, 1);
+		inter_task(a, 0, 1);
 	else
-		parallel(be, fn, a);
+		parallel(be, inter_task, a);
 	free(a->scratch);
 }
 
@@ -2222,9 +2070,10 @@ static void interaction_forward(apf_backend *be, float *out,
 				const float *dense, const float *emb, int B,
 				int E, int D)
 {
-	struct inter_arg a = {.out = out, .dense = dense, .emb = emb, .B = B,
-			      .E = E, .D = D};
-	inter_run(be, inter_fwd_task, &a);
+	struct inter_arg a = {.job = {.out = out, .dense = dense, .emb = emb,
+				      .E = E, .D = D},
+			      .B = B};
+	inter_run(be, &a, 0);
 }
 
 static void interaction_backward(apf_backend *be, float *ddense, float *demb,
@@ -2232,11 +2081,13 @@ static void interaction_backward(apf_backend *be, float *ddense, float *demb,
 				 const float *emb, int B, int E, int D,
 				 int accum_dense, int accum_emb)
 {
-	struct inter_arg a = {.ddense = ddense, .demb = demb, .dout = dout,
-			      .dense = dense, .emb = emb, .B = B, .E = E,
-			      .D = D, .accum_dense = accum_dense,
-			      .accum_emb = accum_emb};
-	inter_run(be, inter_bwd_task, &a);
+	struct inter_arg a = {.job = {.ddense = ddense, .demb = demb,
+				      .dout = dout, .dense = dense, .emb = emb,
+				      .E = E, .D = D,
+				      .accum_dense = accum_dense,
+				      .accum_emb = accum_emb},
+			      .B = B};
+	inter_run(be, &a, 1);
 }
 
 /* ---- vector operations ---------------------------------------------------- */

@@ -659,3 +659,11 @@ void apf_cpu_bn_fast_dx(struct apf_bn_job *j, int t, int nt)
 	bn_rows(j, t, nt, &r0, &r1);
 	ops(j->isa)->bn_dx(j, r0, r1, 0);
 }
+
+int apf_cpu_inter_kernels(int isa, apf_inter_fn *fwd, apf_inter_fn *bwd)
+{
+	const struct apf_fast_ops *k = ops(isa);
+	*fwd = k->inter_fwd;
+	*bwd = k->inter_bwd;
+	return k->inter_fwd ? k->inter_lanes : 0;
+}

@@ -111,4 +111,34 @@ void apf_cpu_bn_fast_apply(struct apf_bn_job *j, int t, int nt);
 void apf_cpu_bn_fast_dsums(struct apf_bn_job *j, int t, int nt);
 void apf_cpu_bn_fast_dx(struct apf_bn_job *j, int t, int nt);
 
+/* ---- the DLRM's dot interaction ---------------------------------------------
+ *
+ * out (B, D + F(F-1)/2) = each example's dense vector, then the dots of its
+ * F = E + 1 vectors (dense (B,D), then emb (B,E,D)) pairwise, (i, j) for j
+ * < i in order, each summed in double in k order; the backward sums each
+ * vector's gradient in double in pair order, from the dense part's own
+ * output gradient. inter_body.h has the kernels, over lanes of examples. */
+struct apf_inter_job {
+	const float *dense, *emb, *dout;
+	float *out, *ddense, *demb;
+	int E, D, accum_dense, accum_emb;
+};
+
+/* Vector k of example b: the dense vector, then the embeddings. */
+static inline const float *apf_inter_vec(const struct apf_inter_job *a,
+					 size_t b, int k)
+{
+	return k == 0 ? a->dense + b * (size_t)a->D
+		      : a->emb + (b * (size_t)a->E + (size_t)(k - 1)) *
+				       (size_t)a->D;
+}
+
+/* Examples [b0, b1) (whole lanes but the last), with a thread's slab. */
+typedef void (*apf_inter_fn)(const struct apf_inter_job *j, size_t b0,
+			     size_t b1, void *slab);
+/* Path isa's own kernels and their lane width (fused multiply-adds, 4
+ * lanes on AVX2, 8 on AVX-512); 0 where it has none (the caller's generic
+ * kernels then run, with the same bits). */
+int apf_cpu_inter_kernels(int isa, apf_inter_fn *fwd, apf_inter_fn *bwd);
+
 #endif

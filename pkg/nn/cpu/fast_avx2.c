@@ -548,6 +548,82 @@ TGT static void bn_dx(const struct apf_bn_job *j, int r0, int r1, int c0)
 		apf_fast_scalar_ops.bn_dx(j, r0, r1, C8);
 }
 
+/* ---- the dot interaction (inter_body.h): 4 examples a vector ---------- */
+
+/* r[c][l] = r[l][c], 4 x 4 doubles in registers. */
+TGT static inline void transpose4_pd(__m256d r[4])
+{
+	__m256d t0 = _mm256_unpacklo_pd(r[0], r[1]);
+	__m256d t1 = _mm256_unpackhi_pd(r[0], r[1]);
+	__m256d t2 = _mm256_unpacklo_pd(r[2], r[3]);
+	__m256d t3 = _mm256_unpackhi_pd(r[2], r[3]);
+	r[0] = _mm256_permute2f128_pd(t0, t2, 0x20);
+	r[1] = _mm256_permute2f128_pd(t1, t3, 0x20);
+	r[2] = _mm256_permute2f128_pd(t0, t2, 0x31);
+	r[3] = _mm256_permute2f128_pd(t1, t3, 0x31);
+}
+
+/* dst[i][l] = src[l][i] (inter_body.h's IB_LANES_IN): 4 floats of each
+ * example widened and transposed in registers, the tail one by one. */
+TGT static inline void lanes_in_avx2(__m256d *restrict dst,
+				     const float *const src[4], int n,
+				     size_t count)
+{
+	size_t i = 0;
+	for (; i + 4 <= count; i += 4) {
+		__m256d r[4];
+		if (n == 4) /* every lane but a batch's last */
+			for (int l = 0; l < 4; l++)
+				r[l] = _mm256_cvtps_pd(_mm_loadu_ps(src[l] + i));
+		else
+			for (int l = 0; l < 4; l++)
+				r[l] = l < n ? _mm256_cvtps_pd(_mm_loadu_ps(src[l] + i))
+					     : _mm256_setzero_pd();
+		transpose4_pd(r);
+		for (int c = 0; c < 4; c++)
+			dst[i + c] = r[c];
+	}
+	for (; i < count; i++)
+		for (int l = 0; l < 4; l++)
+			dst[i][l] = l < n ? src[l][i] : 0.0;
+}
+
+/* dst[l][i] = (float)src[i][l], + dst[l][i] when accum (IB_LANES_OUT):
+ * transposed back 4 x 4 and narrowed 4 at a time, the tail one by one. */
+TGT static inline void lanes_out_avx2(float *const dst[4],
+				      const __m256d *restrict src, int n,
+				      size_t count, int accum)
+{
+	size_t i = 0;
+	for (; i + 4 <= count; i += 4) {
+		__m256d r[4];
+		for (int c = 0; c < 4; c++)
+			r[c] = src[i + c];
+		transpose4_pd(r);
+		for (int l = 0; l < n; l++) {
+			__m128 v = _mm256_cvtpd_ps(r[l]);
+			if (accum)
+				v = _mm_add_ps(_mm_loadu_ps(dst[l] + i), v);
+			_mm_storeu_ps(dst[l] + i, v);
+		}
+	}
+	for (; i < count; i++)
+		for (int l = 0; l < n; l++)
+			dst[l][i] = accum ? dst[l][i] + (float)src[i][l]
+					  : (float)src[i][l];
+}
+
+#define IB_V __m256d
+#define IB_L 4
+#define IB_MADD(s, x, y) _mm256_fmadd_pd((x), (y), (s))
+#define IB_FN static TGT
+#define IB_TGT TGT
+#define IB_SUFFIX avx2
+#define IB_LANES_IN(dst, src, n, count) lanes_in_avx2(dst, src, n, count)
+#define IB_LANES_OUT(dst, src, n, count, accum)                               \
+	lanes_out_avx2(dst, src, n, count, accum)
+#include "nn/cpu/inter_body.h"
+
 const struct apf_fast_ops apf_fast_avx2_ops = {
 	.tiles = tiles,
 	.dweight_row = dweight_row,
@@ -559,4 +635,7 @@ const struct apf_fast_ops apf_fast_avx2_ops = {
 	.bn_apply = bn_apply,
 	.bn_dsums = bn_dsums,
 	.bn_dx = bn_dx,
+	.inter_lanes = 4,
+	.inter_fwd = inter_fwd_rows_avx2,
+	.inter_bwd = inter_bwd_rows_avx2,
 };

@@ -688,6 +688,94 @@ TGT static void bn_dx(const struct apf_bn_job *j, int r0, int r1, int c0)
 		apf_fast_avx2_ops.bn_dx(j, r0, r1, C16);
 }
 
+/* ---- the dot interaction (inter_body.h): 8 examples a vector ---------- */
+
+/* r[c][l] = r[l][c], 8 x 8 doubles in registers. */
+TGT INLINE void transpose8_pd(__m512d r[8])
+{
+	__m512d t[8], u[8];
+	for (int m = 0; m < 4; m++) {
+		/* (r_2m[c], r_2m+1[c]) for even c, then for odd c */
+		t[2 * m] = _mm512_unpacklo_pd(r[2 * m], r[2 * m + 1]);
+		t[2 * m + 1] = _mm512_unpackhi_pd(r[2 * m], r[2 * m + 1]);
+	}
+	for (int h = 0; h < 2; h++) {
+		/* h 0: even c, 1: odd c; 128-bit lanes 0 and 2, then 1 and
+		 * 3, of row pairs (0,1) with (2,3), and (4,5) with (6,7) */
+		u[4 * h] = _mm512_shuffle_f64x2(t[h], t[2 + h], 0x88);
+		u[4 * h + 1] = _mm512_shuffle_f64x2(t[h], t[2 + h], 0xdd);
+		u[4 * h + 2] = _mm512_shuffle_f64x2(t[4 + h], t[6 + h], 0x88);
+		u[4 * h + 3] = _mm512_shuffle_f64x2(t[4 + h], t[6 + h], 0xdd);
+	}
+	for (int h = 0; h < 2; h++) {
+		r[h] = _mm512_shuffle_f64x2(u[4 * h], u[4 * h + 2], 0x88);
+		r[4 + h] = _mm512_shuffle_f64x2(u[4 * h], u[4 * h + 2], 0xdd);
+		r[2 + h] = _mm512_shuffle_f64x2(u[4 * h + 1], u[4 * h + 3], 0x88);
+		r[6 + h] = _mm512_shuffle_f64x2(u[4 * h + 1], u[4 * h + 3], 0xdd);
+	}
+}
+
+/* dst[i][l] = src[l][i] (inter_body.h's IB_LANES_IN): 8 floats of each
+ * example widened and transposed in registers, the tail one by one. */
+TGT INLINE void lanes_in_avx512(__m512d *restrict dst,
+				const float *const src[8], int n, size_t count)
+{
+	size_t i = 0;
+	for (; i + 8 <= count; i += 8) {
+		__m512d r[8];
+		if (n == 8) /* every lane but a batch's last */
+			for (int l = 0; l < 8; l++)
+				r[l] = _mm512_cvtps_pd(_mm256_loadu_ps(src[l] + i));
+		else
+			for (int l = 0; l < 8; l++)
+				r[l] = l < n ? _mm512_cvtps_pd(
+						       _mm256_loadu_ps(src[l] + i))
+					     : _mm512_setzero_pd();
+		transpose8_pd(r);
+		for (int c = 0; c < 8; c++)
+			dst[i + c] = r[c];
+	}
+	for (; i < count; i++)
+		for (int l = 0; l < 8; l++)
+			dst[i][l] = l < n ? src[l][i] : 0.0;
+}
+
+/* dst[l][i] = (float)src[i][l], + dst[l][i] when accum (IB_LANES_OUT):
+ * transposed back 8 x 8 and narrowed 8 at a time, the tail one by one. */
+TGT INLINE void lanes_out_avx512(float *const dst[8],
+				 const __m512d *restrict src, int n,
+				 size_t count, int accum)
+{
+	size_t i = 0;
+	for (; i + 8 <= count; i += 8) {
+		__m512d r[8];
+		for (int c = 0; c < 8; c++)
+			r[c] = src[i + c];
+		transpose8_pd(r);
+		for (int l = 0; l < n; l++) {
+			__m256 v = _mm512_cvtpd_ps(r[l]);
+			if (accum)
+				v = _mm256_add_ps(_mm256_loadu_ps(dst[l] + i), v);
+			_mm256_storeu_ps(dst[l] + i, v);
+		}
+	}
+	for (; i < count; i++)
+		for (int l = 0; l < n; l++)
+			dst[l][i] = accum ? dst[l][i] + (float)src[i][l]
+					  : (float)src[i][l];
+}
+
+#define IB_V __m512d
+#define IB_L 8
+#define IB_MADD(s, x, y) _mm512_fmadd_pd((x), (y), (s))
+#define IB_FN static TGT
+#define IB_TGT TGT
+#define IB_SUFFIX avx512
+#define IB_LANES_IN(dst, src, n, count) lanes_in_avx512(dst, src, n, count)
+#define IB_LANES_OUT(dst, src, n, count, accum)                               \
+	lanes_out_avx512(dst, src, n, count, accum)
+#include "nn/cpu/inter_body.h"
+
 const struct apf_fast_ops apf_fast_avx512_ops = {
 	.tiles = tiles,
 	.dweight_row = dweight_row,
@@ -700,4 +788,7 @@ const struct apf_fast_ops apf_fast_avx512_ops = {
 	.bn_apply = bn_apply,
 	.bn_dsums = bn_dsums,
 	.bn_dx = bn_dx,
+	.inter_lanes = 8,
+	.inter_fwd = inter_fwd_rows_avx512,
+	.inter_bwd = inter_bwd_rows_avx512,
 };

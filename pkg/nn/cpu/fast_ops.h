@@ -84,6 +84,10 @@ struct apf_fast_ops {
 	void (*bn_dsums)(const struct apf_bn_job *j, int r0, int r1, int c0,
 			 double *s, double *q);
 	void (*bn_dx)(const struct apf_bn_job *j, int r0, int r1, int c0);
+	/* The dot interaction (fast.h, inter_body.h) over lanes of
+	 * inter_lanes examples; 0 and NULL on a path without its own. */
+	int inter_lanes;
+	apf_inter_fn inter_fwd, inter_bwd;
 };
 
 /* The weight gradient's columns where the input's channels do not fill a
