@@ -1736,6 +1736,74 @@ static const float *ivec_ref(const float *dense, const float *emb, int b,
 	return k ? emb + ((size_t)b * E + k - 1) * D : dense + (size_t)b * D;
 }
 
+/* The instance norm's forward as every recorded run computed it, per
+ * (image, channel): the sum of x in pixel order in double, the mean that
+ * sum / HW, the sum of (x - mean)^2 in double, rstd = 1 / sqrt(that / HW +
+ * eps) rounded to float, y = (x - (float)mean) rstd scale + bias in float.
+ * At 16, 32 and 48 channels (whole blocks, which the kernel keeps in
+ * registers) and 5, on both backends and 1 and 2 threads. */
+static void instnorm_forward_keeps_its_recorded_bits(void **state)
+{
+	(void)state;
+	static const int shapes[][3] = {{3, 49, 16}, {2, 30, 32}, {2, 17, 48},
+					{3, 11, 5}};
+	apf_rng_key key = {29, 0, 0, APF_RNG_TEST};
+	apf_rng rg;
+	apf_rng_init(&rg, &key, 0);
+	for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
+		int B = shapes[s][0], HW = shapes[s][1], C = shapes[s][2];
+		size_t n = (size_t)B * HW * C;
+		float *x = malloc(n * 4), *y = malloc(n * 4), *want = malloc(n * 4);
+		float *m = malloc((size_t)B * C * 4), *r = malloc((size_t)B * C * 4);
+		float *wm = malloc((size_t)B * C * 4), *wr = malloc((size_t)B * C * 4);
+		float *sc = malloc((size_t)C * 4), *bi = malloc((size_t)C * 4);
+		assert_true(x && y && want && m && r && wm && wr && sc && bi);
+		/* odd channels: a mean far larger than the spread, where the
+		 * variance taken about the float mean comes out otherwise */
+		for (size_t i = 0; i < n; i++)
+			x[i] = i % C % 2 ? 1000.3f + apf_rng_normal(&rg) * 0.01f
+					 : 3.0f + apf_rng_normal(&rg) *
+							  (1.0f + (float)(i % 7));
+		for (int c = 0; c < C; c++)
+			sc[c] = 0.5f + 0.03f * c, bi[c] = -0.1f + 0.01f * c;
+		for (int b = 0; b < B; b++)
+			for (int c = 0; c < C; c++) {
+				const float *xb = x + (size_t)b * HW * C + c;
+				double sum = 0, q = 0;
+				for (int p = 0; p < HW; p++)
+					sum += xb[(size_t)p * C];
+				sum /= HW;
+				for (int p = 0; p < HW; p++) {
+					double d = (double)xb[(size_t)p * C] - sum;
+					q += d * d;
+				}
+				float mf = (float)sum;
+				float rf = (float)(1.0 / sqrt(q / HW + 1e-5f));
+				wm[b * C + c] = mf, wr[b * C + c] = rf;
+				for (int p = 0; p < HW; p++)
+					want[(size_t)b * HW * C + (size_t)p * C + c] =
+						(xb[(size_t)p * C] - mf) * rf * sc[c] +
+						bi[c];
+			}
+		for (int k = 0; k < 4; k++) {
+			apf_backend *be;
+			assert_apf_ok(k < 2 ? apf_backend_cpu_new(&be, 1 + k)
+					    : apf_backend_cpu_plain_new(&be, k - 1));
+			be->instnorm_forward(be, y, m, r, x, sc, bi, B, HW, C,
+					     1e-5f);
+			assert_apf_ok(be->sync(be));
+			apf_backend_free(be);
+			if (memcmp(m, wm, (size_t)B * C * 4) ||
+			    memcmp(r, wr, (size_t)B * C * 4) ||
+			    memcmp(y, want, n * 4))
+				fail_msg("%d x %d x %d, backend %d: not the "
+					 "recorded bits", B, HW, C, k);
+		}
+		free(x), free(y), free(want), free(m), free(r), free(wm);
+		free(wr), free(sc), free(bi);
+	}
+}
+
 /* Dot (i, j) of example b as every recorded run computed it: summed in
  * double in k order. */
 static float interaction_dot_ref(const float *dense, const float *emb, int b,
@@ -2392,6 +2460,7 @@ int main(void)
 		cmocka_unit_test(numerics_3_flushes_subnormals_on_every_thread),
 		cmocka_unit_test(row_layers_give_the_same_bits_on_any_thread_count),
 		cmocka_unit_test(interaction_gives_the_recorded_bits_on_every_path),
+		cmocka_unit_test(instnorm_forward_keeps_its_recorded_bits),
 		cmocka_unit_test(image_layers_give_the_same_bits_on_one_and_two_threads),
 		cmocka_unit_test(batchnorm_running_statistics_and_eval_mode),
 		cmocka_unit_test(vector_ops_compute_what_they_say),

@@ -3357,6 +3357,38 @@ static inline float in_grad(const float *d, const float *y, int c, int relu)
 	return dv;
 }
 
+/* Image b's statistics over nc channels from c0 (sums of x, then of (x -
+ * mean)^2, in pixel order, in double) into m (float means) and r (rstds).
+ * nc is a constant where inlined for a whole block (16 or 32), so that the
+ * double accumulators stay in registers: in memory, each pixel's add
+ * waited on the store of the last. */
+static inline __attribute__((always_inline)) void
+in_stats(const struct in_arg *a, size_t b, int c0, const int nc, float *m,
+	 float *r)
+{
+	int C = a->C, HW = a->HW;
+	const float *x0 = a->inp + b * HW * C + c0;
+	double s[IN_BLOCK] = {0}, q[IN_BLOCK] = {0};
+	for (int p = 0; p < HW; p++) {
+		const float *x = x0 + (size_t)p * C;
+		for (int c = 0; c < nc; c++)
+			s[c] += x[c];
+	}
+	for (int c = 0; c < nc; c++)
+		s[c] /= HW;
+	for (int p = 0; p < HW; p++) {
+		const float *x = x0 + (size_t)p * C;
+		for (int c = 0; c < nc; c++) {
+			double d = (double)x[c] - s[c];
+			q[c] += d * d;
+		}
+	}
+	for (int c = 0; c < nc; c++) {
+		m[c] = (float)s[c];
+		r[c] = (float)(1.0 / sqrt(q[c] / HW + a->eps));
+	}
+}
+
 HOT static void in_fwd_task(void *v, int t, int nt)
 {
 	struct in_arg *a = v;
@@ -3367,32 +3399,23 @@ HOT static void in_fwd_task(void *v, int t, int nt)
 		size_t b = it / a->nblk;
 		int c0 = (int)(it % a->nblk) * IN_BLOCK;
 		int nc = C - c0 < IN_BLOCK ? C - c0 : IN_BLOCK;
-		const float *x0 = a->inp + b * HW * C + c0;
-		float *y0 = a->out + b * HW * C + c0;
-		double s[IN_BLOCK] = {0}, q[IN_BLOCK] = {0};
-		for (int p = 0; p < HW; p++) {
-			const float *x = x0 + (size_t)p * C;
-			for (int c = 0; c < nc; c++)
-				s[c] += x[c];
-		}
-		for (int c = 0; c < nc; c++)
-			s[c] /= HW;
-		for (int p = 0; p < HW; p++) {
-			const float *x = x0 + (size_t)p * C;
-			for (int c = 0; c < nc; c++) {
-				double d = (double)x[c] - s[c];
-				q[c] += d * d;
-			}
-		}
 		float mf[IN_BLOCK], r[IN_BLOCK], sc[IN_BLOCK], bi[IN_BLOCK];
+		if (nc == 16)
+			in_stats(a, b, c0, 16, mf, r);
+		else if (nc == 32)
+			in_stats(a, b, c0, 32, mf, r);
+		else
+			in_stats(a, b, c0, nc, mf, r);
 		for (int c = 0; c < nc; c++) {
-			mf[c] = (float)s[c];
-			r[c] = (float)(1.0 / sqrt(q[c] / HW + a->eps));
 			sc[c] = a->scale[c0 + c];
 			bi[c] = a->bias[c0 + c];
 			a->mean[b * C + c0 + c] = mf[c];
 			a->rstd[b * C + c0 + c] = r[c];
 		}
+		/* the normalisation, its count not a constant: GCC vectorises
+		 * this loop, and left the unrolled one scalar */
+		const float *x0 = a->inp + b * HW * C + c0;
+		float *y0 = a->out + b * HW * C + c0;
 		for (int p = 0; p < HW; p++) {
 			const float *x = x0 + (size_t)p * C;
 			float *y = y0 + (size_t)p * C;
