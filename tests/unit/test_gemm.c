@@ -384,7 +384,11 @@ static void backend_gemm_is_the_contract_on_any_thread_count(void **state)
  * share computed before the other thread packed would multiply the last
  * GEMM's panels), with pauses longer than the pool's polling so that its
  * threads also fall asleep and are woken, on more threads than cores too
- * (a thread preempted at the barrier). */
+ * (a thread preempted at the barrier). A GEMM under GEMM_WAKE_MIN that
+ * finds a worker asleep runs on the caller and nudges the workers awake,
+ * so the small shapes take that route after a pause, and the next GEMM
+ * (the large one among them runs on the pool whatever it finds) meets
+ * workers just nudged. */
 static void pool_hand_offs_keep_every_gemm_whole(void **state)
 {
 	(void)state;
@@ -393,8 +397,11 @@ static void pool_hand_offs_keep_every_gemm_whole(void **state)
 	struct problem p[NP];
 	float *want[NP];
 	for (int i = 0; i < NP; i++) {
-		/* two shapes, so that the panel counts change too */
-		if (i % 3 == 2)
+		/* three shapes, so that the panel counts change too; the
+		 * last over GEMM_WAKE_MIN multiply-adds */
+		if (i == NP - 1)
+			problem_make(&p[i], 0, 1, 256, 256, 80, 1, 1.0f, 0.0f);
+		else if (i % 3 == 2)
 			problem_make(&p[i], 1, 0, 96, 72, 64, 1, 1.0f, 0.5f);
 		else
 			problem_make(&p[i], 0, 1, 72, 96, 64, 1, 1.0f, 0.0f);
@@ -414,8 +421,8 @@ static void pool_hand_offs_keep_every_gemm_whole(void **state)
 			assert_apf_ok(be->sync(be));
 			assert_same_bits("hand-off", q, C, want[r % NP]);
 			free(C);
-			if (r % 16 == 15)
-				usleep(400);
+			if (r % 16 == 15 || r % 7 == 3)
+				usleep(r % 2 ? 400 : 100);
 		}
 		apf_backend_free(be);
 	}

@@ -77,6 +77,10 @@ struct pool {
 	/* Written under mu; read without it by the spinning waits below. */
 	atomic_ulong generation;
 	atomic_int pending, stop;
+	/* Workers asleep on `work` (a hint, read without the lock), and the
+	 * nudges that send them back to polling without a task (pool_nudge). */
+	atomic_int sleeping;
+	unsigned long nudges;
 	/* pool_barrier's: threads arrived, and the barriers passed so far */
 	atomic_int arrived;
 	atomic_uint passed;
@@ -212,11 +216,20 @@ static void *worker(void *v)
 	for (;;) {
 		spin_for_work(p, seen);
 		pthread_mutex_lock(&p->mu);
-		while (p->generation == seen && !p->stop)
+		unsigned long nudged = p->nudges;
+		while (p->generation == seen && !p->stop &&
+		       p->nudges == nudged) {
+			atomic_fetch_add(&p->sleeping, 1);
 			pthread_cond_wait(&p->work, &p->mu);
+			atomic_fetch_sub(&p->sleeping, 1);
+		}
 		if (p->stop) {
 			pthread_mutex_unlock(&p->mu);
 			return NULL;
+		}
+		if (p->generation == seen) { /* nudged: poll again */
+			pthread_mutex_unlock(&p->mu);
+			continue;
 		}
 		seen = p->generation;
 		task_fn fn = p->fn;
@@ -268,6 +281,17 @@ static void parallel(apf_backend *be, task_fn fn, void *arg)
 		pthread_cond_wait(&p->done, &p->mu);
 	pthread_mutex_unlock(&p->mu);
 	fp_restore(was);
+}
+
+/* Wakes the sleeping workers without a task, so that they poll for the
+ * next region (for SPIN_NS, then sleep again) instead of being woken by
+ * it: on a virtual machine a wake-up takes tens of microseconds. */
+static void pool_nudge(struct pool *p)
+{
+	pthread_mutex_lock(&p->mu);
+	p->nudges++;
+	pthread_cond_broadcast(&p->work);
+	pthread_mutex_unlock(&p->mu);
 }
 
 /* Thread t's share [*b, *e) of n items, boundaries on multiples of align. */
@@ -344,6 +368,13 @@ static int cpu_sync(apf_backend *be)
 /* Below this many multiply-adds a GEMM runs on the caller's thread alone:
  * the pool's two hand-offs would cost more than they save. */
 #define GEMM_PAR_MIN ((size_t)1 << 18)
+/* Below this many, also when a worker is asleep: waking it (tens of
+ * microseconds on a VM, and the caller then sleeps and is woken in turn
+ * when its own share is done first) costs more than computing its share.
+ * The GEMM then runs on the caller while the workers are nudged awake for
+ * the next region. A GEMM's bits do not depend on its threads (gemm.h),
+ * so the choice, made on a racy hint, changes only the time. */
+#define GEMM_WAKE_MIN ((size_t)1 << 22)
 
 static int gemm_isa(const apf_backend *be)
 {
@@ -390,10 +421,16 @@ static void cpu_gemm_x(apf_backend *be, int trans_a, int trans_b, int M,
 		cpu_fail(be, "gemm");
 		return;
 	}
-	if (nthreads(be) > 1 && (size_t)M * N * K >= GEMM_PAR_MIN) {
+	size_t macs = (size_t)M * N * K;
+	struct pool *p = be->impl;
+	int asleep = atomic_load_explicit(&p->sleeping, memory_order_relaxed);
+	if (nthreads(be) > 1 && macs >= GEMM_PAR_MIN &&
+	    (!asleep || macs >= GEMM_WAKE_MIN)) {
 		struct gemm_job j = {&g, be->impl};
 		parallel(be, gemm_task, &j);
 	} else {
+		if (nthreads(be) > 1 && macs >= GEMM_PAR_MIN)
+			pool_nudge(p);
 		apf_gemm_pack(&g, 0, 1);
 		apf_gemm_compute(&g, 0, 1);
 	}
