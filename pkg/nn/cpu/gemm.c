@@ -197,11 +197,13 @@ copy_rows(float *dst, size_t w, const float *src, size_t ld, size_t k0,
 
 /* Panels p0 .. p1-1 of width w of an operand already k-major in memory
  * (op(X)[k][x] = src[k ld + x], x < n; the panels' columns past n zero):
- * a block of K_ROWS rows of src at a time (8 to 32 all ran alike), across every panel, so that src
- * streams in once however far apart its rows are. Panel by panel, each
- * row of src was a new cache line for 12 or 32 floats of it, and a whole
- * A of 4 MiB passed for every panel (the Transformer's weight gradients
- * spent a quarter of their time here). Moves bits only. */
+ * a block of K_ROWS rows of src at a time (8 to 32 all ran alike) across
+ * every panel, so that src streams in once however far apart its rows
+ * are. Panel by panel, each row of src was a new cache line for 12 or 32
+ * floats of it, and a whole A of 4 MiB passed for every panel (the
+ * Transformer's weight gradients spent a quarter of their time here).
+ * Moves bits only; with sum, also each column's sum over k in order from
+ * 0 (gemm.h's asum), added from the rows just copied. */
 static void pack_rows(float *base, size_t w, size_t K, const float *src,
 		      size_t ld, size_t n, size_t p0, size_t p1, float *sum)
 {
@@ -246,34 +248,47 @@ static void pack_rows(float *base, size_t w, size_t K, const float *src,
 	}
 }
 
+/* A's panels [b, e), unless A is read in place. */
+static void pack_a_share(const struct apf_gemm *g, size_t b, size_t e)
+{
+	size_t mr = (size_t)g->mr, K = (size_t)g->K, lda = (size_t)g->lda;
+	if (!g->pack_a)
+		return;
+	if (g->trans_a) { /* op(A)[i][k] = A[k lda + i] */
+		pack_rows(g->pack_a, mr, K, g->A, lda, (size_t)g->M, b, e,
+			  g->asum);
+		return;
+	}
+	for (size_t p = b; p < e; p++)
+		pack_panel_transposed(g, g->pack_a + p * mr * K, mr,
+				      g->A + p * mr * lda, lda,
+				      tile_rows(g, p));
+}
+
+/* B's panels [b, e), unless B is read in place. */
+static void pack_b_share(const struct apf_gemm *g, size_t b, size_t e)
+{
+	size_t nr = (size_t)g->nr, K = (size_t)g->K, ldb = (size_t)g->ldb;
+	if (!g->pack_b)
+		return;
+	if (!g->trans_b) { /* op(B)[k][j] = B[k ldb + j] */
+		pack_rows(g->pack_b, nr, K, g->B, ldb, (size_t)g->N, b, e,
+			  NULL);
+		return;
+	}
+	for (size_t q = b; q < e; q++)
+		pack_panel_transposed(g, g->pack_b + q * nr * K, nr,
+				      g->B + q * nr * ldb, ldb,
+				      tile_cols(g, q));
+}
+
 void apf_gemm_pack(struct apf_gemm *g, int t, int nt)
 {
 	size_t b, e;
 	share(g->mp, t, nt, &b, &e);
-	size_t mr = (size_t)g->mr, nr = (size_t)g->nr, K = (size_t)g->K;
-	if (!g->pack_a)
-		;
-	else if (g->trans_a) /* op(A)[i][k] = A[k lda + i] */
-		pack_rows(g->pack_a, mr, K, g->A, (size_t)g->lda,
-			  (size_t)g->M, b, e, g->asum);
-	else
-		for (size_t p = b; p < e; p++)
-			pack_panel_transposed(
-				g, g->pack_a + p * mr * K, mr,
-				g->A + p * mr * (size_t)g->lda, (size_t)g->lda,
-				tile_rows(g, p));
+	pack_a_share(g, b, e);
 	share(g->np, t, nt, &b, &e);
-	if (!g->pack_b)
-		;
-	else if (!g->trans_b) /* op(B)[k][j] = B[k ldb + j] */
-		pack_rows(g->pack_b, nr, K, g->B, (size_t)g->ldb,
-			  (size_t)g->N, b, e, NULL);
-	else
-		for (size_t q = b; q < e; q++)
-			pack_panel_transposed(
-				g, g->pack_b + q * nr * K, nr,
-				g->B + q * nr * (size_t)g->ldb, (size_t)g->ldb,
-				tile_cols(g, q));
+	pack_b_share(g, b, e);
 }
 
 /* ---- the epilogue ------------------------------------------------------ */

@@ -21,7 +21,8 @@
  * path (isa.h) and for every thread count.
  *
  * The kernels: A and B are packed into zero-padded panels (MR rows of A,
- * NR columns of B, k-major), and a register-blocked micro-kernel computes
+ * NR columns of B, k-major; an operand that is already one such panel is
+ * read in place), and a register-blocked micro-kernel computes
  * one MR x NR tile of C over the whole of K: scalar 4x8, AVX2 6x16,
  * AVX-512 12x32 (6x16 where N <= 16, so a narrow C is not padded to 32
  * columns). A C of one column runs the vector paths' column kernels, up to
