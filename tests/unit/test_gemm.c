@@ -160,6 +160,29 @@ static float *run_path(const struct problem *p, int isa)
 	return C;
 }
 
+/* p's GEMM on path isa as nt threads' shares, run one after the other
+ * (packing in reverse order, so that no share can lean on an earlier
+ * one's), in room from buf (NULL: its own); asum as gemm.h has it. */
+static float *run_shares(const struct problem *p, int isa, int nt,
+			 struct apf_gemm_buf *buf, float *asum)
+{
+	float *C = malloc((p->nc ? p->nc : 1) * sizeof *C);
+	assert_non_null(C);
+	memcpy(C, p->C, p->nc * sizeof *C);
+	struct apf_gemm g = {.isa = isa, .trans_a = p->ta, .trans_b = p->tb,
+			     .M = p->M, .N = p->N, .K = p->K,
+			     .alpha = p->alpha, .A = p->A, .lda = p->lda,
+			     .B = p->B, .ldb = p->ldb, .beta = p->beta, .C = C,
+			     .ldc = p->ldc, .asum = asum};
+	assert_apf_ok(apf_gemm_prepare(&g, buf));
+	for (int t = nt - 1; t >= 0; t--)
+		apf_gemm_pack(&g, t, nt);
+	for (int t = 0; t < nt; t++)
+		apf_gemm_compute(&g, t, nt);
+	apf_gemm_release(&g);
+	return C;
+}
+
 /* Bit for bit, NaNs included (memcmp, not ==). */
 static void assert_same_bits(const char *what, const struct problem *p,
 			     const float *got, const float *want)
@@ -328,21 +351,8 @@ static void thread_shares_give_the_same_bits(void **state)
 			if (!path_runs_here(all_paths[i]))
 				continue;
 			for (int nt = 1; nt <= 3; nt++) {
-				float *C = malloc(p.nc * sizeof *C);
-				assert_non_null(C);
-				memcpy(C, p.C, p.nc * sizeof *C);
-				struct apf_gemm g = {
-					.isa = all_paths[i], .trans_a = p.ta,
-					.trans_b = p.tb, .M = p.M, .N = p.N,
-					.K = p.K, .alpha = p.alpha, .A = p.A,
-					.lda = p.lda, .B = p.B, .ldb = p.ldb,
-					.beta = p.beta, .C = C, .ldc = p.ldc};
-				assert_apf_ok(apf_gemm_prepare(&g, NULL));
-				for (int t = nt - 1; t >= 0; t--)
-					apf_gemm_pack(&g, t, nt);
-				for (int t = 0; t < nt; t++)
-					apf_gemm_compute(&g, t, nt);
-				apf_gemm_release(&g);
+				float *C = run_shares(&p, all_paths[i], nt, NULL,
+						      NULL);
 				assert_same_bits(apf_cpu_isa_name(all_paths[i]),
 						 &p, C, want);
 				free(C);
@@ -603,26 +613,12 @@ static void every_path_sums_op_a_rows_while_packing(void **state)
 			if (!path_runs_here(all_paths[i]))
 				continue;
 			for (int nt = 1; nt <= 3; nt++) {
-				float *C = malloc((p.nc ? p.nc : 1) * sizeof *C);
 				float *sum = malloc((size_t)M * sizeof *sum);
-				assert_non_null(C);
 				assert_non_null(sum);
-				memcpy(C, p.C, p.nc * sizeof *C);
 				for (int m = 0; m < M; m++)
 					sum[m] = NAN; /* must all be written */
-				struct apf_gemm g = {
-					.isa = all_paths[i], .trans_a = 1,
-					.trans_b = p.tb, .M = M, .N = N, .K = K,
-					.alpha = p.alpha, .A = p.A,
-					.lda = p.lda, .B = p.B, .ldb = p.ldb,
-					.beta = p.beta, .C = C, .ldc = p.ldc,
-					.asum = sum};
-				assert_apf_ok(apf_gemm_prepare(&g, &lent));
-				for (int t = nt - 1; t >= 0; t--)
-					apf_gemm_pack(&g, t, nt);
-				for (int t = 0; t < nt; t++)
-					apf_gemm_compute(&g, t, nt);
-				apf_gemm_release(&g);
+				float *C = run_shares(&p, all_paths[i], nt,
+						      &lent, sum);
 				assert_same_bits(apf_cpu_isa_name(all_paths[i]),
 						 &p, C, want);
 				for (int m = 0; m < M; m++)

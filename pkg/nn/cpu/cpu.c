@@ -423,14 +423,16 @@ static void cpu_gemm_x(apf_backend *be, int trans_a, int trans_b, int M,
 	}
 	size_t macs = (size_t)M * N * K;
 	struct pool *p = be->impl;
-	int asleep = atomic_load_explicit(&p->sleeping, memory_order_relaxed);
-	if (nthreads(be) > 1 && macs >= GEMM_PAR_MIN &&
-	    (!asleep || macs >= GEMM_WAKE_MIN)) {
-		struct gemm_job j = {&g, be->impl};
+	int par = nthreads(be) > 1 && macs >= GEMM_PAR_MIN;
+	if (par && macs < GEMM_WAKE_MIN &&
+	    atomic_load_explicit(&p->sleeping, memory_order_relaxed)) {
+		pool_nudge(p);
+		par = 0;
+	}
+	if (par) {
+		struct gemm_job j = {&g, p};
 		parallel(be, gemm_task, &j);
 	} else {
-		if (nthreads(be) > 1 && macs >= GEMM_PAR_MIN)
-			pool_nudge(p);
 		apf_gemm_pack(&g, 0, 1);
 		apf_gemm_compute(&g, 0, 1);
 	}

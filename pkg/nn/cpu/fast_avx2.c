@@ -572,13 +572,9 @@ TGT static inline void lanes_in_avx2(__m256d *restrict dst,
 	size_t i = 0;
 	for (; i + 4 <= count; i += 4) {
 		__m256d r[4];
-		if (n == 4) /* every lane but a batch's last */
-			for (int l = 0; l < 4; l++)
-				r[l] = _mm256_cvtps_pd(_mm_loadu_ps(src[l] + i));
-		else
-			for (int l = 0; l < 4; l++)
-				r[l] = l < n ? _mm256_cvtps_pd(_mm_loadu_ps(src[l] + i))
-					     : _mm256_setzero_pd();
+		for (int l = 0; l < 4; l++)
+			r[l] = l < n ? _mm256_cvtps_pd(_mm_loadu_ps(src[l] + i))
+				     : _mm256_setzero_pd();
 		transpose4_pd(r);
 		for (int c = 0; c < 4; c++)
 			dst[i + c] = r[c];

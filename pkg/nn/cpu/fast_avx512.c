@@ -723,14 +723,9 @@ TGT INLINE void lanes_in_avx512(__m512d *restrict dst,
 	size_t i = 0;
 	for (; i + 8 <= count; i += 8) {
 		__m512d r[8];
-		if (n == 8) /* every lane but a batch's last */
-			for (int l = 0; l < 8; l++)
-				r[l] = _mm512_cvtps_pd(_mm256_loadu_ps(src[l] + i));
-		else
-			for (int l = 0; l < 8; l++)
-				r[l] = l < n ? _mm512_cvtps_pd(
-						       _mm256_loadu_ps(src[l] + i))
-					     : _mm512_setzero_pd();
+		for (int l = 0; l < 8; l++)
+			r[l] = l < n ? _mm512_cvtps_pd(_mm256_loadu_ps(src[l] + i))
+				     : _mm512_setzero_pd();
 		transpose8_pd(r);
 		for (int c = 0; c < 8; c++)
 			dst[i + c] = r[c];

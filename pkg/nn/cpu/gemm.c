@@ -707,9 +707,11 @@ int apf_gemm_prepare(struct apf_gemm *g, struct apf_gemm_buf *buf)
 	if (g->asum && !g->trans_a)
 		return apf_error(APF_EINPUT, "gemm",
 				 "op(A)'s row sums need op(A) = A^T");
-	if (g->asum && (!g->N || g->M == 1)) {
-		/* no packing of A to ride on (nothing to compute, or the
-		 * one-row restatement below packs A as B): the same sums */
+	if (g->asum && (!g->N || g->M == 1 ||
+			one_panel(g->trans_a, g->M, g->lda, g->mr))) {
+		/* no packing of A to ride on (nothing to compute, the
+		 * one-row restatement below packs A as B, or A is read in
+		 * place): the same sums */
 		sum_columns(g->asum, g->A, (size_t)g->lda, (size_t)g->M,
 			    (size_t)g->K);
 		g->asum = NULL;
@@ -739,12 +741,6 @@ int apf_gemm_prepare(struct apf_gemm *g, struct apf_gemm_buf *buf)
 	size_t np = ((size_t)g->N + (size_t)g->nr - 1) / (size_t)g->nr;
 	int view_a = one_panel(g->trans_a, g->M, g->lda, g->mr);
 	int view_b = one_panel(!g->trans_b, g->N, g->ldb, g->nr);
-	if (view_a && g->asum) {
-		/* no pack to take them in */
-		sum_columns(g->asum, g->A, (size_t)g->lda, (size_t)g->M,
-			    (size_t)g->K);
-		g->asum = NULL;
-	}
 	size_t na = view_a ? 0 : mp * (size_t)g->mr * (size_t)g->K;
 	size_t nb = view_b ? 0 : np * (size_t)g->nr * (size_t)g->K;
 	struct apf_gemm_buf own = {0};
