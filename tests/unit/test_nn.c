@@ -1138,6 +1138,105 @@ static void attention_is_thread_count_invariant_and_causal(void **state)
 	free(qkv), free(dout);
 }
 
+/* Attention as every recorded run computed it: the digest of out, att and
+ * dqkv (written, then added to a dqkv of 0.5s) for six shapes, on 1 and 2
+ * threads on every path this CPU runs (the vector paths have their own
+ * kernels where the head size is a multiple of their float vector: fma,
+ * 4 to 8 keys a vector), taken from cpu.c's loops before any kernel was
+ * added (re-evaluation and replay of an older run need these bits). The
+ * inputs hold a head whose queries are 0 (every score 0: the softmax's
+ * max of zeros), scores of 1e3 and -1e3 (all but one weight underflow),
+ * and keys repeated exactly (ties for the max). */
+static void attention_keeps_its_recorded_bits(void **state)
+{
+	(void)state;
+	static const struct {
+		int B, T, C, NH;
+		float scale;
+		const char *digest;
+	} cases[] = {
+		{2, 17, 32, 4, 0.35f,
+		 "faebefe6ddb79ce94ca35ae9b96f0fa10b669d3a5a924090275a300e6b5e57df"},
+		{1, 64, 64, 2, 0.17677669f,
+		 "f4ecec311af0ac8d7e979a4e44b26bdb44b3192d2904c05085abdbb8ceb7bbc9"},
+		{1, 18, 41, 1, 0.15f,
+		 "5bed5cedc5000fe1497ed9d4d8f7247d690f553548565a18721fca4f8b542d54"},
+		{3, 5, 6, 2, 2.5f,
+		 "41d7c98e32fc001038f3ab41163ac4f44b85d100593f073467ea37a78233edb6"},
+		{2, 23, 48, 3, 0.25f,
+		 "ff18ff5328b0a85e3d2904357dab2d7acce3c8d3cac933f569b03ac97d9d1824"},
+		{1, 9, 128, 2, 0.125f,
+		 "b157240388f850f77a634b5f4778e986e4d4ea32b794944da5683975ab4f2c87"},
+	};
+	for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+		int B = cases[c].B, T = cases[c].T, C = cases[c].C;
+		int NH = cases[c].NH, hs = C / NH;
+		size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C;
+		size_t natt = (size_t)B * NH * T * T;
+		apf_rng_key key = {31, (uint32_t)c, 0, APF_RNG_TEST};
+		apf_rng r;
+		apf_rng_init(&r, &key, 0);
+		float *qkv = malloc(nqkv * 4), *dout = malloc(nout * 4);
+		for (size_t i = 0; i < nqkv; i++)
+			qkv[i] = apf_rng_normal(&r);
+		for (size_t i = 0; i < nout; i++)
+			dout[i] = apf_rng_normal(&r);
+		for (int t = 0; t < T; t++) {
+			float *row = qkv + (size_t)t * 3 * C;
+			for (int d = 0; d < hs; d++) {
+				row[d] = 0.0f; /* head 0 of batch 0: q = 0 */
+				if (t % 3 == 1) /* keys of head 0 repeated */
+					row[C + d] = qkv[C + d];
+			}
+			if (NH > 1 && t == T / 2) /* head 1: a huge score */
+				row[hs] = 1e3f, row[C + hs] = 1e3f;
+			if (NH > 1 && t == T / 2 + 1)
+				row[hs] = -1e3f, row[C + hs] = 1.0f;
+		}
+		float *out = malloc(nout * 4), *att = malloc(natt * 4);
+		float *dqkv = malloc(2 * nqkv * 4);
+		for (int run = 0; run < 2 * (APF_CPU_ISA_AVX512 + 1); run++) {
+			int threads = 1 + run % 2, isa = run / 2;
+			if (!(apf_cpu_isa_available() & (1u << isa)))
+				continue;
+			apf_backend *be;
+			assert_int_equal(
+				setenv("APF_CPU_ISA", apf_cpu_isa_name(isa), 1), 0);
+			assert_apf_ok(apf_backend_cpu_new(&be, threads));
+			unsetenv("APF_CPU_ISA");
+			/* stale values the layers must overwrite */
+			for (size_t i = 0; i < natt; i++)
+				att[i] = 7.0f;
+			for (size_t i = 0; i < nqkv; i++)
+				dqkv[i] = 7.0f, dqkv[nqkv + i] = 0.5f;
+			be->attention_forward(be, out, att, qkv, B, T, C, NH,
+					      cases[c].scale);
+			be->attention_backward(be, dqkv, dout, qkv, att, B, T,
+					       C, NH, cases[c].scale, 0);
+			be->attention_backward(be, dqkv + nqkv, dout, qkv, att,
+					       B, T, C, NH, cases[c].scale, 1);
+			assert_apf_ok(be->sync(be));
+			apf_backend_free(be);
+			apf_sha256 *h;
+			uint8_t d[APF_SHA256_LEN];
+			char hex[APF_SHA256_HEX];
+			assert_apf_ok(apf_sha256_new(&h));
+			assert_apf_ok(apf_sha256_update(h, out, nout * 4));
+			assert_apf_ok(apf_sha256_update(h, att, natt * 4));
+			assert_apf_ok(apf_sha256_update(h, dqkv, 2 * nqkv * 4));
+			assert_apf_ok(apf_sha256_final(h, d));
+			apf_sha256_free(h);
+			apf_hex(hex, d, APF_SHA256_LEN);
+			if (strcmp(hex, cases[c].digest))
+				fail_msg("attention %dx%dx%d, %d heads, %s path, "
+					 "%d threads: %s, recorded %s", B, T, C,
+					 NH, apf_cpu_isa_name(isa), threads,
+					 hex, cases[c].digest);
+		}
+		free(out), free(att), free(dqkv), free(qkv), free(dout);
+	}
+}
+
 /* A DLRM-shaped net: dense (3) -> linear 4 -> relu; two embedding fields
  * of 5 and 3 rows (D 4); interaction; linear 6 -> relu -> linear 1. */
 static apf_net *dlrm_net(apf_backend *be)
@@ -2450,6 +2549,7 @@ int main(void)
 		cmocka_unit_test(image_layers_gradients_match_finite_differences),
 		cmocka_unit_test(sequence_layers_gradients_match_finite_differences),
 		cmocka_unit_test(attention_is_thread_count_invariant_and_causal),
+		cmocka_unit_test(attention_keeps_its_recorded_bits),
 		cmocka_unit_test(dlrm_net_gradient_matches_finite_differences),
 		cmocka_unit_test(dropout_keeps_the_stated_share),
 		cmocka_unit_test(conv_over_many_chunks_matches_reference),

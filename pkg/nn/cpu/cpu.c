@@ -2597,16 +2597,18 @@ static void v_copy_mat(apf_backend *be, float *dst, int ldd, const float *src,
  * among the threads and each pair is computed whole by one thread in a fixed
  * order, so the bits do not depend on the thread count. Within a head, query
  * row t reads keys 0..t only. K (forward) and V (backward) are first copied
- * transposed, (hs,Tp) with Tp = T rounded up to ATTN_PAD and zero columns
- * after T, so a row's dot products run along the keys, a block of keys at a
- * time in registers, each summed in d order: the scores in double, the
- * backward's dout.v in float. Weighted sums of rows (out, dq) keep up to
- * 32 columns in registers and add the rows in key order. Each thread's scratch is linear in T (a few (T,hs) panels and rows
- * of T), never (T,T). */
+ * transposed, (hs,Tp) with Tp = apf_attn_padded(T) (fast.h: a multiple of
+ * 32, so of ATTN_KB and ATTN_KBF) and zero columns after T, so a row's dot
+ * products run along the keys, a block of keys at a time in registers,
+ * each summed in d order: the scores in double, the backward's dout.v in
+ * float. Weighted sums of rows (out, dq) keep up to 32 columns in
+ * registers and add the rows in key order. Each thread's scratch is linear
+ * in T (a few (T,hs) panels and rows of T), never (T,T). These loops are
+ * the contract; the vector paths run attn_body.h's kernels, with the same
+ * bits, where the head size is a multiple of their float vector. */
 
 #define ATTN_KB 16  /* keys per register block of the double dots */
 #define ATTN_KBF 32 /* the same for float dots */
-#define ATTN_PAD 32 /* a multiple of both */
 #define ATTN_QG 4   /* query rows per group in the backward */
 
 struct attn_arg {
@@ -2614,25 +2616,22 @@ struct attn_arg {
 	const float *qkv, *dout, *att_in;
 	int B, T, C, NH, accum;
 	float scale;
+	apf_attn_fwd_fn fwd; /* the path's kernels (fast.h), or these */
+	apf_attn_bwd_fn bwd;
 	char *scratch;      /* one slab per thread */
 	size_t slab_bytes;
 };
 
-/* Tp: T rounded up to whole blocks of keys */
-static int attn_padded(int T)
-{
-	return (T + ATTN_PAD - 1) / ATTN_PAD * ATTN_PAD;
-}
-
-/* Bytes of one thread's scratch, enough for forward and backward: 2 Tp
- * doubles, then a (hs,Tp) and two (T,hs) float panels, a row of hs and
- * ATTN_QG rows of T floats; a multiple of 64 so every slab stays aligned. */
+/* Bytes of one thread's scratch, enough for forward and backward here and
+ * in attn_body.h: 4 Tp doubles, then a (hs,Tp) and two (T,hs) float
+ * panels, 4 rows of hs and 4 rows of Tp floats (ATTN_QG and attn_body.h's
+ * AB_R are 4); a multiple of 64 so every slab stays aligned. */
 static size_t attn_slab_bytes(int T, int hs)
 {
-	size_t Tp = (size_t)attn_padded(T);
-	size_t b = 2 * Tp * sizeof(double) +
-		   (Tp * hs + (size_t)2 * T * hs + hs +
-		    (size_t)ATTN_QG * T) * sizeof(float);
+	size_t Tp = (size_t)apf_attn_padded(T);
+	size_t b = 4 * Tp * sizeof(double) +
+		   (Tp * hs + (size_t)2 * T * hs + (size_t)4 * hs +
+		    (size_t)4 * Tp) * sizeof(float);
 	return (b + 63) / 64 * 64;
 }
 
@@ -2799,7 +2798,7 @@ HOT static void attention_head_forward(float *out, float *att,
 				       float scale, char *slab)
 {
 	size_t ld = (size_t)3 * C;
-	int Tp = attn_padded(T);
+	int Tp = apf_attn_padded(T);
 	double *s = (double *)slab; /* two rows of Tp scores */
 	float *kT = (float *)(s + 2 * (size_t)Tp);
 	float *orow = kT + (size_t)Tp * hs;
@@ -2845,7 +2844,7 @@ HOT static void attention_head_backward(float *dqkv, const float *dout,
 					int accum, char *slab)
 {
 	size_t ld = (size_t)3 * C;
-	int Tp = attn_padded(T);
+	int Tp = apf_attn_padded(T);
 	float *datt = (float *)slab;
 	float *vT = datt + Tp;
 	float *dk = vT + (size_t)Tp * hs, *dv = dk + (size_t)T * hs;
@@ -2911,15 +2910,13 @@ static void attn_task(void *v, int t, int nt, int backward)
 		size_t row0 = b * T;  /* first (b,t) row */
 		const float *qkv = a->qkv + row0 * 3 * C + h * hs;
 		if (backward)
-			attention_head_backward(a->dqkv + row0 * 3 * C + h * hs,
-						a->dout + row0 * C + h * hs,
-						qkv, a->att_in + bh * T * T,
-						T, C, hs, a->scale,
-						a->accum, slab);
+			a->bwd(a->dqkv + row0 * 3 * C + h * hs,
+			       a->dout + row0 * C + h * hs, qkv,
+			       a->att_in + bh * T * T, T, C, hs, a->scale,
+			       a->accum, slab);
 		else
-			attention_head_forward(a->out + row0 * C + h * hs,
-					       a->att + bh * T * T, qkv, T, C,
-					       hs, a->scale, slab);
+			a->fwd(a->out + row0 * C + h * hs, a->att + bh * T * T,
+			       qkv, T, C, hs, a->scale, slab);
 	}
 }
 
@@ -2933,9 +2930,15 @@ static void attn_bwd_task(void *v, int t, int nt)
 	attn_task(v, t, nt, 1);
 }
 
-/* Scratch for every thread, or NULL after reporting the failure. */
+/* The kernels, and scratch for every thread, or NULL after reporting the
+ * failure. */
 static char *attn_scratch(apf_backend *be, struct attn_arg *a)
 {
+	a->fwd = attention_head_forward;
+	a->bwd = attention_head_backward;
+	if (use_fast(be))
+		apf_cpu_attn_kernels(gemm_isa(be), a->C / a->NH, &a->fwd,
+				     &a->bwd);
 	a->slab_bytes = attn_slab_bytes(a->T, a->C / a->NH);
 	char *p = aligned_alloc(64, a->slab_bytes * nthreads(be));
 	if (!p)

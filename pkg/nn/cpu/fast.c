@@ -667,3 +667,14 @@ int apf_cpu_inter_kernels(int isa, apf_inter_fn *fwd, apf_inter_fn *bwd)
 	*bwd = k->inter_bwd;
 	return k->inter_fwd ? k->inter_lanes : 0;
 }
+
+int apf_cpu_attn_kernels(int isa, int hs, apf_attn_fwd_fn *fwd,
+			 apf_attn_bwd_fn *bwd)
+{
+	const struct apf_fast_ops *k = ops(isa);
+	if (!k->attn_fwd || hs <= 0 || hs % k->attn_floats)
+		return 0;
+	*fwd = k->attn_fwd;
+	*bwd = k->attn_bwd;
+	return 1;
+}

@@ -141,4 +141,30 @@ typedef void (*apf_inter_fn)(const struct apf_inter_job *j, size_t b0,
  * kernels then run, with the same bits). */
 int apf_cpu_inter_kernels(int isa, apf_inter_fn *fwd, apf_inter_fn *bwd);
 
+/* ---- causal self-attention, one (batch, head) pair -------------------------
+ *
+ * cpu.c's attention_head_forward and attention_head_backward hold the
+ * contract; attn_body.h has the vector paths' kernels, with the same bits.
+ * The forward: out (T, hs) at stride C and att (T, T) from qkv (T, 3C), all
+ * at the head; the backward: dqkv from dout, qkv and att (written, or
+ * added to when accum). slab: the thread's scratch (cpu.c's
+ * attn_slab_bytes). Keys are padded to apf_attn_padded(T). */
+typedef void (*apf_attn_fwd_fn)(float *out, float *att, const float *qkv,
+				int T, int C, int hs, float scale, char *slab);
+typedef void (*apf_attn_bwd_fn)(float *dqkv, const float *dout,
+				const float *qkv, const float *att, int T,
+				int C, int hs, float scale, int accum,
+				char *slab);
+
+static inline int apf_attn_padded(int T)
+{
+	return (T + 31) / 32 * 32;
+}
+
+/* Path isa's own kernels for heads of hs, and 1; 0 where it has none or hs
+ * is not a multiple of its float vector (the caller's generic kernels then
+ * run, with the same bits). */
+int apf_cpu_attn_kernels(int isa, int hs, apf_attn_fwd_fn *fwd,
+			 apf_attn_bwd_fn *bwd);
+
 #endif

@@ -19,6 +19,8 @@
 #include <math.h>
 #include <string.h>
 
+#include "nn/mathf.h"
+
 #define TGT __attribute__((target("avx2,fma")))
 #define TILE_PX APF_FAST_TILE_PX
 
@@ -620,6 +622,25 @@ TGT static inline void lanes_out_avx2(float *const dst[4],
 	lanes_out_avx2(dst, src, n, count, accum)
 #include "nn/cpu/inter_body.h"
 
+/* ---- causal self-attention (attn_body.h): 4 doubles, 8 floats --------- */
+
+#define AB_VD __m256d
+#define AB_DL 4
+#define AB_VF __m256
+#define AB_FL 8
+#define AB_WIDEN(p) _mm256_cvtps_pd(_mm_loadu_ps(p))
+#define AB_LOADD(p) _mm256_loadu_pd(p)
+#define AB_STORED(p, v) _mm256_storeu_pd((p), (v))
+#define AB_LOADF(p) _mm256_loadu_ps(p)
+#define AB_STOREF(p, v) _mm256_storeu_ps((p), (v))
+#define AB_SETD(x) _mm256_set1_pd(x)
+#define AB_SETF(x) _mm256_set1_ps(x)
+#define AB_MADD(s, x, y) _mm256_fmadd_pd((x), (y), (s))
+#define AB_MAXD(x, m) _mm256_max_pd((x), (m))
+#define AB_TGT TGT
+#define AB_SUFFIX avx2
+#include "nn/cpu/attn_body.h"
+
 const struct apf_fast_ops apf_fast_avx2_ops = {
 	.tiles = tiles,
 	.dweight_row = dweight_row,
@@ -634,4 +655,7 @@ const struct apf_fast_ops apf_fast_avx2_ops = {
 	.inter_lanes = 4,
 	.inter_fwd = inter_fwd_rows_avx2,
 	.inter_bwd = inter_bwd_rows_avx2,
+	.attn_floats = 8,
+	.attn_fwd = attn_fwd_head_avx2,
+	.attn_bwd = attn_bwd_head_avx2,
 };

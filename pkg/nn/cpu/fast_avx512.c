@@ -21,7 +21,10 @@
 #include "nn/cpu/fast_ops.h"
 
 #include <immintrin.h>
+#include <math.h>
 #include <string.h>
+
+#include "nn/mathf.h"
 
 #define TGT __attribute__((target("avx512f,avx2,fma")))
 #define INLINE static inline __attribute__((always_inline))
@@ -771,6 +774,25 @@ TGT INLINE void lanes_out_avx512(float *const dst[8],
 	lanes_out_avx512(dst, src, n, count, accum)
 #include "nn/cpu/inter_body.h"
 
+/* ---- causal self-attention (attn_body.h): 8 doubles, 16 floats -------- */
+
+#define AB_VD __m512d
+#define AB_DL 8
+#define AB_VF __m512
+#define AB_FL 16
+#define AB_WIDEN(p) _mm512_cvtps_pd(_mm256_loadu_ps(p))
+#define AB_LOADD(p) _mm512_loadu_pd(p)
+#define AB_STORED(p, v) _mm512_storeu_pd((p), (v))
+#define AB_LOADF(p) _mm512_loadu_ps(p)
+#define AB_STOREF(p, v) _mm512_storeu_ps((p), (v))
+#define AB_SETD(x) _mm512_set1_pd(x)
+#define AB_SETF(x) _mm512_set1_ps(x)
+#define AB_MADD(s, x, y) _mm512_fmadd_pd((x), (y), (s))
+#define AB_MAXD(x, m) _mm512_max_pd((x), (m))
+#define AB_TGT TGT
+#define AB_SUFFIX avx512
+#include "nn/cpu/attn_body.h"
+
 const struct apf_fast_ops apf_fast_avx512_ops = {
 	.tiles = tiles,
 	.dweight_row = dweight_row,
@@ -786,4 +808,7 @@ const struct apf_fast_ops apf_fast_avx512_ops = {
 	.inter_lanes = 8,
 	.inter_fwd = inter_fwd_rows_avx512,
 	.inter_bwd = inter_bwd_rows_avx512,
+	.attn_floats = 16,
+	.attn_fwd = attn_fwd_head_avx512,
+	.attn_bwd = attn_bwd_head_avx512,
 };

@@ -88,6 +88,11 @@ struct apf_fast_ops {
 	 * inter_lanes examples; 0 and NULL on a path without its own. */
 	int inter_lanes;
 	apf_inter_fn inter_fwd, inter_bwd;
+	/* Causal self-attention (fast.h, attn_body.h) for head sizes that
+	 * are multiples of attn_floats; 0 and NULL on a path without. */
+	int attn_floats;
+	apf_attn_fwd_fn attn_fwd;
+	apf_attn_bwd_fn attn_bwd;
 };
 
 /* The weight gradient's columns where the input's channels do not fill a

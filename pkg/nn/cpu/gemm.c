@@ -41,6 +41,7 @@
 
 #include "base/base.h"
 #include "nn/cpu/isa.h"
+#include "nn/cpu/transpose8.h"
 
 #define TGT_AVX2 __attribute__((target("avx2,fma")))
 #define TGT_AVX512 __attribute__((target("avx512f")))
@@ -91,9 +92,8 @@ static void transpose_scalar(float *dst, size_t w, const float *src,
 	}
 }
 
-/* The same in 8x8 blocks through registers (8 loads, 24 shuffles, 8
- * stores per 64 floats, against 64 scattered stores), then 4x4 blocks;
- * the edges scalar.
+/* The same in 8x8 blocks through registers (transpose8.h), then 4x4
+ * blocks; the edges scalar.
  * Moves bits only, so the paths that run it (AVX2, AVX-512) pack exactly
  * what the scalar one does. */
 TGT_AVX2 static void transpose_avx2(float *dst, size_t w, const float *src,
@@ -102,41 +102,8 @@ TGT_AVX2 static void transpose_avx2(float *dst, size_t w, const float *src,
 	size_t n8 = n / 8 * 8, K8 = K / 8 * 8;
 	for (size_t x = 0; x < n8; x += 8) {
 		const float *s = src + x * ld;
-		for (size_t k = 0; k < K8; k += 8) {
-			__m256 r0 = _mm256_loadu_ps(s + k);
-			__m256 r1 = _mm256_loadu_ps(s + ld + k);
-			__m256 r2 = _mm256_loadu_ps(s + 2 * ld + k);
-			__m256 r3 = _mm256_loadu_ps(s + 3 * ld + k);
-			__m256 r4 = _mm256_loadu_ps(s + 4 * ld + k);
-			__m256 r5 = _mm256_loadu_ps(s + 5 * ld + k);
-			__m256 r6 = _mm256_loadu_ps(s + 6 * ld + k);
-			__m256 r7 = _mm256_loadu_ps(s + 7 * ld + k);
-			__m256 t0 = _mm256_unpacklo_ps(r0, r1);
-			__m256 t1 = _mm256_unpackhi_ps(r0, r1);
-			__m256 t2 = _mm256_unpacklo_ps(r2, r3);
-			__m256 t3 = _mm256_unpackhi_ps(r2, r3);
-			__m256 t4 = _mm256_unpacklo_ps(r4, r5);
-			__m256 t5 = _mm256_unpackhi_ps(r4, r5);
-			__m256 t6 = _mm256_unpacklo_ps(r6, r7);
-			__m256 t7 = _mm256_unpackhi_ps(r6, r7);
-			__m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44);
-			__m256 u1 = _mm256_shuffle_ps(t0, t2, 0xee);
-			__m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44);
-			__m256 u3 = _mm256_shuffle_ps(t1, t3, 0xee);
-			__m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44);
-			__m256 u5 = _mm256_shuffle_ps(t4, t6, 0xee);
-			__m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44);
-			__m256 u7 = _mm256_shuffle_ps(t5, t7, 0xee);
-			float *d = dst + k * w + x;
-			_mm256_storeu_ps(d, _mm256_permute2f128_ps(u0, u4, 0x20));
-			_mm256_storeu_ps(d + w, _mm256_permute2f128_ps(u1, u5, 0x20));
-			_mm256_storeu_ps(d + 2 * w, _mm256_permute2f128_ps(u2, u6, 0x20));
-			_mm256_storeu_ps(d + 3 * w, _mm256_permute2f128_ps(u3, u7, 0x20));
-			_mm256_storeu_ps(d + 4 * w, _mm256_permute2f128_ps(u0, u4, 0x31));
-			_mm256_storeu_ps(d + 5 * w, _mm256_permute2f128_ps(u1, u5, 0x31));
-			_mm256_storeu_ps(d + 6 * w, _mm256_permute2f128_ps(u2, u6, 0x31));
-			_mm256_storeu_ps(d + 7 * w, _mm256_permute2f128_ps(u3, u7, 0x31));
-		}
+		for (size_t k = 0; k < K8; k += 8)
+			apf_transpose8(dst + k * w + x, w, s + k, ld);
 	}
 	transpose_scalar(dst, w, src, ld, 0, n8, K8, K);
 	/* four more rows in 4x4 blocks (the AVX-512 panel's rows 8 to 11,
