@@ -226,10 +226,13 @@ static void pack_a_share(const struct apf_gemm *g, size_t b, size_t e)
 			  g->asum);
 		return;
 	}
-	for (size_t p = b; p < e; p++)
-		pack_panel_transposed(g, g->pack_a + p * mr * K, mr,
-				      g->A + p * mr * lda, lda,
-				      tile_rows(g, p));
+	/* packed panel i is panel rows_a + i (those before are read in
+	 * place) */
+	size_t v = g->rows_a;
+	for (size_t i = b; i < e; i++)
+		pack_panel_transposed(g, g->pack_a + i * mr * K, mr,
+				      g->A + (v + i) * mr * lda, lda,
+				      tile_rows(g, v + i));
 }
 
 /* B's panels [b, e), unless B is read in place. */
@@ -252,7 +255,7 @@ static void pack_b_share(const struct apf_gemm *g, size_t b, size_t e)
 void apf_gemm_pack(struct apf_gemm *g, int t, int nt)
 {
 	size_t b, e;
-	share(g->mp, t, nt, &b, &e);
+	share(g->mp - g->rows_a, t, nt, &b, &e);
 	pack_a_share(g, b, e);
 	share(g->np, t, nt, &b, &e);
 	pack_b_share(g, b, e);
@@ -304,17 +307,39 @@ static void kernel_scalar(const struct apf_gemm *g, size_t p, size_t q)
 
 /* ---- AVX2 + FMA: 6x16, 12 accumulators --------------------------------- */
 
+/* op(A)[p mr + r][k], from the packed panel a or, in place (a constant),
+ * from row r of A itself (ar[r], A not transposed) */
+#define A_AT(r) (in_place ? ar[r][k] : a[r])
+
 #define AVX2_ROW(r)                                                           \
 	do {                                                                  \
-		__m256 ar = _mm256_broadcast_ss(a + (r));                     \
-		c##r##0 = _mm256_fmadd_ps(ar, b0, c##r##0);                   \
-		c##r##1 = _mm256_fmadd_ps(ar, b1, c##r##1);                   \
+		__m256 av = _mm256_set1_ps(A_AT(r));                          \
+		c##r##0 = _mm256_fmadd_ps(av, b0, c##r##0);                   \
+		c##r##1 = _mm256_fmadd_ps(av, b1, c##r##1);                   \
 	} while (0)
 
-TGT_AVX2 static void kernel_avx2(const struct apf_gemm *g, size_t p, size_t q)
+/* Panel p of op(A) for a tile kernel: where it is packed (*a), or in
+ * place, the rows of A it reads (ar[0 .. mr-1]). */
+static inline __attribute__((always_inline)) void
+panel_a(const struct apf_gemm *g, size_t p, int in_place, const float **a,
+	const float **ar)
+{
+	size_t mr = (size_t)g->mr;
+	if (in_place) {
+		for (size_t r = 0; r < mr; r++)
+			ar[r] = g->A + (p * mr + r) * (size_t)g->lda;
+		*a = NULL;
+	} else {
+		*a = g->pa + (p - g->rows_a) * mr * (size_t)g->K;
+	}
+}
+
+static inline __attribute__((always_inline)) TGT_AVX2 void
+tile_avx2(const struct apf_gemm *g, size_t p, size_t q, const int in_place)
 {
 	size_t K = (size_t)g->K;
-	const float *a = g->pa + p * AVX2_MR * K;
+	const float *a, *ar[AVX2_MR];
+	panel_a(g, p, in_place, &a, ar);
 	const float *b = g->pb + q * AVX2_NR * K;
 	__m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00,
 	       c20 = c00, c21 = c00, c30 = c00, c31 = c00, c40 = c00,
@@ -327,7 +352,8 @@ TGT_AVX2 static void kernel_avx2(const struct apf_gemm *g, size_t p, size_t q)
 		AVX2_ROW(3);
 		AVX2_ROW(4);
 		AVX2_ROW(5);
-		a += AVX2_MR;
+		if (!in_place)
+			a += AVX2_MR;
 		b += AVX2_NR;
 	}
 	__m256 acc[AVX2_MR][2] = {{c00, c01}, {c10, c11}, {c20, c21},
@@ -358,20 +384,29 @@ TGT_AVX2 static void kernel_avx2(const struct apf_gemm *g, size_t p, size_t q)
 	}
 }
 
+TGT_AVX2 static void kernel_avx2(const struct apf_gemm *g, size_t p, size_t q)
+{
+	if (p < g->rows_a)
+		tile_avx2(g, p, q, 1);
+	else
+		tile_avx2(g, p, q, 0);
+}
+
 /* ---- AVX-512: 12x32, 24 accumulators ----------------------------------- */
 
 #define AVX512_ROW(r)                                                         \
 	do {                                                                  \
-		__m512 ar = _mm512_set1_ps(a[r]);                             \
-		c##r##_0 = _mm512_fmadd_ps(ar, b0, c##r##_0);                 \
-		c##r##_1 = _mm512_fmadd_ps(ar, b1, c##r##_1);                 \
+		__m512 av = _mm512_set1_ps(A_AT(r));                          \
+		c##r##_0 = _mm512_fmadd_ps(av, b0, c##r##_0);                 \
+		c##r##_1 = _mm512_fmadd_ps(av, b1, c##r##_1);                 \
 	} while (0)
 
-TGT_AVX512 static void kernel_avx512(const struct apf_gemm *g, size_t p,
-				     size_t q)
+static inline __attribute__((always_inline)) TGT_AVX512 void
+tile_avx512(const struct apf_gemm *g, size_t p, size_t q, const int in_place)
 {
 	size_t K = (size_t)g->K;
-	const float *a = g->pa + p * AVX512_MR * K;
+	const float *a, *ar[AVX512_MR];
+	panel_a(g, p, in_place, &a, ar);
 	const float *b = g->pb + q * AVX512_NR * K;
 	__m512 c0_0 = _mm512_setzero_ps(), c0_1 = c0_0, c1_0 = c0_0,
 	       c1_1 = c0_0, c2_0 = c0_0, c2_1 = c0_0, c3_0 = c0_0,
@@ -394,7 +429,8 @@ TGT_AVX512 static void kernel_avx512(const struct apf_gemm *g, size_t p,
 		AVX512_ROW(9);
 		AVX512_ROW(10);
 		AVX512_ROW(11);
-		a += AVX512_MR;
+		if (!in_place)
+			a += AVX512_MR;
 		b += AVX512_NR;
 	}
 	__m512 acc[AVX512_MR][2] = {
@@ -425,6 +461,15 @@ TGT_AVX512 static void kernel_avx512(const struct apf_gemm *g, size_t p,
 		_mm512_storeu_ps(c, v0);
 		_mm512_storeu_ps(c + 16, v1);
 	}
+}
+
+TGT_AVX512 static void kernel_avx512(const struct apf_gemm *g, size_t p,
+				     size_t q)
+{
+	if (p < g->rows_a)
+		tile_avx512(g, p, q, 1);
+	else
+		tile_avx512(g, p, q, 0);
 }
 
 /* ---- one column: up to 8 vectors of rows x 1 ---------------------------
@@ -657,7 +702,7 @@ int apf_gemm_prepare(struct apf_gemm *g, struct apf_gemm_buf *buf)
 {
 	g->pa = g->pb = g->owned = NULL;
 	g->pack_a = g->pack_b = NULL;
-	g->mp = g->np = 0;
+	g->mp = g->np = g->rows_a = 0;
 	int rc = micro_tile(g->isa, g->M, g->N, &g->kernel, &g->mr, &g->nr);
 	if (rc)
 		return rc;
@@ -708,7 +753,15 @@ int apf_gemm_prepare(struct apf_gemm *g, struct apf_gemm_buf *buf)
 	size_t np = ((size_t)g->N + (size_t)g->nr - 1) / (size_t)g->nr;
 	int view_a = one_panel(g->trans_a, g->M, g->lda, g->mr);
 	int view_b = one_panel(!g->trans_b, g->N, g->ldb, g->nr);
-	size_t na = view_a ? 0 : mp * (size_t)g->mr * (size_t)g->K;
+	/* The vector tile kernels read a whole panel of an A stored row by
+	 * row (not transposed) in place, each of its rows a stream along k:
+	 * no transposing pack, which cost as much as a third of such a GEMM
+	 * (M 2048, N 128, K 512) */
+	g->rows_a = !g->trans_a && (g->kernel == APF_CPU_ISA_AVX2 ||
+				    g->kernel == APF_CPU_ISA_AVX512)
+			    ? (size_t)g->M / (size_t)g->mr
+			    : 0;
+	size_t na = view_a ? 0 : (mp - g->rows_a) * (size_t)g->mr * (size_t)g->K;
 	size_t nb = view_b ? 0 : np * (size_t)g->nr * (size_t)g->K;
 	struct apf_gemm_buf own = {0};
 	float *room = room_for(buf ? buf : &own, na + nb);
@@ -717,7 +770,7 @@ int apf_gemm_prepare(struct apf_gemm *g, struct apf_gemm_buf *buf)
 				 "out of memory packing %dx%dx%d", g->M, g->N,
 				 g->K);
 	g->owned = buf ? NULL : room;
-	g->pack_a = view_a ? NULL : room;
+	g->pack_a = view_a || mp == g->rows_a ? NULL : room;
 	g->pack_b = view_b ? NULL : room + na;
 	g->pa = view_a ? g->A : g->pack_a;
 	g->pb = view_b ? g->B : g->pack_b;

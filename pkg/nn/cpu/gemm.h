@@ -22,7 +22,9 @@
  *
  * The kernels: A and B are packed into zero-padded panels (MR rows of A,
  * NR columns of B, k-major; an operand that is already one such panel is
- * read in place), and a register-blocked micro-kernel computes
+ * read in place, and so are the whole panels of an A not transposed on the
+ * vector paths, each of their MR rows a stream along k), and a
+ * register-blocked micro-kernel computes
  * one MR x NR tile of C over the whole of K: scalar 4x8, AVX2 6x16,
  * AVX-512 12x32 (6x16 where N <= 16, so a narrow C is not padded to 32
  * columns). A C of one column runs the vector paths' column kernels, up to
@@ -77,6 +79,10 @@ struct apf_gemm {
 	 * operands, such as a layer with one output's weight gradient) */
 	const float *pa, *pb;
 	float *pack_a, *pack_b; /* where apf_gemm_pack writes; NULL: op(X) */
+	/* The first rows_a panels of an A not transposed, read row by row
+	 * where A is by the vector tile kernels; pa (pack_a) holds the
+	 * panels after them, from its start. */
+	size_t rows_a;
 	float *owned;   /* what release frees: the room when none was lent */
 };
 
