@@ -1237,6 +1237,96 @@ static void attention_keeps_its_recorded_bits(void **state)
 	}
 }
 
+/* Layer norm as every recorded run computed it: the digest of y, mean,
+ * rstd, dx (written, then added to), dscale and dbias for three shapes,
+ * on 1, 2 and 3 threads, taken from the row-at-a-time loops before rows
+ * were interleaved (re-evaluation and replay of an older run need these
+ * bits). 1503, 33 and 7 rows over 1 to 3 threads leave 0 to 3 rows
+ * after a thread's groups of four; rows whose mean dwarfs their spread
+ * make the double sums count, and rows half of 1e16, or led by 1e30 and
+ * -1e30, make them round, so that a changed order shows. */
+static void layernorm_keeps_its_recorded_bits(void **state)
+{
+	(void)state;
+	static const struct {
+		int N, C;
+		const char *digest;
+	} cases[] = {
+		{1503, 128,
+		 "cfb75fc1077488d6cedf79d4911273a64c838734c342dfa40a5c8c1a0547b151"},
+		{33, 100,
+		 "b83d52aa7765ddb1fc430ae806ac1d0a05f1fec1d9e7cae06d30d0533fced640"},
+		{7, 5,
+		 "042d4fac4a4ed8eec99b0f15ec471ee0769704426a8abbd48594483d4ff000ae"},
+	};
+	for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+		int N = cases[k].N, C = cases[k].C;
+		size_t nx = (size_t)N * C;
+		apf_rng_key key = {41, (uint32_t)k, 0, APF_RNG_TEST};
+		apf_rng r;
+		apf_rng_init(&r, &key, 0);
+		float *x = malloc(nx * 4), *d = malloc(nx * 4);
+		float *sc = malloc((size_t)C * 4), *bi = malloc((size_t)C * 4);
+		for (size_t i = 0; i < nx; i++) {
+			size_t n = i / (size_t)C, c = i % (size_t)C;
+			x[i] = apf_rng_normal(&r) * (n % 3 ? 1.0f : 1e-3f) +
+			       (n % 2 ? 300.0f : -0.5f);
+			d[i] = apf_rng_normal(&r);
+			/* rows whose double sums round, so that their order
+			 * shows: half the row 1e16 times the rest */
+			if (n % 4 == 3 && c < (size_t)C / 2)
+				x[i] = 1e16f * (1 + apf_rng_normal(&r) * 0.01f);
+			if (n % 6 == 5 && c < (size_t)C / 2)
+				d[i] = 1e16f * (1 + apf_rng_normal(&r) * 0.01f);
+			/* and rows that cancel: 1e30 and -1e30 first, so that
+			 * in column order the rest survives, in any other not */
+			if (n % 7 == 6 && c < 2)
+				x[i] = c ? -1e30f : 1e30f;
+			if (n % 9 == 8 && c < 2) {
+				d[i] = c ? -1e30f : 1e30f;
+				if (c) /* xhat too, so that dout xhat cancels */
+					x[i] = x[i - 1];
+			}
+		}
+		for (int c = 0; c < C; c++)
+			sc[c] = 1 + apf_rng_normal(&r) * 0.1f,
+			bi[c] = apf_rng_normal(&r);
+		sc[0] = sc[1] = 1.0f; /* so dout's 1e30 and -1e30 cancel */
+		float *y = malloc(nx * 4), *dx = malloc(nx * 4);
+		float *st = malloc((size_t)2 * N * 4);
+		float *dp = malloc((size_t)2 * C * 4);
+		for (int threads = 1; threads <= 3; threads++) {
+			apf_backend *be;
+			assert_apf_ok(apf_backend_cpu_new(&be, threads));
+			be->layernorm_forward(be, y, st, st + N, x, sc, bi, N, C,
+					      1e-5f);
+			be->layernorm_backward(be, dx, dp, dp + C, d, x, sc, st,
+					       st + N, N, C, 0);
+			be->layernorm_backward(be, dx, dp, dp + C, d, x, sc, st,
+					       st + N, N, C, 1);
+			assert_apf_ok(be->sync(be));
+			apf_backend_free(be);
+			apf_sha256 *h;
+			uint8_t dg[APF_SHA256_LEN];
+			char hex[APF_SHA256_HEX];
+			assert_apf_ok(apf_sha256_new(&h));
+			assert_apf_ok(apf_sha256_update(h, y, nx * 4));
+			assert_apf_ok(apf_sha256_update(h, st, (size_t)2 * N * 4));
+			assert_apf_ok(apf_sha256_update(h, dx, nx * 4));
+			assert_apf_ok(apf_sha256_update(h, dp, (size_t)2 * C * 4));
+			assert_apf_ok(apf_sha256_final(h, dg));
+			apf_sha256_free(h);
+			apf_hex(hex, dg, APF_SHA256_LEN);
+			if (strcmp(hex, cases[k].digest))
+				fail_msg("layer norm %dx%d, %d threads: %s, "
+					 "recorded %s", N, C, threads, hex,
+					 cases[k].digest);
+		}
+		free(x), free(d), free(sc), free(bi), free(y), free(dx);
+		free(st), free(dp);
+	}
+}
+
 /* A DLRM-shaped net: dense (3) -> linear 4 -> relu; two embedding fields
  * of 5 and 3 rows (D 4); interaction; linear 6 -> relu -> linear 1. */
 static apf_net *dlrm_net(apf_backend *be)
@@ -2550,6 +2640,7 @@ int main(void)
 		cmocka_unit_test(sequence_layers_gradients_match_finite_differences),
 		cmocka_unit_test(attention_is_thread_count_invariant_and_causal),
 		cmocka_unit_test(attention_keeps_its_recorded_bits),
+		cmocka_unit_test(layernorm_keeps_its_recorded_bits),
 		cmocka_unit_test(dlrm_net_gradient_matches_finite_differences),
 		cmocka_unit_test(dropout_keeps_the_stated_share),
 		cmocka_unit_test(conv_over_many_chunks_matches_reference),

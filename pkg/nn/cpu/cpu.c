@@ -1355,56 +1355,115 @@ struct ln_arg {
 	float eps;
 };
 
+/* Row n's output from its mean m and its sum of squared deviations v. */
+static inline void ln_norm_row(const struct ln_arg *a, size_t n, double m,
+			       double v)
+{
+	int C = a->C;
+	const float *restrict x = a->inp + n * C;
+	float *restrict y = a->out + n * C;
+	float r = (float)(1.0 / sqrt(v / C + a->eps));
+	float mf = (float)m;
+	for (int c = 0; c < C; c++)
+		y[c] = (x[c] - mf) * r * a->scale[c] + a->bias[c];
+	a->mean[n] = mf;
+	a->rstd[n] = r;
+}
+
 HOT static void ln_fwd_rows(const struct ln_arg *a, size_t n0, size_t n1)
 {
 	int C = a->C;
-	for (size_t n = n0; n < n1; n++) {
+	size_t n = n0;
+	/* four rows' chains side by side (each a chain of double adds in
+	 * column order, bound by the add's latency one row at a time) */
+	for (; n + 4 <= n1; n += 4) {
+		const float *restrict x0 = a->inp + n * C, *restrict x1 = x0 + C;
+		const float *restrict x2 = x1 + C, *restrict x3 = x2 + C;
+		double s0 = 0.0, s1 = 0.0, s2 = 0.0, s3 = 0.0;
+		for (int c = 0; c < C; c++) {
+			s0 += x0[c];
+			s1 += x1[c];
+			s2 += x2[c];
+			s3 += x3[c];
+		}
+		double m0 = s0 / C, m1 = s1 / C, m2 = s2 / C, m3 = s3 / C;
+		double v0 = 0.0, v1 = 0.0, v2 = 0.0, v3 = 0.0;
+		for (int c = 0; c < C; c++) {
+			v0 += ((double)x0[c] - m0) * ((double)x0[c] - m0);
+			v1 += ((double)x1[c] - m1) * ((double)x1[c] - m1);
+			v2 += ((double)x2[c] - m2) * ((double)x2[c] - m2);
+			v3 += ((double)x3[c] - m3) * ((double)x3[c] - m3);
+		}
+		double m[4] = {m0, m1, m2, m3}, v[4] = {v0, v1, v2, v3};
+		for (int k = 0; k < 4; k++)
+			ln_norm_row(a, n + k, m[k], v[k]);
+	}
+	for (; n < n1; n++) {
 		const float *restrict x = a->inp + n * C;
-		float *restrict y = a->out + n * C;
 		double s = 0.0;
 		for (int c = 0; c < C; c++)
 			s += x[c];
 		double m = s / C, v = 0.0;
 		for (int c = 0; c < C; c++)
 			v += ((double)x[c] - m) * ((double)x[c] - m);
-		float r = (float)(1.0 / sqrt(v / C + a->eps));
-		float mf = (float)m;
-		for (int c = 0; c < C; c++)
-			y[c] = (x[c] - mf) * r * a->scale[c] + a->bias[c];
-		a->mean[n] = mf;
-		a->rstd[n] = r;
+		ln_norm_row(a, n, m, v);
 	}
 }
 
-// the input gradient of rows [n0, n1)
-HOT static void ln_dx_rows(const struct ln_arg *a, size_t n0, size_t n1)
+/* Column c's terms of row n's two sums for its input gradient (dout
+ * scale, and that times xhat), each sum a double chain in column order. */
+static inline void ln_dx_sums(const struct ln_arg *a, size_t n, int c,
+			      double *sdg, double *sdgx)
+{
+	const float *restrict x = a->inp + n * a->C;
+	const float *restrict d = a->dout + n * a->C;
+	float xhat = (x[c] - a->smean[n]) * a->srstd[n];
+	float dg = d[c] * a->scale[c];
+	*sdg += dg;
+	*sdgx += (double)dg * xhat;
+}
+
+// row n's input gradient from its sums
+static inline void ln_dx_row(const struct ln_arg *a, size_t n, double sdg,
+			     double sdgx)
 {
 	int C = a->C;
 	const float *restrict scale = a->scale;
-	for (size_t n = n0; n < n1; n++) {
-		const float *restrict x = a->inp + n * C;
-		const float *restrict d = a->dout + n * C;
-		float m = a->smean[n], r = a->srstd[n];
-		double sdg = 0.0, sdgx = 0.0;
-		int c;
-		for (c = 0; c < C; c++) {
+	const float *restrict x = a->inp + n * C;
+	const float *restrict d = a->dout + n * C;
+	float m = a->smean[n], r = a->srstd[n];
+	float ga = (float)(sdg / C), gb = (float)(sdgx / C);
+	float *restrict di = a->dinp + n * C;
+	if (a->accum)
+		for (int c = 0; c < C; c++) {
 			float xhat = (x[c] - m) * r;
-			float dg = d[c] * scale[c];
-			sdg += dg;
-			sdgx += (double)dg * xhat;
+			di[c] += r * (d[c] * scale[c] - ga - xhat * gb);
 		}
-		float ga = (float)(sdg / C), gb = (float)(sdgx / C);
-		float *restrict di = a->dinp + n * C;
-		if (a->accum)
-			for (c = 0; c < C; c++) {
-				float xhat = (x[c] - m) * r;
-				di[c] += r * (d[c] * scale[c] - ga - xhat * gb);
-			}
-		else
-			for (c = 0; c < C; c++) {
-				float xhat = (x[c] - m) * r;
-				di[c] = r * (d[c] * scale[c] - ga - xhat * gb);
-			}
+	else
+		for (int c = 0; c < C; c++) {
+			float xhat = (x[c] - m) * r;
+			di[c] = r * (d[c] * scale[c] - ga - xhat * gb);
+		}
+}
+
+// the input gradient of rows [n0, n1), four rows' chains side by side
+HOT static void ln_dx_rows(const struct ln_arg *a, size_t n0, size_t n1)
+{
+	int C = a->C;
+	size_t n = n0;
+	for (; n + 4 <= n1; n += 4) {
+		double sdg[4] = {0}, sdgx[4] = {0};
+		for (int c = 0; c < C; c++)
+			for (int k = 0; k < 4; k++)
+				ln_dx_sums(a, n + k, c, &sdg[k], &sdgx[k]);
+		for (int k = 0; k < 4; k++)
+			ln_dx_row(a, n + k, sdg[k], sdgx[k]);
+	}
+	for (; n < n1; n++) {
+		double sdg = 0.0, sdgx = 0.0;
+		for (int c = 0; c < C; c++)
+			ln_dx_sums(a, n, c, &sdg, &sdgx);
+		ln_dx_row(a, n, sdg, sdgx);
 	}
 }
 
