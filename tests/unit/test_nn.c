@@ -1138,6 +1138,34 @@ static void attention_is_thread_count_invariant_and_causal(void **state)
 	free(qkv), free(dout);
 }
 
+/* The CPU backend on path isa (isa.h, through APF_CPU_ISA) with threads
+ * threads, or NULL where this CPU has no such path. */
+static apf_backend *backend_on_path(int isa, int threads)
+{
+	if (!(apf_cpu_isa_available() & (1u << isa)))
+		return NULL;
+	apf_backend *be;
+	assert_int_equal(setenv("APF_CPU_ISA", apf_cpu_isa_name(isa), 1), 0);
+	assert_apf_ok(apf_backend_cpu_new(&be, threads));
+	unsetenv("APF_CPU_ISA");
+	return be;
+}
+
+/* hex = the SHA-256 of the n arrays p[i] (count[i] floats each), one
+ * after another. */
+static void digest_all(char hex[APF_SHA256_HEX], int n,
+		       const float *const *p, const size_t *count)
+{
+	apf_sha256 *h;
+	uint8_t d[APF_SHA256_LEN];
+	assert_apf_ok(apf_sha256_new(&h));
+	for (int i = 0; i < n; i++)
+		assert_apf_ok(apf_sha256_update(h, p[i], count[i] * 4));
+	assert_apf_ok(apf_sha256_final(h, d));
+	apf_sha256_free(h);
+	apf_hex(hex, d, APF_SHA256_LEN);
+}
+
 /* Attention as every recorded run computed it: the digest of out, att and
  * dqkv (written, then added to a dqkv of 0.5s) for six shapes, on 1 and 2
  * threads on every path this CPU runs (the vector paths have their own
@@ -1197,13 +1225,9 @@ static void attention_keeps_its_recorded_bits(void **state)
 		float *dqkv = malloc(2 * nqkv * 4);
 		for (int run = 0; run < 2 * (APF_CPU_ISA_AVX512 + 1); run++) {
 			int threads = 1 + run % 2, isa = run / 2;
-			if (!(apf_cpu_isa_available() & (1u << isa)))
+			apf_backend *be = backend_on_path(isa, threads);
+			if (!be)
 				continue;
-			apf_backend *be;
-			assert_int_equal(
-				setenv("APF_CPU_ISA", apf_cpu_isa_name(isa), 1), 0);
-			assert_apf_ok(apf_backend_cpu_new(&be, threads));
-			unsetenv("APF_CPU_ISA");
 			/* stale values the layers must overwrite */
 			for (size_t i = 0; i < natt; i++)
 				att[i] = 7.0f;
@@ -1217,16 +1241,9 @@ static void attention_keeps_its_recorded_bits(void **state)
 					       B, T, C, NH, cases[c].scale, 1);
 			assert_apf_ok(be->sync(be));
 			apf_backend_free(be);
-			apf_sha256 *h;
-			uint8_t d[APF_SHA256_LEN];
 			char hex[APF_SHA256_HEX];
-			assert_apf_ok(apf_sha256_new(&h));
-			assert_apf_ok(apf_sha256_update(h, out, nout * 4));
-			assert_apf_ok(apf_sha256_update(h, att, natt * 4));
-			assert_apf_ok(apf_sha256_update(h, dqkv, 2 * nqkv * 4));
-			assert_apf_ok(apf_sha256_final(h, d));
-			apf_sha256_free(h);
-			apf_hex(hex, d, APF_SHA256_LEN);
+			digest_all(hex, 3, (const float *[]){out, att, dqkv},
+				   (size_t[]){nout, natt, 2 * nqkv});
 			if (strcmp(hex, cases[c].digest))
 				fail_msg("attention %dx%dx%d, %d heads, %s path, "
 					 "%d threads: %s, recorded %s", B, T, C,
@@ -1306,17 +1323,10 @@ static void layernorm_keeps_its_recorded_bits(void **state)
 					       st + N, N, C, 1);
 			assert_apf_ok(be->sync(be));
 			apf_backend_free(be);
-			apf_sha256 *h;
-			uint8_t dg[APF_SHA256_LEN];
 			char hex[APF_SHA256_HEX];
-			assert_apf_ok(apf_sha256_new(&h));
-			assert_apf_ok(apf_sha256_update(h, y, nx * 4));
-			assert_apf_ok(apf_sha256_update(h, st, (size_t)2 * N * 4));
-			assert_apf_ok(apf_sha256_update(h, dx, nx * 4));
-			assert_apf_ok(apf_sha256_update(h, dp, (size_t)2 * C * 4));
-			assert_apf_ok(apf_sha256_final(h, dg));
-			apf_sha256_free(h);
-			apf_hex(hex, dg, APF_SHA256_LEN);
+			digest_all(hex, 4, (const float *[]){y, st, dx, dp},
+				   (size_t[]){nx, (size_t)2 * N, nx,
+					      (size_t)2 * C});
 			if (strcmp(hex, cases[k].digest))
 				fail_msg("layer norm %dx%d, %d threads: %s, "
 					 "recorded %s", N, C, threads, hex,
@@ -2114,13 +2124,9 @@ static void interaction_gives_the_recorded_bits_on_every_path(void **state)
 			 * vector paths have their own kernels: fma, and 8
 			 * examples a vector on AVX-512) */
 			int t = 1 + run % 2, isa = run / 2;
-			if (!(apf_cpu_isa_available() & (1u << isa)))
+			apf_backend *be = backend_on_path(isa, t);
+			if (!be)
 				continue;
-			apf_backend *be;
-			assert_int_equal(
-				setenv("APF_CPU_ISA", apf_cpu_isa_name(isa), 1), 0);
-			assert_apf_ok(apf_backend_cpu_new(&be, t));
-			unsetenv("APF_CPU_ISA");
 			for (size_t i = 0; i < nd; i++)
 				dd[i] = rd[i] = 0.25f;
 			be->interaction_forward(be, out, dense, emb, B, E, D);
@@ -2492,7 +2498,7 @@ static void net_gradient_matches_finite_differences(void **state)
 
 static void digest(const float *p, size_t n, char hex[APF_SHA256_HEX])
 {
-	assert_apf_ok(apf_sha256_hex(hex, p, n * sizeof *p));
+	digest_all(hex, 1, &p, &n);
 }
 
 static void net_runs_are_bit_identical_and_eval_is_read_only(void **state)
