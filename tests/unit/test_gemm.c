@@ -137,32 +137,10 @@ static float *reference(const struct problem *p)
  * padding left to chance would show. */
 static struct apf_gemm_buf lent;
 
-static float *run_path(const struct problem *p, int isa)
-{
-	float *C = malloc((p->nc ? p->nc : 1) * sizeof *C);
-	assert_non_null(C);
-	memcpy(C, p->C, p->nc * sizeof *C);
-	struct apf_gemm g = {.isa = isa, .trans_a = p->ta, .trans_b = p->tb,
-			     .M = p->M, .N = p->N, .K = p->K,
-			     .alpha = p->alpha, .A = p->A, .lda = p->lda,
-			     .B = p->B, .ldb = p->ldb, .beta = p->beta, .C = C,
-			     .ldc = p->ldc, .crow = p->crow};
-	if (!p->crow) {
-		assert_apf_ok(apf_gemm(&lent, isa, p->ta, p->tb, p->M, p->N,
-				       p->K, p->alpha, p->A, p->lda, p->B,
-				       p->ldb, p->beta, C, p->ldc));
-		return C;
-	}
-	assert_apf_ok(apf_gemm_prepare(&g, &lent));
-	apf_gemm_pack(&g, 0, 1);
-	apf_gemm_compute(&g, 0, 1);
-	apf_gemm_release(&g);
-	return C;
-}
-
 /* p's GEMM on path isa as nt threads' shares, run one after the other
  * (packing in reverse order, so that no share can lean on an earlier
- * one's), in room from buf (NULL: its own); asum as gemm.h has it. */
+ * one's), in room from buf (NULL: its own); crow and asum as gemm.h has
+ * them. */
 static float *run_shares(const struct problem *p, int isa, int nt,
 			 struct apf_gemm_buf *buf, float *asum)
 {
@@ -173,7 +151,7 @@ static float *run_shares(const struct problem *p, int isa, int nt,
 			     .M = p->M, .N = p->N, .K = p->K,
 			     .alpha = p->alpha, .A = p->A, .lda = p->lda,
 			     .B = p->B, .ldb = p->ldb, .beta = p->beta, .C = C,
-			     .ldc = p->ldc, .asum = asum};
+			     .ldc = p->ldc, .crow = p->crow, .asum = asum};
 	assert_apf_ok(apf_gemm_prepare(&g, buf));
 	for (int t = nt - 1; t >= 0; t--)
 		apf_gemm_pack(&g, t, nt);
@@ -182,6 +160,20 @@ static float *run_shares(const struct problem *p, int isa, int nt,
 	apf_gemm_release(&g);
 	return C;
 }
+
+static float *run_path(const struct problem *p, int isa)
+{
+	if (p->crow) /* only the prepared GEMM takes a row */
+		return run_shares(p, isa, 1, &lent, NULL);
+	float *C = malloc((p->nc ? p->nc : 1) * sizeof *C);
+	assert_non_null(C);
+	memcpy(C, p->C, p->nc * sizeof *C);
+	assert_apf_ok(apf_gemm(&lent, isa, p->ta, p->tb, p->M, p->N, p->K,
+			       p->alpha, p->A, p->lda, p->B, p->ldb, p->beta,
+			       C, p->ldc));
+	return C;
+}
+
 
 /* Bit for bit, NaNs included (memcmp, not ==). */
 static void assert_same_bits(const char *what, const struct problem *p,

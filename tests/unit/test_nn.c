@@ -1075,6 +1075,22 @@ static void sequence_layers_gradients_match_finite_differences(void **state)
 	}
 }
 
+/* qkv (nqkv) and dout (nout): normal draws from key, in that order. */
+static void attn_draws(const apf_rng_key *key, size_t nqkv, size_t nout,
+		       float **qkv, float **dout)
+{
+	apf_rng r;
+	apf_rng_init(&r, key, 0);
+	*qkv = malloc(nqkv * 4);
+	*dout = malloc(nout * 4);
+	assert_non_null(*qkv);
+	assert_non_null(*dout);
+	for (size_t i = 0; i < nqkv; i++)
+		(*qkv)[i] = apf_rng_normal(&r);
+	for (size_t i = 0; i < nout; i++)
+		(*dout)[i] = apf_rng_normal(&r);
+}
+
 /* Each (batch, head) pair is computed whole by one thread, so out, att and
  * dqkv have the same bits on any thread count; att is causal and each row
  * a distribution. */
@@ -1085,13 +1101,8 @@ static void attention_is_thread_count_invariant_and_causal(void **state)
 	size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C;
 	size_t natt = (size_t)B * NH * T * T;
 	apf_rng_key key = {9, 0, 0, APF_RNG_TEST};
-	apf_rng r;
-	apf_rng_init(&r, &key, 0);
-	float *qkv = malloc(nqkv * 4), *dout = malloc(nout * 4);
-	for (size_t i = 0; i < nqkv; i++)
-		qkv[i] = apf_rng_normal(&r);
-	for (size_t i = 0; i < nout; i++)
-		dout[i] = apf_rng_normal(&r);
+	float *qkv, *dout;
+	attn_draws(&key, nqkv, nout, &qkv, &dout);
 	float *out[3], *att[3], *dqkv[3];
 	for (int k = 0; k < 3; k++) {
 		apf_backend *be;
@@ -1202,13 +1213,8 @@ static void attention_keeps_its_recorded_bits(void **state)
 		size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C;
 		size_t natt = (size_t)B * NH * T * T;
 		apf_rng_key key = {31, (uint32_t)c, 0, APF_RNG_TEST};
-		apf_rng r;
-		apf_rng_init(&r, &key, 0);
-		float *qkv = malloc(nqkv * 4), *dout = malloc(nout * 4);
-		for (size_t i = 0; i < nqkv; i++)
-			qkv[i] = apf_rng_normal(&r);
-		for (size_t i = 0; i < nout; i++)
-			dout[i] = apf_rng_normal(&r);
+		float *qkv, *dout;
+		attn_draws(&key, nqkv, nout, &qkv, &dout);
 		for (int t = 0; t < T; t++) {
 			float *row = qkv + (size_t)t * 3 * C;
 			for (int d = 0; d < hs; d++) {
