@@ -791,11 +791,35 @@ static void run_free(struct run *r)
 	apf_entry_free(r->entry);
 }
 
+/* A work directory with no .lock is one still being created (between
+ * mkdtemp and lock_work_dir's rename, microseconds) or one whose runner was
+ * killed in that window. Only lock_work_dir writes there before the lock
+ * (.lock.new, nothing else), so a directory holding nothing else, untouched
+ * for an hour, has no runner; one holding anything more (an older apf's,
+ * which did not lock) is not ours to judge. */
+enum { WORK_DIR_GRACE_S = 3600 };
+
+static int died_before_its_lock(const char *dir, const struct stat *st)
+{
+	if (time(NULL) - st->st_mtime < WORK_DIR_GRACE_S)
+		return 0;
+	DIR *d = opendir(dir);
+	if (!d)
+		return 0;
+	int only_ours = 1;
+	struct dirent *de;
+	while (only_ours && (de = readdir(d)))
+		only_ours = !strcmp(de->d_name, ".") || !strcmp(de->d_name, "..") ||
+			    !strcmp(de->d_name, ".lock.new");
+	closedir(d);
+	return only_ours;
+}
+
 /* Work directories are $TMPDIR/apf-run-XXXXXX, each holding .lock, which
  * its runner keeps flock'd while it lives. A runner that was killed (kill
  * -9, power loss) cannot remove its own, so every runner removes those of
- * its user whose lock it can take: their owner is gone. A directory with no
- * .lock (from an older apf, or one still being created) is never touched. */
+ * its user whose lock it can take: their owner is gone; and those that
+ * died before their lock (above). */
 static void sweep_dead_work_dirs(const char *tmpdir)
 {
 	DIR *d = opendir(tmpdir);
@@ -811,7 +835,8 @@ static void sweep_dead_work_dirs(const char *tmpdir)
 		if (lock && lstat(dir, &st) == 0 && S_ISDIR(st.st_mode) &&
 		    st.st_uid == geteuid()) {
 			int fd = open(lock, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-			if (fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) == 0)
+			if ((fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) == 0) ||
+			    (fd < 0 && errno == ENOENT && died_before_its_lock(dir, &st)))
 				apf_remove_tree(dir); /* best effort */
 			if (fd >= 0)
 				close(fd);

@@ -39,7 +39,41 @@ def wait_for_free_locks(tmpdir, limit_s=60):
         time.sleep(0.05)
 
 
+def killed_before_its_lock(tmpdir, name):
+    """A work directory as lock_work_dir leaves it before its lock."""
+    return set(os.listdir(os.path.join(tmpdir, name))) <= {".lock.new"}
+
+
 class Crash(RunCase):
+    def test_a_runner_killed_before_its_lock_is_swept_an_hour_later(self):
+        entry = self.pack_baseline()
+        hours_ago = time.time() - 2 * 3600
+
+        def work_dir(name, *files, mtime=hours_ago):
+            d = os.path.join(self.scratch, name)
+            os.mkdir(d)
+            for f in files:
+                self.write(os.path.join(d, f), "")
+            os.utime(d, (mtime, mtime))
+            return d
+
+        # Killed before the lock, two hours ago: empty, or with .lock.new.
+        work_dir("apf-run-Old0Aa")
+        work_dir("apf-run-Old1Bb", ".lock.new")
+        # Another runner between mkdtemp and its lock right now.
+        work_dir("apf-run-New0Cc", ".lock.new", mtime=time.time())
+        # An older apf's (it did not lock): not the sweep's to judge.
+        work_dir("apf-run-Old2Dd", "hparams.json")
+        # A link under a work directory's name, to an old empty directory.
+        target = os.path.join(self.tmp, "elsewhere")
+        os.mkdir(target)
+        os.utime(target, (hours_ago, hours_ago))
+        os.symlink(target, os.path.join(self.scratch, "apf-run-Lnk0Ee"))
+        self.assertEqual(self.run_unit(entry, self.path("r")).rc, 0)
+        self.assertEqual(sorted(os.listdir(self.scratch)),
+                         ["apf-run-Lnk0Ee", "apf-run-New0Cc", "apf-run-Old2Dd"])
+        self.assertTrue(os.path.isdir(target))
+
     def test_kill_9_at_random_points_then_resume(self):
         src = self.path("sfa")
         base = os.path.join(apftest.ROOT, "submissions", "baselines", "schedule_free_adamw")
@@ -89,7 +123,10 @@ class Crash(RunCase):
                 self.assertGreaterEqual(x["preemption_count"], 1, where)
             from_evals += [x["from_eval"] for x in resumes]
             # The killed runner's work directory was swept by the next run
-            # (its lock was free), and that run removed its own.
-            self.assertEqual(os.listdir(self.scratch), [], where)
+            # (its lock was free), and that run removed its own. A kill
+            # between mkdtemp and the lock leaves a directory with nothing
+            # but .lock.new, which runs sweep an hour later (the test below).
+            self.assertEqual([d for d in os.listdir(self.scratch)
+                              if not killed_before_its_lock(self.scratch, d)], [], where)
         # The kills landed inside trials too, not only around them.
         self.assertTrue(any(f > 0 for f in from_evals), from_evals)
