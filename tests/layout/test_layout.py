@@ -402,6 +402,64 @@ class IncludeCycles(unittest.TestCase):
         self.assertIn("pkg/b/b.c:2", p.stdout)
 
 
+
+class VectorState(unittest.TestCase):
+    """No SSE code is reached with the vector registers' upper halves
+    dirty (scripts/vector-state.py): the tile kernels' edge tiles once left
+    every later SSE instruction in their thread 70 times slower."""
+
+    def test_apf_reaches_no_sse_code_with_dirty_upper_halves(self):
+        files = [os.path.join(BUILD, "apf")]
+        cuda = os.path.join(BUILD, "lib", "apf-cuda.so")
+        if os.path.exists(cuda):
+            files.append(cuda)
+        for f in files:
+            if not os.path.exists(f):
+                self.fail(f"{rel(f)}: missing (make BUILD={rel(BUILD)} builds it)")
+        p = script("vector-state.py", *files)
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        self.assertIn("no SSE code reached", p.stdout)
+
+    def test_the_check_names_a_dirty_call_and_a_dirty_tail_jump(self):
+        asm = """\t.text
+\t.type sse, @function
+sse:\taddss %xmm0, %xmm1
+\tret
+\t.type dirty, @function
+dirty:\tvmovaps %ymm0, %ymm1
+\tmovq %rdi, %rax
+\tcall sse
+\tret
+\t.type cleared, @function
+cleared:\tvmovaps %zmm0, %zmm1
+\tvzeroupper
+\tcall sse
+\tret
+\t.type tail, @function
+tail:\tvaddps %ymm0, %ymm1, %ymm2
+\tjmp sse
+\t.type avx, @function
+avx:\tvaddps %ymm0, %ymm1, %ymm2
+\tcall cleared
+\tret
+"""
+        with tempfile.TemporaryDirectory(prefix="apf-layout-") as d:
+            src, obj = os.path.join(d, "v.s"), os.path.join(d, "v.o")
+            with open(src, "w") as f:
+                f.write(asm)
+            subprocess.run(["cc", "-c", src, "-o", obj], check=True)
+            p = script("vector-state.py", obj)
+        self.assertEqual(p.returncode, 1, p.stdout + p.stderr)
+        lines = p.stdout.splitlines()
+        self.assertEqual(len(lines), 2, p.stdout)
+        self.assertRegex(lines[0], r": dirty: call .*<sse>: calls SSE code")
+        self.assertRegex(lines[1], r": tail: jmp .*<sse>: calls SSE code")
+
+    def test_the_check_refuses_a_file_it_cannot_read(self):
+        p = script("vector-state.py", os.path.join(ROOT, "README.md"))
+        self.assertEqual(p.returncode, 2, p.stdout + p.stderr)
+        self.assertIn("vector-state: ", p.stderr)
+
 class Install(unittest.TestCase):
     def test_install_puts_only_public_headers(self):
         for f in ("apf", "libapf.a"):

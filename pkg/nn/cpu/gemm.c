@@ -369,6 +369,7 @@ tile_avx2(const struct apf_gemm *g, size_t p, size_t q, const int in_place)
 			_mm256_storeu_ps(t + r * AVX2_NR, acc[r][0]);
 			_mm256_storeu_ps(t + r * AVX2_NR + 8, acc[r][1]);
 		}
+		_mm256_zeroupper(); /* store_tile is SSE code (col_zeroupper) */
 		store_tile(g, t, AVX2_NR, i0, j0, rows, cols);
 		return;
 	}
@@ -448,6 +449,7 @@ tile_avx512(const struct apf_gemm *g, size_t p, size_t q, const int in_place)
 			_mm512_storeu_ps(t + r * AVX512_NR, acc[r][0]);
 			_mm512_storeu_ps(t + r * AVX512_NR + 16, acc[r][1]);
 		}
+		_mm256_zeroupper(); /* store_tile is SSE code (col_zeroupper) */
 		store_tile(g, t, AVX512_NR, i0, j0, rows, cols);
 		return;
 	}
@@ -489,15 +491,17 @@ TGT_AVX512 static void kernel_avx512(const struct apf_gemm *g, size_t p,
 #define COL_VECTORS 8
 enum { KERNEL_AVX2_COL = 16, KERNEL_AVX512_COL };
 
-/* col_zeroupper: the column kernels hand their sums to store_tile, a
- * plain (SSE) function. GCC puts no VZEROUPPER before that call (it keeps
- * the call's registers by what it knows store_tile clobbers) nor before
- * the kernel's return, so store_tile and whatever ran after the GEMM ran
- * with the upper halves dirty, and every SSE instruction paid for a
- * merge: apf's own scalar loops, and libm called from them (the DLRM's
- * sigmoid loss after its one-column logit layer took 0.12 ms a step more,
- * whenever no glibc memcpy, which ends in VZEROUPPER, came between). The
- * kernels clear the upper halves themselves. */
+/* col_zeroupper: the column kernels, and the tile kernels' edge tiles,
+ * hand their sums to store_tile, a plain (SSE) function. GCC puts no
+ * VZEROUPPER before that call (it keeps the call's registers by what it
+ * knows store_tile clobbers) nor before the kernel's return, so store_tile
+ * and whatever ran after the GEMM ran with the upper halves dirty, and
+ * every SSE instruction paid for a merge: apf's own scalar loops, and libm
+ * called from them (the DLRM's sigmoid loss after its one-column logit
+ * layer took 0.12 ms a step more, whenever no glibc memcpy, which ends in
+ * VZEROUPPER, came between; the scalar GEMM after a vector one with an
+ * edge tile, 129 ns a multiply-add against 1.8). The kernels clear the
+ * upper halves themselves; scripts/vector-state.py checks the binary. */
 
 /* fn(g, p, nv) with nv (1 to COL_VECTORS) a constant in each call, so
  * that each inlined body keeps its accumulators in registers. */
