@@ -424,7 +424,7 @@ static void pool_hand_offs_keep_every_gemm_whole(void **state)
 			assert_same_bits("hand-off", q, C, want[r % NP]);
 			free(C);
 			if (r % 16 == 15 || r % 7 == 3)
-				usleep(r % 2 ? 400 : 100);
+				usleep(r % 2 ? 1000 : 300); /* past SPIN_NS */
 		}
 		apf_backend_free(be);
 	}
