@@ -1381,24 +1381,18 @@ HOT static void ln_fwd_rows(const struct ln_arg *a, size_t n0, size_t n1)
 	/* four rows' chains side by side (each a chain of double adds in
 	 * column order, bound by the add's latency one row at a time) */
 	for (; n + 4 <= n1; n += 4) {
-		const float *restrict x0 = a->inp + n * C, *restrict x1 = x0 + C;
-		const float *restrict x2 = x1 + C, *restrict x3 = x2 + C;
-		double s0 = 0.0, s1 = 0.0, s2 = 0.0, s3 = 0.0;
-		for (int c = 0; c < C; c++) {
-			s0 += x0[c];
-			s1 += x1[c];
-			s2 += x2[c];
-			s3 += x3[c];
-		}
-		double m0 = s0 / C, m1 = s1 / C, m2 = s2 / C, m3 = s3 / C;
-		double v0 = 0.0, v1 = 0.0, v2 = 0.0, v3 = 0.0;
-		for (int c = 0; c < C; c++) {
-			v0 += ((double)x0[c] - m0) * ((double)x0[c] - m0);
-			v1 += ((double)x1[c] - m1) * ((double)x1[c] - m1);
-			v2 += ((double)x2[c] - m2) * ((double)x2[c] - m2);
-			v3 += ((double)x3[c] - m3) * ((double)x3[c] - m3);
-		}
-		double m[4] = {m0, m1, m2, m3}, v[4] = {v0, v1, v2, v3};
+		const float *restrict x = a->inp + n * C;
+		double s[4] = {0}, m[4], v[4] = {0};
+		for (int c = 0; c < C; c++)
+			for (int k = 0; k < 4; k++)
+				s[k] += x[k * C + c];
+		for (int k = 0; k < 4; k++)
+			m[k] = s[k] / C;
+		for (int c = 0; c < C; c++)
+			for (int k = 0; k < 4; k++) {
+				double d = (double)x[k * C + c] - m[k];
+				v[k] += d * d;
+			}
 		for (int k = 0; k < 4; k++)
 			ln_norm_row(a, n + k, m[k], v[k]);
 	}
