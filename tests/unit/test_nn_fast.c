@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "hash/hash.h"
 #include "nn/nn.h"
 #include "nn/cpu/fast.h"
 #include "nn/cpu/isa.h"
@@ -714,6 +715,103 @@ static void conv_gives_the_same_bits_on_every_path(void **state)
 			conv_same_bits(&shapes[i], threads, paths);
 }
 
+/* hex = the SHA-256 of the n arrays p[i] (count[i] floats each), one
+ * after another. */
+static void digest_all(char hex[APF_SHA256_HEX], int n,
+		       const float *const *p, const size_t *count)
+{
+	apf_sha256 *h;
+	uint8_t d[APF_SHA256_LEN];
+	assert_apf_ok(apf_sha256_new(&h));
+	for (int i = 0; i < n; i++)
+		assert_apf_ok(apf_sha256_update(h, p[i], count[i] * 4));
+	assert_apf_ok(apf_sha256_final(h, d));
+	apf_sha256_free(h);
+	apf_hex(hex, d, APF_SHA256_LEN);
+}
+
+/* The Winograd convolution as every recorded run computed it: the digest
+ * of y, dx (written, then added to 0.5s), dw and db on 1 and 2 threads, on
+ * every path this CPU runs, for shapes whose tiles lie inside the image,
+ * across one border or across two (7x7: a 4x4 window of a 2x2 tile reaches
+ * past both ends; 3x2 and 1x1: no tile lies inside), taken before the
+ * padded copy of each image was dropped (re-evaluation and replay of an
+ * older run need these bits). Inputs far from zero on the border pixels
+ * (+-100) show any window that reads a neighbour's pixel for a zero. */
+static void winograd_conv_keeps_its_recorded_bits(void **state)
+{
+	(void)state;
+	static const struct {
+		struct conv_shape s;
+		const char *digest[2]; /* 1 thread, 2 threads */
+	} cases[] = {
+		{{3, 28, 28, 16, 16, 3, 1, 1, 0},
+		 {"bd7ab8a6260f4fedaf9027c5d42f5befdc8c178898c497b8440aaf12b6b3aa6e",
+		  "b3371fcf4a60b408385eae192398ab3871a5e086c20c0cb66c77beb0150a54e8"}},
+		{{2, 7, 7, 64, 64, 3, 1, 1, 1},
+		 {"37913cd2ef0ce1e012d23abb61632105f71287bf4549211a67a43d94313cbbc8",
+		  "bf2244c766ef8f912392084e7fe583639532004fa5aa4f59cebd41762ec7290b"}},
+		{{2, 5, 7, 48, 48, 3, 1, 1, 1},
+		 {"263cf4f008da5524d0c1449476f50be594bc9cc933ada6e67c5eac9a3bc58b5f",
+		  "55c3a867e29c5b9032866807440e95650663debddd02d0fcdcba50e5ffc18b8e"}},
+		{{2, 6, 9, 32, 16, 3, 1, 1, 1},
+		 {"b066da77515b749f56b013b4192edda67a76ef6d4c1d3a72d5675b7e925885d0",
+		  "9a74382ca0bed40589d780a3eb81c7eae59308fb1a0ba17f30ad79335370bcfa"}},
+		{{3, 10, 10, 16, 32, 3, 1, 1, 0},
+		 {"da57d7b2296cbdf5e091c73549fff178e21891f57db1c402fa7ea2bb1835302a",
+		  "b18be68b3860160b4738984b2d338d728cfb0ac1d1b96a3f422b4c9fde87ddfb"}},
+		{{2, 3, 2, 16, 16, 3, 1, 1, 1},
+		 {"748a6743bf74e9db441cde2408f185c9f0f4da226d1179ea294010f40b12661c",
+		  "09d1cc3d16530d5c93c3dc097194b71def8ef4932eb91e489b19e76c6476e41a"}},
+		{{3, 1, 1, 16, 32, 3, 1, 1, 0},
+		 {"23598a7e9ff9f78b62e94947c39b4e3b2aa48ac6679ade539cdf9fefee655fb4",
+		  "c257514eea13dcc309efc892e218499a4ca3178415f8ee62bc76caa39a358080"}},
+	};
+	unsigned have = apf_cpu_isa_available();
+	for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+		const struct conv_shape *s = &cases[c].s;
+		assert_true(apf_cpu_conv_wino_ok(s->C, s->OC, s->K, s->S, s->P));
+		size_t nx = (size_t)s->B * s->H * s->W * s->C;
+		size_t ny = (size_t)s->B * s->H * s->W * s->OC;
+		size_t nw = (size_t)s->OC * 9 * s->C;
+		apf_rng_key key = {18, (uint32_t)c, 0, APF_RNG_TEST};
+		apf_rng r;
+		apf_rng_init(&r, &key, 0);
+		float *x = rand_floats(&r, nx, -1, 1);
+		float *w = rand_floats(&r, nw, -0.5f, 0.5f);
+		float *b = rand_floats(&r, (size_t)s->OC, -1, 1);
+		float *dy = rand_floats(&r, ny, -1, 1);
+		for (size_t i = 0; i < nx; i++) { /* the border pixels */
+			size_t px = i / (size_t)s->C;
+			int h = (int)(px / (size_t)s->W % (size_t)s->H);
+			int wc = (int)(px % (size_t)s->W);
+			if (h == 0 || wc == 0 || h == s->H - 1 || wc == s->W - 1)
+				x[i] *= 100.0f;
+		}
+		for (int threads = 1; threads <= 2; threads++)
+			for (int isa = APF_CPU_ISA_SCALAR; isa <= APF_CPU_ISA_AVX512; isa++) {
+				if (!(have & (1u << isa)))
+					continue;
+				apf_backend *be = backend_on(isa, threads);
+				struct conv_out o;
+				conv_run(be, s, x, w, b, dy, &o);
+				apf_backend_free(be);
+				char hex[APF_SHA256_HEX];
+				digest_all(hex, 5,
+					   (const float *[]){o.y, o.dx, o.dxacc, o.dw, o.db},
+					   (size_t[]){ny, nx, nx, nw,
+						      s->bias ? (size_t)s->OC : 0});
+				if (strcmp(hex, cases[c].digest[threads - 1]))
+					fail_msg("Winograd B%d %dx%dx%d->%d, %d threads on %s: "
+						 "%s, recorded %s", s->B, s->H, s->W, s->C,
+						 s->OC, threads, apf_cpu_isa_name(isa), hex,
+						 cases[c].digest[threads - 1]);
+				conv_out_free(&o);
+			}
+		free(x), free(w), free(b), free(dy);
+	}
+}
+
 /* The kernels themselves, called with each path in the job (no backend in
  * between): one forward on one thread, against the scalar path's. */
 static void conv_kernels_compute_the_scalar_bits(void **state)
@@ -980,6 +1078,7 @@ int main(void)
 		cmocka_unit_test(fast_resnet_matches_plain_and_repeats_bit_for_bit),
 		cmocka_unit_test(conv_gives_the_same_bits_on_every_path),
 		cmocka_unit_test(conv_kernels_compute_the_scalar_bits),
+		cmocka_unit_test(winograd_conv_keeps_its_recorded_bits),
 		cmocka_unit_test(batchnorm_gives_the_same_bits_on_every_path),
 		cmocka_unit_test(resnet_gives_the_same_bits_on_every_path),
 		cmocka_unit_test(few_channel_dweight_is_the_gemm_route_s_bits),
