@@ -195,6 +195,14 @@ char *apf_home(void);
 char *apf_path_join(const char *a, const char *b);
 char *apf_strdup(const char *s);
 void *apf_calloc(size_t n, size_t size);
+/* n bytes (not zeroed), 64-byte aligned, for free(); NULL when out of
+ * memory. From 2 MiB up, aligned to 2 MiB, and its whole 2 MiB spans
+ * offered to the kernel as transparent huge pages (MADV_HUGEPAGE: Debian's
+ * default is to give them only where asked), so a layer that streams over
+ * the buffer, or gathers from it, takes a TLB miss a 2 MiB page instead of
+ * one a 4 KiB page; in a VM each miss walks two page tables. Where the
+ * kernel has none to give, the pages are ordinary ones. */
+void *apf_alloc_big(size_t n);
 /* Monotonic clock in nanoseconds. */
 uint64_t apf_now_ns(void);
 /* Online CPUs usable by this process (sched affinity). */

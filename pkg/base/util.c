@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -309,6 +310,20 @@ char *apf_strdup(const char *s)
 void *apf_calloc(size_t n, size_t size)
 {
 	return calloc(n ? n : 1, size ? size : 1);
+}
+
+#define BIG_PAGE ((size_t)2 << 20)
+
+void *apf_alloc_big(size_t n)
+{
+	void *p = NULL;
+	if (n < BIG_PAGE)
+		return posix_memalign(&p, 64, n ? n : 64) ? NULL : p;
+	if (posix_memalign(&p, BIG_PAGE, n))
+		return NULL;
+	/* advice only: without it the pages are 4 KiB ones */
+	(void)madvise(p, n / BIG_PAGE * BIG_PAGE, MADV_HUGEPAGE);
+	return p;
 }
 
 char *apf_path_join(const char *a, const char *b)

@@ -473,6 +473,63 @@ static void nearest_name_is_a_likely_misspelling_or_none(void **state)
 	assert_null(apf_nearest_name("aaaa", longs, 1));
 }
 
+/* ---- big allocations ------------------------------------------------------ */
+
+/* flags = the VmFlags of the mapping in /proc/self/smaps that holds p,
+ * each flag between spaces (" rd wr ... "); "" when no mapping does. */
+static void vm_flags_of(const void *p, char *flags, size_t cap)
+{
+	FILE *f = fopen("/proc/self/smaps", "r");
+	assert_non_null(f);
+	char line[512];
+	int inside = 0;
+	uintptr_t a = (uintptr_t)p;
+	flags[0] = 0;
+	while (fgets(line, sizeof line, f)) {
+		unsigned long lo, hi;
+		char dash;
+		if (sscanf(line, "%lx%c%lx ", &lo, &dash, &hi) == 3 &&
+		    dash == '-') {
+			inside = a >= lo && a < hi;
+			continue;
+		}
+		if (inside && !strncmp(line, "VmFlags:", 8)) {
+			line[strcspn(line, "\n")] = 0;
+			snprintf(flags, cap, "%s ", line + 8);
+			break;
+		}
+	}
+	fclose(f);
+}
+
+/* A buffer of 2 MiB and more is 2 MiB-aligned and advised for transparent
+ * huge pages (its mapping carries the kernel's "hg" flag, which is what
+ * MADV_HUGEPAGE sets, whatever the system's THP mode); a smaller one is
+ * 64-byte aligned. Every byte of either can be written. */
+static void big_allocations_ask_for_huge_pages(void **state)
+{
+	(void)state;
+	const size_t big = (size_t)5 << 20;
+	char *s = apf_alloc_big(100), *b = apf_alloc_big(big);
+	assert_non_null(s);
+	assert_non_null(b);
+	assert_int_equal((uintptr_t)s % 64, 0);
+	assert_int_equal((uintptr_t)b % ((size_t)2 << 20), 0);
+	memset(s, 1, 100);
+	memset(b, 1, big);
+	char flags[512];
+	vm_flags_of(b, flags, sizeof flags);
+	int thp = access("/sys/kernel/mm/transparent_hugepage/enabled", F_OK) == 0;
+	if (thp && !strstr(flags, " hg "))
+		fail_msg("a %zu-byte buffer's mapping has VmFlags%s: no hg", big,
+			 flags);
+	free(s);
+	free(b);
+	if (!thp)
+		SKIP_BECAUSE("this kernel has no transparent huge pages: the "
+			     "alignments were checked, the advice cannot be");
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -496,6 +553,7 @@ int main(void)
 		cmocka_unit_test(text_printable_is_what_escaping_leaves_alone),
 		cmocka_unit_test(error_messages_reach_the_terminal_escaped),
 		cmocka_unit_test(nearest_name_is_a_likely_misspelling_or_none),
+		cmocka_unit_test(big_allocations_ask_for_huge_pages),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

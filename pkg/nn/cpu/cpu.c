@@ -319,9 +319,10 @@ static void split(size_t n, int t, int nt, size_t align, size_t *b, size_t *e)
 static int cpu_alloc(apf_backend *be, size_t nbytes, void **out)
 {
 	(void)be;
-	/* 64-byte alignment for vector loads; zeroed like cudaMemset would. */
+	/* 64-byte alignment for vector loads (huge pages for a layer's
+	 * tensors of 2 MiB and more); zeroed like cudaMemset would. */
 	size_t n = (nbytes + 63) / 64 * 64;
-	void *p = aligned_alloc(64, n ? n : 64);
+	void *p = apf_alloc_big(n ? n : 64);
 	if (!p) {
 		*out = NULL;
 		return apf_error(APF_ENOMEM, "cpu backend",

@@ -672,9 +672,9 @@ static float *room_for(struct apf_gemm_buf *buf, size_t n)
 {
 	if (buf->p && buf->floats >= n)
 		return buf->p;
-	/* a whole number of lines, as aligned_alloc wants; never 0 bytes */
+	/* a whole number of lines; never 0 bytes; huge pages from 2 MiB */
 	size_t bytes = (n * sizeof(float) + 63) / 64 * 64;
-	float *p = aligned_alloc(64, bytes ? bytes : 64);
+	float *p = apf_alloc_big(bytes ? bytes : 64);
 	if (!p)
 		return NULL;
 	free(buf->p);
