@@ -846,8 +846,9 @@ static void conv_kernels_compute_the_scalar_bits(void **state)
 				.isa = isa, .B = s->B, .H = s->H, .W = s->W,
 				.C = s->C, .OC = s->OC, .K = s->K, .S = s->S,
 				.P = s->P, .OH = OH, .OW = OW, .inp = x,
-				.weight = w, .bias = b, .out = y, .work = ws};
-			apf_cpu_conv_fast_prepare(&j);
+				.weight = w, .bias = b, .out = y, .work = ws,
+				.wt = ws};
+			apf_cpu_conv_fast_prepare(&j, 0, 1);
 			apf_cpu_conv_fast_forward(&j, 0, 1);
 			free(ws);
 			if (!want) {

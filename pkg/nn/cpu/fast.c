@@ -204,7 +204,7 @@ float *apf_cpu_conv_fast_dweight_part(const struct apf_conv_job *j, int t,
 }
 
 static void wino_weights(float *U, const float *weight, int C, int OC,
-			 int flip);
+			 int flip, int o0, int o1);
 static void wino_conv(const struct apf_fast_ops *k, const struct geo *g,
 		      const float *in, float *out, const float *U, int H, int W,
 		      int cin, int cout, int b0, int b1, float *pad, float *V,
@@ -214,27 +214,30 @@ static void wino_dweight(struct apf_conv_job *j, const struct geo *g, int t,
 static float *thread_v(const struct apf_conv_job *j, const struct geo *g,
 		       int t);
 
-void apf_cpu_conv_fast_prepare_backward(struct apf_conv_job *j)
+void apf_cpu_conv_fast_prepare_backward(struct apf_conv_job *j, int t,
+					int nt)
 {
-	j->wt = j->work;
+	int o0, o1;
+	share(j->OC, t, nt, &o0, &o1);
 	if (j->dinp && apf_cpu_conv_wino_ok(j->C, j->OC, j->K, j->S, j->P))
-		wino_weights(j->wt, j->weight, j->C, j->OC, 1);
+		wino_weights(j->work, j->weight, j->C, j->OC, 1, o0, o1);
 }
 
-void apf_cpu_conv_fast_prepare(struct apf_conv_job *j)
+void apf_cpu_conv_fast_prepare(struct apf_conv_job *j, int t, int nt)
 {
-	j->wt = j->work;
+	int o0, o1;
+	share(j->OC, t, nt, &o0, &o1);
 	if (apf_cpu_conv_wino_ok(j->C, j->OC, j->K, j->S, j->P)) {
-		wino_weights(j->wt, j->weight, j->C, j->OC, 0);
+		wino_weights(j->work, j->weight, j->C, j->OC, 0, o0, o1);
 		return;
 	}
 	/* wt[kh][kw][c][o] = weight[o][kh][kw][c]: the forward tile loads 16
 	 * output channels of one input channel as two vectors */
 	int KK = j->K * j->K, C = j->C, OC = j->OC;
-	for (int o = 0; o < OC; o++)
+	for (int o = o0; o < o1; o++)
 		for (int k = 0; k < KK; k++)
 			for (int c = 0; c < C; c++)
-				j->wt[((size_t)k * C + c) * OC + o] =
+				j->work[((size_t)k * C + c) * OC + o] =
 					j->weight[((size_t)o * KK + k) * C + c];
 }
 
@@ -451,11 +454,13 @@ void apf_cpu_conv_fast_dweight(struct apf_conv_job *j, int t, int nt)
 
 /* U[xi][ci][co] = (G g G^T)[xi] of the 3x3 kernel g from input channel ci
  * to output channel co: forward (flip 0) ci = c, co = o, g = weight[o][.][.][c];
- * input gradient (flip 1) ci = o, co = c, g = weight[o] flipped. */
-static void wino_weights(float *U, const float *weight, int C, int OC, int flip)
+ * input gradient (flip 1) ci = o, co = c, g = weight[o] flipped. The
+ * entries of the layer's output channels o0 .. o1-1. */
+static void wino_weights(float *U, const float *weight, int C, int OC, int flip,
+			 int o0, int o1)
 {
 	int cin = flip ? OC : C, cout = flip ? C : OC;
-	for (int o = 0; o < OC; o++)
+	for (int o = o0; o < o1; o++)
 		for (int c = 0; c < C; c++) {
 			float g[3][3], t[4][3];
 			for (int kh = 0; kh < 3; kh++)

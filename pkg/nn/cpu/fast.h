@@ -56,7 +56,7 @@ struct apf_conv_job {
 	int accum;           /* dinp: 0 write, 1 add */
 	int gemm_chunk;      /* C % 8 != 0, weight gradient: images per chunk
 			      * of the im2col + GEMM route (cpu.c) */
-	float *wt;           /* transformed weights; conv_fast_prepare* */
+	float *wt;           /* transformed weights (= work): prepare* */
 	float *work;         /* apf_cpu_conv_fast_work floats */
 };
 
@@ -70,10 +70,14 @@ size_t apf_cpu_conv_fast_work(int B, int H, int W, int C, int OC, int K,
 /* 1 when the Winograd F(2x2, 3x3) kernels take the shape (3x3, stride 1,
  * padding 1, channels in multiples of 16). */
 int apf_cpu_conv_wino_ok(int C, int OC, int K, int S, int P);
-/* Before the forward and the backward: the transformed weights job->wt
- * (serial, small). */
-void apf_cpu_conv_fast_prepare(struct apf_conv_job *j);
-void apf_cpu_conv_fast_prepare_backward(struct apf_conv_job *j);
+/* Before the forward and the input gradient: thread t's share of the
+ * transformed weights in job->wt (job->work's start), split over the
+ * output channels (each entry computed alone, so the same bits at any
+ * nt). Every share is written before any thread's forward or input
+ * gradient reads job->wt; the weight gradient does not read it. */
+void apf_cpu_conv_fast_prepare(struct apf_conv_job *j, int t, int nt);
+void apf_cpu_conv_fast_prepare_backward(struct apf_conv_job *j, int t,
+					int nt);
 void apf_cpu_conv_fast_forward(struct apf_conv_job *j, int t, int nt);
 void apf_cpu_conv_fast_dinp(struct apf_conv_job *j, int t, int nt);
 /* Thread t's weight gradient (OC,K,K,C) over its images, written to
