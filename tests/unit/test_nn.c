@@ -1162,21 +1162,6 @@ static apf_backend *backend_on_path(int isa, int threads)
 	return be;
 }
 
-/* hex = the SHA-256 of the n arrays p[i] (count[i] floats each), one
- * after another. */
-static void digest_all(char hex[APF_SHA256_HEX], int n,
-		       const float *const *p, const size_t *count)
-{
-	apf_sha256 *h;
-	uint8_t d[APF_SHA256_LEN];
-	assert_apf_ok(apf_sha256_new(&h));
-	for (int i = 0; i < n; i++)
-		assert_apf_ok(apf_sha256_update(h, p[i], count[i] * 4));
-	assert_apf_ok(apf_sha256_final(h, d));
-	apf_sha256_free(h);
-	apf_hex(hex, d, APF_SHA256_LEN);
-}
-
 /* Attention as every recorded run computed it: the digest of out, att and
  * dqkv (written, then added to a dqkv of 0.5s) for six shapes, on 1 and 2
  * threads on every path this CPU runs (the vector paths have their own
@@ -1248,7 +1233,7 @@ static void attention_keeps_its_recorded_bits(void **state)
 			assert_apf_ok(be->sync(be));
 			apf_backend_free(be);
 			char hex[APF_SHA256_HEX];
-			digest_all(hex, 3, (const float *[]){out, att, dqkv},
+			testlib_digest_floats(hex, 3, (const float *[]){out, att, dqkv},
 				   (size_t[]){nout, natt, 2 * nqkv});
 			if (strcmp(hex, cases[c].digest))
 				fail_msg("attention %dx%dx%d, %d heads, %s path, "
@@ -1330,7 +1315,7 @@ static void layernorm_keeps_its_recorded_bits(void **state)
 			assert_apf_ok(be->sync(be));
 			apf_backend_free(be);
 			char hex[APF_SHA256_HEX];
-			digest_all(hex, 4, (const float *[]){y, st, dx, dp},
+			testlib_digest_floats(hex, 4, (const float *[]){y, st, dx, dp},
 				   (size_t[]){nx, (size_t)2 * N, nx,
 					      (size_t)2 * C});
 			if (strcmp(hex, cases[k].digest))
@@ -2504,7 +2489,7 @@ static void net_gradient_matches_finite_differences(void **state)
 
 static void digest(const float *p, size_t n, char hex[APF_SHA256_HEX])
 {
-	digest_all(hex, 1, &p, &n);
+	testlib_digest_floats(hex, 1, &p, &n);
 }
 
 static void net_runs_are_bit_identical_and_eval_is_read_only(void **state)

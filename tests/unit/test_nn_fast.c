@@ -715,21 +715,6 @@ static void conv_gives_the_same_bits_on_every_path(void **state)
 			conv_same_bits(&shapes[i], threads, paths);
 }
 
-/* hex = the SHA-256 of the n arrays p[i] (count[i] floats each), one
- * after another. */
-static void digest_all(char hex[APF_SHA256_HEX], int n,
-		       const float *const *p, const size_t *count)
-{
-	apf_sha256 *h;
-	uint8_t d[APF_SHA256_LEN];
-	assert_apf_ok(apf_sha256_new(&h));
-	for (int i = 0; i < n; i++)
-		assert_apf_ok(apf_sha256_update(h, p[i], count[i] * 4));
-	assert_apf_ok(apf_sha256_final(h, d));
-	apf_sha256_free(h);
-	apf_hex(hex, d, APF_SHA256_LEN);
-}
-
 /* The Winograd convolution as every recorded run computed it: the digest
  * of y, dx (written, then added to 0.5s), dw and db on 1 and 2 threads, on
  * every path this CPU runs, for shapes whose tiles lie inside the image,
@@ -797,7 +782,7 @@ static void winograd_conv_keeps_its_recorded_bits(void **state)
 				conv_run(be, s, x, w, b, dy, &o);
 				apf_backend_free(be);
 				char hex[APF_SHA256_HEX];
-				digest_all(hex, 5,
+				testlib_digest_floats(hex, 5,
 					   (const float *[]){o.y, o.dx, o.dxacc, o.dw, o.db},
 					   (size_t[]){ny, nx, nx, nw,
 						      s->bias ? (size_t)s->OC : 0});

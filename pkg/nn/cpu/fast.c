@@ -220,7 +220,7 @@ void apf_cpu_conv_fast_prepare_backward(struct apf_conv_job *j, int t,
 	int o0, o1;
 	share(j->OC, t, nt, &o0, &o1);
 	if (j->dinp && apf_cpu_conv_wino_ok(j->C, j->OC, j->K, j->S, j->P))
-		wino_weights(j->work, j->weight, j->C, j->OC, 1, o0, o1);
+		wino_weights(j->wt, j->weight, j->C, j->OC, 1, o0, o1);
 }
 
 void apf_cpu_conv_fast_prepare(struct apf_conv_job *j, int t, int nt)
@@ -228,7 +228,7 @@ void apf_cpu_conv_fast_prepare(struct apf_conv_job *j, int t, int nt)
 	int o0, o1;
 	share(j->OC, t, nt, &o0, &o1);
 	if (apf_cpu_conv_wino_ok(j->C, j->OC, j->K, j->S, j->P)) {
-		wino_weights(j->work, j->weight, j->C, j->OC, 0, o0, o1);
+		wino_weights(j->wt, j->weight, j->C, j->OC, 0, o0, o1);
 		return;
 	}
 	/* wt[kh][kw][c][o] = weight[o][kh][kw][c]: the forward tile loads 16
@@ -237,7 +237,7 @@ void apf_cpu_conv_fast_prepare(struct apf_conv_job *j, int t, int nt)
 	for (int o = o0; o < o1; o++)
 		for (int k = 0; k < KK; k++)
 			for (int c = 0; c < C; c++)
-				j->work[((size_t)k * C + c) * OC + o] =
+				j->wt[((size_t)k * C + c) * OC + o] =
 					j->weight[((size_t)o * KK + k) * C + c];
 }
 

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "base/base.h"
+#include "hash/hash.h"
 
 char *testlib_tmpdir(void)
 {
@@ -82,4 +83,17 @@ int testlib_have_numpy(void)
 {
 	return access(TESTLIB_PYTHON, X_OK) == 0 &&
 	       system(TESTLIB_PYTHON " -c 'import numpy' 2>/dev/null") == 0;
+}
+
+void testlib_digest_floats(char *hex, int n, const float *const *p,
+			   const size_t *count)
+{
+	apf_sha256 *h;
+	uint8_t d[APF_SHA256_LEN];
+	assert_int_equal(apf_sha256_new(&h), 0);
+	for (int i = 0; i < n; i++)
+		assert_int_equal(apf_sha256_update(h, p[i], count[i] * 4), 0);
+	assert_int_equal(apf_sha256_final(h, d), 0);
+	apf_sha256_free(h);
+	apf_hex(hex, d, APF_SHA256_LEN);
 }

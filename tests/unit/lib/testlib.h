@@ -52,4 +52,10 @@ int testlib_have_torch(void);
  * numpy cross-checks. */
 int testlib_have_numpy(void);
 
+/* hex (65 bytes: 64 hex digits and a NUL) = the SHA-256 of the n arrays
+ * p[i], count[i] floats each, one after another: the recorded-bits tests'
+ * digest of a layer's outputs. */
+void testlib_digest_floats(char *hex, int n, const float *const *p,
+			   const size_t *count);
+
 #endif
