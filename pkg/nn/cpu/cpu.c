@@ -757,19 +757,17 @@ static void fast_fwd_task(void *v, int t, int nt)
 }
 
 /* The fast backward: each thread its weight-gradient partial, then its
- * images' input gradient (job->dinp NULL: none). Winograd's input
- * gradient reads weights the threads transform first, so there a barrier
- * comes after the weight gradient (which does not read them); the direct
- * one reads the weights themselves, and a thread goes on at once. */
+ * images' input gradient (job->dinp NULL: none). Where that gradient reads
+ * weights the threads transform first (Winograd's), a barrier comes after
+ * the weight gradient (which does not read them); the direct one reads
+ * the weights themselves, and a thread goes on at once. */
 static void fast_bwd_task(void *v, int t, int nt)
 {
 	struct fast_conv *f = v;
 	struct apf_conv_job *j = f->j;
-	int wino = j->dinp && apf_cpu_conv_wino_ok(j->C, j->OC, j->K, j->S,
-						    j->P);
-	apf_cpu_conv_fast_prepare_backward(j, t, nt);
+	int transformed = apf_cpu_conv_fast_prepare_backward(j, t, nt);
 	apf_cpu_conv_fast_dweight(j, t, nt);
-	if (wino)
+	if (transformed)
 		pool_barrier(f->pool);
 	if (j->dinp)
 		apf_cpu_conv_fast_dinp(j, t, nt);
@@ -778,8 +776,8 @@ static void fast_bwd_task(void *v, int t, int nt)
 static void fast_dinp_task(void *v, int t, int nt)
 {
 	struct fast_conv *f = v;
-	apf_cpu_conv_fast_prepare_backward(f->j, t, nt);
-	pool_barrier(f->pool);
+	if (apf_cpu_conv_fast_prepare_backward(f->j, t, nt))
+		pool_barrier(f->pool);
 	apf_cpu_conv_fast_dinp(f->j, t, nt);
 }
 

@@ -214,13 +214,15 @@ static void wino_dweight(struct apf_conv_job *j, const struct geo *g, int t,
 static float *thread_v(const struct apf_conv_job *j, const struct geo *g,
 		       int t);
 
-void apf_cpu_conv_fast_prepare_backward(struct apf_conv_job *j, int t,
-					int nt)
+int apf_cpu_conv_fast_prepare_backward(struct apf_conv_job *j, int t,
+				       int nt)
 {
+	if (!j->dinp || !apf_cpu_conv_wino_ok(j->C, j->OC, j->K, j->S, j->P))
+		return 0;
 	int o0, o1;
 	share(j->OC, t, nt, &o0, &o1);
-	if (j->dinp && apf_cpu_conv_wino_ok(j->C, j->OC, j->K, j->S, j->P))
-		wino_weights(j->wt, j->weight, j->C, j->OC, 1, o0, o1);
+	wino_weights(j->wt, j->weight, j->C, j->OC, 1, o0, o1);
+	return 1;
 }
 
 void apf_cpu_conv_fast_prepare(struct apf_conv_job *j, int t, int nt)

@@ -76,8 +76,11 @@ int apf_cpu_conv_wino_ok(int C, int OC, int K, int S, int P);
  * nt). Every share is written before any thread's forward or input
  * gradient reads job->wt; the weight gradient does not read it. */
 void apf_cpu_conv_fast_prepare(struct apf_conv_job *j, int t, int nt);
-void apf_cpu_conv_fast_prepare_backward(struct apf_conv_job *j, int t,
-					int nt);
+/* 1 when the input gradient reads the transform (Winograd's; the direct
+ * one reads the weights themselves), 0 when there is none to write: the
+ * same answer on every thread, so each knows whether to wait for all. */
+int apf_cpu_conv_fast_prepare_backward(struct apf_conv_job *j, int t,
+				       int nt);
 void apf_cpu_conv_fast_forward(struct apf_conv_job *j, int t, int nt);
 void apf_cpu_conv_fast_dinp(struct apf_conv_job *j, int t, int nt);
 /* Thread t's weight gradient (OC,K,K,C) over its images, written to
