@@ -312,11 +312,12 @@ static bool take_field(const struct vx *v, const char *line,
 		    apf_jtok_u64(&s->u[9], line, &t[bytes]))
 			return false;
 		s->tok[2] = (uint32_t)file;
-		char ck0[16];
-		apf_rundir_ckpt_name(ck0, sizeof ck0, NULL, 0);
-		if (s->ev == APF_EV_CLOCK_START &&
-		    apf_jtok_eq(line, &t[file], ck0))
-			s->flags |= FLAG_CKPT0;
+		if (s->ev == APF_EV_CLOCK_START) {
+			char ck0[16];
+			apf_rundir_ckpt_name(ck0, sizeof ck0, NULL, 0);
+			if (apf_jtok_eq(line, &t[file], ck0))
+				s->flags |= FLAG_CKPT0;
+		}
 		break;
 	}
 	}
