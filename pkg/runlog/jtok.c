@@ -290,21 +290,70 @@ static int same_string(const char *s, const struct apf_jtok *a,
 
 /* ---- numbers and literals ----------------------------------------------- */
 
-/* Eight ASCII digits (little-endian word)? */
-static inline int eight_digits(uint64_t w)
-{
-	return ((w & 0xf0f0f0f0f0f0f0f0ull) |
-		(((w + 0x0606060606060606ull) & 0xf0f0f0f0f0f0f0f0ull) >> 4)) ==
-	       0x3333333333333333ull;
-}
+static const uint32_t pow10_u32[9] = {1,	  10,	   100,	     1000,     10000,
+				      100000, 1000000, 10000000, 100000000};
 
-/* Their value. */
+/* The value of eight ASCII digits (a little-endian word). */
 static inline uint64_t eight_value(uint64_t w)
 {
 	w -= 0x3030303030303030ull;
 	w = (w * 10 + (w >> 8)) & 0x00ff00ff00ff00ffull;
 	w = (w * 100 + (w >> 16)) & 0x0000ffff0000ffffull;
 	return (w * 10000 + (w >> 32)) & 0xffffffffull;
+}
+
+/* The bytes of a little-endian word that are not ASCII digits: nonzero in
+ * their high nibbles. */
+static inline uint64_t non_digits(uint64_t w)
+{
+	/* A digit's high nibble is 3, and still 3 once 6 is added to it. A
+	 * byte of 0xfa and up carries into the next, which a caller looking
+	 * for the first non-digit never reads. */
+	const uint64_t high = 0xf0f0f0f0f0f0f0f0ull,
+		       three = 0x3030303030303030ull;
+	return ((w & high) ^ three) |
+	       (((w + 0x0606060606060606ull) & high) ^ three);
+}
+
+/* The end of the run of digits at s[i], eight bytes at a time where the
+ * text goes on that far (a byte loop's exit, at a length that differs from
+ * number to number, is a branch no predictor learns). */
+static inline size_t digit_run(const char *s, size_t i, size_t end)
+{
+	while (i + 8 <= end) {
+		uint64_t w;
+		memcpy(&w, s + i, 8);
+		uint64_t m = non_digits(w);
+		if (m)
+			return i + (size_t)__builtin_ctzll(m) / 8;
+		i += 8;
+	}
+	while (i < end && s[i] >= '0' && s[i] <= '9')
+		i++;
+	return i;
+}
+
+/* The value of n (at most 19) digits at s, which has avail bytes. */
+static inline uint64_t digits_value(const char *s, size_t n, size_t avail)
+{
+	uint64_t v = 0;
+	for (; n >= 8; s += 8, n -= 8, avail -= 8) {
+		uint64_t w;
+		memcpy(&w, s, 8);
+		v = v * 100000000u + eight_value(w);
+	}
+	if (n && avail >= 8) {
+		/* The n digits left, moved to the top of a word (whole-word
+		 * loads and shifts: a byte copy into a word stalls the load),
+		 * below them zeros. */
+		uint64_t w;
+		memcpy(&w, s, 8);
+		w = w << (8 * (8 - n)) | 0x3030303030303030ull >> (8 * n);
+		return v * pow10_u32[n] + eight_value(w);
+	}
+	while (n--)
+		v = v * 10 + (uint64_t)(*s++ - '0');
+	return v;
 }
 
 static long parse_number(struct parser *p)
@@ -321,18 +370,12 @@ static long parse_number(struct parser *p)
 	if (i < end && s[i] == '0') {
 		i++;
 	} else if (i < end && s[i] >= '1' && s[i] <= '9') {
-		/* Most numbers in a log are times in ns: eight digits at a
-		 * time, their value kept for apf_jtok_u64. */
-		while (i + 8 <= end) {
-			uint64_t w;
-			memcpy(&w, s + i, 8);
-			if (!eight_digits(w))
-				break;
-			value = value * 100000000u + eight_value(w);
-			i += 8;
-		}
-		while (i < end && s[i] >= '0' && s[i] <= '9')
-			value = value * 10 + (uint64_t)(s[i++] - '0');
+		i = digit_run(s, i, end);
+		/* Most numbers in a log are times in ns: their value is kept
+		 * for apf_jtok_u64. */
+		if (i - digits <= 19)
+			value = digits_value(s + digits, i - digits,
+					     end - digits);
 	} else {
 		return fail(p, "invalid number");
 	}
@@ -341,8 +384,7 @@ static long parse_number(struct parser *p)
 		i++;
 		if (i >= end || s[i] < '0' || s[i] > '9')
 			return fail(p, "invalid number");
-		while (i < end && s[i] >= '0' && s[i] <= '9')
-			i++;
+		i = digit_run(s, i, end);
 	}
 	if (i < end && (s[i] == 'e' || s[i] == 'E')) {
 		i++;
@@ -350,8 +392,7 @@ static long parse_number(struct parser *p)
 			i++;
 		if (i >= end || s[i] < '0' || s[i] > '9')
 			return fail(p, "invalid number");
-		while (i < end && s[i] >= '0' && s[i] <= '9')
-			i++;
+		i = digit_run(s, i, end);
 	}
 	long t = new_tok(p, APF_JNUMBER, start);
 	if (t < 0)

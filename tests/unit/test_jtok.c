@@ -198,6 +198,33 @@ static void integers_are_plain_digits_in_64_bits(void **state)
 		if ((rc == 0) != cases[i].ok || (rc == 0 && v != cases[i].v))
 			fail_msg("%s: rc %d value %llu", s, rc, (unsigned long long)v);
 	}
+	/* Every length, where the text ends at the number and where more of
+	 * it follows (the value is read a word at a time when it can be),
+	 * with every digit in every place. */
+	for (int len = 1; len <= 20; len++)
+		for (int d = 0; d < 10; d++) {
+			char digits[24], text[64];
+			for (int k = 0; k < len; k++)
+				digits[k] = (char)('0' + (k == 0 ? 1 + (d + 8) % 9
+								  : (d + 3 * k) % 10));
+			digits[len] = 0;
+			uint64_t want = strtoull(digits, NULL, 10);
+			int fits = len < 20 || strcmp(digits, "18446744073709551615") <= 0;
+			for (int tail = 0; tail < 2; tail++) {
+				snprintf(text, sizeof text, tail ? "[%s,\"pad..\"]" : "%s",
+					 digits);
+				struct apf_jtok t[4];
+				size_t n;
+				const char *why;
+				assert_int_equal(apf_jtok_parse(text, strlen(text), t, 4, &n,
+								&why), 0);
+				uint64_t v = 7;
+				int rc = apf_jtok_u64(&v, text, &t[tail]);
+				if ((rc == 0) != fits || (fits && v != want))
+					fail_msg("%s: rc %d value %llu", text, rc,
+						 (unsigned long long)v);
+			}
+		}
 }
 
 static void strings_unescape_to_utf8(void **state)
