@@ -577,6 +577,210 @@ int apf_jtok_parse(const char *s, size_t len, struct apf_jtok *tok, size_t cap,
 	return 0;
 }
 
+/* ---- lines of a form seen before ---------------------------------------- *
+ * A log holds a few forms of line (a step_block's members, an eval's), each
+ * millions of times, the same but for the values. A shape keeps one line
+ * apf_jtok_parse accepted and its tokens; a text matches it when every byte
+ * outside the shape's scalar values (strings, numbers, literals) is the
+ * same - every key, bracket, colon, comma and space - and each value there
+ * is a scalar that parse_string, parse_number or parse_literal accepts on
+ * its own. Such a text is the shape's with valid scalars put in place of
+ * valid scalars: valid JSON with the same tree, keys (so no duplicate the
+ * shape did not have) and depth, whose tokens are the shape's moved by the
+ * lengths of the values before them. apf_jtok_parse would accept it and
+ * leave exactly those tokens (test_jtok and fuzz_jtok hold the two to it);
+ * any text that does not match is parsed by apf_jtok_parse itself. */
+
+#define SHAPES 16
+#define SHAPE_MAX_LEN 4096
+#define SHAPE_KEY 48
+
+struct shape {
+	char key[SHAPE_KEY];
+	size_t key_len;
+	char *text;
+	size_t len;
+	struct apf_jtok *tok;
+	uint32_t *raw_end;      /* a value's end past its quote; 0: not a value */
+	size_t ntok;
+	unsigned long used;
+};
+
+struct apf_jtok_shapes {
+	struct shape s[SHAPES];
+	unsigned long clock;
+	uint64_t hits;
+};
+
+uint64_t apf_jtok_shapes_hits(const apf_jtok_shapes *shs)
+{
+	return shs ? shs->hits : 0;
+}
+
+apf_jtok_shapes *apf_jtok_shapes_new(void)
+{
+	return calloc(1, sizeof(apf_jtok_shapes));
+}
+
+static void shape_clear(struct shape *sh)
+{
+	free(sh->text);
+	free(sh->tok);
+	free(sh->raw_end);
+	memset(sh, 0, sizeof *sh);
+}
+
+void apf_jtok_shapes_free(apf_jtok_shapes *shs)
+{
+	if (!shs)
+		return;
+	for (int i = 0; i < SHAPES; i++)
+		shape_clear(&shs->s[i]);
+	free(shs);
+}
+
+/* Marks the scalar values below container tok[c] (keys are not values). */
+static void mark_values(struct shape *sh, uint32_t c)
+{
+	const struct apf_jtok *t = sh->tok;
+	int object = t[c].type == APF_JOBJECT;
+	uint32_t i = c + 1;
+	for (uint32_t m = 0; m < t[c].size; m++) {
+		if (object)
+			i++; /* the key */
+		if (t[i].type == APF_JOBJECT || t[i].type == APF_JARRAY)
+			mark_values(sh, i);
+		else
+			sh->raw_end[i] = t[i].start + t[i].len +
+					 (t[i].type == APF_JSTRING);
+		i = t[i].next;
+	}
+}
+
+/* Keeps s (parsed into tok) as the shape sh; quietly keeps nothing when
+ * out of memory. */
+static void shape_keep(struct shape *sh, const char *key, size_t key_len,
+		       const char *s, size_t len, const struct apf_jtok *tok,
+		       size_t ntok)
+{
+	shape_clear(sh);
+	sh->text = malloc(len ? len : 1);
+	sh->tok = malloc(ntok * sizeof *tok);
+	sh->raw_end = calloc(ntok, sizeof *sh->raw_end);
+	if (!sh->text || !sh->tok || !sh->raw_end) {
+		shape_clear(sh);
+		return;
+	}
+	memcpy(sh->key, key, key_len);
+	sh->key_len = key_len;
+	memcpy(sh->text, s, len);
+	sh->len = len;
+	memcpy(sh->tok, tok, ntok * sizeof *tok);
+	sh->ntok = ntok;
+	if (tok[0].type == APF_JOBJECT || tok[0].type == APF_JARRAY)
+		mark_values(sh, 0);
+	else
+		sh->raw_end[0] = tok[0].start + tok[0].len +
+				 (tok[0].type == APF_JSTRING);
+}
+
+/* Whether s matches shape sh (see above); its tokens in tok when it does. */
+static int shape_match(const struct shape *sh, const char *s, size_t len,
+		       struct apf_jtok *tok, size_t cap)
+{
+	if (sh->ntok > cap || len > UINT32_MAX)
+		return 0;
+	struct parser p = {s, len, 0, tok, cap, 0, NULL};
+	const struct apf_jtok *st = sh->tok;
+	size_t at = 0;          /* in the shape's text, where p.pos is in s */
+	int64_t shift = 0;      /* p.pos - at */
+	uint32_t open[APF_JTOK_MAX_DEPTH + 1];
+	int64_t open_shift[APF_JTOK_MAX_DEPTH + 1];
+	int depth = 0;
+	for (uint32_t i = 0; i < sh->ntok; i++) {
+		if (sh->raw_end[i]) {
+			size_t raw = st[i].start - (st[i].type == APF_JSTRING);
+			size_t same = raw - at;
+			if (len - p.pos <= same ||
+			    memcmp(s + p.pos, sh->text + at, same))
+				return 0;
+			p.pos += same;
+			p.n = i;
+			long v;
+			switch (s[p.pos]) {
+			case '"':
+				v = parse_string(&p);
+				break;
+			case 't':
+				v = parse_literal(&p, "true", APF_JTRUE);
+				break;
+			case 'f':
+				v = parse_literal(&p, "false", APF_JFALSE);
+				break;
+			case 'n':
+				v = parse_literal(&p, "null", APF_JNULL);
+				break;
+			case '{':
+			case '[':
+				return 0;
+			default:
+				v = parse_number(&p);
+			}
+			if (v < 0)
+				return 0;
+			at = sh->raw_end[i];
+			shift = (int64_t)p.pos - (int64_t)at;
+		} else {
+			tok[i] = st[i];
+			tok[i].start = (uint32_t)((int64_t)st[i].start + shift);
+			if (st[i].type == APF_JOBJECT || st[i].type == APF_JARRAY) {
+				open[depth] = i;
+				open_shift[depth++] = shift;
+			}
+		}
+		/* Containers whose last token this was. */
+		while (depth && st[open[depth - 1]].next == i + 1) {
+			depth--;
+			uint32_t c = open[depth];
+			tok[c].len = (uint32_t)((int64_t)st[c].len + shift -
+						open_shift[depth]);
+		}
+	}
+	return len - p.pos == sh->len - at &&
+	       !memcmp(s + p.pos, sh->text + at, sh->len - at);
+}
+
+int apf_jtok_parse_like(apf_jtok_shapes *shs, const char *key, size_t key_len,
+			const char *s, size_t len, struct apf_jtok *tok,
+			size_t cap, size_t *ntok, const char **why)
+{
+	struct shape *found = NULL;
+	if (shs && key_len < SHAPE_KEY)
+		for (int i = 0; i < SHAPES && !found; i++)
+			if (shs->s[i].text && shs->s[i].key_len == key_len &&
+			    !memcmp(shs->s[i].key, key, key_len))
+				found = &shs->s[i];
+	if (found && shape_match(found, s, len, tok, cap)) {
+		found->used = ++shs->clock;
+		shs->hits++;
+		*ntok = found->ntok;
+		return 0;
+	}
+	int rc = apf_jtok_parse(s, len, tok, cap, ntok, why);
+	if (rc || !shs || key_len >= SHAPE_KEY || len > SHAPE_MAX_LEN)
+		return rc;
+	if (!found) {
+		/* The slot used longest ago. */
+		found = &shs->s[0];
+		for (int i = 1; i < SHAPES; i++)
+			if (shs->s[i].used < found->used)
+				found = &shs->s[i];
+	}
+	shape_keep(found, key, key_len, s, len, tok, *ntok);
+	found->used = ++shs->clock;
+	return 0;
+}
+
 /* ---- access ------------------------------------------------------------- */
 
 long apf_jtok_get(const char *s, const struct apf_jtok *t, uint32_t obj,

@@ -72,7 +72,7 @@ static int expect(const char **p, const char *end, const char *lit)
 
 /* Returns 0 and the fields, or -1 when the prefix is malformed. */
 static int parse_prefix(const char *line, size_t len, uint64_t *seq,
-			char prev[65], uint64_t *t_ns)
+			char prev[65], uint64_t *t_ns, size_t *event)
 {
 	const char *p = line, *end = line + len;
 	if (expect(&p, end, "{\"seq\":") || parse_uint(&p, end, seq) ||
@@ -86,6 +86,7 @@ static int parse_prefix(const char *line, size_t len, uint64_t *seq,
 	if (expect(&p, end, "\",\"t_ns\":") || parse_uint(&p, end, t_ns) ||
 	    expect(&p, end, ",\"event\":\""))
 		return -1;
+	*event = (size_t)(p - line);
 	return 0;
 }
 
@@ -305,6 +306,7 @@ struct pool {
 	const struct apf_runlog_read_opts *o;
 	apf_sha256 *hasher[64]; /* one per thread: a context per line costs
 				 * more than hashing the line */
+	apf_jtok_shapes *shapes[64]; /* one per thread */
 };
 
 struct worker_arg {
@@ -352,7 +354,9 @@ static void check_line(struct pool *pl, struct batch *b, struct line *ln,
 		return;
 	}
 	apf_hex(ln->hash, d, sizeof d);
-	if (parse_prefix(ln->p, ln->len, &ln->seq, ln->prev, &ln->t_ns)) {
+	size_t ev_at;
+	if (parse_prefix(ln->p, ln->len, &ln->seq, ln->prev, &ln->t_ns,
+			 &ev_at)) {
 		snprintf(ln->err, sizeof ln->err,
 			 "does not start with {\"seq\":N,\"prev\":\"<sha256>\","
 			 "\"t_ns\":T,\"event\":");
@@ -367,8 +371,13 @@ static void check_line(struct pool *pl, struct batch *b, struct line *ln,
 	}
 	struct apf_jtok *tok = c->tok + c->n;
 	const char *why = NULL;
-	if (apf_jtok_parse(ln->p, ln->len, tok, c->cap - c->n, &ln->ntok,
-			   &why)) {
+	/* Lines of one event mostly differ in their values only: the
+	 * event's name (its raw bytes up to a quote) picks the form to try. */
+	const char *ev_name = ln->p + ev_at,
+		   *ev_end = memchr(ev_name, '"', ln->len - ev_at);
+	size_t ev_len = ev_end ? (size_t)(ev_end - ev_name) : 0;
+	if (apf_jtok_parse_like(pl->shapes[id], ev_name, ev_len, ln->p,
+				ln->len, tok, c->cap - c->n, &ln->ntok, &why)) {
 		snprintf(ln->err, sizeof ln->err, "not valid JSON (%s)", why);
 		return;
 	}
@@ -786,8 +795,11 @@ static int walk(const char *path, const struct apf_runlog_read_opts *o,
 	pl.tid = calloc((size_t)pl.nthreads, sizeof *pl.tid);
 	if (!rc && !pl.tid)
 		rc = apf_error(APF_ENOMEM, path, "out of memory");
-	for (int i = 0; !rc && i < pl.nthreads; i++)
+	for (int i = 0; !rc && i < pl.nthreads; i++) {
 		rc = apf_sha256_new(&pl.hasher[i]);
+		if (!rc && !(pl.shapes[i] = apf_jtok_shapes_new()))
+			rc = apf_error(APF_ENOMEM, path, "out of memory");
+	}
 	for (int i = 1; !rc && i < pl.nthreads; i++) {
 		args[i].pool = &pl;
 		args[i].id = i;
@@ -835,8 +847,10 @@ static int walk(const char *path, const struct apf_runlog_read_opts *o,
 	for (int i = 0; i < pl.started; i++)
 		pthread_join(pl.tid[i], NULL);
 	free(pl.tid);
-	for (int i = 0; i < pl.nthreads; i++)
+	for (int i = 0; i < pl.nthreads; i++) {
 		apf_sha256_free(pl.hasher[i]);
+		apf_jtok_shapes_free(pl.shapes[i]);
+	}
 	for (int k = 0; k < 2; k++)
 		batch_free(&bt[k], pl.nthreads);
 	pthread_cond_destroy(&pl.work);

@@ -30,11 +30,17 @@ LINES = [
 EDGES = [b'{"a":"\\ud83d\\ude00"}', b'{"a":-0.0e+00}', b'[[[]],{}]', b'{"\\u0061":1,"b":2}',
          b'"\xc3\xa9"', b'18446744073709551615', b'{"a":1e400}']
 
-out = sys.argv[1]
-os.makedirs(out, exist_ok=True)
-for i, rec in enumerate(LINES):
-    with open(os.path.join(out, f"line{i}"), "wb") as f:
-        f.write(json.dumps(rec, separators=(",", ":")).encode())
-for i, e in enumerate(EDGES):
-    with open(os.path.join(out, f"edge{i}"), "wb") as f:
-        f.write(e)
+
+def main():
+    out = sys.argv[1]
+    os.makedirs(out, exist_ok=True)
+    for i, rec in enumerate(LINES):
+        with open(os.path.join(out, f"line{i}"), "wb") as f:
+            f.write(json.dumps(rec, separators=(",", ":")).encode())
+    for i, e in enumerate(EDGES):
+        with open(os.path.join(out, f"edge{i}"), "wb") as f:
+            f.write(e)
+
+
+if __name__ == "__main__":
+    main()

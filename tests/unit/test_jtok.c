@@ -2,8 +2,10 @@
  * test_jtok.c: the log reader's strict JSON tokens (pkg/runlog/jtok.c) and
  * the walk that hands them out: the reader accepts exactly what RFC 8259
  * (and jansson with JSON_REJECT_DUPLICATES) accepts, numbers convert as
- * strtod converts them, and the pipelined walk gives every line its own
- * prepared slot, in order, across batch boundaries.
+ * strtod converts them, a line of a form seen before (apf_jtok_parse_like)
+ * gets the same answer and tokens as from the full parse, and the
+ * pipelined walk gives every line its own prepared slot, in order, across
+ * batch boundaries.
  */
 #include "testlib.h"
 
@@ -351,6 +353,163 @@ static void event_names_the_reader_refuses_are_not_written(void **state)
 	testlib_tmpdir_free(dir);
 }
 
+/* The fields apf_jtok_parse sets; 1 when every token of both is the same. */
+static int same_tokens(const struct apf_jtok *a, const struct apf_jtok *b,
+		       size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		if (a[i].start != b[i].start || a[i].len != b[i].len ||
+		    a[i].next != b[i].next || a[i].type != b[i].type ||
+		    a[i].escaped != b[i].escaped || a[i].plain != b[i].plain)
+			return 0;
+		if (a[i].plain ? a[i].value != b[i].value
+			       : (a[i].type == APF_JOBJECT || a[i].type == APF_JARRAY) &&
+					 a[i].size != b[i].size)
+			return 0;
+	}
+	return 1;
+}
+
+/* Each form: '@' marks a value; the first of each form's values fills
+ * every '@' of the text kept as the shape. */
+static const char *const forms[] = {
+	"{\"seq\":@,\"prev\":@,\"t_ns\":@,\"event\":@,\"metrics\":{\"a/b\":@,"
+	"\"c\":@},\"ok\":@,\"list\":[@,@,[@]],\"k\\u0065y\":@,\"empty\":{},"
+	"\"e2\":[]}",
+	" [ @ , {\"a\" : @ } ,\t@ ]\n",
+	"@",
+	"{\"deep\":[[[{\"x\":@}]]],\"caf\xc3\xa9\":@}",
+};
+
+/* Scalars that parse on their own: a text that differs from its shape in
+ * these only must be matched. */
+static const char *const scalars[] = {
+	"0", "7", "-12.5e+3", "1E-7", "18446744073709551615",
+	"123456789012345678901234", "0.45500001311302185", "1000000000123",
+	"\"\"", "\"x\"", "\"\\ud83d\\ude00 \\\"q\\\" \\n\"", "\"caf\xc3\xa9\"",
+	"\"0000000000000000000000000000000000000000000000000000000000000000\"",
+	"true", "false", "null", "-0",
+};
+
+/* Anything else: invalid scalars, containers, spaces around a value. The
+ * full parse decides each (some are valid JSON). */
+static const char *const others[] = {
+	"01", "-", "1.", ".5", "1e", "+1", "tru", "nulll", "truex", "\"\x01\"",
+	"\"\\u0000\"", "\"\\ud800\"", "\"\xff\"", "\"\xc0\x80\"", "\"\\x\"",
+	"{}", "[1]", "{\"a\":1}", " 1", "1 ", "\"a", "\"",
+	"1,\"seq\":2", "", "NaN", "\"\\\"", "1}", "\"x\",\"k\":\"y\"",
+};
+
+/* form with every '@' the default, but value k (every value: k == -1;
+ * none: k < -1) as v. */
+static char *fill(const char *form, const char *def, long k, const char *v)
+{
+	size_t cap = strlen(form) * 64 + 1024, n = 0;
+	char *out = malloc(cap);
+	long i = 0;
+	for (const char *p = form; *p; p++) {
+		if (*p != '@') {
+			out[n++] = *p;
+			continue;
+		}
+		const char *x = (k == -1 || k == i) ? v : def;
+		memcpy(out + n, x, strlen(x));
+		n += strlen(x);
+		i++;
+	}
+	out[n] = 0;
+	return out;
+}
+
+/* Parses text both ways after shape; returns whether the shape was used
+ * (the two must agree on everything). */
+static int parse_both(const char *shape, const char *text)
+{
+	size_t cap = 1024, n1 = 0, n2 = 0;
+	struct apf_jtok *t1 = calloc(cap, sizeof *t1), *t2 = calloc(cap, sizeof *t2);
+	apf_jtok_shapes *shs = apf_jtok_shapes_new();
+	assert_non_null(shs);
+	const char *why1 = NULL, *why2 = NULL;
+	assert_int_equal(apf_jtok_parse_like(shs, "k", 1, shape, strlen(shape), t1,
+					     cap, &n1, &why1), 0);
+	assert_int_equal(apf_jtok_shapes_hits(shs), 0);
+	int rc1 = apf_jtok_parse_like(shs, "k", 1, text, strlen(text), t1, cap,
+				      &n1, &why1);
+	int rc2 = apf_jtok_parse(text, strlen(text), t2, cap, &n2, &why2);
+	int hit = apf_jtok_shapes_hits(shs) == 1;
+	if (rc1 != rc2 || (rc1 && strcmp(why1, why2)) ||
+	    (!rc1 && (n1 != n2 || !same_tokens(t1, t2, n1))))
+		fail_msg("shape %s\ntext %s\nshape path rc %d (%s), full parse "
+			 "rc %d (%s)", shape, text, rc1, rc1 ? why1 : "",
+			 rc2, rc2 ? why2 : "");
+	apf_jtok_shapes_free(shs);
+	free(t1);
+	free(t2);
+	return hit;
+}
+
+/* A text of a form seen before is read from its values alone; the result
+ * is apf_jtok_parse's, token for token, whatever the text. */
+static void lines_of_a_known_form_parse_as_the_full_parser_does(void **state)
+{
+	(void)state;
+	size_t nf = sizeof forms / sizeof *forms,
+	       ns = sizeof scalars / sizeof *scalars,
+	       no = sizeof others / sizeof *others;
+	for (size_t f = 0; f < nf; f++) {
+		long values = 0;
+		for (const char *p = forms[f]; *p; p++)
+			values += *p == '@';
+		/* Shapes of three kinds of value. */
+		static const char *const defaults[] = {"7", "\"x\"", "null"};
+		for (size_t d = 0; d < 3; d++) {
+			char *shape = fill(forms[f], defaults[d], -2, NULL);
+			for (long k = -1; k < values; k++) {
+				for (size_t i = 0; i < ns; i++) {
+					char *text = fill(forms[f], defaults[d], k,
+							  scalars[i]);
+					if (!parse_both(shape, text))
+						fail_msg("not matched: shape %s\n"
+							 "text %s", shape, text);
+					free(text);
+				}
+				for (size_t i = 0; i < no; i++) {
+					char *text = fill(forms[f], defaults[d], k,
+							  others[i]);
+					if (parse_both(shape, text))
+						fail_msg("matched: shape %s\n"
+							 "text %s", shape, text);
+					free(text);
+				}
+			}
+			/* The bytes between values: each one changed, dropped
+			 * or doubled; and bytes after the text. */
+			size_t len = strlen(shape);
+			char *text = malloc(len + 3);
+			for (size_t j = 0; j < len; j++) {
+				static const char subs[] = "x \"{}[],:\\";
+				for (const char *c = subs; *c; c++) {
+					memcpy(text, shape, len + 1);
+					if (text[j] == *c)
+						continue;
+					text[j] = *c;
+					parse_both(shape, text);
+				}
+				memcpy(text, shape, j);
+				memcpy(text + j, shape + j + 1, len - j);
+				parse_both(shape, text);
+				memcpy(text, shape, j + 1);
+				memcpy(text + j + 1, shape + j, len - j + 1);
+				parse_both(shape, text);
+			}
+			snprintf(text, len + 3, "%sx", shape);
+			assert_false(parse_both(shape, text));
+			free(text);
+			free(shape);
+		}
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -360,6 +519,7 @@ int main(void)
 		cmocka_unit_test(numbers_convert_as_strtod_does),
 		cmocka_unit_test(integers_are_plain_digits_in_64_bits),
 		cmocka_unit_test(strings_unescape_to_utf8),
+		cmocka_unit_test(lines_of_a_known_form_parse_as_the_full_parser_does),
 		cmocka_unit_test(walk_prepares_every_line_across_batches),
 		cmocka_unit_test(event_names_the_reader_refuses_are_not_written),
 	};
