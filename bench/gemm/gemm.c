@@ -43,8 +43,10 @@ struct gemm_case {
  * two threads, so 64 images per chunk): the stem's weight gradient as the
  * im2col route would run it (C = 1: training takes the direct kernel,
  * which gives its bits), and a 3x3 16->16 forward as im2col would run
- * it; the square peak shape; and the submission ABI's matrix product at
- * 512. */
+ * it; text_lm's Transformer (batch 32 windows of 64 tokens, width 128):
+ * its feed-forward layers' forward, input gradient and weight gradient,
+ * 128 -> 512 and 512 -> 128; the square peak shape; and the submission
+ * ABI's matrix product at 512. */
 static const struct gemm_case cases[] = {
 	{"mlp_fc1_fwd", 0, 1, 256, 1024, 784, 0},
 	{"mlp_fc1_dw", 1, 0, 1024, 784, 256, 0},
@@ -57,6 +59,12 @@ static const struct gemm_case cases[] = {
 	{"dlrm_top1_dw", 1, 0, 256, 367, 256, 0},
 	{"cnn_stem_dw", 1, 0, 16, 9, 50176, 1},
 	{"cnn_conv16_fwd", 0, 1, 12544, 16, 144, 1},
+	{"lm_fc1_fwd", 0, 1, 2048, 512, 128, 0},
+	{"lm_fc1_dinp", 0, 0, 2048, 128, 512, 0},
+	{"lm_fc1_dw", 1, 0, 512, 128, 2048, 0},
+	{"lm_fc2_fwd", 0, 1, 2048, 128, 512, 0},
+	{"lm_fc2_dinp", 0, 0, 2048, 512, 128, 0},
+	{"lm_fc2_dw", 1, 0, 128, 512, 2048, 0},
 	{"square_1024", 0, 0, 1024, 1024, 1024, 0},
 	/* apf_matmul (ops.h ABI 2) is this GEMM on the trial's backend: a
 	 * 512 cube as issue 30 sizes it, and a Shampoo factor's G G^T */
