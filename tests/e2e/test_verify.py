@@ -408,6 +408,44 @@ class VerifyTampering(RunCase):
         run.save()
         self.verified(run)
 
+    def test_a_line_of_a_form_seen_before_is_read_as_strictly(self):
+        """The reader keeps the form of the last eval it read and reads the
+        next from its values (pkg/runlog/jtok.c); a runner with the key in
+        hand writes an eval of that form but for bytes the full parse
+        refuses, re-chains the lines after it and signs the head: refused at
+        that line, for the reason the full parse gives."""
+        run = self.run_dir
+        u = self.plain_unit(run)
+        e = run.kept_evals(u)[1]  # the unit's first eval set the form
+        for edit, why in (
+                (lambda t: t[:-1] + b',"index":1}', "duplicate key"),
+                (lambda t: t.replace(b'"global_step":', b'"global_step":{"n":', 1)
+                 .replace(b',"start_ns"', b'},"start_ns"', 1), "global_step must be"),
+                (lambda t: t + b"x", "text after the value"),
+                (lambda t: t.replace(b'"end_ns":', b'"end_ns":-.', 1), "invalid number"),
+                (lambda t: t.replace(b'"end_ns":', b'"end_ns":0', 1), "expected ',' or '}'"),
+                (lambda t: t.replace(b'"why":"', b'"why":"\xff', 1), "invalid UTF-8"),
+                (lambda t: t.replace(b'"why":"', b'"why":"\x01', 1), "control character"),
+                (lambda t: t.replace(b'"test_target_met":false', b'"test_target_met":fals', 1),
+                 "invalid literal")):
+            with self.subTest(why=why):
+                lines = list(run.lines)
+                lines[e] = edit(lines[e])
+                for i in range(e + 1, len(lines)):
+                    rec = json.loads(lines[i])
+                    rec["prev"] = runfake.sha256_hex(lines[i - 1])
+                    lines[i] = runfake.dumps(rec).encode()
+                run.lines = lines
+                with open(run.log_file(), "wb") as f:
+                    f.write(b"".join(l + b"\n" for l in lines))
+                run.sign_head()
+                try:
+                    self.rejected(run, CHECK_LOG, f"line {e + 1}", why)
+                finally:
+                    run.save()
+                    run.reload()
+        self.verified(run)
+
     def test_keys_are_chosen_on_the_command_line(self):
         run = self.run_dir
         runner_pub = run.runner_key.replace(".key.pem", ".pub.pem")
