@@ -595,14 +595,32 @@ int apf_jtok_parse(const char *s, size_t len, struct apf_jtok *tok, size_t cap,
 #define SHAPE_MAX_LEN 4096
 #define SHAPE_KEY 48
 
+/* A scalar value of the shape: its token, where the bytes before it start
+ * in the text (the previous value's end), and where it starts and ends
+ * (a string's quotes included). */
+struct shape_value {
+	uint32_t tok, at, raw, end;
+};
+
+/* Any other token (a key, an object, an array): how many values come
+ * before it, and before its subtree's end. */
+struct shape_fix {
+	uint32_t tok, before, before_end;
+};
+
 struct shape {
 	char key[SHAPE_KEY];
 	size_t key_len;
 	char *text;
 	size_t len;
 	struct apf_jtok *tok;
-	uint32_t *raw_end;      /* a value's end past its quote; 0: not a value */
 	size_t ntok;
+	struct shape_value *val;
+	size_t nval;
+	struct shape_fix *fix;
+	size_t nfix;
+	int64_t *shift;         /* a match's scratch: after value k, how far
+				 * the text has moved from the shape's */
 	unsigned long used;
 };
 
@@ -626,7 +644,9 @@ static void shape_clear(struct shape *sh)
 {
 	free(sh->text);
 	free(sh->tok);
-	free(sh->raw_end);
+	free(sh->val);
+	free(sh->fix);
+	free(sh->shift);
 	memset(sh, 0, sizeof *sh);
 }
 
@@ -639,36 +659,42 @@ void apf_jtok_shapes_free(apf_jtok_shapes *shs)
 	free(shs);
 }
 
-/* Marks the scalar values below container tok[c] (keys are not values). */
-static void mark_values(struct shape *sh, uint32_t c)
+/* Marks the scalar values below container t[c] (keys are not values) with
+ * their ends past a string's quote. */
+static void mark_values(const struct apf_jtok *t, uint32_t c, uint32_t *end)
 {
-	const struct apf_jtok *t = sh->tok;
 	int object = t[c].type == APF_JOBJECT;
 	uint32_t i = c + 1;
 	for (uint32_t m = 0; m < t[c].size; m++) {
 		if (object)
 			i++; /* the key */
 		if (t[i].type == APF_JOBJECT || t[i].type == APF_JARRAY)
-			mark_values(sh, i);
+			mark_values(t, i, end);
 		else
-			sh->raw_end[i] = t[i].start + t[i].len +
-					 (t[i].type == APF_JSTRING);
+			end[i] = t[i].start + t[i].len + (t[i].type == APF_JSTRING);
 		i = t[i].next;
 	}
 }
 
-/* Keeps s (parsed into tok) as the shape sh; quietly keeps nothing when
- * out of memory. */
+/* Keeps s (parsed into tok) as the shape sh: its values in text order and
+ * the other tokens; quietly keeps nothing when out of memory. */
 static void shape_keep(struct shape *sh, const char *key, size_t key_len,
 		       const char *s, size_t len, const struct apf_jtok *tok,
 		       size_t ntok)
 {
 	shape_clear(sh);
+	uint32_t *end = calloc(ntok, sizeof *end);
+	uint32_t *before = malloc((ntok + 1) * sizeof *before);
 	sh->text = malloc(len ? len : 1);
 	sh->tok = malloc(ntok * sizeof *tok);
-	sh->raw_end = calloc(ntok, sizeof *sh->raw_end);
-	if (!sh->text || !sh->tok || !sh->raw_end) {
+	sh->val = malloc(ntok * sizeof *sh->val);
+	sh->fix = malloc(ntok * sizeof *sh->fix);
+	sh->shift = malloc((ntok + 1) * sizeof *sh->shift);
+	if (!end || !before || !sh->text || !sh->tok || !sh->val || !sh->fix ||
+	    !sh->shift) {
 		shape_clear(sh);
+		free(end);
+		free(before);
 		return;
 	}
 	memcpy(sh->key, key, key_len);
@@ -678,76 +704,85 @@ static void shape_keep(struct shape *sh, const char *key, size_t key_len,
 	memcpy(sh->tok, tok, ntok * sizeof *tok);
 	sh->ntok = ntok;
 	if (tok[0].type == APF_JOBJECT || tok[0].type == APF_JARRAY)
-		mark_values(sh, 0);
+		mark_values(tok, 0, end);
 	else
-		sh->raw_end[0] = tok[0].start + tok[0].len +
-				 (tok[0].type == APF_JSTRING);
+		end[0] = tok[0].start + tok[0].len + (tok[0].type == APF_JSTRING);
+	uint32_t at = 0;
+	for (uint32_t i = 0; i < ntok; i++) {
+		before[i] = (uint32_t)sh->nval;
+		if (end[i]) {
+			sh->val[sh->nval++] = (struct shape_value){
+				i, at, tok[i].start - (tok[i].type == APF_JSTRING),
+				end[i]};
+			at = end[i];
+		}
+	}
+	before[ntok] = (uint32_t)sh->nval;
+	for (uint32_t i = 0; i < ntok; i++)
+		if (!end[i])
+			sh->fix[sh->nfix++] = (struct shape_fix){
+				i, before[i], before[tok[i].next]};
+	free(end);
+	free(before);
 }
 
 /* Whether s matches shape sh (see above); its tokens in tok when it does. */
-static int shape_match(const struct shape *sh, const char *s, size_t len,
+static int shape_match(struct shape *sh, const char *s, size_t len,
 		       struct apf_jtok *tok, size_t cap)
 {
 	if (sh->ntok > cap || len > UINT32_MAX)
 		return 0;
 	struct parser p = {s, len, 0, tok, cap, 0, NULL};
-	const struct apf_jtok *st = sh->tok;
-	size_t at = 0;          /* in the shape's text, where p.pos is in s */
-	int64_t shift = 0;      /* p.pos - at */
-	uint32_t open[APF_JTOK_MAX_DEPTH + 1];
-	int64_t open_shift[APF_JTOK_MAX_DEPTH + 1];
-	int depth = 0;
-	for (uint32_t i = 0; i < sh->ntok; i++) {
-		if (sh->raw_end[i]) {
-			size_t raw = st[i].start - (st[i].type == APF_JSTRING);
-			size_t same = raw - at;
-			if (len - p.pos <= same ||
-			    memcmp(s + p.pos, sh->text + at, same))
-				return 0;
-			p.pos += same;
-			p.n = i;
-			long v;
-			switch (s[p.pos]) {
-			case '"':
-				v = parse_string(&p);
-				break;
-			case 't':
-				v = parse_literal(&p, "true", APF_JTRUE);
-				break;
-			case 'f':
-				v = parse_literal(&p, "false", APF_JFALSE);
-				break;
-			case 'n':
-				v = parse_literal(&p, "null", APF_JNULL);
-				break;
-			case '{':
-			case '[':
-				return 0;
-			default:
-				v = parse_number(&p);
-			}
-			if (v < 0)
-				return 0;
-			at = sh->raw_end[i];
-			shift = (int64_t)p.pos - (int64_t)at;
-		} else {
-			tok[i] = st[i];
-			tok[i].start = (uint32_t)((int64_t)st[i].start + shift);
-			if (st[i].type == APF_JOBJECT || st[i].type == APF_JARRAY) {
-				open[depth] = i;
-				open_shift[depth++] = shift;
-			}
+	int64_t *shift = sh->shift;
+	size_t pos = 0, at = 0;
+	shift[0] = 0;
+	for (size_t k = 0; k < sh->nval; k++) {
+		const struct shape_value *v = &sh->val[k];
+		size_t same = v->raw - v->at;
+		if (len - pos <= same || memcmp(s + pos, sh->text + v->at, same))
+			return 0;
+		p.pos = pos + same;
+		p.n = v->tok;
+		long r;
+		switch (s[p.pos]) {
+		case '"':
+			r = parse_string(&p);
+			break;
+		case 't':
+			r = parse_literal(&p, "true", APF_JTRUE);
+			break;
+		case 'f':
+			r = parse_literal(&p, "false", APF_JFALSE);
+			break;
+		case 'n':
+			r = parse_literal(&p, "null", APF_JNULL);
+			break;
+		case '{':
+		case '[':
+			return 0;
+		default:
+			r = parse_number(&p);
 		}
-		/* Containers whose last token this was. */
-		while (depth && st[open[depth - 1]].next == i + 1) {
-			depth--;
-			uint32_t c = open[depth];
-			tok[c].len = (uint32_t)((int64_t)st[c].len + shift -
-						open_shift[depth]);
-		}
+		if (r < 0)
+			return 0;
+		pos = p.pos;
+		at = v->end;
+		shift[k + 1] = (int64_t)pos - (int64_t)at;
 	}
-	return len - p.pos == sh->len - at &&
-	       !memcmp(s + p.pos, sh->text + at, sh->len - at);
+	if (len - pos != sh->len - at || memcmp(s + pos, sh->text + at, len - pos))
+		return 0;
+	const struct apf_jtok *st = sh->tok;
+	for (size_t j = 0; j < sh->nfix; j++) {
+		const struct shape_fix *f = &sh->fix[j];
+		const struct apf_jtok *t = &st[f->tok];
+		struct apf_jtok *o = &tok[f->tok];
+		*o = *t;
+		o->start = (uint32_t)((int64_t)t->start + shift[f->before]);
+		if (t->type == APF_JOBJECT || t->type == APF_JARRAY)
+			o->len = (uint32_t)((int64_t)t->len + shift[f->before_end] -
+					    shift[f->before]);
+	}
+	return 1;
 }
 
 int apf_jtok_parse_like(apf_jtok_shapes *shs, const char *key, size_t key_len,
