@@ -76,10 +76,31 @@ void apf_buf_free(apf_buf *b)
 	b->len = b->cap = 0;
 }
 
+/* Four bytes as eight lowercase hex digits in a little-endian word: each
+ * nibble spread to a byte (the high nibble first), then '0' added, and 39
+ * more where the nibble is over 9 ('a' - '0' - 10). */
+static inline uint64_t hex4(uint32_t w)
+{
+	uint64_t x = w;
+	x = (x | x << 16) & 0x0000ffff0000ffffull;
+	x = (x | x << 8) & 0x00ff00ff00ff00ffull;
+	x = (x >> 4 & 0x000f000f000f000full) | (x & 0x000f000f000f000full) << 8;
+	uint64_t over9 = ((x + 0x0606060606060606ull) >> 4) & 0x0101010101010101ull;
+	return x + 0x3030303030303030ull + over9 * 39;
+}
+
 void apf_hex(char *out, const uint8_t *in, size_t n)
 {
 	static const char digits[] = "0123456789abcdef";
-	for (size_t i = 0; i < n; i++) {
+	size_t i = 0;
+	/* A digest at a time of a log's million lines: four bytes a word. */
+	for (; i + 4 <= n; i += 4) {
+		uint32_t w;
+		memcpy(&w, in + i, 4);
+		uint64_t h = hex4(w);
+		memcpy(out + 2 * i, &h, 8);
+	}
+	for (; i < n; i++) {
 		out[2 * i] = digits[in[i] >> 4];
 		out[2 * i + 1] = digits[in[i] & 15];
 	}

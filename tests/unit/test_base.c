@@ -181,6 +181,27 @@ static void hex_round_trip(void **state)
 	assert_int_not_equal(apf_unhex(out, "007F80FF", 4), 0);
 	assert_int_not_equal(apf_unhex(out, "007f80f", 4), 0);
 	assert_false(apf_is_hex_digest("abc"));
+	/* Every byte value in every place of a four-byte word (apf_hex takes
+	 * four at a time) and in the bytes after the last word, against the
+	 * table; each round trips. */
+	static const char digits[] = "0123456789abcdef";
+	uint8_t b[7], back[7];
+	char h[15], want[15];
+	for (int v = 0; v < 256; v++)
+		for (size_t n = 1; n <= 7; n++) {
+			for (size_t i = 0; i < n; i++)
+				b[i] = (uint8_t)(v + 29 * i);
+			b[(size_t)v % n] = (uint8_t)v;
+			apf_hex(h, b, n);
+			for (size_t i = 0; i < n; i++) {
+				want[2 * i] = digits[b[i] >> 4];
+				want[2 * i + 1] = digits[b[i] & 15];
+			}
+			want[2 * n] = 0;
+			assert_string_equal(h, want);
+			assert_int_equal(apf_unhex(back, h, n), 0);
+			assert_memory_equal(back, b, n);
+		}
 }
 
 static void remove_tree_does_not_follow_symlinks(void **state)
