@@ -10,13 +10,11 @@
  * lines, bytes, threads, seconds (best of REPS).
  * Usage: shalimit LOG [THREADS [REPS]]
  */
-#include <fcntl.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "base/base.h"
@@ -57,24 +55,10 @@ int main(int argc, char **argv)
 		fprintf(stderr, "shalimit: THREADS is 1 to 64, REPS at least 1\n");
 		return 2;
 	}
-	int fd = open(argv[1], O_RDONLY);
-	struct stat st;
-	if (fd < 0 || fstat(fd, &st)) {
-		perror(argv[1]);
-		return 1;
-	}
-	size_t size = (size_t)st.st_size;
-	char *text = malloc(size ? size : 1);
-	size_t got = 0;
-	while (text && got < size) {
-		ssize_t n = read(fd, text + got, size - got);
-		if (n <= 0)
-			break;
-		got += (size_t)n;
-	}
-	close(fd);
-	if (!text || got != size) {
-		fprintf(stderr, "shalimit: %s: cannot read it whole\n", argv[1]);
+	char *text = NULL;
+	size_t size = 0;
+	if (apf_file_read(&text, &size, argv[1], APF_MAX_LOG_BYTES)) {
+		fprintf(stderr, "shalimit: %s\n", apf_error_message());
 		return 1;
 	}
 	/* Line starts, and one past the last newline; a torn tail is not a
