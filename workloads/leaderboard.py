@@ -1052,7 +1052,7 @@ def cmd_publish(args):
     back = {s["name"]: (s["score"], s["times"]) for s in json.loads(again.stdout)["submissions"]}
     if mine != back:
         die(f"the records do not score to the run directories' scores: {back} != {mine}")
-    listing = []
+    listing, seal_commands = [], set()
     for run, name in zip(runs, names):
         d = os.path.join(records, "runs", name)
         os.makedirs(d)
@@ -1062,6 +1062,8 @@ def cmd_publish(args):
         shutil.copy(os.path.join(c.ledger, rec["runner_key"]),
                     os.path.join(d, "runner.pub.pem"))
         shutil.copy(os.path.join(c.ledger, rec["verify"]), os.path.join(d, "verify.json"))
+        with open(os.path.join(c.ledger, rec["verify"])) as f:
+            seal_commands.add(json.load(f)["command"])
         listing.append({"submission": name, "entry_sha256": sha256_file(os.path.join(run, "entry.apf")),
                         "run_json_sha256": sha256_file(os.path.join(run, "run.json")),
                         "index_dsse_sha256": sha256_file(os.path.join(run, "index.dsse.json")),
@@ -1073,6 +1075,7 @@ def cmd_publish(args):
          "verification": "each run as it ended: apf verify RUN --reeval --replay-top Q "
                          "(runs/NAME/verify.json says Q and the verdict), then its "
                          "checkpoints deleted; at publish: apf score --verify --pruned",
+         "seal_commands": sorted(seal_commands),
          "verify_and_score_s": round(verify_s, 1), "unverified": unverified,
          "reproduce": reproduce_command(args.ruleset, os.path.relpath(
              os.path.join(dest, "records"), ROOT))}, indent=1) + "\n")
@@ -1264,14 +1267,33 @@ def board_markdown(result, camp, runs_info):
             f"{camp['clock']}`, {camp['threads']} threads; inf: the target was missed). "
             + (f"**Budgets scaled x{camp['budget_scale']}: a quick look, not a result.** "
                if camp["budget_scale"] != 1.0 else "") +
-            f"Rules {runs_info['rules']}; {len(runs_info['runs'])} runs, every one verified "
-            f"by `{runs_info['verification']}`"
-            + (f" except {', '.join(runs_info['unverified'])}" if runs_info["unverified"] else "")
-            + f" ({runs_info['verify_and_score_s'] / 60:.0f} min). Machine: {describe(m)}. "
+            f"Rules {runs_info['rules']}; {len(runs_info['runs'])} runs, "
+            + verified_words(runs_info) + f". Machine: {describe(m)}. "
             + toolchain_words(camp) +
             f"Campaign: {camp['wall_s'] / 3600:.2f} h of wall time in "
             f"{len(camp['invocations'])} invocation{'s' if len(camp['invocations']) != 1 else ''}, "
             f"{first} to {last}.\n")
+
+
+def duration_words(s):
+    return f"{s:.0f} s" if s < 90 else f"{s / 60:.0f} min"
+
+
+def verified_words(runs_info):
+    """How the board's runs were verified, in words: each sealed as it
+    ended (the seal's command and the time all the seals took), then all
+    of them again at publish, without their checkpoints."""
+    but = (f" except {', '.join(runs_info['unverified'])}" if runs_info["unverified"]
+           else "")
+    at_publish = duration_words(runs_info["verify_and_score_s"])
+    seals = runs_info.get("seal_commands")
+    if not seals:
+        return (f"every one verified{but} by `{runs_info['verification']}` ({at_publish})")
+    sealed_s = sum(r.get("verify_s") or 0 for r in runs_info["runs"])
+    return (f"every one verified{but} as it ended by "
+            + " or ".join(f"`{x.replace(' --json', '')}`" for x in seals)
+            + f" ({duration_words(sealed_s)} in all), its checkpoints then deleted, and again "
+            f"at publish by `apf score --verify --pruned` ({at_publish})")
 
 
 def toolchain_words(camp):

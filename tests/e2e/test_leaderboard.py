@@ -337,6 +337,13 @@ class Campaign(unittest.TestCase):
         text = self.lb_mod().board_markdown(scores, camp, runs)
         self.assertIn(f"Toolchain: {version}. Campaign: {camp['wall_s'] / 3600:.2f} h of wall "
                       "time in 4 invocations", text)
+        # How each run was verified, in words a reader can run: its seal's
+        # command and their time, then publish's own check.
+        self.assertEqual(runs["seal_commands"], ["apf verify RUN --reeval --replay-top 1 --json"])
+        self.assertRegex(text, r"2 runs, every one verified as it ended by `apf verify RUN "
+                               r"--reeval --replay-top 1` \(\d+ s in all\), its checkpoints then "
+                               r"deleted, and again at publish by `apf score --verify --pruned` "
+                               r"\(\d+ s\)\. Machine: ")
         self.assertEqual(runs["unverified"], [])
         for r in runs["runs"]:
             self.assertTrue(os.path.exists(os.path.join(board, "records", "runs", r["submission"],
