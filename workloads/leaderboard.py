@@ -1285,15 +1285,12 @@ def verified_words(runs_info):
     of them again at publish, without their checkpoints."""
     but = (f" except {', '.join(runs_info['unverified'])}" if runs_info["unverified"]
            else "")
-    at_publish = duration_words(runs_info["verify_and_score_s"])
-    seals = runs_info.get("seal_commands")
-    if not seals:
-        return (f"every one verified{but} by `{runs_info['verification']}` ({at_publish})")
-    sealed_s = sum(r.get("verify_s") or 0 for r in runs_info["runs"])
+    sealed_s = sum(r["verify_s"] for r in runs_info["runs"])
     return (f"every one verified{but} as it ended by "
-            + " or ".join(f"`{x.replace(' --json', '')}`" for x in seals)
+            + " or ".join(f"`{x.replace(' --json', '')}`" for x in runs_info["seal_commands"])
             + f" ({duration_words(sealed_s)} in all), its checkpoints then deleted, and again "
-            f"at publish by `apf score --verify --pruned` ({at_publish})")
+            f"at publish by `apf score --verify --pruned` "
+            f"({duration_words(runs_info['verify_and_score_s'])})")
 
 
 def toolchain_words(camp):

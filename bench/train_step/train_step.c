@@ -69,8 +69,8 @@ static double square_sgemm(apf_backend *be, int n, const float *a,
  * and 2048 sgemm of OpenBLAS and of apf's own GEMM. Either alone can fall
  * short of the cores: Debian's OpenBLAS 0.3.21 runs its Haswell (AVX2)
  * kernel on CPUs it does not know, an AMD EPYC of family 26 among them,
- * where apf's AVX-512 GEMM went 1.3-1.4 times faster, and a step above its
- * "peak" is no bound. */
+ * where apf's AVX-512 GEMM ran 364-407 GFLOP/s against its 196-209, and
+ * steps ran above that "peak", which then bounded nothing. */
 static double sgemm_peak(apf_backend *be, double *openblas, double *own)
 {
 	*openblas = *own = 0;
