@@ -3,9 +3,10 @@
 thread count as apf's, timed the same way (warm-up, then the median of
 several repetitions of a fixed number of steps).
 
-    peer_torch.py {mlp|cnn|dlrm|lm|unet} BATCH THREADS STEPS REPS [THREADING]
+    peer_torch.py {mlp|cnn|dlrm|lm|unet} BATCH THREADS STEPS REPS [THREADING [serve]]
 
-Prints `samples_per_s <median>` and `peak_rss_mib <this process's peak>`. The models mirror
+Prints `samples_per_s <median>` and `peak_rss_mib <this process's peak>`
+(serve: the samples/s on request, as often as asked: serve() below). The models mirror
 workloads/fmnist_mlp (784-1024-1024-10, ReLU) and workloads/fmnist_cnn (the
 small ResNet: stem, three stages of one basic block at 16-32-64 channels,
 batch norm, global average pool, linear head), in channels-last layout as
@@ -191,9 +192,10 @@ class UNet(nn.Module):
 
 
 def main():
-    if len(sys.argv) not in (6, 7):
+    serving = len(sys.argv) == 8 and sys.argv[7] == "serve"
+    if len(sys.argv) not in (6, 7) and not serving:
         sys.exit("usage: peer_torch.py {mlp|cnn|dlrm|lm|unet} BATCH THREADS STEPS "
-                 "REPS [THREADING]")
+                 "REPS [THREADING [serve]]")
     kind, batch, threads, steps, reps = sys.argv[1], *map(int, sys.argv[2:6])
     torch.set_num_threads(threads)
     torch.manual_seed(0)
@@ -236,16 +238,44 @@ def main():
         loss.backward()
         opt.step()
 
+    def median_rate():
+        rates = []
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            for _ in range(steps):
+                step()
+            rates.append(steps * batch / (time.perf_counter() - t0))
+        return statistics.median(rates)
+
     for _ in range(max(2, steps // 4)):
         step()
-    rates = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        for _ in range(steps):
-            step()
-        rates.append(steps * batch / (time.perf_counter() - t0))
-    print(f"samples_per_s {statistics.median(rates):.1f}")
+    if serving:
+        serve(median_rate)
+    else:
+        print(f"samples_per_s {median_rate():.1f}")
     print(f"peak_rss_mib {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.1f}")
+    if serving:
+        print("done", flush=True)
+
+
+# The pause before a served reply, as train_step.c's SETTLE_NS: the thread
+# pools a command woke (OpenBLAS's spins about 0.1 s, libgomp's a while)
+# are asleep before the other side's next command.
+SETTLE_S = 0.25
+
+
+def serve(median_rate):
+    """After the warm-up, `ready`, then one command a line on stdin, as
+    train_step.c's serve(): `steps` answered by `samples_per_s` (the
+    median of REPS runs of STEPS steps) and `done`; the end of stdin ends
+    it (peak_rss_mib and `done` follow)."""
+    print("ready", flush=True)
+    for line in iter(sys.stdin.readline, ""):
+        if line != "steps\n":
+            sys.exit(f"apf: peer_torch: serve: unknown command {line[:20]!r}")
+        print(f"samples_per_s {median_rate():.1f}")
+        time.sleep(SETTLE_S)
+        print("done", flush=True)
 
 
 if __name__ == "__main__":

@@ -4,7 +4,10 @@
  * workload's base model and prints samples per second, the share of the
  * machine's sgemm peak reached, and the process's peak memory.
  *
- *     train_step WORKLOAD BATCH THREADS STEPS REPS
+ *     train_step WORKLOAD BATCH THREADS STEPS REPS [serve]
+ *
+ * (serve: the same figures, but the steps' and the bound's on request,
+ * as often as asked, from one process: serve() below.)
  *
  * Output, one figure per line:
  *     samples_per_s <median over REPS runs of STEPS steps, after warm-up>
@@ -31,6 +34,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <cblas.h>
 
@@ -174,11 +178,120 @@ static int die(void)
 	return 2;
 }
 
+/* One workload's model, data and AdamW state, stepping on. */
+struct stepper {
+	apf_workload *wl;
+	apf_net *net;
+	apf_backend *be;
+	float *params, *grads, *scratch, *m, *v;
+	struct apf_adamw h;
+	apf_data_pos pos;
+	long t;
+	int B;
+};
+
+/* Samples per second of n steps, or a negative number on an error (said
+ * by apf_error_message()). */
+static double run_steps(struct stepper *s, long n)
+{
+	uint64_t t0 = apf_now_ns();
+	for (long k = 0; k < n; k++) {
+		apf_batch b;
+		double loss;
+		if (apf_workload_next_batch(&b, s->wl, &s->pos, s->B) ||
+		    apf_workload_loss_grad(s->wl, &b, (uint64_t)s->t, &loss,
+					   s->grads))
+			return -1;
+		s->t++;
+		apf_adamw_update(s->be, s->net, s->params, s->grads, s->m, s->v,
+				 s->scratch, &s->h, s->h.lr, s->t);
+	}
+	if (s->be->sync(s->be))
+		return -1;
+	return (double)n * s->B * 1e9 / (double)(apf_now_ns() - t0);
+}
+
+/* The median of reps runs of n steps each; negative on an error. */
+static double median_rate(struct stepper *s, long n, long reps)
+{
+	double rates[100];
+	for (long r = 0; r < reps; r++)
+		if ((rates[r] = run_steps(s, n)) < 0)
+			return -1;
+	qsort(rates, (size_t)reps, sizeof *rates, cmp_double);
+	return rates[reps / 2];
+}
+
+static void print_model(double step_flops, double step_bytes)
+{
+	printf("step_flops %.0f\n", step_flops);
+	printf("step_bytes %.0f\n", step_bytes);
+	printf("numerics %d\n", apf_numerics_get());
+}
+
+static void print_bound(apf_backend *be, int threads)
+{
+	double openblas, own;
+	printf("sgemm_peak_gflops %.1f\n", sgemm_peak(be, &openblas, &own));
+	printf("sgemm_openblas_gflops %.1f\n", openblas);
+	printf("sgemm_apf_gflops %.1f\n", own);
+	printf("mem_gbps %.2f\n", triad_gbps(threads));
+}
+
+/* The pause before a served reply: the thread pools a command woke
+ * (OpenBLAS's spins about 0.1 s before it sleeps) are asleep before the
+ * other side's next command, which would otherwise share the cores with
+ * them. */
+#define SETTLE_NS 250000000L
+
+static void reply_done(void)
+{
+	struct timespec ts = {0, SETTLE_NS};
+	nanosleep(&ts, NULL);
+	printf("done\n");
+	fflush(stdout);
+}
+
+/* serve: after the warm-up, its static figures (peak_rss_mib among them:
+ * the steps' memory is all allocated by then, and the bound's arrays
+ * would count later) and `ready`, then one command a line on stdin, each
+ * answered by figures and `done`: `steps` (samples_per_s, the median of
+ * REPS runs of STEPS steps) and `bound` (the sgemm peak and triad rate,
+ * measured now); the end of stdin is answered by `done`.
+ * bench/train_step/run alternates it with PyTorch's process, which serves
+ * the same way, so a pair's two figures are taken a fraction of a second
+ * apart, not a process's start-up apart. */
+static int serve(struct stepper *s, int threads, long steps, long reps)
+{
+	printf("peak_rss_mib %.1f\n", peak_rss_kib() / 1024.0);
+	printf("ready\n");
+	fflush(stdout);
+	char line[64];
+	while (fgets(line, sizeof line, stdin)) {
+		if (!strcmp(line, "steps\n")) {
+			double rate = median_rate(s, steps, reps);
+			if (rate < 0)
+				return die();
+			printf("samples_per_s %.1f\n", rate);
+		} else if (!strcmp(line, "bound\n")) {
+			print_bound(s->be, threads);
+		} else {
+			fprintf(stderr, "train_step: serve: unknown command "
+					"%.20s\n", line);
+			return 2;
+		}
+		reply_done();
+	}
+	printf("done\n");
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
-	if (argc != 6) {
+	int serving = argc == 7 && !strcmp(argv[6], "serve");
+	if (argc != 6 && !serving) {
 		fprintf(stderr, "usage: train_step WORKLOAD BATCH THREADS STEPS "
-				"REPS\n");
+				"REPS [serve]\n");
 		return 2;
 	}
 	const char *name = argv[1];
@@ -201,55 +314,37 @@ int main(int argc, char **argv)
 	    be->alloc(be, np * sizeof(float), (void **)&grads) ||
 	    be->alloc(be, np * sizeof(float), (void **)&scratch))
 		return die();
-	float *params = arena, *state = arena + np, *m = state + ns, *v = m + np;
+	float *params = arena, *state = arena + np;
 	if (apf_workload_bind(wl, params, state) || apf_workload_init(wl))
 		return die();
-	struct apf_adamw h = {1e-3, 0.9, 0.999, 1e-8, 1e-4, 0.0};
-	apf_data_pos pos = {0, 0};
-	long t = 0;
-	double *rates = calloc((size_t)reps, sizeof *rates);
-	long warm = steps / 4 > 2 ? steps / 4 : 2;
-	for (long r = -1; r < reps; r++) {
-		long n = r < 0 ? warm : steps;
-		uint64_t t0 = apf_now_ns();
-		for (long s = 0; s < n; s++) {
-			apf_batch b;
-			double loss;
-			if (apf_workload_next_batch(&b, wl, &pos, B) ||
-			    apf_workload_loss_grad(wl, &b, (uint64_t)t, &loss,
-						   grads))
-				return die();
-			t++;
-			apf_adamw_update(be, net, params, grads, m, v, scratch,
-					 &h, h.lr, t);
-		}
-		if (be->sync(be))
-			return die();
-		if (r >= 0)
-			rates[r] = (double)n * B * 1e9 /
-				   (double)(apf_now_ns() - t0);
-	}
-	qsort(rates, (size_t)reps, sizeof *rates, cmp_double);
-	double rate = rates[reps / 2];
+	struct stepper s = {
+		.wl = wl, .net = net, .be = be, .params = params,
+		.grads = grads, .scratch = scratch, .m = state + ns,
+		.v = state + ns + np,
+		.h = {1e-3, 0.9, 0.999, 1e-8, 1e-4, 0.0}, .B = B};
+	if (run_steps(&s, steps / 4 > 2 ? steps / 4 : 2) < 0)
+		return die();
 	double flops = 6.0 * apf_net_forward_macs(net);
-	printf("samples_per_s %.1f\n", rate);
-	printf("gflops %.1f\n", rate * flops / 1e9);
-	printf("peak_rss_mib %.1f\n", peak_rss_kib() / 1024.0);
-	printf("step_flops %.0f\n", flops * B);
-	printf("step_bytes %.0f\n",
-	       B * apf_net_example_bytes(net) + 10.0 * sizeof(float) * np);
-	double openblas, own;
-	printf("sgemm_peak_gflops %.1f\n", sgemm_peak(be, &openblas, &own));
-	printf("sgemm_openblas_gflops %.1f\n", openblas);
-	printf("sgemm_apf_gflops %.1f\n", own);
-	printf("mem_gbps %.2f\n", triad_gbps(threads));
-	printf("numerics %d\n", apf_numerics_get());
-	free(rates);
+	int rc = 0;
+	double bytes = B * apf_net_example_bytes(net) + 10.0 * sizeof(float) * np;
+	if (serving) {
+		print_model(flops * B, bytes);
+		rc = serve(&s, threads, steps, reps);
+	} else {
+		double rate = median_rate(&s, steps, reps);
+		if (rate < 0)
+			return die();
+		printf("samples_per_s %.1f\n", rate);
+		printf("gflops %.1f\n", rate * flops / 1e9);
+		printf("peak_rss_mib %.1f\n", peak_rss_kib() / 1024.0);
+		print_model(flops * B, bytes);
+		print_bound(be, threads);
+	}
 	be->free(be, arena);
 	be->free(be, grads);
 	be->free(be, scratch);
 	apf_workload_close(wl);
 	apf_workload_spec_free(spec);
 	apf_backend_free(be);
-	return 0;
+	return rc;
 }

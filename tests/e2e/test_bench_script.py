@@ -257,3 +257,78 @@ class QuietVerdicts(unittest.TestCase):
                            text=True, timeout=60)
         self.assertEqual(p.returncode, 127, p)
         self.assertIn("apf: bench: /nonexistent/prog: No such file or directory", p.stderr)
+
+
+def load_train_step_run():
+    """bench/train_step/run as a module (it has no .py suffix)."""
+    import importlib.machinery
+    import importlib.util
+    path = os.path.join(ROOT, "bench", "train_step", "run")
+    loader = importlib.machinery.SourceFileLoader("train_step_run", path)
+    spec = importlib.util.spec_from_loader("train_step_run", loader)
+    mod = importlib.util.module_from_spec(spec)
+    loader.exec_module(mod)
+    return mod
+
+
+# A stand-in for a side in its serve mode (train_step.c's serve(),
+# peer_torch.py's serve()): its static figures and `ready`, then answers.
+FAKE_SIDE = r"""
+import sys
+how = sys.argv[1]
+print("step_flops 1000\nready", flush=True)
+asked = 0
+for line in iter(sys.stdin.readline, ""):
+    asked += 1
+    if how == "dies" and asked == 2:
+        sys.exit("fake side: out of memory at its second command")
+    if how == "garbles":
+        print("samples_per_s fast")
+    elif line == "steps\n":
+        print(f"samples_per_s {100 * asked}")
+    else:
+        print("sgemm_peak_gflops 300\nmem_gbps 20")
+    print("done", flush=True)
+print("peak_rss_mib 42\ndone", flush=True)
+sys.exit(3 if how == "fails" else 0)
+"""
+
+
+class TrainStepServer(unittest.TestCase):
+    """bench/train_step/run's Server: each side one process for all its
+    rounds, its figures asked for command by command; a side that dies,
+    garbles or fails is named in one line, never taken for a figure."""
+
+    def setUp(self):
+        self.run_mod = load_train_step_run()
+        fd, self.fake = tempfile.mkstemp(prefix="apf-fake-side-", suffix=".py")
+        with os.fdopen(fd, "w") as f:
+            f.write(FAKE_SIDE)
+
+    def tearDown(self):
+        os.unlink(self.fake)
+
+    def side(self, how):
+        return self.run_mod.Server([sys.executable, self.fake, how], "fake side")
+
+    def test_figures_round_by_round(self):
+        s = self.side("well")
+        self.assertEqual(s.figures, {"step_flops": 1000.0})
+        self.assertEqual(s.ask("steps"), {"samples_per_s": 100.0})
+        self.assertEqual(s.ask("bound"), {"sgemm_peak_gflops": 300.0, "mem_gbps": 20.0})
+        self.assertEqual(s.ask("steps"), {"samples_per_s": 300.0})
+        self.assertEqual(s.close(), {"peak_rss_mib": 42.0})
+
+    def test_a_side_that_goes_wrong_is_named(self):
+        for how, said in (("dies", "fake side: out of memory at its second command"),
+                          ("garbles", "not a figure: 'samples_per_s fast'"),
+                          ("fails", "exit status 3")):
+            s = self.side(how)
+            with self.assertRaises(SystemExit) as e:
+                for _ in range(2):
+                    s.ask("steps")
+                s.close()
+            msg = str(e.exception.code)
+            self.assertTrue(msg.startswith("apf: bench train_step: fake side ("), msg)
+            self.assertTrue(msg.endswith(said), (how, msg))
+            self.assertEqual(msg.count("\n"), 0, msg)
