@@ -258,12 +258,6 @@ def main():
         print("done", flush=True)
 
 
-# The pause before a served reply, as train_step.c's SETTLE_NS: the thread
-# pools a command woke (OpenBLAS's spins about 0.1 s, libgomp's a while)
-# are asleep before the other side's next command.
-SETTLE_S = 0.25
-
-
 def serve(median_rate):
     """After the warm-up, `ready`, then one command a line on stdin, as
     train_step.c's serve(): `steps` answered by `samples_per_s` (the
@@ -274,7 +268,6 @@ def serve(median_rate):
         if line != "steps\n":
             sys.exit(f"apf: peer_torch: serve: unknown command {line[:20]!r}")
         print(f"samples_per_s {median_rate():.1f}")
-        time.sleep(SETTLE_S)
         print("done", flush=True)
 
 

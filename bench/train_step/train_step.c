@@ -34,7 +34,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include <cblas.h>
 
@@ -238,16 +237,8 @@ static void print_bound(apf_backend *be, int threads)
 	printf("mem_gbps %.2f\n", triad_gbps(threads));
 }
 
-/* The pause before a served reply: the thread pools a command woke
- * (OpenBLAS's spins about 0.1 s before it sleeps) are asleep before the
- * other side's next command, which would otherwise share the cores with
- * them. */
-#define SETTLE_NS 250000000L
-
 static void reply_done(void)
 {
-	struct timespec ts = {0, SETTLE_NS};
-	nanosleep(&ts, NULL);
 	printf("done\n");
 	fflush(stdout);
 }
