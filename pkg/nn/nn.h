@@ -70,6 +70,16 @@ const char *apf_activation_name(int act);
 
 typedef struct apf_backend apf_backend;
 
+/* The scalars and weight-decay segments of a fused AdamW pass (adamw). */
+struct apf_adamw_pass {
+	float b1, b2;     /* the moments' decays */
+	float c1, c2, eps; /* the direction's bias corrections and epsilon */
+	float step;       /* -lr: p += step d */
+	int nseg;
+	const size_t *end;  /* segment s is [end[s-1], end[s]) */
+	const float *decay; /* its weight-decay factor, 1 for none */
+};
+
 struct apf_backend {
 	const char *name; /* "cpu", "cuda" */
 	int threads;      /* compute threads, pinned at creation */
@@ -375,6 +385,16 @@ struct apf_backend {
 	void (*adam_direction)(apf_backend *be, float *d, const float *m,
 			       const float *v, float c1, float c2, float eps,
 			       size_t n);
+	/* AdamW's whole update in one pass, optional (NULL: the caller
+	 * composes the four ops it stands for; the CUDA plugin has none).
+	 * Over n floats, no two of p, m, v, g overlapping, it gives the bits
+	 * of moments(m, v, g, b1, b2), adam_direction(d, m, v, c1, c2, eps),
+	 * then on each segment s whose decay[s] is not 1 scale(p, decay[s]),
+	 * then axpy(p, step, d). Segment s ends at end[s]: ascending, the
+	 * last at n. */
+	void (*adamw)(apf_backend *be, float *p, float *m, float *v,
+		      const float *g, const struct apf_adamw_pass *a,
+		      size_t n);
 	double (*dot)(apf_backend *be, const float *x, const float *y,
 		      size_t n);
 	double (*sum)(apf_backend *be, const float *x, size_t n);

@@ -6,8 +6,10 @@
  *
  *     [parameters | model state | AdamW m | AdamW v]
  *
- * AdamW is written only with the backend's vector operations, as a
- * submission will be, so it runs unchanged on every backend.
+ * AdamW is written with the backend's vector operations, as a submission
+ * is, so it runs unchanged on every backend; where the backend has the
+ * one-pass adamw (the CPU's), that gives the same bits moving about half
+ * the bytes.
  */
 #include "workload/workload.h"
 
@@ -29,27 +31,81 @@ double apf_adamw_lr(const struct apf_adamw *h, long step, long total)
 	return h->lr * 0.5 * (1.0 + cos(3.141592653589793 * frac));
 }
 
+static int decayed(const apf_param *p, const struct apf_adamw *h)
+{
+	return h->weight_decay > 0.0 && (p->kind == APF_PARAM_WEIGHT ||
+					 p->kind == APF_PARAM_CONV_WEIGHT);
+}
+
+/* Appends [.., end) with factor d to a pass's segments, merged into the
+ * last one when its factor is the same. */
+static void segment(size_t *end, float *decay, int *k, size_t e, float d)
+{
+	if (e == (*k > 0 ? end[*k - 1] : 0))
+		return; /* empty */
+	if (*k > 0 && decay[*k - 1] == d)
+		end[*k - 1] = e;
+	else
+		end[*k] = e, decay[(*k)++] = d;
+}
+
+/* The backend's one-pass AdamW (nn.h's adamw): each parameter a segment
+ * with its factor, the alignment padding after it one with none. 1 when
+ * it cannot (no memory, or offsets out of order), and the caller composes
+ * the ops instead: the same bits either way. */
+static int adamw_fused(apf_backend *be, const apf_net *net, float *params,
+		       const float *grads, float *m, float *v,
+		       struct apf_adamw_pass *a, const struct apf_adamw *h,
+		       float wd)
+{
+	size_t np = apf_net_nparams(net), n = apf_net_param_floats(net);
+	size_t *end = malloc((2 * np + 1) * sizeof *end);
+	float *decay = malloc((2 * np + 1) * sizeof *decay);
+	int k = 0, rc = !end || !decay;
+	size_t at = 0;
+	for (size_t i = 0; !rc && i < np; i++) {
+		const apf_param *p = apf_net_param(net, i);
+		rc = p->offset < at || p->offset + p->numel > n;
+		if (!rc) {
+			segment(end, decay, &k, p->offset, 1.0f);
+			at = p->offset + p->numel;
+			segment(end, decay, &k, at, decayed(p, h) ? wd : 1.0f);
+		}
+	}
+	if (!rc) {
+		segment(end, decay, &k, n, 1.0f);
+		a->nseg = k, a->end = end, a->decay = decay;
+		be->adamw(be, params, m, v, grads, a, n);
+	}
+	free(end);
+	free(decay);
+	return rc;
+}
+
 void apf_adamw_update(apf_backend *be, const apf_net *net, float *params,
 		      const float *grads, float *m, float *v, float *scratch,
 		      const struct apf_adamw *h, double lr, long t)
 {
 	size_t n = apf_net_param_floats(net);
-	be->moments(be, m, v, grads, (float)h->b1, (float)h->b2, n);
 	float c1 = (float)(1.0 / (1.0 - pow(h->b1, (double)t)));
 	float c2 = (float)(1.0 / (1.0 - pow(h->b2, (double)t)));
-	be->adam_direction(be, scratch, m, v, c1, c2, (float)h->eps, n);
+	float wd = (float)(1.0 - lr * h->weight_decay);
+	struct apf_adamw_pass a = {.b1 = (float)h->b1, .b2 = (float)h->b2,
+				   .c1 = c1, .c2 = c2, .eps = (float)h->eps,
+				   .step = (float)-lr};
+	if (be->adamw &&
+	    !adamw_fused(be, net, params, grads, m, v, &a, h, wd))
+		return;
+	be->moments(be, m, v, grads, a.b1, a.b2, n);
+	be->adam_direction(be, scratch, m, v, c1, c2, a.eps, n);
 	/* Decoupled weight decay on weights only: biases and norm parameters
 	 * are left alone, which is what the parameter kinds are for. */
-	if (h->weight_decay > 0.0)
-		for (size_t i = 0; i < apf_net_nparams(net); i++) {
-			const apf_param *p = apf_net_param(net, i);
-			if (p->kind == APF_PARAM_WEIGHT ||
-			    p->kind == APF_PARAM_CONV_WEIGHT)
-				be->scale(be, params + p->offset,
-					  (float)(1.0 - lr * h->weight_decay),
-					  p->numel);
-		}
-	be->axpy(be, params, (float)-lr, scratch, n);
+	for (size_t i = 0; i < apf_net_nparams(net); i++) {
+		const apf_param *p = apf_net_param(net, i);
+		if (decayed(p, h))
+			be->scale(be, params + p->offset, wd, p->numel);
+	}
+	be->axpy(be, params, a.step, scratch, n);
 }
 
 static int digest_arena(apf_backend *be, const float *arena, size_t floats,

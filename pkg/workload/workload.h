@@ -332,9 +332,10 @@ struct apf_adamw {
 			       cosine decay to 0 */
 };
 
-/* One AdamW update of all parameters, built from the backend's vector ops:
- * weight decay only on weight kinds; t is the 1-based step. scratch holds
- * param_floats floats. */
+/* One AdamW update of all parameters, built from the backend's vector ops,
+ * or by its one-pass adamw where it has one (the same bits): weight decay
+ * only on weight kinds; t is the 1-based step. scratch holds param_floats
+ * floats (the composed ops' direction; the one pass leaves it alone). */
 void apf_adamw_update(apf_backend *be, const apf_net *net, float *params,
 		      const float *grads, float *m, float *v, float *scratch,
 		      const struct apf_adamw *h, double lr, long t);

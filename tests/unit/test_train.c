@@ -322,6 +322,79 @@ static void shipped_workloads_build_every_variant(void **state)
 	}
 }
 
+/* The CPU's one-pass AdamW gives the bits of the four ops it stands for,
+ * over every parameter kind and the alignment padding between them (which
+ * the composed update moves but never decays), on one and two threads,
+ * with decay off, on, negative (the padding's signs would show a padding
+ * decayed) and rounding to 1. */
+static float draw(uint64_t *s, float lo, float hi)
+{
+	*s ^= *s << 13, *s ^= *s >> 7, *s ^= *s << 17;
+	float u = (float)(*s >> 40) / (float)(1 << 24);
+	return (*s & 0xff) == 7 ? 0.0f : lo + (hi - lo) * u;
+}
+
+static void one_pass_adamw_gives_the_composed_bits(void **state)
+{
+	(void)state;
+	const struct apf_adamw hs[] = {
+		{1e-3, 0.9, 0.999, 1e-8, 1e-2, 0}, {3e-2, 0.9, 0.95, 1e-6, 0, 0},
+		{0.5, 0.8, 0.99, 1e-8, 3.0, 0}, {1e-3, 0.9, 0.999, 1e-8, 1e-12, 0},
+	};
+	for (int threads = 1; threads <= 2; threads++) {
+		apf_backend *be;
+		assert_apf_ok(apf_backend_cpu_new(&be, threads));
+		assert_non_null(be->adamw);
+		apf_backend composed = *be;
+		composed.adamw = NULL;
+		apf_net *net;
+		assert_apf_ok(apf_net_new(&net, be, 6, 6, 3));
+		int t = apf_net_conv2d(net, 0, 5, 3, 1, 1, 1, "stem");
+		t = apf_net_global_avgpool(net, t);
+		t = apf_net_linear(net, t, 700, 1, "wide");
+		t = apf_net_layernorm(net, t, 1e-5f, "wide.ln");
+		t = apf_net_linear(net, t, 301, 1, "head");
+		assert_true(t > 0);
+		assert_apf_ok(apf_net_finish(net, t));
+		size_t n = apf_net_param_floats(net);
+		assert_true(n > 2 * 32768); /* two threads split it */
+		float *x[7];
+		for (int i = 0; i < 7; i++)
+			assert_non_null(x[i] = malloc(n * sizeof(float)));
+		float *p1 = x[0], *m1 = x[1], *v1 = x[2], *p2 = x[3],
+		      *m2 = x[4], *v2 = x[5], *g = x[6];
+		float *scratch = malloc(n * sizeof(float));
+		uint64_t s = 0x9e3779b97f4a7c15u;
+		for (size_t i = 0; i < n; i++) {
+			p1[i] = draw(&s, -2.0f, 2.0f);
+			m1[i] = draw(&s, -0.1f, 0.1f);
+			v1[i] = draw(&s, 0.0f, 0.01f);
+		}
+		memcpy(p2, p1, n * 4), memcpy(m2, m1, n * 4);
+		memcpy(v2, v1, n * 4);
+		for (long step = 1; step <= 4; step++) {
+			const struct apf_adamw *h = &hs[step - 1];
+			for (size_t i = 0; i < n; i++)
+				g[i] = draw(&s, -3.0f, 3.0f);
+			float before = p1[n - 1];
+			apf_adamw_update(be, net, p1, g, m1, v1, scratch, h,
+					 h->lr, step);
+			apf_adamw_update(&composed, net, p2, g, m2, v2, scratch,
+					 h, h->lr, step);
+			assert_apf_ok(be->sync(be));
+			assert_true(p1[n - 1] != before); /* it moved */
+			assert_memory_equal(p1, p2, n * 4);
+			assert_memory_equal(m1, m2, n * 4);
+			assert_memory_equal(v1, v2, n * 4);
+		}
+		for (int i = 0; i < 7; i++)
+			free(x[i]);
+		free(scratch);
+		apf_net_free(net);
+		apf_backend_free(be);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -331,6 +404,7 @@ int main(void)
 		cmocka_unit_test(same_200_steps_twice_give_identical_parameter_digests),
 		cmocka_unit_test(restored_checkpoint_continues_bit_for_bit),
 		cmocka_unit_test(evaluation_is_deterministic_and_read_only),
+		cmocka_unit_test(one_pass_adamw_gives_the_composed_bits),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -2290,14 +2290,33 @@ static void v_clamp(apf_backend *be, float *x, float lo, float hi, size_t n)
 		x[i] = x[i] < lo ? lo : x[i] > hi ? hi : x[i];
 }
 
+/* The Adam arithmetic, written once: moments and adam_direction below and
+ * the fused AdamW pass (adamw_span) compute each element by these, so the
+ * fused pass gives the composed ops' bits by construction (no contraction:
+ * -std=c17 keeps -ffp-contract=off). */
+static inline float adam_m(float m, float g, float b1, float a1)
+{
+	return b1 * m + a1 * g;
+}
+
+static inline float adam_v(float v, float g, float b2, float a2)
+{
+	return b2 * v + a2 * g * g;
+}
+
+static inline float adam_d(float m, float v, float c1, float c2, float eps)
+{
+	return m * c1 / (sqrtf(v * c2) + eps);
+}
+
 HOT static void v_moments_s(apf_backend *be, float *m, float *v, const float *g,
 		      float b1, float b2, size_t n)
 {
 	(void)be;
 	float a1 = 1.0f - b1, a2 = 1.0f - b2;
 	for (size_t i = 0; i < n; i++) {
-		m[i] = b1 * m[i] + a1 * g[i];
-		v[i] = b2 * v[i] + a2 * g[i] * g[i];
+		m[i] = adam_m(m[i], g[i], b1, a1);
+		v[i] = adam_v(v[i], g[i], b2, a2);
 	}
 }
 
@@ -2307,7 +2326,7 @@ HOT static void v_adam_direction_s(apf_backend *be, float *d, const float *m,
 {
 	(void)be;
 	for (size_t i = 0; i < n; i++)
-		d[i] = m[i] * c1 / (sqrtf(v[i] * c2) + eps);
+		d[i] = adam_d(m[i], v[i], c1, c2, eps);
 }
 
 static double v_dot(apf_backend *be, const float *x, const float *y, size_t n)
@@ -2495,6 +2514,68 @@ static void v_adam_direction(apf_backend *be, float *d, const float *m,
 	struct ew_arg a = {.op = EW_ADAM_DIR, .out = d, .a = m, .b = v,
 			   .s1 = c1, .s2 = c2, .s3 = eps, .n = n};
 	ew_run(be, &a);
+}
+
+/* AdamW's update in one pass (nn.h's adamw): g, m, v and p read once and
+ * m, v and p written once, where moments, adam_direction, scale and axpy
+ * move thirteen streams over four passes. p *= decay is skipped where
+ * decay is 1 (x * 1 is x), as the composed update skips scale there. */
+HOT static void adamw_span(float *restrict p, float *restrict m,
+			   float *restrict v, const float *restrict g,
+			   const struct apf_adamw_pass *a, float decay,
+			   size_t n)
+{
+	float b1 = a->b1, b2 = a->b2, a1 = 1.0f - b1, a2 = 1.0f - b2;
+	float c1 = a->c1, c2 = a->c2, eps = a->eps, step = a->step;
+	if (decay != 1.0f)
+		for (size_t i = 0; i < n; i++) {
+			float mi = adam_m(m[i], g[i], b1, a1);
+			float vi = adam_v(v[i], g[i], b2, a2);
+			m[i] = mi, v[i] = vi;
+			float pi = p[i] * decay;
+			p[i] = pi + step * adam_d(mi, vi, c1, c2, eps);
+		}
+	else
+		for (size_t i = 0; i < n; i++) {
+			float mi = adam_m(m[i], g[i], b1, a1);
+			float vi = adam_v(v[i], g[i], b2, a2);
+			m[i] = mi, v[i] = vi;
+			p[i] += step * adam_d(mi, vi, c1, c2, eps);
+		}
+}
+
+struct adamw_arg {
+	float *p, *m, *v;
+	const float *g;
+	const struct apf_adamw_pass *a;
+	size_t n;
+};
+
+/* A thread's elements [b, e), cut at the segments' ends. */
+static void adamw_task(void *arg, int t, int nt)
+{
+	struct adamw_arg *w = arg;
+	const struct apf_adamw_pass *a = w->a;
+	size_t b, e;
+	split(w->n, t, nt, 16, &b, &e);
+	for (int s = 0; s < a->nseg && b < e; s++) {
+		size_t s1 = a->end[s] < e ? a->end[s] : e;
+		if (s1 <= b)
+			continue;
+		adamw_span(w->p + b, w->m + b, w->v + b, w->g + b, a,
+			   a->decay[s], s1 - b);
+		b = s1;
+	}
+}
+
+static void v_adamw(apf_backend *be, float *p, float *m, float *v,
+		    const float *g, const struct apf_adamw_pass *a, size_t n)
+{
+	struct adamw_arg w = {.p = p, .m = m, .v = v, .g = g, .a = a, .n = n};
+	if (n < PAR_MIN || nthreads(be) == 1)
+		adamw_task(&w, 0, 1);
+	else
+		parallel(be, adamw_task, &w);
 }
 
 /* ---- ABI 2 vector operations ----------------------------------------------
@@ -3809,6 +3890,7 @@ static const apf_backend cpu_template = {
 	.clamp = v_clamp,
 	.moments = v_moments,
 	.adam_direction = v_adam_direction,
+	.adamw = v_adamw,
 	.dot = v_dot,
 	.sum = v_sum,
 	.norm2 = v_norm2,
