@@ -370,6 +370,12 @@ static void one_pass_adamw_gives_the_composed_bits(void **state)
 			m1[i] = draw(&s, -0.1f, 0.1f);
 			v1[i] = draw(&s, 0.0f, 0.01f);
 		}
+		/* Values x * 1 might not keep: the update without decay must
+		 * still give the composed bits for them. */
+		const uint32_t odd[] = {0x7f800000u, 0x80000000u, 0x7fc01234u,
+					0xffc00000u, 0x00000001u};
+		for (int i = 0; i < 5; i++)
+			memcpy(&p1[1 + i], &odd[i], 4);
 		memcpy(p2, p1, n * 4), memcpy(m2, m1, n * 4);
 		memcpy(v2, v1, n * 4);
 		for (long step = 1; step <= 4; step++) {

@@ -2518,8 +2518,9 @@ static void v_adam_direction(apf_backend *be, float *d, const float *m,
 
 /* AdamW's update in one pass (nn.h's adamw): g, m, v and p read once and
  * m, v and p written once, where moments, adam_direction, scale and axpy
- * move thirteen streams over four passes. p *= decay is skipped where
- * decay is 1 (x * 1 is x), as the composed update skips scale there. */
+ * move thirteen streams over four passes. Where decay is 1 the composed
+ * update skips scale; p * 1.0f here gives the same bits (x * 1 is x for
+ * every value, a NaN quieted as the add after it would quiet it). */
 HOT static void adamw_span(float *restrict p, float *restrict m,
 			   float *restrict v, const float *restrict g,
 			   const struct apf_adamw_pass *a, float decay,
@@ -2527,21 +2528,12 @@ HOT static void adamw_span(float *restrict p, float *restrict m,
 {
 	float b1 = a->b1, b2 = a->b2, a1 = 1.0f - b1, a2 = 1.0f - b2;
 	float c1 = a->c1, c2 = a->c2, eps = a->eps, step = a->step;
-	if (decay != 1.0f)
-		for (size_t i = 0; i < n; i++) {
-			float mi = adam_m(m[i], g[i], b1, a1);
-			float vi = adam_v(v[i], g[i], b2, a2);
-			m[i] = mi, v[i] = vi;
-			float pi = p[i] * decay;
-			p[i] = pi + step * adam_d(mi, vi, c1, c2, eps);
-		}
-	else
-		for (size_t i = 0; i < n; i++) {
-			float mi = adam_m(m[i], g[i], b1, a1);
-			float vi = adam_v(v[i], g[i], b2, a2);
-			m[i] = mi, v[i] = vi;
-			p[i] += step * adam_d(mi, vi, c1, c2, eps);
-		}
+	for (size_t i = 0; i < n; i++) {
+		float mi = adam_m(m[i], g[i], b1, a1);
+		float vi = adam_v(v[i], g[i], b2, a2);
+		m[i] = mi, v[i] = vi;
+		p[i] = p[i] * decay + step * adam_d(mi, vi, c1, c2, eps);
+	}
 }
 
 struct adamw_arg {
