@@ -1609,6 +1609,85 @@ static void threaded_layers_agree_with_one_thread(void **state)
 	apf_backend_free(b2);
 }
 
+/* The embedding's gather and scatter-add give the bits of one thread's
+ * (b, f)-order loop, written out here, on 1, 2 and 3 threads: DLRM-shaped
+ * fields with row offsets, and a token table that every position indexes,
+ * its rows drawn many times each (a skewed draw) and the gradients of
+ * magnitudes 2^-20 to 2^20, where a sum in any other order rounds
+ * differently (a scatter walked field by field, or two threads adding to
+ * the same rows, fails here). Both shapes are over the threaded layers'
+ * 32k-element threshold; the index columns sit one apart from the next
+ * example's (ldi = F + 1). */
+static void embeddings_give_the_same_bits_on_any_thread_count(void **state)
+{
+	(void)state;
+	static const int field_rows[] = {7, 1, 40, 3, 600};
+	struct {
+		int B, F, D, V;
+		const int *rows; /* per field, or NULL: one table of V rows */
+	} shapes[] = {{500, 5, 16, 651, field_rows}, {200, 32, 8, 50, NULL}};
+	apf_rng_key key = {9, 0, 0, APF_RNG_TEST};
+	apf_rng r;
+	apf_rng_init(&r, &key, 0);
+	for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
+		int B = shapes[s].B, F = shapes[s].F, D = shapes[s].D,
+		    V = shapes[s].V, ldi = F + 1;
+		int32_t *idx = malloc((size_t)B * ldi * sizeof *idx);
+		int32_t offset[8];
+		size_t nout = (size_t)B * F * D, ntab = (size_t)V * D;
+		float *table = malloc(ntab * 4), *dout = malloc(nout * 4);
+		float *want_out = malloc(nout * 4), *out = malloc(nout * 4);
+		float *want_tab = calloc(ntab, 4), *dtab = malloc(ntab * 4);
+		assert_non_null(idx && table && dout && want_out && out &&
+				want_tab && dtab);
+		for (int f = 0, at = 0; shapes[s].rows && f < F; f++)
+			offset[f] = at, at += shapes[s].rows[f];
+		for (int b = 0; b < B; b++)
+			for (int f = 0; f < ldi; f++) {
+				int n = V; /* the token table */
+				if (shapes[s].rows)
+					n = f < F ? shapes[s].rows[f] : 1;
+				float u = apf_rng_uniform(&r);
+				idx[(size_t)b * ldi + f] = (int32_t)(u * u * n) % n;
+			}
+		for (size_t i = 0; i < ntab; i++)
+			table[i] = apf_rng_normal(&r);
+		for (size_t i = 0; i < nout; i++)
+			dout[i] = ldexpf(apf_rng_normal(&r),
+					 (int)(apf_rng_uniform(&r) * 41) - 20);
+		const int32_t *off = shapes[s].rows ? offset : NULL;
+		for (int b = 0; b < B; b++)
+			for (int f = 0; f < F; f++) {
+				size_t row = (size_t)idx[(size_t)b * ldi + f] +
+					     (off ? (size_t)off[f] : 0);
+				float *o = want_out + ((size_t)b * F + f) * D;
+				const float *d = dout + ((size_t)b * F + f) * D;
+				for (int k = 0; k < D; k++) {
+					o[k] = table[row * D + k];
+					want_tab[row * D + k] += d[k];
+				}
+			}
+		for (int threads = 1; threads <= 3; threads++) {
+			apf_backend *be;
+			assert_apf_ok(apf_backend_cpu_new(&be, threads));
+			memset(out, 0xff, nout * 4);
+			memset(dtab, 0xff, ntab * 4);
+			be->embedding_forward(be, out, idx, ldi, off, table, B, F,
+					      D);
+			be->embedding_backward(be, dtab, dout, idx, ldi, off, B,
+					       F, V, D);
+			if (memcmp(out, want_out, nout * 4) ||
+			    memcmp(dtab, want_tab, ntab * 4))
+				fail_msg("embedding %dx%dx%d of %d rows, %d "
+					 "threads: other bits than one loop's",
+					 B, F, D, V, threads);
+			apf_backend_free(be);
+		}
+		free(idx), free(table), free(dout), free(want_out), free(out);
+		free(want_tab), free(dtab);
+	}
+}
+
 /* ---- the layers' e^x and tanh (mathf.h), and the numerics ------------------ */
 
 /* Distance in float ulps between y and the float nearest to the double d. */
@@ -2643,6 +2722,7 @@ int main(void)
 		cmocka_unit_test(conv_over_many_chunks_matches_reference),
 		cmocka_unit_test(threaded_layers_agree_with_one_thread),
 		cmocka_unit_test(bias_gradients_are_thread_count_invariant),
+		cmocka_unit_test(embeddings_give_the_same_bits_on_any_thread_count),
 		cmocka_unit_test(layer_exp_and_tanh_are_close_exact_at_the_edges_and_vectorise),
 		cmocka_unit_test(each_numerics_version_computes_its_own_formulas),
 		cmocka_unit_test(numerics_3_flushes_subnormals_on_every_thread),

@@ -374,7 +374,7 @@ static void one_pass_adamw_gives_the_composed_bits(void **state)
 		 * still give the composed bits for them. */
 		const uint32_t odd[] = {0x7f800000u, 0x80000000u, 0x7fc01234u,
 					0xffc00000u, 0x00000001u};
-		for (int i = 0; i < 5; i++)
+		for (size_t i = 0; i < sizeof odd / sizeof *odd; i++)
 			memcpy(&p1[1 + i], &odd[i], 4);
 		memcpy(p2, p1, n * 4), memcpy(m2, m1, n * 4);
 		memcpy(v2, v1, n * 4);
