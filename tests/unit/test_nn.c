@@ -1633,7 +1633,7 @@ static void embeddings_give_the_same_bits_on_any_thread_count(void **state)
 		int B = shapes[s].B, F = shapes[s].F, D = shapes[s].D,
 		    V = shapes[s].V, ldi = F + 1;
 		int32_t *idx = malloc((size_t)B * ldi * sizeof *idx);
-		int32_t offset[8];
+		int32_t offset[sizeof field_rows / sizeof *field_rows];
 		size_t nout = (size_t)B * F * D, ntab = (size_t)V * D;
 		float *table = malloc(ntab * 4), *dout = malloc(nout * 4);
 		float *want_out = malloc(nout * 4), *out = malloc(nout * 4);
