@@ -1615,8 +1615,9 @@ static void threaded_layers_agree_with_one_thread(void **state)
  * its rows drawn many times each (a skewed draw) and the gradients of
  * magnitudes 2^-20 to 2^20, where a sum in any other order rounds
  * differently (a scatter walked field by field, or two threads adding to
- * the same rows, fails here). Both shapes are over the threaded layers'
- * 32k-element threshold; the index columns sit one apart from the next
+ * the same rows, fails here). Both shapes are over the 32k elements at
+ * which other layers take their threaded paths, so a threaded embedding
+ * would be checked here; the index columns sit one apart from the next
  * example's (ldi = F + 1). */
 static void embeddings_give_the_same_bits_on_any_thread_count(void **state)
 {
