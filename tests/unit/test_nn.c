@@ -2178,7 +2178,8 @@ static void interaction_gives_the_recorded_bits_on_every_path(void **state)
 				emb[D + x] = -emb[x]; /* v_2 = -v_1 */
 		/* Example 1: v_1 = (1, 1e17, -1e17, 0, ...) against v_2 = v_5
 		 * = 1, whose dots are 0 in k order and 1 in the reverse one
-		 * (pair (2, 1) alone, pair (5, 1) in a block of four). */
+		 * (pairs (2, 1) and (5, 1): in one block of dots or two, by
+		 * the path's block). */
 		if (B > 1 && E >= 5 && D >= 3)
 			for (int x = 0; x < D; x++) {
 				float *v1 = emb + (size_t)E * D;

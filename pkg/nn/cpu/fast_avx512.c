@@ -769,6 +769,10 @@ TGT INLINE void lanes_out_avx512(float *const dst[8],
 #define IB_FN static TGT
 #define IB_TGT TGT
 #define IB_SUFFIX avx512
+#define IB_FR 4 /* 16 sums, 8 operands: 24 of the 32 registers */
+#define IB_FC 4
+#define IB_BR 2 /* 16 sums, 8 operands and a pair's gradient */
+#define IB_BX 8
 #define IB_LANES_IN(dst, src, n, count) lanes_in_avx512(dst, src, n, count)
 #define IB_LANES_OUT(dst, src, n, count, accum)                               \
 	lanes_out_avx512(dst, src, n, count, accum)

@@ -20,6 +20,11 @@
  *     IB_LANES_OUT(dst, src, n, count, accum)  optional: dst[l][i] =
  *                       (float)src[i][l], or dst[l][i] + that when accum,
  *                       for i < count, l < n
+ *     IB_FR, IB_FC      optional: the forward's blocks of dots, rows by
+ *                       columns (2 by 4: 8 sums and 6 operands fit 16
+ *                       registers)
+ *     IB_BR, IB_BX      optional: the backward's blocks of gradients, rows
+ *                       by elements (2 by 4)
  *
  * A lane holds an example's F vectors as P[j D + k][lane] = v_j[k] in
  * double; a short lane is padded with zeros whose results are dropped.
@@ -33,6 +38,18 @@
 #define IB_TGT
 #endif
 #define IB_INLINE IB_TGT static inline __attribute__((always_inline))
+#ifndef IB_FR
+#define IB_FR 2
+#endif
+#ifndef IB_FC
+#define IB_FC 4
+#endif
+#ifndef IB_BR
+#define IB_BR 2
+#endif
+#ifndef IB_BX
+#define IB_BX 4
+#endif
 
 #ifndef IB_LANES_IN
 /* dst[i][l] = src[l][i] for i < count, l < n; zeros past n. */
@@ -77,8 +94,11 @@ IB(inter_pack)(IB_V *restrict P, const struct apf_inter_job *a, size_t b,
 	}
 }
 
-/* The dots of v_i with v_j, j < i, for a lane: four j at a time, so that
- * four sums in k order run side by side. */
+/* The dots of v_i with v_j, j < i, for a lane, in blocks of IB_FR rows by
+ * IB_FC columns: their IB_FR x IB_FC sums run side by side in registers,
+ * each in k order from 0, so the bits are those of one dot at a time. A
+ * block reaching past the triangle (j >= i) or past the last row works on
+ * vector 0 there and drops those sums. */
 IB_FN void IB(inter_fwd_rows)(const struct apf_inter_job *a, size_t b0,
 			      size_t b1, void *slab)
 {
@@ -90,33 +110,35 @@ IB_FN void IB(inter_fwd_rows)(const struct apf_inter_job *a, size_t b0,
 	for (size_t b = b0; b < b1; b += IB_L) {
 		int n = b1 - b < IB_L ? (int)(b1 - b) : IB_L;
 		IB(inter_pack)(P, a, b, n);
-		size_t p = 0;
-		for (int i = 1; i < F; i++) {
-			const IB_V *vi = P + (size_t)i * D;
-			int j = 0;
-			for (; j + 4 <= i; j += 4) {
-				const IB_V *v0 = P + (size_t)j * D,
-					   *v1 = v0 + D, *v2 = v1 + D,
-					   *v3 = v2 + D;
-				IB_V s0 = {0}, s1 = {0}, s2 = {0}, s3 = {0};
+		for (int i0 = 1; i0 < F; i0 += IB_FR) {
+			const IB_V *ri[IB_FR];
+			for (int r = 0; r < IB_FR; r++)
+				ri[r] = P + (size_t)(i0 + r < F ? i0 + r : 0) * D;
+			int jend = (i0 + IB_FR < F ? i0 + IB_FR : F) - 1;
+			for (int j0 = 0; j0 < jend; j0 += IB_FC) {
+				const IB_V *cj[IB_FC];
+				for (int c = 0; c < IB_FC; c++)
+					cj[c] = P + (size_t)(j0 + c < F ? j0 + c : 0) * D;
+				IB_V s[IB_FR][IB_FC];
+				for (int r = 0; r < IB_FR; r++)
+					for (int c = 0; c < IB_FC; c++)
+						s[r][c] = (IB_V){0};
 				for (int k = 0; k < D; k++) {
-					IB_V x = vi[k];
-					s0 = IB_MADD(s0, x, v0[k]);
-					s1 = IB_MADD(s1, x, v1[k]);
-					s2 = IB_MADD(s2, x, v2[k]);
-					s3 = IB_MADD(s3, x, v3[k]);
+					IB_V x[IB_FR], y[IB_FC];
+					for (int r = 0; r < IB_FR; r++)
+						x[r] = ri[r][k];
+					for (int c = 0; c < IB_FC; c++)
+						y[c] = cj[c][k];
+					for (int r = 0; r < IB_FR; r++)
+						for (int c = 0; c < IB_FC; c++)
+							s[r][c] = IB_MADD(s[r][c], x[r], y[c]);
 				}
-				S[p++] = s0;
-				S[p++] = s1;
-				S[p++] = s2;
-				S[p++] = s3;
-			}
-			for (; j < i; j++) {
-				const IB_V *vj = P + (size_t)j * D;
-				IB_V s0 = {0};
-				for (int k = 0; k < D; k++)
-					s0 = IB_MADD(s0, vi[k], vj[k]);
-				S[p++] = s0;
+				for (int r = 0; r < IB_FR; r++)
+					for (int c = 0; c < IB_FC; c++) {
+						int i = i0 + r, j = j0 + c;
+						if (i < F && j < i)
+							S[(size_t)i * (i - 1) / 2 + j] = s[r][c];
+					}
 			}
 		}
 		float *o[IB_L];
@@ -134,10 +156,49 @@ IB_FN void IB(inter_fwd_rows)(const struct apf_inter_job *a, size_t b0,
 	}
 }
 
-/* The backward walks a lane's pairs in their output order: pair (i, j)
- * adds dout(pair) v_j to v_i's gradient and dout(pair) v_i to v_j's,
- * summed in double (G, F*D per example, the dense part starting from its
- * own output gradient), then written or added. */
+/* The gradient of v_j for rows j0 .. j0 + IB_BR - 1 (past the last, the
+ * last again, not stored), elements x0 .. x0 + IB_BX - 1: in the pairs'
+ * output order v_j meets its partners m ascending, m != j (pairs (j, m)
+ * for m < j come first, then pairs (m, j)), so it is G's row plus the sum
+ * of w(j, m) v_m over m ascending, in registers. */
+IB_INLINE void IB(inter_bwd_block)(IB_V *restrict G, const IB_V *restrict P,
+				   const IB_V *restrict W, int F, int D, int j0,
+				   int x0)
+{
+	int jr[IB_BR];
+	IB_V acc[IB_BR][IB_BX];
+	for (int r = 0; r < IB_BR; r++) {
+		jr[r] = j0 + r < F ? j0 + r : F - 1;
+		for (int x = 0; x < IB_BX; x++)
+			acc[r][x] = G[(size_t)jr[r] * D + x0 + x];
+	}
+	size_t tm = 0; /* m (m - 1) / 2: pair (m, j) is W[tm + j] */
+	for (int m = 0; m < F; tm += (size_t)m, m++) {
+		const IB_V *vm = P + (size_t)m * D + x0;
+		IB_V v[IB_BX];
+		for (int x = 0; x < IB_BX; x++)
+			v[x] = vm[x];
+		for (int r = 0; r < IB_BR; r++) {
+			int j = jr[r];
+			if (m == j)
+				continue;
+			IB_V w = m < j ? W[(size_t)j * (j - 1) / 2 + (size_t)m]
+				       : W[tm + (size_t)j];
+			for (int x = 0; x < IB_BX; x++)
+				acc[r][x] = IB_MADD(acc[r][x], w, v[x]);
+		}
+	}
+	for (int r = 0; r < IB_BR; r++)
+		if (j0 + r < F)
+			for (int x = 0; x < IB_BX; x++)
+				G[(size_t)(j0 + r) * D + x0 + x] = acc[r][x];
+}
+
+/* The backward sums, for each pair (i, j) in output order, dout(pair) v_j
+ * into v_i's gradient and dout(pair) v_i into v_j's, in double (G, F*D
+ * per example, the dense part starting from its own output gradient),
+ * then writes or adds them: by rows of G in blocks (inter_bwd_block) where
+ * D is whole blocks of IB_BX, else pair by pair. */
 IB_FN void IB(inter_bwd_rows)(const struct apf_inter_job *a, size_t b0,
 			      size_t b1, void *slab)
 {
@@ -158,11 +219,15 @@ IB_FN void IB(inter_bwd_rows)(const struct apf_inter_job *a, size_t b0,
 		IB_LANES_IN(G, d, n, (size_t)D);
 		memset(G + D, 0, (size_t)E * (size_t)D * sizeof *G);
 		IB_LANES_IN(W, dp, n, npairs);
-		size_t p = 0;
-		for (int i = 1; i < F; i++) {
-			const IB_V *vi = P + (size_t)i * D;
-			IB_V *gi = G + (size_t)i * D;
-			if (D % 8) {
+		if (D % IB_BX == 0) {
+			for (int j0 = 0; j0 < F; j0 += IB_BR)
+				for (int x0 = 0; x0 < D; x0 += IB_BX)
+					IB(inter_bwd_block)(G, P, W, F, D, j0, x0);
+		} else {
+			size_t p = 0;
+			for (int i = 1; i < F; i++) {
+				const IB_V *vi = P + (size_t)i * D;
+				IB_V *gi = G + (size_t)i * D;
 				for (int j = 0; j < i; j++, p++) {
 					const IB_V *vj = P + (size_t)j * D;
 					IB_V *gj = G + (size_t)j * D;
@@ -172,30 +237,7 @@ IB_FN void IB(inter_bwd_rows)(const struct apf_inter_job *a, size_t b0,
 						gj[x] = IB_MADD(gj[x], w, vi[x]);
 					}
 				}
-				continue;
 			}
-			/* Eight of v_i's gradients at a time held in
-			 * registers over the pairs of row i (each still summed
-			 * in pair order). */
-			for (int x0 = 0; x0 < D; x0 += 8) {
-				IB_V acc[8], wi[8];
-				for (int x = 0; x < 8; x++) {
-					acc[x] = gi[x0 + x];
-					wi[x] = vi[x0 + x];
-				}
-				for (int j = 0; j < i; j++) {
-					const IB_V *vj = P + (size_t)j * D + x0;
-					IB_V *gj = G + (size_t)j * D + x0;
-					IB_V w = W[p + (size_t)j];
-					for (int x = 0; x < 8; x++) {
-						acc[x] = IB_MADD(acc[x], w, vj[x]);
-						gj[x] = IB_MADD(gj[x], w, wi[x]);
-					}
-				}
-				for (int x = 0; x < 8; x++)
-					gi[x0 + x] = acc[x];
-			}
-			p += (size_t)i;
 		}
 		float *dd[IB_L], *de[IB_L];
 		for (int l = 0; l < IB_L; l++) {
@@ -224,3 +266,7 @@ IB_FN void IB(inter_bwd_rows)(const struct apf_inter_job *a, size_t b0,
 #undef IB_LANES_OUT
 #undef IB_TGT
 #undef IB_INLINE
+#undef IB_FR
+#undef IB_FC
+#undef IB_BR
+#undef IB_BX
