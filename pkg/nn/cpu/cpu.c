@@ -2083,17 +2083,27 @@ static void sigmoid_xent_backward(apf_backend *be, float *dlogits,
 }
 
 // out (B,F,D) from table (V,D) at rows offset[f] + idx (B,ldi)[b,f]
-static void embedding_forward(apf_backend *be, float *out, const int32_t *idx,
-			      int ldi, const int32_t *offset,
-			      const float *table, int B, int F, int D)
+HOT static void embedding_forward(apf_backend *be, float *out,
+				  const int32_t *idx, int ldi,
+				  const int32_t *offset, const float *table,
+				  int B, int F, int D)
 {
 	(void)be;
 	for (int b = 0; b < B; b++)
 		for (int f = 0; f < F; f++) {
 			size_t row = (size_t)idx[(size_t)b * ldi + f] +
 				     (offset ? (size_t)offset[f] : 0);
-			memcpy(out + ((size_t)b * F + f) * D,
-			       table + row * D, (size_t)D * sizeof *out);
+			float *o = out + ((size_t)b * F + f) * D;
+			const float *t = table + row * D;
+			/* 16 floats a copy of constant size, which the
+			 * compiler inlines as a few vector moves: a row is
+			 * 16 floats or so (the DLRM's), where a call to
+			 * memcpy costs as much as the copy */
+			int k = 0;
+			for (; k + 16 <= D; k += 16)
+				memcpy(o + k, t + k, 16 * sizeof *o);
+			if (k < D)
+				memcpy(o + k, t + k, (size_t)(D - k) * sizeof *o);
 		}
 }
 
