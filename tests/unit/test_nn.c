@@ -1540,6 +1540,84 @@ static void bias_gradients_are_thread_count_invariant(void **state)
 	apf_backend_free(b2);
 }
 
+/* A linear layer's backward runs its input gradient's and its weight
+ * gradient's GEMMs side by side, each on its own half of an even number
+ * of threads (cpu.c's gemm_pair) where the batch's rows are no more than
+ * the layer's wider size, and one after the other on every thread
+ * otherwise or on an odd number: the bits of one thread on 1 to 4
+ * threads, accumulating into the input gradient or not, every element
+ * gemm.h's fma chain (checked at the last row and column, where edge
+ * tiles end). The DLRM's two top layers and a pair whose sizes leave
+ * partial tiles everywhere, then two layers of more rows than width, one
+ * after the other. */
+static void linear_backward_gives_one_threads_bits_on_any_count(void **state)
+{
+	(void)state;
+	static const int shapes[][3] = {
+		{256, 367, 256}, {256, 256, 128}, {61, 97, 45}, {256, 64, 16},
+		{97, 45, 61}};
+	apf_backend *be[4];
+	for (int t = 0; t < 4; t++)
+		assert_apf_ok(apf_backend_cpu_new(&be[t], t + 1));
+	for (size_t k = 0; k < sizeof shapes / sizeof *shapes; k++)
+		for (int accum = 0; accum <= 1; accum++) {
+			int B = shapes[k][0], C = shapes[k][1];
+			int OC = shapes[k][2];
+			size_t nx = (size_t)B * C, nw = (size_t)OC * C;
+			size_t ny = (size_t)B * OC;
+			apf_rng_key key = {10, (uint32_t)k, (uint32_t)accum,
+					   APF_RNG_TEST};
+			apf_rng r;
+			apf_rng_init(&r, &key, 0);
+			float *x = malloc(nx * 4), *w = malloc(nw * 4);
+			float *dy = malloc(ny * 4), *dx0 = malloc(nx * 4);
+			float *dx[4], *dw[4], *db[4];
+			for (size_t i = 0; i < nx; i++)
+				x[i] = apf_rng_normal(&r);
+			for (size_t i = 0; i < nw; i++)
+				w[i] = apf_rng_normal(&r);
+			for (size_t i = 0; i < ny; i++)
+				dy[i] = apf_rng_normal(&r);
+			for (size_t i = 0; i < nx; i++)
+				dx0[i] = apf_rng_normal(&r);
+			for (int t = 0; t < 4; t++) {
+				dx[t] = malloc(nx * 4);
+				dw[t] = malloc(nw * 4);
+				db[t] = malloc((size_t)OC * 4);
+				memcpy(dx[t], dx0, nx * 4);
+				be[t]->linear_backward(be[t], dx[t], dw[t],
+						       db[t], dy, x, w, B, C,
+						       OC, accum);
+				assert_apf_ok(be[t]->sync(be[t]));
+			}
+			for (int t = 1; t < 4; t++) {
+				assert_memory_equal(dx[t], dx[0], nx * 4);
+				assert_memory_equal(dw[t], dw[0], nw * 4);
+				assert_memory_equal(db[t], db[0], (size_t)OC * 4);
+			}
+			int i = B - 1, j = C - 1, o = OC - 1;
+			float acc = 0.0f;
+			for (int q = 0; q < OC; q++)
+				acc = fmaf(dy[(size_t)i * OC + q],
+					   w[(size_t)q * C + j], acc);
+			float want = accum ? acc + dx0[(size_t)i * C + j] : acc;
+			assert_true(dx[0][(size_t)i * C + j] == want);
+			float accw = 0.0f, sum = 0.0f;
+			for (int b = 0; b < B; b++) {
+				accw = fmaf(dy[(size_t)b * OC + o],
+					    x[(size_t)b * C + j], accw);
+				sum += dy[(size_t)b * OC + o];
+			}
+			assert_true(dw[0][(size_t)o * C + j] == accw);
+			assert_true(db[0][o] == sum);
+			for (int t = 0; t < 4; t++)
+				free(dx[t]), free(dw[t]), free(db[t]);
+			free(x), free(w), free(dy), free(dx0);
+		}
+	for (int t = 0; t < 4; t++)
+		apf_backend_free(be[t]);
+}
+
 /* The threaded paths (taken above 32k elements with more than one thread)
  * against the same layers on one thread: elementwise work is bit-identical,
  * sums split across threads agree to rounding. */
@@ -2724,6 +2802,7 @@ int main(void)
 		cmocka_unit_test(conv_over_many_chunks_matches_reference),
 		cmocka_unit_test(threaded_layers_agree_with_one_thread),
 		cmocka_unit_test(bias_gradients_are_thread_count_invariant),
+		cmocka_unit_test(linear_backward_gives_one_threads_bits_on_any_count),
 		cmocka_unit_test(embeddings_give_the_same_bits_on_any_thread_count),
 		cmocka_unit_test(layer_exp_and_tanh_are_close_exact_at_the_edges_and_vectorise),
 		cmocka_unit_test(each_numerics_version_computes_its_own_formulas),

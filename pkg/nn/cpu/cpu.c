@@ -408,25 +408,11 @@ static void gemm_task(void *v, int t, int nt)
 	apf_gemm_compute(j->g, t, nt);
 }
 
-/* cpu_gemm with crow and asum (gemm.h): beta's term from that one row,
- * not C; op(A)'s row sums (op(A) = A^T) in asum. */
-static void cpu_gemm_x(apf_backend *be, int trans_a, int trans_b, int M,
-		       int N, int K, float alpha, const float *A, int lda,
-		       const float *B, int ldb, float beta, const float *crow,
-		       float *C, int ldc, float *asum)
+/* Whether a GEMM, or two at once, of macs multiply-adds in all runs on the
+ * pool's threads. A GEMM's bits do not depend on its threads (gemm.h), so
+ * the answer changes only the time. */
+static int gemm_parallel(apf_backend *be, size_t macs)
 {
-	if (M == 0 || N == 0)
-		return;
-	struct apf_gemm g = {.isa = gemm_isa(be), .trans_a = trans_a,
-			     .trans_b = trans_b, .M = M, .N = N, .K = K,
-			     .alpha = alpha, .A = A, .lda = lda, .B = B,
-			     .ldb = ldb, .beta = beta, .C = C, .ldc = ldc,
-			     .crow = crow, .asum = asum};
-	if (apf_gemm_prepare(&g, &gemm_bufs(be)[0])) {
-		cpu_fail(be, "gemm");
-		return;
-	}
-	size_t macs = (size_t)M * N * K;
 	struct pool *p = be->impl;
 	int par = nthreads(be) > 1 && macs >= GEMM_PAR_MIN;
 	if (par && macs < GEMM_WAKE_MIN &&
@@ -434,14 +420,101 @@ static void cpu_gemm_x(apf_backend *be, int trans_a, int trans_b, int M,
 		pool_nudge(p);
 		par = 0;
 	}
-	if (par) {
-		struct gemm_job j = {&g, p};
+	return par;
+}
+
+static size_t gemm_macs(const struct apf_gemm *g)
+{
+	return (size_t)g->M * (size_t)g->N * (size_t)g->K;
+}
+
+/* One GEMM, prepared in the caller's packing room, on every thread or on
+ * the caller's alone. */
+static void gemm_run(apf_backend *be, struct apf_gemm *g)
+{
+	if (g->M == 0 || g->N == 0)
+		return;
+	size_t macs = gemm_macs(g);
+	if (apf_gemm_prepare(g, &gemm_bufs(be)[0])) {
+		cpu_fail(be, "gemm");
+		return;
+	}
+	if (gemm_parallel(be, macs)) {
+		struct gemm_job j = {g, be->impl};
 		parallel(be, gemm_task, &j);
 	} else {
-		apf_gemm_pack(&g, 0, 1);
-		apf_gemm_compute(&g, 0, 1);
+		apf_gemm_pack(g, 0, 1);
+		apf_gemm_compute(g, 0, 1);
 	}
-	apf_gemm_release(&g);
+	apf_gemm_release(g);
+}
+
+struct gemm_pair_job {
+	struct apf_gemm *g[2];
+	struct pool *pool;
+};
+
+/* Threads [0, nt/2) run the first GEMM's shares, [nt/2, nt) the second's.
+ * Where each half is one thread, that thread packs and computes its GEMM
+ * alone and no barrier is needed; else every thread passes the one
+ * barrier between packing and computing. */
+static void gemm_pair_task(void *v, int t, int nt)
+{
+	struct gemm_pair_job *j = v;
+	int h = nt / 2, second = t >= h;
+	struct apf_gemm *g = j->g[second];
+	int gt = second ? t - h : t, gn = second ? nt - h : h;
+	apf_gemm_pack(g, gt, gn);
+	if (nt > 2)
+		pool_barrier(j->pool);
+	apf_gemm_compute(g, gt, gn);
+}
+
+/* Two GEMMs of equal work, neither reading what the other writes (a
+ * linear layer's input and weight gradients): on an even number of
+ * threads, each on its own half of them in one region, so neither's
+ * operands, packed panels and output are handed from one core to another
+ * (on a VM that hand-off runs at a few GB/s: a DLRM step's linear layers
+ * paid more for it than for their multiply-adds); otherwise one after the
+ * other on every thread. Either way every bit is gemm.h's. */
+static void gemm_pair(apf_backend *be, struct apf_gemm *a, struct apf_gemm *b)
+{
+	size_t macs = gemm_macs(a) + gemm_macs(b);
+	if (nthreads(be) % 2 || a->M == 0 || a->N == 0 || b->M == 0 ||
+	    b->N == 0 || !gemm_parallel(be, macs)) {
+		gemm_run(be, a);
+		gemm_run(be, b);
+		return;
+	}
+	struct apf_gemm_buf *bufs = gemm_bufs(be);
+	/* each GEMM its own packing room: the caller's and that of the
+	 * second half's first thread (no region runs beside this one) */
+	if (apf_gemm_prepare(a, &bufs[0]) ||
+	    apf_gemm_prepare(b, &bufs[nthreads(be) / 2])) {
+		apf_gemm_release(a);
+		apf_gemm_release(b);
+		cpu_fail(be, "gemm");
+		return;
+	}
+	struct gemm_pair_job j = {{a, b}, be->impl};
+	parallel(be, gemm_pair_task, &j);
+	apf_gemm_release(a);
+	apf_gemm_release(b);
+}
+
+/* cpu_gemm with crow and asum (gemm.h): beta's term from that one row,
+ * not C; op(A)'s row sums (op(A) = A^T) in asum. */
+static void cpu_gemm_x(apf_backend *be, int trans_a, int trans_b, int M,
+		       int N, int K, float alpha, const float *A, int lda,
+		       const float *B, int ldb, float beta, const float *crow,
+		       float *C, int ldc, float *asum)
+{
+	struct apf_gemm g = {.isa = gemm_isa(be), .trans_a = trans_a,
+			     .trans_b = trans_b, .M = M, .N = N, .K = K,
+			     .alpha = alpha, .A = A, .lda = lda, .B = B,
+			     .ldb = ldb, .beta = beta, .C = C, .ldc = ldc,
+			     .crow = crow, .asum = asum};
+	gemm_run(be, &g);
 }
 
 static void cpu_gemm(apf_backend *be, int trans_a, int trans_b, int M, int N,
@@ -450,6 +523,41 @@ static void cpu_gemm(apf_backend *be, int trans_a, int trans_b, int M, int N,
 {
 	cpu_gemm_x(be, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta,
 		   NULL, C, ldc, NULL);
+}
+
+/* A layer's input and weight gradients from dout (R,N): dinp (R,C) =
+ * dout weight (N,C), added to dinp where accum (none where dinp is NULL),
+ * and dweight (N,C) = dout^T inp (R,C), with dout's column sums in dsum
+ * where it is not NULL (gemm.h's asum). Their work is the same, R N C
+ * multiply-adds each. */
+static void grad_gemms(apf_backend *be, float *dinp, float *dweight,
+		       float *dsum, const float *dout, const float *inp,
+		       const float *weight, int R, int C, int N, int accum)
+{
+	struct apf_gemm gw = {.isa = gemm_isa(be), .trans_a = 1, .M = N,
+			      .N = C, .K = R, .alpha = 1.0f, .A = dout,
+			      .lda = N, .B = inp, .ldb = C, .C = dweight,
+			      .ldc = C, .asum = dsum};
+	if (!dinp) {
+		gemm_run(be, &gw);
+		return;
+	}
+	struct apf_gemm gi = {.isa = gemm_isa(be), .M = R, .N = C, .K = N,
+			      .alpha = 1.0f, .A = dout, .lda = N,
+			      .B = weight, .ldb = C,
+			      .beta = accum ? 1.0f : 0.0f, .C = dinp, .ldc = C};
+	/* Side by side only where the rows are no more than the wider of
+	 * the other two sizes: the weight gradient's GEMM packs dout^T and
+	 * inp (R (N + C) floats), the input gradient's only weight (N C),
+	 * so with many rows (a Transformer's tokens, a U-Net's pixels) its
+	 * half ran long: there the pair cost the Transformer's step 4% and
+	 * the U-Net's 3% against one GEMM after the other */
+	if (R <= (N > C ? N : C)) {
+		gemm_pair(be, &gi, &gw);
+	} else {
+		gemm_run(be, &gi);
+		gemm_run(be, &gw);
+	}
 }
 
 struct colsum_arg {
@@ -505,14 +613,11 @@ static void linear_backward(apf_backend *be, float *dinp, float *dweight,
 			    const float *weight, int B, int C, int OC,
 			    int accum)
 {
-	if (dinp)
-		cpu_gemm(be, 0, 0, B, C, OC, 1.0f, dout, OC, weight, C,
-			 accum ? 1.0f : 0.0f, dinp, C);
 	/* dbias: dout's column sums, taken while the weight gradient's GEMM
 	 * packs dout^T (the bits of column_sums: each column's rows in
 	 * order from 0), so dout is read once for both */
-	cpu_gemm_x(be, 1, 0, OC, C, B, 1.0f, dout, OC, inp, C, 0.0f, NULL,
-		   dweight, C, dbias);
+	grad_gemms(be, dinp, dweight, dbias, dout, inp, weight, B, C, OC,
+		   accum);
 	if (dbias && C == 0) /* no GEMM ran */
 		column_sums(be, dbias, dout, (size_t)B, OC);
 }
@@ -3423,12 +3528,10 @@ static void upconv2x2_backward(apf_backend *be, float *dinp, float *dweight,
 	struct upconv_arg a = {.g = g, .dout = dout, .B = B, .H = H, .W = W,
 			       .OC = OC};
 	upconv_run(be, upconv_gather_task, &a);
-	if (dinp)
-		cpu_gemm(be, 0, 0, (int)P, C, 4 * OC, 1.0f, g, 4 * OC, weight,
-			 C, accum ? 1.0f : 0.0f, dinp, C);
-	/* K = every pixel of the batch: not split, so thread-count free */
-	cpu_gemm(be, 1, 0, 4 * OC, C, (int)P, 1.0f, g, 4 * OC, inp, C, 0.0f,
-		 dweight, C);
+	/* the weight gradient's K is every pixel of the batch: not split, so
+	 * thread-count free */
+	grad_gemms(be, dinp, dweight, NULL, g, inp, weight, (int)P, C, 4 * OC,
+		   accum);
 	if (dbias)
 		column_sums(be, dbias, dout, 4 * P, OC);
 	free(g);
